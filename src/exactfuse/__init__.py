@@ -1,0 +1,22 @@
+"""exactfuse: fused Triton kernels for LLM inference that match PyTorch by contract."""
+
+from exactfuse import ops as _ops  # noqa: F401  (declares every op)
+from exactfuse.layers import GeluAndMul, SiluAndMul
+from exactfuse.ops.activation import gelu_and_mul, silu_and_mul
+from exactfuse.registry import OPS, get
+from exactfuse.utils import poison_outputs
+from exactfuse.warmup import warmup
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "OPS",
+    "GeluAndMul",
+    "SiluAndMul",
+    "__version__",
+    "gelu_and_mul",
+    "get",
+    "poison_outputs",
+    "silu_and_mul",
+    "warmup",
+]

@@ -1,0 +1,3 @@
+"""Op families. Importing this package declares every op in the registry."""
+
+from exactfuse.ops import activation  # noqa: F401

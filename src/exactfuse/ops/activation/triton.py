@@ -1,0 +1,126 @@
+"""Triton kernel for the gated activations ``act(x[..., :d]) * x[..., d:]``.
+
+Bitwise parity with eager PyTorch on CUDA needs the same math PyTorch's CUDA
+kernels evaluate (ATen ``ActivationSiluKernel.cu`` / ``ActivationGeluKernel.cu``):
+
+- silu: ``x / (1 + exp(-x))`` in fp32 with libdevice ``expf`` and an IEEE
+  division (``div_rn``). Triton's ``tl.exp`` (``ex2.approx``) and its default
+  ``/`` (``div.full``, approximate) break fp32 parity, and some fp16.
+- gelu ``"none"``: ``(x * 0.5f) * (1 + erff(x * float(M_SQRT1_2)))``. The
+  textbook ``0.5 * x * (1 + erf(x / sqrt(2)))`` rounds differently: the
+  division by sqrt(2) is not the multiply by the rounded 1/sqrt(2).
+- gelu ``"tanh"``: ``(0.5f * x) * (1 + tanhf(kBeta * fma(kKappa, x*x*x, x)))``
+  with ``kBeta = float(sqrt(2) * 2/sqrt(pi) * 0.5)``, ``kKappa = 0.044715f``;
+  nvcc contracts ``x + kKappa * x_cube`` into one fma, so we write it.
+- the activation is rounded to the input dtype (``F.silu`` returns that
+  dtype), then multiplied by ``up`` in fp32 and rounded again, as ``*`` does.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from exactfuse.ops import math as xm
+from exactfuse.utils import empty, next_power_of_2
+
+SILU, GELU_ERF, GELU_TANH = 0, 1, 2
+ACTIVATIONS = {"silu": SILU, "gelu_none": GELU_ERF, "gelu_tanh": GELU_TANH}
+
+
+@triton.jit
+def _activation(x, ACTIVATION: tl.constexpr):
+    """fp32 ``x`` -> fp32 activation, evaluated as ATen's CUDA kernels do."""
+    if ACTIVATION == 0:
+        return tl.div_rn(x, 1.0 + xm.exp(-x))
+    elif ACTIVATION == 1:
+        return (x * 0.5) * (1.0 + xm.erf(x * 0.7071067811865476))
+    else:
+        inner = 0.7978845608028654 * tl.fma(0.044715, x * x * x, x)
+        return (0.5 * x) * (1.0 + xm.tanh(inner))
+
+
+@triton.jit(do_not_specialize=["T"])
+def act_and_mul_kernel(
+    p_x,
+    p_y,
+    T,
+    D,
+    stride_x,
+    stride_y,
+    ACTIVATION: tl.constexpr,
+    BT: tl.constexpr,
+    BD: tl.constexpr,
+    INT64_INDEX: tl.constexpr,
+):
+    """One ``[BT, BD]`` tile of ``y = act(gate) * up``.
+
+    p_x: ``[T, 2D]`` rows ``stride_x`` apart, last dim contiguous.
+    p_y: ``[T, D]`` rows ``stride_y`` apart, last dim contiguous.
+    constexpr: ACTIVATION, BT, BD, INT64_INDEX (``numel >= 2**31``). T and D are
+    runtime values (D is specialized on divisibility by 16 for wide loads), so
+    one compile serves every batch size of a width class.
+    """
+    i_t = tl.program_id(0)
+    i_d = tl.program_id(1)
+    if INT64_INDEX:
+        i_t = i_t.to(tl.int64)
+    o_t = i_t * BT + tl.arange(0, BT)
+    o_d = i_d * BD + tl.arange(0, BD)
+    m_td = (o_t[:, None] < T) & (o_d[None, :] < D)
+    p_g = p_x + o_t[:, None] * stride_x + o_d[None, :]
+    b_g = tl.load(p_g, mask=m_td).to(tl.float32)
+    b_u = tl.load(p_g + D, mask=m_td).to(tl.float32)
+    b_a = _activation(b_g, ACTIVATION).to(p_y.dtype.element_ty).to(tl.float32)
+    b_y = (b_a * b_u).to(p_y.dtype.element_ty)
+    tl.store(p_y + o_t[:, None] * stride_y + o_d[None, :], b_y, mask=m_td)
+
+
+def act_and_mul_config(D: int) -> tuple[int, int, int]:
+    """Static launch heuristic ``(BT, BD, num_warps)`` for rows of ``D`` outputs.
+
+    It depends on ``D`` only, so every batch size reuses one compiled kernel
+    (CUDA graphs captured at many batch sizes need no new compiles).
+
+    A program covers up to 2048 output elements (16 per thread at 4 warps):
+    ``BD`` spans the row up to 1024 columns, and narrow rows stack ``BT`` rows
+    per program so that d = 1..31 does not launch one tiny program per row.
+    """
+    BD = min(next_power_of_2(D), 1024)
+    BT = max(1, 2048 // BD)
+    return BT, BD, 4
+
+
+def launch_act_and_mul(x: torch.Tensor, activation: str) -> torch.Tensor:
+    """Launch :func:`act_and_mul_kernel` on ``x: [..., 2d]`` -> ``[..., d]``."""
+    D = x.shape[-1] // 2
+    y = empty((*x.shape[:-1], D), x.dtype, x.device)
+    if y.numel() == 0:
+        return y
+    x2 = x if x.dim() == 2 else x.reshape(-1, 2 * D)
+    T = x2.shape[0]
+    BT, BD, num_warps = act_and_mul_config(D)
+    grid = (triton.cdiv(T, BT), triton.cdiv(D, BD))
+    torch.library.wrap_triton(act_and_mul_kernel)[grid](
+        x2,
+        y,
+        T,
+        D,
+        x2.stride(0),
+        D,
+        ACTIVATION=ACTIVATIONS[activation],
+        BT=BT,
+        BD=BD,
+        INT64_INDEX=x2.numel() >= 2**31,
+        num_warps=num_warps,
+    )
+    return y
+
+
+def silu_and_mul_triton(x: torch.Tensor) -> torch.Tensor:
+    return launch_act_and_mul(x, "silu")
+
+
+def gelu_and_mul_triton(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    return launch_act_and_mul(x, "gelu_tanh" if approximate == "tanh" else "gelu_none")

@@ -1,0 +1,27 @@
+"""The op registry: declare ops from native specs, add providers, dispatch."""
+
+from exactfuse.registry.contracts import (
+    Bitwise,
+    CheckResult,
+    Contract,
+    Tolerance,
+    Ulp,
+    ulp_distance,
+)
+from exactfuse.registry.op import OPS, Case, NoProviderError, Op, Provider, get, op
+
+__all__ = [
+    "OPS",
+    "Bitwise",
+    "Case",
+    "CheckResult",
+    "Contract",
+    "NoProviderError",
+    "Op",
+    "Provider",
+    "Tolerance",
+    "Ulp",
+    "get",
+    "op",
+    "ulp_distance",
+]

@@ -1,0 +1,207 @@
+"""Numerical contracts: how a provider's output must relate to the native spec.
+
+| contract      | passes when                                                        |
+|---------------|--------------------------------------------------------------------|
+| ``Bitwise()`` | every element has the native bit pattern (any NaN matches any NaN) |
+| ``Ulp(n)``    | every element is within n units in the last place of the dtype     |
+| ``Tolerance`` | ``isclose`` with the per-dtype (atol, rtol) table below            |
+
+NaN positions must match under every contract. A check returns a
+:class:`CheckResult` with the max abs error, max ulp, mismatch count and the
+index of the worst element, so a failure says where to look.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+# (atol, rtol) per dtype. fp32: a few ulp of fp32 around 1 (2^-23 = 1.2e-7) after
+# a short chain of ops; fp16: 2^-10 = 9.8e-4 is one ulp at 1; bf16: 2^-7 = 7.8e-3
+# is one ulp at 1, so 1.6e-2 admits two roundings of difference.
+TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float32: (1e-5, 1.3e-6),
+    torch.float16: (1e-3, 1e-3),
+    torch.bfloat16: (1e-3, 1.6e-2),
+}
+
+_INT_VIEW = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
+
+
+@dataclass
+class CheckResult:
+    """Outcome of one contract check of ``actual`` against ``expected``."""
+
+    passed: bool
+    contract: str
+    numel: int
+    mismatches: int = 0
+    max_abs_err: float = 0.0
+    max_ulp: int = 0
+    worst_index: tuple[int, ...] | None = None
+    detail: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        status = "PASS" if self.passed else "FAIL"
+        text = (
+            f"{status} {self.contract}: {self.mismatches}/{self.numel} differ, "
+            f"max abs err {self.max_abs_err:.3g}, max ulp {self.max_ulp}"
+        )
+        if self.worst_index is not None and self.mismatches:
+            text += f", worst at {self.worst_index}"
+        if self.detail:
+            text += f"; {self.detail}"
+        return text
+
+
+def ordered_bits(t: torch.Tensor) -> torch.Tensor:
+    """Map floats to int64 so that adjacent representable values differ by 1.
+
+    +0 and -0 both map to 0; the order is monotonic in the float value.
+    """
+    if t.dtype not in _INT_VIEW:
+        raise TypeError(f"ordered_bits: dtype must be fp32, fp16 or bf16, got {t.dtype}")
+    bits = t.contiguous().view(_INT_VIEW[t.dtype]).to(torch.int64)
+    width = torch.finfo(t.dtype).bits
+    magnitude = bits & ((1 << (width - 1)) - 1)
+    return torch.where(bits < 0, -magnitude, magnitude)
+
+
+def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Elementwise distance in units in the last place of ``a.dtype`` (int64).
+
+    Two NaNs are at distance 0; a NaN against a number is at distance 2**62.
+    """
+    if a.dtype != b.dtype:
+        raise TypeError(f"ulp_distance: dtypes differ ({a.dtype} vs {b.dtype})")
+    dist = (ordered_bits(a) - ordered_bits(b)).abs()
+    na, nb = torch.isnan(a), torch.isnan(b)
+    dist = torch.where(na & nb, torch.zeros_like(dist), dist)
+    return torch.where(na ^ nb, torch.full_like(dist, 1 << 62), dist)
+
+
+def _worst(err: torch.Tensor, shape: torch.Size) -> tuple[int, ...] | None:
+    if err.numel() == 0:
+        return None
+    flat = int(err.reshape(-1).argmax())
+    return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), shape))
+
+
+def _abs_err(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
+    a, e = actual.double(), expected.double()
+    err = (a - e).abs()
+    same = (a == e) | (torch.isnan(a) & torch.isnan(e))  # inf == inf counts as exact
+    return torch.where(same, torch.zeros_like(err), torch.nan_to_num(err, nan=float("inf")))
+
+
+class Contract:
+    """Base class: subclasses implement :meth:`check`."""
+
+    name = "contract"
+
+    def check(self, actual: torch.Tensor, expected: torch.Tensor, **context: Any) -> CheckResult:
+        raise NotImplementedError
+
+    def _shape_check(self, actual: torch.Tensor, expected: torch.Tensor) -> CheckResult | None:
+        if actual.shape != expected.shape or actual.dtype != expected.dtype:
+            return CheckResult(
+                False,
+                self.name,
+                expected.numel(),
+                expected.numel(),
+                detail=f"got {tuple(actual.shape)} {actual.dtype}, "
+                f"expected {tuple(expected.shape)} {expected.dtype}",
+            )
+        return None
+
+    def _measure(self, actual: torch.Tensor, expected: torch.Tensor, bad: torch.Tensor) -> CheckResult:
+        err = _abs_err(actual, expected)
+        floating = actual.dtype in _INT_VIEW
+        ulp = ulp_distance(actual, expected) if floating else err.to(torch.int64)
+        worst_source = bad.to(torch.float64) * (1 + err) if bad.any() else err
+        return CheckResult(
+            passed=not bool(bad.any()),
+            contract=self.name,
+            numel=actual.numel(),
+            mismatches=int(bad.sum()),
+            max_abs_err=float(err.max()) if err.numel() else 0.0,
+            max_ulp=int(ulp.max()) if ulp.numel() else 0,
+            worst_index=_worst(worst_source, actual.shape),
+        )
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class Bitwise(Contract):
+    """Identical bit patterns; any NaN matches any NaN."""
+
+    name = "Bitwise"
+
+    def check(self, actual, expected, **context):
+        if (res := self._shape_check(actual, expected)) is not None:
+            return res
+        a, e = actual.detach().cpu(), expected.detach().cpu()
+        if a.dtype in _INT_VIEW:
+            bad = ulp_distance(a, e) != 0
+            # -0.0 vs +0.0 are different bits but distance 0: compare raw bits too.
+            raw = a.view(_INT_VIEW[a.dtype]) != e.view(_INT_VIEW[e.dtype])
+            bad |= raw & ~(torch.isnan(a) & torch.isnan(e))
+        else:
+            bad = a != e
+        return self._measure(a, e, bad)
+
+
+class Ulp(Contract):
+    """At most ``n`` units in the last place of the output dtype."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.name = f"Ulp({n})"
+
+    def check(self, actual, expected, **context):
+        if (res := self._shape_check(actual, expected)) is not None:
+            return res
+        a, e = actual.detach().cpu(), expected.detach().cpu()
+        return self._measure(a, e, ulp_distance(a, e) > self.n)
+
+
+class Tolerance(Contract):
+    """``isclose`` with (atol, rtol) from :data:`TOLERANCES` unless given."""
+
+    def __init__(self, atol: float | None = None, rtol: float | None = None):
+        self.atol, self.rtol = atol, rtol
+        self.name = "Tolerance" if atol is None and rtol is None else f"Tolerance({atol}, {rtol})"
+
+    def tolerances(self, dtype: torch.dtype) -> tuple[float, float]:
+        atol, rtol = TOLERANCES.get(dtype, TOLERANCES[torch.float32])
+        return (self.atol if self.atol is not None else atol, self.rtol if self.rtol is not None else rtol)
+
+    def check(self, actual, expected, **context):
+        if (res := self._shape_check(actual, expected)) is not None:
+            return res
+        a, e = actual.detach().cpu(), expected.detach().cpu()
+        atol, rtol = self.tolerances(a.dtype)
+        close = torch.isclose(a.double(), e.double(), atol=atol, rtol=rtol, equal_nan=True)
+        res = self._measure(a, e, ~close)
+        res.detail = f"atol {atol:g}, rtol {rtol:g}"
+        return res
+
+
+def contract_for(contract: Contract | dict[torch.dtype, Contract], dtype: torch.dtype) -> Contract:
+    """Resolve a per-dtype contract table (or a single contract) for ``dtype``."""
+    if isinstance(contract, dict):
+        if dtype not in contract:
+            raise KeyError(f"no contract declared for dtype {dtype}")
+        return contract[dtype]
+    return contract
+
+
+def describe(contract: Contract | dict[torch.dtype, Contract]) -> str:
+    if isinstance(contract, dict):
+        short = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+        return ", ".join(f"{short.get(k, str(k))}: {v.name}" for k, v in contract.items())
+    return contract.name

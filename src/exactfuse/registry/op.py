@@ -1,0 +1,280 @@
+"""The op registry: a native spec, its providers, dispatch and the contract.
+
+An :class:`Op` is declared from its native PyTorch function, which is the
+spec: its signature becomes the schema of ``torch.ops.exactfuse.<name>`` and
+its result is what every provider must reproduce under the op's contract.
+Nothing here knows any particular op.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import typing
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from exactfuse.registry import platform
+from exactfuse.registry.contracts import Contract, contract_for
+
+DEFAULT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+@dataclass
+class Case:
+    """One set of arguments for an op, with a readable id (``T7-d13824``)."""
+
+    id: str
+    args: tuple
+    kwargs: dict = field(default_factory=dict)
+
+
+@dataclass
+class Provider:
+    """An implementation of an op.
+
+    ``supported`` is a platform/library check (evaluated once, lazily);
+    ``supports_args`` a per-call check returning a plain ``bool``; ``kernels``
+    the ``@triton.jit`` functions it launches (for resource reports).
+    """
+
+    name: str
+    fn: Callable
+    supported: bool | Callable[[], bool] = True
+    supports_args: Callable[..., bool] | None = None
+    kernels: tuple = ()
+    _available: bool | None = None
+
+    @property
+    def available(self) -> bool:
+        if self._available is None:
+            self._available = bool(self.supported() if callable(self.supported) else self.supported)
+        return self._available
+
+    def accepts(self, *args, **kwargs) -> bool:
+        return self.available and (self.supports_args is None or self.supports_args(*args, **kwargs))
+
+
+class NoProviderError(RuntimeError):
+    """No provider in the priority list can run the given arguments."""
+
+
+def _describe_value(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        stride = "" if value.is_contiguous() else f" strides {tuple(value.stride())}"
+        return f"Tensor{list(value.shape)} {str(value.dtype).removeprefix('torch.')} {value.device}{stride}"
+    return repr(value)
+
+
+def _signature_of(fn: Callable) -> inspect.Signature:
+    """Signature with annotations resolved (``from __future__ import annotations`` safe)."""
+    sig = inspect.signature(fn)
+    hints = typing.get_type_hints(fn)
+    params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in sig.parameters.values()]
+    return sig.replace(parameters=params, return_annotation=hints.get("return", sig.return_annotation))
+
+
+def _first_device_type(args: Sequence, kwargs: dict) -> str:
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            return value.device.type
+    return "cpu"
+
+
+class Op:
+    """A registered op. Call it like its native function."""
+
+    def __init__(
+        self,
+        native: Callable,
+        *,
+        name: str | None = None,
+        contract: Contract | dict[torch.dtype, Contract],
+        interpreter_contract: Contract | dict[torch.dtype, Contract] | None = None,
+        check: Callable[..., None] | None = None,
+        mutates_args: Sequence[str] = (),
+        compiler: str = "visible",
+        fake: Callable | None = None,
+        dtypes: Sequence[torch.dtype] = DEFAULT_DTYPES,
+    ):
+        if compiler not in ("visible", "opaque"):
+            raise ValueError(f"compiler must be 'visible' or 'opaque', got {compiler!r}")
+        self.name = name or native.__name__
+        self.native = native
+        self.signature = _signature_of(native)
+        self.contract = contract
+        # Under TRITON_INTERPRET=1 the reference runs on the CPU, whose libm is not
+        # CUDA's: an op may declare what holds there (default: the same contract).
+        self.interpreter_contract = interpreter_contract or contract
+        self.check = check
+        self.mutates_args = tuple(mutates_args)
+        self.compiler = compiler
+        self.fake = fake
+        self.dtypes = tuple(dtypes)
+        self.providers: dict[str, Provider] = {"native": Provider("native", native)}
+        self.input_generator: Callable[..., Iterable[Case]] | None = None
+        self.warmup_fn: Callable[..., None] | None = None
+        self.grids: dict[str, Callable[..., Iterable[Case]]] = {}
+        self.bytes_fn: Callable[..., int] | None = None
+        self.flops_fn: Callable[..., int] | None = None
+        self._override: list[tuple[str, ...]] = []
+        self._order_cache: dict[str, tuple[Provider, ...]] = {}
+        self.__doc__ = native.__doc__
+
+        from exactfuse.registry.library import register_torch_op
+
+        self.torch_op = register_torch_op(self)
+
+    # ----------------------------------------------------------- declaration
+    def provider(
+        self,
+        name: str,
+        *,
+        supported: bool | Callable[[], bool] = True,
+        supports_args: Callable[..., bool] | None = None,
+        kernels: Sequence = (),
+    ) -> Callable[[Callable], Callable]:
+        """Decorator adding a provider; its signature must equal the native one."""
+
+        def register(fn: Callable) -> Callable:
+            if name in self.providers:
+                raise ValueError(f"{self.name}: provider {name!r} is already registered")
+            if _signature_of(fn) != self.signature:
+                raise TypeError(
+                    f"{self.name}: provider {name!r} signature {_signature_of(fn)} "
+                    f"differs from the native spec {self.signature}"
+                )
+            self.providers[name] = Provider(name, fn, supported, supports_args, tuple(kernels))
+            self._order_cache.clear()
+            return fn
+
+        return register
+
+    def inputs(self, fn: Callable[..., Iterable[Case]]) -> Callable:
+        """Register the input generator ``fn(device, dtype, *, quick, seed) -> Iterable[Case]``."""
+        self.input_generator = fn
+        return fn
+
+    def warmup(self, fn: Callable[..., None]) -> Callable:
+        """Register the warmup hook ``fn(device, dtype, **options)`` (calls the real launcher)."""
+        self.warmup_fn = fn
+        return fn
+
+    def grid(self, grid_name: str) -> Callable[[Callable], Callable]:
+        """Register a named benchmark grid ``fn(device, dtype) -> Iterable[Case]``."""
+
+        def register(fn: Callable[..., Iterable[Case]]) -> Callable:
+            self.grids[grid_name] = fn
+            return fn
+
+        return register
+
+    def cost(self, *, bytes: Callable[..., int], flops: Callable[..., int] | None = None) -> None:
+        """Declare the minimum bytes moved (and flops) of a call, for the roofline."""
+        self.bytes_fn, self.flops_fn = bytes, flops
+
+    # -------------------------------------------------------------- dispatch
+    def priority_order(self, device_type: str) -> tuple[str, ...]:
+        """Provider names in the order they are tried for ``device_type`` now."""
+        if self._override:
+            return self._override[-1]
+        return platform.env_priority().get(self.name) or platform.default_priority(device_type)
+
+    @contextlib.contextmanager
+    def priority(self, order: Sequence[str]) -> Iterator[None]:
+        """Scoped override of the provider order (strict: no implicit native fallback)."""
+        unknown = [p for p in order if p not in self.providers]
+        if unknown:
+            raise ValueError(f"{self.name}: unknown providers {unknown}; known: {list(self.providers)}")
+        self._override.append(tuple(order))
+        self._order_cache.clear()
+        try:
+            yield
+        finally:
+            self._override.pop()
+            self._order_cache.clear()
+
+    def _providers_for(self, device_type: str) -> tuple[Provider, ...]:
+        order = self._order_cache.get(device_type)
+        if order is None:
+            names = self.priority_order(device_type)
+            unknown = [n for n in names if n not in self.providers]
+            if unknown:
+                raise ValueError(
+                    f"{self.name}: priority names unknown providers {unknown}; known: {list(self.providers)}"
+                )
+            order = tuple(self.providers[n] for n in names)
+            self._order_cache[device_type] = order
+        return order
+
+    def select(self, *args, **kwargs) -> Provider:
+        """The provider that would run these arguments."""
+        order = self._providers_for(_first_device_type(args, kwargs))
+        for provider in order:
+            if provider.accepts(*args, **kwargs):
+                return provider
+        raise NoProviderError(self._no_provider_message(order, args, kwargs))
+
+    def _no_provider_message(self, order, args, kwargs) -> str:
+        bound = self.signature.bind(*args, **kwargs)
+        described = ", ".join(f"{k}={_describe_value(v)}" for k, v in bound.arguments.items())
+        reasons = "; ".join(
+            f"{p.name}: {'declined these arguments' if p.available else 'not available on this platform'}"
+            for p in order
+        )
+        hint = ""
+        if any(p.name.startswith("triton") for p in order):
+            hint = " (Triton providers need CUDA tensors, or CPU tensors with TRITON_INTERPRET=1)"
+        return f"{self.name}: no provider can run ({described}); tried {reasons}{hint}"
+
+    def dispatch(self, *args, **kwargs):
+        """Validate, select a provider and run it (no torch dispatcher)."""
+        if self.check is not None:
+            self.check(*args, **kwargs)
+        return self.select(*args, **kwargs).fn(*args, **kwargs)
+
+    def __call__(self, *args, **kwargs):
+        if torch.compiler.is_compiling():
+            return self.torch_op(*args, **kwargs)
+        return self.dispatch(*args, **kwargs)
+
+    def run_provider(self, name: str, *args, **kwargs):
+        """Run one named provider directly (after validation); for tests and verify."""
+        if self.check is not None:
+            self.check(*args, **kwargs)
+        return self.providers[name].fn(*args, **kwargs)
+
+    def contract_for(self, dtype: torch.dtype, device_type: str = "cuda") -> Contract:
+        """The contract a provider must meet for ``dtype`` on ``device_type``."""
+        table = self.interpreter_contract if device_type == "cpu" else self.contract
+        return contract_for(table, dtype)
+
+    def cases(self, device: str | torch.device, dtype: torch.dtype, *, quick: bool = False, seed: int = 0):
+        if self.input_generator is None:
+            return []
+        return list(self.input_generator(torch.device(device), dtype, quick=quick, seed=seed))
+
+    def __repr__(self) -> str:
+        return f"<exactfuse op {self.name}: providers {list(self.providers)}>"
+
+
+OPS: dict[str, Op] = {}
+
+
+def op(native: Callable, **options) -> Op:
+    """Declare an op from its native spec (see :class:`Op` for the options)."""
+    declared = Op(native, **options)
+    if declared.name in OPS:
+        raise ValueError(f"op {declared.name!r} is already declared")
+    OPS[declared.name] = declared
+    return declared
+
+
+def get(name: str) -> Op:
+    try:
+        return OPS[name]
+    except KeyError:
+        raise KeyError(f"unknown op {name!r}; known ops: {sorted(OPS)}") from None

@@ -1,0 +1,67 @@
+"""Default provider priority per platform and the ``EXACTFUSE_PRIORITY`` override.
+
+The platform of a call is the device type of its first tensor argument. CUDA
+prefers the Triton provider and falls back to the native spec; every other
+device runs the native spec. ``EXACTFUSE_PRIORITY="op=prov,prov;op2=prov"``
+replaces the order for the named ops (read once, at import).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+DEFAULT_PRIORITY: dict[str, tuple[str, ...]] = {
+    "cuda": ("triton", "native"),
+    "cpu": ("native",),
+}
+_FALLBACK = ("native",)
+
+
+def default_priority(device_type: str) -> tuple[str, ...]:
+    return DEFAULT_PRIORITY.get(device_type, _FALLBACK)
+
+
+def parse_priority_env(text: str) -> dict[str, tuple[str, ...]]:
+    """Parse ``"op=prov,prov;op2=prov"`` into ``{"op": ("prov", "prov"), ...}``."""
+    result: dict[str, tuple[str, ...]] = {}
+    for entry in text.split(";"):
+        entry = entry.strip()
+        if not entry:
+            continue
+        name, sep, providers = entry.partition("=")
+        order = tuple(p.strip() for p in providers.split(",") if p.strip())
+        if not sep or not name.strip() or not order:
+            raise ValueError(
+                f"EXACTFUSE_PRIORITY: expected 'op=provider[,provider...]' entries "
+                f"separated by ';', got {entry!r}"
+            )
+        result[name.strip()] = order
+    return result
+
+
+@functools.cache
+def env_priority() -> dict[str, tuple[str, ...]]:
+    return parse_priority_env(os.environ.get("EXACTFUSE_PRIORITY", ""))
+
+
+def interpreter_enabled() -> bool:
+    """True when Triton kernels run on the CPU through ``TRITON_INTERPRET=1``."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@functools.cache
+def triton_available() -> bool:
+    """Triton can launch here: a CUDA GPU, or the interpreter on the CPU."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return torch.cuda.is_available() or interpreter_enabled()
+
+
+def triton_device_ok(t: torch.Tensor) -> bool:
+    """A Triton provider can read ``t``: on CUDA, or on the CPU under the interpreter."""
+    return t.is_cuda or (t.device.type == "cpu" and interpreter_enabled())

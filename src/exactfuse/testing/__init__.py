@@ -1,0 +1,75 @@
+"""Testing kit: contract checks of a provider against the native spec.
+
+``check_provider`` runs native and a provider on the same case, the provider's
+outputs poisoned with NaN before it runs, and applies the op's contract.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from exactfuse.registry.contracts import (
+    TOLERANCES,
+    Bitwise,
+    CheckResult,
+    Contract,
+    Tolerance,
+    Ulp,
+    ordered_bits,
+    ulp_distance,
+)
+from exactfuse.registry.op import Case, Op
+from exactfuse.testing.inputs import make_generator, randn, randn_with_specials
+from exactfuse.utils import empty, poison_outputs
+
+
+def _clone_args(case: Case) -> tuple[tuple, dict]:
+    def clone(v):
+        return v.clone() if isinstance(v, torch.Tensor) else v
+
+    return tuple(clone(a) for a in case.args), {k: clone(v) for k, v in case.kwargs.items()}
+
+
+def _outputs(op: Op, result, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The tensors a call produced: its result, and for mutating ops the mutated args."""
+    outs = [] if result is None else list(result) if isinstance(result, (tuple, list)) else [result]
+    if op.mutates_args:
+        bound = op.signature.bind(*args, **kwargs)
+        outs += [bound.arguments[n] for n in op.mutates_args if bound.arguments.get(n) is not None]
+    return outs
+
+
+def check_provider(op: Op, provider: str, case: Case, contract: Contract | None = None) -> CheckResult:
+    """Run ``provider`` and native on ``case``; check the contract on every output."""
+    n_args, n_kwargs = _clone_args(case)
+    expected = _outputs(op, op.run_provider("native", *n_args, **n_kwargs), n_args, n_kwargs)
+    p_args, p_kwargs = _clone_args(case)
+    with poison_outputs():
+        actual = _outputs(op, op.run_provider(provider, *p_args, **p_kwargs), p_args, p_kwargs)
+    if contract is None:
+        first = next((a for a in case.args if isinstance(a, torch.Tensor)), None)
+        dtype = expected[0].dtype if expected else first.dtype
+        contract = op.contract_for(dtype, first.device.type if first is not None else "cuda")
+    if len(actual) != len(expected):
+        return CheckResult(False, contract.name, 0, detail=f"{len(actual)} outputs, expected {len(expected)}")
+    results = [contract.check(a, e, args=p_args, kwargs=p_kwargs, op=op) for a, e in zip(actual, expected)]
+    failed = [r for r in results if not r.passed]
+    return failed[0] if failed else max(results, key=lambda r: r.max_ulp, default=CheckResult(True, contract.name, 0))
+
+
+__all__ = [
+    "TOLERANCES",
+    "Bitwise",
+    "CheckResult",
+    "Contract",
+    "Tolerance",
+    "Ulp",
+    "check_provider",
+    "empty",
+    "make_generator",
+    "ordered_bits",
+    "poison_outputs",
+    "randn",
+    "randn_with_specials",
+    "ulp_distance",
+]
