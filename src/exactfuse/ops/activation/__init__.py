@@ -18,8 +18,18 @@ from exactfuse.testing.inputs import make_generator, randn_with_specials
 # CUDA's libdevice nor the interpreter's numpy: measured there (fp16/fp32,
 # the full input matrix) up to 5 fp32 ulp for silu and absolute errors of
 # 4e-6 near zero for gelu, so the CPU contract is the per-dtype Tolerance.
+# fp32 erf-GELU needs atol 1e-4 there: torch CPU's vectorized erff is one ulp
+# off in the cancellation region 1 + erf(g/sqrt 2) for g < -3, and the
+# wide-range case multiplies that by |up| ~ 100 (measured: g = -3.123,
+# u = -99.84; float64 truth 0.2791161, CPU native 0.2791401, interpreter
+# 0.2791123 -- the reference is the one that is off).
 CONTRACT = Bitwise()
 INTERPRETER_CONTRACT = Tolerance()
+GELU_INTERPRETER_CONTRACT = {
+    torch.float16: Tolerance(),
+    torch.bfloat16: Tolerance(),
+    torch.float32: Tolerance(atol=1e-4),
+}
 
 
 def _check_silu(x: torch.Tensor) -> None:
@@ -44,7 +54,7 @@ silu_and_mul = op(
     native.silu_and_mul, contract=CONTRACT, interpreter_contract=INTERPRETER_CONTRACT, check=_check_silu
 )
 gelu_and_mul = op(
-    native.gelu_and_mul, contract=CONTRACT, interpreter_contract=INTERPRETER_CONTRACT, check=_check_gelu
+    native.gelu_and_mul, contract=CONTRACT, interpreter_contract=GELU_INTERPRETER_CONTRACT, check=_check_gelu
 )
 
 from exactfuse.ops.activation import triton as _triton  # noqa: E402

@@ -1,0 +1,5 @@
+import sys
+
+from exactfuse.cli import main
+
+sys.exit(main())

@@ -1,0 +1,208 @@
+"""Command line: ``exactfuse info | list | verify | warmup | bench``.
+
+Without a CUDA GPU the Triton providers run under the Triton interpreter: the
+CLI re-executes itself with ``TRITON_INTERPRET=1`` before any kernel is
+defined, since Triton reads that variable when a kernel is decorated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import warnings
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+SHORT = {v: k for k, v in DTYPES.items()}
+
+
+def _ensure_interpreter(argv: list[str]) -> None:
+    if torch.cuda.is_available() or "TRITON_INTERPRET" in os.environ:
+        return
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    os.execve(sys.executable, [sys.executable, "-m", "exactfuse", *argv], env)
+
+
+def _quiet_interpreter() -> None:
+    # numpy's overflow/invalid warnings on Inf/NaN inputs, raised inside the interpreter.
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module="triton.runtime.interpreter")
+
+
+def _device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _ops(names: list[str] | None):
+    from exactfuse.registry import OPS, get
+
+    return [get(n) for n in names] if names else list(OPS.values())
+
+
+def cmd_info(args, console: Console) -> int:
+    import triton
+
+    import exactfuse
+    from exactfuse.registry import platform
+
+    table = Table(title="exactfuse info", show_header=False)
+    table.add_row("exactfuse", exactfuse.__version__)
+    table.add_row("python", sys.version.split()[0])
+    table.add_row("torch", torch.__version__)
+    table.add_row("triton", triton.__version__)
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        table.add_row("device", f"{props.name} (sm_{props.major}{props.minor}, {props.multi_processor_count} SMs)")
+    else:
+        mode = "Triton interpreter (TRITON_INTERPRET=1)" if platform.interpreter_enabled() else "none"
+        table.add_row("device", f"no CUDA GPU; Triton: {mode}")
+    for device_type, order in platform.DEFAULT_PRIORITY.items():
+        table.add_row(f"priority {device_type}", ", ".join(order))
+    for name, order in platform.env_priority().items():
+        table.add_row(f"EXACTFUSE_PRIORITY {name}", ", ".join(order))
+    console.print(table)
+    return 0
+
+
+def cmd_list(args, console: Console) -> int:
+    from exactfuse.registry.contracts import describe
+
+    device = _device()
+    table = Table(title=f"exactfuse ops (selected for {device.type} inputs)")
+    for col in ("op", "providers", "compiler", "contract", "selected here"):
+        table.add_column(col)
+    for op in _ops(args.op):
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float16
+        cases = op.cases(device, dtype, quick=True)
+        selected = "-"
+        for case in cases:
+            if any(isinstance(a, torch.Tensor) and a.numel() for a in case.args):
+                selected = op.select(*case.args, **case.kwargs).name
+                break
+        table.add_row(op.name, ", ".join(op.providers), op.compiler, describe(op.contract), selected)
+    console.print(table)
+    return 0
+
+
+def verify_op(op, provider: str, dtype: torch.dtype, device: torch.device, quick: bool) -> dict:
+    """Check ``provider`` against native on every input case of ``op``; one summary row."""
+    from exactfuse.testing import check_provider
+
+    row = {"cases": 0, "declined": 0, "failed": 0, "max_abs_err": 0.0, "max_ulp": 0, "first_failure": ""}
+    for case in op.cases(device, dtype, quick=quick):
+        if not op.providers[provider].accepts(*case.args, **case.kwargs):
+            row["declined"] += 1
+            continue
+        result = check_provider(op, provider, case)
+        row["cases"] += 1
+        row["max_abs_err"] = max(row["max_abs_err"], result.max_abs_err)
+        row["max_ulp"] = max(row["max_ulp"], result.max_ulp)
+        if not result.passed:
+            row["failed"] += 1
+            row["first_failure"] = row["first_failure"] or f"{case.id}: {result.summary()}"
+    return row
+
+
+def cmd_verify(args, console: Console) -> int:
+    device = _device()
+    on_gpu = device.type == "cuda"
+    quick = args.quick or not on_gpu
+    table = Table(title=f"exactfuse verify on {torch.cuda.get_device_name(0) if on_gpu else 'CPU (interpreter)'}")
+    for col in ("op", "provider", "dtype", "contract", "cases", "declined", "max abs err", "max ulp", "result"):
+        table.add_column(col)
+    failures, notes = 0, []
+    for op in _ops(args.op):
+        dtypes = [DTYPES[d] for d in args.dtype] if args.dtype else list(op.dtypes)
+        for dtype in dtypes:
+            if dtype not in op.dtypes or (not on_gpu and dtype == torch.bfloat16):
+                continue  # the interpreter has no bf16 arithmetic
+            for name, provider in op.providers.items():
+                if name == "native" or not provider.available:
+                    continue
+                start = time.perf_counter()
+                row = verify_op(op, name, dtype, device, quick)
+                ok = row["failed"] == 0 and row["cases"] > 0
+                failures += not ok
+                if row["first_failure"]:
+                    notes.append(f"{op.name}/{name}/{SHORT[dtype]}: {row['first_failure']}")
+                elif row["cases"] == 0:
+                    notes.append(f"{op.name}/{name}/{SHORT[dtype]}: no case ran on this provider")
+                table.add_row(
+                    op.name,
+                    name,
+                    SHORT[dtype],
+                    op.contract_for(dtype, device.type).name,
+                    str(row["cases"]),
+                    str(row["declined"]),
+                    f"{row['max_abs_err']:.3g}",
+                    str(row["max_ulp"]),
+                    f"[green]PASS[/] ({time.perf_counter() - start:.1f}s)" if ok else "[red]FAIL[/]",
+                )
+    console.print(table)
+    for note in notes:
+        console.print(f"[red]{note}[/]")
+    console.print("[green]all contracts hold[/]" if failures == 0 else f"[red]{failures} row(s) failed[/]")
+    return 1 if failures else 0
+
+
+def cmd_warmup(args, console: Console) -> int:
+    from exactfuse.warmup import warmup
+
+    if not torch.cuda.is_available():
+        console.print("[yellow]warmup compiles GPU kernels; no CUDA GPU here[/]")
+        return 2
+    start = time.perf_counter()
+    dtypes = [DTYPES[d] for d in args.dtype] if args.dtype else [torch.bfloat16]
+    warmed = warmup(args.op or None, dtypes=dtypes)
+    console.print(f"warmed up {', '.join(warmed)} in {time.perf_counter() - start:.1f}s")
+    return 0
+
+
+def cmd_bench(args, console: Console) -> int:
+    from exactfuse.bench import cli as bench_cli
+
+    return bench_cli.run(args, console)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="exactfuse", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("info", help="versions, device, provider priorities").set_defaults(fn=cmd_info)
+    p = sub.add_parser("list", help="ops x providers x contract x selected provider")
+    p.add_argument("--op", action="append")
+    p.set_defaults(fn=cmd_list)
+    p = sub.add_parser("verify", help="check every provider's contract against native")
+    p.add_argument("--op", action="append", help="op name (repeatable; default: all)")
+    p.add_argument("--dtype", action="append", choices=sorted(DTYPES), help="repeatable; default: all")
+    p.add_argument("--quick", action="store_true", help="small input set (always on without a GPU)")
+    p.set_defaults(fn=cmd_verify)
+    p = sub.add_parser("warmup", help="compile the Triton kernels ahead of use")
+    p.add_argument("--op", action="append")
+    p.add_argument("--dtype", action="append", choices=sorted(DTYPES))
+    p.set_defaults(fn=cmd_warmup)
+    try:
+        from exactfuse.bench import cli as bench_cli
+    except ImportError:
+        bench_cli = None
+    if bench_cli is not None:
+        p = sub.add_parser("bench", help="time providers against native, torch.compile, peers, roofline")
+        bench_cli.add_arguments(p)
+        p.set_defaults(fn=cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    _ensure_interpreter(argv)
+    _quiet_interpreter()
+    args = build_parser().parse_args(argv)
+    console = Console() if sys.stdout.isatty() else Console(width=160)
+    return args.fn(args, console)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
