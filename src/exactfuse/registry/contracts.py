@@ -112,8 +112,7 @@ class Contract:
                 self.name,
                 expected.numel(),
                 expected.numel(),
-                detail=f"got {tuple(actual.shape)} {actual.dtype}, "
-                f"expected {tuple(expected.shape)} {expected.dtype}",
+                detail=f"got {tuple(actual.shape)} {actual.dtype}, expected {tuple(expected.shape)} {expected.dtype}",
             )
         return None
 

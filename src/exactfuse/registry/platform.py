@@ -35,8 +35,7 @@ def parse_priority_env(text: str) -> dict[str, tuple[str, ...]]:
         order = tuple(p.strip() for p in providers.split(",") if p.strip())
         if not sep or not name.strip() or not order:
             raise ValueError(
-                f"EXACTFUSE_PRIORITY: expected 'op=provider[,provider...]' entries "
-                f"separated by ';', got {entry!r}"
+                f"EXACTFUSE_PRIORITY: expected 'op=provider[,provider...]' entries separated by ';', got {entry!r}"
             )
         result[name.strip()] = order
     return result

@@ -52,7 +52,7 @@ def check_provider(op: Op, provider: str, case: Case, contract: Contract | None 
         contract = op.contract_for(dtype, first.device.type if first is not None else "cuda")
     if len(actual) != len(expected):
         return CheckResult(False, contract.name, 0, detail=f"{len(actual)} outputs, expected {len(expected)}")
-    results = [contract.check(a, e, args=p_args, kwargs=p_kwargs, op=op) for a, e in zip(actual, expected)]
+    results = [contract.check(a, e, args=p_args, kwargs=p_kwargs, op=op) for a, e in zip(actual, expected, strict=True)]
     failed = [r for r in results if not r.passed]
     return failed[0] if failed else max(results, key=lambda r: r.max_ulp, default=CheckResult(True, contract.name, 0))
 

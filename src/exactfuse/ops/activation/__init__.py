@@ -50,9 +50,7 @@ def _triton_supports(x: torch.Tensor, approximate: str = "none") -> bool:
     return x.is_contiguous() or (x.dim() == 2 and x.stride(-1) == 1)
 
 
-silu_and_mul = op(
-    native.silu_and_mul, contract=CONTRACT, interpreter_contract=INTERPRETER_CONTRACT, check=_check_silu
-)
+silu_and_mul = op(native.silu_and_mul, contract=CONTRACT, interpreter_contract=INTERPRETER_CONTRACT, check=_check_silu)
 gelu_and_mul = op(
     native.gelu_and_mul, contract=CONTRACT, interpreter_contract=GELU_INTERPRETER_CONTRACT, check=_check_gelu
 )
@@ -154,5 +152,6 @@ def _gated_bytes(x: torch.Tensor, approximate: str = "none") -> int:
 
 silu_and_mul.cost(bytes=lambda x: _gated_bytes(x))
 gelu_and_mul.cost(bytes=_gated_bytes)
+from exactfuse.ops.activation.moe import moe_silu_and_mul  # noqa: E402, F401
 
 __all__ = ["gelu_and_mul", "silu_and_mul"]

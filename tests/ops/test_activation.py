@@ -1,0 +1,170 @@
+"""silu_and_mul / gelu_and_mul: contract matrix, bad inputs, fallbacks, layers, CUDA graphs."""
+
+import pytest
+import torch
+
+import exactfuse
+from exactfuse.ops.activation import gelu_and_mul, silu_and_mul
+from exactfuse.ops.activation import triton as act_triton
+from exactfuse.registry import NoProviderError, platform
+from exactfuse.testing import check_provider
+
+OPS = {"silu_and_mul": silu_and_mul, "gelu_and_mul": gelu_and_mul}
+SHORT = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+
+
+def _assert_cases_pass(op, device, dtype, quick):
+    failures, ran = [], 0
+    for case in op.cases(device, dtype, quick=quick):
+        assert op.providers["triton"].accepts(*case.args, **case.kwargs), case.id
+        result = check_provider(op, "triton", case)
+        ran += 1
+        if not result.passed:
+            failures.append(f"{case.id}: {result.summary()}")
+    assert ran and not failures, "\n".join(failures)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_interpreter_contract(name, dtype):
+    _assert_cases_pass(OPS[name], "cpu", dtype, quick=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", list(SHORT), ids=list(SHORT.values()))
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_gpu_bitwise_matrix(name, dtype):
+    """T in {0,1,7,83,2048} x d in {1,31,512,13824}, N-D, NaN/Inf, both GELU forms."""
+    _assert_cases_pass(OPS[name], "cuda", dtype, quick=False)
+
+
+@pytest.mark.gpu
+def test_gpu_int64_offsets():
+    """numel >= 2**31 switches on 64-bit offsets; the last rows must still be right."""
+    T, d = 32768 + 3, 32768  # x: 2**31 + 196608 elements of bf16 (4.3 GB)
+    x = torch.randn(T, 2 * d, dtype=torch.bfloat16, device="cuda")
+    assert x.numel() >= 2**31
+    with exactfuse.poison_outputs():
+        out = act_triton.silu_and_mul_triton(x)
+    tail = slice(T - 64, T)
+    assert torch.equal(out[tail], silu_and_mul.native(x[tail]))
+    head = slice(0, 64)
+    assert torch.equal(out[head], silu_and_mul.native(x[head]))
+    assert not torch.isnan(out).any()
+
+
+# ----------------------------------------------------------------- bad input
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_odd_last_dim_is_an_error(name):
+    with pytest.raises(ValueError, match=r"x's last dimension must be even \(2\*d\), got 7"):
+        OPS[name](torch.randn(3, 7))
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_wrong_dtype_is_an_error(name):
+    with pytest.raises(TypeError, match="x must be float16, bfloat16 or float32, got torch.int32"):
+        OPS[name](torch.ones(3, 8, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_zero_dim_is_an_error(name):
+    with pytest.raises(ValueError, match="x must have at least 1 dimension"):
+        OPS[name](torch.tensor(1.0))
+
+
+def test_bad_approximate_is_an_error():
+    with pytest.raises(ValueError, match="approximate must be 'none' or 'tanh', got 'erf'"):
+        gelu_and_mul(torch.randn(2, 4), "erf")
+    with pytest.raises(ValueError, match="approximate"):
+        exactfuse.GeluAndMul("fast")
+
+
+def test_cpu_tensor_with_triton_forced_is_an_error(monkeypatch):
+    monkeypatch.setattr(platform, "interpreter_enabled", lambda: False)
+    x = torch.randn(4, 16)
+    with silu_and_mul.priority(["triton"]), pytest.raises(NoProviderError) as err:
+        silu_and_mul(x)
+    msg = str(err.value)
+    assert "x=Tensor[4, 16] float32 cpu" in msg and "triton: declined" in msg and "CUDA tensors" in msg
+
+
+def test_non_contiguous_input_falls_back_to_native():
+    x = torch.randn(3, 4, 16).transpose(0, 1)  # rows not viewable as 2-D without a copy
+    with silu_and_mul.priority(["triton", "native"]):
+        assert silu_and_mul.select(x).name == "native"
+        assert torch.equal(silu_and_mul(x), silu_and_mul.native(x))
+
+
+@pytest.mark.interpreter
+def test_strided_2d_rows_use_triton():
+    base = torch.randn(5, 40)
+    x = base[:, :32]  # row stride 40, last dim contiguous
+    with silu_and_mul.priority(["triton"]):
+        assert silu_and_mul.select(x).name == "triton"
+        torch.testing.assert_close(silu_and_mul(x), silu_and_mul.native(x))
+
+
+# ------------------------------------------------------------------ heuristic
+@pytest.mark.parametrize(
+    ("d", "expected"),
+    [(1, (2048, 1, 4)), (31, (64, 32, 4)), (512, (4, 512, 4)), (768, (2, 1024, 4)), (13824, (2, 1024, 4))],
+)
+def test_launch_heuristic(d, expected):
+    assert act_triton.act_and_mul_config(d) == expected
+
+
+# --------------------------------------------------------------------- layers
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_layers_match_native(approximate):
+    x = torch.randn(2, 3, 64)
+    assert torch.equal(exactfuse.SiluAndMul()(x), silu_and_mul.native(x))
+    layer = exactfuse.GeluAndMul(approximate)
+    assert torch.equal(layer(x), gelu_and_mul.native(x, approximate))
+    assert approximate in repr(layer)
+
+
+# ------------------------------------------------------ warmup and CUDA graphs
+def _compiled_count(kernel) -> int:
+    caches = getattr(kernel, "device_caches", {})
+    return sum(len(entry[0]) for entry in caches.values())
+
+
+class _Mlp(torch.nn.Module):
+    def __init__(self, hidden, inter):
+        super().__init__()
+        self.up1 = torch.nn.Linear(hidden, 2 * inter)
+        self.down1 = torch.nn.Linear(inter, hidden)
+        self.up2 = torch.nn.Linear(hidden, 2 * inter)
+        self.down2 = torch.nn.Linear(inter, hidden)
+        self.act1 = exactfuse.SiluAndMul()
+        self.act2 = exactfuse.GeluAndMul("tanh")
+
+    def forward(self, x):
+        x = self.down1(self.act1(self.up1(x)))
+        return self.down2(self.act2(self.up2(x)))
+
+
+@pytest.mark.gpu
+@torch.no_grad()
+def test_warmup_then_cuda_graph_replay_matches_eager():
+    torch.manual_seed(0)
+    model = _Mlp(256, 352).cuda().to(torch.bfloat16)
+    exactfuse.warmup(["silu_and_mul", "gelu_and_mul"], dtypes=(torch.bfloat16,), widths=(352,))
+    compiled_before = _compiled_count(act_triton.act_and_mul_kernel)
+    static_x = torch.randn(8, 256, device="cuda", dtype=torch.bfloat16)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # cuBLAS workspace, not Triton: warmup did that
+        model(static_x)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_y = model(static_x)
+    assert _compiled_count(act_triton.act_and_mul_kernel) == compiled_before, "a kernel compiled during capture"
+    for _ in range(3):
+        x = torch.randn(8, 256, device="cuda", dtype=torch.bfloat16)
+        static_x.copy_(x)
+        graph.replay()
+        eager = model(x)
+        assert torch.equal(static_y, eager)

@@ -1,0 +1,69 @@
+import pytest
+import torch
+
+from exactfuse.registry.contracts import Bitwise, Tolerance, Ulp, ordered_bits, ulp_distance
+
+DTYPES = [torch.float16, torch.bfloat16, torch.float32]
+IDS = ["fp16", "bf16", "fp32"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+def test_ulp_distance_of_neighbours_is_one(dtype):
+    x = torch.tensor([1.0, -1.0, 3.5, 1e-3, -2.0], dtype=dtype)
+    up = torch.nextafter(x, torch.full_like(x, float("inf")))
+    assert ulp_distance(x, up).tolist() == [1] * 5
+    assert ulp_distance(up, x).tolist() == [1] * 5
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+def test_ulp_distance_across_zero_and_specials(dtype):
+    tiny = torch.finfo(dtype).smallest_normal
+    a = torch.tensor([0.0, -0.0, float("nan"), float("nan"), float("inf")], dtype=dtype)
+    b = torch.tensor([-0.0, 0.0, float("nan"), 1.0, float("inf")], dtype=dtype)
+    d = ulp_distance(a, b)
+    assert d[:3].tolist() == [0, 0, 0]
+    assert d[3] >= 2**62
+    assert d[4] == 0
+    # ordered bits are monotonic through zero
+    seq = torch.tensor([-tiny, -0.0, 0.0, tiny], dtype=dtype)
+    assert torch.all(ordered_bits(seq)[1:] >= ordered_bits(seq)[:-1])
+
+
+def test_bitwise_reports_count_and_location():
+    e = torch.randn(4, 8, dtype=torch.float16)
+    a = e.clone()
+    a[2, 5] = torch.nextafter(a[2, 5], torch.tensor(float("inf"), dtype=torch.float16))
+    res = Bitwise().check(a, e)
+    assert not res.passed and res.mismatches == 1 and res.max_ulp == 1 and res.worst_index == (2, 5)
+    assert "1/32 differ" in res.summary()
+    assert Bitwise().check(e.clone(), e).passed
+
+
+def test_bitwise_nan_positions_and_signed_zero():
+    e = torch.tensor([float("nan"), 0.0, 1.0])
+    assert Bitwise().check(torch.tensor([float("nan"), 0.0, 1.0]), e).passed
+    assert not Bitwise().check(torch.tensor([1.0, 0.0, 1.0]), e).passed
+    assert not Bitwise().check(torch.tensor([float("nan"), -0.0, 1.0]), e).passed
+
+
+def test_bitwise_rejects_shape_or_dtype_mismatch():
+    e = torch.ones(3)
+    assert not Bitwise().check(torch.ones(4), e).passed
+    assert not Bitwise().check(torch.ones(3, dtype=torch.float16), e).passed
+
+
+def test_ulp_contract_boundary():
+    e = torch.tensor([1.0, 2.0], dtype=torch.bfloat16)
+    a = torch.nextafter(e, torch.full_like(e, 10.0))
+    assert Ulp(1).check(a, e).passed
+    a2 = torch.nextafter(a, torch.full_like(a, 10.0))
+    res = Ulp(1).check(a2, e)
+    assert not res.passed and res.max_ulp == 2
+
+
+def test_tolerance_table_and_override():
+    e = torch.ones(10, dtype=torch.float16)
+    assert Tolerance().check(e + 5e-4, e).passed
+    assert not Tolerance().check(e + 5e-3, e).passed
+    assert Tolerance(atol=1e-2).check(e + 5e-3, e).passed
+    assert not Tolerance().check(torch.full_like(e, float("nan")), e).passed

@@ -1,0 +1,109 @@
+"""Every registered op is a torch.library op: opcheck, torch.compile, make_fx.
+
+Parametrized over the registry, so each new op is covered when it is declared.
+"""
+
+import pytest
+import torch
+from torch._subclasses.functional_tensor import dispatch_functionalize
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import exactfuse  # noqa: F401  (declares the ops)
+from exactfuse.registry import OPS
+
+OP_NAMES = sorted(OPS)
+
+
+def _case(op, device):
+    dtype = torch.float32 if torch.float32 in op.dtypes else op.dtypes[0]
+    if device == "cuda":
+        dtype = torch.bfloat16 if torch.bfloat16 in op.dtypes else dtype
+    for case in op.cases(device, dtype, quick=True):
+        tensors = [a for a in (*case.args, *case.kwargs.values()) if isinstance(a, torch.Tensor)]
+        if tensors and all(t.numel() for t in tensors[:1]):
+            return case
+    pytest.skip(f"{op.name} declares no non-empty quick case")
+
+
+def _exactfuse_nodes(gm, name):
+    return [n for n in gm.graph.nodes if n.op == "call_function" and f"exactfuse.{name}" in str(n.target)]
+
+
+def _clone(case):
+    return (
+        tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in case.args),
+        {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in case.kwargs.items()},
+    )
+
+
+@pytest.mark.parametrize("name", OP_NAMES)
+def test_opcheck(name):
+    op = OPS[name]
+    case = _case(op, "cpu")
+    torch.library.opcheck(op.torch_op, case.args, case.kwargs)
+
+
+@pytest.mark.parametrize("name", OP_NAMES)
+def test_compile_fullgraph_equals_eager_cpu(name):
+    op = OPS[name]
+    case = _case(op, "cpu")
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda *a, **k: op(*a, **k), fullgraph=True, backend="aot_eager")
+    a1, k1 = _clone(case)
+    a2, k2 = _clone(case)
+    torch.testing.assert_close(compiled(*a1, **k1), op(*a2, **k2), rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("name", OP_NAMES)
+def test_make_fx_has_one_exactfuse_node(name):
+    op = OPS[name]
+    case = _case(op, "cpu")
+    gm = make_fx(lambda *a: op.torch_op(*a, **case.kwargs), tracing_mode="fake")(*case.args)
+    assert len(_exactfuse_nodes(gm, name)) == 1, gm.code
+
+
+@pytest.mark.parametrize("name", OP_NAMES)
+def test_functionalized_trace_matches_compiler_kind(name):
+    """Opaque ops stay one node under functionalization (what AOTAutograd sees);
+    visible ops (triton_op) decompose into their body."""
+    op = OPS[name]
+    case = _case(op, "cpu")
+    fn = dispatch_functionalize(lambda *a: op.torch_op(*a, **case.kwargs))
+    gm = make_fx(fn, tracing_mode="fake")(*case.args)
+    nodes = _exactfuse_nodes(gm, name)
+    assert len(nodes) == (1 if op.compiler == "opaque" else 0), gm.code
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", OP_NAMES)
+def test_compile_inductor_fullgraph_equals_eager_gpu(name):
+    op = OPS[name]
+    case = _case(op, "cuda")
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda *a, **k: op(*a, **k), fullgraph=True)
+    a1, k1 = _clone(case)
+    a2, k2 = _clone(case)
+    torch.testing.assert_close(compiled(*a1, **k1), op(*a2, **k2), rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", OP_NAMES)
+def test_functionalized_trace_shows_triton_kernels_gpu(name):
+    """On CUDA a visible op decomposes into triton_kernel_wrapper nodes Inductor can see."""
+    op = OPS[name]
+    case = _case(op, "cuda")
+    fn = dispatch_functionalize(lambda *a: op.torch_op(*a, **case.kwargs))
+    gm = make_fx(fn, tracing_mode="fake")(*case.args)
+    kernels = [n for n in gm.graph.nodes if "triton_kernel_wrapper" in str(n.target)]
+    if op.compiler == "visible":
+        assert kernels and not _exactfuse_nodes(gm, name), gm.code
+    else:
+        assert not kernels and len(_exactfuse_nodes(gm, name)) == 1, gm.code
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", OP_NAMES)
+def test_opcheck_gpu(name):
+    op = OPS[name]
+    case = _case(op, "cuda")
+    torch.library.opcheck(op.torch_op, case.args, case.kwargs)

@@ -1,0 +1,107 @@
+"""The registry on throwaway ops: dispatch order, overrides, errors, signatures."""
+
+import itertools
+
+import pytest
+import torch
+
+from exactfuse.registry import Bitwise, NoProviderError, op
+from exactfuse.registry.platform import parse_priority_env
+
+_names = itertools.count()
+
+
+def _declare(check=None):
+    name = f"test_scale_{next(_names)}"
+
+    def native(x: torch.Tensor, factor: float = 2.0) -> torch.Tensor:
+        return x * factor
+
+    native.__name__ = name
+    return op(native, contract=Bitwise(), check=check)
+
+
+def _fast(x: torch.Tensor, factor: float = 2.0) -> torch.Tensor:
+    return x * factor + 0.0
+
+
+def test_cpu_default_is_native_and_override_scopes():
+    o = _declare()
+    o.provider("fast", supported=True)(_fast)
+    x = torch.ones(3)
+    assert o.select(x).name == "native"
+    with o.priority(["fast", "native"]):
+        assert o.select(x).name == "fast"
+    assert o.select(x).name == "native"
+
+
+def test_supports_args_falls_through_to_next_provider():
+    o = _declare()
+    o.provider("fast", supports_args=lambda x, factor=2.0: x.numel() < 4)(_fast)
+    with o.priority(["fast", "native"]):
+        assert o.select(torch.ones(3)).name == "fast"
+        assert o.select(torch.ones(8)).name == "native"
+
+
+def test_unavailable_provider_is_skipped_and_error_names_arguments():
+    o = _declare()
+    o.provider("triton", supported=False)(_fast)
+    with o.priority(["triton"]), pytest.raises(NoProviderError) as err:
+        o(torch.ones(2, 5, dtype=torch.float16))
+    msg = str(err.value)
+    assert o.name in msg and "x=Tensor[2, 5] float16 cpu" in msg and "not available" in msg
+
+
+def test_provider_signature_must_match_native():
+    o = _declare()
+
+    def wrong(x: torch.Tensor, scale: float = 2.0) -> torch.Tensor:
+        return x
+
+    with pytest.raises(TypeError, match="differs from the native spec"):
+        o.provider("wrong")(wrong)
+
+
+def test_unknown_provider_in_priority_is_an_error():
+    o = _declare()
+    with pytest.raises(ValueError, match="unknown providers"), o.priority(["nope"]):
+        pass
+
+
+def test_check_runs_before_dispatch():
+    def check(x, factor=2.0):
+        if x.dim() != 1:
+            raise ValueError("x must be 1-D")
+
+    o = _declare(check=check)
+    with pytest.raises(ValueError, match="x must be 1-D"):
+        o(torch.ones(2, 2))
+
+
+def test_torch_op_is_registered_and_dispatches():
+    o = _declare()
+    out = o.torch_op(torch.ones(3), 3.0)
+    assert torch.equal(out, torch.full((3,), 3.0))
+    assert getattr(torch.ops.exactfuse, o.name) is o.torch_op
+
+
+def test_duplicate_op_name_is_rejected():
+    o = _declare()
+    with pytest.raises(Exception, match="already"):
+        op(o.native, contract=Bitwise())
+
+
+def test_parse_priority_env():
+    assert parse_priority_env("a=triton,native; b=native") == {"a": ("triton", "native"), "b": ("native",)}
+    assert parse_priority_env("") == {}
+    with pytest.raises(ValueError, match="EXACTFUSE_PRIORITY"):
+        parse_priority_env("a")
+
+
+def test_env_priority_applies(monkeypatch):
+    from exactfuse.registry import platform
+
+    o = _declare()
+    o.provider("fast")(_fast)
+    monkeypatch.setattr(platform, "env_priority", lambda: {o.name: ("fast",)})
+    assert o.select(torch.ones(1)).name == "fast"
