@@ -16,12 +16,15 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
+from exactfuse.ops import math as xm
+
 VARIANTS = {
     0: ("silu", "ours: x / (1 + libdevice.exp(-x)), div_rn"),
     1: ("silu", "tl.exp + div_rn"),
     2: ("silu", "libdevice.exp + fast '/'"),
-    3: ("gelu_none", "ours: (x * 0.5) * (1 + erf(x * 0.70710678))"),
-    4: ("gelu_none", "textbook: 0.5 * x * (1 + erf(x / sqrt(2)))"),
+    3: ("gelu_none", "libdevice erf: (x * 0.5) * (1 + erf(x * 0.70710678))"),
+    4: ("gelu_none", "libdevice erf, textbook: 0.5 * x * (1 + erf(x / sqrt 2))"),
+    7: ("gelu_none", "ours: CUDA 13 erff sequence, (x * 0.5) * (1 + erf(x * k))"),
     5: ("gelu_tanh", "ours: (0.5x)(1 + tanh(kBeta * fma(kKappa, x^3, x)))"),
     6: ("gelu_tanh", "no fma: kBeta * (x + kKappa * x^3), fp fusion off"),
 }
@@ -44,8 +47,10 @@ def _variant_kernel(p_x, p_y, n, VARIANT: tl.constexpr, BLOCK: tl.constexpr):
         y = 0.5 * x * (1.0 + libdevice.erf(tl.div_rn(x, 1.4142135623730951)))
     elif VARIANT == 5:
         y = (0.5 * x) * (1.0 + libdevice.tanh(0.7978845608028654 * tl.fma(0.044715, x * x * x, x)))
-    else:
+    elif VARIANT == 6:
         y = (0.5 * x) * (1.0 + libdevice.tanh(0.7978845608028654 * (x + 0.044715 * (x * x * x))))
+    else:
+        y = (x * 0.5) * (1.0 + xm.erf(x * 0.7071067811865476))
     tl.store(p_y + o, y.to(p_y.dtype.element_ty), mask=m)
 
 
