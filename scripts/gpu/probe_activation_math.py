@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from exactfuse.ops import math as xm
+from exactfuse.ops.math import exact_erf
 
 VARIANTS = {
     0: ("silu", "ours: x / (1 + libdevice.exp(-x)), div_rn"),
@@ -50,7 +50,7 @@ def _variant_kernel(p_x, p_y, n, VARIANT: tl.constexpr, BLOCK: tl.constexpr):
     elif VARIANT == 6:
         y = (0.5 * x) * (1.0 + libdevice.tanh(0.7978845608028654 * (x + 0.044715 * (x * x * x))))
     else:
-        y = (x * 0.5) * (1.0 + xm.erf(x * 0.7071067811865476))
+        y = (x * 0.5) * (1.0 + exact_erf(x * 0.7071067811865476))
     tl.store(p_y + o, y.to(p_y.dtype.element_ty), mask=m)
 
 

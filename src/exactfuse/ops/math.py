@@ -13,6 +13,10 @@ below |x| = 1.00296, else ``copysign(1 - 2^p(|x|), x)`` with ``ex2.approx.ftz``.
 The Triton interpreter cannot call libdevice or inline PTX, so under
 ``TRITON_INTERPRET=1`` these are numpy-backed stand-ins; results there are
 checked against the CPU reference by a looser, declared contract.
+
+Kernels import these names unqualified (``from exactfuse.ops.math import
+exact_exp``): Inductor re-emits user Triton kernels with the JIT functions
+they reference by name, and cannot follow a module alias (``xm.exp``).
 """
 
 from __future__ import annotations
@@ -26,15 +30,15 @@ from exactfuse.registry.platform import interpreter_enabled
 if interpreter_enabled():
 
     @triton.jit
-    def exp(x):
+    def exact_exp(x):
         return tl.exp(x)
 
     @triton.jit
-    def erf(x):
+    def exact_erf(x):
         return tl.erf(x)
 
     @triton.jit
-    def tanh(x):
+    def exact_tanh(x):
         # |x| form avoids exp overflow; the interpreter only (see module docstring).
         e = tl.exp(-2.0 * tl.abs(x))
         t = (1.0 - e) / (1.0 + e)
@@ -44,11 +48,11 @@ else:
     from triton.language.extra import libdevice
 
     @triton.jit
-    def exp(x):
+    def exact_exp(x):
         return libdevice.exp(x)
 
     @triton.jit
-    def tanh(x):
+    def exact_tanh(x):
         return libdevice.tanh(x)
 
     @triton.jit
@@ -78,11 +82,11 @@ else:
     if int((torch.version.cuda or "0").split(".")[0]) >= 13:
 
         @triton.jit
-        def erf(x):
+        def exact_erf(x):
             return _erf_cuda13(x)
 
     else:  # PyTorch built with CUDA 12: libdevice's erff (parity not measured here)
 
         @triton.jit
-        def erf(x):
+        def exact_erf(x):
             return libdevice.erf(x)

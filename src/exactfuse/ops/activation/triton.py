@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from exactfuse.ops import math as xm
+from exactfuse.ops.math import exact_erf, exact_exp, exact_tanh
 from exactfuse.utils import empty, next_power_of_2
 
 SILU, GELU_ERF, GELU_TANH = 0, 1, 2
@@ -33,12 +33,12 @@ ACTIVATIONS = {"silu": SILU, "gelu_none": GELU_ERF, "gelu_tanh": GELU_TANH}
 def _activation(x, ACTIVATION: tl.constexpr):
     """fp32 ``x`` -> fp32 activation, evaluated as ATen's CUDA kernels do."""
     if ACTIVATION == 0:
-        return tl.div_rn(x, 1.0 + xm.exp(-x))
+        return tl.div_rn(x, 1.0 + exact_exp(-x))
     elif ACTIVATION == 1:
-        return (x * 0.5) * (1.0 + xm.erf(x * 0.7071067811865476))
+        return (x * 0.5) * (1.0 + exact_erf(x * 0.7071067811865476))
     else:
         inner = 0.7978845608028654 * tl.fma(0.044715, x * x * x, x)
-        return (0.5 * x) * (1.0 + xm.tanh(inner))
+        return (0.5 * x) * (1.0 + exact_tanh(inner))
 
 
 @triton.jit(do_not_specialize=["T"])
