@@ -1,8 +1,9 @@
 """exactfuse: fused Triton kernels for LLM inference that match PyTorch by contract."""
 
 from exactfuse import ops as _ops  # noqa: F401  (declares every op)
-from exactfuse.layers import GeluAndMul, SiluAndMul
+from exactfuse.layers import GeluAndMul, SiluAndMul, W4A16Linear
 from exactfuse.ops.activation import gelu_and_mul, silu_and_mul
+from exactfuse.ops.w4a16 import w4a16_gemm
 from exactfuse.registry import OPS, get
 from exactfuse.utils import poison_outputs
 from exactfuse.warmup import warmup
@@ -13,10 +14,12 @@ __all__ = [
     "OPS",
     "GeluAndMul",
     "SiluAndMul",
+    "W4A16Linear",
     "__version__",
     "gelu_and_mul",
     "get",
     "poison_outputs",
     "silu_and_mul",
+    "w4a16_gemm",
     "warmup",
 ]

@@ -1,5 +1,6 @@
 """nn.Modules that call exactfuse ops; drop-in replacements for model code."""
 
 from exactfuse.layers.activation import GeluAndMul, SiluAndMul
+from exactfuse.layers.w4a16 import W4A16Linear
 
-__all__ = ["GeluAndMul", "SiluAndMul"]
+__all__ = ["GeluAndMul", "SiluAndMul", "W4A16Linear"]

@@ -204,3 +204,41 @@ def describe(contract: Contract | dict[torch.dtype, Contract]) -> str:
         short = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
         return ", ".join(f"{short.get(k, str(k))}: {v.name}" for k, v in contract.items())
     return contract.name
+
+
+class Float64Relative(Contract):
+    """Relative Frobenius error against a float64 reference, bounded by native's own.
+
+    Passes when ``‖actual − ref64‖ / ‖ref64‖ ≤ factor × max(‖native − ref64‖ / ‖ref64‖, floor)``,
+    where ``ref64 = reference(*args, **kwargs)`` is computed in float64 from the
+    call's arguments and ``native`` is the ``expected`` output. The floor keeps an
+    exact native (integer-valued data, one-hot inputs) from demanding exactness.
+    NaN or Inf where the reference is finite fails; an all-zero reference is
+    judged by absolute error instead. For GEMM and attention (DESIGN.md).
+    """
+
+    def __init__(self, reference, factor: float = 2.0, floor: float = 1e-6):
+        self.reference, self.factor, self.floor = reference, factor, floor
+        self.name = f"Float64Relative({factor:g}x)"
+
+    def check(self, actual, expected, *, args=(), kwargs=None, **context):
+        if (res := self._shape_check(actual, expected)) is not None:
+            return res
+        ref = self.reference(*args, **(kwargs or {})).detach().to(device="cpu", dtype=torch.float64)
+        a, e = actual.detach().cpu().double(), expected.detach().cpu().double()
+        scale = float(torch.linalg.vector_norm(ref)) or 1.0
+        err = float(torch.linalg.vector_norm(torch.nan_to_num(a - ref, nan=float("inf")))) / scale
+        native_err = float(torch.linalg.vector_norm(e - ref)) / scale
+        bound = self.factor * max(native_err, self.floor)
+        passed = a.numel() == 0 or err <= bound
+        abs_err = (a - ref).abs().nan_to_num(nan=float("inf"))
+        return CheckResult(
+            passed=passed,
+            contract=self.name,
+            numel=a.numel(),
+            mismatches=0 if passed else 1,
+            max_abs_err=float(abs_err.max()) if abs_err.numel() else 0.0,
+            worst_index=_worst(abs_err, a.shape),
+            detail=f"rel err {err:.3g} vs native {native_err:.3g} (bound {bound:.3g})",
+            extra={"rel_err": err, "native_rel_err": native_err},
+        )

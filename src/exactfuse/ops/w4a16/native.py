@@ -1,0 +1,145 @@
+"""Native spec of ``w4a16_gemm``: dequantize to the activation dtype, then ``torch.matmul``.
+
+Arguments are the prepared layout of :mod:`exactfuse.ops.w4a16.packing`:
+
+- ``a [M, K]`` fp16/bf16 activations, any ``M >= 0``, unit last stride.
+- ``qweight [K/8, N]`` int32, K packed 8 nibbles per word (bits ``4 * (k % 8)``).
+- ``scales [K/G, N]`` in ``a``'s dtype.
+- ``zeros [K/G, N]`` uint8 zero points, or ``None`` (symmetric: 8).
+- ``perm [K]`` int32/int64 or ``None``: prepared row ``i`` multiplies ``a[:, perm[i]]``.
+- ``bias [N]`` in ``a``'s dtype, or ``None``.
+- ``group_size`` G (``-1``: one group of all K rows).
+- ``deterministic``: providers must not use atomics (native always is).
+
+Rounding: ``W = (q - z).to(dtype) * scale`` (one rounding: the product of an
+integer below 2^5 and an fp16/bf16 scale is exact in fp32), then
+``a[:, perm] @ W`` rounded to ``dtype`` by ``torch.matmul``, then ``+ bias``
+rounded again, as eager ``matmul(a, W) + bias`` does.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from exactfuse.ops.w4a16.packing import FLOAT_DTYPES, INDEX_DTYPES, PACK, SYMMETRIC_ZERO, unpack_rows
+
+
+def _shape(t: torch.Tensor) -> list[int]:
+    return list(t.shape)
+
+
+def check_w4a16_args(
+    a: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor | None = None,
+    perm: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    group_size: int = 128,
+    deterministic: bool = True,
+) -> None:
+    """Validate shapes, dtypes and devices; errors name the argument and the expectation.
+
+    ``perm``'s values are not range-checked here (that would synchronize with
+    the GPU); :func:`~exactfuse.ops.w4a16.packing.prepare_gptq` produces it.
+    """
+    op = "w4a16_gemm"
+    for name, t in (("a", a), ("qweight", qweight), ("scales", scales)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if qweight.dim() != 2 or qweight.dtype != torch.int32:
+        raise TypeError(f"{op}: qweight must be a 2-D int32 tensor [K/8, N], got {_shape(qweight)} {qweight.dtype}")
+    K, N = qweight.shape[0] * PACK, qweight.shape[1]
+    if a.dim() != 2 or a.shape[1] != K:
+        raise ValueError(f"{op}: a must be [M, K] = [M, {K}] (K = 8 * qweight.shape[0]), got {_shape(a)}")
+    if a.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{op}: a must be float16 or bfloat16, got {a.dtype}")
+    G = K if group_size == -1 else group_size
+    if G <= 0 or (K and K % G):
+        raise ValueError(f"{op}: group_size must be -1 or a positive divisor of K = {K}, got {group_size}")
+    groups = K // G if K else 0
+    if _shape(scales) != [groups, N]:
+        raise ValueError(f"{op}: scales must be [K // group_size, N] = [{groups}, {N}], got {_shape(scales)}")
+    if scales.dtype != a.dtype:
+        raise TypeError(f"{op}: scales must have a's dtype {a.dtype}, got {scales.dtype}")
+    if zeros is not None and (_shape(zeros) != [groups, N] or zeros.dtype != torch.uint8):
+        raise ValueError(
+            f"{op}: zeros must be uint8 [K // group_size, N] = [{groups}, {N}], got {_shape(zeros)} {zeros.dtype}"
+        )
+    if perm is not None and (_shape(perm) != [K] or perm.dtype not in INDEX_DTYPES):
+        raise ValueError(f"{op}: perm must be int32/int64 [K] = [{K}], got {_shape(perm)} {perm.dtype}")
+    if bias is not None and (_shape(bias) != [N] or bias.dtype != a.dtype):
+        raise ValueError(f"{op}: bias must be [N] = [{N}] of a's dtype {a.dtype}, got {_shape(bias)} {bias.dtype}")
+    for name, t in (("qweight", qweight), ("scales", scales), ("zeros", zeros), ("perm", perm), ("bias", bias)):
+        if t is not None and t.device != a.device:
+            raise ValueError(f"{op}: {name} must be on a's device {a.device}, got {t.device}")
+
+
+def dequantize(
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor | None,
+    group_size: int,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """Prepared weight -> dense ``[K, N]`` in ``dtype``, rows in prepared (group-sorted) order."""
+    K = qweight.shape[0] * PACK
+    G = K if group_size == -1 else group_size
+    q = unpack_rows(qweight)
+    z = torch.full_like(q, SYMMETRIC_ZERO) if zeros is None else zeros.to(torch.int32).repeat_interleave(G, dim=0)
+    return (q - z).to(dtype) * scales.to(dtype).repeat_interleave(G, dim=0)
+
+
+def dense_weight(
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor | None = None,
+    perm: torch.Tensor | None = None,
+    group_size: int = 128,
+    dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """Dense ``[K, N]`` weight in checkpoint row order: ``a @ dense_weight(...)`` is the GEMM.
+
+    For dense (cuBLAS) baselines and tests; ``dtype`` defaults to ``scales``'.
+    """
+    w = dequantize(qweight, scales, zeros, group_size, dtype or scales.dtype)
+    if perm is None:
+        return w
+    out = torch.empty_like(w)
+    out[perm.to(torch.int64)] = w
+    return out
+
+
+def w4a16_gemm(
+    a: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor | None = None,
+    perm: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    group_size: int = 128,
+    deterministic: bool = True,
+) -> torch.Tensor:
+    """``a[:, perm] @ dequantize(qweight, scales, zeros) (+ bias)``: ``[M, K] -> [M, N]`` in ``a.dtype``.
+
+    4-bit weights with group-wise scales; see the module docstring for layouts.
+    """
+    w = dequantize(qweight, scales, zeros, group_size, a.dtype)
+    if perm is not None:
+        a = a.index_select(1, perm.to(torch.int64))
+    out = torch.matmul(a, w)
+    return out if bias is None else out + bias
+
+
+def w4a16_gemm_fake(
+    a: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor | None = None,
+    perm: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    group_size: int = 128,
+    deterministic: bool = True,
+) -> torch.Tensor:
+    """Output metadata only: ``[M, N]`` in ``a.dtype`` on ``a.device``."""
+    return a.new_empty((a.shape[0], qweight.shape[1]))

@@ -1,0 +1,305 @@
+"""Triton W4A16 GEMM: 4-bit weights dequantized in registers, fused into a tl.dot GEMM.
+
+Two kernels. :func:`w4a16_gemm_kernel` computes one ``[BM, BN]`` output tile
+over one slice of K. Without split-K it rounds and stores the output itself;
+with split-K each slice writes fp32 partials to a workspace ``[S, M, N]`` and
+:func:`w4a16_splitk_reduce_kernel` sums them in a fixed order (s = 0, 1, ...),
+so results are bitwise reproducible run to run (deterministic mode, the
+default). With ``deterministic=False`` slices ``atomic_add`` into a zeroed
+``[M, N]`` fp32 buffer instead (summation order varies run to run).
+
+Dequantization matches the native spec bit for bit: ``(q - z)`` as an fp32
+integer times the fp32 scale is exact, then one rounding to the activation
+dtype. The dot accumulates in fp32; the output is rounded once, then ``+ bias``
+is added in fp32 and rounded again, as eager ``matmul(a, W) + bias`` rounds.
+
+The launcher picks the tile and split from the runtime M (``heuristics``), does
+no host synchronization and allocates only through the caching allocator, so
+it is CUDA-graph capturable once its kernels are compiled (``exactfuse.warmup``).
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from exactfuse.ops.w4a16.heuristics import TileConfig, select_config
+from exactfuse.registry import platform
+from exactfuse.utils import empty, next_power_of_2
+
+# The configuration of the latest launch and a count per configuration name:
+# Python-side bookkeeping (CUDA graph replays do not update it).
+LAST_CONFIG: list[TileConfig | None] = [None]
+CONFIG_COUNTS: collections.Counter[str] = collections.Counter()
+
+
+@triton.jit(do_not_specialize=["M"])
+def w4a16_gemm_kernel(
+    p_a,
+    p_qw,
+    p_s,
+    p_z,
+    p_perm,
+    p_bias,
+    p_out,
+    M,
+    N,
+    K,
+    stride_am,
+    K_PER_SPLIT,
+    GROUP: tl.constexpr,
+    GROUPS_PER_TILE: tl.constexpr,
+    HAS_ZEROS: tl.constexpr,
+    HAS_PERM: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    SPLIT: tl.constexpr,
+    ATOMIC: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    INT64_INDEX: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    """One ``[BM, BN]`` tile of ``a[:, perm] @ W`` over K slice ``program_id(1)``.
+
+    p_a: ``[M, K]`` rows ``stride_am`` apart, unit last stride, fp16/bf16.
+    p_qw: ``[K/8, N]`` int32 contiguous, k at bits ``4 * (k % 8)`` of row ``k // 8``.
+    p_s / p_z: ``[K/GROUP, N]`` scales (a's dtype) / uint8 zero points, contiguous.
+    p_perm: ``[K]`` int column of ``a`` for each prepared K row. p_bias: ``[N]``.
+    p_out: ``[M, N]`` in a's dtype, or the fp32 workspace ``[S, M, N]`` (SPLIT)
+    or ``[M, N]`` (SPLIT and ATOMIC). constexpr: GROUP (a power of two; one
+    group of all K is passed as next_pow2(K)), GROUPS_PER_TILE (BK // GROUP when
+    a tile spans several groups, else 1), the feature flags, tile sizes.
+    """
+    i_mn = tl.program_id(0)
+    i_s = tl.program_id(1)
+    # Grouped ordering: GROUP_M row tiles share a column tile of W in L2.
+    num_m = tl.cdiv(M, BM)
+    num_n = tl.cdiv(N, BN)
+    width = GROUP_M * num_n
+    first_m = (i_mn // width) * GROUP_M
+    rows = tl.minimum(num_m - first_m, GROUP_M)
+    i_m = first_m + (i_mn % width) % rows
+    i_n = (i_mn % width) // rows
+    if INT64_INDEX:
+        i_m = i_m.to(tl.int64)
+    o_m = i_m * BM + tl.arange(0, BM)
+    o_n = i_n * BN + tl.arange(0, BN)
+    m_m = o_m < M
+    m_n = o_n < N
+    DT = p_a.dtype.element_ty
+    o_j = tl.arange(0, BK // 8)
+    shifts = tl.arange(0, 8) * 4
+
+    k_start = i_s * K_PER_SPLIT
+    k_end = tl.minimum(k_start + K_PER_SPLIT, K)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(k_start, k_end, BK):
+        o_k = k0 + tl.arange(0, BK)
+        m_k = o_k < K
+        o_ka = tl.load(p_perm + o_k, mask=m_k, other=0) if HAS_PERM else o_k
+        p_ab = p_a + o_m[:, None] * stride_am + o_ka[None, :]
+        if EVEN_K:
+            b_a = tl.load(p_ab, mask=m_m[:, None], other=0.0)
+            b_q = tl.load(p_qw + (k0 // 8 + o_j)[:, None] * N + o_n[None, :], mask=m_n[None, :], other=0)
+        else:
+            b_a = tl.load(p_ab, mask=m_m[:, None] & m_k[None, :], other=0.0)
+            m_q = ((k0 // 8 + o_j) < K // 8)[:, None] & m_n[None, :]
+            b_q = tl.load(p_qw + (k0 // 8 + o_j)[:, None] * N + o_n[None, :], mask=m_q, other=0)
+        # [BK/8, BN] words -> [BK/8, 8, BN] nibbles -> [BK, BN]: row 8r + j is nibble j of word r.
+        b_q = tl.reshape((b_q[:, None, :] >> shifts[None, :, None]) & 0xF, (BK, BN))
+        if GROUPS_PER_TILE == 1:
+            o_g = k0 // GROUP
+            b_s = tl.load(p_s + o_g * N + o_n, mask=m_n, other=0.0).to(tl.float32)[None, :]
+            b_z = tl.load(p_z + o_g * N + o_n, mask=m_n, other=0).to(tl.int32)[None, :] if HAS_ZEROS else 8
+        else:
+            o_g = k0 // GROUP + tl.arange(0, GROUPS_PER_TILE)
+            m_g = (o_g < K // GROUP)[:, None] & m_n[None, :]
+            b_s = tl.load(p_s + o_g[:, None] * N + o_n[None, :], mask=m_g, other=0.0).to(tl.float32)
+            b_s = tl.reshape(tl.broadcast_to(b_s[:, None, :], (GROUPS_PER_TILE, GROUP, BN)), (BK, BN))
+            if HAS_ZEROS:
+                b_z = tl.load(p_z + o_g[:, None] * N + o_n[None, :], mask=m_g, other=0).to(tl.int32)
+                b_z = tl.reshape(tl.broadcast_to(b_z[:, None, :], (GROUPS_PER_TILE, GROUP, BN)), (BK, BN))
+            else:
+                b_z = 8
+        b_w = ((b_q - b_z).to(tl.float32) * b_s).to(DT)
+        acc = tl.dot(b_a, b_w, acc)
+
+    m_mn = m_m[:, None] & m_n[None, :]
+    if SPLIT:
+        if ATOMIC:
+            tl.atomic_add(p_out + o_m[:, None] * N + o_n[None, :], acc, mask=m_mn)
+        else:
+            p_ws = p_out + (i_s * M + o_m)[:, None] * N + o_n[None, :]
+            tl.store(p_ws, acc, mask=m_mn)
+    else:
+        b_y = acc.to(DT)
+        if HAS_BIAS:
+            b_b = tl.load(p_bias + o_n, mask=m_n, other=0.0).to(tl.float32)
+            b_y = (b_y.to(tl.float32) + b_b[None, :]).to(DT)
+        tl.store(p_out + o_m[:, None] * N + o_n[None, :], b_y, mask=m_mn)
+
+
+@triton.jit(do_not_specialize=["M", "S"])
+def w4a16_splitk_reduce_kernel(p_ws, p_bias, p_out, M, N, S, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
+    """``out = round(sum_s ws[s]) (+ bias, rounded)`` over a flat block of ``M * N`` outputs.
+
+    p_ws: ``[S, M, N]`` fp32 contiguous; p_out: ``[M, N]`` contiguous; p_bias: ``[N]``.
+    The sum runs s = 0, 1, ..., S - 1 in fp32 for every element (deterministic).
+    """
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = o < M * N
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for s in range(S):
+        acc += tl.load(p_ws + s * M * N + o, mask=m, other=0.0)
+    DT = p_out.dtype.element_ty
+    b_y = acc.to(DT)
+    if HAS_BIAS:
+        b_y = (b_y.to(tl.float32) + tl.load(p_bias + o % N, mask=m, other=0.0).to(tl.float32)).to(DT)
+    tl.store(p_out + o, b_y, mask=m)
+
+
+REDUCE_BLOCK = 1024
+GROUP_M = 8
+
+
+@functools.cache
+def num_sms(device: torch.device) -> int:
+    """SM count of ``device``; the H200's 132 under the interpreter, so CPU tests see H200 choices."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 132
+
+
+def kernel_group(K: int, group_size: int) -> int:
+    """The GROUP constexpr: the group size, or next_pow2(K) >= K when one group spans all of K."""
+    return next_power_of_2(K) if group_size == -1 or group_size >= K else group_size
+
+
+def supported_group(K: int, group_size: int) -> bool:
+    """Group sizes the kernel handles: one group, or a power of two >= 16."""
+    G = kernel_group(K, group_size)
+    return G >= K or (G >= 16 and G & (G - 1) == 0)
+
+
+def launch_w4a16_gemm(
+    a: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor | None,
+    perm: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    group_size: int,
+    deterministic: bool = True,
+    config: TileConfig | None = None,
+) -> torch.Tensor:
+    """Launch the GEMM (and the split-K reduction) on validated prepared tensors -> ``[M, N]``.
+
+    ``config`` overrides the heuristic (tests and sweeps); it is recorded in
+    :data:`LAST_CONFIG` and :data:`CONFIG_COUNTS` either way.
+    """
+    M, K = a.shape
+    N = qweight.shape[1]
+    out = empty((M, N), a.dtype, a.device)
+    if M == 0 or N == 0:
+        return out
+    if K == 0:
+        return out.zero_() if bias is None else out.copy_(bias.expand(M, N))
+    G = kernel_group(K, group_size)
+    cfg = config or select_config(M, N, K, group_size, num_sms(a.device))
+    LAST_CONFIG[0] = cfg
+    CONFIG_COUNTS[cfg.name] += 1
+    split = cfg.split_k > 1
+    atomic = split and not deterministic
+    if not split:
+        target = out
+    elif atomic:
+        target = torch.zeros((M, N), dtype=torch.float32, device=a.device)
+    else:
+        target = torch.empty((cfg.split_k, M, N), dtype=torch.float32, device=a.device)
+    grid = (triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN), cfg.split_k)
+    torch.library.wrap_triton(w4a16_gemm_kernel)[grid](
+        a,
+        qweight,
+        scales,
+        zeros if zeros is not None else qweight,
+        perm if perm is not None else qweight,
+        bias if bias is not None else scales,
+        target,
+        M,
+        N,
+        K,
+        a.stride(0),
+        cfg.k_per_split,
+        GROUP=G,
+        GROUPS_PER_TILE=cfg.BK // G if G < cfg.BK else 1,
+        HAS_ZEROS=zeros is not None,
+        HAS_PERM=perm is not None,
+        HAS_BIAS=bias is not None,
+        SPLIT=split,
+        ATOMIC=atomic,
+        EVEN_K=K % cfg.BK == 0,
+        INT64_INDEX=max(a.numel(), M * N) >= 2**31,
+        BM=cfg.BM,
+        BN=cfg.BN,
+        BK=cfg.BK,
+        GROUP_M=GROUP_M,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+    if split:
+        S = 1 if atomic else cfg.split_k
+        torch.library.wrap_triton(w4a16_splitk_reduce_kernel)[(triton.cdiv(M * N, REDUCE_BLOCK),)](
+            target,
+            bias if bias is not None else scales,
+            out,
+            M,
+            N,
+            S,
+            HAS_BIAS=bias is not None,
+            BLOCK=REDUCE_BLOCK,
+            num_warps=4,
+        )
+    return out
+
+
+def triton_supports(
+    a: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor | None = None,
+    perm: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    group_size: int = 128,
+    deterministic: bool = True,
+) -> bool:
+    """Triton device (no bf16 under the interpreter), unit last strides, contiguous weights, supported group."""
+    if not platform.triton_device_ok(a):
+        return False
+    if a.device.type == "cpu" and a.dtype == torch.bfloat16:
+        return False  # the interpreter has no bf16 arithmetic or bf16 tl.dot
+    K = a.shape[1]
+    tensors = (qweight, scales, zeros, perm, bias)
+    return (
+        a.stride(1) == 1
+        and all(t is None or t.is_contiguous() for t in tensors)
+        and (K == 0 or supported_group(K, group_size))
+    )
+
+
+def w4a16_gemm_triton(
+    a: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor | None = None,
+    perm: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    group_size: int = 128,
+    deterministic: bool = True,
+) -> torch.Tensor:
+    return launch_w4a16_gemm(a, qweight, scales, zeros, perm, bias, group_size, deterministic)

@@ -1,0 +1,360 @@
+"""w4a16_gemm: contract, bit-exact dequantization, split-K, compiler boundary, layer, CUDA graphs."""
+
+import pytest
+import torch
+from torch._dynamo.backends.common import aot_autograd
+from torch._dynamo.testing import CompileCounterWithBackend
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import exactfuse
+from exactfuse.layers import W4A16Linear
+from exactfuse.ops.w4a16 import CONTRACT, make_case, native, quantize_rtn, random_weights, w4a16_gemm
+from exactfuse.ops.w4a16 import triton as w4_triton
+from exactfuse.ops.w4a16.heuristics import H200_SMS, select_config, with_split
+from exactfuse.ops.w4a16.packing import dequantize_gptq, prepare_gptq
+from exactfuse.testing import check_provider, make_generator
+
+SHORT = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+GROUPS = [32, 64, 128, 256, -1]
+
+
+def _gid(g):
+    return "gch" if g == -1 else f"g{g}"
+
+
+def _assert_cases_pass(device, dtype, quick):
+    failures, ran = [], 0
+    for case in w4a16_gemm.cases(device, dtype, quick=quick):
+        assert w4a16_gemm.providers["triton"].accepts(*case.args), case.id
+        result = check_provider(w4a16_gemm, "triton", case)
+        ran += 1
+        if not result.passed:
+            failures.append(f"{case.id}: {result.summary()}")
+    assert ran and not failures, "\n".join(failures)
+
+
+def _checkpoint(K, N, group_size, sym, act, fmt="v1", seed=0, dtype=torch.float16):
+    gen = make_generator(seed)
+    order = torch.randperm(K, generator=gen) if act else None
+    return quantize_rtn(torch.randn((N, K), generator=gen), group_size, sym, format=fmt, order=order, scale_dtype=dtype)
+
+
+def _to(prepared, device):
+    return [x.to(device) if isinstance(x, torch.Tensor) else x for x in prepared]
+
+
+# ------------------------------------------------------------------ interpreter (CPU)
+@pytest.mark.interpreter
+def test_interpreter_contract_fp16():
+    """K=256, N=64, M in {0,1,3,17} x sym/asym x act-order, all group sizes; split-K at M <= 16."""
+    _assert_cases_pass("cpu", torch.float16, quick=True)
+
+
+def _identity_check(device, dtype, K, N, group_size, sym, act, rows):
+    t = _checkpoint(K, N, group_size, sym, act, dtype=dtype)
+    qweight, scales, zeros, perm, g = _to(prepare_gptq(t.qweight, t.qzeros, t.scales, t.g_idx), device)
+    expected = dequantize_gptq(t.qweight, t.qzeros, t.scales, t.g_idx).to(device)
+    eye = torch.eye(K, dtype=dtype, device=device)[rows]
+    with exactfuse.poison_outputs():
+        out = w4_triton.launch_w4a16_gemm(eye, qweight, scales, zeros, perm, None, g)
+    assert torch.equal(out, expected[rows]), (out - expected[rows]).abs().max()
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize(("sym", "act"), [(True, False), (False, True)], ids=["sym", "asym-actorder"])
+@pytest.mark.parametrize("group_size", GROUPS, ids=_gid)
+def test_identity_activations_return_the_dequantized_weight(group_size, sym, act):
+    """A = I: every output is one weight times 1, summed with zeros, so it must be exact (torch.equal)."""
+    K = 256
+    _identity_check("cpu", torch.float16, K, 64, group_size, sym, act, slice(0, K))  # one prefill tile
+    cfg = select_config(3, 64, K, group_size)
+    assert cfg.name == "decode" and cfg.split_k == 2
+    _identity_check("cpu", torch.float16, K, 64, group_size, sym, act, slice(125, 128))  # split-K decode
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("deterministic", [True, False], ids=["workspace", "atomic"])
+@pytest.mark.parametrize("split", [1, 2, 4])
+def test_forced_split_counts_meet_the_contract(split, deterministic):
+    case = make_case("M5-K512-N64", 5, 512, 64, torch.float16, "cpu", make_generator(7), bias=True, symmetric=False)
+    cfg = with_split(select_config(5, 64, 512, 128), 512, split)
+    assert cfg.split_k == split
+    expected = native.w4a16_gemm(*case.args)
+    with exactfuse.poison_outputs():
+        out = w4_triton.launch_w4a16_gemm(*case.args, deterministic=deterministic, config=cfg)
+        again = w4_triton.launch_w4a16_gemm(*case.args, deterministic=deterministic, config=cfg)
+    assert w4_triton.LAST_CONFIG[0] == cfg
+    result = CONTRACT.check(out, expected, args=case.args)
+    assert result.passed, result.summary()
+    if deterministic:
+        assert torch.equal(out, again)
+
+
+@pytest.mark.interpreter
+def test_bf16_on_the_interpreter_falls_back_to_native():
+    case = make_case("M2", 2, 256, 64, torch.bfloat16, "cpu", make_generator(0))
+    assert not w4a16_gemm.providers["triton"].accepts(*case.args)
+    with w4a16_gemm.priority(["triton", "native"]):
+        assert w4a16_gemm.select(*case.args).name == "native"
+        assert torch.equal(w4a16_gemm(*case.args), native.w4a16_gemm(*case.args))
+
+
+# ------------------------------------------------------------------ contract has teeth
+def test_contract_rejects_a_wrong_zero_point_and_nan():
+    case = make_case("M8", 8, 256, 64, torch.float16, "cpu", make_generator(1), symmetric=False)
+    a, qweight, scales, zeros, perm, bias, g = case.args
+    expected = native.w4a16_gemm(*case.args)
+    assert CONTRACT.check(expected, expected, args=case.args).passed
+    off_by_one = zeros.clone()
+    off_by_one[0] += 1  # one group's zero points, as a v1/v2 mix-up would do
+    wrong = native.w4a16_gemm(a, qweight, scales, off_by_one, perm, bias, g)
+    assert not CONTRACT.check(wrong, expected, args=case.args).passed
+    poisoned = expected.clone()
+    poisoned[3, 5] = float("nan")
+    assert not CONTRACT.check(poisoned, expected, args=case.args).passed
+    # an fp32-accumulated result rounded through bf16 loses ~3 bits: more than 2x native's error
+    coarse = expected.to(torch.bfloat16).to(torch.float16)
+    assert not CONTRACT.check(coarse, expected, args=case.args).passed
+
+
+# ------------------------------------------------------------------ heuristic
+def test_decode_splits_k_to_fill_the_h200():
+    for K, N in [(4096, 4096), (14336, 4096), (8192, 8192)]:
+        for M in (1, 2, 4, 8, 16):
+            cfg = select_config(M, N, K, 128, H200_SMS)
+            programs = -(-N // cfg.BN) * cfg.split_k
+            assert cfg.name == "decode" and cfg.BM == 16
+            assert cfg.split_k > 1 and programs >= H200_SMS, (M, K, N, cfg)
+            assert cfg.k_per_split % cfg.BK == 0 and (cfg.split_k - 1) * cfg.k_per_split < K  # no empty split
+
+
+def test_large_layers_and_prefill_do_not_split():
+    assert select_config(1, 28672, 4096, 128).split_k == 1  # 448 column tiles already fill 132 SMs
+    for M in (1024, 2048, 4096):
+        cfg = select_config(M, 4096, 4096, 128)
+        assert cfg.name == "prefill" and cfg.split_k == 1
+    names = [select_config(M, 4096, 4096, 128).name for M in (1, 16, 17, 32, 33, 128, 129, 512, 513)]
+    assert names == ["decode", "decode", "m32", "m32", "m128", "m128", "m512", "m512", "prefill"]
+
+
+# ------------------------------------------------------------------ bad input
+def _small():
+    return make_case("M4", 4, 256, 64, torch.float16, "cpu", make_generator(2), symmetric=False, bias=True).args
+
+
+BAD_ARGS = {
+    "a-k": (lambda a, *r: (a[:, :128], *r), ValueError, r"a must be \[M, K\] = \[M, 256\] .* got \[4, 128\]"),
+    "a-dtype": (lambda a, *r: (a.float(), *r), TypeError, r"a must be float16 or bfloat16, got torch.float32"),
+    "scales-dtype": (
+        lambda a, q, s, *r: (a, q, s.bfloat16(), *r),
+        TypeError,
+        r"scales must have a's dtype torch.float16",
+    ),
+    "scales-shape": (
+        lambda a, q, s, *r: (a, q, s.t().contiguous(), *r),
+        ValueError,
+        r"scales must be \[K // group_size, N\] = \[2, 64\], got \[64, 2\]",
+    ),
+    "zeros-dtype": (
+        lambda a, q, s, z, *r: (a, q, s, z.int(), *r),
+        ValueError,
+        r"zeros must be uint8 \[K // group_size, N\] = \[2, 64\]",
+    ),
+    "perm-shape": (
+        lambda a, q, s, z, p, *r: (a, q, s, z, torch.arange(8), *r),
+        ValueError,
+        r"perm must be int32/int64 \[K\] = \[256\], got \[8\]",
+    ),
+    "bias-shape": (
+        lambda a, q, s, z, p, b, g: (a, q, s, z, p, b[:8], g),
+        ValueError,
+        r"bias must be \[N\] = \[64\] of a's dtype torch.float16, got \[8\]",
+    ),
+    "group": (
+        lambda a, q, s, z, p, b, g: (a, q, s, z, p, b, 96),
+        ValueError,
+        r"group_size must be -1 or a positive divisor of K = 256, got 96",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_ARGS))
+def test_bad_arguments_name_the_argument(name):
+    make, exc, message = BAD_ARGS[name]
+    with pytest.raises(exc, match=message):
+        w4a16_gemm(*make(*_small()))
+
+
+def test_empty_batch_and_fake_shapes():
+    args = _small()
+    out = w4a16_gemm(args[0][:0], *args[1:])
+    assert out.shape == (0, 64) and out.dtype == torch.float16
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode:
+        fake = [mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in args]
+        out = w4a16_gemm.torch_op(*fake)
+    assert out.shape == (4, 64) and out.dtype == torch.float16
+
+
+# ------------------------------------------------------------------ compiler boundary
+def _exactfuse_nodes(gm):
+    return [n for n in gm.graph.nodes if n.op == "call_function" and "exactfuse.w4a16_gemm" in str(n.target)]
+
+
+def test_make_fx_holds_one_opaque_node():
+    args = _small()
+    gm = make_fx(lambda *a: w4a16_gemm.torch_op(*a), tracing_mode="fake")(*args)
+    nodes = _exactfuse_nodes(gm)
+    assert len(nodes) == 1 and nodes[0].target is torch.ops.exactfuse.w4a16_gemm.default, gm.code
+    assert "triton" not in gm.code and "matmul" not in gm.code
+
+
+def _layer(K=256, N=64, **kw):
+    lin = torch.nn.Linear(K, N, bias=True).half()
+    return W4A16Linear.from_linear(lin, **kw)
+
+
+def test_compiled_layer_graph_keeps_the_op_opaque():
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+
+    torch._dynamo.reset()
+    layer = _layer()
+    compiled = torch.compile(layer, fullgraph=True, backend=aot_autograd(fw_compiler=capture))
+    with torch.no_grad():
+        compiled(torch.randn(8, 256, dtype=torch.float16))
+    assert graphs and sum(len(_exactfuse_nodes(g)) for g in graphs) == 1, graphs[0].code
+
+
+def _decode_after_prefill(device, backend):
+    """Compile at a prefill M with dynamic shapes, then run decode M's: the decode tile must run."""
+    torch._dynamo.reset()
+    layer = _layer(group_size=64).to(device)
+    counter = CompileCounterWithBackend(backend)
+    compiled = torch.compile(layer, dynamic=True, backend=counter)
+    with torch.no_grad(), w4a16_gemm.priority(["triton", "native"]):
+        x = torch.randn(600, 256, dtype=torch.float16, device=device)
+        torch.testing.assert_close(compiled(x), layer(x), rtol=0, atol=0)
+        assert w4_triton.LAST_CONFIG[0].name == "prefill"
+        frames = counter.frame_count
+        before = dict(w4_triton.CONFIG_COUNTS)
+        y = compiled(x[:3])  # same dynamic graph (no recompile), decode tile chosen at run time
+        assert counter.frame_count == frames
+        assert w4_triton.LAST_CONFIG[0].name == "decode"
+        assert w4_triton.CONFIG_COUNTS["decode"] == before.get("decode", 0) + 1
+        torch.testing.assert_close(y, layer(x[:3]), rtol=0, atol=0)
+        compiled(x[:1])  # M = 1 (dynamo specializes 0/1, so this may recompile: the op still picks decode)
+        assert w4_triton.LAST_CONFIG[0].name == "decode" and w4_triton.LAST_CONFIG[0].split_k > 1
+
+
+@pytest.mark.interpreter
+def test_compiled_prefill_then_decode_selects_decode_config_interpreter():
+    _decode_after_prefill("cpu", "aot_eager")
+
+
+# ------------------------------------------------------------------ layer
+def test_layer_matches_dense_weight_and_round_trips_state_dict():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(256, 64, bias=True).half()
+    layer = W4A16Linear.from_linear(lin, group_size=64, symmetric=False)
+    x = torch.randn(2, 3, 256, dtype=torch.float16)
+    y = layer(x)
+    assert y.shape == (2, 3, 64) and y.dtype == torch.float16
+    assert torch.equal(y, torch.matmul(x, layer.dense_weight()) + layer.bias)
+    # quantization error of 4-bit RTN: well below the output's own scale
+    with torch.no_grad():
+        ref = lin(x)
+    assert float((y - ref).float().norm() / ref.float().norm()) < 0.15
+    clone = W4A16Linear(256, 64, group_size=64, symmetric=False, bias=True)
+    clone.load_state_dict(layer.state_dict())
+    assert torch.equal(clone(x), y)
+    assert set(layer.state_dict()) == {"qweight", "scales", "zeros", "bias"}
+    text = repr(layer)
+    assert "format='gptq-v2'" in text and "group_size=64" in text
+
+
+@pytest.mark.parametrize("fmt", ["v1", "v2"])
+def test_layer_from_gptq_act_order(fmt):
+    t = _checkpoint(256, 64, 32, False, True, fmt=fmt)
+    layer = W4A16Linear.from_gptq(t.qweight, t.qzeros, t.scales, t.g_idx, format=fmt)
+    assert layer.act_order and "perm" in layer.state_dict() and f"format='gptq-{fmt}'" in repr(layer)
+    assert torch.equal(layer.dense_weight(), dequantize_gptq(t.qweight, t.qzeros, t.scales, t.g_idx, format=fmt))
+    clone = W4A16Linear(256, 64, group_size=32, symmetric=False, act_order=True)
+    clone.load_state_dict(layer.state_dict())
+    x = torch.randn(5, 256, dtype=torch.float16)
+    assert torch.equal(clone(x), layer(x))
+
+
+@pytest.mark.interpreter
+def test_layer_on_the_triton_provider_interpreter():
+    layer = _layer(group_size=128, symmetric=False)
+    x = torch.randn(4, 256, dtype=torch.float16)
+    with w4a16_gemm.priority(["triton"]):
+        y = layer(x)
+    assert CONTRACT.check(y, layer(x), args=(x, *_layer_args(layer))).passed
+
+
+def _layer_args(layer):
+    return layer.qweight, layer.scales, layer.zeros, layer.perm, layer.bias, layer.group_size
+
+
+# ------------------------------------------------------------------ GPU
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", list(SHORT), ids=list(SHORT.values()))
+def test_gpu_contract_matrix(dtype):
+    """Small matrix plus real shapes (4096/14336, M 1..1024, act-order, asym, bias)."""
+    _assert_cases_pass("cuda", dtype, quick=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", list(SHORT), ids=list(SHORT.values()))
+@pytest.mark.parametrize("group_size", [32, 128, -1], ids=_gid)
+def test_gpu_identity_is_bit_exact(group_size, dtype):
+    _identity_check("cuda", dtype, 4096, 512, group_size, False, True, slice(0, 4096))
+    _identity_check("cuda", dtype, 4096, 512, group_size, False, True, slice(1000, 1008))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M", [1, 8, 16, 64, 2048])
+def test_gpu_deterministic_three_runs_bitwise_equal(M):
+    gen = make_generator(3)
+    case = make_case(f"M{M}", M, 4096, 4096, torch.bfloat16, "cuda", gen, bias=True)
+    runs = [w4a16_gemm(*case.args) for _ in range(3)]
+    assert all(torch.equal(runs[0], r) for r in runs[1:])
+
+
+@pytest.mark.gpu
+def test_gpu_atomic_mode_meets_the_contract():
+    case = make_case("M4", 4, 4096, 4096, torch.float16, "cuda", make_generator(4), symmetric=False)
+    assert w4_triton.select_config(4, 4096, 4096, 128, w4_triton.num_sms(torch.device("cuda"))).split_k > 1
+    out = w4a16_gemm(*case.args, deterministic=False)
+    result = CONTRACT.check(out, native.w4a16_gemm(*case.args), args=case.args)
+    assert result.passed, result.summary()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M", [1, 16, 256])
+def test_gpu_cuda_graph_capture_and_replay(M):
+    w = random_weights(4096, 4096, torch.bfloat16, "cuda", make_generator(5), symmetric=False, act_order=True)
+    args = (w.qweight, w.scales, w.zeros, w.perm, None, w.group_size)
+    x = torch.randn(M, 4096, dtype=torch.bfloat16, device="cuda")
+    eager = w4a16_gemm(x, *args)  # compiles the kernels outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = w4a16_gemm(x, *args)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager)
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, w4a16_gemm(x, *args))
+
+
+@pytest.mark.gpu
+def test_gpu_compiled_prefill_then_decode_selects_decode_config():
+    _decode_after_prefill("cuda", "inductor")
