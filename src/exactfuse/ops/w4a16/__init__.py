@@ -123,11 +123,22 @@ def _inputs(device: torch.device, dtype: torch.dtype, *, quick: bool = False, se
 
 # ------------------------------------------------------------------ warmup
 @w4a16_gemm.warmup
-def _warmup(device, dtype, *, shapes=((4096, 4096),), group_size=128, symmetric=True, act_order=False, bias=False):
+def _warmup(
+    device,
+    dtype,
+    *,
+    shapes=((4096, 4096),),
+    group_size=128,
+    symmetric=True,
+    act_order=False,
+    bias=False,
+    **other_ops_options,
+):
     """Compile every kernel specialization the layers ``shapes = ((K, N), ...)`` need.
 
     One launch per M bucket of the heuristic and per split / no-split variant,
-    so CUDA-graph capture at any M triggers no JIT compile.
+    so CUDA-graph capture at any M triggers no JIT compile. Options meant for
+    other ops' warmups (``exactfuse.warmup`` passes them to every op) are ignored.
     """
     gen = make_generator(0)
     for K, N in shapes:
