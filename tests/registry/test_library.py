@@ -107,3 +107,12 @@ def test_opcheck_gpu(name):
     op = OPS[name]
     case = _case(op, "cuda")
     torch.library.opcheck(op.torch_op, case.args, case.kwargs)
+
+
+@pytest.mark.parametrize("name", OP_NAMES)
+def test_calling_the_op_object_under_make_fx_records_the_op(name):
+    """Fake tensors route the registry's own call through torch.ops (no inlined native)."""
+    op = OPS[name]
+    case = _case(op, "cpu")
+    gm = make_fx(lambda *a: op(*a, **case.kwargs), tracing_mode="fake")(*case.args)
+    assert len(_exactfuse_nodes(gm, name)) == 1, gm.code

@@ -77,6 +77,10 @@ def _signature_of(fn: Callable) -> inspect.Signature:
     return sig.replace(parameters=params, return_annotation=hints.get("return", sig.return_annotation))
 
 
+def _has_tensor_subclass(args: Sequence) -> bool:
+    return any(isinstance(a, torch.Tensor) and type(a) is not torch.Tensor for a in args)
+
+
 def _first_device_type(args: Sequence, kwargs: dict) -> str:
     for value in (*args, *kwargs.values()):
         if isinstance(value, torch.Tensor):
@@ -237,7 +241,9 @@ class Op:
         return self.select(*args, **kwargs).fn(*args, **kwargs)
 
     def __call__(self, *args, **kwargs):
-        if torch.compiler.is_compiling():
+        # Compiling, or tracing with fake/functional tensors (make_fx, export):
+        # go through torch.ops so the graph holds the op as the library declares it.
+        if torch.compiler.is_compiling() or _has_tensor_subclass(args):
             return self.torch_op(*args, **kwargs)
         return self.dispatch(*args, **kwargs)
 
