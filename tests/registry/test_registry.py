@@ -105,3 +105,37 @@ def test_env_priority_applies(monkeypatch):
     o.provider("fast")(_fast)
     monkeypatch.setattr(platform, "env_priority", lambda: {o.name: ("fast",)})
     assert o.select(torch.ones(1)).name == "fast"
+
+
+def _declare_mutating(compiler):
+    """An op shaped like the later state-cache ops: optional tensor, in-place output."""
+    name = f"test_accumulate_{next(_names)}"
+
+    def native(x: torch.Tensor, acc: torch.Tensor, weight: torch.Tensor | None = None) -> None:
+        acc.add_(x if weight is None else x * weight)
+
+    native.__name__ = name
+    return op(native, contract=Bitwise(), mutates_args=("acc",), compiler=compiler)
+
+
+@pytest.mark.parametrize("compiler", ["visible", "opaque"])
+def test_mutating_op_with_optional_tensor(compiler):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    o = _declare_mutating(compiler)
+    x, acc, w = torch.randn(4), torch.zeros(4), torch.randn(4)
+    torch.library.opcheck(o.torch_op, (x, acc.clone(), w))
+    torch.library.opcheck(o.torch_op, (x, acc.clone(), None))
+    o(x, acc, w)
+    assert torch.equal(acc, x * w)
+
+    def f(x, acc):
+        o(x, acc)
+        return acc
+
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    acc2 = torch.zeros(4)
+    compiled(x, acc2)
+    assert torch.equal(acc2, x)
+    gm = make_fx(f, tracing_mode="fake")(x, torch.zeros(4))
+    assert any(o.name in str(n.target) for n in gm.graph.nodes)

@@ -74,7 +74,8 @@ def _signature_of(fn: Callable) -> inspect.Signature:
     sig = inspect.signature(fn)
     hints = typing.get_type_hints(fn)
     params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in sig.parameters.values()]
-    return sig.replace(parameters=params, return_annotation=hints.get("return", sig.return_annotation))
+    ret = hints.get("return", sig.return_annotation)
+    return sig.replace(parameters=params, return_annotation=None if ret is type(None) else ret)
 
 
 def _has_tensor_subclass(args: Sequence) -> bool:
