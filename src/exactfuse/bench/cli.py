@@ -1,0 +1,236 @@
+"""``exactfuse bench``: arguments and the run (called by ``exactfuse.cli``).
+
+Exit codes: 0 every exactfuse provider passed its gate, 1 one failed its
+contract or raised, 2 usage error or no CUDA GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from rich.console import Console
+
+from exactfuse.bench import results
+from exactfuse.bench.display import RichReporter, summary_table
+from exactfuse.bench.peers import PEERS, peers_for
+from exactfuse.bench.roofline import Roofline, measure_roofline
+from exactfuse.bench.runner import COMPILED, NATIVE, BenchConfig, Candidates, Reporter, bench_op
+from exactfuse.bench.timing import Timer, cudagraph_timer, l2_cache_bytes, recompile_limits
+from exactfuse.registry import OPS, Op
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+GRIDS = ("default", "quick")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``exactfuse bench``."""
+    parser.add_argument("--op", action="append", dest="ops", metavar="NAME", help="op to run (repeatable; default all)")
+    parser.add_argument(
+        "--dtype", action="append", dest="dtypes", choices=sorted(DTYPES), help="dtype (repeatable; default bf16)"
+    )
+    parser.add_argument(
+        "--provider",
+        action="append",
+        dest="providers",
+        metavar="NAME",
+        help=f"time only these providers (repeatable): registry names, {NATIVE}, {COMPILED}, peers",
+    )
+    parser.add_argument("--grid", choices=GRIDS, default="default", help="shape grid (default: default)")
+    parser.add_argument("--quick", action="store_true", help="the quick grid (a few shapes, under a minute)")
+    parser.add_argument(
+        "--out", metavar="DIR", help="write <op>.csv and <op>.json here (default benchmarks/results/<gpu>/)"
+    )
+    parser.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="draw speedup and %% of roofline per shape (matplotlib); '{op}' in the name: one file per op",
+    )
+    parser.add_argument("--no-compile", action="store_true", help=f"skip {COMPILED} (torch.compile of the spec)")
+    parser.add_argument(
+        "--rep-ms", type=float, help="ms of calls per CUDA graph replay (default 20; 10 with the quick grid)"
+    )
+
+
+class UsageError(ValueError):
+    """Bad options: the message says what to pass instead."""
+
+
+def select_ops(names: Sequence[str] | None, grid: str) -> tuple[list[Op], list[str]]:
+    """Ops to run and notes on ops skipped; named ops must exist and declare ``grid``."""
+    import exactfuse.ops  # noqa: F401  (declares every op)
+
+    if names:
+        unknown = [n for n in names if n not in OPS]
+        if unknown:
+            raise UsageError(f"--op: unknown op(s) {unknown}; known ops: {sorted(OPS)}")
+        chosen = [OPS[n] for n in dict.fromkeys(names)]
+        missing = [o.name for o in chosen if grid not in o.grids]
+        if missing:
+            raise UsageError(f"--grid {grid}: op(s) {missing} declare no such grid")
+        return chosen, []
+    chosen = [o for o in OPS.values() if grid in o.grids]
+    notes = [f"{o.name}: no {grid!r} grid declared, skipped" for o in OPS.values() if grid not in o.grids]
+    return chosen, notes
+
+
+def check_providers(names: Sequence[str] | None, ops: list[Op]) -> None:
+    if not names:
+        return
+    known = {NATIVE, COMPILED}
+    for o in ops:
+        known.update(o.providers)
+        known.update(PEERS.get(o.name, {}))
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise UsageError(f"--provider: unknown provider(s) {unknown}; known here: {sorted(known)}")
+
+
+def bench_and_write(
+    ops: list[Op],
+    config: BenchConfig,
+    *,
+    timer: Timer,
+    roofline: Roofline,
+    meta: dict,
+    out_dir: str | Path | None,
+    console: Console,
+    reporter: Reporter | None = None,
+) -> dict[str, list[results.Row]]:
+    """Run every (op, dtype), write ``<op>.csv``/``<op>.json`` to ``out_dir`` and print summaries."""
+    candidates = Candidates(config)
+    all_rows: dict[str, list[results.Row]] = {}
+    with recompile_limits():
+        for op in ops:
+            rows: list[results.Row] = []
+            for dtype in config.dtypes:
+                if dtype not in op.dtypes:
+                    console.print(f"[dim]{op.name}: {dtype} is not one of its dtypes, skipped[/]")
+                    continue
+                rows += bench_op(
+                    op, dtype, config, timer=timer, roofline=roofline, candidates=candidates, reporter=reporter
+                )
+            if not rows:
+                continue
+            all_rows[op.name] = rows
+            summary = results.summarize(rows)
+            if summary:
+                console.print(summary_table(op.name, summary))
+            if out_dir is not None:
+                csv_path, json_path = results.write_op_results(out_dir, op.name, rows, meta)
+                console.print(f"[dim]wrote {csv_path} and {json_path}[/]")
+    return all_rows
+
+
+def _failures(all_rows: dict[str, list[results.Row]]) -> list[results.Row]:
+    return [r for rows in all_rows.values() for r in rows if r.kind == "exactfuse" and r.status in ("failed", "error")]
+
+
+def draw_plots(target: str, all_rows: dict[str, list[results.Row]], title: str, console: Console) -> None:
+    """One PNG of every op, or one per op when ``target`` contains ``{op}``."""
+    from exactfuse.bench.plot import PlotUnavailableError, plot
+
+    if "{op}" in target:
+        jobs = [(target.replace("{op}", name), rows) for name, rows in all_rows.items()]
+    else:
+        jobs = [(target, [r for rows in all_rows.values() for r in rows])]
+    for path, rows in jobs:
+        try:
+            console.print(f"[dim]plot: {plot(rows, path, title=title)}[/]")
+        except (PlotUnavailableError, ValueError) as exc:
+            console.print(f"[yellow]no plot {path}: {exc}[/]")
+
+
+def bench_device() -> torch.device:
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    """Run ``exactfuse bench`` with parsed ``args``; returns the exit code."""
+    if not torch.cuda.is_available():
+        console.print(
+            "[red]exactfuse bench needs a CUDA GPU[/]: torch.cuda.is_available() is False here "
+            f"(torch {torch.__version__}, CUDA build {torch.version.cuda}). "
+            "Use `exactfuse verify` to check the contracts on the CPU."
+        )
+        return 2
+    grid = "quick" if args.quick else args.grid
+    try:
+        ops, notes = select_ops(args.ops, grid)
+        check_providers(args.providers, ops)
+    except UsageError as exc:
+        console.print(f"[red]{exc}[/]")
+        return 2
+    for note in notes:
+        console.print(f"[dim]{note}[/]")
+    if not ops:
+        console.print(f"[red]no op declares a {grid!r} bench grid[/]")
+        return 2
+
+    device = bench_device()
+    rep_ms = args.rep_ms or (10.0 if grid == "quick" else 20.0)
+    config = BenchConfig(
+        grid=grid,
+        dtypes=tuple(DTYPES[d] for d in dict.fromkeys(args.dtypes or ["bf16"])),
+        providers=args.providers,
+        compile=not args.no_compile,
+        device=str(device),
+        l2_bytes=l2_cache_bytes(device),
+    )
+    console.print(
+        "[dim]measuring copy bandwidth" + (" and bf16 matmul rate" if any(o.flops_fn for o in ops) else "") + "...[/]"
+    )
+    roofline = measure_roofline(device, matmul=any(o.flops_fn is not None for o in ops))
+    peers = {f"{p.name}({o.name})": p.version() for o in ops for p in peers_for(o.name)}
+    meta = results.collect_meta(
+        device,
+        grid=grid,
+        l2_bytes=config.l2_bytes,
+        roofline=roofline.as_dict(),
+        timing={"method": "triton.testing.do_bench_cudagraph", "return_mode": "median", "rep_ms": rep_ms},
+        peers=peers,
+    )
+    console.print(
+        f"[bold]{meta['gpu']}[/] torch {meta['torch']} triton {meta['triton']} git {meta['git_rev']}; "
+        f"copy {roofline.copy_bytes_per_s / 1e9:,.0f} GB/s"
+        + (f", bf16 matmul {roofline.matmul_flops_per_s / 1e12:,.0f} TFLOP/s" if roofline.matmul_flops_per_s else "")
+        + f"; L2 {config.l2_bytes / 2**20:.0f} MiB; peers: {', '.join(peers) or 'none importable'}"
+    )
+    out_dir = Path(args.out) if args.out else Path("benchmarks/results") / meta["gpu_slug"]
+    reporter = RichReporter(console)
+    try:
+        all_rows = bench_and_write(
+            ops,
+            config,
+            timer=cudagraph_timer(rep_ms),
+            roofline=roofline,
+            meta=meta,
+            out_dir=out_dir,
+            console=console,
+            reporter=reporter,
+        )
+    finally:
+        reporter.close()
+    if args.plot:
+        draw_plots(args.plot, all_rows, f"{meta['gpu']}, git {meta['git_rev']}, {grid} grid", console)
+    failures = _failures(all_rows)
+    if failures:
+        console.print(f"[red]{len(failures)} exactfuse provider row(s) failed their gate or raised[/]")
+        return 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m exactfuse.bench.cli``: the same as ``exactfuse bench``."""
+    parser = argparse.ArgumentParser(
+        prog="exactfuse bench",
+        description="Time every provider of the declared ops against native, torch.compile and peers.",
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv), Console())
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,138 @@
+"""Peer libraries timed beside exactfuse: adapters keyed by op name.
+
+A :class:`PeerAdapter` says whether its library is importable here
+(``available``), whether it can run a case (``accepts``) and how to turn the
+op's arguments into a zero-argument call of the peer (``prepare``). Argument
+conversion (splitting, copies) happens in ``prepare``, outside the timed
+region: the peer is timed on the inputs it natively takes. Peers have no
+contract; the runner checks them against native with the dtype Tolerance and
+reports their error.
+
+Add one with :func:`register_peer`; the runner picks up every available
+adapter whose ``op`` is being benchmarked.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.metadata
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+PreparedCall = Callable[[], object]
+
+
+def _always(*args, **kwargs) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class PeerAdapter:
+    """One peer implementation of one exactfuse op.
+
+    name: column name in results (``liger``). op: the exactfuse op it stands
+    in for. available: library importable and usable here (called once per
+    run). prepare: ``(args, kwargs) -> zero-arg call`` on the op's arguments.
+    accepts: ``(*args, **kwargs) -> bool`` for the cases it supports.
+    distribution: the package whose version goes into the results.
+    """
+
+    name: str
+    op: str
+    available: Callable[[], bool]
+    prepare: Callable[[tuple, dict], PreparedCall]
+    accepts: Callable[..., bool] = _always
+    distribution: str | None = None
+
+    def version(self) -> str | None:
+        if self.distribution is None:
+            return None
+        try:
+            return importlib.metadata.version(self.distribution)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+
+PEERS: dict[str, dict[str, PeerAdapter]] = {}
+
+
+def register_peer(adapter: PeerAdapter) -> PeerAdapter:
+    """Add ``adapter`` for its op; a second adapter of the same name for the op is an error."""
+    by_name = PEERS.setdefault(adapter.op, {})
+    if adapter.name in by_name:
+        raise ValueError(f"peer {adapter.name!r} is already registered for op {adapter.op!r}")
+    by_name[adapter.name] = adapter
+    return adapter
+
+
+def unregister_peer(op: str, name: str) -> None:
+    PEERS.get(op, {}).pop(name, None)
+
+
+def peers_for(op: str) -> list[PeerAdapter]:
+    """The adapters registered for ``op`` whose library is available here."""
+    return [a for a in PEERS.get(op, {}).values() if a.available()]
+
+
+# ------------------------------------------------------------ Liger-Kernel
+def _importable_on_cuda(module: str) -> Callable[[], bool]:
+    @functools.cache
+    def available() -> bool:
+        if not torch.cuda.is_available():
+            return False  # Liger's kernels are Triton kernels for a GPU
+        try:
+            importlib.import_module(module)
+        except Exception:  # not installed, or incompatible with this torch/triton
+            return False
+        return True
+
+    return available
+
+
+def _split_gate_up(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x: [..., 2d]`` -> contiguous ``gate, up: [..., d]`` (Liger takes two tensors)."""
+    d = x.shape[-1] // 2
+    return x[..., :d].contiguous(), x[..., d:].contiguous()
+
+
+def _approximate(args: tuple, kwargs: dict) -> str:
+    return kwargs.get("approximate", args[1] if len(args) > 1 else "none")
+
+
+def _liger_swiglu(args: tuple, kwargs: dict) -> PreparedCall:
+    from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+
+    gate, up = _split_gate_up(args[0])
+    return lambda: LigerSiLUMulFunction.apply(gate, up)
+
+
+def _liger_geglu(args: tuple, kwargs: dict) -> PreparedCall:
+    from liger_kernel.ops.geglu import LigerGELUMulFunction
+
+    gate, up = _split_gate_up(args[0])
+    return lambda: LigerGELUMulFunction.apply(gate, up)
+
+
+register_peer(
+    PeerAdapter(
+        "liger",
+        "silu_and_mul",
+        _importable_on_cuda("liger_kernel.ops.swiglu"),
+        _liger_swiglu,
+        distribution="liger-kernel",
+    )
+)
+register_peer(
+    PeerAdapter(
+        "liger",
+        "gelu_and_mul",
+        _importable_on_cuda("liger_kernel.ops.geglu"),
+        _liger_geglu,
+        # Liger's GEGLU implements the tanh approximation only.
+        accepts=lambda *args, **kwargs: _approximate(args, kwargs) == "tanh",
+        distribution="liger-kernel",
+    )
+)

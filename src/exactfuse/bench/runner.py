@@ -1,0 +1,274 @@
+"""The bench loop: grid -> candidates -> correctness gate -> timing -> rows.
+
+Timing and the roofline are injected (a ``Timer`` and a ``Roofline``), so the
+gate, the rows and the files are exercised on the CPU with a fake timer.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from exactfuse.bench import gate, resources
+from exactfuse.bench.peers import PeerAdapter, peers_for
+from exactfuse.bench.results import Row
+from exactfuse.bench.roofline import Roofline
+from exactfuse.bench.timing import MAX_BUFFERS, Timer, rotation_count
+from exactfuse.registry import Case, Contract, Op, Tolerance
+
+DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+NATIVE, COMPILED = "native", "native-compiled"
+
+
+@dataclass
+class BenchConfig:
+    """What to run. ``providers``: names to time (None: all); the gate's native reference always runs."""
+
+    grid: str = "default"
+    dtypes: Sequence[torch.dtype] = (torch.bfloat16,)
+    providers: Sequence[str] | None = None
+    compile: bool = True
+    compile_backend: str = "inductor"
+    device: str = "cuda"
+    l2_bytes: int = 60 * 1024 * 1024
+    max_buffers: int = MAX_BUFFERS
+
+
+@dataclass
+class Candidate:
+    """Something to time: ``prepare(args, kwargs)`` returns a zero-argument call.
+
+    ``contract(dtype, device_type)`` is what the gate checks (None: the
+    reference itself); ``gated``: a failed check means it is not timed.
+    """
+
+    name: str
+    kind: str
+    prepare: Callable[[tuple, dict], Callable[[], object]]
+    accepts: Callable[..., bool] = lambda *a, **k: True
+    contract: Callable[[torch.dtype, str], Contract] | None = None
+    gated: bool = True
+    kernels: tuple = ()
+
+
+class Reporter:
+    """Progress callbacks; the CLI draws with rich, tests use this no-op."""
+
+    def start(self, op: Op, dtype: torch.dtype, providers: list[str], n_cases: int) -> None: ...
+
+    def case_done(self, op: Op, dtype: torch.dtype, case: Case, rows: list[Row]) -> None: ...
+
+    def done(self, op: Op, dtype: torch.dtype, rows: list[Row]) -> None: ...
+
+
+def _bind(fn: Callable) -> Callable[[tuple, dict], Callable[[], object]]:
+    return lambda args, kwargs: functools.partial(fn, *args, **kwargs)
+
+
+def _baseline_contract(dtype: torch.dtype, device_type: str) -> Contract:
+    return Tolerance()
+
+
+@dataclass
+class Candidates:
+    """Builds the candidates of each op; one ``torch.compile`` of each spec per run."""
+
+    config: BenchConfig
+    compiled: dict[str, Callable] = field(default_factory=dict)
+
+    def wanted(self, name: str) -> bool:
+        return self.config.providers is None or name in self.config.providers
+
+    def compiled_native(self, op: Op) -> Callable:
+        if op.name not in self.compiled:
+            # dynamic=False: one static-shape graph per shape; calls on other
+            # buffers of the same shape and strides reuse it (dynamo guards on
+            # sizes, strides and dtype, not on storage).
+            self.compiled[op.name] = torch.compile(op.native, dynamic=False, backend=self.config.compile_backend)
+        return self.compiled[op.name]
+
+    def for_op(self, op: Op) -> list[Candidate]:
+        out = []
+        for name, provider in op.providers.items():
+            if name == NATIVE or not self.wanted(name) or not provider.available:
+                continue
+            out.append(
+                Candidate(
+                    name,
+                    "exactfuse",
+                    _bind(provider.fn),
+                    provider.accepts,
+                    op.contract_for,
+                    gated=True,
+                    kernels=tuple(provider.kernels),
+                )
+            )
+        if self.wanted(NATIVE):
+            out.append(Candidate(NATIVE, "reference", _bind(op.native), contract=None, gated=False))
+        if self.config.compile and self.wanted(COMPILED):
+            out.append(
+                Candidate(
+                    COMPILED, "compiled", _bind(self.compiled_native(op)), contract=_baseline_contract, gated=False
+                )
+            )
+        for peer in peers_for(op.name):
+            if self.wanted(peer.name):
+                out.append(self._peer(peer))
+        return out
+
+    @staticmethod
+    def _peer(peer: PeerAdapter) -> Candidate:
+        return Candidate(peer.name, "peer", peer.prepare, peer.accepts, contract=_baseline_contract, gated=False)
+
+
+def expand_grid(op: Op, grid: str, device: torch.device | str, dtype: torch.dtype) -> list[Case]:
+    """The cases of ``op``'s bench grid ``grid`` for ``dtype`` on ``device``; ids must be unique."""
+    if grid not in op.grids:
+        raise KeyError(f"{op.name}: no bench grid {grid!r}; declared grids: {sorted(op.grids)}")
+    cases = list(op.grids[grid](torch.device(device), dtype))
+    seen: set[str] = set()
+    for case in cases:
+        if case.id in seen:
+            raise ValueError(f"{op.name}: bench grid {grid!r} repeats case id {case.id!r}")
+        seen.add(case.id)
+    return cases
+
+
+def _device_type(case: Case) -> str:
+    for value in (*case.args, *case.kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            return value.device.type
+    return "cpu"
+
+
+def _tensor_bytes(case: Case) -> int:
+    values = (*case.args, *case.kwargs.values())
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
+
+
+def _error_note(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".replace("\n", " ")
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+class CaseBench:
+    """Everything done for one case: reference, buffers, then each candidate."""
+
+    def __init__(self, op: Op, dtype: torch.dtype, case: Case, config: BenchConfig, timer: Timer, roof: Roofline):
+        self.op, self.dtype, self.case, self.timer, self.roof = op, dtype, case, timer, roof
+        self.device_type = _device_type(case)
+        self.bytes = op.bytes_fn(*case.args, **case.kwargs) if op.bytes_fn else None
+        self.flops = op.flops_fn(*case.args, **case.kwargs) if op.flops_fn else None
+        working_set = self.bytes if self.bytes is not None else _tensor_bytes(case)
+        self.n_buffers = rotation_count(working_set, config.l2_bytes, config.max_buffers)
+        self.expected = gate.reference_outputs(op, case.args, case.kwargs)
+        self._buffers: list[tuple[tuple, dict]] | None = None
+
+    def buffers(self) -> list[tuple[tuple, dict]]:
+        """Buffer set 0 is the case itself; 1..k-1 are copies at other addresses."""
+        if self._buffers is None:
+            first = (self.case.args, self.case.kwargs)
+            self._buffers = [first] + [gate.clone_args(*first) for _ in range(self.n_buffers - 1)]
+        return self._buffers
+
+    def row(self, cand: Candidate) -> Row:
+        row = Row(
+            self.op.name,
+            DTYPE_NAMES.get(self.dtype, str(self.dtype)),
+            self.case.id,
+            cand.name,
+            cand.kind,
+            buffers=self.n_buffers,
+            bytes=self.bytes,
+            flops=self.flops,
+        )
+        args, kwargs = self.case.args, self.case.kwargs
+        if not cand.accepts(*args, **kwargs):
+            row.status, row.note = "skipped", "declines these arguments"
+            return row
+        try:
+            if cand.contract is not None:
+                contract = cand.contract(self.dtype, self.device_type)
+                before = resources.snapshot(cand.kernels)
+                check = gate.run_gate(self.op, cand.prepare, args, kwargs, self.expected, contract)
+                row.kernels = [
+                    k.as_dict() for k in resources.new_specializations(before, resources.snapshot(cand.kernels))
+                ]
+                row.contract, row.max_abs_err, row.max_ulp = check.contract, check.max_abs_err, check.max_ulp
+                row.mismatches = check.mismatches
+                if not check.passed:
+                    row.note = check.summary()
+                    if cand.gated:
+                        row.status = "failed"
+                        return row
+                    row.status = "inexact"
+            else:
+                row.status = "reference"
+            calls = [cand.prepare(a, kw) for a, kw in self.buffers()]
+            row.time_us = 1e3 * self.timer(lambda: [call() for call in calls]) / len(calls)
+        except Exception as exc:  # one broken provider must not end the run
+            row.status, row.note, row.time_us = "error", _error_note(exc), None
+            return row
+        self._roofline(row)
+        return row
+
+    def _roofline(self, row: Row) -> None:
+        seconds = row.time_us * 1e-6
+        bound = self.roof.min_time_s(self.bytes, self.flops)
+        if bound is not None:
+            row.roofline_us = bound * 1e6
+            row.pct_roofline = self.roof.percent(self.bytes, self.flops, seconds)
+        if self.bytes is not None and seconds > 0:
+            row.gbps = self.bytes / seconds / 1e9
+        if self.flops is not None and seconds > 0:
+            row.tflops = self.flops / seconds / 1e12
+
+    def run(self, candidates: list[Candidate]) -> list[Row]:
+        rows = [self.row(c) for c in candidates]
+        times = {r.provider: r.time_us for r in rows if r.timed}
+        for r in rows:
+            if r.timed:
+                if times.get(NATIVE):
+                    r.speedup_vs_native = times[NATIVE] / r.time_us
+                if times.get(COMPILED):
+                    r.speedup_vs_native_compiled = times[COMPILED] / r.time_us
+        return rows
+
+
+def bench_op(
+    op: Op,
+    dtype: torch.dtype,
+    config: BenchConfig,
+    *,
+    timer: Timer,
+    roofline: Roofline,
+    candidates: Candidates | None = None,
+    reporter: Reporter | None = None,
+) -> list[Row]:
+    """Every case of ``op``'s grid for ``dtype``: one row per (case, candidate)."""
+    reporter = reporter or Reporter()
+    candidates = candidates or Candidates(config)
+    cands = candidates.for_op(op)
+    cases = expand_grid(op, config.grid, config.device, dtype)
+    reporter.start(op, dtype, [c.name for c in cands], len(cases))
+    rows: list[Row] = []
+    with torch.no_grad():
+        while cases:
+            case = cases.pop(0)  # drop each case's tensors once it is done
+            try:
+                bench = CaseBench(op, dtype, case, config, timer, roofline)
+            except Exception as exc:  # the reference or the cost raised: every candidate errs
+                note = f"reference failed: {_error_note(exc)}"
+                case_rows = [
+                    Row(op.name, DTYPE_NAMES.get(dtype, str(dtype)), case.id, c.name, c.kind, "error", note=note)
+                    for c in cands
+                ]
+            else:
+                case_rows = bench.run(cands)
+            rows += case_rows
+            reporter.case_done(op, dtype, case, case_rows)
+    reporter.done(op, dtype, rows)
+    return rows
