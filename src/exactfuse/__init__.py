@@ -2,7 +2,9 @@
 
 from exactfuse import ops as _ops  # noqa: F401  (declares every op)
 from exactfuse.layers import GeluAndMul, SiluAndMul, W4A16Linear
+from exactfuse.layers.sparse import GeluAndMulSparse
 from exactfuse.ops.activation import gelu_and_mul, silu_and_mul
+from exactfuse.ops.activation.sparse import gelu_and_mul_sparse
 from exactfuse.ops.w4a16 import w4a16_gemm
 from exactfuse.registry import OPS, get
 from exactfuse.utils import poison_outputs
@@ -13,10 +15,12 @@ __version__ = "0.1.0"
 __all__ = [
     "OPS",
     "GeluAndMul",
+    "GeluAndMulSparse",
     "SiluAndMul",
     "W4A16Linear",
     "__version__",
     "gelu_and_mul",
+    "gelu_and_mul_sparse",
     "get",
     "poison_outputs",
     "silu_and_mul",

@@ -1,6 +1,7 @@
 """nn.Modules that call exactfuse ops; drop-in replacements for model code."""
 
 from exactfuse.layers.activation import GeluAndMul, SiluAndMul
+from exactfuse.layers.sparse import GeluAndMulSparse
 from exactfuse.layers.w4a16 import W4A16Linear
 
-__all__ = ["GeluAndMul", "SiluAndMul", "W4A16Linear"]
+__all__ = ["GeluAndMul", "GeluAndMulSparse", "SiluAndMul", "W4A16Linear"]

@@ -242,3 +242,80 @@ class Float64Relative(Contract):
             detail=f"rel err {err:.3g} vs native {native_err:.3g} (bound {bound:.3g})",
             extra={"rel_err": err, "native_rel_err": native_err},
         )
+
+
+def _rows_of(t: torch.Tensor) -> tuple[int, int]:
+    """``(rows, d)``: every dimension but the last is a row index."""
+    d = t.shape[-1] if t.dim() else 1
+    return (t.numel() // d if d else 0), d
+
+
+class RowBitwise(Contract):
+    """Whole rows bitwise equal (zero signs and the zero mask included), but for a small fraction.
+
+    For ops whose rows depend on a statistic (mean, std) that a provider sums in
+    another order than the reference: in rare rows the rounded statistic lands on
+    the neighbouring value and that whole row differs. Rows of width up to
+    ``all_rows_up_to_d`` must all match. Wider rows: the contract is that at
+    least ``min_fraction`` of the rows of a test matrix match; one call checks
+    ``differing <= max(1, floor(rows * (1 - min_fraction)))`` (one row of
+    slack, since a call with a handful of rows cannot express a fraction), and
+    reports ``extra["rows"]`` and ``extra["differing_rows"]`` so that a test
+    sums them over its matrix. A systematic error makes most rows differ and
+    fails either way. ``extra`` also holds the zero-mask mismatches; ``max_ulp``
+    is the largest distance in the differing rows. Runs on the tensors' device.
+    """
+
+    def __init__(self, min_fraction: float = 0.999, all_rows_up_to_d: int = 128):
+        self.min_fraction, self.all_rows_up_to_d = min_fraction, all_rows_up_to_d
+        self.name = f"RowBitwise({min_fraction:g}, all rows up to d={all_rows_up_to_d})"
+
+    def allowed_rows(self, rows: int, d: int) -> int:
+        if d <= self.all_rows_up_to_d:
+            return 0
+        return max(1, int(rows * (1.0 - self.min_fraction) + 1e-9))
+
+    def check(self, actual, expected, **context):
+        if (res := self._shape_check(actual, expected)) is not None:
+            return res
+        e = expected.detach()
+        a = actual.detach().to(e.device)
+        if a.dtype in _INT_VIEW:
+            bad = a.view(_INT_VIEW[a.dtype]) != e.view(_INT_VIEW[e.dtype])
+            bad &= ~(torch.isnan(a) & torch.isnan(e))
+        else:
+            bad = a != e
+        rows, d = _rows_of(a)
+        differing = int(bad.reshape(rows, d).any(-1).sum()) if rows and d else 0
+        allowed = self.allowed_rows(rows, d)
+        zero_mask = int(((a == 0) != (e == 0)).sum())
+        res = self._measure(a, e, bad)
+        res.passed = differing <= allowed
+        res.detail = f"{differing}/{rows} rows differ (allowed {allowed}), {zero_mask} zero-mask mismatches"
+        res.extra = {"rows": rows, "differing_rows": differing, "zero_mask_mismatches": zero_mask}
+        return res
+
+
+class ZeroMaskTolerance(Tolerance):
+    """:class:`Tolerance`, plus the same zero positions as native in rows of width up to ``up_to_d``.
+
+    For sparse outputs: a tolerance admits a tiny value where native has an
+    exact zero, so on narrow rows the sparsity mask is compared exactly.
+    """
+
+    def __init__(self, up_to_d: int = 128, atol: float | None = None, rtol: float | None = None):
+        super().__init__(atol, rtol)
+        self.up_to_d = up_to_d
+        self.name = f"{self.name} + zero mask up to d={up_to_d}"
+
+    def check(self, actual, expected, **context):
+        res = super().check(actual, expected, **context)
+        if actual.shape != expected.shape or actual.dtype != expected.dtype:
+            return res
+        a, e = actual.detach().cpu(), expected.detach().cpu()
+        zero_mask = int(((a == 0) != (e == 0)).sum())
+        res.extra["zero_mask_mismatches"] = zero_mask
+        if _rows_of(a)[1] <= self.up_to_d and zero_mask:
+            res.passed = False
+            res.detail += f"; {zero_mask} zero-mask mismatches"
+        return res

@@ -153,5 +153,6 @@ def _gated_bytes(x: torch.Tensor, approximate: str = "none") -> int:
 silu_and_mul.cost(bytes=lambda x: _gated_bytes(x))
 gelu_and_mul.cost(bytes=_gated_bytes)
 from exactfuse.ops.activation.moe import moe_silu_and_mul  # noqa: E402, F401
+from exactfuse.ops.activation.sparse import gelu_and_mul_sparse  # noqa: E402, F401
 
 __all__ = ["gelu_and_mul", "silu_and_mul"]

@@ -1,0 +1,102 @@
+"""num_warps sweep of the gelu_and_mul_sparse kernel over d = 1..32768 on the GPU (bf16, tanh).
+
+For every width d (bucketed by BD = next_power_of_2(d), the block the kernel
+compiles for) and token counts T in {1, 64, 1024}: the time of each num_warps
+(CUDA-graph replay, median, inputs rotated so the working set exceeds L2),
+registers and spills of each compiled specialization, and the num_warps whose
+geomean over the bucket's shapes is lowest. The last block prints the table to
+paste into ``WARPS_BY_BD`` in src/exactfuse/ops/activation/sparse_triton.py
+and how much the shipped table loses against it (geomean, worst shape).
+
+    PYTHONPATH=src python3 scripts/gpu/sweep_sparse_warps.py      # < 3 minutes on an H200
+
+What it decides: the shipped default is {<=1024: 4, 2048-8192: 8, 16384: 16,
+32768: 32}; a bucket whose best num_warps beats the default by more than ~2%
+geomean should take the printed value. Details go to $OUT/sweep_sparse_warps.txt.
+"""
+
+import math
+import os
+
+import torch
+import triton
+
+from exactfuse.bench import resources
+from exactfuse.ops.activation import sparse_triton as st
+from exactfuse.ops.activation.sparse import STD_MULTIPLIER
+
+WIDTHS = (1, 31, 128, 500, 1024, 2048, 3000, 4096, 8192, 12288, 16384, 24576, 32768)
+TOKENS = (1, 64, 1024)
+WARPS = (1, 2, 4, 8, 16, 32)
+WORKING_SET = 256 << 20
+
+
+def candidate_warps(d: int) -> list[int]:
+    """Warp counts that give each thread 4..128 elements of the program's BT x BD block."""
+    bt, bd, _ = st.sparse_config(d)
+    return [w for w in WARPS if 4 <= bt * bd // (32 * w) <= 128] or [4]
+
+
+def time_us(sets, d: int, warps: int) -> float:
+    def body():
+        for x in sets:
+            st.launch_gelu_and_mul_sparse(x, STD_MULTIPLIER, "tanh", num_warps=warps)
+
+    body()  # compile outside the capture
+    return triton.testing.do_bench_cudagraph(body, rep=20, return_mode="median") * 1e3 / len(sets)
+
+
+def geomean(values) -> float:
+    values = list(values)
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
+def main() -> None:
+    times: dict[tuple[int, int], dict[int, float]] = {}
+    regs: dict[tuple[int, int], str] = {}
+    for d in WIDTHS:
+        for T in TOKENS:
+            nbytes = T * d * 2 * 3
+            k = max(1, min(32, WORKING_SET // nbytes))
+            sets = [torch.randn(T, 2 * d, device="cuda", dtype=torch.bfloat16) for _ in range(k)]
+            row = times.setdefault((T, d), {})
+            for w in candidate_warps(d):
+                before = resources.snapshot([st.gelu_and_mul_sparse_kernel])
+                row[w] = time_us(sets, d, w)
+                for res in resources.new_specializations(before, resources.snapshot([st.gelu_and_mul_sparse_kernel])):
+                    regs[(st.sparse_config(d)[1], w)] = f"{res.n_regs} regs/{res.n_spills} spills"
+    print(f"{'T':>5} {'d':>6} {'best w':>6} {'us':>8} {'shipped w':>9} {'us':>8} {'x':>6} {'GB/s best':>9}")
+    for (T, d), row in times.items():
+        best = min(row, key=row.get)
+        shipped = st.sparse_config(d)[2]
+        ours = row.get(shipped, float("nan"))
+        print(
+            f"{T:>5} {d:>6} {best:>6} {row[best]:8.2f} {shipped:>9} {ours:8.2f} {ours / row[best]:6.3f} "
+            f"{T * d * 6 / row[best] / 1e3:9.0f}"
+        )
+    print("\nper BD bucket: geomean slowdown vs per-shape best, for each num_warps (resources of that compile)")
+    suggested, loss = {}, []
+    for bd in sorted({st.sparse_config(d)[1] for d in WIDTHS}):
+        shapes = [row for (T, d), row in times.items() if st.sparse_config(d)[1] == bd]
+        common = set.intersection(*(set(r) for r in shapes))
+        scores = {w: geomean(r[w] / min(r.values()) for r in shapes) for w in common}
+        suggested[max(bd, 1024)] = min(scores, key=scores.get)
+        shipped = st.WARPS_BY_BD[max(bd, 1024)]
+        if shipped in common:
+            loss.extend(r[shipped] / min(r.values()) for r in shapes)
+        cells = "  ".join(f"w{w}: {s:.3f} ({regs.get((bd, w), '?')})" for w, s in sorted(scores.items()))
+        print(f"  BD {bd:>5}: {cells}")
+    print(f"\nsuggested WARPS_BY_BD = {dict(sorted(suggested.items()))}")
+    print(f"shipped   WARPS_BY_BD = {st.WARPS_BY_BD}")
+    if loss:
+        print(f"shipped table vs per-shape best: geomean {geomean(loss):.3f}x, worst {max(loss):.3f}x")
+    out = os.environ.get("OUT")
+    if out:
+        with open(os.path.join(out, "sweep_sparse_warps.txt"), "w") as f:
+            for (T, d), row in times.items():
+                for w, us in sorted(row.items(), key=lambda kv: kv[1]):
+                    f.write(f"T={T} d={d} warps={w} {us:.3f}us {regs.get((st.sparse_config(d)[1], w), '')}\n")
+
+
+if __name__ == "__main__":
+    main()

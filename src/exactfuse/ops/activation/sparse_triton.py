@@ -1,0 +1,202 @@
+"""Triton kernel for ``gelu_and_mul_sparse``: row statistics, threshold, GELU and gate in one pass.
+
+One program holds ``BT`` whole rows (``BT = 1`` from ``d = 1024`` up) in
+registers: the gate is read once, reduced to its mean and standard deviation,
+thresholded, passed through GELU and multiplied by ``up``; one store. ``up`` is
+loaded after the statistics, so it is not live in registers during the
+reductions (offline sm_90 compile, bf16, 32 warps: 64 registers and no spill at
+d = 32768, against 24 B of spill with ``up`` loaded next to the gate).
+
+Numerics (see ``sparse_native.py`` for the eager sequence this mirrors):
+
+- Every eager op on fp16/bf16 returns the activation dtype, so the kernel
+  rounds to it at each operation boundary (``_round``; each call names the
+  eager op it mirrors). ``ROUND`` is a bit mask of those boundaries, all on in
+  the op; tests turn single bits off to show each one changes results.
+- The GELU is the gated-activation kernel's ``_activation`` (ATen's formulas).
+- ``mean``: fp32 row sum times ``float(rows) / float(numel)``, as ATen's
+  ``mean_kernel_impl`` (a multiply, not a division by ``d``).
+- ``std``: ATen runs a fp32 Welford reduction and takes ``sqrt(m2 / n)`` with
+  IEEE division and a correctly rounded sqrt (``div_rn``, ``sqrt_rn`` here).
+  The kernel forms ``m2`` by a two-pass sum of ``(x - mean)^2`` around the fp32
+  mean, in another order: a few fp32 ulp apart, so the rounded std (and the
+  mean, summed in another order too) can land on the neighbouring fp16/bf16
+  value in rare rows. That is the op's contract (row-bitwise on >= 99.9%).
+- ``std * std_multiplier`` uses an explicitly rounded multiply so that the fp32
+  path cannot contract it with the following add into an fma (eager runs them
+  as two kernels).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from exactfuse.ops.activation.triton import GELU_ERF, GELU_TANH, _activation
+from exactfuse.registry.platform import interpreter_enabled
+from exactfuse.utils import empty, next_power_of_2
+
+MAX_D = 32768
+# Operation boundaries where eager rounds to the activation dtype (bits of ROUND).
+ROUND_MEAN, ROUND_STD, ROUND_SCALED_STD, ROUND_CUTOFF, ROUND_SHIFTED, ROUND_GELU = 1, 2, 4, 8, 16, 32
+ROUND_ALL = 63
+ROUND_BOUNDARIES = {
+    "mean": ROUND_MEAN,
+    "std": ROUND_STD,
+    "std*m": ROUND_SCALED_STD,
+    "mean+std*m": ROUND_CUTOFF,
+    "gate-cutoff": ROUND_SHIFTED,
+    "gelu": ROUND_GELU,
+}
+
+# F.relu is clamp_min(x, 0): NaN passes through, otherwise a max with 0, whose
+# result for x = -0.0 is the platform's: CUDA's fmaxf is PTX max.f32, the same
+# instruction tl.maximum lowers to; the CPU reference (x86 maxps) keeps -0.0,
+# while the interpreter's tl.maximum (np.fmax) returns +0.0, so there we select.
+if interpreter_enabled():
+
+    @triton.jit
+    def _mul_rn(x, y):
+        return x * y  # numpy rounds every op; there is no contraction to prevent
+
+    @triton.jit
+    def _relu(x):
+        return tl.where(x < 0.0, 0.0, x)
+
+else:
+    from triton.language.extra import libdevice
+
+    @triton.jit
+    def _mul_rn(x, y):
+        return libdevice.mul_rn(x, y)
+
+    @triton.jit
+    def _relu(x):
+        return tl.where(x != x, x, tl.maximum(x, 0.0))
+
+
+@triton.jit
+def _round(x, DT: tl.constexpr, ENABLED: tl.constexpr):
+    """Round fp32 ``x`` to the activation dtype and back when ``ENABLED``."""
+    if ENABLED:
+        return x.to(DT).to(tl.float32)
+    else:
+        return x
+
+
+@triton.jit(do_not_specialize=["T"])
+def gelu_and_mul_sparse_kernel(
+    p_x,
+    p_y,
+    T,
+    D,
+    stride_x,
+    stride_y,
+    std_multiplier,
+    ACTIVATION: tl.constexpr,
+    ROUND: tl.constexpr,
+    BT: tl.constexpr,
+    BD: tl.constexpr,
+    INT64_INDEX: tl.constexpr,
+):
+    """``BT`` rows of ``y = gelu(relu(gate - (mean + std * m))) * up``.
+
+    p_x: ``[T, 2D]`` rows ``stride_x`` apart, last dim contiguous.
+    p_y: ``[T, D]`` rows ``stride_y`` apart, last dim contiguous.
+    std_multiplier: fp32 scalar. constexpr: ACTIVATION (1 erf, 2 tanh), ROUND
+    (boundary mask, 63 = all), BT rows per program, BD = next_power_of_2(D),
+    INT64_INDEX (row offsets reach 2**31). T is not specialized, so one compile
+    serves every batch size of a width class.
+    """
+    DT: tl.constexpr = p_y.dtype.element_ty
+    i_t = tl.program_id(0)
+    if INT64_INDEX:
+        i_t = i_t.to(tl.int64)
+    o_t = i_t * BT + tl.arange(0, BT)
+    o_d = tl.arange(0, BD)
+    m_td = (o_t[:, None] < T) & (o_d[None, :] < D)
+    p_g = p_x + o_t[:, None] * stride_x + o_d[None, :]
+    b_g = tl.load(p_g, mask=m_td, other=0.0).to(tl.float32)
+
+    # gate.mean(-1): fp32 sum times float(rows) / float(numel) (ATen's MeanOps factor).
+    factor = tl.div_rn(T.to(tl.float32), (T.to(tl.int64) * D).to(tl.float32))
+    b_mean = tl.sum(b_g, axis=1) * factor
+    # gate.std(-1, unbiased=False): two-pass around the fp32 mean.
+    b_dx = tl.where(m_td, b_g - b_mean[:, None], 0.0)
+    b_m2 = tl.sum(b_dx * b_dx, axis=1)
+    b_mean = _round(b_mean, DT, ROUND & 1)  # mean() returns the dtype
+    b_std = _round(tl.sqrt_rn(tl.div_rn(b_m2, D * 1.0)), DT, ROUND & 2)  # std() returns the dtype
+    # cutoff = mean + std * m: two eager ops, each rounded.
+    b_cut = _round(_mul_rn(b_std, std_multiplier), DT, ROUND & 4)  # std * m (fp32 opmath)
+    b_cut = _round(b_mean + b_cut, DT, ROUND & 8)  # mean + (std * m)
+    b_u = tl.load(p_g + D, mask=m_td, other=0.0)  # after the statistics: fewer live registers
+    b_s = _round(b_g - b_cut[:, None], DT, ROUND & 16)  # gate - cutoff
+    b_r = _relu(b_s)  # F.relu: exact
+    b_a = _round(_activation(b_r, ACTIVATION), DT, ROUND & 32)  # F.gelu returns the dtype
+    b_y = (b_a * b_u.to(tl.float32)).to(DT)  # * up
+    tl.store(p_y + o_t[:, None] * stride_y + o_d[None, :], b_y, mask=m_td)
+
+
+# num_warps per block width BD (a program covers BT * BD = max(BD, 1024) elements).
+# Default until scripts/gpu/sweep_sparse_warps.py has been run on the H200. Registers
+# and spills from an offline sm_90 compile (bf16, Triton 3.9; to be re-read from the
+# sweep on the GPU's Triton): d = 32768 spills 72 B a thread at 8 warps, 40 B at 16,
+# none at 32 (64 registers); d = 16384 needs 138/76/44 registers at 8/16/32 warps.
+WARPS_BY_BD = {1024: 4, 2048: 8, 4096: 8, 8192: 8, 16384: 16, 32768: 32}
+
+
+def sparse_config(D: int) -> tuple[int, int, int]:
+    """Static launch heuristic ``(BT, BD, num_warps)`` for rows of ``D`` outputs (``1 <= D <= 32768``).
+
+    ``BD`` spans the whole row; rows narrower than 1024 are stacked ``BT`` to a
+    program so that a program covers 1024 elements. It depends on ``D`` only,
+    so every batch size reuses one compiled kernel.
+    """
+    if not 1 <= D <= MAX_D:
+        raise ValueError(f"gelu_and_mul_sparse: d must be in [1, {MAX_D}] for the Triton kernel, got {D}")
+    BD = next_power_of_2(D)
+    BT = max(1, 1024 // BD)
+    return BT, BD, WARPS_BY_BD[max(BD, 1024)]
+
+
+def launch_gelu_and_mul_sparse(
+    x: torch.Tensor,
+    std_multiplier: float,
+    approximate: str,
+    *,
+    round_mask: int = ROUND_ALL,
+    num_warps: int | None = None,
+) -> torch.Tensor:
+    """Launch the kernel on ``x: [..., 2d]`` -> ``[..., d]``.
+
+    ``round_mask`` and ``num_warps`` exist for tests and sweeps only (the op
+    always rounds at every boundary and uses :func:`sparse_config`).
+    """
+    D = x.shape[-1] // 2
+    y = empty((*x.shape[:-1], D), x.dtype, x.device)
+    if y.numel() == 0:
+        return y
+    x2 = x if x.dim() == 2 else x.reshape(-1, 2 * D)
+    T = x2.shape[0]
+    BT, BD, warps = sparse_config(D)
+    torch.library.wrap_triton(gelu_and_mul_sparse_kernel)[(triton.cdiv(T, BT),)](
+        x2,
+        y,
+        T,
+        D,
+        x2.stride(0),
+        D,
+        float(std_multiplier),
+        ACTIVATION=GELU_TANH if approximate == "tanh" else GELU_ERF,
+        ROUND=round_mask,
+        BT=BT,
+        BD=BD,
+        INT64_INDEX=T * x2.stride(0) >= 2**31,
+        num_warps=num_warps or warps,
+    )
+    return y
+
+
+def gelu_and_mul_sparse_triton(x: torch.Tensor, std_multiplier: float, approximate: str) -> torch.Tensor:
+    return launch_gelu_and_mul_sparse(x, std_multiplier, approximate)
