@@ -1,0 +1,189 @@
+"""Declaration of ``moe_silu_and_mul``: the MoE expert activation (seed 003).
+
+Spec in ``moe_native.py``, kernel in ``moe_triton.py``; this file registers the
+op, its Triton provider, the input generator (shared by tests, ``verify`` and
+``bench``), warmup, benchmark grids and roofline cost.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from exactfuse.ops.activation import moe_native
+from exactfuse.ops.activation import moe_triton as _triton
+from exactfuse.registry import Case, Tolerance, Ulp, op, platform
+from exactfuse.testing.inputs import make_generator, randn_with_specials
+
+# fp16/bf16 outputs: Ulp(1). Spec and kernel compute the same fp32 expression
+# in the same order and round once; the only freedom is the fp32 exp (on CUDA
+# both call the same expf, so we expect bitwise equality there: the numerics
+# line of scripts/gpu/sweep_moe.py reports it). fp32 outputs: within 1e-6
+# relative; absolute differences up to 1.2e-38 (the smallest normal fp32 is
+# 1.18e-38) are accepted, as subnormal results carry fewer than 24 bits.
+# The same contract holds under the Triton interpreter (numpy exp vs the CPU's
+# SLEEF/libm exp): measured over the full input set minus the two largest
+# shapes, seeds 0-2: fp16 at most 1 ulp, fp32 at most 6 fp32 ulp (< 1e-6 relative).
+FP32_TOLERANCE = Tolerance(atol=1.2e-38, rtol=1e-6)
+CONTRACT = {torch.float16: Ulp(1), torch.bfloat16: Ulp(1), torch.float32: FP32_TOLERANCE}
+
+
+def _triton_supports(
+    gateup: torch.Tensor,
+    row_weights: torch.Tensor | None = None,
+    interleaved: bool = False,
+    out_dtype: torch.dtype | None = None,
+) -> bool:
+    """CUDA (or the interpreter, without bf16 anywhere), gateup's last dim contiguous."""
+    if not platform.triton_device_ok(gateup):
+        return False
+    if gateup.device.type == "cpu":
+        dtypes = {gateup.dtype, out_dtype, None if row_weights is None else row_weights.dtype}
+        if torch.bfloat16 in dtypes:
+            return False  # the interpreter has no bf16 arithmetic
+    return gateup.stride(1) == 1 or gateup.numel() == 0
+
+
+moe_silu_and_mul = op(
+    moe_native.moe_silu_and_mul,
+    contract=CONTRACT,
+    check=moe_native.check_moe_silu_and_mul,
+)
+moe_silu_and_mul.provider(
+    "triton",
+    supported=platform.triton_available,
+    supports_args=_triton_supports,
+    kernels=[_triton.moe_silu_and_mul_kernel],
+)(_triton.moe_silu_and_mul_triton)
+
+
+# ------------------------------------------------------------------ inputs
+# (M, N): the issue's edge and model shapes; N = 7 and 33 are odd widths, the
+# (7, 384), (33, 960), (5, 512) trio mixes odd M with widths that are not
+# powers of two, and M = 1..16 x N = 768/1024/1536 is the small shared-expert
+# batch family (seed 003).
+QUICK_SHAPES = ((0, 64), (1, 7), (3, 33), (7, 384), (5, 512), (4, 1024))
+FULL_SHAPES = (
+    (0, 64),
+    (1, 7),
+    (3, 33),
+    (7, 384),
+    (33, 960),
+    (5, 512),
+    (1, 1024),
+    (6, 768),
+    (384, 1024),
+    (1536, 2048),
+    (4096, 3072),
+    (49152, 1024),
+    *((m, n) for m in (1, 2, 4, 8, 16) for n in (768, 1024, 1536)),
+)
+LAYOUTS = {"split": False, "inter": True}
+_SHORT = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+
+
+def _weights(kind: str, M: int, dtype: torch.dtype, device, gen: torch.Generator) -> torch.Tensor | None:
+    """None, or top-k-like weights in (0, 1] as fp32 (``"w32"``) or the input dtype (``"wx"``)."""
+    if kind == "none":
+        return None
+    w = torch.rand((M,), generator=gen, dtype=torch.float32) * 0.9 + 0.1
+    return w.to(torch.float32 if kind == "w32" else dtype).to(device)
+
+
+def _variants(dtype: torch.dtype, quick: bool):
+    """(weights kind, out_dtype) pairs: every weights kind; an fp32 output from half inputs."""
+    yield "none", None
+    yield "w32", None
+    yield "wx", None
+    if dtype != torch.float32:
+        yield "w32", torch.float32
+    if not quick and dtype == torch.float32:
+        yield "none", torch.float16
+
+
+@moe_silu_and_mul.inputs
+def _inputs(device: torch.device, dtype: torch.dtype, *, quick: bool = False, seed: int = 0):
+    gen = make_generator(seed)
+    for M, N in QUICK_SHAPES if quick else FULL_SHAPES:
+        for layout, interleaved in LAYOUTS.items():
+            for wkind, out_dtype in _variants(dtype, quick):
+                x = randn_with_specials((M, 2 * N), dtype, device, gen, specials=False)
+                w = _weights(wkind, M, dtype, device, gen)
+                suffix = f"-out_{_SHORT[out_dtype]}" if out_dtype is not None else ""
+                yield Case(f"M{M}-N{N}-{layout}-{wkind}{suffix}", (x, w, interleaved, out_dtype))
+    for layout, interleaved in LAYOUTS.items():
+        x = randn_with_specials((64, 2 * 96), dtype, device, gen, specials=True)
+        yield Case(f"specials-M64-N96-{layout}-w32", (x, _weights("w32", 64, dtype, device, gen), interleaved))
+        wide = randn_with_specials((8, 2 * 256), dtype, device, gen, specials=False) * 12
+        yield Case(f"wide-range-M8-N256-{layout}-none", (wide, None, interleaved))
+        strided = randn_with_specials((6, 2 * 160), dtype, device, gen, specials=False)[:, : 2 * 128]
+        yield Case(f"row-stride-M6-N128-{layout}-w32", (strided, _weights("w32", 6, dtype, device, gen), interleaved))
+
+
+# ------------------------------------------------------------------ warmup
+@moe_silu_and_mul.warmup
+def _warmup(
+    device: torch.device,
+    dtype: torch.dtype,
+    *,
+    widths=(1024,),
+    interleaved=(False, True),
+    weights=(None, torch.float32),
+    out_dtype: torch.dtype | None = None,
+    **other_ops_options,
+) -> None:
+    """Compile the kernel for each width ``N`` x layout x row-weights dtype (``None``: no weights).
+
+    The launch configuration depends on ``N`` only, so one call per width
+    covers every batch size (except ``numel >= 2**31``, a separate int64 build).
+    Options meant for other ops' warmups (``exactfuse.warmup`` passes them to
+    every op) are ignored.
+    """
+    for N in widths:
+        x = torch.ones((1, 2 * N), dtype=dtype, device=device)
+        for layout in (interleaved,) if isinstance(interleaved, bool) else interleaved:
+            for w_dtype in weights:
+                w = None if w_dtype is None else torch.ones((1,), dtype=w_dtype, device=device)
+                _triton.launch_moe_silu_and_mul(x, w, layout, out_dtype)
+
+
+# ------------------------------------------------------------- bench grids
+BENCH_M = (1, 6, 96, 384, 4096, 49152)
+BENCH_N = (768, 1024, 1536, 3072)
+QUICK_BENCH = ("M6-N1024-inter-none", "M4096-N1024-split-w32", "M49152-N3072-inter-none")
+
+
+def _bench_cases(device: torch.device, dtype: torch.dtype, only: tuple[str, ...] | None = None):
+    """M x N x layout x (no weights, fp32 row weights); tensors made lazily, case by case."""
+    for M in BENCH_M:
+        for N in BENCH_N:
+            for layout, interleaved in LAYOUTS.items():
+                for wkind in ("none", "w32"):
+                    case_id = f"M{M}-N{N}-{layout}-{wkind}"
+                    if only is not None and case_id not in only:
+                        continue
+                    x = torch.randn((M, 2 * N), dtype=dtype, device=device)
+                    w = None if wkind == "none" else torch.rand((M,), dtype=torch.float32, device=device)
+                    yield Case(case_id, (x, w, interleaved))
+
+
+moe_silu_and_mul.grid("default")(_bench_cases)
+moe_silu_and_mul.grid("quick")(lambda device, dtype: _bench_cases(device, dtype, QUICK_BENCH))
+
+
+def _bytes(
+    gateup: torch.Tensor,
+    row_weights: torch.Tensor | None = None,
+    interleaved: bool = False,
+    out_dtype: torch.dtype | None = None,
+) -> int:
+    """Read ``gateup`` and ``row_weights`` once, write ``[M, N]`` of ``out_dtype`` once."""
+    M, N = gateup.shape[0], gateup.shape[1] // 2
+    read = gateup.numel() * gateup.element_size()
+    if row_weights is not None:
+        read += row_weights.numel() * row_weights.element_size()
+    return read + M * N * (out_dtype or gateup.dtype).itemsize
+
+
+moe_silu_and_mul.cost(bytes=_bytes)
+
+__all__ = ["moe_silu_and_mul"]

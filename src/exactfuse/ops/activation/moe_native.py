@@ -1,0 +1,86 @@
+"""Native spec of ``moe_silu_and_mul``: the MoE expert activation ``silu(gate) * up * w``.
+
+``gateup`` is ``[M, 2N]``, one row per (token, expert) pair, in one of two layouts:
+
+- split (``interleaved=False``): ``[g_0 .. g_{N-1} | u_0 .. u_{N-1}]``;
+- interleaved (``interleaved=True``): ``[g_0, u_0, g_1, u_1, ...]``, i.e. the row
+  viewed as ``[N, 2]`` holds the gate in column 0 and the up projection in column 1.
+
+The whole computation is fp32 with one rounding, at the end, to ``out_dtype``
+(default: ``gateup.dtype``): ``g * sigmoid(g) * u``, evaluated left to right,
+then ``* w[m]`` per row when ``row_weights`` is given. Unlike ``silu_and_mul``
+(which rounds ``silu(g)`` to the activation dtype as eager ``F.silu(g) * u``
+does), nothing is rounded in between: this is the order the MoE kernels it
+replaces compute in (seed 003).
+
+``torch.sigmoid`` on CUDA evaluates ``1 / (1 + expf(-g))`` in fp32 with an IEEE
+division (ATen ``sigmoid_kernel_cuda``); the Triton kernel writes the same
+expression with libdevice ``exp`` and ``div_rn``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
+OP = "moe_silu_and_mul"
+
+
+def check_moe_silu_and_mul(
+    gateup: torch.Tensor,
+    row_weights: torch.Tensor | None = None,
+    interleaved: bool = False,
+    out_dtype: torch.dtype | None = None,
+) -> None:
+    """Validate the arguments of :func:`moe_silu_and_mul`; errors name the argument."""
+    if not isinstance(gateup, torch.Tensor):
+        raise TypeError(f"{OP}: gateup must be a torch.Tensor, got {type(gateup).__name__}")
+    if gateup.dim() != 2:
+        raise ValueError(f"{OP}: gateup must be 2-D [M, 2*N], got {gateup.dim()}-D shape {list(gateup.shape)}")
+    if gateup.shape[1] % 2 != 0:
+        raise ValueError(f"{OP}: gateup's last dimension must be even (2*N), got {gateup.shape[1]}")
+    if gateup.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{OP}: gateup must be float16, bfloat16 or float32, got {gateup.dtype}")
+    if not isinstance(interleaved, bool):
+        raise TypeError(f"{OP}: interleaved must be a bool, got {type(interleaved).__name__}")
+    if out_dtype is not None and out_dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{OP}: out_dtype must be None, float16, bfloat16 or float32, got {out_dtype}")
+    if row_weights is None:
+        return
+    if not isinstance(row_weights, torch.Tensor):
+        raise TypeError(f"{OP}: row_weights must be a torch.Tensor or None, got {type(row_weights).__name__}")
+    M = gateup.shape[0]
+    if row_weights.dim() != 1 or row_weights.shape[0] != M:
+        raise ValueError(f"{OP}: row_weights must be [M] = [{M}], got {list(row_weights.shape)}")
+    if row_weights.dtype not in (torch.float32, gateup.dtype):
+        raise TypeError(
+            f"{OP}: row_weights must be float32 or gateup's dtype ({_NAMES[gateup.dtype]}), got {row_weights.dtype}"
+        )
+    if row_weights.device != gateup.device:
+        raise ValueError(f"{OP}: row_weights must be on gateup's device {gateup.device}, got {row_weights.device}")
+
+
+def moe_silu_and_mul(
+    gateup: torch.Tensor,
+    row_weights: torch.Tensor | None = None,
+    interleaved: bool = False,
+    out_dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """``silu(gate) * up [* row_weights[:, None]]``: ``[M, 2N] -> [M, N]``, one rounding.
+
+    gateup: ``[M, 2N]`` fp16/bf16/fp32, split or interleaved (see the module
+    docstring). row_weights: ``[M]`` fp32 or ``gateup.dtype`` (upcast to fp32),
+    e.g. the router's top-k weight of each row, or ``None``. out_dtype: the
+    output dtype, ``None`` for ``gateup.dtype``. Returns a contiguous ``[M, N]``.
+    """
+    x = gateup.float()
+    N = x.shape[1] // 2
+    if interleaved:
+        gate, up = x[:, 0::2], x[:, 1::2]  # the row as [N, 2]: column 0, column 1
+    else:
+        gate, up = x[:, :N], x[:, N:]
+    y = gate * torch.sigmoid(gate) * up
+    if row_weights is not None:
+        y = y * row_weights.float()[:, None]
+    return y.to(out_dtype or gateup.dtype).contiguous()
