@@ -69,9 +69,9 @@ def moe_silu_and_mul_kernel(
     adjacent in memory. constexpr: INTERLEAVED, HAS_WEIGHTS, INT64_INDEX
     (offsets may reach 2**31), EVEN_N (``N % BN == 0``: no column mask), BM, BN,
     EVICT_FIRST (``evict_first`` on the gateup loads), STORE_RUN (see
-    :func:`store_run`; 0: no hint). When ``BM == 1`` the
-    grid has exactly M row blocks, so the row mask is elided too and an
-    ``EVEN_N`` tile is loaded and stored without any mask.
+    :func:`store_run`; 0: no hint). When ``BM == 1`` the grid has exactly M row
+    blocks, so the row mask is elided too and an ``EVEN_N`` tile is loaded and
+    stored without any mask.
     """
     i_p = tl.program_id(0)
     if INT64_INDEX:
