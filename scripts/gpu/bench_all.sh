@@ -11,8 +11,15 @@
 # them the run is the same minus that column.
 #
 # Set EXACTFUSE_GIT_REV=<sha> when the tree has no .git (the results record it).
-# Expected time on an H200: about 4-6 minutes for silu_and_mul, gelu_and_mul,
-# moe_silu_and_mul and gelu_and_mul_sparse (torch.compile of each shape dominates).
+# Each op's files are written as soon as it finishes, so a run cut short keeps
+# the ops done so far. Expected time on an H200 (estimate, to be confirmed by
+# the first run): 4-6 minutes for silu_and_mul, gelu_and_mul, moe_silu_and_mul
+# and gelu_and_mul_sparse (torch.compile of each shape dominates); w4a16_gemm's
+# 60 GEMM shapes add several minutes more. Under a 10-minute limit per command,
+# run it in two parts:
+#   bash scripts/gpu/bench_all.sh --op silu_and_mul --op gelu_and_mul \
+#       --op moe_silu_and_mul --op gelu_and_mul_sparse
+#   bash scripts/gpu/bench_all.sh --op w4a16_gemm
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
