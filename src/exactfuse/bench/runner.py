@@ -186,10 +186,10 @@ class CaseBench:
             flops=self.flops,
         )
         args, kwargs = self.case.args, self.case.kwargs
-        if not cand.accepts(*args, **kwargs):
-            row.status, row.note = "skipped", "declines these arguments"
-            return row
         try:
+            if not cand.accepts(*args, **kwargs):
+                row.status, row.note = "skipped", "declines these arguments"
+                return row
             if cand.contract is not None:
                 contract = cand.contract(self.dtype, self.device_type)
                 before = resources.snapshot(cand.kernels)
