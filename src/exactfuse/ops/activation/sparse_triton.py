@@ -120,7 +120,9 @@ def gelu_and_mul_sparse_kernel(
     b_g = tl.load(p_g, mask=m_td, other=0.0).to(tl.float32)
 
     # gate.mean(-1): fp32 sum times float(rows) / float(numel) (ATen's MeanOps factor).
-    factor = tl.div_rn(T.to(tl.float32), (T.to(tl.int64) * D).to(tl.float32))
+    # T as a tensor even when Inductor re-emits the kernel with a static T (a Python int).
+    T_t = tl.program_id(0) * 0 + T
+    factor = tl.div_rn(T_t.to(tl.float32), (T_t.to(tl.int64) * D).to(tl.float32))
     b_mean = tl.sum(b_g, axis=1) * factor
     # gate.std(-1, unbiased=False): two-pass around the fp32 mean.
     b_dx = tl.where(m_td, b_g - b_mean[:, None], 0.0)
