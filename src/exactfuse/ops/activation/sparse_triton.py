@@ -130,7 +130,10 @@ def gelu_and_mul_sparse_kernel(
     b_mean = _round(b_mean, DT, ROUND & 1)  # mean() returns the dtype
     b_std = _round(tl.sqrt_rn(tl.div_rn(b_m2, D * 1.0)), DT, ROUND & 2)  # std() returns the dtype
     # cutoff = mean + std * m: two eager ops, each rounded.
-    b_cut = _round(_mul_rn(b_std, std_multiplier), DT, ROUND & 4)  # std * m (fp32 opmath)
+    # std_multiplier as a tensor: Inductor may re-emit it as a Python float, which
+    # Triton 3.6's libdevice calls reject (H200 run, scripts/gpu/run_round5.sh).
+    m_std = tl.where(b_std == b_std, std_multiplier, std_multiplier)
+    b_cut = _round(_mul_rn(b_std, m_std), DT, ROUND & 4)  # std * m (fp32 opmath)
     b_cut = _round(b_mean + b_cut, DT, ROUND & 8)  # mean + (std * m)
     b_u = tl.load(p_g + D, mask=m_td, other=0.0)  # after the statistics: fewer live registers
     b_s = _round(b_g - b_cut[:, None], DT, ROUND & 16)  # gate - cutoff
