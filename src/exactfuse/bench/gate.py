@@ -20,34 +20,12 @@ import torch
 
 from exactfuse.registry.contracts import Bitwise, CheckResult, Contract, Tolerance, Ulp, ulp_distance
 from exactfuse.registry.op import Op
+from exactfuse.testing.calls import clone_args, collect_outputs
 from exactfuse.utils import poison_outputs
 
 CHUNK = 1 << 26
 _FLOATS = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
 _STANDARD = (Bitwise, Ulp, Tolerance)
-
-
-def clone_value(value):
-    """A copy of a tensor with the same sizes and strides (other values as they are)."""
-    if not isinstance(value, torch.Tensor):
-        return value
-    try:
-        return torch.empty_strided(value.size(), value.stride(), dtype=value.dtype, device=value.device).copy_(value)
-    except RuntimeError:  # overlapping strides (expand): a dense copy
-        return value.clone()
-
-
-def clone_args(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    return tuple(clone_value(a) for a in args), {k: clone_value(v) for k, v in kwargs.items()}
-
-
-def collect_outputs(op: Op, result, args: tuple, kwargs: dict) -> list[torch.Tensor]:
-    """The tensors a call produced: its result, and for mutating ops the mutated args."""
-    outs = [] if result is None else list(result) if isinstance(result, (tuple, list)) else [result]
-    if op.mutates_args:
-        bound = op.signature.bind(*args, **kwargs)
-        outs += [bound.arguments[n] for n in op.mutates_args if bound.arguments.get(n) is not None]
-    return outs
 
 
 def bit_identical(actual: torch.Tensor, expected: torch.Tensor) -> bool:

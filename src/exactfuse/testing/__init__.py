@@ -19,33 +19,18 @@ from exactfuse.registry.contracts import (
     ulp_distance,
 )
 from exactfuse.registry.op import Case, Op
+from exactfuse.testing.calls import clone_args, collect_outputs
 from exactfuse.testing.inputs import make_generator, randn, randn_with_specials
 from exactfuse.utils import empty, poison_outputs
 
 
-def _clone_args(case: Case) -> tuple[tuple, dict]:
-    def clone(v):
-        return v.clone() if isinstance(v, torch.Tensor) else v
-
-    return tuple(clone(a) for a in case.args), {k: clone(v) for k, v in case.kwargs.items()}
-
-
-def _outputs(op: Op, result, args: tuple, kwargs: dict) -> list[torch.Tensor]:
-    """The tensors a call produced: its result, and for mutating ops the mutated args."""
-    outs = [] if result is None else list(result) if isinstance(result, (tuple, list)) else [result]
-    if op.mutates_args:
-        bound = op.signature.bind(*args, **kwargs)
-        outs += [bound.arguments[n] for n in op.mutates_args if bound.arguments.get(n) is not None]
-    return outs
-
-
 def check_provider(op: Op, provider: str, case: Case, contract: Contract | None = None) -> CheckResult:
     """Run ``provider`` and native on ``case``; check the contract on every output."""
-    n_args, n_kwargs = _clone_args(case)
-    expected = _outputs(op, op.run_provider("native", *n_args, **n_kwargs), n_args, n_kwargs)
-    p_args, p_kwargs = _clone_args(case)
+    n_args, n_kwargs = clone_args(case.args, case.kwargs)
+    expected = collect_outputs(op, op.run_provider("native", *n_args, **n_kwargs), n_args, n_kwargs)
+    p_args, p_kwargs = clone_args(case.args, case.kwargs)
     with poison_outputs():
-        actual = _outputs(op, op.run_provider(provider, *p_args, **p_kwargs), p_args, p_kwargs)
+        actual = collect_outputs(op, op.run_provider(provider, *p_args, **p_kwargs), p_args, p_kwargs)
     if contract is None:
         first = next((a for a in case.args if isinstance(a, torch.Tensor)), None)
         dtype = expected[0].dtype if expected else first.dtype
@@ -65,6 +50,8 @@ __all__ = [
     "Tolerance",
     "Ulp",
     "check_provider",
+    "clone_args",
+    "collect_outputs",
     "empty",
     "make_generator",
     "ordered_bits",
