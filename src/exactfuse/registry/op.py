@@ -79,13 +79,14 @@ def _signature_of(fn: Callable) -> inspect.Signature:
 
 
 def _has_tensor_subclass(args: Sequence) -> bool:
-    return any(isinstance(a, torch.Tensor) and type(a) is not torch.Tensor for a in args)
+    return any(type(a) is not torch.Tensor and isinstance(a, torch.Tensor) for a in args)
 
 
 def _first_device_type(args: Sequence, kwargs: dict) -> str:
-    for value in (*args, *kwargs.values()):
+    for value in (*args, *kwargs.values()) if kwargs else args:
         if isinstance(value, torch.Tensor):
-            return value.device.type
+            # is_cuda is a plain flag; .device builds a torch.device (about 1 µs).
+            return "cuda" if value.is_cuda else value.device.type
     return "cpu"
 
 
