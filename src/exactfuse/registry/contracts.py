@@ -13,6 +13,7 @@ index of the worst element, so a failure says where to look.
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,13 +98,14 @@ def _abs_err(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
     return torch.where(same, torch.zeros_like(err), torch.nan_to_num(err, nan=float("inf")))
 
 
-class Contract:
+class Contract(abc.ABC):
     """Base class: subclasses implement :meth:`check`."""
 
     name = "contract"
 
+    @abc.abstractmethod
     def check(self, actual: torch.Tensor, expected: torch.Tensor, **context: Any) -> CheckResult:
-        raise NotImplementedError
+        """Judge ``actual`` (a provider's output) against ``expected`` (native's)."""
 
     def _shape_check(self, actual: torch.Tensor, expected: torch.Tensor) -> CheckResult | None:
         if actual.shape != expected.shape or actual.dtype != expected.dtype:
