@@ -20,6 +20,7 @@ library; adopt it only if it wins.
 from __future__ import annotations
 
 import argparse
+from functools import partial
 
 import torch
 import triton
@@ -98,6 +99,18 @@ def launch_gemv(a, qweight, scales, group, BN=128, BK=128, target_programs=264):
     return out, split
 
 
+def copy_bandwidth(device) -> float:
+    """Bytes/s of a 2 GiB device-to-device copy (read + write), median."""
+    src = torch.empty(2**31, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    us = triton.testing.do_bench(lambda: dst.copy_(src), return_mode="median") * 1e3
+    return 2 * src.numel() / us * 1e6
+
+
+def time_us(fn) -> float:
+    return triton.testing.do_bench_cudagraph(fn, rep=20) * 1e3
+
+
 def rel_err(out, ref64):
     return float((out.double() - ref64).norm() / ref64.norm())
 
@@ -113,16 +126,11 @@ def main():
             w = _random_prepared(256, 64, torch.float16, device)
             a = torch.randn(M, 256, dtype=torch.float16, device=device)
             out, split = launch_gemv(a, w.qweight, w.scales, 128, BN=32, BK=64, target_programs=8)
+            native = w4a16_gemm.native(a, *w[:4], None, 128)
             ref = a.double() @ dense_weight(w.qweight, w.scales, None, None, 128, torch.float16).double()
-            print(
-                f"M{M} split {split}: rel err {rel_err(out, ref):.2e}  native {rel_err(w4a16_gemm.native(a, *w[:4], None, 128), ref):.2e}"
-            )
+            print(f"M{M} split {split}: rel err {rel_err(out, ref):.2e}  native {rel_err(native, ref):.2e}")
         return
-    copy_src = torch.empty(2**31, dtype=torch.uint8, device=device)
-    copy_dst = torch.empty_like(copy_src)
-    copy_us = triton.testing.do_bench(lambda: copy_dst.copy_(copy_src), return_mode="median") * 1e3
-    bw = 2 * copy_src.numel() / copy_us * 1e6
-    del copy_src, copy_dst
+    bw = copy_bandwidth(device)
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s")
     print(
         f"{'K':>6} {'N':>6} {'M':>3} {'gemv µs':>8} {'split':>5} {'shipped µs':>10} {'cuBLAS µs':>9} "
@@ -136,9 +144,9 @@ def main():
             ref = a.double() @ dense.double()
             out, split = launch_gemv(a, w.qweight, w.scales, 128)
             shipped = w4a16_gemm(a, *w[:4], None, 128)
-            t_gemv = triton.testing.do_bench_cudagraph(lambda: launch_gemv(a, w.qweight, w.scales, 128), rep=20) * 1e3
-            t_ship = triton.testing.do_bench_cudagraph(lambda: w4a16_gemm(a, *w[:4], None, 128), rep=20) * 1e3
-            t_cub = triton.testing.do_bench_cudagraph(lambda: a @ dense, rep=20) * 1e3
+            t_gemv = time_us(partial(launch_gemv, a, w.qweight, w.scales, 128))
+            t_ship = time_us(partial(w4a16_gemm, a, *w[:4], None, 128))
+            t_cub = time_us(partial(torch.matmul, a, dense))
             nbytes = K * N // 2 + w.scales.numel() * 2 + a.numel() * 2 + M * N * 2
             print(
                 f"{K:>6} {N:>6} {M:>3} {t_gemv:8.2f} {split:>5} {t_ship:10.2f} {t_cub:9.2f} "
