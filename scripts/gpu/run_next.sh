@@ -10,7 +10,7 @@ export PYTHONPATH=src:/tmp/site
 P="python3 -m pytest -m gpu -v --timeout 200 --tb=short -p no:cacheprovider"
 case "${1:-tests}" in
 tests)
-  timeout 150 $P tests/ops/test_gelu_and_mul_sparse.py tests/registry/test_library.py -k "sparse or aot" \
+  timeout 150 $P tests/ops/test_gelu_and_mul_sparse.py tests/registry/test_library.py -k "sparse or aot or compile_fullgraph_equals_eager" \
     2>&1 | tee "$OUT/sparse.txt" | grep -E "PASSED|FAILED|^E " | head -30
   timeout 150 $P tests/ops/test_moe_silu_and_mul.py -k "int64_offsets" 2>&1 | grep -E "PASSED|FAILED|^E "
   timeout 150 python3 -m exactfuse verify 2>&1 | tee "$OUT/verify.txt" | tail -22

@@ -36,19 +36,26 @@ def _clone(case):
     )
 
 
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", OP_NAMES)
-def test_opcheck(name):
+def test_opcheck(name, device):
     op = OPS[name]
-    case = _case(op, "cpu")
+    case = _case(op, device)
     torch.library.opcheck(op.torch_op, case.args, case.kwargs)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", OP_NAMES)
-def test_compile_fullgraph_equals_eager_cpu(name):
+def test_compile_fullgraph_equals_eager(name, device):
+    """CPU: aot_eager (fast, no C++ build); CUDA: Inductor, which re-emits the Triton kernels."""
     op = OPS[name]
-    case = _case(op, "cpu")
+    case = _case(op, device)
     torch._dynamo.reset()
-    compiled = torch.compile(lambda *a, **k: op(*a, **k), fullgraph=True, backend="aot_eager")
+    backend = "inductor" if device == "cuda" else "aot_eager"
+    compiled = torch.compile(lambda *a, **k: op(*a, **k), fullgraph=True, backend=backend)
     a1, k1 = _clone(case)
     a2, k2 = _clone(case)
     torch.testing.assert_close(compiled(*a1, **k1), op(*a2, **k2), rtol=0, atol=0, equal_nan=True)
@@ -76,18 +83,6 @@ def test_functionalized_trace_matches_compiler_kind(name):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", OP_NAMES)
-def test_compile_inductor_fullgraph_equals_eager_gpu(name):
-    op = OPS[name]
-    case = _case(op, "cuda")
-    torch._dynamo.reset()
-    compiled = torch.compile(lambda *a, **k: op(*a, **k), fullgraph=True)
-    a1, k1 = _clone(case)
-    a2, k2 = _clone(case)
-    torch.testing.assert_close(compiled(*a1, **k1), op(*a2, **k2), rtol=0, atol=0, equal_nan=True)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("name", OP_NAMES)
 def test_functionalized_trace_shows_triton_kernels_gpu(name):
     """On CUDA a visible op decomposes into triton_kernel_wrapper nodes Inductor can see."""
     op = OPS[name]
@@ -99,14 +94,6 @@ def test_functionalized_trace_shows_triton_kernels_gpu(name):
         assert kernels and not _exactfuse_nodes(gm, name), gm.code
     else:
         assert not kernels and len(_exactfuse_nodes(gm, name)) == 1, gm.code
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("name", OP_NAMES)
-def test_opcheck_gpu(name):
-    op = OPS[name]
-    case = _case(op, "cuda")
-    torch.library.opcheck(op.torch_op, case.args, case.kwargs)
 
 
 @pytest.mark.parametrize("name", OP_NAMES)
