@@ -107,11 +107,19 @@ def test_strided_2d_rows_use_triton():
 
 # ------------------------------------------------------------------ heuristic
 @pytest.mark.parametrize(
-    ("d", "expected"),
-    [(1, (2048, 1, 4)), (31, (64, 32, 4)), (512, (4, 512, 4)), (768, (2, 1024, 4)), (13824, (2, 1024, 4))],
+    ("T", "d", "expected"),
+    [
+        (1, 1, (1024, 1, 8)),
+        (4096, 31, (32, 32, 8)),
+        (1, 512, (2, 512, 8)),
+        (16, 768, (1, 1024, 8)),
+        (4096, 768, (1, 1024, 4)),
+        (2**20 // 13824 + 1, 13824, (1, 1024, 4)),
+        (2**20 // 13824, 13824, (1, 1024, 8)),
+    ],
 )
-def test_launch_heuristic(d, expected):
-    assert act_triton.act_and_mul_config(d) == expected
+def test_launch_heuristic(T, d, expected):
+    assert act_triton.act_and_mul_config(T, d) == expected
 
 
 # --------------------------------------------------------------------- layers
@@ -168,3 +176,6 @@ def test_warmup_then_cuda_graph_replay_matches_eager():
         graph.replay()
         eager = model(x)
         assert torch.equal(static_y, eager)
+    # a prefill-sized batch (T * d >= 2^20: the heuristic's other num_warps) was warmed up too
+    model(torch.randn(4096, 256, device="cuda", dtype=torch.bfloat16))
+    assert _compiled_count(act_triton.act_and_mul_kernel) == compiled_before, "warmup missed the large-batch config"

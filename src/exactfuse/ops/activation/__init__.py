@@ -104,8 +104,10 @@ def _gelu_inputs(device, dtype, *, quick=False, seed=0):
 
 # ------------------------------------------------------------------ warmup
 def _warm(launch, device, dtype, widths, **kwargs):
+    # one small and one large launch per width: the heuristic's two num_warps
     for d in widths:
-        launch(torch.ones((1, 2 * d), dtype=dtype, device=device), **kwargs)
+        for T in (1, -(-_triton.SMALL_TILE_ELEMENTS // d)):
+            launch(torch.ones((T, 2 * d), dtype=dtype, device=device), **kwargs)
 
 
 @silu_and_mul.warmup

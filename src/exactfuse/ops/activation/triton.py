@@ -77,24 +77,27 @@ def act_and_mul_kernel(
     tl.store(p_y + o_t[:, None] * stride_y + o_d[None, :], b_y, mask=m_td)
 
 
-def act_and_mul_config(D: int) -> tuple[int, int, int]:
-    """Static launch heuristic ``(BT, BD, num_warps)`` for rows of ``D`` outputs.
+SMALL_TILE_ELEMENTS = 2**20  # below this many outputs a launch uses 8 warps
 
-    It depends on ``D`` only, so every batch size reuses one compiled kernel
-    (CUDA graphs captured at many batch sizes need no new compiles).
 
-    A program covers up to 2048 output elements (16 per thread at 4 warps):
-    ``BD`` spans the row up to 1024 columns, and narrow rows stack ``BT`` rows
-    per program so that d = 1..31 does not launch one tiny program per row.
-    This is the configuration the H200 tests and benchmarks ran with. The H200
-    sweep (scripts/gpu/sweep_act_and_mul.py, NOTES.md) found 1024-element tiles
-    faster: 3.35 -> 1.59 µs at T=16, d=768 (8 warps), 8.81 -> 7.24 µs at
-    T=4096, d=768 (4 warps), within 1% at large shapes; adopting it needs the
-    GPU tests and benchmark re-run.
+def act_and_mul_config(T: int, D: int) -> tuple[int, int, int]:
+    """Static launch heuristic ``(BT, BD, num_warps)`` for ``T`` rows of ``D`` outputs.
+
+    A program covers 1024 output elements: ``BD`` spans the row up to 1024
+    columns, and narrow rows stack ``BT`` rows per program so that d = 1..31
+    does not launch one tiny program per row. Launches of fewer than 2^20
+    outputs use 8 warps (4 elements per thread), larger ones 4 warps. So a
+    width compiles at most two specializations (``warmup`` compiles both) and
+    every batch size reuses them.
+
+    Measured on the H200 (scripts/gpu/sweep_act_and_mul.py, silu bf16, NOTES.md)
+    against the previous 2048-element tile at 4 warps: T=16, d=768 3.35 -> 1.59
+    µs (8 warps); T=4096, d=768 8.81 -> 7.24 µs (4 warps); T=32768, d=31 6.52 ->
+    4.93 µs; within 1% at T=32768, d=14336.
     """
     BD = min(next_power_of_2(D), 1024)
-    BT = max(1, 2048 // BD)
-    return BT, BD, 4
+    BT = max(1, 1024 // BD)
+    return BT, BD, 8 if T * D < SMALL_TILE_ELEMENTS else 4
 
 
 def launch_act_and_mul(x: torch.Tensor, activation: str) -> torch.Tensor:
@@ -105,7 +108,7 @@ def launch_act_and_mul(x: torch.Tensor, activation: str) -> torch.Tensor:
         return y
     x2 = x if x.dim() == 2 else x.reshape(-1, 2 * D)
     T = x2.shape[0]
-    BT, BD, num_warps = act_and_mul_config(D)
+    BT, BD, num_warps = act_and_mul_config(T, D)
     grid = (triton.cdiv(T, BT), triton.cdiv(D, BD))
     torch.library.wrap_triton(act_and_mul_kernel)[grid](
         x2,
