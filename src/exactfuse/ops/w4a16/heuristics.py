@@ -22,6 +22,7 @@ the packed weight bytes (``K * N / 2``): ``split <= K / (32 * M)``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -43,6 +44,17 @@ class TileConfig:
     num_stages: int
     split_k: int = 1
     k_per_split: int = 0
+    # Dequantization arithmetic: "float" (nibble -> int32 -> fp32, scale in fp32,
+    # round to the activation dtype) or "magic" (nibble OR'ed into the exponent
+    # pattern of 128.0 / 1024.0, subtract and scale in the activation dtype: no
+    # int->float or fp32->bf16 conversion instructions). Bitwise the same weights.
+    dequant: str = "float"
+    # K order of a tile: False unpacks words to rows 8r + j (interleaved); True
+    # to rows j * BK/8 + r (nibble-major, a plain reshape) and gathers the
+    # activation columns in that order instead. Needs one group per tile.
+    nibble_major: bool = False
+    # "mma" (tl.dot tiles) or "gemv" (CUDA-core FMAs, M <= BM rows, no tl.dot).
+    kernel: str = "mma"
 
 
 # (max M, name, BM, BN, BK, num_warps, num_stages), first match wins.
@@ -89,13 +101,4 @@ def with_split(config: TileConfig, K: int, split_k: int) -> TileConfig:
     """``config`` with a forced split count (tests and sweeps); every split gets at least one BK tile."""
     k_tiles = _cdiv(K, config.BK)
     iters = _cdiv(k_tiles, max(1, min(split_k, k_tiles)))
-    return TileConfig(
-        config.name,
-        config.BM,
-        config.BN,
-        config.BK,
-        config.num_warps,
-        config.num_stages,
-        _cdiv(k_tiles, iters),
-        iters * config.BK,
-    )
+    return dataclasses.replace(config, split_k=_cdiv(k_tiles, iters), k_per_split=iters * config.BK)
