@@ -164,7 +164,7 @@ def test_which_provider_runs(make, provider):
 
 @pytest.mark.parametrize(
     ("d", "expected"),
-    [(1, (1024, 1, 4)), (31, (32, 32, 4)), (1000, (1, 1024, 4)), (2048, (1, 2048, 8)), (32768, (1, 32768, 32))],
+    [(1, (1024, 1, 8)), (31, (32, 32, 8)), (1000, (1, 1024, 8)), (4096, (1, 4096, 16)), (32768, (1, 32768, 32))],
 )
 def test_launch_heuristic(d, expected):
     assert st.sparse_config(d) == expected

@@ -132,7 +132,8 @@ def gelu_and_mul_sparse_kernel(
     # cutoff = mean + std * m: two eager ops, each rounded.
     # std_multiplier as a tensor: Inductor may re-emit it as a Python float, which
     # Triton 3.6's libdevice calls reject (H200 run, scripts/gpu/run_round5.sh).
-    m_std = tl.where(b_std == b_std, std_multiplier, std_multiplier)
+    # Inductor passed it as an fp64 argument in another run (H200, session 2): hence the cast.
+    m_std = tl.where(b_std == b_std, std_multiplier, std_multiplier).to(tl.float32)
     b_cut = _round(_mul_rn(b_std, m_std), DT, ROUND & 4)  # std * m (fp32 opmath)
     b_cut = _round(b_mean + b_cut, DT, ROUND & 8)  # mean + (std * m)
     b_u = tl.load(p_g + D, mask=m_td, other=0.0)  # after the statistics: fewer live registers
@@ -143,12 +144,15 @@ def gelu_and_mul_sparse_kernel(
     tl.store(p_y + o_t[:, None] * stride_y + o_d[None, :], b_y, mask=m_td)
 
 
-# num_warps per block width BD (a program covers BT * BD = max(BD, 1024) elements).
-# Default until scripts/gpu/sweep_sparse_warps.py has been run on the H200. Registers
-# and spills from an offline sm_90 compile (bf16, Triton 3.9; to be re-read from the
-# sweep on the GPU's Triton): d = 32768 spills 72 B a thread at 8 warps, 40 B at 16,
-# none at 32 (64 registers); d = 16384 needs 138/76/44 registers at 8/16/32 warps.
-WARPS_BY_BD = {1024: 4, 2048: 8, 4096: 8, 8192: 8, 16384: 16, 32768: 32}
+# num_warps per block width BD (a program covers BT * BD = max(BD, 1024) elements), from
+# scripts/gpu/sweep_sparse_warps.py on the H200 (Triton 3.6, bf16, T in {1, 64, 1024},
+# benchmarks/results/h200/sweeps/sweep_sparse_warps*.txt): each entry is the num_warps
+# with the lowest geomean time over its bucket's shapes. The previous default
+# {1024: 4, 2048: 8, 4096: 8, 8192: 8, 16384: 16, 32768: 32} was 1.12x slower geomean
+# than per-shape best, 1.47x at worst (d = 1 at 4 warps). Spills at the chosen
+# counts: none up to d = 16384; d = 32768 spills 22 registers a thread at 32 warps (64
+# registers; 42 at 16 warps, 74 at 8), and 32 warps is still the fastest there.
+WARPS_BY_BD = {1024: 8, 2048: 8, 4096: 16, 8192: 32, 16384: 32, 32768: 32}
 
 
 def sparse_config(D: int) -> tuple[int, int, int]:
