@@ -136,3 +136,54 @@ register_peer(
         distribution="liger-kernel",
     )
 )
+
+
+# ------------------------------------------------- W4A16 baselines (torch)
+def _cuda_only() -> bool:
+    return torch.cuda.is_available()
+
+
+def _w4a16_cublas_dense(args: tuple, kwargs: dict) -> PreparedCall:
+    """cuBLAS on the weight dequantized once, outside the timed region: the dense-GEMM bound."""
+    from exactfuse.ops.w4a16 import dense_weight
+
+    a, qweight, scales, zeros, perm, bias, group_size = (list(args) + [None] * 7)[:7]
+    w = dense_weight(qweight, scales, zeros, perm, group_size, a.dtype)
+    if bias is None:
+        return lambda: torch.matmul(a, w)
+    return lambda: torch.addmm(bias, a, w)
+
+
+def _int4pack_accepts(a, qweight, scales, zeros=None, perm=None, bias=None, group_size=128, *rest, **kwargs) -> bool:
+    # tinygemm: bf16, groups of 32..256 along K, K a multiple of 1024 (8 inner K tiles of 16 pairs)
+    return (
+        hasattr(torch, "_weight_int4pack_mm")
+        and a.dtype == torch.bfloat16
+        and zeros is None
+        and perm is None
+        and group_size in (32, 64, 128, 256)
+        and a.shape[1] % 1024 == 0
+    )
+
+
+def _w4a16_torch_int4(args: tuple, kwargs: dict) -> PreparedCall:
+    """``torch._weight_int4pack_mm`` (tinygemm) on the same 4-bit codes and scales, zero offset 0.
+
+    Its dequantization is ``(q - 8) * scale + zero`` per group, so the symmetric
+    GPTQ weight ``(q - 8) * scale`` is ``zero = 0``. Weights are repacked with
+    ``_convert_weight_to_int4pack`` (``[N, K/2]`` uint8, even k in the high
+    nibble) outside the timed region.
+    """
+    from exactfuse.ops.w4a16.packing import unpack_rows
+
+    a, qweight, scales, _zeros, _perm, bias, group_size = (list(args) + [None] * 7)[:7]
+    q = unpack_rows(qweight).t().contiguous()  # [N, K] codes 0..15
+    packed = torch._convert_weight_to_int4pack(((q[:, ::2] << 4) | q[:, 1::2]).to(torch.uint8), 8)
+    scales_zeros = torch.stack([scales, torch.zeros_like(scales)], dim=2).contiguous()  # [K/G, N, 2]
+    if bias is None:
+        return lambda: torch._weight_int4pack_mm(a, packed, group_size, scales_zeros)
+    return lambda: torch._weight_int4pack_mm(a, packed, group_size, scales_zeros) + bias
+
+
+register_peer(PeerAdapter("cublas-dense", "w4a16_gemm", _cuda_only, _w4a16_cublas_dense))
+register_peer(PeerAdapter("torch-int4", "w4a16_gemm", _cuda_only, _w4a16_torch_int4, accepts=_int4pack_accepts))
