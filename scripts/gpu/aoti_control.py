@@ -1,0 +1,84 @@
+"""Control experiment for the AOTInductor segfault seen on the H200 (session 2).
+
+tests/ops/test_gelu_and_mul_sparse.py::test_gpu_aot_inductor_keeps_the_projection_and_the_kernel
+compiled its package and then crashed (SIGSEGV) inside ``aoti_load_package``.
+This runs the same export -> aoti_compile_and_package -> aoti_load_package ->
+call sequence, each in its own process so a crash is reported, not fatal, for:
+
+- ``plain``: up_proj -> eager-PyTorch GELU-and-mul -> down_proj (no exactfuse op);
+- ``silu``: the same MLP with exactfuse's silu_and_mul (a visible triton_op);
+- ``sparse``: the test's model with gelu_and_mul_sparse.
+
+If ``plain`` crashes too, the crash is this torch build's, not the kernel's.
+
+    PYTHONPATH=src python3 scripts/gpu/aoti_control.py
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+
+def build(kind: str) -> torch.nn.Module:
+    import exactfuse
+
+    class MLP(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up_proj = torch.nn.Linear(32, 256, bias=False)
+            self.down_proj = torch.nn.Linear(128, 16, bias=False)
+            self.act = {
+                "silu": exactfuse.SiluAndMul(),
+                "sparse": exactfuse.GeluAndMulSparse(0.95),
+            }.get(kind)
+
+        def forward(self, x):
+            h = self.up_proj(x)
+            if self.act is None:
+                h = torch.nn.functional.gelu(h[..., :128], approximate="tanh") * h[..., 128:]
+            else:
+                h = self.act(h)
+            return self.down_proj(h)
+
+    return MLP().to("cuda", torch.bfloat16).eval()
+
+
+def step(kind: str) -> None:
+    torch.manual_seed(0)
+    model = build(kind)
+    example = torch.randn(8, 32, dtype=torch.bfloat16, device="cuda")
+    tokens = torch.export.Dim("tokens", min=1, max=4096)
+    exported = torch.export.export(model, (example,), dynamic_shapes=({0: tokens},))
+    with tempfile.TemporaryDirectory() as tmp:
+        package = torch._inductor.aoti_compile_and_package(exported, package_path=f"{tmp}/{kind}.pt2")
+        print(f"step {kind}: compiled", flush=True)
+        loaded = torch._inductor.aoti_load_package(package)
+        print(f"step {kind}: loaded", flush=True)
+        for T in (5, 300):
+            x = torch.randn(T, 32, dtype=torch.bfloat16, device="cuda")
+            with torch.no_grad():
+                out, ref = loaded(x), model(x)
+            err = (out.float() - ref.float()).abs().max().item()
+            print(f"step {kind}: T={T} max abs diff vs eager {err:.3g}", flush=True)
+
+
+def main() -> None:
+    if len(sys.argv) > 1:
+        step(sys.argv[1])
+        return
+    for kind in ("plain", "sparse", "silu"):
+        proc = subprocess.run([sys.executable, __file__, kind], capture_output=True, text=True, timeout=75)
+        print(proc.stdout, end="")
+        if proc.returncode == 0:
+            print(f"OK {kind}")
+        else:
+            tag = "CRASH" if proc.returncode < 0 else "FAIL"
+            print(f"{tag} {kind}: rc {proc.returncode}; stderr tail: {proc.stderr[-600:]}")
+
+
+if __name__ == "__main__":
+    main()

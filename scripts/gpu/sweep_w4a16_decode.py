@@ -1,0 +1,118 @@
+"""W4A16 tile x split-K rule sweep on the GPU (bf16, group 128, symmetric, weights rotated past L2).
+
+The variant sweep (scripts/gpu/sweep_w4a16_variants.py, H200) showed the
+dequantization arithmetic is not what limits decode: its time tracks the
+number of K iterations each program runs in sequence, not M or the bytes, as
+if each iteration waited for its loads. This sweep varies what sets the
+memory-level parallelism: the tile (BN, BK, warps, stages) and how many
+programs the split-K rule aims at per SM (``programs_per_sm``; ``cap``: the
+workspace-traffic cap on or off). It prints, per M bucket, the geomean µs of
+each (tile, rule) over the shapes and the best, with its % of the memory
+roofline and speedup over cuBLAS dense, per shape. JSON to $OUT.
+
+    PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_decode.py      # about 2 minutes on an H200
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+
+from exactfuse.bench.roofline import measure_copy_bandwidth
+from exactfuse.ops.w4a16 import CONTRACT, _bytes, _random_prepared, dense_weight, w4a16_gemm
+from exactfuse.ops.w4a16 import triton as w4
+from exactfuse.ops.w4a16.heuristics import TileConfig, choose_split
+
+sys.path.insert(0, os.path.dirname(__file__))
+from sweep_w4a16_variants import ROTATE_BYTES, bench_rotating
+
+SHAPES = ((4096, 4096), (4096, 14336), (14336, 4096), (8192, 8192), (4096, 28672))
+BUCKETS = {  # name: (Ms, tiles (BM, BN, BK, warps, stages))
+    "decode": ((1, 16), [(16, 64, 128, 4, 4), (16, 64, 256, 4, 3), (16, 128, 128, 4, 4), (16, 32, 128, 4, 4)]),
+    "m128": ((64, 128), [(64, 64, 64, 4, 4), (64, 64, 128, 4, 4), (64, 128, 64, 4, 4), (32, 64, 128, 4, 4)]),
+    "prefill": ((2048,), [(128, 128, 64, 8, 3), (128, 256, 64, 8, 3), (128, 128, 128, 8, 3), (128, 64, 64, 4, 4)]),
+}
+RULES = {"p2": (2, True), "p4": (4, True), "p8": (8, True), "p16": (16, True), "p8-nocap": (8, False)}
+
+
+def main() -> None:
+    start = time.time()
+    dev, dtype = torch.device("cuda"), torch.bfloat16
+    sms = w4.num_sms(dev)
+    bw = measure_copy_bandwidth(dev)
+    print(f"{torch.cuda.get_device_name()}  copy bandwidth {bw / 1e12:.2f} TB/s  SMs {sms}", flush=True)
+    rows = []
+    for K, N in SHAPES:
+        w0 = _random_prepared(K, N, dtype, dev)
+        copies = max(1, min(16, math.ceil(ROTATE_BYTES / (w0.qweight.numel() * 4))))
+        ws = [w0] + [_random_prepared(K, N, dtype, dev) for _ in range(copies - 1)]
+        dense = [dense_weight(w.qweight, w.scales, None, None, 128, dtype) for w in ws]
+        for bucket, (ms, tiles) in BUCKETS.items():
+            for M in ms:
+                a = torch.randn((M, K), dtype=dtype, device=dev)
+                args0 = (a, w0.qweight, w0.scales, None, None, None, 128)
+                native = w4a16_gemm.native(*args0)
+                t_cublas = bench_rotating(lambda i, a=a, dense=dense: torch.matmul(a, dense[i]), copies)
+                roof = _bytes(*args0) / bw * 1e6
+                seen: dict[TileConfig, float] = {}
+                for tile in tiles:
+                    for rule, (pps, cap) in RULES.items():
+                        BM, BN, BK, warps, stages = tile
+                        split, kps = choose_split(M, N, K, BM, BN, BK, sms, pps, 64, cap)
+                        cfg = TileConfig(bucket, BM, BN, BK, warps, stages, split, kps)
+                        if cfg not in seen:
+                            out = w4.launch_w4a16_gemm(*args0, config=cfg)
+                            check = CONTRACT.check(out, native, args=args0)
+                            assert check.passed, (cfg, check.detail)
+                            seen[cfg] = bench_rotating(
+                                lambda i, a=a, cfg=cfg, ws=ws: w4.launch_w4a16_gemm(
+                                    a, ws[i].qweight, ws[i].scales, None, None, None, 128, config=cfg
+                                ),
+                                copies,
+                            )
+                        rows.append(
+                            dict(
+                                K=K,
+                                N=N,
+                                M=M,
+                                bucket=bucket,
+                                tile=list(tile),
+                                rule=rule,
+                                split=split,
+                                us=seen[cfg],
+                                cublas=t_cublas,
+                                roof_us=roof,
+                            )
+                        )
+                best = min((r for r in rows if (r["K"], r["N"], r["M"]) == (K, N, M)), key=lambda r: r["us"])
+                print(
+                    f"K{K} N{N} M{M}: best {tuple(best['tile'])} {best['rule']} S{best['split']} {best['us']:.1f} µs "
+                    f"({100 * roof / best['us']:.0f}% roof, {t_cublas / best['us']:.2f}x cuBLAS {t_cublas:.1f})",
+                    flush=True,
+                )
+        ws = dense = None
+        torch.cuda.empty_cache()
+    print("\ngeomean µs per (tile, rule), best 6 per bucket:")
+    for bucket in BUCKETS:
+        scores: dict[str, list[float]] = {}
+        for r in rows:
+            if r["bucket"] == bucket:
+                scores.setdefault(f"{tuple(r['tile'])} {r['rule']}", []).append(r["us"])
+        geo = {k: math.exp(sum(map(math.log, v)) / len(v)) for k, v in scores.items()}
+        ranked = sorted(geo.items(), key=lambda x: x[1])
+        print(f"  {bucket}: " + "  ".join(f"{k}={v:.1f}" for k, v in ranked[:6]))
+        shipped = f"{tuple(BUCKETS[bucket][1][0])} p2"
+        print(f"    shipped {shipped}: {geo[shipped]:.1f}")
+    print(f"{time.time() - start:.0f} s")
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "sweep_w4a16_decode.json"), "w") as f:
+            json.dump(dict(copy_bw=bw, rows=rows), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
