@@ -1,6 +1,6 @@
 """W4A16 tile x split-K rule sweep on the GPU (bf16, group 128, symmetric, weights rotated past L2).
 
-The variant sweep (scripts/gpu/sweep_w4a16_variants.py, H200) showed the
+The variant sweep (scripts/gpu/sweep_w4a16_variants.py at git 5691386, H200) showed the
 dequantization arithmetic is not what limits decode: its time tracks the
 number of K iterations each program runs in sequence, not M or the bytes, as
 if each iteration waited for its loads. This sweep varies what sets the
@@ -18,18 +18,15 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 import time
 
 import torch
+import triton
 
 from exactfuse.bench.roofline import measure_copy_bandwidth
 from exactfuse.ops.w4a16 import CONTRACT, _bytes, _random_prepared, dense_weight, w4a16_gemm
 from exactfuse.ops.w4a16 import triton as w4
 from exactfuse.ops.w4a16.heuristics import TileConfig, choose_split
-
-sys.path.insert(0, os.path.dirname(__file__))
-from sweep_w4a16_variants import ROTATE_BYTES, bench_rotating
 
 SHAPES = ((4096, 4096), (4096, 14336), (14336, 4096), (8192, 8192), (4096, 28672))
 BUCKETS = {  # name: (Ms, tiles (BM, BN, BK, warps, stages))
@@ -37,7 +34,19 @@ BUCKETS = {  # name: (Ms, tiles (BM, BN, BK, warps, stages))
     "m128": ((64, 128), [(64, 64, 64, 4, 4), (64, 64, 128, 4, 4), (64, 128, 64, 4, 4), (32, 64, 128, 4, 4)]),
     "prefill": ((2048,), [(128, 128, 64, 8, 3), (128, 256, 64, 8, 3), (128, 128, 128, 8, 3), (128, 64, 64, 4, 4)]),
 }
+ROTATE_BYTES = 256 << 20  # weights rotate over enough copies to exceed the 60 MB L2
 RULES = {"p2": (2, True), "p4": (4, True), "p8": (8, True), "p16": (16, True), "p8-nocap": (8, False)}
+
+
+def bench_rotating(fn_for, copies) -> float:
+    """Median µs per call of ``fn_for(i)`` over ``copies`` inputs, one CUDA graph replaying all of them."""
+
+    def body():
+        for i in range(copies):
+            fn_for(i)
+
+    body()
+    return triton.testing.do_bench_cudagraph(body, rep=30) * 1e3 / copies
 
 
 def main() -> None:

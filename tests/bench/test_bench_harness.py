@@ -13,6 +13,7 @@ import csv
 import io
 import json
 import math
+import time
 import uuid
 
 import pytest
@@ -20,7 +21,7 @@ import torch
 from rich.console import Console
 
 from exactfuse.bench import cli as bench_cli
-from exactfuse.bench import gate, resources, results
+from exactfuse.bench import gate, resources, results, runner
 from exactfuse.bench.display import RichReporter
 from exactfuse.bench.peers import PEERS, PeerAdapter, register_peer, unregister_peer
 from exactfuse.bench.roofline import Roofline
@@ -333,6 +334,25 @@ def test_bench_and_write_runs_every_op_and_dtype(fake_op, tmp_path):
     assert "32r/0s/1024B" in text  # kernel resources beside the timing
     assert "speedup of exactfuse providers" in text and "2.00x" in text  # the summary: good vs native
     assert (tmp_path / f"{fake_op.name}.csv").exists() and bench_cli._failures(out)
+
+
+def test_time_budget_keeps_the_cases_done_and_lists_the_rest(fake_op, tmp_path, monkeypatch):
+    console = Console(file=io.StringIO(), width=150)
+    config = _config(deadline=time.monotonic() - 1)  # already past: not one case starts
+    out = bench_cli.bench_and_write(
+        [fake_op], config, timer=fake_timer, roofline=ROOF, meta={"gpu": "cpu"}, out_dir=tmp_path, console=console
+    )
+    assert out == {} and "time budget reached" in console.file.getvalue()
+    all_rows = bench_op(fake_op, torch.float32, _config(), timer=fake_timer, roofline=ROOF)
+    cases = list(dict.fromkeys(r.shape for r in all_rows))
+    assert len(cases) > 1
+    # the clock passes the deadline once the first case is done
+    clock = iter([0.0] + [10.0] * 1000)
+    monkeypatch.setattr(runner.time, "monotonic", lambda: next(clock))
+    not_run: list[str] = []
+    rows = bench_op(fake_op, torch.float32, _config(deadline=1.0), timer=fake_timer, roofline=ROOF, not_run=not_run)
+    assert {r.shape for r in rows} == {cases[0]}
+    assert not_run == [f"fp32/{c}" for c in cases[1:]]
 
 
 def test_gpu_slug():

@@ -7,6 +7,7 @@ contract or raised, 2 usage error or no CUDA GPU.
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -51,6 +52,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-compile", action="store_true", help=f"skip {COMPILED} (torch.compile of the spec)")
     parser.add_argument(
         "--rep-ms", type=float, help="ms of calls per CUDA graph replay (default 20; 10 with the quick grid)"
+    )
+    parser.add_argument(
+        "--time-budget",
+        type=float,
+        metavar="SECONDS",
+        help="start no new case after this many seconds; the files keep the cases done and list the rest",
     )
 
 
@@ -105,13 +112,23 @@ def bench_and_write(
     with recompile_limits():
         for op in ops:
             rows: list[results.Row] = []
+            not_run: list[str] = []
             for dtype in config.dtypes:
                 if dtype not in op.dtypes:
                     console.print(f"[dim]{op.name}: {dtype} is not one of its dtypes, skipped[/]")
                     continue
                 rows += bench_op(
-                    op, dtype, config, timer=timer, roofline=roofline, candidates=candidates, reporter=reporter
+                    op,
+                    dtype,
+                    config,
+                    timer=timer,
+                    roofline=roofline,
+                    candidates=candidates,
+                    reporter=reporter,
+                    not_run=not_run,
                 )
+            if not_run:
+                console.print(f"[yellow]{op.name}: time budget reached, {len(not_run)} case(s) not run[/]")
             if not rows:
                 continue
             all_rows[op.name] = rows
@@ -119,7 +136,8 @@ def bench_and_write(
             if summary:
                 console.print(summary_table(op.name, summary))
             if out_dir is not None:
-                csv_path, json_path = results.write_op_results(out_dir, op.name, rows, meta)
+                op_meta = dict(meta, incomplete={"cases_not_run": not_run}) if not_run else meta
+                csv_path, json_path = results.write_op_results(out_dir, op.name, rows, op_meta)
                 console.print(f"[dim]wrote {csv_path} and {json_path}[/]")
     return all_rows
 
@@ -178,6 +196,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         compile=not args.no_compile,
         device=str(device),
         l2_bytes=l2_cache_bytes(device),
+        deadline=time.monotonic() + args.time_budget if args.time_budget else None,
     )
     console.print(
         "[dim]measuring copy bandwidth" + (" and bf16 matmul rate" if any(o.flops_fn for o in ops) else "") + "...[/]"

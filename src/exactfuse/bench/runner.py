@@ -7,6 +7,7 @@ gate, the rows and the files are exercised on the CPU with a fake timer.
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -35,6 +36,9 @@ class BenchConfig:
     device: str = "cuda"
     l2_bytes: int = 60 * 1024 * 1024
     max_buffers: int = MAX_BUFFERS
+    # time.monotonic() after which no new case starts (--time-budget): the run
+    # keeps the cases done so far, and the results say which were not run.
+    deadline: float | None = None
 
 
 @dataclass
@@ -247,8 +251,13 @@ def bench_op(
     roofline: Roofline,
     candidates: Candidates | None = None,
     reporter: Reporter | None = None,
+    not_run: list[str] | None = None,
 ) -> list[Row]:
-    """Every case of ``op``'s grid for ``dtype``: one row per (case, candidate)."""
+    """Every case of ``op``'s grid for ``dtype``: one row per (case, candidate).
+
+    Past ``config.deadline`` no new case starts; the ids of the cases left are
+    appended to ``not_run`` (when given).
+    """
     reporter = reporter or Reporter()
     candidates = candidates or Candidates(config)
     cands = candidates.for_op(op)
@@ -257,6 +266,10 @@ def bench_op(
     rows: list[Row] = []
     with torch.no_grad():
         while cases:
+            if config.deadline is not None and time.monotonic() > config.deadline:
+                if not_run is not None:
+                    not_run += [f"{DTYPE_NAMES.get(dtype, str(dtype))}/{c.id}" for c in cases]
+                break
             case = cases.pop(0)  # drop each case's tensors once it is done
             try:
                 bench = CaseBench(op, dtype, case, config, timer, roofline)

@@ -1,23 +1,31 @@
 """Static launch heuristic of the W4A16 GEMM: tile by M bucket, split-K to fill the GPU.
 
-The tile table is a starting point chosen from first principles, not yet from
-a measured sweep on the H200: ``scripts/gpu/sweep_w4a16.py`` measures every
-candidate tile per M bucket over the benchmark shapes and prints the table to
-put here. The reasoning behind the defaults:
+The table comes from sweeps on the H200 (Triton 3.6, bf16, group 128, weights
+rotated past L2; benchmarks/results/h200/sweeps/sweep_w4a16_decode.*, geomean
+over the five benchmark (K, N) shapes):
 
-- ``decode`` (M <= 16): tl.dot needs 16 rows, so BM = 16; the GEMM is bound by
-  reading 4-bit weights, so BN = 64 / BK = 128 (a 4 KiB packed tile per
-  iteration, 4 stages in flight) and split-K supplies the parallelism.
-- ``m32`` .. ``m512``: BM grows with M while BN stays 64 so that
-  4096-wide layers still give about one tile per SM at M = 128..256.
-- ``prefill`` (M > 512): 128 x 128 x 64 tiles, 8 warps, 3 stages: the usual
-  compute-bound fp16/bf16 Triton tile on Hopper.
+- ``decode`` (M <= 16): tl.dot needs 16 rows, so BM = 16; BN = 128, BK = 128,
+  4 warps, 4 stages, split-K aiming at 4 programs per SM: 34.1 µs geomean over
+  M in {1, 16} against 36.9 µs for the first-principles (16, 64, 128) tile at
+  2 programs per SM. Splitting further (8 or 16 programs per SM) or dropping
+  the traffic cap did not help (34.2-35.3 µs).
+- ``m32``: (32, 64, 128), 2 programs per SM: not swept.
+- ``m128`` (M <= 128): (64, 64, 64), 4 warps, 4 stages, split-K aiming at 8
+  programs per SM without the traffic cap: 59.3 µs geomean over M in {64, 128}
+  against 65.8 µs at 2 programs per SM.
+- ``m512``: (128, 64, 64), 2 programs per SM: not swept.
+- ``prefill`` (M > 512): 128 x 128 x 64, 8 warps, 3 stages: best of the four
+  tiles swept at M = 2048 (629.9 µs geomean; (128, 256, 64) 698 µs).
 
-Split-K (``split_k`` programs along K per output tile) is used only when the
-output tiles alone leave SMs idle (fewer tiles than SMs). It aims at two
-programs per SM, keeps at least one BK tile per split, and caps the fp32
-workspace traffic (``8 * split * M * N`` bytes written and read back) at half
-the packed weight bytes (``K * N / 2``): ``split <= K / (32 * M)``.
+Every one of these is far from the targets (NOTES.md): the kernel is neither
+at the memory roofline at small M nor at cuBLAS's speed at large M; the sweep
+shows the tile and split choice is not what limits it.
+
+Split-K (``split_k`` programs along K per output tile) is used when the output
+tiles alone give fewer than ``programs_per_sm`` programs per SM (or leave SMs
+idle). It keeps at least one BK tile per split and, with the traffic cap, keeps
+the fp32 workspace traffic (``8 * split * M * N`` bytes written and read back)
+under half the packed weight bytes (``K * N / 2``): ``split <= K / (32 * M)``.
 """
 
 from __future__ import annotations
@@ -44,26 +52,15 @@ class TileConfig:
     num_stages: int
     split_k: int = 1
     k_per_split: int = 0
-    # Dequantization arithmetic: "float" (nibble -> int32 -> fp32, scale in fp32,
-    # round to the activation dtype) or "magic" (nibble OR'ed into the exponent
-    # pattern of 128.0 / 1024.0, subtract and scale in the activation dtype: no
-    # int->float or fp32->bf16 conversion instructions). Bitwise the same weights.
-    dequant: str = "float"
-    # K order of a tile: False unpacks words to rows 8r + j (interleaved); True
-    # to rows j * BK/8 + r (nibble-major, a plain reshape) and gathers the
-    # activation columns in that order instead. Needs one group per tile.
-    nibble_major: bool = False
-    # "mma" (tl.dot tiles) or "gemv" (CUDA-core FMAs, M <= BM rows, no tl.dot).
-    kernel: str = "mma"
 
 
-# (max M, name, BM, BN, BK, num_warps, num_stages), first match wins.
-BUCKETS: tuple[tuple[int, str, int, int, int, int, int], ...] = (
-    (16, "decode", 16, 64, 128, 4, 4),
-    (32, "m32", 32, 64, 128, 4, 4),
-    (128, "m128", 64, 64, 64, 4, 4),
-    (512, "m512", 128, 64, 64, 4, 4),
-    (2**62, "prefill", 128, 128, 64, 8, 3),
+# (max M, name, BM, BN, BK, num_warps, num_stages, programs_per_sm, traffic_cap), first match wins.
+BUCKETS: tuple[tuple[int, str, int, int, int, int, int, int, bool], ...] = (
+    (16, "decode", 16, 128, 128, 4, 4, 4, True),
+    (32, "m32", 32, 64, 128, 4, 4, 2, True),
+    (128, "m128", 64, 64, 64, 4, 4, 8, False),
+    (512, "m512", 128, 64, 64, 4, 4, 2, True),
+    (2**62, "prefill", 128, 128, 64, 8, 3, 2, True),
 )
 CONFIG_NAMES = tuple(b[1] for b in BUCKETS)
 
@@ -106,9 +103,9 @@ def select_config(M: int, N: int, K: int, group_size: int, num_sms: int = H200_S
     Depends on M (the bucket and the split) so it must run per call, outside
     any compiled graph: the op is opaque to torch.compile for this reason.
     """
-    name, BM, BN, BK, warps, stages = next(b[1:] for b in BUCKETS if b[0] >= M)
+    name, BM, BN, BK, warps, stages, programs_per_sm, cap = next(b[1:] for b in BUCKETS if b[0] >= M)
     BK = min(BK, max(16, next_power_of_2(K)))
-    split, k_per_split = choose_split(M, N, K, BM, BN, BK, num_sms)
+    split, k_per_split = choose_split(M, N, K, BM, BN, BK, num_sms, programs_per_sm, traffic_cap=cap)
     return TileConfig(name, BM, BN, BK, warps, stages, split, k_per_split)
 
 

@@ -37,30 +37,6 @@ LAST_CONFIG: list[TileConfig | None] = [None]
 CONFIG_COUNTS: collections.Counter[str] = collections.Counter()
 
 
-@triton.jit
-def _dequant(b_q, b_z, b_s, DT: tl.constexpr, HAS_ZEROS: tl.constexpr, MAGIC: tl.constexpr):
-    """Nibbles ``b_q`` (int32 in [0, 15]) -> ``round_DT((q - z) * s)``, the spec's weights bit for bit.
-
-    b_z: int32 zero points (ignored without HAS_ZEROS: z = 8); b_s: scales in DT.
-    MAGIC == 0: ``q - z`` as an fp32 integer times the fp32 scale (exact), one
-    rounding to DT. MAGIC == 0x4300 (bf16 128.0) / 0x6400 (fp16 1024.0): the
-    16-bit pattern ``MAGIC | q`` is the float ``128 + q`` (``1024 + q``)
-    exactly, so ``(MAGIC | q) - (MAGIC | z)`` is ``q - z`` exactly in DT, and the
-    DT multiply by the scale rounds the exact product once, as the spec's DT
-    multiply does. No int->float or fp32->DT conversion instruction runs.
-    """
-    if MAGIC == 0:
-        b_zi = b_z if HAS_ZEROS else 8
-        return ((b_q - b_zi).to(tl.float32) * b_s.to(tl.float32)).to(DT)
-    else:
-        b_w = (b_q | MAGIC).to(tl.int16).to(DT, bitcast=True)
-        if HAS_ZEROS:
-            b_zf = (b_z | MAGIC).to(tl.int16).to(DT, bitcast=True)
-        else:
-            b_zf = (tl.full((1, 1), MAGIC | 8, tl.int16)).to(DT, bitcast=True)
-        return (b_w - b_zf) * b_s
-
-
 @triton.jit(do_not_specialize=["M"])
 def w4a16_gemm_kernel(
     p_a,
@@ -84,8 +60,6 @@ def w4a16_gemm_kernel(
     ATOMIC: tl.constexpr,
     EVEN_K: tl.constexpr,
     INT64_INDEX: tl.constexpr,
-    MAGIC: tl.constexpr,
-    NIBBLE_MAJOR: tl.constexpr,
     BM: tl.constexpr,
     BN: tl.constexpr,
     BK: tl.constexpr,
@@ -100,10 +74,7 @@ def w4a16_gemm_kernel(
     p_out: ``[M, N]`` in a's dtype, or the fp32 workspace ``[S, M, N]`` (SPLIT)
     or ``[M, N]`` (SPLIT and ATOMIC). constexpr: GROUP (a power of two; one
     group of all K is passed as next_pow2(K)), GROUPS_PER_TILE (BK // GROUP when
-    a tile spans several groups, else 1), the feature flags, MAGIC (see
-    :func:`_dequant`), NIBBLE_MAJOR (tile rows ordered ``j * BK/8 + r`` for
-    nibble j of word r, activation columns gathered to match; one group per
-    tile), tile sizes.
+    a tile spans several groups, else 1), the feature flags, tile sizes.
     """
     i_mn = tl.program_id(0)
     i_s = tl.program_id(1)
@@ -129,11 +100,7 @@ def w4a16_gemm_kernel(
     k_end = tl.minimum(k_start + K_PER_SPLIT, K)
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for k0 in range(k_start, k_end, BK):
-        if NIBBLE_MAJOR:
-            o_i = tl.arange(0, BK)
-            o_k = k0 + 8 * (o_i % (BK // 8)) + o_i // (BK // 8)
-        else:
-            o_k = k0 + tl.arange(0, BK)
+        o_k = k0 + tl.arange(0, BK)
         m_k = o_k < K
         o_ka = tl.load(p_perm + o_k, mask=m_k, other=0) if HAS_PERM else o_k
         p_ab = p_a + o_m[:, None] * stride_am + o_ka[None, :]
@@ -144,25 +111,23 @@ def w4a16_gemm_kernel(
             b_a = tl.load(p_ab, mask=m_m[:, None] & m_k[None, :], other=0.0)
             m_q = ((k0 // 8 + o_j) < K // 8)[:, None] & m_n[None, :]
             b_q = tl.load(p_qw + (k0 // 8 + o_j)[:, None] * N + o_n[None, :], mask=m_q, other=0)
-        if NIBBLE_MAJOR:  # [8, BK/8, BN] nibbles -> [BK, BN]: row j * BK/8 + r is nibble j of word r
-            b_q = tl.reshape((b_q[None, :, :] >> shifts[:, None, None]) & 0xF, (BK, BN))
-        else:  # [BK/8, 8, BN] nibbles -> [BK, BN]: row 8r + j is nibble j of word r
-            b_q = tl.reshape((b_q[:, None, :] >> shifts[None, :, None]) & 0xF, (BK, BN))
-        b_z = 8
+        # [BK/8, BN] words -> [BK/8, 8, BN] nibbles -> [BK, BN]: row 8r + j is nibble j of word r.
+        b_q = tl.reshape((b_q[:, None, :] >> shifts[None, :, None]) & 0xF, (BK, BN))
         if GROUPS_PER_TILE == 1:
             o_g = k0 // GROUP
-            b_s = tl.load(p_s + o_g * N + o_n, mask=m_n, other=0.0)[None, :]
-            if HAS_ZEROS:
-                b_z = tl.load(p_z + o_g * N + o_n, mask=m_n, other=0).to(tl.int32)[None, :]
+            b_s = tl.load(p_s + o_g * N + o_n, mask=m_n, other=0.0).to(tl.float32)[None, :]
+            b_z = tl.load(p_z + o_g * N + o_n, mask=m_n, other=0).to(tl.int32)[None, :] if HAS_ZEROS else 8
         else:
             o_g = k0 // GROUP + tl.arange(0, GROUPS_PER_TILE)
             m_g = (o_g < K // GROUP)[:, None] & m_n[None, :]
-            b_s = tl.load(p_s + o_g[:, None] * N + o_n[None, :], mask=m_g, other=0.0)
+            b_s = tl.load(p_s + o_g[:, None] * N + o_n[None, :], mask=m_g, other=0.0).to(tl.float32)
             b_s = tl.reshape(tl.broadcast_to(b_s[:, None, :], (GROUPS_PER_TILE, GROUP, BN)), (BK, BN))
             if HAS_ZEROS:
                 b_z = tl.load(p_z + o_g[:, None] * N + o_n[None, :], mask=m_g, other=0).to(tl.int32)
                 b_z = tl.reshape(tl.broadcast_to(b_z[:, None, :], (GROUPS_PER_TILE, GROUP, BN)), (BK, BN))
-        b_w = _dequant(b_q, b_z, b_s, DT, HAS_ZEROS, MAGIC)
+            else:
+                b_z = 8
+        b_w = ((b_q - b_z).to(tl.float32) * b_s).to(DT)
         acc = tl.dot(b_a, b_w, acc)
 
     m_mn = m_m[:, None] & m_n[None, :]
@@ -174,77 +139,6 @@ def w4a16_gemm_kernel(
             tl.store(p_ws, acc, mask=m_mn)
     else:
         b_y = acc.to(DT)
-        if HAS_BIAS:
-            b_b = tl.load(p_bias + o_n, mask=m_n, other=0.0).to(tl.float32)
-            b_y = (b_y.to(tl.float32) + b_b[None, :]).to(DT)
-        tl.store(p_out + o_m[:, None] * N + o_n[None, :], b_y, mask=m_mn)
-
-
-@triton.jit(do_not_specialize=["M"])
-def w4a16_gemv_kernel(
-    p_a,
-    p_qw,
-    p_s,
-    p_z,
-    p_perm,
-    p_bias,
-    p_out,
-    M,
-    N,
-    K,
-    stride_am,
-    K_PER_SPLIT,
-    GROUP: tl.constexpr,
-    HAS_ZEROS: tl.constexpr,
-    HAS_PERM: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    SPLIT: tl.constexpr,
-    ATOMIC: tl.constexpr,
-    MAGIC: tl.constexpr,
-    BM: tl.constexpr,
-    BN: tl.constexpr,
-    BK: tl.constexpr,
-):
-    """All ``M <= BM`` rows of ``[BN]`` output columns over K slice ``program_id(1)``, without tl.dot.
-
-    Pointers and flags as :func:`w4a16_gemm_kernel`. Per step a ``[BK/8, BN]``
-    block of packed words (16-byte loads along N) is dequantized one nibble
-    position j at a time and multiplied by the activation columns ``8r + j`` in
-    fp32 registers; the ``[BM, BK/8, BN]`` partial sums are reduced over their
-    middle axis once, after the loop. BK <= GROUP: one scale row per step.
-    """
-    i_n = tl.program_id(0)
-    i_s = tl.program_id(1)
-    o_n = i_n * BN + tl.arange(0, BN)
-    m_n = o_n < N
-    o_m = tl.arange(0, BM)
-    m_m = o_m < M
-    o_r = tl.arange(0, BK // 8)
-    DT = p_a.dtype.element_ty
-    k_start = i_s * K_PER_SPLIT
-    k_end = tl.minimum(k_start + K_PER_SPLIT, K)
-    acc = tl.zeros((BM, BK // 8, BN), dtype=tl.float32)
-    for k0 in range(k_start, k_end, BK):
-        m_r = (k0 // 8 + o_r) < K // 8
-        b_q = tl.load(p_qw + (k0 // 8 + o_r)[:, None] * N + o_n[None, :], mask=m_r[:, None] & m_n[None, :], other=0)
-        o_g = k0 // GROUP
-        b_s = tl.load(p_s + o_g * N + o_n, mask=m_n, other=0.0)[None, :]
-        b_z = tl.load(p_z + o_g * N + o_n, mask=m_n, other=0).to(tl.int32)[None, :] if HAS_ZEROS else 8
-        for j in tl.static_range(8):
-            b_w = _dequant((b_q >> (4 * j)) & 0xF, b_z, b_s, DT, HAS_ZEROS, MAGIC).to(tl.float32)
-            o_k = k0 + 8 * o_r + j
-            o_ka = tl.load(p_perm + o_k, mask=m_r, other=0) if HAS_PERM else o_k
-            b_a = tl.load(p_a + o_m[:, None] * stride_am + o_ka[None, :], mask=m_m[:, None] & m_r[None, :], other=0.0)
-            acc += b_a.to(tl.float32)[:, :, None] * b_w[None, :, :]
-    b_acc = tl.sum(acc, axis=1)
-    m_mn = m_m[:, None] & m_n[None, :]
-    if SPLIT:
-        if ATOMIC:
-            tl.atomic_add(p_out + o_m[:, None] * N + o_n[None, :], b_acc, mask=m_mn)
-        else:
-            tl.store(p_out + (i_s * M + o_m)[:, None] * N + o_n[None, :], b_acc, mask=m_mn)
-    else:
-        b_y = b_acc.to(DT)
         if HAS_BIAS:
             b_b = tl.load(p_bias + o_n, mask=m_n, other=0.0).to(tl.float32)
             b_y = (b_y.to(tl.float32) + b_b[None, :]).to(DT)
@@ -272,8 +166,6 @@ def w4a16_splitk_reduce_kernel(p_ws, p_bias, p_out, M, N, S, HAS_BIAS: tl.conste
 
 REDUCE_BLOCK = 1024
 GROUP_M = 8
-# 16-bit patterns of 128.0 (bf16) and 1024.0 (fp16): OR'ed with a nibble q they read as 128 + q / 1024 + q.
-MAGIC = {torch.bfloat16: 0x4300, torch.float16: 0x6400}
 
 
 @functools.cache
@@ -320,10 +212,6 @@ def launch_w4a16_gemm(
         return out.zero_() if bias is None else out.copy_(bias.expand(M, N))
     G = kernel_group(K, group_size)
     cfg = config or select_config(M, N, K, group_size, num_sms(a.device))
-    if (cfg.nibble_major or cfg.kernel == "gemv") and cfg.BK > G:
-        raise ValueError(f"w4a16_gemm: config {cfg} needs BK <= the group size {G}")
-    if cfg.kernel == "gemv" and M > cfg.BM:
-        raise ValueError(f"w4a16_gemm: the gemv config {cfg} serves M <= {cfg.BM}, got M = {M}")
     LAST_CONFIG[0] = cfg
     CONFIG_COUNTS[cfg.name] += 1
     split = cfg.split_k > 1
@@ -334,7 +222,8 @@ def launch_w4a16_gemm(
         target = torch.zeros((M, N), dtype=torch.float32, device=a.device)
     else:
         target = torch.empty((cfg.split_k, M, N), dtype=torch.float32, device=a.device)
-    common = (
+    grid = (triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN), cfg.split_k)
+    torch.library.wrap_triton(w4a16_gemm_kernel)[grid](
         a,
         qweight,
         scales,
@@ -347,35 +236,22 @@ def launch_w4a16_gemm(
         K,
         a.stride(0),
         cfg.k_per_split,
-    )
-    flags = dict(
         GROUP=G,
+        GROUPS_PER_TILE=cfg.BK // G if G < cfg.BK else 1,
         HAS_ZEROS=zeros is not None,
         HAS_PERM=perm is not None,
         HAS_BIAS=bias is not None,
         SPLIT=split,
         ATOMIC=atomic,
-        MAGIC=MAGIC[a.dtype] if cfg.dequant == "magic" else 0,
+        EVEN_K=K % cfg.BK == 0,
+        INT64_INDEX=max(a.numel(), M * N) >= 2**31,
         BM=cfg.BM,
         BN=cfg.BN,
         BK=cfg.BK,
+        GROUP_M=GROUP_M,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
-    if cfg.kernel == "gemv":
-        grid = (triton.cdiv(N, cfg.BN), cfg.split_k)
-        torch.library.wrap_triton(w4a16_gemv_kernel)[grid](*common, **flags)
-    else:
-        grid = (triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN), cfg.split_k)
-        torch.library.wrap_triton(w4a16_gemm_kernel)[grid](
-            *common,
-            GROUPS_PER_TILE=cfg.BK // G if G < cfg.BK else 1,
-            EVEN_K=K % cfg.BK == 0,
-            INT64_INDEX=max(a.numel(), M * N) >= 2**31,
-            NIBBLE_MAJOR=cfg.nibble_major,
-            GROUP_M=GROUP_M,
-            **flags,
-        )
     if split:
         S = 1 if atomic else cfg.split_k
         torch.library.wrap_triton(w4a16_splitk_reduce_kernel)[(triton.cdiv(M * N, REDUCE_BLOCK),)](
