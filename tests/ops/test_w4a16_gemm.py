@@ -1,5 +1,7 @@
 """w4a16_gemm: contract, bit-exact dequantization, split-K, compiler boundary, layer, CUDA graphs."""
 
+import dataclasses
+
 import pytest
 import torch
 from torch._dynamo.backends.common import aot_autograd
@@ -88,6 +90,32 @@ def test_forced_split_counts_meet_the_contract(split, deterministic):
     assert result.passed, result.summary()
     if deterministic:
         assert torch.equal(out, again)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("kmajor", [False, True], ids=["kn-tile", "kmajor"])
+@pytest.mark.parametrize(("sym", "act"), [(True, False), (False, True)], ids=["sym", "asym-actorder"])
+@pytest.mark.parametrize("group_size", GROUPS, ids=_gid)
+def test_tile_layouts_exact_dequant_and_contract(group_size, sym, act, kmajor):
+    """Both dequantization tile layouts: identity bit-exact and the contract with bias, unsplit and split 2;
+    per-channel also at K = 200 (K not a multiple of BK: masked last step)."""
+    for K in (256, 200) if group_size == -1 else (256,):
+        t = _checkpoint(K, 64, group_size, sym, act)
+        qweight, scales, zeros, perm, g = prepare_gptq(t.qweight, t.qzeros, t.scales, t.g_idx)
+        expected = dequantize_gptq(t.qweight, t.qzeros, t.scales, t.g_idx)
+        gen = make_generator(5)
+        a = torch.randn((3, K), generator=gen).half()
+        bias = (torch.randn((64,), generator=gen) * 0.1).half()
+        args = (a, qweight, scales, zeros, perm, bias, g)
+        eye = torch.eye(K, dtype=torch.float16)[K - 3 :]
+        for split in (1, 2):
+            cfg = dataclasses.replace(with_split(select_config(3, 64, K, group_size), K, split), kmajor=kmajor)
+            with exactfuse.poison_outputs():
+                out_eye = w4_triton.launch_w4a16_gemm(eye, qweight, scales, zeros, perm, None, g, config=cfg)
+                out = w4_triton.launch_w4a16_gemm(*args, config=cfg)
+            assert torch.equal(out_eye, expected[K - 3 :]), (K, split, (out_eye - expected[K - 3 :]).abs().max())
+            result = CONTRACT.check(out, native.w4a16_gemm(*args), args=args)
+            assert result.passed, (K, split, result.summary())
 
 
 @pytest.mark.interpreter
@@ -319,6 +347,31 @@ def test_gpu_contract_matrix(dtype):
 def test_gpu_identity_is_bit_exact(group_size, dtype):
     _identity_check("cuda", dtype, 4096, 512, group_size, False, True, slice(0, 4096))
     _identity_check("cuda", dtype, 4096, 512, group_size, False, True, slice(1000, 1008))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", list(SHORT), ids=list(SHORT.values()))
+def test_gpu_kmajor_tile_contract_and_identity(dtype):
+    """The K-major dequantization tile (not yet used by the heuristic): every case of the matrix, forced on."""
+    failures = []
+    for case in w4a16_gemm.cases("cuda", dtype, quick=False):
+        a, qweight, *_, g = case.args
+        cfg = dataclasses.replace(select_config(a.shape[0], qweight.shape[1], a.shape[1], g), kmajor=True)
+        with exactfuse.poison_outputs():
+            out = w4_triton.launch_w4a16_gemm(*case.args, config=cfg)
+        result = CONTRACT.check(out, native.w4a16_gemm(*case.args), args=case.args)
+        if not result.passed:
+            failures.append(f"{case.id}: {result.summary()}")
+    assert not failures, "\n".join(failures)
+    for group_size in (32, 128, -1):
+        t = _checkpoint(4096, 512, group_size, False, True, dtype=dtype)
+        qweight, scales, zeros, perm, g = _to(prepare_gptq(t.qweight, t.qzeros, t.scales, t.g_idx), "cuda")
+        expected = dequantize_gptq(t.qweight, t.qzeros, t.scales, t.g_idx).cuda()
+        for rows in (slice(0, 4096), slice(1000, 1008)):
+            eye = torch.eye(4096, dtype=dtype, device="cuda")[rows]
+            cfg = dataclasses.replace(select_config(eye.shape[0], 512, 4096, group_size), kmajor=True)
+            out = w4_triton.launch_w4a16_gemm(eye, qweight, scales, zeros, perm, None, g, config=cfg)
+            assert torch.equal(out, expected[rows]), (group_size, rows)
 
 
 @pytest.mark.gpu

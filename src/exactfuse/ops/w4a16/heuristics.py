@@ -52,6 +52,10 @@ class TileConfig:
     num_stages: int
     split_k: int = 1
     k_per_split: int = 0
+    # Dequantize the W^T tile [BN, BK] (8 K-contiguous values per packed word, stored into a K-major
+    # shared tile) and load each step's scale row one step ahead. Correct (interpreter tests); its speed
+    # is not measured yet, so no bucket uses it (scripts/gpu/sweep_w4a16_decode.py --kmajor, NOTES.md).
+    kmajor: bool = False
 
 
 # (max M, name, BM, BN, BK, num_warps, num_stages, programs_per_sm, traffic_cap), first match wins.

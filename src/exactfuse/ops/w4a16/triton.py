@@ -60,6 +60,8 @@ def w4a16_gemm_kernel(
     ATOMIC: tl.constexpr,
     EVEN_K: tl.constexpr,
     INT64_INDEX: tl.constexpr,
+    KMAJOR: tl.constexpr,
+    MAGIC: tl.constexpr,
     BM: tl.constexpr,
     BN: tl.constexpr,
     BK: tl.constexpr,
@@ -99,6 +101,11 @@ def w4a16_gemm_kernel(
     k_start = i_s * K_PER_SPLIT
     k_end = tl.minimum(k_start + K_PER_SPLIT, K)
     acc = tl.zeros((BM, BN), dtype=tl.float32)
+    if KMAJOR and GROUPS_PER_TILE == 1:  # the first step's scale (and zero) row; later rows one step ahead
+        m_g0 = m_n & (o_n * 0 + k_start < k_end)  # tensor-shaped: the interpreter rejects scalar masks here
+        b_s_next = tl.load(p_s + (k_start // GROUP) * N + o_n, mask=m_g0, other=0.0)
+        if HAS_ZEROS:
+            b_z_next = tl.load(p_z + (k_start // GROUP) * N + o_n, mask=m_g0, other=0)
     for k0 in range(k_start, k_end, BK):
         o_k = k0 + tl.arange(0, BK)
         m_k = o_k < K
@@ -106,29 +113,71 @@ def w4a16_gemm_kernel(
         p_ab = p_a + o_m[:, None] * stride_am + o_ka[None, :]
         if EVEN_K:
             b_a = tl.load(p_ab, mask=m_m[:, None], other=0.0)
-            b_q = tl.load(p_qw + (k0 // 8 + o_j)[:, None] * N + o_n[None, :], mask=m_n[None, :], other=0)
         else:
             b_a = tl.load(p_ab, mask=m_m[:, None] & m_k[None, :], other=0.0)
-            m_q = ((k0 // 8 + o_j) < K // 8)[:, None] & m_n[None, :]
-            b_q = tl.load(p_qw + (k0 // 8 + o_j)[:, None] * N + o_n[None, :], mask=m_q, other=0)
-        # [BK/8, BN] words -> [BK/8, 8, BN] nibbles -> [BK, BN]: row 8r + j is nibble j of word r.
-        b_q = tl.reshape((b_q[:, None, :] >> shifts[None, :, None]) & 0xF, (BK, BN))
-        if GROUPS_PER_TILE == 1:
-            o_g = k0 // GROUP
-            b_s = tl.load(p_s + o_g * N + o_n, mask=m_n, other=0.0).to(tl.float32)[None, :]
-            b_z = tl.load(p_z + o_g * N + o_n, mask=m_n, other=0).to(tl.int32)[None, :] if HAS_ZEROS else 8
-        else:
-            o_g = k0 // GROUP + tl.arange(0, GROUPS_PER_TILE)
-            m_g = (o_g < K // GROUP)[:, None] & m_n[None, :]
-            b_s = tl.load(p_s + o_g[:, None] * N + o_n[None, :], mask=m_g, other=0.0).to(tl.float32)
-            b_s = tl.reshape(tl.broadcast_to(b_s[:, None, :], (GROUPS_PER_TILE, GROUP, BN)), (BK, BN))
-            if HAS_ZEROS:
-                b_z = tl.load(p_z + o_g[:, None] * N + o_n[None, :], mask=m_g, other=0).to(tl.int32)
-                b_z = tl.reshape(tl.broadcast_to(b_z[:, None, :], (GROUPS_PER_TILE, GROUP, BN)), (BK, BN))
+        m_r = (k0 // 8 + o_j) < K // 8
+        if KMAJOR:
+            # W^T tile: [BN, BK/8] words -> [BN, BK/8, 8] nibbles -> [BN, BK], column 8r + j is nibble j
+            # of word r, so a thread's 8 nibbles of one word become 8 K-contiguous values (one 16-byte
+            # store into a K-major shared tile) instead of 8 rows of the [BK, BN] tile below.
+            p_qt = p_qw + (k0 // 8 + o_j)[None, :] * N + o_n[:, None]
+            m_qt = m_n[:, None] if EVEN_K else m_n[:, None] & m_r[None, :]
+            b_qt = tl.load(p_qt, mask=m_qt, other=0)
+            # each word repeated 8 times along K by tl.interleave, which keeps the copies in one thread
+            # (a broadcast [BN, BK/8, 8] lets the compiler spread the 8 over threads: 2-byte stores)
+            b_qt = tl.interleave(b_qt, b_qt)
+            b_qt = tl.interleave(b_qt, b_qt)
+            b_qt = tl.interleave(b_qt, b_qt)
+            b_qt = (b_qt >> ((tl.arange(0, BK) % 8) * 4)[None, :]) & 0xF
+            b_z = 8
+            if GROUPS_PER_TILE == 1:
+                b_s = b_s_next[:, None]
+                if HAS_ZEROS:
+                    b_z = b_z_next.to(tl.int32)[:, None]
+                # next step's row now: its latency overlaps this step's dequantization and dot
+                m_gn = m_n & (o_n * 0 + k0 + BK < k_end)
+                b_s_next = tl.load(p_s + ((k0 + BK) // GROUP) * N + o_n, mask=m_gn, other=0.0)
+                if HAS_ZEROS:
+                    b_z_next = tl.load(p_z + ((k0 + BK) // GROUP) * N + o_n, mask=m_gn, other=0)
             else:
-                b_z = 8
-        b_w = ((b_q - b_z).to(tl.float32) * b_s).to(DT)
-        acc = tl.dot(b_a, b_w, acc)
+                o_g = k0 // GROUP + tl.arange(0, GROUPS_PER_TILE)
+                m_g = m_n[:, None] & (o_g < K // GROUP)[None, :]
+                b_s = tl.load(p_s + o_g[None, :] * N + o_n[:, None], mask=m_g, other=0.0)
+                b_s = tl.reshape(tl.broadcast_to(b_s[:, :, None], (BN, GROUPS_PER_TILE, GROUP)), (BN, BK))
+                if HAS_ZEROS:
+                    b_z = tl.load(p_z + o_g[None, :] * N + o_n[:, None], mask=m_g, other=0).to(tl.int32)
+                    b_z = tl.reshape(tl.broadcast_to(b_z[:, :, None], (BN, GROUPS_PER_TILE, GROUP)), (BN, BK))
+            # (q - z) exactly in DT without an int->float conversion: the 16-bit pattern MAGIC | q reads
+            # as 128 + q (bf16) / 1024 + q (fp16); the DT multiply then rounds the exact product once,
+            # as the spec's does
+            b_wq = (b_qt | MAGIC).to(tl.int16).to(DT, bitcast=True)
+            if HAS_ZEROS:
+                b_wz = (b_z | MAGIC).to(tl.int16).to(DT, bitcast=True)
+            else:
+                b_wz = tl.full((1, 1), MAGIC | 8, tl.int16).to(DT, bitcast=True)
+            b_wt = (b_wq - b_wz) * b_s
+            acc = tl.dot(b_a, tl.trans(b_wt), acc)
+        else:
+            m_q = m_n[None, :] if EVEN_K else m_r[:, None] & m_n[None, :]
+            b_q = tl.load(p_qw + (k0 // 8 + o_j)[:, None] * N + o_n[None, :], mask=m_q, other=0)
+            # [BK/8, BN] words -> [BK/8, 8, BN] nibbles -> [BK, BN]: row 8r + j is nibble j of word r.
+            b_q = tl.reshape((b_q[:, None, :] >> shifts[None, :, None]) & 0xF, (BK, BN))
+            if GROUPS_PER_TILE == 1:
+                o_g = k0 // GROUP
+                b_s = tl.load(p_s + o_g * N + o_n, mask=m_n, other=0.0).to(tl.float32)[None, :]
+                b_z = tl.load(p_z + o_g * N + o_n, mask=m_n, other=0).to(tl.int32)[None, :] if HAS_ZEROS else 8
+            else:
+                o_g = k0 // GROUP + tl.arange(0, GROUPS_PER_TILE)
+                m_g = (o_g < K // GROUP)[:, None] & m_n[None, :]
+                b_s = tl.load(p_s + o_g[:, None] * N + o_n[None, :], mask=m_g, other=0.0).to(tl.float32)
+                b_s = tl.reshape(tl.broadcast_to(b_s[:, None, :], (GROUPS_PER_TILE, GROUP, BN)), (BK, BN))
+                if HAS_ZEROS:
+                    b_z = tl.load(p_z + o_g[:, None] * N + o_n[None, :], mask=m_g, other=0).to(tl.int32)
+                    b_z = tl.reshape(tl.broadcast_to(b_z[:, None, :], (GROUPS_PER_TILE, GROUP, BN)), (BK, BN))
+                else:
+                    b_z = 8
+            b_w = ((b_q - b_z).to(tl.float32) * b_s).to(DT)
+            acc = tl.dot(b_a, b_w, acc)
 
     m_mn = m_m[:, None] & m_n[None, :]
     if SPLIT:
@@ -245,6 +294,8 @@ def launch_w4a16_gemm(
         ATOMIC=atomic,
         EVEN_K=K % cfg.BK == 0,
         INT64_INDEX=max(a.numel(), M * N) >= 2**31,
+        KMAJOR=cfg.kmajor,
+        MAGIC=0x4300 if a.dtype == torch.bfloat16 else 0x6400,
         BM=cfg.BM,
         BN=cfg.BN,
         BK=cfg.BK,
