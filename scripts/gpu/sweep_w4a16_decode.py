@@ -1,20 +1,25 @@
-"""W4A16 tile x split-K rule sweep on the GPU (bf16, group 128, symmetric, weights rotated past L2).
+"""W4A16 tile x split-K rule x dequantization-tile sweep on the GPU (bf16, group 128, symmetric).
 
-The variant sweep (scripts/gpu/sweep_w4a16_variants.py at git 5691386, H200) showed the
-dequantization arithmetic is not what limits decode: its time tracks the
-number of K iterations each program runs in sequence, not M or the bytes, as
-if each iteration waited for its loads. This sweep varies what sets the
-memory-level parallelism: the tile (BN, BK, warps, stages) and how many
-programs the split-K rule aims at per SM (``programs_per_sm``; ``cap``: the
-workspace-traffic cap on or off). It prints, per M bucket, the geomean µs of
-each (tile, rule) over the shapes and the best, with its % of the memory
-roofline and speedup over cuBLAS dense, per shape. JSON to $OUT.
+Weights rotate over enough copies to exceed the 60 MB L2. For each M bucket it
+times candidate tiles (BM, BN, BK, warps, stages), split-K rules (how many
+programs per SM the rule aims at, ``programs_per_sm``; ``-nocap``: without the
+workspace-traffic cap) and both dequantization tiles (``+km``:
+``TileConfig.kmajor``, the K-major tile with vector shared stores, no
+int->float conversions and the scale row loaded one step ahead; offline sm_90
+PTX of the decode tile: 654 loop instructions against 841, 16 ``st.shared.v4``
+against 128 ``st.shared.b16``, no ``cvt.rn.bf16.s32`` against 128). Each
+config's output passes the op's contract before it is timed. Prints per shape
+the best config, % of the memory roofline and speedup over cuBLAS dense; per
+bucket the geomean of every config and the shipped one. JSON to $OUT.
 
-    PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_decode.py      # about 2 minutes on an H200
+    PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_decode.py      # about 3 minutes on an H200
+
+Session 2's run (without ``+km``) is benchmarks/results/h200/sweeps/sweep_w4a16_decode.*.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -29,12 +34,17 @@ from exactfuse.ops.w4a16 import triton as w4
 from exactfuse.ops.w4a16.heuristics import TileConfig, choose_split
 
 SHAPES = ((4096, 4096), (4096, 14336), (14336, 4096), (8192, 8192), (4096, 28672))
-BUCKETS = {  # name: (Ms, tiles (BM, BN, BK, warps, stages))
-    "decode": ((1, 16), [(16, 64, 128, 4, 4), (16, 64, 256, 4, 3), (16, 128, 128, 4, 4), (16, 32, 128, 4, 4)]),
+BUCKETS = {  # name: (Ms, tiles (BM, BN, BK, warps, stages)), the shipped tile first
+    "decode": ((1, 16), [(16, 128, 128, 4, 4), (16, 64, 128, 4, 4), (16, 64, 256, 4, 3), (16, 32, 128, 4, 4)]),
     "m128": ((64, 128), [(64, 64, 64, 4, 4), (64, 64, 128, 4, 4), (64, 128, 64, 4, 4), (32, 64, 128, 4, 4)]),
     "prefill": ((2048,), [(128, 128, 64, 8, 3), (128, 256, 64, 8, 3), (128, 128, 128, 8, 3), (128, 64, 64, 4, 4)]),
 }
+RULES_BY_BUCKET = {  # prefill tiles never split on these shapes: one rule is enough there
+    "prefill": ("p2",),
+}
+SHIPPED_RULE = {"decode": "p4", "m128": "p8-nocap", "prefill": "p2"}  # heuristics.BUCKETS
 ROTATE_BYTES = 256 << 20  # weights rotate over enough copies to exceed the 60 MB L2
+KMAJOR = (False, True)  # TileConfig.kmajor: the K-major dequantization tile ("+km" in the rule column)
 RULES = {"p2": (2, True), "p4": (4, True), "p8": (8, True), "p16": (16, True), "p8-nocap": (8, False)}
 
 
@@ -70,10 +80,13 @@ def main() -> None:
                 roof = _bytes(*args0) / bw * 1e6
                 seen: dict[TileConfig, float] = {}
                 for tile in tiles:
-                    for rule, (pps, cap) in RULES.items():
+                    for (rule, (pps, cap)), kmajor in itertools.product(
+                        [(r, RULES[r]) for r in RULES_BY_BUCKET.get(bucket, RULES)], KMAJOR
+                    ):
                         BM, BN, BK, warps, stages = tile
                         split, kps = choose_split(M, N, K, BM, BN, BK, sms, pps, 64, cap)
-                        cfg = TileConfig(bucket, BM, BN, BK, warps, stages, split, kps)
+                        cfg = TileConfig(bucket, BM, BN, BK, warps, stages, split, kps, kmajor)
+                        rule = rule + ("+km" if kmajor else "")
                         if cfg not in seen:
                             out = w4.launch_w4a16_gemm(*args0, config=cfg)
                             check = CONTRACT.check(out, native, args=args0)
@@ -115,7 +128,7 @@ def main() -> None:
         geo = {k: math.exp(sum(map(math.log, v)) / len(v)) for k, v in scores.items()}
         ranked = sorted(geo.items(), key=lambda x: x[1])
         print(f"  {bucket}: " + "  ".join(f"{k}={v:.1f}" for k, v in ranked[:6]))
-        shipped = f"{tuple(BUCKETS[bucket][1][0])} p2"
+        shipped = f"{tuple(BUCKETS[bucket][1][0])} {SHIPPED_RULE[bucket]}"
         print(f"    shipped {shipped}: {geo[shipped]:.1f}")
     print(f"{time.time() - start:.0f} s")
     if os.environ.get("OUT"):

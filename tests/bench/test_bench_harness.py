@@ -355,6 +355,31 @@ def test_time_budget_keeps_the_cases_done_and_lists_the_rest(fake_op, tmp_path, 
     assert not_run == [f"fp32/{c}" for c in cases[1:]]
 
 
+def test_shards_split_the_grid_and_merge_back(fake_op, tmp_path):
+    full = bench_op(fake_op, torch.float32, _config(), timer=fake_timer, roofline=ROOF)
+    paths = []
+    for i in range(2):
+        out = tmp_path / f"shard{i}"
+        bench_cli.bench_and_write(
+            [fake_op],
+            _config(shard=(i, 2)),
+            timer=fake_timer,
+            roofline=ROOF,
+            meta={"gpu": "cpu", "git_rev": f"rev{i}"},
+            out_dir=out,
+            console=Console(file=io.StringIO()),
+        )
+        paths.append(out / f"{fake_op.name}.json")
+    op_name, rows, meta = results.merge_results(paths)
+    assert op_name == fake_op.name
+    assert sorted((r.shape, r.provider) for r in rows) == sorted((r.shape, r.provider) for r in full)
+    assert [s["git_rev"] for s in meta["shards"]] == ["rev0", "rev1"] and "incomplete" not in meta
+    shard0 = {r.shape for r in results.load_rows(paths[0])[0]}
+    assert shard0 and shard0 != {r.shape for r in full}  # each shard ran part of the grid
+    with pytest.raises(argparse.ArgumentTypeError, match="0 <= I < N"):
+        bench_cli._shard("2/2")
+
+
 def test_gpu_slug():
     assert results.gpu_slug("NVIDIA H200") == "h200"
     assert results.gpu_slug("NVIDIA H100 80GB HBM3") == "h100-80gb-hbm3"

@@ -54,11 +54,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--rep-ms", type=float, help="ms of calls per CUDA graph replay (default 20; 10 with the quick grid)"
     )
     parser.add_argument(
+        "--shard",
+        type=_shard,
+        metavar="I/N",
+        help="run cases I, I+N, I+2N, ... of each grid (N processes, one per GPU; scripts/merge_results.py joins them)",
+    )
+    parser.add_argument(
         "--time-budget",
         type=float,
         metavar="SECONDS",
         help="start no new case after this many seconds; the files keep the cases done and list the rest",
     )
+
+
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shard takes I/N with integers, got {text!r}") from None
+    if not 0 <= i < n:
+        raise argparse.ArgumentTypeError(f"--shard I/N needs 0 <= I < N, got {text!r}")
+    return i, n
 
 
 class UsageError(ValueError):
@@ -197,6 +213,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         device=str(device),
         l2_bytes=l2_cache_bytes(device),
         deadline=time.monotonic() + args.time_budget if args.time_budget else None,
+        shard=args.shard,
     )
     console.print(
         "[dim]measuring copy bandwidth" + (" and bf16 matmul rate" if any(o.flops_fn for o in ops) else "") + "...[/]"

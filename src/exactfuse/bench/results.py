@@ -250,3 +250,31 @@ def load_rows(path: str | os.PathLike) -> tuple[list[Row], dict]:
     if document.get("schema") != SCHEMA:
         raise ValueError(f"{path}: schema must be {SCHEMA!r}, got {document.get('schema')!r}")
     return [Row(**r) for r in document["rows"]], document["meta"]
+
+
+def merge_results(paths: list[str | os.PathLike]) -> tuple[str, list[Row], dict]:
+    """``(op, rows, meta)`` of one op's JSON files from ``--shard`` runs, joined into one result.
+
+    The rows are concatenated (each keeps the speedups measured in its own
+    run); ``meta`` is the first file's, with ``shards`` listing every file's
+    GPU, git revision, date, command and roofline, and ``incomplete`` the union
+    of the cases the runs did not reach. All files must be of one op.
+    """
+    rows: list[Row] = []
+    shards, not_run, ops = [], [], set()
+    meta: dict = {}
+    for path in paths:
+        file_rows, file_meta = load_rows(path)
+        rows += file_rows
+        ops.update(r.op for r in file_rows)
+        meta = meta or dict(file_meta)
+        keys = ("gpu", "git_rev", "date", "command", "roofline")
+        shards.append({"file": Path(path).name, **{k: file_meta.get(k) for k in keys}})
+        not_run += file_meta.get("incomplete", {}).get("cases_not_run", [])
+    if len(ops) != 1:
+        raise ValueError(f"merge_results: the files must hold one op, found {sorted(ops)}")
+    meta.pop("incomplete", None)
+    meta["shards"] = shards
+    if not_run:
+        meta["incomplete"] = {"cases_not_run": not_run}
+    return ops.pop(), rows, meta

@@ -39,6 +39,9 @@ class BenchConfig:
     # time.monotonic() after which no new case starts (--time-budget): the run
     # keeps the cases done so far, and the results say which were not run.
     deadline: float | None = None
+    # (i, n): only every n-th case of each grid, starting at i (--shard i/n), so that n processes on n
+    # GPUs share one grid; scripts/merge_results.py joins their files.
+    shard: tuple[int, int] | None = None
 
 
 @dataclass
@@ -262,6 +265,8 @@ def bench_op(
     candidates = candidates or Candidates(config)
     cands = candidates.for_op(op)
     cases = expand_grid(op, config.grid, config.device, dtype)
+    if config.shard is not None:
+        cases = cases[config.shard[0] :: config.shard[1]]
     reporter.start(op, dtype, [c.name for c in cands], len(cases))
     rows: list[Row] = []
     with torch.no_grad():
