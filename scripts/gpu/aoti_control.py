@@ -74,7 +74,9 @@ def main() -> None:
         step(sys.argv[1])
         return
     for kind in ("plain", "sparse", "silu"):
-        proc = subprocess.run([sys.executable, "-X", "faulthandler", __file__, kind], capture_output=True, text=True, timeout=75)
+        proc = subprocess.run(
+            [sys.executable, "-X", "faulthandler", __file__, kind], capture_output=True, text=True, timeout=75
+        )
         print(proc.stdout, end="")
         if proc.returncode == 0:
             print(f"OK {kind}")
