@@ -16,10 +16,23 @@ import triton
 
 from exactfuse.ops.activation import triton as act
 
-SHAPES = [(16, 768), (16, 4096), (16, 14336), (4096, 768), (4096, 4096), (32768, 14336), (32768, 31)]
+# d = 768 and 13824 are not multiples of 1024: BD = 256 / 512 tile them without masked lanes (session 2's
+# question); the rest are session 1's shapes.
+SHAPES = [
+    (1, 768),
+    (16, 768),
+    (16, 4096),
+    (16, 14336),
+    (4096, 768),
+    (32768, 768),
+    (4096, 13824),
+    (4096, 4096),
+    (32768, 14336),
+    (32768, 31),
+]
 CONFIGS = [
     (bd, tile, w)
-    for bd in (512, 1024, 2048)
+    for bd in (256, 512, 1024, 2048)
     for tile in (1024, 2048, 4096)
     for w in (4, 8)
     if tile >= bd and tile // (32 * w) >= 4
@@ -58,7 +71,7 @@ def main():
             if cfg not in times:
                 times[cfg] = time_config(T, d, cfg, sets)
         best = min(times, key=times.get)
-        bt, bd, w = act.act_and_mul_config(d)
+        bt, bd, w = act.act_and_mul_config(T, d)
         ours = (bd, bt * bd, w)
         ours_t = times.get(ours) or time_config(T, d, ours, sets)
         table[(T, d)] = times
