@@ -39,7 +39,9 @@ BUCKETS = {  # name: (Ms, tiles (BM, BN, BK, warps, stages)), the shipped tile f
     "m128": ((64, 128), [(64, 64, 64, 4, 4), (64, 64, 128, 4, 4), (64, 128, 64, 4, 4), (32, 64, 128, 4, 4)]),
     "prefill": ((2048,), [(128, 128, 64, 8, 3), (128, 256, 64, 8, 3), (128, 128, 128, 8, 3), (128, 64, 64, 4, 4)]),
 }
-RULES_BY_BUCKET = {  # prefill tiles never split on these shapes: one rule is enough there
+RULES_BY_BUCKET = {  # session 2's best rules per bucket and the p2 reference; prefill never splits here
+    "decode": ("p2", "p4", "p8"),
+    "m128": ("p2", "p8-nocap"),
     "prefill": ("p2",),
 }
 SHIPPED_RULE = {"decode": "p4", "m128": "p8-nocap", "prefill": "p2"}  # heuristics.BUCKETS
