@@ -76,7 +76,10 @@ def w4a16_gemm_kernel(
     p_out: ``[M, N]`` in a's dtype, or the fp32 workspace ``[S, M, N]`` (SPLIT)
     or ``[M, N]`` (SPLIT and ATOMIC). constexpr: GROUP (a power of two; one
     group of all K is passed as next_pow2(K)), GROUPS_PER_TILE (BK // GROUP when
-    a tile spans several groups, else 1), the feature flags, tile sizes.
+    a tile spans several groups, else 1), the feature flags, KMAJOR (dequantize
+    the transposed tile with the magic-number trick, MAGIC = the 16-bit pattern
+    of 128.0 / 1024.0 for bf16 / fp16, and load scale rows a step ahead; one
+    group per tile gets the prefetch), tile sizes.
     """
     i_mn = tl.program_id(0)
     i_s = tl.program_id(1)
@@ -117,9 +120,10 @@ def w4a16_gemm_kernel(
             b_a = tl.load(p_ab, mask=m_m[:, None] & m_k[None, :], other=0.0)
         m_r = (k0 // 8 + o_j) < K // 8
         if KMAJOR:
-            # W^T tile: [BN, BK/8] words -> [BN, BK/8, 8] nibbles -> [BN, BK], column 8r + j is nibble j
-            # of word r, so a thread's 8 nibbles of one word become 8 K-contiguous values (one 16-byte
-            # store into a K-major shared tile) instead of 8 rows of the [BK, BN] tile below.
+            # W^T tile: [BN, BK/8] words -> [BN, BK], column 8r + j is nibble j of word r, so a thread's 8
+            # nibbles of one word become 8 K-contiguous values (one 16-byte store into a K-major shared
+            # tile) instead of 8 rows of the [BK, BN] tile below (offline sm_90 PTX, Triton 3.9: 16
+            # st.shared.v4 against 128 st.shared.b16 per thread and step; NOTES.md).
             p_qt = p_qw + (k0 // 8 + o_j)[None, :] * N + o_n[:, None]
             m_qt = m_n[:, None] if EVEN_K else m_n[:, None] & m_r[None, :]
             b_qt = tl.load(p_qt, mask=m_qt, other=0)
