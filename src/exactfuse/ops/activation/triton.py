@@ -94,9 +94,8 @@ def act_and_mul_config(T: int, D: int) -> tuple[int, int, int]:
     against the previous 2048-element tile at 4 warps: T=16, d=768 3.35 -> 1.59
     µs (8 warps); T=4096, d=768 8.81 -> 7.24 µs (4 warps); T=32768, d=31 6.52 ->
     4.93 µs; within 1% at T=32768, d=14336. The 2^20 threshold sits between
-    the measured points (8 warps best up to T·d = 1.0M at T=32768, d=31; 4 warps
-    from 3.1M); the
-    crossover itself was not swept.
+    the measured points (8 warps best up to T·d = 1.0M at T=32768, d=31; 4
+    warps from 3.1M); the crossover itself was not swept.
     """
     BD = min(next_power_of_2(D), 1024)
     BT = max(1, 1024 // BD)
