@@ -23,7 +23,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
-from exactfuse.ops.w4a16.triton import w4a16_gemm_kernel  # noqa: E402
+from exactfuse.ops.w4a16.triton import w4a16_gemm_kernel
 
 POINTERS = (0, 1, 2, 3, 4, 5, 6)  # arguments assumed 16-byte aligned, as the launcher's tensors are
 SIZES = (8, 9, 10, 11)  # N, K, stride_am, K_PER_SPLIT: multiples of 16
