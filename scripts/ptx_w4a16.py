@@ -1,4 +1,4 @@
-"""Compile the W4A16 GEMM kernel for sm_90 without a GPU and count the instructions of its K loop.
+"""Compile the W4A16 GEMM kernel for sm_90 without a GPU and count the PTX and SASS instructions of its K loop.
 
 Backs the PTX numbers in NOTES.md and the kernel's comments (st.shared width,
 conversion instructions, loop length per thread and K step). Needs only the
@@ -16,7 +16,9 @@ import argparse
 import collections
 import os
 import re
+import subprocess
 import sys
+import tempfile
 
 import triton
 from triton.backends.compiler import GPUTarget
@@ -38,6 +40,29 @@ def loop_instructions(ptx: str) -> collections.Counter:
         line = re.sub(r"^@!?%p\d+\s*", "", line.strip())
         if line and not line.startswith(("//", ".loc", "$", "{", "}", ".reg")):
             ops[line.split()[0].rstrip(";")] += 1
+    return ops
+
+
+def sass_loop_instructions(cubin: bytes) -> collections.Counter:
+    """Opcode counts of the longest backward-branch loop of ``cubin``'s SASS (nvdisasm from the Triton wheel)."""
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run([tool, "-c", f.name], capture_output=True, text=True, check=True).stdout.splitlines()
+    labels = {m.group(1): i for i, line in enumerate(text) if (m := re.match(r"\s*(\.L_x_\d+):", line))}
+    loops = []
+    for i, line in enumerate(text):
+        m = re.search(r"BRA\s+`?\(?(\.L_x_\d+)", line)
+        if m and labels.get(m.group(1), i) < i:
+            loops.append((i - labels[m.group(1)], labels[m.group(1)], i))
+    if not loops:
+        return collections.Counter()
+    _, start, end = max(loops)
+    ops = collections.Counter()
+    for line in text[start : end + 1]:
+        if m := re.search(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", line):
+            ops[m.group(1)] += 1
     return ops
 
 
@@ -93,11 +118,13 @@ def main() -> None:
         target=GPUTarget("cuda", 90, 32),
         options=dict(num_warps=warps, num_stages=stages),
     )
-    ops = loop_instructions(kernel.asm["ptx"])
-    print(f"triton {triton.__version__}, sm_90, {vars(args)}")
-    print(f"shared memory {kernel.metadata.shared} B; K-loop: {sum(ops.values())} instructions per thread and step")
-    for op, n in ops.most_common(24):
-        print(f"  {n:5d}  {op}")
+    print(f"triton {triton.__version__}, sm_90, {vars(args)}; shared memory {kernel.metadata.shared} B")
+    for name, ops in (
+        ("PTX", loop_instructions(kernel.asm["ptx"])),
+        ("SASS", sass_loop_instructions(kernel.asm["cubin"])),
+    ):
+        print(f"K loop, {name}: {sum(ops.values())} instructions per thread and step")
+        print("  " + ", ".join(f"{op} {n}" for op, n in ops.most_common(20)))
 
 
 if __name__ == "__main__":
