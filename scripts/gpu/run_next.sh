@@ -35,7 +35,7 @@ a)
   (
     bench 1 250 sparse gelu_and_mul_sparse
     run 1 140 sweep_act python3 scripts/gpu/sweep_act_and_mul.py
-    run 1 150 sweep_moe python3 scripts/gpu/sweep_moe.py
+    run 1 150 sweep_moe python3 scripts/gpu/sweep_moe.py --no-targets
   ) &
   wait
   cat "$OUT/rc.txt"
@@ -43,7 +43,7 @@ a)
   echo "== aoti"; grep -E "^(OK|FAIL|CRASH|step)" "$OUT/aoti_control.txt"
   echo "== w4a16 sweep"; tail -14 "$OUT/sweep_w4a16.txt" | cut -c1-220
   echo "== act sweep"; tail -14 "$OUT/sweep_act.txt" | cut -c1-160
-  echo "== moe sweep"; grep -A12 DECISIONS "$OUT/sweep_moe.txt" | cut -c1-160
+  echo "== moe sweep"; grep -A6 DECISIONS "$OUT/sweep_moe.txt" | cut -c1-200
   ;;
 b)
   bench 0 480 s0 moe_silu_and_mul --shard 0/2 &
