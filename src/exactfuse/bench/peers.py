@@ -143,26 +143,37 @@ def _cuda_only() -> bool:
     return torch.cuda.is_available()
 
 
+def _w4a16_args(args: tuple, kwargs: dict) -> dict:
+    """The op's arguments by name, defaults filled in (the native spec's signature)."""
+    from exactfuse.ops.w4a16 import w4a16_gemm
+
+    bound = w4a16_gemm.signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    return bound.arguments
+
+
 def _w4a16_cublas_dense(args: tuple, kwargs: dict) -> PreparedCall:
     """cuBLAS on the weight dequantized once, outside the timed region: the dense-GEMM bound."""
     from exactfuse.ops.w4a16 import dense_weight
 
-    a, qweight, scales, zeros, perm, bias, group_size = (list(args) + [None] * 7)[:7]
-    w = dense_weight(qweight, scales, zeros, perm, group_size, a.dtype)
+    x = _w4a16_args(args, kwargs)
+    a, bias = x["a"], x["bias"]
+    w = dense_weight(x["qweight"], x["scales"], x["zeros"], x["perm"], x["group_size"], a.dtype)
     if bias is None:
         return lambda: torch.matmul(a, w)
     return lambda: torch.addmm(bias, a, w)
 
 
-def _int4pack_accepts(a, qweight, scales, zeros=None, perm=None, bias=None, group_size=128, *rest, **kwargs) -> bool:
+def _int4pack_accepts(*args, **kwargs) -> bool:
     # tinygemm: bf16, groups of 32..256 along K, K a multiple of 1024 (8 inner K tiles of 16 pairs)
+    x = _w4a16_args(args, kwargs)
     return (
         hasattr(torch, "_weight_int4pack_mm")
-        and a.dtype == torch.bfloat16
-        and zeros is None
-        and perm is None
-        and group_size in (32, 64, 128, 256)
-        and a.shape[1] % 1024 == 0
+        and x["a"].dtype == torch.bfloat16
+        and x["zeros"] is None
+        and x["perm"] is None
+        and x["group_size"] in (32, 64, 128, 256)
+        and x["a"].shape[1] % 1024 == 0
     )
 
 
@@ -176,8 +187,9 @@ def _w4a16_torch_int4(args: tuple, kwargs: dict) -> PreparedCall:
     """
     from exactfuse.ops.w4a16.packing import unpack_rows
 
-    a, qweight, scales, _zeros, _perm, bias, group_size = (list(args) + [None] * 7)[:7]
-    q = unpack_rows(qweight).t().contiguous()  # [N, K] codes 0..15
+    x = _w4a16_args(args, kwargs)
+    a, scales, bias, group_size = x["a"], x["scales"], x["bias"], x["group_size"]
+    q = unpack_rows(x["qweight"]).t().contiguous()  # [N, K] codes 0..15
     packed = torch._convert_weight_to_int4pack(((q[:, ::2] << 4) | q[:, 1::2]).to(torch.uint8), 8)
     scales_zeros = torch.stack([scales, torch.zeros_like(scales)], dim=2).contiguous()  # [K/G, N, 2]
     if bias is None:
