@@ -19,9 +19,9 @@ import math
 import os
 
 import torch
-import triton
 
 from exactfuse.bench import resources
+from exactfuse.bench.timing import cudagraph_timer
 from exactfuse.ops.activation import sparse_triton as st
 from exactfuse.ops.activation.sparse import STD_MULTIPLIER
 
@@ -29,6 +29,10 @@ WIDTHS = (1, 31, 128, 500, 1024, 2048, 3000, 4096, 8192, 12288, 16384, 24576, 32
 TOKENS = (1, 64, 1024)
 WARPS = (1, 2, 4, 8, 16, 32)
 WORKING_SET = 256 << 20
+
+
+# the harness's timer: median of CUDA-graph replays, cyclic GC off during capture
+TIMER = cudagraph_timer(rep_ms=20)
 
 
 def candidate_warps(d: int) -> list[int]:
@@ -43,7 +47,7 @@ def time_us(sets, d: int, warps: int) -> float:
             st.launch_gelu_and_mul_sparse(x, STD_MULTIPLIER, "tanh", num_warps=warps)
 
     body()  # compile outside the capture
-    return triton.testing.do_bench_cudagraph(body, rep=20, return_mode="median") * 1e3 / len(sets)
+    return TIMER(body) * 1e3 / len(sets)
 
 
 def geomean(values) -> float:

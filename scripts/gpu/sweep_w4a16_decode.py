@@ -26,9 +26,9 @@ import os
 import time
 
 import torch
-import triton
 
 from exactfuse.bench.roofline import measure_copy_bandwidth
+from exactfuse.bench.timing import cudagraph_timer
 from exactfuse.ops.w4a16 import CONTRACT, _bytes, _random_prepared, dense_weight, w4a16_gemm
 from exactfuse.ops.w4a16 import triton as w4
 from exactfuse.ops.w4a16.heuristics import TileConfig, choose_split
@@ -50,6 +50,10 @@ KMAJOR = (False, True)  # TileConfig.kmajor: the K-major dequantization tile ("+
 RULES = {"p2": (2, True), "p4": (4, True), "p8": (8, True), "p16": (16, True), "p8-nocap": (8, False)}
 
 
+# the harness's timer: median of CUDA-graph replays, cyclic GC off during capture
+TIMER = cudagraph_timer(rep_ms=30)
+
+
 def bench_rotating(fn_for, copies) -> float:
     """Median µs per call of ``fn_for(i)`` over ``copies`` inputs, one CUDA graph replaying all of them."""
 
@@ -58,7 +62,7 @@ def bench_rotating(fn_for, copies) -> float:
             fn_for(i)
 
     body()
-    return triton.testing.do_bench_cudagraph(body, rep=30) * 1e3 / copies
+    return TIMER(body) * 1e3 / copies
 
 
 def main() -> None:
