@@ -1,4 +1,4 @@
-"""w4a16_gemm: contract, bit-exact dequantization, split-K, compiler boundary, layer, CUDA graphs."""
+"""w4a16_gemm: contract, bit-exact dequantization, split-K, compiler boundary, CUDA graphs."""
 
 import dataclasses
 
@@ -24,11 +24,23 @@ def _gid(g):
     return "gch" if g == -1 else f"g{g}"
 
 
-def _assert_cases_pass(device, dtype, quick):
+def _kmajor(cfg):
+    return dataclasses.replace(cfg, kmajor=True)
+
+
+def _assert_cases_pass(device, dtype, quick, kmajor=False):
+    """Every case of the op's matrix through the Triton provider (``kmajor``: that tile forced on)."""
     failures, ran = [], 0
     for case in w4a16_gemm.cases(device, dtype, quick=quick):
         assert w4a16_gemm.providers["triton"].accepts(*case.args), case.id
-        result = check_provider(w4a16_gemm, "triton", case)
+        if kmajor:
+            a, qweight, *_, g = case.args
+            cfg = _kmajor(select_config(a.shape[0], qweight.shape[1], a.shape[1], g))
+            with exactfuse.poison_outputs():
+                out = w4_triton.launch_w4a16_gemm(*case.args, config=cfg)
+            result = CONTRACT.check(out, native.w4a16_gemm(*case.args), args=case.args)
+        else:
+            result = check_provider(w4a16_gemm, "triton", case)
         ran += 1
         if not result.passed:
             failures.append(f"{case.id}: {result.summary()}")
@@ -52,14 +64,17 @@ def test_interpreter_contract_fp16():
     _assert_cases_pass("cpu", torch.float16, quick=True)
 
 
-def _identity_check(device, dtype, K, N, group_size, sym, act, rows):
+def _identity_check(device, dtype, K, N, group_size, sym, act, rows, config=None):
+    """A = rows of I: the output must be those rows of the dequantized weight, bit for bit."""
     t = _checkpoint(K, N, group_size, sym, act, dtype=dtype)
     qweight, scales, zeros, perm, g = _to(prepare_gptq(t.qweight, t.qzeros, t.scales, t.g_idx), device)
     expected = dequantize_gptq(t.qweight, t.qzeros, t.scales, t.g_idx).to(device)
     eye = torch.eye(K, dtype=dtype, device=device)[rows]
+    if callable(config):
+        config = config(select_config(eye.shape[0], N, K, group_size))
     with exactfuse.poison_outputs():
-        out = w4_triton.launch_w4a16_gemm(eye, qweight, scales, zeros, perm, None, g)
-    assert torch.equal(out, expected[rows]), (out - expected[rows]).abs().max()
+        out = w4_triton.launch_w4a16_gemm(eye, qweight, scales, zeros, perm, None, g, config=config)
+    assert torch.equal(out, expected[rows]), (config, (out - expected[rows]).abs().max())
 
 
 @pytest.mark.interpreter
@@ -101,19 +116,16 @@ def test_tile_layouts_exact_dequant_and_contract(group_size, sym, act, kmajor):
     per-channel also at K = 200 (K not a multiple of BK: masked last step)."""
     for K in (256, 200) if group_size == -1 else (256,):
         t = _checkpoint(K, 64, group_size, sym, act)
-        qweight, scales, zeros, perm, g = prepare_gptq(t.qweight, t.qzeros, t.scales, t.g_idx)
-        expected = dequantize_gptq(t.qweight, t.qzeros, t.scales, t.g_idx)
         gen = make_generator(5)
         a = torch.randn((3, K), generator=gen).half()
         bias = (torch.randn((64,), generator=gen) * 0.1).half()
+        qweight, scales, zeros, perm, g = prepare_gptq(t.qweight, t.qzeros, t.scales, t.g_idx)
         args = (a, qweight, scales, zeros, perm, bias, g)
-        eye = torch.eye(K, dtype=torch.float16)[K - 3 :]
         for split in (1, 2):
             cfg = dataclasses.replace(with_split(select_config(3, 64, K, group_size), K, split), kmajor=kmajor)
+            _identity_check("cpu", torch.float16, K, 64, group_size, sym, act, slice(K - 3, K), config=cfg)
             with exactfuse.poison_outputs():
-                out_eye = w4_triton.launch_w4a16_gemm(eye, qweight, scales, zeros, perm, None, g, config=cfg)
                 out = w4_triton.launch_w4a16_gemm(*args, config=cfg)
-            assert torch.equal(out_eye, expected[K - 3 :]), (K, split, (out_eye - expected[K - 3 :]).abs().max())
             result = CONTRACT.check(out, native.w4a16_gemm(*args), args=args)
             assert result.passed, (K, split, result.summary())
 
@@ -287,91 +299,24 @@ def test_compiled_prefill_then_decode_selects_decode_config_interpreter():
     _decode_after_prefill("cpu", "aot_eager")
 
 
-# ------------------------------------------------------------------ layer
-def test_layer_matches_dense_weight_and_round_trips_state_dict():
-    torch.manual_seed(0)
-    lin = torch.nn.Linear(256, 64, bias=True).half()
-    layer = W4A16Linear.from_linear(lin, group_size=64, symmetric=False)
-    x = torch.randn(2, 3, 256, dtype=torch.float16)
-    y = layer(x)
-    assert y.shape == (2, 3, 64) and y.dtype == torch.float16
-    assert torch.equal(y, torch.matmul(x, layer.dense_weight()) + layer.bias)
-    # quantization error of 4-bit RTN: well below the output's own scale
-    with torch.no_grad():
-        ref = lin(x)
-    assert float((y - ref).float().norm() / ref.float().norm()) < 0.15
-    clone = W4A16Linear(256, 64, group_size=64, symmetric=False, bias=True)
-    clone.load_state_dict(layer.state_dict())
-    assert torch.equal(clone(x), y)
-    assert set(layer.state_dict()) == {"qweight", "scales", "zeros", "bias"}
-    text = repr(layer)
-    assert "format='gptq-v2'" in text and "group_size=64" in text
-
-
-@pytest.mark.parametrize("fmt", ["v1", "v2"])
-def test_layer_from_gptq_act_order(fmt):
-    t = _checkpoint(256, 64, 32, False, True, fmt=fmt)
-    layer = W4A16Linear.from_gptq(t.qweight, t.qzeros, t.scales, t.g_idx, format=fmt)
-    assert layer.act_order and "perm" in layer.state_dict() and f"format='gptq-{fmt}'" in repr(layer)
-    assert torch.equal(layer.dense_weight(), dequantize_gptq(t.qweight, t.qzeros, t.scales, t.g_idx, format=fmt))
-    clone = W4A16Linear(256, 64, group_size=32, symmetric=False, act_order=True)
-    clone.load_state_dict(layer.state_dict())
-    x = torch.randn(5, 256, dtype=torch.float16)
-    assert torch.equal(clone(x), layer(x))
-
-
-@pytest.mark.interpreter
-def test_layer_on_the_triton_provider_interpreter():
-    layer = _layer(group_size=128, symmetric=False)
-    x = torch.randn(4, 256, dtype=torch.float16)
-    with w4a16_gemm.priority(["triton"]):
-        y = layer(x)
-    assert CONTRACT.check(y, layer(x), args=(x, *_layer_args(layer))).passed
-
-
-def _layer_args(layer):
-    return layer.qweight, layer.scales, layer.zeros, layer.perm, layer.bias, layer.group_size
-
-
 # ------------------------------------------------------------------ GPU
 @pytest.mark.gpu
+@pytest.mark.parametrize("kmajor", [False, True], ids=["kn-tile", "kmajor"])
 @pytest.mark.parametrize("dtype", list(SHORT), ids=list(SHORT.values()))
-def test_gpu_contract_matrix(dtype):
-    """Small matrix plus real shapes (4096/14336, M 1..1024, act-order, asym, bias)."""
-    _assert_cases_pass("cuda", dtype, quick=False)
+def test_gpu_contract_matrix(dtype, kmajor):
+    """Small matrix plus real shapes (4096/14336, M 1..1024, act-order, asym, bias); the K-major tile forced on
+    too (no bucket uses it yet)."""
+    _assert_cases_pass("cuda", dtype, quick=False, kmajor=kmajor)
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("kmajor", [False, True], ids=["kn-tile", "kmajor"])
 @pytest.mark.parametrize("dtype", list(SHORT), ids=list(SHORT.values()))
 @pytest.mark.parametrize("group_size", [32, 128, -1], ids=_gid)
-def test_gpu_identity_is_bit_exact(group_size, dtype):
-    _identity_check("cuda", dtype, 4096, 512, group_size, False, True, slice(0, 4096))
-    _identity_check("cuda", dtype, 4096, 512, group_size, False, True, slice(1000, 1008))
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", list(SHORT), ids=list(SHORT.values()))
-def test_gpu_kmajor_tile_contract_and_identity(dtype):
-    """The K-major dequantization tile (not yet used by the heuristic): every case of the matrix, forced on."""
-    failures = []
-    for case in w4a16_gemm.cases("cuda", dtype, quick=False):
-        a, qweight, *_, g = case.args
-        cfg = dataclasses.replace(select_config(a.shape[0], qweight.shape[1], a.shape[1], g), kmajor=True)
-        with exactfuse.poison_outputs():
-            out = w4_triton.launch_w4a16_gemm(*case.args, config=cfg)
-        result = CONTRACT.check(out, native.w4a16_gemm(*case.args), args=case.args)
-        if not result.passed:
-            failures.append(f"{case.id}: {result.summary()}")
-    assert not failures, "\n".join(failures)
-    for group_size in (32, 128, -1):
-        t = _checkpoint(4096, 512, group_size, False, True, dtype=dtype)
-        qweight, scales, zeros, perm, g = _to(prepare_gptq(t.qweight, t.qzeros, t.scales, t.g_idx), "cuda")
-        expected = dequantize_gptq(t.qweight, t.qzeros, t.scales, t.g_idx).cuda()
-        for rows in (slice(0, 4096), slice(1000, 1008)):
-            eye = torch.eye(4096, dtype=dtype, device="cuda")[rows]
-            cfg = dataclasses.replace(select_config(eye.shape[0], 512, 4096, group_size), kmajor=True)
-            out = w4_triton.launch_w4a16_gemm(eye, qweight, scales, zeros, perm, None, g, config=cfg)
-            assert torch.equal(out, expected[rows]), (group_size, rows)
+def test_gpu_identity_is_bit_exact(group_size, dtype, kmajor):
+    config = _kmajor if kmajor else None
+    _identity_check("cuda", dtype, 4096, 512, group_size, False, True, slice(0, 4096), config=config)
+    _identity_check("cuda", dtype, 4096, 512, group_size, False, True, slice(1000, 1008), config=config)
 
 
 @pytest.mark.gpu
