@@ -23,9 +23,9 @@ from rich.console import Console
 from exactfuse.bench import cli as bench_cli
 from exactfuse.bench import gate, resources, results, runner
 from exactfuse.bench.display import RichReporter
-from exactfuse.bench.peers import PEERS, PeerAdapter, register_peer, unregister_peer
+from exactfuse.bench.peers import PeerAdapter, register_peer, unregister_peer
 from exactfuse.bench.roofline import Roofline
-from exactfuse.bench.runner import BenchConfig, Candidates, bench_op, expand_grid
+from exactfuse.bench.runner import BenchConfig, bench_op, expand_grid
 from exactfuse.bench.timing import recompile_limits, rotation_count
 from exactfuse.registry import OPS, Bitwise, Case, Tolerance, Ulp, op
 
@@ -424,27 +424,3 @@ def test_cli_option_errors_name_what_is_known(fake_op):
     with pytest.raises(bench_cli.UsageError, match="unknown provider\\(s\\) \\['tritonx'\\]"):
         bench_cli.check_providers(["tritonx"], [fake_op])
     bench_cli.check_providers(["good", "native-compiled", "fakepeer"], [fake_op])
-
-
-def test_liger_peers_registered_and_tanh_only():
-    assert "liger" in PEERS["silu_and_mul"] and "liger" in PEERS["gelu_and_mul"]
-    geglu = PEERS["gelu_and_mul"]["liger"]
-    x = torch.ones(2, 8)
-    assert geglu.accepts(x, approximate="tanh") and not geglu.accepts(x) and not geglu.accepts(x, "none")
-    if not torch.cuda.is_available():
-        assert not geglu.available() and Candidates(_config()).for_op(OPS["gelu_and_mul"])[-1].name != "liger"
-
-
-def test_w4a16_baseline_peers_prepare_outside_timing_and_decline_what_they_cannot_run():
-    from exactfuse.bench import peers
-    from exactfuse.ops.w4a16 import make_case, native
-
-    case = make_case("M3", 3, 1024, 64, torch.float16, "cpu", torch.Generator().manual_seed(0), bias=True)
-    dense = peers.PEERS["w4a16_gemm"]["cublas-dense"].prepare(case.args, {})
-    torch.testing.assert_close(dense(), native.w4a16_gemm(*case.args), rtol=1e-2, atol=1e-2)
-    int4 = peers.PEERS["w4a16_gemm"]["torch-int4"]
-    a, qweight, scales, *_, g = case.args
-    assert not int4.accepts(*case.args)  # fp16: tinygemm takes bf16 only
-    bf16 = (a.bfloat16(), qweight, scales.bfloat16(), None, None, None, g)
-    assert int4.accepts(*bf16) == hasattr(torch, "_weight_int4pack_mm")
-    assert not int4.accepts(bf16[0][:, :512], qweight[:64], scales[:4].bfloat16(), None, None, None, g)  # K % 1024
