@@ -130,9 +130,9 @@ def gelu_and_mul_sparse_kernel(
     b_mean = _round(b_mean, DT, ROUND & 1)  # mean() returns the dtype
     b_std = _round(tl.sqrt_rn(tl.div_rn(b_m2, D * 1.0)), DT, ROUND & 2)  # std() returns the dtype
     # cutoff = mean + std * m: two eager ops, each rounded.
-    # std_multiplier as a tensor: Inductor may re-emit it as a Python float, which
-    # Triton 3.6's libdevice calls reject (H200 run, scripts/gpu/run_round5.sh).
-    # Inductor passed it as an fp64 argument in another run (H200, session 2): hence the cast.
+    # std_multiplier as an fp32 tensor whatever form it arrives in: Inductor's re-emitted
+    # kernel passed it as a Python float (which Triton 3.6's libdevice calls reject) in one
+    # H200 run and as an fp64 argument in another; eager Triton passes fp32.
     m_std = tl.where(b_std == b_std, std_multiplier, std_multiplier).to(tl.float32)
     b_cut = _round(_mul_rn(b_std, m_std), DT, ROUND & 4)  # std * m (fp32 opmath)
     b_cut = _round(b_mean + b_cut, DT, ROUND & 8)  # mean + (std * m)
