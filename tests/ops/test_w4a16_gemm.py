@@ -12,7 +12,7 @@ import exactfuse
 from exactfuse.layers import W4A16Linear
 from exactfuse.ops.w4a16 import CONTRACT, make_case, native, quantize_rtn, random_weights, w4a16_gemm
 from exactfuse.ops.w4a16 import triton as w4_triton
-from exactfuse.ops.w4a16.heuristics import H200_SMS, select_config, with_split
+from exactfuse.ops.w4a16.heuristics import H200_SMS, dense_config, select_config, with_split
 from exactfuse.ops.w4a16.packing import dequantize_gptq, prepare_gptq
 from exactfuse.testing import check_provider, make_generator
 
@@ -24,23 +24,36 @@ def _gid(g):
     return "gch" if g == -1 else f"g{g}"
 
 
-def _kmajor(cfg):
-    return dataclasses.replace(cfg, kmajor=True)
+# The launch paths: the heuristic's choice, the K-major tile forced on, the dense (dequantize + cuBLAS) path.
+LAYOUTS = ["heuristic", "kmajor", "dense"]
 
 
-def _assert_cases_pass(device, dtype, quick, kmajor=False):
-    """Every case of the op's matrix through the Triton provider (``kmajor``: that tile forced on)."""
+def _force(layout):
+    """``config -> config`` for :func:`_identity_check` (None: the heuristic's)."""
+    return {
+        "heuristic": None,
+        "kmajor": lambda cfg: dataclasses.replace(cfg, kmajor=True),
+        "dense": lambda cfg: dense_config(),
+    }[layout]
+
+
+def _assert_cases_pass(device, dtype, quick, layout="heuristic"):
+    """Every case of the op's matrix through the Triton provider, on the launch path ``layout``; the dense
+    path must also be bitwise equal to native (the same dequantized weight and the same torch.matmul)."""
     failures, ran = [], 0
     for case in w4a16_gemm.cases(device, dtype, quick=quick):
         assert w4a16_gemm.providers["triton"].accepts(*case.args), case.id
-        if kmajor:
+        if layout == "heuristic":
+            result = check_provider(w4a16_gemm, "triton", case)
+        else:
             a, qweight, *_, g = case.args
-            cfg = _kmajor(select_config(a.shape[0], qweight.shape[1], a.shape[1], g))
+            cfg = _force(layout)(select_config(a.shape[0], qweight.shape[1], a.shape[1], g))
+            expected = native.w4a16_gemm(*case.args)
             with exactfuse.poison_outputs():
                 out = w4_triton.launch_w4a16_gemm(*case.args, config=cfg)
-            result = CONTRACT.check(out, native.w4a16_gemm(*case.args), args=case.args)
-        else:
-            result = check_provider(w4a16_gemm, "triton", case)
+            result = CONTRACT.check(out, expected, args=case.args)
+            if layout == "dense" and not torch.equal(out, expected):
+                failures.append(f"{case.id}: dense path not bitwise native")
         ran += 1
         if not result.passed:
             failures.append(f"{case.id}: {result.summary()}")
@@ -108,12 +121,12 @@ def test_forced_split_counts_meet_the_contract(split, deterministic):
 
 
 @pytest.mark.interpreter
-@pytest.mark.parametrize("kmajor", [False, True], ids=["kn-tile", "kmajor"])
+@pytest.mark.parametrize("layout", ["kn-tile", "kmajor", "dense"])
 @pytest.mark.parametrize(("sym", "act"), [(True, False), (False, True)], ids=["sym", "asym-actorder"])
 @pytest.mark.parametrize("group_size", GROUPS, ids=_gid)
-def test_tile_layouts_exact_dequant_and_contract(group_size, sym, act, kmajor):
-    """Both dequantization tile layouts: identity bit-exact and the contract with bias, unsplit and split 2;
-    per-channel also at K = 200 (K not a multiple of BK: masked last step)."""
+def test_tile_layouts_exact_dequant_and_contract(group_size, sym, act, layout):
+    """Each dequantization layout: identity bit-exact and the contract with bias, unsplit and split 2 (the
+    dense path: bitwise native); per-channel also at K = 200 (K not a multiple of BK: masked last step)."""
     for K in (256, 200) if group_size == -1 else (256,):
         t = _checkpoint(K, 64, group_size, sym, act)
         gen = make_generator(5)
@@ -121,13 +134,16 @@ def test_tile_layouts_exact_dequant_and_contract(group_size, sym, act, kmajor):
         bias = (torch.randn((64,), generator=gen) * 0.1).half()
         qweight, scales, zeros, perm, g = prepare_gptq(t.qweight, t.qzeros, t.scales, t.g_idx)
         args = (a, qweight, scales, zeros, perm, bias, g)
-        for split in (1, 2):
-            cfg = dataclasses.replace(with_split(select_config(3, 64, K, group_size), K, split), kmajor=kmajor)
+        for split in (1, 2) if layout != "dense" else (1,):
+            cfg = with_split(select_config(3, 64, K, group_size), K, split)
+            cfg = dense_config() if layout == "dense" else dataclasses.replace(cfg, kmajor=layout == "kmajor")
             _identity_check("cpu", torch.float16, K, 64, group_size, sym, act, slice(K - 3, K), config=cfg)
             with exactfuse.poison_outputs():
                 out = w4_triton.launch_w4a16_gemm(*args, config=cfg)
-            result = CONTRACT.check(out, native.w4a16_gemm(*args), args=args)
+            expected = native.w4a16_gemm(*args)
+            result = CONTRACT.check(out, expected, args=args)
             assert result.passed, (K, split, result.summary())
+            assert layout != "dense" or torch.equal(out, expected)
 
 
 @pytest.mark.interpreter
@@ -301,20 +317,20 @@ def test_compiled_prefill_then_decode_selects_decode_config_interpreter():
 
 # ------------------------------------------------------------------ GPU
 @pytest.mark.gpu
-@pytest.mark.parametrize("kmajor", [False, True], ids=["kn-tile", "kmajor"])
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", list(SHORT), ids=list(SHORT.values()))
-def test_gpu_contract_matrix(dtype, kmajor):
-    """Small matrix plus real shapes (4096/14336, M 1..1024, act-order, asym, bias); the K-major tile forced on
-    too (no bucket uses it yet)."""
-    _assert_cases_pass("cuda", dtype, quick=False, kmajor=kmajor)
+def test_gpu_contract_matrix(dtype, layout):
+    """Small matrix plus real shapes (4096/14336, M 1..1024, act-order, asym, bias), on each launch path
+    (the K-major tile dequantizes with PTX on the GPU: :func:`~exactfuse.ops.w4a16.triton.dequant_words_ptx`)."""
+    _assert_cases_pass("cuda", dtype, quick=False, layout=layout)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kmajor", [False, True], ids=["kn-tile", "kmajor"])
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", list(SHORT), ids=list(SHORT.values()))
 @pytest.mark.parametrize("group_size", [32, 128, -1], ids=_gid)
-def test_gpu_identity_is_bit_exact(group_size, dtype, kmajor):
-    config = _kmajor if kmajor else None
+def test_gpu_identity_is_bit_exact(group_size, dtype, layout):
+    config = _force(layout)
     _identity_check("cuda", dtype, 4096, 512, group_size, False, True, slice(0, 4096), config=config)
     _identity_check("cuda", dtype, 4096, 512, group_size, False, True, slice(1000, 1008), config=config)
 

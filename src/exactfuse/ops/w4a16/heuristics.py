@@ -56,6 +56,9 @@ class TileConfig:
     # shared tile) and load each step's scale row one step ahead. Correct (interpreter tests); its speed
     # is not measured yet, so no bucket uses it (scripts/gpu/sweep_w4a16_decode.py --kmajor, NOTES.md).
     kmajor: bool = False
+    # Dequantize W to a dense [K, N] buffer with a [BK, BN] tile per program (BM unused), then
+    # torch.matmul: the spec's own GEMM, for large M where cuBLAS beats the fused kernel.
+    dense: bool = False
 
 
 # (max M, name, BM, BN, BK, num_warps, num_stages, programs_per_sm, traffic_cap), first match wins.
@@ -111,6 +114,11 @@ def select_config(M: int, N: int, K: int, group_size: int, num_sms: int = H200_S
     BK = min(BK, max(16, next_power_of_2(K)))
     split, k_per_split = choose_split(M, N, K, BM, BN, BK, num_sms, programs_per_sm, traffic_cap=cap)
     return TileConfig(name, BM, BN, BK, warps, stages, split, k_per_split)
+
+
+def dense_config() -> TileConfig:
+    """The ``dense`` configuration: a 64 x 128 dequantization tile per program (4 warps), then cuBLAS."""
+    return TileConfig("dense", 0, 128, 64, 4, 1, dense=True)
 
 
 def with_split(config: TileConfig, K: int, split_k: int) -> TileConfig:
