@@ -380,6 +380,45 @@ def test_shards_split_the_grid_and_merge_back(fake_op, tmp_path):
         bench_cli._shard("2/2")
 
 
+def test_resume_runs_the_cases_not_run_and_merges_into_one_complete_result(fake_op, tmp_path, monkeypatch):
+    console = Console(file=io.StringIO(), width=150)
+    full = bench_op(fake_op, torch.float32, _config(), timer=fake_timer, roofline=ROOF)
+    clock = iter([0.0] + [10.0] * 1000)  # the first run: past its deadline once the first case is done
+    monkeypatch.setattr(runner.time, "monotonic", lambda: next(clock))
+    first = tmp_path / "first"
+    bench_cli.bench_and_write(
+        [fake_op],
+        _config(deadline=1.0),
+        timer=fake_timer,
+        roofline=ROOF,
+        meta={"gpu": "cpu"},
+        out_dir=first,
+        console=console,
+    )
+    monkeypatch.undo()
+    first_json = first / f"{fake_op.name}.json"
+    cases = bench_cli.resume_cases(str(first_json), [fake_op])
+    assert cases and all(c.startswith("fp32/") for c in cases)
+    second = tmp_path / "second"
+    out = bench_cli.bench_and_write(
+        [fake_op],
+        _config(cases=cases),
+        timer=fake_timer,
+        roofline=ROOF,
+        meta={"gpu": "cpu"},
+        out_dir=second,
+        console=console,
+    )
+    assert {f"fp32/{r.shape}" for r in out[fake_op.name]} == set(cases)  # only the cases not run
+    _, rows, meta = results.merge_results([first_json, second / f"{fake_op.name}.json"])
+    assert sorted((r.shape, r.provider) for r in rows) == sorted((r.shape, r.provider) for r in full)
+    assert "incomplete" not in meta  # the second run filled in every case the first listed
+    with pytest.raises(bench_cli.UsageError, match="no cases not run"):
+        bench_cli.resume_cases(str(second / f"{fake_op.name}.json"), [fake_op])
+    with pytest.raises(bench_cli.UsageError, match="cannot read"):
+        bench_cli.resume_cases(str(tmp_path / "missing.json"), [fake_op])
+
+
 def test_gpu_slug():
     assert results.gpu_slug("NVIDIA H200") == "h200"
     assert results.gpu_slug("NVIDIA H100 80GB HBM3") == "h100-80gb-hbm3"

@@ -60,6 +60,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run cases I, I+N, I+2N, ... of each grid (N processes, one per GPU; scripts/merge_results.py joins them)",
     )
     parser.add_argument(
+        "--resume",
+        metavar="FILE.json",
+        help="run only the cases FILE (an earlier run's results, cut by --time-budget) lists as not run; "
+        "scripts/merge_results.py joins the two files",
+    )
+    parser.add_argument(
         "--time-budget",
         type=float,
         metavar="SECONDS",
@@ -79,6 +85,21 @@ def _shard(text: str) -> tuple[int, int]:
 
 class UsageError(ValueError):
     """Bad options: the message says what to pass instead."""
+
+
+def resume_cases(path: str, ops: list[Op]) -> frozenset[str]:
+    """The cases ``--resume FILE`` runs: those FILE lists as not run; FILE must be one of ``ops``' results."""
+    try:
+        rows, _ = results.load_rows(path)
+        not_run = results.cases_not_run(path)
+    except (OSError, ValueError, KeyError) as exc:
+        raise UsageError(f"--resume: cannot read results from {path}: {exc}") from None
+    names = {r.op for r in rows}
+    if len(ops) != 1 or names != {ops[0].name}:
+        raise UsageError(f"--resume: {path} holds {sorted(names)}; pass --op with that one op")
+    if not not_run:
+        raise UsageError(f"--resume: {path} lists no cases not run (that run was complete)")
+    return frozenset(not_run)
 
 
 def select_ops(names: Sequence[str] | None, grid: str) -> tuple[list[Op], list[str]]:
@@ -194,6 +215,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     try:
         ops, notes = select_ops(args.ops, grid)
         check_providers(args.providers, ops)
+        cases = resume_cases(args.resume, ops) if args.resume else None
     except UsageError as exc:
         console.print(f"[red]{exc}[/]")
         return 2
@@ -214,6 +236,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         l2_bytes=l2_cache_bytes(device),
         deadline=time.monotonic() + args.time_budget if args.time_budget else None,
         shard=args.shard,
+        cases=cases,
     )
     console.print(
         "[dim]measuring copy bandwidth" + (" and bf16 matmul rate" if any(o.flops_fn for o in ops) else "") + "...[/]"

@@ -244,6 +244,16 @@ def write_op_results(out_dir: str | os.PathLike, op: str, rows: list[Row], meta:
     return write_csv(out / f"{op}.csv", rows, meta), write_json(out / f"{op}.json", rows, meta)
 
 
+def case_key(dtype: str, case_id: str) -> str:
+    """``"bf16/T16-d768"``: how ``meta.incomplete.cases_not_run`` and ``--resume`` name a case."""
+    return f"{dtype}/{case_id}"
+
+
+def cases_not_run(path: str | os.PathLike) -> list[str]:
+    """The cases an earlier (time-budgeted) run listed as not run, for ``exactfuse bench --resume``."""
+    return list(json.loads(Path(path).read_text())["meta"].get("incomplete", {}).get("cases_not_run", []))
+
+
 def load_rows(path: str | os.PathLike) -> tuple[list[Row], dict]:
     """Rows and meta back from a JSON results file (for plots and comparisons)."""
     document = json.loads(Path(path).read_text())
@@ -257,8 +267,9 @@ def merge_results(paths: list[str | os.PathLike]) -> tuple[str, list[Row], dict]
 
     The rows are concatenated (each keeps the speedups measured in its own
     run); ``meta`` is the first file's, with ``shards`` listing every file's
-    GPU, git revision, date, command and roofline, and ``incomplete`` the union
-    of the cases the runs did not reach. All files must be of one op.
+    GPU, git revision, date, command and roofline, and ``incomplete`` the
+    cases no file has rows for (a ``--resume`` run fills in an earlier run's
+    ``incomplete`` list). All files must be of one op.
     """
     rows: list[Row] = []
     shards, not_run, ops = [], [], set()
@@ -275,6 +286,8 @@ def merge_results(paths: list[str | os.PathLike]) -> tuple[str, list[Row], dict]
         raise ValueError(f"merge_results: the files must hold one op, found {sorted(ops)}")
     meta.pop("incomplete", None)
     meta["shards"] = shards
+    done = {case_key(r.dtype, r.shape) for r in rows}
+    not_run = [c for c in dict.fromkeys(not_run) if c not in done]
     if not_run:
         meta["incomplete"] = {"cases_not_run": not_run}
     return ops.pop(), rows, meta

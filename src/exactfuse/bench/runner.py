@@ -15,7 +15,7 @@ import torch
 
 from exactfuse.bench import gate, resources
 from exactfuse.bench.peers import PeerAdapter, peers_for
-from exactfuse.bench.results import Row
+from exactfuse.bench.results import Row, case_key
 from exactfuse.bench.roofline import Roofline
 from exactfuse.bench.timing import MAX_BUFFERS, Timer, rotation_count
 from exactfuse.registry import Case, Contract, Op, Tolerance
@@ -42,6 +42,8 @@ class BenchConfig:
     # (i, n): only every n-th case of each grid, starting at i (--shard i/n), so that n processes on n
     # GPUs share one grid; scripts/merge_results.py joins their files.
     shard: tuple[int, int] | None = None
+    # only these cases, as ``results.case_key`` names them (--resume: an earlier run's cases not run)
+    cases: frozenset[str] | None = None
 
 
 @dataclass
@@ -265,6 +267,8 @@ def bench_op(
     candidates = candidates or Candidates(config)
     cands = candidates.for_op(op)
     cases = expand_grid(op, config.grid, config.device, dtype)
+    if config.cases is not None:
+        cases = [c for c in cases if case_key(DTYPE_NAMES.get(dtype, str(dtype)), c.id) in config.cases]
     if config.shard is not None:
         cases = cases[config.shard[0] :: config.shard[1]]
     reporter.start(op, dtype, [c.name for c in cands], len(cases))
@@ -273,7 +277,7 @@ def bench_op(
         while cases:
             if config.deadline is not None and time.monotonic() > config.deadline:
                 if not_run is not None:
-                    not_run += [f"{DTYPE_NAMES.get(dtype, str(dtype))}/{c.id}" for c in cases]
+                    not_run += [case_key(DTYPE_NAMES.get(dtype, str(dtype)), c.id) for c in cases]
                 break
             case = cases.pop(0)  # drop each case's tensors once it is done
             try:

@@ -73,9 +73,9 @@ gelu_and_mul.provider(
 
 # ------------------------------------------------------------------ inputs
 FULL_T = (0, 1, 7, 83, 2048)
-FULL_D = (1, 31, 512, 13824)
+FULL_D = (1, 31, 512, 768, 13824)
 QUICK_T = (0, 1, 7)
-QUICK_D = (1, 31, 64)
+QUICK_D = (1, 31, 64, 768)
 
 
 def _gated_cases(device: torch.device, dtype: torch.dtype, *, quick: bool, seed: int):

@@ -96,8 +96,19 @@ def act_and_mul_config(T: int, D: int) -> tuple[int, int, int]:
     4.93 µs; within 1% at T=32768, d=14336. The 2^20 threshold sits between
     the measured points (8 warps best up to T·d = 1.0M at T=32768, d=31; 4
     warps from 3.1M); the crossover itself was not swept.
+
+    Widths whose padded block would mask more than 1/8 of the row take the
+    largest power of two dividing ``d`` instead, when it is >= 256: d = 768 runs
+    four rows of BD = 256 per program, no column masked. Session 3's sweep
+    (benchmarks/results/h200/sweeps/sweep_act_and_mul_s3*.txt, silu bf16, µs):
+    T=16 1.61 -> 1.32, T=4096 7.26 -> 6.73, T=32768 42.8 -> 39.6, T=1 1.54 ->
+    1.57. Not for d = 13824 (3.7% padding): BD = 512 measured 88.0 against
+    85.2 µs at T=4096.
     """
     BD = min(next_power_of_2(D), 1024)
+    low = D & -D  # the largest power of two dividing D
+    if low >= 256 and (-D % BD) * 8 > D:
+        BD = low  # the padded block would mask more than 1/8 of the row (d = 768: a quarter)
     BT = max(1, 1024 // BD)
     return BT, BD, 8 if T * D < SMALL_TILE_ELEMENTS else 4
 

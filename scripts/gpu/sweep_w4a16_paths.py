@@ -1,0 +1,106 @@
+"""W4A16 launch paths on the GPU: the shipped configuration, the same with the K-major PTX dequantization
+(``kmajor``), and the dense path (Triton dequantization + cuBLAS), per M, beside cuBLAS on a dense weight.
+
+bf16, group 128, symmetric; weights rotate over enough copies to exceed the 60 MB L2; each path's
+output passes the op's contract (the dense path must be bitwise native) before it is timed; median
+of CUDA-graph replays (the harness's timer). Prints per (K, N, M) the µs of each path, and per M the
+geomean over the five benchmark shapes: the numbers behind ``heuristics.BUCKETS`` (which bucket takes
+``kmajor``) and the M from which the dense path runs.
+
+    PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_paths.py      # about 3 minutes on an H200
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+
+import torch
+
+from exactfuse.bench.roofline import measure_copy_bandwidth
+from exactfuse.bench.timing import cudagraph_timer
+from exactfuse.ops.w4a16 import CONTRACT, _bytes, _random_prepared, dense_weight, w4a16_gemm
+from exactfuse.ops.w4a16 import triton as w4
+from exactfuse.ops.w4a16.heuristics import dense_config, select_config
+
+SHAPES = ((4096, 4096), (4096, 14336), (14336, 4096), (8192, 8192), (4096, 28672))
+MS = (1, 4, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+DENSE_FROM_M = 64  # the dense path is timed from this M up
+ROTATE_BYTES = 256 << 20
+TIMER = cudagraph_timer(rep_ms=30)
+
+
+def bench_rotating(fn_for, copies) -> float:
+    """Median µs per call of ``fn_for(i)`` over ``copies`` inputs, one CUDA graph replaying all of them."""
+
+    def body():
+        for i in range(copies):
+            fn_for(i)
+
+    body()
+    return TIMER(body) * 1e3 / copies
+
+
+def geomean(values) -> float:
+    values = list(values)
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
+def main() -> None:
+    start = time.time()
+    dev, dtype = torch.device("cuda"), torch.bfloat16
+    sms = w4.num_sms(dev)
+    bw = measure_copy_bandwidth(dev)
+    print(f"{torch.cuda.get_device_name()}  copy bandwidth {bw / 1e12:.2f} TB/s  SMs {sms}", flush=True)
+    rows = []
+    for K, N in SHAPES:
+        w0 = _random_prepared(K, N, dtype, dev)
+        copies = max(1, min(16, math.ceil(ROTATE_BYTES / (w0.qweight.numel() * 4))))
+        ws = [w0] + [_random_prepared(K, N, dtype, dev) for _ in range(copies - 1)]
+        dense = [dense_weight(w.qweight, w.scales, None, None, 128, dtype) for w in ws]
+        for M in MS:
+            a = torch.randn((M, K), dtype=dtype, device=dev)
+            args0 = (a, w0.qweight, w0.scales, None, None, None, 128)
+            native = w4a16_gemm.native(*args0)
+            shipped = select_config(M, N, K, 128, sms)
+            paths = {"shipped": shipped, "kmajor": dataclasses.replace(shipped, kmajor=True)}
+            if M >= DENSE_FROM_M:
+                paths["dense"] = dense_config()
+            row = dict(K=K, N=N, M=M, shipped=dataclasses.asdict(shipped), roof_us=_bytes(*args0) / bw * 1e6)
+            row["cublas"] = bench_rotating(lambda i, a=a, dense=dense: torch.matmul(a, dense[i]), copies)
+            for name, cfg in paths.items():
+                out = w4.launch_w4a16_gemm(*args0, config=cfg)
+                check = CONTRACT.check(out, native, args=args0)
+                assert check.passed, (name, cfg, check.detail)
+                assert name != "dense" or torch.equal(out, native), "dense path not bitwise native"
+                row[name] = bench_rotating(
+                    lambda i, a=a, cfg=cfg, ws=ws: w4.launch_w4a16_gemm(
+                        a, ws[i].qweight, ws[i].scales, None, None, None, 128, config=cfg
+                    ),
+                    copies,
+                )
+            rows.append(row)
+            cells = "  ".join(f"{p} {row[p]:.1f}" for p in ("cublas", *paths))
+            print(f"K{K} N{N} M{M} ({shipped.name}): {cells} µs; roofline {row['roof_us']:.1f}", flush=True)
+        ws = dense = None
+        torch.cuda.empty_cache()
+    print("\nper M, geomean µs over the five shapes (and vs cuBLAS dense):")
+    for M in MS:
+        sel = [r for r in rows if r["M"] == M]
+        cells = []
+        for p in ("cublas", "shipped", "kmajor", "dense"):
+            if all(p in r for r in sel):
+                g = geomean(r[p] for r in sel)
+                cells.append(f"{p} {g:.1f} ({geomean(r['cublas'] / r[p] for r in sel):.2f}x)")
+        print(f"  M {M:>5}: " + "  ".join(cells))
+    print(f"{time.time() - start:.0f} s")
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "sweep_w4a16_paths.json"), "w") as f:
+            json.dump(dict(copy_bw=bw, rows=rows), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
