@@ -13,14 +13,16 @@ call sequence, each in its own process so a crash is reported, not fatal, for:
 
 If ``plain`` crashes too, the crash is this torch build's (or this machine's), not exactfuse's.
 
-    PYTHONPATH=src python3 scripts/gpu/aoti_control.py
+    PYTHONPATH=src python3 scripts/gpu/aoti_control.py [plain] [sparse] [silu]   # AOTI_STEP_TIMEOUT=240 s per step
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
+import time
 
 import torch
 
@@ -57,6 +59,7 @@ def step(kind: str) -> None:
     tokens = torch.export.Dim("tokens", min=1, max=4096)
     exported = torch.export.export(model, (example,), dynamic_shapes=({0: tokens},))
     with tempfile.TemporaryDirectory() as tmp:
+        print(f"step {kind}: exported", flush=True)
         package = torch._inductor.aoti_compile_and_package(exported, package_path=f"{tmp}/{kind}.pt2")
         print(f"step {kind}: compiled", flush=True)
         loaded = torch._inductor.aoti_load_package(package)
@@ -70,19 +73,33 @@ def step(kind: str) -> None:
 
 
 def main() -> None:
-    if len(sys.argv) > 1:
-        step(sys.argv[1])
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        step(sys.argv[2])
         return
-    for kind in ("plain", "sparse", "silu"):
-        proc = subprocess.run(
-            [sys.executable, "-X", "faulthandler", __file__, kind], capture_output=True, text=True, timeout=75
-        )
-        print(proc.stdout, end="")
-        if proc.returncode == 0:
-            print(f"OK {kind}")
+    kinds = sys.argv[1:] or ["plain", "sparse", "silu"]
+    limit = float(os.environ.get("AOTI_STEP_TIMEOUT", "240"))
+    for kind in kinds:
+        start = time.time()
+        with tempfile.TemporaryFile("w+") as log:  # the child's output survives a timeout
+            argv = [sys.executable, "-X", "faulthandler", __file__, "--child", kind]
+            proc = subprocess.Popen(argv, stdout=log, stderr=log)
+            try:
+                rc = proc.wait(timeout=limit)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                rc = None
+            log.seek(0)
+            text = log.read()
+        lines = [ln for ln in text.splitlines() if ln.startswith("step ")]
+        print("\n".join(lines))
+        took = f"{time.time() - start:.0f} s"
+        if rc == 0:
+            print(f"OK {kind} ({took})")
+        elif rc is None:
+            print(f"TIMEOUT {kind} after {took}; output tail: {text[-600:]}")
         else:
-            tag = "CRASH" if proc.returncode < 0 else "FAIL"
-            print(f"{tag} {kind}: rc {proc.returncode}; stderr tail: {proc.stderr[-600:]}")
+            tag = "CRASH" if rc < 0 else "FAIL"
+            print(f"{tag} {kind}: rc {rc} ({took}); output tail: {text[-1200:]}")
 
 
 if __name__ == "__main__":

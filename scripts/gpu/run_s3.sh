@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Session 3's device calls on nvidia-h200-x2:
+#   EXACTFUSE_GIT_REV=<sha> bash scripts/gpu/run_s3.sh b    # sweeps, the rest of the moe grid, AOTI control
+#   EXACTFUSE_GIT_REV=<sha> bash scripts/gpu/run_s3.sh d    # GPU tests, verify, final benchmarks
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT/bench"
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
+export PYTHONPATH=src:/tmp/site
+bench() {  # gpu budget_s out_subdir op [extra args]
+  local gpu=$1 budget=$2 sub=$3 op=$4; shift 4
+  mkdir -p "$OUT/bench/$sub"
+  CUDA_VISIBLE_DEVICES=$gpu timeout $((budget + 60)) python3 -m exactfuse bench --grid default --op "$op" \
+    --time-budget "$budget" --out "$OUT/bench/$sub" --plot "$OUT/bench/$sub/{op}.png" "$@" > "$OUT/bench/$sub/$op.log" 2>&1
+  echo "bench $sub/$op rc=$?" >> "$OUT/rc.txt"
+}
+run() {  # gpu limit_s name command...
+  local gpu=$1 limit=$2 name=$3; shift 3
+  CUDA_VISIBLE_DEVICES=$gpu timeout "$limit" "$@" > "$OUT/logs/$name.txt" 2>&1
+  echo "$name rc=$?" >> "$OUT/rc.txt"
+}
+mkdir -p "$OUT/logs"
+MOE_DONE=benchmarks/results/h200/moe_silu_and_mul.json
+case "${1:-b}" in
+b)
+  (
+    run 0 230 sweep_w4a16 python3 scripts/gpu/sweep_w4a16_paths.py
+    bench 0 300 m0 moe_silu_and_mul --resume $MOE_DONE --shard 0/2
+  ) &
+  (
+    AOTI_STEP_TIMEOUT=200 run 1 420 aoti_control python3 scripts/gpu/aoti_control.py plain sparse &
+    run 1 150 sweep_sparse python3 scripts/gpu/sweep_sparse_load_order.py
+    bench 1 300 m1 moe_silu_and_mul --resume $MOE_DONE --shard 1/2
+    wait
+  ) &
+  wait
+  cat "$OUT/rc.txt"
+  echo "== aoti"; grep -E "^(OK|FAIL|CRASH|TIMEOUT|step)" "$OUT/logs/aoti_control.txt" | cut -c1-300
+  echo "== w4a16 paths"; grep -A12 "per M, geomean" "$OUT/logs/sweep_w4a16.txt"; grep FAILED "$OUT/logs/sweep_w4a16.txt" | head -5
+  echo "== sparse load order"; grep -A20 "per d, every T" "$OUT/logs/sweep_sparse.txt" | cut -c1-250
+  ;;
+d)
+  (
+    run 0 240 t_w4a16 python3 -m pytest -m gpu -q --tb=short -p no:cacheprovider tests/ops/test_w4a16_gemm.py tests/ops/test_w4a16_linear.py
+    bench 0 240 w4 w4a16_gemm --dtype bf16 --dtype fp16
+    run 0 100 verify python3 -m exactfuse verify
+  ) &
+  (
+    run 1 200 t_act python3 -m pytest -m gpu -q --tb=short -p no:cacheprovider tests/ops/test_activation.py tests/ops/test_moe_silu_and_mul.py tests/ops/test_gelu_and_mul_sparse.py -k "not aot_inductor"
+    bench 1 120 act silu_and_mul
+    bench 1 120 act gelu_and_mul
+    bench 1 300 sp gelu_and_mul_sparse
+  ) &
+  wait
+  cat "$OUT/rc.txt"
+  for t in t_w4a16 t_act; do echo "== $t"; grep -E "FAILED|passed|failed" "$OUT/logs/$t.txt" | tail -8; done
+  echo "== verify"; tail -25 "$OUT/logs/verify.txt" | cut -c1-160
+  ;;
+esac
+for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -A7 "speedup of exactfuse" "$f" | cut -c1-150 | head -8; done
+tar czf "$OUT/all.tgz" -C "$OUT" bench logs && rm -rf "$OUT/bench" "$OUT/logs"
