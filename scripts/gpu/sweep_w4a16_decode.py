@@ -65,18 +65,31 @@ def bench_rotating(fn_for, copies) -> float:
     return TIMER(body) * 1e3 / copies
 
 
-def main() -> None:
-    start = time.time()
-    dev, dtype = torch.device("cuda"), torch.bfloat16
+def device_info() -> tuple[torch.device, int, float]:
+    """``(device, SM count, measured copy bandwidth)``, printed."""
+    dev = torch.device("cuda")
     sms = w4.num_sms(dev)
     bw = measure_copy_bandwidth(dev)
     print(f"{torch.cuda.get_device_name()}  copy bandwidth {bw / 1e12:.2f} TB/s  SMs {sms}", flush=True)
+    return dev, sms, bw
+
+
+def rotating_weights(K: int, N: int, dtype: torch.dtype, dev: torch.device):
+    """``(prepared weights, their dense copies, count)``: enough copies of a [K, N] weight to exceed the L2."""
+    w0 = _random_prepared(K, N, dtype, dev)
+    copies = max(1, min(16, math.ceil(ROTATE_BYTES / (w0.qweight.numel() * 4))))
+    ws = [w0] + [_random_prepared(K, N, dtype, dev) for _ in range(copies - 1)]
+    return ws, [dense_weight(w.qweight, w.scales, None, None, 128, dtype) for w in ws], copies
+
+
+def main() -> None:
+    start = time.time()
+    dtype = torch.bfloat16
+    dev, sms, bw = device_info()
     rows = []
     for K, N in SHAPES:
-        w0 = _random_prepared(K, N, dtype, dev)
-        copies = max(1, min(16, math.ceil(ROTATE_BYTES / (w0.qweight.numel() * 4))))
-        ws = [w0] + [_random_prepared(K, N, dtype, dev) for _ in range(copies - 1)]
-        dense = [dense_weight(w.qweight, w.scales, None, None, 128, dtype) for w in ws]
+        ws, dense, copies = rotating_weights(K, N, dtype, dev)
+        w0 = ws[0]
         for bucket, (ms, tiles) in BUCKETS.items():
             for M in ms:
                 a = torch.randn((M, K), dtype=dtype, device=dev)

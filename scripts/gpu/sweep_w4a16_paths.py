@@ -16,32 +16,21 @@ import dataclasses
 import json
 import math
 import os
+import sys
 import time
 
 import torch
 
-from exactfuse.bench.roofline import measure_copy_bandwidth
-from exactfuse.bench.timing import cudagraph_timer
-from exactfuse.ops.w4a16 import CONTRACT, _bytes, _random_prepared, dense_weight, w4a16_gemm
+sys.path.insert(0, os.path.dirname(__file__))
+from sweep_w4a16_decode import bench_rotating, device_info, rotating_weights
+
+from exactfuse.ops.w4a16 import CONTRACT, _bytes, w4a16_gemm
 from exactfuse.ops.w4a16 import triton as w4
 from exactfuse.ops.w4a16.heuristics import dense_config, select_config
 
 SHAPES = ((4096, 4096), (4096, 14336), (14336, 4096), (8192, 8192), (4096, 28672))
 MS = (1, 4, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 DENSE_FROM_M = 64  # the dense path is timed from this M up
-ROTATE_BYTES = 256 << 20
-TIMER = cudagraph_timer(rep_ms=30)
-
-
-def bench_rotating(fn_for, copies) -> float:
-    """Median µs per call of ``fn_for(i)`` over ``copies`` inputs, one CUDA graph replaying all of them."""
-
-    def body():
-        for i in range(copies):
-            fn_for(i)
-
-    body()
-    return TIMER(body) * 1e3 / copies
 
 
 def geomean(values) -> float:
@@ -51,16 +40,12 @@ def geomean(values) -> float:
 
 def main() -> None:
     start = time.time()
-    dev, dtype = torch.device("cuda"), torch.bfloat16
-    sms = w4.num_sms(dev)
-    bw = measure_copy_bandwidth(dev)
-    print(f"{torch.cuda.get_device_name()}  copy bandwidth {bw / 1e12:.2f} TB/s  SMs {sms}", flush=True)
+    dtype = torch.bfloat16
+    dev, sms, bw = device_info()
     rows = []
     for K, N in SHAPES:
-        w0 = _random_prepared(K, N, dtype, dev)
-        copies = max(1, min(16, math.ceil(ROTATE_BYTES / (w0.qweight.numel() * 4))))
-        ws = [w0] + [_random_prepared(K, N, dtype, dev) for _ in range(copies - 1)]
-        dense = [dense_weight(w.qweight, w.scales, None, None, 128, dtype) for w in ws]
+        ws, dense, copies = rotating_weights(K, N, dtype, dev)
+        w0 = ws[0]
         for M in MS:
             a = torch.randn((M, K), dtype=dtype, device=dev)
             args0 = (a, w0.qweight, w0.scales, None, None, None, 128)
