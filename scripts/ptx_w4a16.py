@@ -6,7 +6,6 @@ Triton wheel (its bundled ptxas); the counts are for the Triton installed here,
 which may differ from the GPU machine's.
 
     python3 scripts/ptx_w4a16.py --tile 16 128 128 4 4 --split               # decode tile, shipped path
-    python3 scripts/ptx_w4a16.py --tile 16 128 128 4 4 --split --kmajor      # the K-major tile
     python3 scripts/ptx_w4a16.py --tile 128 128 64 8 3 --dtype fp16 --group 32 --zeros --act-order
 """
 
@@ -70,8 +69,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tile", nargs=5, type=int, metavar=("BM", "BN", "BK", "WARPS", "STAGES"), required=True)
     parser.add_argument("--split", action="store_true", help="split-K (fp32 workspace output)")
-    parser.add_argument("--kmajor", action="store_true")
-    parser.add_argument("--no-asm", action="store_true", help="K-major with the Triton arithmetic instead of the PTX")
     parser.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
     parser.add_argument("--group", type=int, default=128, help="GROUP constexpr (a power of two)")
     parser.add_argument("--zeros", action="store_true")
@@ -105,9 +102,6 @@ def main() -> None:
         ATOMIC=False,
         EVEN_K=not args.odd_k,
         INT64_INDEX=False,
-        KMAJOR=args.kmajor,
-        ASM=args.kmajor and not args.no_asm,
-        MAGIC=0x4300 if dt == "bf16" else 0x6400,
         BM=BM,
         BN=BN,
         BK=BK,

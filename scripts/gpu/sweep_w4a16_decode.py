@@ -1,25 +1,22 @@
-"""W4A16 tile x split-K rule x dequantization-tile sweep on the GPU (bf16, group 128, symmetric).
+"""W4A16 fused-kernel tile x split-K rule sweep on the GPU (bf16, group 128, symmetric).
 
 Weights rotate over enough copies to exceed the 60 MB L2. For each M bucket it
-times candidate tiles (BM, BN, BK, warps, stages), split-K rules (how many
+times candidate tiles (BM, BN, BK, warps, stages) and split-K rules (how many
 programs per SM the rule aims at, ``programs_per_sm``; ``-nocap``: without the
-workspace-traffic cap) and both dequantization tiles (``+km``:
-``TileConfig.kmajor``, the K-major tile with vector shared stores, no
-int->float conversions and the scale row loaded one step ahead; offline sm_90
-PTX of the decode tile: 654 loop instructions against 841, 16 ``st.shared.v4``
-against 128 ``st.shared.b16``, no ``cvt.rn.bf16.s32`` against 128). Each
-config's output passes the op's contract before it is timed. Prints per shape
-the best config, % of the memory roofline and speedup over cuBLAS dense; per
-bucket the geomean of every config and the shipped one. JSON to $OUT.
+workspace-traffic cap). Each config's output passes the op's contract before it
+is timed. Prints per shape the best config, % of the memory roofline and
+speedup over cuBLAS dense; per bucket the geomean of every config and the
+shipped one. JSON to $OUT.
 
-    PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_decode.py      # about 3 minutes on an H200
+    PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_decode.py      # about 2 minutes on an H200
 
-Session 2's run (without ``+km``) is benchmarks/results/h200/sweeps/sweep_w4a16_decode.*.
+Session 2's run is benchmarks/results/h200/sweeps/sweep_w4a16_decode.*; session 3's
+(sweep_w4a16_tiles_kmajor_s3.txt) also timed the K-major tile ("+km"), since removed, and the
+fused prefill tiles, which the dense path has replaced above M = 128 (sweep_w4a16_paths.py).
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import os
@@ -37,16 +34,13 @@ SHAPES = ((4096, 4096), (4096, 14336), (14336, 4096), (8192, 8192), (4096, 28672
 BUCKETS = {  # name: (Ms, tiles (BM, BN, BK, warps, stages)), the shipped tile first
     "decode": ((1, 16), [(16, 128, 128, 4, 4), (16, 64, 128, 4, 4), (16, 64, 256, 4, 3), (16, 32, 128, 4, 4)]),
     "m128": ((64, 128), [(64, 64, 64, 4, 4), (64, 64, 128, 4, 4), (64, 128, 64, 4, 4), (32, 64, 128, 4, 4)]),
-    "prefill": ((2048,), [(128, 128, 64, 8, 3), (128, 256, 64, 8, 3), (128, 128, 128, 8, 3), (128, 64, 64, 4, 4)]),
 }
-RULES_BY_BUCKET = {  # session 2's best rules per bucket and the p2 reference; prefill never splits here
+RULES_BY_BUCKET = {  # session 2's best rules per bucket and the p2 reference
     "decode": ("p2", "p4", "p8"),
     "m128": ("p2", "p8-nocap"),
-    "prefill": ("p2",),
 }
-SHIPPED_RULE = {"decode": "p4", "m128": "p8-nocap", "prefill": "p2"}  # heuristics.BUCKETS
+SHIPPED_RULE = {"decode": "p4", "m128": "p8-nocap"}  # heuristics.BUCKETS
 ROTATE_BYTES = 256 << 20  # weights rotate over enough copies to exceed the 60 MB L2
-KMAJOR = (False, True)  # TileConfig.kmajor: the K-major dequantization tile ("+km" in the rule column)
 RULES = {"p2": (2, True), "p4": (4, True), "p8": (8, True), "p16": (16, True), "p8-nocap": (8, False)}
 
 
@@ -99,13 +93,10 @@ def main() -> None:
                 roof = _bytes(*args0) / bw * 1e6
                 seen: dict[TileConfig, float] = {}
                 for tile in tiles:
-                    for (rule, (pps, cap)), kmajor in itertools.product(
-                        [(r, RULES[r]) for r in RULES_BY_BUCKET.get(bucket, RULES)], KMAJOR
-                    ):
+                    for rule, (pps, cap) in [(r, RULES[r]) for r in RULES_BY_BUCKET.get(bucket, RULES)]:
                         BM, BN, BK, warps, stages = tile
                         split, kps = choose_split(M, N, K, BM, BN, BK, sms, pps, 64, cap)
-                        cfg = TileConfig(bucket, BM, BN, BK, warps, stages, split, kps, kmajor)
-                        rule = rule + ("+km" if kmajor else "")
+                        cfg = TileConfig(bucket, BM, BN, BK, warps, stages, split, kps)
                         if cfg not in seen:
                             out = w4.launch_w4a16_gemm(*args0, config=cfg)
                             check = CONTRACT.check(out, native, args=args0)

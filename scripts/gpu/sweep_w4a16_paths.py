@@ -1,11 +1,13 @@
-"""W4A16 launch paths on the GPU: the shipped configuration, the same with the K-major PTX dequantization
-(``kmajor``), and the dense path (Triton dequantization + cuBLAS), per M, beside cuBLAS on a dense weight.
+"""W4A16 launch paths on the GPU: the fused kernel's bucket configuration and the dense path (Triton
+dequantization + cuBLAS), per M, beside cuBLAS on a dense weight.
 
 bf16, group 128, symmetric; weights rotate over enough copies to exceed the 60 MB L2; each path's
 output passes the op's contract (the dense path must be bitwise native) before it is timed; median
 of CUDA-graph replays (the harness's timer). Prints per (K, N, M) the µs of each path, and per M the
-geomean over the five benchmark shapes: the numbers behind ``heuristics.BUCKETS`` (which bucket takes
-``kmajor``) and the M from which the dense path runs.
+geomean over the five benchmark shapes: the numbers behind the M above which the dense path runs
+(``heuristics.DENSE_ABOVE_M``). Session 3's run (benchmarks/results/h200/sweeps/sweep_w4a16_paths_s3.*)
+also timed the K-major PTX tile (``kmajor`` column), since removed; "shipped" there is the fused
+bucket configuration of that revision (m512 and prefill tiles above M = 128).
 
     PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_paths.py      # about 3 minutes on an H200
 """
@@ -26,11 +28,27 @@ from sweep_w4a16_decode import bench_rotating, device_info, rotating_weights
 
 from exactfuse.ops.w4a16 import CONTRACT, _bytes, w4a16_gemm
 from exactfuse.ops.w4a16 import triton as w4
-from exactfuse.ops.w4a16.heuristics import dense_config, select_config
+from exactfuse.ops.w4a16.heuristics import (
+    BUCKETS,
+    DENSE_ABOVE_M,
+    TileConfig,
+    choose_split,
+    dense_config,
+    select_config,
+)
 
 SHAPES = ((4096, 4096), (4096, 14336), (14336, 4096), (8192, 8192), (4096, 28672))
 MS = (1, 4, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 DENSE_FROM_M = 64  # the dense path is timed from this M up
+
+
+def fused_config(M: int, N: int, K: int, sms: int) -> TileConfig:
+    """The fused kernel's bucket configuration; above ``DENSE_ABOVE_M`` the largest bucket's tile."""
+    if M <= DENSE_ABOVE_M:
+        return select_config(M, N, K, 128, sms)
+    _, name, BM, BN, BK, warps, stages, pps, cap = BUCKETS[-1]
+    split, kps = choose_split(M, N, K, BM, BN, BK, sms, pps, traffic_cap=cap)
+    return TileConfig(name, BM, BN, BK, warps, stages, split, kps)
 
 
 def geomean(values) -> float:
@@ -50,11 +68,11 @@ def main() -> None:
             a = torch.randn((M, K), dtype=dtype, device=dev)
             args0 = (a, w0.qweight, w0.scales, None, None, None, 128)
             native = w4a16_gemm.native(*args0)
-            shipped = select_config(M, N, K, 128, sms)
-            paths = {"shipped": shipped, "kmajor": dataclasses.replace(shipped, kmajor=True)}
+            fused = fused_config(M, N, K, sms)
+            paths = {"fused": fused}
             if M >= DENSE_FROM_M:
                 paths["dense"] = dense_config()
-            row = dict(K=K, N=N, M=M, shipped=dataclasses.asdict(shipped), roof_us=_bytes(*args0) / bw * 1e6)
+            row = dict(K=K, N=N, M=M, fused_config=dataclasses.asdict(fused), roof_us=_bytes(*args0) / bw * 1e6)
             row["cublas"] = bench_rotating(lambda i, a=a, dense=dense: torch.matmul(a, dense[i]), copies)
             for name, cfg in paths.items():
                 try:
@@ -74,14 +92,14 @@ def main() -> None:
                 )
             rows.append(row)
             cells = "  ".join(f"{p} {row[p]:.1f}" for p in ("cublas", *paths) if p in row)
-            print(f"K{K} N{N} M{M} ({shipped.name}): {cells} µs; roofline {row['roof_us']:.1f}", flush=True)
+            print(f"K{K} N{N} M{M} ({fused.name}): {cells} µs; roofline {row['roof_us']:.1f}", flush=True)
         ws = dense = None
         torch.cuda.empty_cache()
     print("\nper M, geomean µs over the five shapes (and vs cuBLAS dense):")
     for M in MS:
         sel = [r for r in rows if r["M"] == M]
         cells = []
-        for p in ("cublas", "shipped", "kmajor", "dense"):
+        for p in ("cublas", "fused", "dense"):
             if all(p in r for r in sel):
                 g = geomean(r[p] for r in sel)
                 cells.append(f"{p} {g:.1f} ({geomean(r['cublas'] / r[p] for r in sel):.2f}x)")

@@ -96,26 +96,6 @@ def test_gpu_each_roundtrip_is_needed(boundary, dtype, d):
     assert res.passed == (boundary == "all-kept"), res.summary()
 
 
-def _load_orders_agree(device, dtype, widths):
-    """``early_up`` (up loaded with the gate) moves a load, not arithmetic: the same bits as the default."""
-    for d in widths:
-        x = _heavy_tailed(7, d, dtype, device)
-        late = st.launch_gelu_and_mul_sparse(x, STD_MULTIPLIER, "tanh")
-        early = st.launch_gelu_and_mul_sparse(x, STD_MULTIPLIER, "tanh", early_up=True)
-        assert torch.equal(late, early), d
-
-
-@pytest.mark.interpreter
-def test_interpreter_load_orders_agree():
-    _load_orders_agree("cpu", torch.float16, (1, 31, 2048))
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", list(SHORT), ids=list(SHORT.values()))
-def test_gpu_load_orders_agree(dtype):
-    _load_orders_agree("cuda", dtype, (1, 31, 2048, 12288, 32768))
-
-
 # -------------------------------------------------------- contract classes
 def test_row_bitwise_counts_rows_and_allows_a_fraction():
     e = torch.randn(2048, 256, dtype=torch.float16)

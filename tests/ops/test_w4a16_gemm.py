@@ -1,7 +1,5 @@
 """w4a16_gemm: contract, bit-exact dequantization, split-K, compiler boundary, CUDA graphs."""
 
-import dataclasses
-
 import pytest
 import torch
 from torch._dynamo.backends.common import aot_autograd
@@ -24,16 +22,17 @@ def _gid(g):
     return "gch" if g == -1 else f"g{g}"
 
 
-# The launch paths: the heuristic's choice, the K-major tile forced on, the dense (dequantize + cuBLAS) path.
-LAYOUTS = ["heuristic", "kmajor", "dense"]
+# The launch paths: the heuristic's choice, the fused kernel at every M (the m128 tile above M = 128),
+# the dense path (dequantize + cuBLAS) at every M.
+LAYOUTS = ["heuristic", "fused", "dense"]
 
 
 def _force(layout):
-    """``config -> config`` for :func:`_identity_check` (None: the heuristic's)."""
+    """``(M, N, K, group_size) -> config`` for ``layout`` (None: the heuristic's)."""
     return {
         "heuristic": None,
-        "kmajor": lambda cfg: dataclasses.replace(cfg, kmajor=True),
-        "dense": lambda cfg: dense_config(),
+        "fused": lambda M, N, K, g: select_config(min(M, 128), N, K, g),
+        "dense": lambda M, N, K, g: dense_config(),
     }[layout]
 
 
@@ -47,7 +46,7 @@ def _assert_cases_pass(device, dtype, quick, layout="heuristic"):
             result = check_provider(w4a16_gemm, "triton", case)
         else:
             a, qweight, *_, g = case.args
-            cfg = _force(layout)(select_config(a.shape[0], qweight.shape[1], a.shape[1], g))
+            cfg = _force(layout)(a.shape[0], qweight.shape[1], a.shape[1], g)
             expected = native.w4a16_gemm(*case.args)
             with exactfuse.poison_outputs():
                 out = w4_triton.launch_w4a16_gemm(*case.args, config=cfg)
@@ -84,7 +83,7 @@ def _identity_check(device, dtype, K, N, group_size, sym, act, rows, config=None
     expected = dequantize_gptq(t.qweight, t.qzeros, t.scales, t.g_idx).to(device)
     eye = torch.eye(K, dtype=dtype, device=device)[rows]
     if callable(config):
-        config = config(select_config(eye.shape[0], N, K, group_size))
+        config = config(eye.shape[0], N, K, group_size)
     with exactfuse.poison_outputs():
         out = w4_triton.launch_w4a16_gemm(eye, qweight, scales, zeros, perm, None, g, config=config)
     assert torch.equal(out, expected[rows]), (config, (out - expected[rows]).abs().max())
@@ -96,7 +95,7 @@ def _identity_check(device, dtype, K, N, group_size, sym, act, rows, config=None
 def test_identity_activations_return_the_dequantized_weight(group_size, sym, act):
     """A = I: every output is one weight times 1, summed with zeros, so it must be exact (torch.equal)."""
     K = 256
-    _identity_check("cpu", torch.float16, K, 64, group_size, sym, act, slice(0, K))  # one prefill tile
+    _identity_check("cpu", torch.float16, K, 64, group_size, sym, act, slice(0, K))  # M = 256: the dense path
     cfg = select_config(3, 64, K, group_size)
     assert cfg.name == "decode" and cfg.split_k == 2
     _identity_check("cpu", torch.float16, K, 64, group_size, sym, act, slice(125, 128))  # split-K decode
@@ -121,7 +120,7 @@ def test_forced_split_counts_meet_the_contract(split, deterministic):
 
 
 @pytest.mark.interpreter
-@pytest.mark.parametrize("layout", ["kn-tile", "kmajor", "dense"])
+@pytest.mark.parametrize("layout", ["fused", "dense"])
 @pytest.mark.parametrize(("sym", "act"), [(True, False), (False, True)], ids=["sym", "asym-actorder"])
 @pytest.mark.parametrize("group_size", GROUPS, ids=_gid)
 def test_tile_layouts_exact_dequant_and_contract(group_size, sym, act, layout):
@@ -136,7 +135,7 @@ def test_tile_layouts_exact_dequant_and_contract(group_size, sym, act, layout):
         args = (a, qweight, scales, zeros, perm, bias, g)
         for split in (1, 2) if layout != "dense" else (1,):
             cfg = with_split(select_config(3, 64, K, group_size), K, split)
-            cfg = dense_config() if layout == "dense" else dataclasses.replace(cfg, kmajor=layout == "kmajor")
+            cfg = dense_config() if layout == "dense" else cfg
             _identity_check("cpu", torch.float16, K, 64, group_size, sym, act, slice(K - 3, K), config=cfg)
             with exactfuse.poison_outputs():
                 out = w4_triton.launch_w4a16_gemm(*args, config=cfg)
@@ -184,16 +183,16 @@ def test_decode_splits_k_to_fill_the_h200():
             assert cfg.k_per_split % cfg.BK == 0 and (cfg.split_k - 1) * cfg.k_per_split < K  # no empty split
 
 
-def test_split_rule_by_programs_per_sm_and_prefill_does_not_split():
+def test_split_rule_by_programs_per_sm_and_dense_above_m128():
     # decode aims at 4 programs per SM: 224 column tiles of 128 are < 264, so split 3 (H200 sweep at M=1:
     # 64.4 µs unsplit, 63.5 µs at S3); m32's 448 tiles of 64 are >= 2 per SM: no split
     assert select_config(1, 28672, 4096, 128).split_k == 3
     assert select_config(32, 28672, 4096, 128).split_k == 1
-    for M in (1024, 2048, 4096):
+    for M in (129, 1024, 4096):
         cfg = select_config(M, 4096, 4096, 128)
-        assert cfg.name == "prefill" and cfg.split_k == 1
+        assert cfg == dense_config() and cfg.dense and cfg.split_k == 1
     names = [select_config(M, 4096, 4096, 128).name for M in (1, 16, 17, 32, 33, 128, 129, 512, 513)]
-    assert names == ["decode", "decode", "m32", "m32", "m128", "m128", "m512", "m512", "prefill"]
+    assert names == ["decode", "decode", "m32", "m32", "m128", "m128", "dense", "dense", "dense"]
 
 
 # ------------------------------------------------------------------ bad input
@@ -290,7 +289,8 @@ def test_compiled_layer_graph_keeps_the_op_opaque():
 
 
 def _decode_after_prefill(device, backend):
-    """Compile at a prefill M with dynamic shapes, then run decode M's: the decode tile must run."""
+    """Compile at a prefill M (the dense path) with dynamic shapes, then run decode M's: the decode tile
+    must run."""
     torch._dynamo.reset()
     layer = _layer(group_size=64).to(device)
     counter = CompileCounterWithBackend(backend)
@@ -298,7 +298,7 @@ def _decode_after_prefill(device, backend):
     with torch.no_grad(), w4a16_gemm.priority(["triton", "native"]):
         x = torch.randn(600, 256, dtype=torch.float16, device=device)
         torch.testing.assert_close(compiled(x), layer(x), rtol=0, atol=0)
-        assert w4_triton.LAST_CONFIG[0].name == "prefill"
+        assert w4_triton.LAST_CONFIG[0].name == "dense"
         frames = counter.frame_count
         before = dict(w4_triton.CONFIG_COUNTS)
         y = compiled(x[:3])  # same dynamic graph (no recompile), decode tile chosen at run time

@@ -99,7 +99,6 @@ def gelu_and_mul_sparse_kernel(
     BT: tl.constexpr,
     BD: tl.constexpr,
     INT64_INDEX: tl.constexpr,
-    EARLY_UP: tl.constexpr,
 ):
     """``BT`` rows of ``y = gelu(relu(gate - (mean + std * m))) * up``.
 
@@ -107,8 +106,7 @@ def gelu_and_mul_sparse_kernel(
     p_y: ``[T, D]`` rows ``stride_y`` apart, last dim contiguous.
     std_multiplier: fp32 scalar. constexpr: ACTIVATION (1 erf, 2 tanh), ROUND
     (boundary mask, 63 = all), BT rows per program, BD = next_power_of_2(D),
-    INT64_INDEX (row offsets reach 2**31), EARLY_UP (load ``up`` with the gate instead
-    of after the statistics). T is not specialized, so one compile
+    INT64_INDEX (row offsets reach 2**31). T is not specialized, so one compile
     serves every batch size of a width class.
     """
     DT: tl.constexpr = p_y.dtype.element_ty
@@ -120,8 +118,6 @@ def gelu_and_mul_sparse_kernel(
     m_td = (o_t[:, None] < T) & (o_d[None, :] < D)
     p_g = p_x + o_t[:, None] * stride_x + o_d[None, :]
     b_g = tl.load(p_g, mask=m_td, other=0.0).to(tl.float32)
-    if EARLY_UP:  # both halves in flight at once
-        b_u = tl.load(p_g + D, mask=m_td, other=0.0)
 
     # gate.mean(-1): fp32 sum times float(rows) / float(numel) (ATen's MeanOps factor).
     # T as a tensor even when Inductor re-emits the kernel with a static T (a Python int).
@@ -140,8 +136,10 @@ def gelu_and_mul_sparse_kernel(
     m_std = tl.where(b_std == b_std, std_multiplier, std_multiplier).to(tl.float32)
     b_cut = _round(_mul_rn(b_std, m_std), DT, ROUND & 4)  # std * m (fp32 opmath)
     b_cut = _round(b_mean + b_cut, DT, ROUND & 8)  # mean + (std * m)
-    if not EARLY_UP:
-        b_u = tl.load(p_g + D, mask=m_td, other=0.0)  # after the statistics: fewer live registers
+    # up after the statistics: fewer live registers; loading it with the gate was slower at every
+    # width and T measured (session 3, benchmarks/results/h200/sweeps/sweep_sparse_load_order_s3.txt:
+    # geomean over T at the shipped num_warps 2-5% slower up to d = 16384, 22% at d = 32768, where it spills more)
+    b_u = tl.load(p_g + D, mask=m_td, other=0.0)
     b_s = _round(b_g - b_cut[:, None], DT, ROUND & 16)  # gate - cutoff
     b_r = _relu(b_s)  # F.relu: exact
     b_a = _round(_activation(b_r, ACTIVATION), DT, ROUND & 32)  # F.gelu returns the dtype
@@ -181,11 +179,10 @@ def launch_gelu_and_mul_sparse(
     *,
     round_mask: int = ROUND_ALL,
     num_warps: int | None = None,
-    early_up: bool = False,
 ) -> torch.Tensor:
     """Launch the kernel on ``x: [..., 2d]`` -> ``[..., d]``.
 
-    ``round_mask``, ``num_warps`` and ``early_up`` exist for tests and sweeps only (the op
+    ``round_mask`` and ``num_warps`` exist for tests and sweeps only (the op
     always rounds at every boundary and uses :func:`sparse_config`).
     """
     D = x.shape[-1] // 2
@@ -208,7 +205,6 @@ def launch_gelu_and_mul_sparse(
         BT=BT,
         BD=BD,
         INT64_INDEX=T * x2.stride(0) >= 2**31,
-        EARLY_UP=early_up,
         num_warps=num_warps or warps,
     )
     return y

@@ -13,13 +13,20 @@ over the five benchmark (K, N) shapes):
 - ``m128`` (M <= 128): (64, 64, 64), 4 warps, 4 stages, split-K aiming at 8
   programs per SM without the traffic cap: 59.3 µs geomean over M in {64, 128}
   against 65.8 µs at 2 programs per SM.
-- ``m512``: (128, 64, 64), 2 programs per SM: not swept.
-- ``prefill`` (M > 512): 128 x 128 x 64, 8 warps, 3 stages: best of the four
-  tiles swept at M = 2048 (629.9 µs geomean; (128, 256, 64) 698 µs).
+- ``dense`` (M > 128): no fused tile. :func:`~exactfuse.ops.w4a16.triton.w4a16_dequant_kernel`
+  writes the dense ``[K, N]`` weight (a 64 x 128 tile per program), then ``torch.matmul``
+  (cuBLAS). Session 3's sweep (scripts/gpu/sweep_w4a16_paths.py;
+  benchmarks/results/h200/sweeps/sweep_w4a16_paths_s3.*), geomean over the five shapes, µs:
+  M = 256 83.9 against 138.8 for the fused kernel's (128, 64, 64) tile; M = 512 118 against 215;
+  M = 1024 191 against 322 (its (128, 128, 64) tile); M = 4096 651 against 1242 (cuBLAS on a
+  dense weight: 631). The dequantization is the difference to cuBLAS: 10.8 µs at M = 256 for
+  4096 x 4096, 40 MB moved, about 3.7 TB/s. At M = 128 the two are even (78.2 against 76.9), so the fused m128 tile
+  keeps M <= 128. It costs ``2 * K * N`` transient bytes from the caching allocator per call.
 
-Every one of these is far from the targets (NOTES.md): the kernel is neither
-at the memory roofline at small M nor at cuBLAS's speed at large M; the sweep
-shows the tile and split choice is not what limits it.
+The fused kernel's K-major variant (the W^T tile, dequantized with prmt/lop3 PTX: 600 SASS
+instructions per thread and K step of the decode tile against 912) passed the contract and was
+slower in every bucket that keeps the fused kernel (M = 1: 51.1 against 33.9 µs geomean), so it
+was removed (NOTES.md).
 
 Split-K (``split_k`` programs along K per output tile) is used when the output
 tiles alone give fewer than ``programs_per_sm`` programs per SM (or leave SMs
@@ -52,10 +59,6 @@ class TileConfig:
     num_stages: int
     split_k: int = 1
     k_per_split: int = 0
-    # Dequantize the W^T tile [BN, BK] (8 K-contiguous values per packed word, stored into a K-major
-    # shared tile) and load each step's scale row one step ahead. Correct (interpreter tests); its speed
-    # is not measured yet, so no bucket uses it (scripts/gpu/sweep_w4a16_decode.py --kmajor, NOTES.md).
-    kmajor: bool = False
     # Dequantize W to a dense [K, N] buffer with a [BK, BN] tile per program (BM unused), then
     # torch.matmul: the spec's own GEMM, for large M where cuBLAS beats the fused kernel.
     dense: bool = False
@@ -66,10 +69,9 @@ BUCKETS: tuple[tuple[int, str, int, int, int, int, int, int, bool], ...] = (
     (16, "decode", 16, 128, 128, 4, 4, 4, True),
     (32, "m32", 32, 64, 128, 4, 4, 2, True),
     (128, "m128", 64, 64, 64, 4, 4, 8, False),
-    (512, "m512", 128, 64, 64, 4, 4, 2, True),
-    (2**62, "prefill", 128, 128, 64, 8, 3, 2, True),
 )
-CONFIG_NAMES = tuple(b[1] for b in BUCKETS)
+CONFIG_NAMES = (*(b[1] for b in BUCKETS), "dense")
+DENSE_ABOVE_M = BUCKETS[-1][0]  # larger M: dense_config()
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -109,7 +111,10 @@ def select_config(M: int, N: int, K: int, group_size: int, num_sms: int = H200_S
 
     Depends on M (the bucket and the split) so it must run per call, outside
     any compiled graph: the op is opaque to torch.compile for this reason.
+    Above the last bucket's M: :func:`dense_config`.
     """
+    if M > DENSE_ABOVE_M:
+        return dense_config()
     name, BM, BN, BK, warps, stages, programs_per_sm, cap = next(b[1:] for b in BUCKETS if b[0] >= M)
     BK = min(BK, max(16, next_power_of_2(K)))
     split, k_per_split = choose_split(M, N, K, BM, BN, BK, num_sms, programs_per_sm, traffic_cap=cap)

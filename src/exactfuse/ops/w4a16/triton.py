@@ -37,57 +37,6 @@ LAST_CONFIG: list[TileConfig | None] = [None]
 CONFIG_COUNTS: collections.Counter[str] = collections.Counter()
 
 
-def _dequant_words_asm(MAGIC: int) -> str:
-    """PTX for :func:`dequant_words_ptx`: 8 nibbles of one word -> 4 packed pairs, ``(q - z) * s`` each.
-
-    Operands: ``$0-$3`` the output pairs (elements 2i, 2i+1 in pair i, low half first), ``$4`` the word
-    (``$5-$11`` are its copies), ``$12-$15`` the pairs of ``MAGIC | z``, ``$16-$19`` the pairs of scales.
-    Pair i: ``prmt`` puts byte i of the word (nibbles 2i+1, 2i) in byte 0 and byte i of ``word >> 4``
-    (nibbles 2i+2, 2i+1) in byte 2, so the low nibbles of the two halves are nibbles 2i and 2i+1;
-    ``lop3`` keeps them and ors in ``MAGIC`` (``(a & b) | c``: lut 0xEA), giving ``MAGIC + q`` exactly;
-    ``fma(zm, -1, t)`` is ``q - z`` exactly; ``fma(w, s, -0)`` rounds the product once.
-    """
-    op = "bf16x2" if MAGIC == 0x4300 else "f16x2"
-    neg_one = 0xBF80BF80 if MAGIC == 0x4300 else 0xBC00BC00
-    lines = [
-        "{",
-        ".reg .b32 h, t, neg_one, neg_zero;",
-        f"mov.b32 neg_one, {neg_one:#010x};",
-        "mov.b32 neg_zero, 0x80008000;",
-        "shr.u32 h, $4, 4;",
-    ]
-    for i in range(4):
-        lines += [
-            f"prmt.b32 t, $4, h, {0x0400 + 0x0101 * i:#06x};",
-            f"lop3.b32 t, t, 0x000f000f, {MAGIC * 0x10001:#010x}, 0xea;",
-            f"fma.rn.{op} t, ${12 + i}, neg_one, t;",
-            f"fma.rn.{op} ${i}, t, ${16 + i}, neg_zero;",
-        ]
-    return "\n".join([*lines, "}"])
-
-
-DEQUANT_PTX_BF16 = tl.constexpr(_dequant_words_asm(0x4300))
-DEQUANT_PTX_FP16 = tl.constexpr(_dequant_words_asm(0x6400))
-DEQUANT_PTX_CONSTRAINTS = tl.constexpr("=r,=r,=r,=r," + ",".join(["r"] * 16))
-
-
-@triton.jit
-def dequant_words_ptx(b_words, b_wz, b_s, MAGIC: tl.constexpr):
-    """``(q - z) * s`` in the activation dtype for a tile whose every packed word repeats 8 times along
-    its last dim (``tl.interleave`` thrice, so one thread holds the 8 copies in order); element 8r + j
-    is nibble j of word r. Bitwise the same as the K-major tile's Triton arithmetic (GPU tests); 8
-    elements per asm call, 17 instructions for 8 weights.
-    """
-    return tl.inline_asm_elementwise(
-        asm=DEQUANT_PTX_BF16 if MAGIC == 0x4300 else DEQUANT_PTX_FP16,
-        constraints=DEQUANT_PTX_CONSTRAINTS,
-        args=[b_words, b_wz, b_s],
-        dtype=b_s.dtype,
-        is_pure=True,
-        pack=8,
-    )
-
-
 @triton.jit
 def dequant_kn_tile(
     p_qw,
@@ -186,9 +135,6 @@ def w4a16_gemm_kernel(
     ATOMIC: tl.constexpr,
     EVEN_K: tl.constexpr,
     INT64_INDEX: tl.constexpr,
-    KMAJOR: tl.constexpr,
-    MAGIC: tl.constexpr,
-    ASM: tl.constexpr,
     BM: tl.constexpr,
     BN: tl.constexpr,
     BK: tl.constexpr,
@@ -203,11 +149,7 @@ def w4a16_gemm_kernel(
     p_out: ``[M, N]`` in a's dtype, or the fp32 workspace ``[S, M, N]`` (SPLIT)
     or ``[M, N]`` (SPLIT and ATOMIC). constexpr: GROUP (a power of two; one
     group of all K is passed as next_pow2(K)), GROUPS_PER_TILE (BK // GROUP when
-    a tile spans several groups, else 1), the feature flags, KMAJOR (dequantize
-    the transposed tile with the magic-number trick, MAGIC = the 16-bit pattern
-    of 128.0 / 1024.0 for bf16 / fp16, and load scale rows a step ahead; one
-    group per tile gets the prefetch), ASM (K-major only: dequantize with
-    :func:`dequant_words_ptx`; False under the interpreter), tile sizes.
+    a tile spans several groups, else 1), the feature flags, tile sizes.
     """
     i_mn = tl.program_id(0)
     i_s = tl.program_id(1)
@@ -226,16 +168,10 @@ def w4a16_gemm_kernel(
     m_m = o_m < M
     m_n = o_n < N
     DT = p_a.dtype.element_ty
-    o_j = tl.arange(0, BK // 8)
 
     k_start = i_s * K_PER_SPLIT
     k_end = tl.minimum(k_start + K_PER_SPLIT, K)
     acc = tl.zeros((BM, BN), dtype=tl.float32)
-    if KMAJOR and GROUPS_PER_TILE == 1:  # the first step's scale (and zero) row; later rows one step ahead
-        m_g0 = m_n & (o_n * 0 + k_start < k_end)  # tensor-shaped: the interpreter rejects scalar masks here
-        b_s_next = tl.load(p_s + (k_start // GROUP) * N + o_n, mask=m_g0, other=0.0)
-        if HAS_ZEROS:
-            b_z_next = tl.load(p_z + (k_start // GROUP) * N + o_n, mask=m_g0, other=0)
     for k0 in range(k_start, k_end, BK):
         o_k = k0 + tl.arange(0, BK)
         m_k = o_k < K
@@ -245,55 +181,9 @@ def w4a16_gemm_kernel(
             b_a = tl.load(p_ab, mask=m_m[:, None], other=0.0)
         else:
             b_a = tl.load(p_ab, mask=m_m[:, None] & m_k[None, :], other=0.0)
-        if KMAJOR:
-            # W^T tile: [BN, BK/8] words -> [BN, BK], column 8r + j is nibble j of word r, so a thread's 8
-            # nibbles of one word become 8 K-contiguous values (one 16-byte store into a K-major shared
-            # tile) instead of 8 rows of the [BK, BN] tile below (offline sm_90 PTX, Triton 3.9: 16
-            # st.shared.v4 against 128 st.shared.b16 per thread and step; NOTES.md).
-            p_qt = p_qw + (k0 // 8 + o_j)[None, :] * N + o_n[:, None]
-            m_qt = m_n[:, None] if EVEN_K else m_n[:, None] & ((k0 // 8 + o_j) < K // 8)[None, :]
-            b_qt = tl.load(p_qt, mask=m_qt, other=0)
-            # each word repeated 8 times along K by tl.interleave, which keeps the copies in one thread
-            # (a broadcast [BN, BK/8, 8] lets the compiler spread the 8 over threads: 2-byte stores)
-            b_qt = tl.interleave(b_qt, b_qt)
-            b_qt = tl.interleave(b_qt, b_qt)
-            b_qt = tl.interleave(b_qt, b_qt)
-            b_z = 8
-            if GROUPS_PER_TILE == 1:
-                b_s = b_s_next[:, None]
-                if HAS_ZEROS:
-                    b_z = b_z_next.to(tl.int32)[:, None]
-                # next step's row now: its latency overlaps this step's dequantization and dot
-                m_gn = m_n & (o_n * 0 + k0 + BK < k_end)
-                b_s_next = tl.load(p_s + ((k0 + BK) // GROUP) * N + o_n, mask=m_gn, other=0.0)
-                if HAS_ZEROS:
-                    b_z_next = tl.load(p_z + ((k0 + BK) // GROUP) * N + o_n, mask=m_gn, other=0)
-            else:
-                o_g = k0 // GROUP + tl.arange(0, GROUPS_PER_TILE)
-                m_g = m_n[:, None] & (o_g < K // GROUP)[None, :]
-                b_s = tl.load(p_s + o_g[None, :] * N + o_n[:, None], mask=m_g, other=0.0)
-                b_s = tl.reshape(tl.broadcast_to(b_s[:, :, None], (BN, GROUPS_PER_TILE, GROUP)), (BN, BK))
-                if HAS_ZEROS:
-                    b_z = tl.load(p_z + o_g[None, :] * N + o_n[:, None], mask=m_g, other=0).to(tl.int32)
-                    b_z = tl.reshape(tl.broadcast_to(b_z[:, :, None], (BN, GROUPS_PER_TILE, GROUP)), (BN, BK))
-            # (q - z) exactly in DT without an int->float conversion: the 16-bit pattern MAGIC | q reads
-            # as 128 + q (bf16) / 1024 + q (fp16); the DT multiply then rounds the exact product once,
-            # as the spec's does
-            if HAS_ZEROS:
-                b_wz = (b_z | MAGIC).to(tl.int16).to(DT, bitcast=True)
-            else:
-                b_wz = tl.full((1, 1), MAGIC | 8, tl.int16).to(DT, bitcast=True)
-            if ASM:
-                b_wt = dequant_words_ptx(b_qt, b_wz, b_s.to(DT), MAGIC)
-            else:
-                b_qt = (b_qt >> ((tl.arange(0, BK) % 8) * 4)[None, :]) & 0xF
-                b_wq = (b_qt | MAGIC).to(tl.int16).to(DT, bitcast=True)
-                b_wt = (b_wq - b_wz) * b_s
-            acc = tl.dot(b_a, tl.trans(b_wt), acc)
-        else:
-            b_w = dequant_kn_tile(p_qw, p_s, p_z, k0, o_n, m_n, N, K, GROUP, GROUPS_PER_TILE, HAS_ZEROS, EVEN_K, BK, BN)
-            b_w = b_w.to(DT)
-            acc = tl.dot(b_a, b_w, acc)
+        b_w = dequant_kn_tile(p_qw, p_s, p_z, k0, o_n, m_n, N, K, GROUP, GROUPS_PER_TILE, HAS_ZEROS, EVEN_K, BK, BN)
+        b_w = b_w.to(DT)
+        acc = tl.dot(b_a, b_w, acc)
 
     m_mn = m_m[:, None] & m_n[None, :]
     if SPLIT:
@@ -412,9 +302,6 @@ def launch_w4a16_gemm(
         ATOMIC=atomic,
         EVEN_K=K % cfg.BK == 0,
         INT64_INDEX=max(a.numel(), M * N) >= 2**31,
-        KMAJOR=cfg.kmajor,
-        MAGIC=0x4300 if a.dtype == torch.bfloat16 else 0x6400,
-        ASM=cfg.kmajor and a.device.type == "cuda",
         BM=cfg.BM,
         BN=cfg.BN,
         BK=cfg.BK,
