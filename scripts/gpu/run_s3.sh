@@ -4,6 +4,7 @@
 #   EXACTFUSE_GIT_REV=<sha> SPARSE_DONE=<sparse JSON of call a> bash scripts/gpu/run_s3.sh d
 #     GPU tests, verify, benchmarks: w4a16 (dense path), silu/gelu (d = 768 block), the six sparse
 #     shapes call a's run did not reach (the sparse kernel is unchanged since, comments aside)
+#   EXACTFUSE_GIT_REV=<sha> bash scripts/gpu/run_s3.sh e    # verify and GPU tests that d's time limits cut
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT/bench"
@@ -57,6 +58,14 @@ d)
   cat "$OUT/rc.txt"
   for t in t_w4a16 t_act; do echo "== $t"; grep -E "FAILED|passed|failed" "$OUT/logs/$t.txt" | tail -8; done
   echo "== verify"; grep -E "PASS|FAIL|ERROR" "$OUT/logs/verify.txt" | cut -c1-160 | tail -30
+  ;;
+e)  # what d's limits cut: verify of the ops changed in session 3, the rest of the GPU tests
+  run 0 290 verify python3 -m exactfuse verify --op silu_and_mul --op gelu_and_mul --op w4a16_gemm &
+  run 1 290 t_rest python3 -m pytest -m gpu -q -rfE --durations=12 -p no:cacheprovider tests/ops/test_gelu_and_mul_sparse.py tests/registry tests/bench -k "not aot_inductor" &
+  wait
+  cat "$OUT/rc.txt"
+  echo "== t_rest"; tail -22 "$OUT/logs/t_rest.txt" | cut -c1-160
+  echo "== verify"; tail -30 "$OUT/logs/verify.txt" | cut -c1-160
   ;;
 esac
 for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -A7 "speedup of exactfuse" "$f" | cut -c1-150 | head -8; done
