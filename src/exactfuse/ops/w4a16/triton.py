@@ -1,6 +1,7 @@
-"""Triton W4A16 GEMM: 4-bit weights dequantized in registers, fused into a tl.dot GEMM.
+"""Triton W4A16 GEMM: 4-bit weights dequantized in registers, fused into a tl.dot GEMM (M <= 128), or
+dequantized into a dense weight for cuBLAS (larger M; ``heuristics`` has the measurements).
 
-Two kernels. :func:`w4a16_gemm_kernel` computes one ``[BM, BN]`` output tile
+Fused path, two kernels. :func:`w4a16_gemm_kernel` computes one ``[BM, BN]`` output tile
 over one slice of K. Without split-K it rounds and stores the output itself;
 with split-K each slice writes fp32 partials to a workspace ``[S, M, N]`` and
 :func:`w4a16_splitk_reduce_kernel` sums them in a fixed order (s = 0, 1, ...),
@@ -13,7 +14,11 @@ integer times the fp32 scale is exact, then one rounding to the activation
 dtype. The dot accumulates in fp32; the output is rounded once, then ``+ bias``
 is added in fp32 and rounded again, as eager ``matmul(a, W) + bias`` rounds.
 
-The launcher picks the tile and split from the runtime M (``heuristics``), does
+Dense path: :func:`w4a16_dequant_kernel` writes the spec's dequantized ``[K, N]`` weight into a
+transient buffer and ``torch.matmul`` (+ bias) runs the spec's own GEMM, so the output is bitwise
+native's.
+
+The launcher picks the path, tile and split from the runtime M (``heuristics``), does
 no host synchronization and allocates only through the caching allocator, so
 it is CUDA-graph capturable once its kernels are compiled (``exactfuse.warmup``).
 """
