@@ -5,6 +5,7 @@
 #     GPU tests, verify, benchmarks: w4a16 (dense path), silu/gelu (d = 768 block), the six sparse
 #     shapes call a's run did not reach (the sparse kernel is unchanged since, comments aside)
 #   EXACTFUSE_GIT_REV=<sha> bash scripts/gpu/run_s3.sh e    # verify and GPU tests that d's time limits cut
+#   EXACTFUSE_GIT_REV=<sha> bash scripts/gpu/run_s3.sh f    # the looped sparse kernel (tests, sweep, bench)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT/bench"
@@ -66,6 +67,20 @@ e)  # what d's limits cut: verify of the ops changed in session 3, the rest of t
   cat "$OUT/rc.txt"
   echo "== t_rest"; tail -22 "$OUT/logs/t_rest.txt" | cut -c1-160
   echo "== verify"; tail -30 "$OUT/logs/verify.txt" | cut -c1-160
+  ;;
+f)  # the looped sparse kernel: GPU tests, the sweep, and the wide-row shapes re-benchmarked
+  (
+    run 0 175 t_sparse python3 -m pytest -m gpu -q -rfE --durations=8 -p no:cacheprovider tests/ops/test_gelu_and_mul_sparse.py -k "not aot_inductor"
+    run 0 95 sweep_loop python3 scripts/gpu/sweep_sparse_loop.py
+  ) &
+  (
+    bench 1 130 sp gelu_and_mul_sparse --case 'd(12288|32768)$'
+    run 1 60 t_reg python3 -m pytest -m gpu -q -p no:cacheprovider tests/registry
+  ) &
+  wait
+  cat "$OUT/rc.txt"
+  for t in t_sparse t_reg; do echo "== $t"; grep -E "FAILED|passed|failed|s call" "$OUT/logs/$t.txt" | tail -12; done
+  echo "== sweep"; tail -30 "$OUT/logs/sweep_loop.txt" | cut -c1-200
   ;;
 esac
 for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -A7 "speedup of exactfuse" "$f" | cut -c1-150 | head -8; done

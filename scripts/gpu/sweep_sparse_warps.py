@@ -41,10 +41,10 @@ def candidate_warps(d: int) -> list[int]:
     return [w for w in WARPS if 4 <= bt * bd // (32 * w) <= 128] or [4]
 
 
-def time_us(sets, d: int, warps: int) -> float:
+def time_us(sets, d: int, warps: int | None, **launch) -> float:
     def body():
         for x in sets:
-            st.launch_gelu_and_mul_sparse(x, STD_MULTIPLIER, "tanh", num_warps=warps)
+            st.launch_gelu_and_mul_sparse(x, STD_MULTIPLIER, "tanh", num_warps=warps, **launch)
 
     body()  # compile outside the capture
     return TIMER(body) * 1e3 / len(sets)

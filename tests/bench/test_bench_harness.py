@@ -13,6 +13,7 @@ import csv
 import io
 import json
 import math
+import re
 import time
 import uuid
 
@@ -417,6 +418,32 @@ def test_resume_runs_the_cases_not_run_and_merges_into_one_complete_result(fake_
         bench_cli.resume_cases(str(second / f"{fake_op.name}.json"), [fake_op])
     with pytest.raises(bench_cli.UsageError, match="cannot read"):
         bench_cli.resume_cases(str(tmp_path / "missing.json"), [fake_op])
+
+
+def test_case_pattern_reruns_some_shapes_and_the_merge_keeps_the_newer_rows(fake_op, tmp_path):
+    console = Console(file=io.StringIO(), width=150)
+    full = bench_op(fake_op, torch.float32, _config(), timer=fake_timer, roofline=ROOF)
+    shapes = list(dict.fromkeys(r.shape for r in full))
+    assert len(shapes) > 1
+    pattern = f"/{re.escape(shapes[-1])}$"
+    first, second = tmp_path / "first", tmp_path / "second"
+    for out, config, rev in ((first, _config(), "old"), (second, _config(case_pattern=pattern), "new")):
+        bench_cli.bench_and_write(
+            [fake_op],
+            config,
+            timer=fake_timer,
+            roofline=ROOF,
+            meta={"gpu": "cpu", "git_rev": rev},
+            out_dir=out,
+            console=console,
+        )
+    again, _ = results.load_rows(second / f"{fake_op.name}.json")
+    assert {r.shape for r in again} == {shapes[-1]}  # only the matching case ran
+    _, rows, meta = results.merge_results([first / f"{fake_op.name}.json", second / f"{fake_op.name}.json"])
+    assert sorted((r.shape, r.provider) for r in rows) == sorted((r.shape, r.provider) for r in full)  # no duplicates
+    newer = [r for r in rows if r.shape == shapes[-1]]
+    assert newer == [r for r in again]  # the later file's rows replaced the earlier ones
+    assert [s["git_rev"] for s in meta["shards"]] == ["old", "new"]
 
 
 def test_gpu_slug():

@@ -58,6 +58,24 @@ def test_gpu_contract_matrix(dtype):
     _assert_matrix("cuda", dtype, quick=False)
 
 
+@pytest.mark.interpreter
+@pytest.mark.filterwarnings(NATIVE_EMPTY_WARNING)
+def test_interpreter_looped_kernel_contract_matrix(monkeypatch):
+    """fp16 through the looped kernel at every width, in chunks that split every row wider than 16 in 2-4."""
+    monkeypatch.setattr(st, "loop_config", lambda D: (16 if D <= 31 else 64 if D <= 128 else 512, 4))
+    _assert_matrix("cpu", torch.float16, quick=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.filterwarnings(NATIVE_EMPTY_WARNING)
+@pytest.mark.parametrize("dtype", list(SHORT), ids=list(SHORT.values()))
+def test_gpu_looped_kernel_contract_matrix(dtype, monkeypatch):
+    """The full matrix through the looped kernel at every width (the heuristic uses it for wide rows only);
+    its 2048-wide chunks split the rows from d = 8192 up."""
+    monkeypatch.setattr(st, "loop_config", lambda D: (st.LOOP_CHUNK, st.LOOP_WARPS))
+    _assert_matrix("cuda", dtype, quick=False)
+
+
 # ------------------------------------------------- the roundtrips are needed
 def _heavy_tailed(T, d, dtype, device):
     """Gate with a log-normal scale per element: outliers make gate - cutoff inexact in fp16/bf16."""

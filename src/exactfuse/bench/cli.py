@@ -7,6 +7,7 @@ contract or raised, 2 usage error or no CUDA GPU.
 from __future__ import annotations
 
 import argparse
+import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -58,6 +59,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_shard,
         metavar="I/N",
         help="run cases I, I+N, I+2N, ... of each grid (N processes, one per GPU; scripts/merge_results.py joins them)",
+    )
+    parser.add_argument(
+        "--case",
+        metavar="REGEX",
+        help="run only the cases whose 'dtype/case' name matches (re.search), e.g. 'd(12288|32768)$'",
     )
     parser.add_argument(
         "--resume",
@@ -216,6 +222,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
         ops, notes = select_ops(args.ops, grid)
         check_providers(args.providers, ops)
         cases = resume_cases(args.resume, ops) if args.resume else None
+        if args.case is not None:
+            try:
+                re.compile(args.case)
+            except re.error as exc:
+                raise UsageError(f"--case: not a regular expression: {args.case!r} ({exc})") from None
     except UsageError as exc:
         console.print(f"[red]{exc}[/]")
         return 2
@@ -237,6 +248,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         deadline=time.monotonic() + args.time_budget if args.time_budget else None,
         shard=args.shard,
         cases=cases,
+        case_pattern=args.case,
     )
     console.print(
         "[dim]measuring copy bandwidth" + (" and bf16 matmul rate" if any(o.flops_fn for o in ops) else "") + "...[/]"

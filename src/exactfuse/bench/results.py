@@ -266,7 +266,9 @@ def merge_results(paths: list[str | os.PathLike]) -> tuple[str, list[Row], dict]
     """``(op, rows, meta)`` of one op's JSON files from ``--shard`` runs, joined into one result.
 
     The rows are concatenated (each keeps the speedups measured in its own
-    run); ``meta`` is the first file's, with ``shards`` listing every file's
+    run); when several files have rows for one case, the last file's replace
+    the earlier ones (a ``--case`` run re-measuring some shapes after a
+    change). ``meta`` is the first file's, with ``shards`` listing every file's
     GPU, git revision, date, command and roofline, and ``incomplete`` the
     cases no file has rows for (a ``--resume`` run fills in an earlier run's
     ``incomplete`` list). All files must be of one op.
@@ -276,7 +278,8 @@ def merge_results(paths: list[str | os.PathLike]) -> tuple[str, list[Row], dict]
     meta: dict = {}
     for path in paths:
         file_rows, file_meta = load_rows(path)
-        rows += file_rows
+        newer = {case_key(r.dtype, r.shape) for r in file_rows}
+        rows = [r for r in rows if case_key(r.dtype, r.shape) not in newer] + file_rows
         ops.update(r.op for r in file_rows)
         meta = meta or dict(file_meta)
         keys = ("gpu", "git_rev", "date", "command", "roofline")

@@ -7,6 +7,7 @@ gate, the rows and the files are exercised on the CPU with a fake timer.
 from __future__ import annotations
 
 import functools
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +45,8 @@ class BenchConfig:
     shard: tuple[int, int] | None = None
     # only these cases, as ``results.case_key`` names them (--resume: an earlier run's cases not run)
     cases: frozenset[str] | None = None
+    # only cases whose ``results.case_key`` matches this regular expression (--case, re.search)
+    case_pattern: str | None = None
 
 
 @dataclass
@@ -267,8 +270,11 @@ def bench_op(
     candidates = candidates or Candidates(config)
     cands = candidates.for_op(op)
     cases = expand_grid(op, config.grid, config.device, dtype)
+    name = DTYPE_NAMES.get(dtype, str(dtype))
     if config.cases is not None:
-        cases = [c for c in cases if case_key(DTYPE_NAMES.get(dtype, str(dtype)), c.id) in config.cases]
+        cases = [c for c in cases if case_key(name, c.id) in config.cases]
+    if config.case_pattern is not None:
+        cases = [c for c in cases if re.search(config.case_pattern, case_key(name, c.id))]
     if config.shard is not None:
         cases = cases[config.shard[0] :: config.shard[1]]
     reporter.start(op, dtype, [c.name for c in cands], len(cases))

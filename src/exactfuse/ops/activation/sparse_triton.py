@@ -85,6 +85,39 @@ def _round(x, DT: tl.constexpr, ENABLED: tl.constexpr):
         return x
 
 
+@triton.jit
+def _mean_factor(T, D):
+    """ATen's MeanOps factor ``float(rows) / float(numel)`` for a ``[T, D]`` gate: mean = fp32 sum * factor.
+
+    T as a tensor even when Inductor re-emits the kernel with a static T (a Python int).
+    """
+    T_t = tl.program_id(0) * 0 + T
+    return tl.div_rn(T_t.to(tl.float32), (T_t.to(tl.int64) * D).to(tl.float32))
+
+
+@triton.jit
+def _cutoff(b_mean, b_m2, D, std_multiplier, DT: tl.constexpr, ROUND: tl.constexpr):
+    """``mean + std * m`` from the fp32 mean and the sum of squared deviations, rounded as eager does."""
+    b_mean = _round(b_mean, DT, ROUND & 1)  # mean() returns the dtype
+    b_std = _round(tl.sqrt_rn(tl.div_rn(b_m2, D * 1.0)), DT, ROUND & 2)  # std() returns the dtype
+    # cutoff = mean + std * m: two eager ops, each rounded.
+    # std_multiplier as an fp32 tensor whatever form it arrives in: Inductor's re-emitted
+    # kernel passed it as a Python float (which Triton 3.6's libdevice calls reject) in one
+    # H200 run and as an fp64 argument in another; eager Triton passes fp32.
+    m_std = tl.where(b_std == b_std, std_multiplier, std_multiplier).to(tl.float32)
+    b_cut = _round(_mul_rn(b_std, m_std), DT, ROUND & 4)  # std * m (fp32 opmath)
+    return _round(b_mean + b_cut, DT, ROUND & 8)  # mean + (std * m)
+
+
+@triton.jit
+def _gate_up(b_g, b_u, b_cut, ACTIVATION: tl.constexpr, DT: tl.constexpr, ROUND: tl.constexpr):
+    """``gelu(relu(gate - cutoff)) * up`` in DT from the fp32 gate, ``up`` as loaded and the cutoff."""
+    b_s = _round(b_g - b_cut, DT, ROUND & 16)  # gate - cutoff
+    b_r = _relu(b_s)  # F.relu: exact
+    b_a = _round(_activation(b_r, ACTIVATION), DT, ROUND & 32)  # F.gelu returns the dtype
+    return (b_a * b_u.to(tl.float32)).to(DT)  # * up
+
+
 @triton.jit(do_not_specialize=["T"])
 def gelu_and_mul_sparse_kernel(
     p_x,
@@ -100,7 +133,7 @@ def gelu_and_mul_sparse_kernel(
     BD: tl.constexpr,
     INT64_INDEX: tl.constexpr,
 ):
-    """``BT`` rows of ``y = gelu(relu(gate - (mean + std * m))) * up``.
+    """``BT`` rows of ``y = gelu(relu(gate - (mean + std * m))) * up``, each row whole in registers.
 
     p_x: ``[T, 2D]`` rows ``stride_x`` apart, last dim contiguous.
     p_y: ``[T, D]`` rows ``stride_y`` apart, last dim contiguous.
@@ -118,33 +151,59 @@ def gelu_and_mul_sparse_kernel(
     m_td = (o_t[:, None] < T) & (o_d[None, :] < D)
     p_g = p_x + o_t[:, None] * stride_x + o_d[None, :]
     b_g = tl.load(p_g, mask=m_td, other=0.0).to(tl.float32)
-
-    # gate.mean(-1): fp32 sum times float(rows) / float(numel) (ATen's MeanOps factor).
-    # T as a tensor even when Inductor re-emits the kernel with a static T (a Python int).
-    T_t = tl.program_id(0) * 0 + T
-    factor = tl.div_rn(T_t.to(tl.float32), (T_t.to(tl.int64) * D).to(tl.float32))
-    b_mean = tl.sum(b_g, axis=1) * factor
-    # gate.std(-1, unbiased=False): two-pass around the fp32 mean.
+    # gate.mean(-1), then gate.std(-1, unbiased=False): two-pass around the fp32 mean.
+    b_mean = tl.sum(b_g, axis=1) * _mean_factor(T, D)
     b_dx = tl.where(m_td, b_g - b_mean[:, None], 0.0)
-    b_m2 = tl.sum(b_dx * b_dx, axis=1)
-    b_mean = _round(b_mean, DT, ROUND & 1)  # mean() returns the dtype
-    b_std = _round(tl.sqrt_rn(tl.div_rn(b_m2, D * 1.0)), DT, ROUND & 2)  # std() returns the dtype
-    # cutoff = mean + std * m: two eager ops, each rounded.
-    # std_multiplier as an fp32 tensor whatever form it arrives in: Inductor's re-emitted
-    # kernel passed it as a Python float (which Triton 3.6's libdevice calls reject) in one
-    # H200 run and as an fp64 argument in another; eager Triton passes fp32.
-    m_std = tl.where(b_std == b_std, std_multiplier, std_multiplier).to(tl.float32)
-    b_cut = _round(_mul_rn(b_std, m_std), DT, ROUND & 4)  # std * m (fp32 opmath)
-    b_cut = _round(b_mean + b_cut, DT, ROUND & 8)  # mean + (std * m)
+    b_cut = _cutoff(b_mean, tl.sum(b_dx * b_dx, axis=1), D, std_multiplier, DT, ROUND)
     # up after the statistics: fewer live registers; loading it with the gate was slower at every
     # width and T measured (session 3, benchmarks/results/h200/sweeps/sweep_sparse_load_order_s3.txt:
     # geomean over T at the shipped num_warps 2-5% slower up to d = 16384, 22% at d = 32768, where it spills more)
     b_u = tl.load(p_g + D, mask=m_td, other=0.0)
-    b_s = _round(b_g - b_cut[:, None], DT, ROUND & 16)  # gate - cutoff
-    b_r = _relu(b_s)  # F.relu: exact
-    b_a = _round(_activation(b_r, ACTIVATION), DT, ROUND & 32)  # F.gelu returns the dtype
-    b_y = (b_a * b_u.to(tl.float32)).to(DT)  # * up
+    b_y = _gate_up(b_g, b_u, b_cut[:, None], ACTIVATION, DT, ROUND)
     tl.store(p_y + o_t[:, None] * stride_y + o_d[None, :], b_y, mask=m_td)
+
+
+@triton.jit(do_not_specialize=["T"])
+def gelu_and_mul_sparse_looped_kernel(
+    p_x,
+    p_y,
+    T,
+    D,
+    stride_x,
+    stride_y,
+    std_multiplier,
+    ACTIVATION: tl.constexpr,
+    ROUND: tl.constexpr,
+    BC: tl.constexpr,
+    INT64_INDEX: tl.constexpr,
+):
+    """One row per program in chunks of ``BC``: the same numerics as :func:`gelu_and_mul_sparse_kernel`,
+    but the gate is read three times (sum, squared deviations, output; the second and third reads
+    mostly from cache) instead of being held whole in registers, so no block is padded to a power of
+    two and nothing spills at d = 32768. The sums run in another order (per-lane accumulation over
+    chunks, then one tree), which the op's row-bitwise contract allows.
+    """
+    DT: tl.constexpr = p_y.dtype.element_ty
+    i_t = tl.program_id(0)
+    if INT64_INDEX:
+        i_t = i_t.to(tl.int64)
+    p_g = p_x + i_t * stride_x
+    o_c = tl.arange(0, BC)
+    acc = tl.zeros((BC,), dtype=tl.float32)
+    for c0 in range(0, D, BC):
+        acc += tl.load(p_g + c0 + o_c, mask=c0 + o_c < D, other=0.0).to(tl.float32)
+    b_mean = tl.sum(acc, axis=0) * _mean_factor(T, D)
+    acc = tl.zeros((BC,), dtype=tl.float32)
+    for c0 in range(0, D, BC):
+        m_c = c0 + o_c < D
+        b_dx = tl.where(m_c, tl.load(p_g + c0 + o_c, mask=m_c, other=0.0).to(tl.float32) - b_mean, 0.0)
+        acc += b_dx * b_dx
+    b_cut = _cutoff(b_mean, tl.sum(acc, axis=0), D, std_multiplier, DT, ROUND)
+    for c0 in range(0, D, BC):
+        m_c = c0 + o_c < D
+        b_g = tl.load(p_g + c0 + o_c, mask=m_c, other=0.0).to(tl.float32)
+        b_u = tl.load(p_g + D + c0 + o_c, mask=m_c, other=0.0)
+        tl.store(p_y + i_t * stride_y + c0 + o_c, _gate_up(b_g, b_u, b_cut, ACTIVATION, DT, ROUND), mask=m_c)
 
 
 # num_warps per block width BD (a program covers BT * BD = max(BD, 1024) elements), from
@@ -172,6 +231,21 @@ def sparse_config(D: int) -> tuple[int, int, int]:
     return BT, BD, WARPS_BY_BD[max(BD, 1024)]
 
 
+# The looped kernel's chunk and num_warps, and the widths it serves (loop_config).
+LOOP_CHUNK, LOOP_WARPS = 2048, 8
+
+
+def loop_config(D: int) -> tuple[int, int] | None:
+    """``(BC, num_warps)`` when rows of ``D`` run :func:`gelu_and_mul_sparse_looped_kernel`, else None.
+
+    Wide rows whose whole-row block would be padded (d = 12288 holds a 16384 block, a quarter
+    masked) or spill (d = 32768) loop over chunks instead.
+    """
+    if D >= 8192 and (D & (D - 1) or D > 16384):
+        return LOOP_CHUNK, LOOP_WARPS
+    return None
+
+
 def launch_gelu_and_mul_sparse(
     x: torch.Tensor,
     std_multiplier: float,
@@ -179,11 +253,14 @@ def launch_gelu_and_mul_sparse(
     *,
     round_mask: int = ROUND_ALL,
     num_warps: int | None = None,
+    loop: tuple[int, int] | bool | None = None,
 ) -> torch.Tensor:
     """Launch the kernel on ``x: [..., 2d]`` -> ``[..., d]``.
 
-    ``round_mask`` and ``num_warps`` exist for tests and sweeps only (the op
-    always rounds at every boundary and uses :func:`sparse_config`).
+    ``round_mask``, ``num_warps`` and ``loop`` exist for tests and sweeps only (the op always
+    rounds at every boundary and follows :func:`sparse_config` / :func:`loop_config`): ``loop``
+    None follows the heuristic, False forces the whole-row kernel, True or ``(BC, num_warps)``
+    the looped one.
     """
     D = x.shape[-1] // 2
     y = empty((*x.shape[:-1], D), x.dtype, x.device)
@@ -191,21 +268,25 @@ def launch_gelu_and_mul_sparse(
         return y
     x2 = x if x.dim() == 2 else x.reshape(-1, 2 * D)
     T = x2.shape[0]
-    BT, BD, warps = sparse_config(D)
-    torch.library.wrap_triton(gelu_and_mul_sparse_kernel)[(triton.cdiv(T, BT),)](
-        x2,
-        y,
-        T,
-        D,
-        x2.stride(0),
-        D,
-        float(std_multiplier),
+    if loop is None:
+        loop = loop_config(D) or False
+    elif loop is True:
+        loop = (LOOP_CHUNK, LOOP_WARPS)
+    common = dict(
         ACTIVATION=GELU_TANH if approximate == "tanh" else GELU_ERF,
         ROUND=round_mask,
-        BT=BT,
-        BD=BD,
         INT64_INDEX=T * x2.stride(0) >= 2**31,
-        num_warps=num_warps or warps,
+    )
+    args = (x2, y, T, D, x2.stride(0), D, float(std_multiplier))
+    if loop:
+        BC, warps = loop
+        torch.library.wrap_triton(gelu_and_mul_sparse_looped_kernel)[(T,)](
+            *args, BC=BC, num_warps=num_warps or warps, **common
+        )
+        return y
+    BT, BD, warps = sparse_config(D)
+    torch.library.wrap_triton(gelu_and_mul_sparse_kernel)[(triton.cdiv(T, BT),)](
+        *args, BT=BT, BD=BD, num_warps=num_warps or warps, **common
     )
     return y
 
