@@ -444,6 +444,9 @@ def test_case_pattern_reruns_some_shapes_and_the_merge_keeps_the_newer_rows(fake
     newer = [r for r in rows if r.shape == shapes[-1]]
     assert newer == [r for r in again]  # the later file's rows replaced the earlier ones
     assert [s["git_rev"] for s in meta["shards"]] == ["old", "new"]
+    results.write_op_results(tmp_path / "merged", fake_op.name, rows, meta)
+    _, _, again_meta = results.merge_results([tmp_path / "merged" / f"{fake_op.name}.json"])
+    assert [s["git_rev"] for s in again_meta["shards"]] == ["old", "new"]  # a merged file keeps its runs
 
 
 def test_gpu_slug():

@@ -62,7 +62,7 @@ def test_gpu_contract_matrix(dtype):
 @pytest.mark.filterwarnings(NATIVE_EMPTY_WARNING)
 def test_interpreter_looped_kernel_contract_matrix(monkeypatch):
     """fp16 through the looped kernel at every width, in chunks that split every row wider than 16 in 2-4."""
-    monkeypatch.setattr(st, "loop_config", lambda D: (16 if D <= 31 else 64 if D <= 128 else 512, 4))
+    monkeypatch.setattr(st, "loop_config", lambda T, D: (16 if D <= 31 else 64 if D <= 128 else 512, 4))
     _assert_matrix("cpu", torch.float16, quick=True)
 
 
@@ -70,9 +70,9 @@ def test_interpreter_looped_kernel_contract_matrix(monkeypatch):
 @pytest.mark.filterwarnings(NATIVE_EMPTY_WARNING)
 @pytest.mark.parametrize("dtype", list(SHORT), ids=list(SHORT.values()))
 def test_gpu_looped_kernel_contract_matrix(dtype, monkeypatch):
-    """The full matrix through the looped kernel at every width (the heuristic uses it for wide rows only);
-    its 2048-wide chunks split the rows from d = 8192 up."""
-    monkeypatch.setattr(st, "loop_config", lambda D: (st.LOOP_CHUNK, st.LOOP_WARPS))
+    """The full matrix through the looped kernel at every width and T (the heuristic uses it for padded wide
+    rows in large batches only); its 2048-wide chunks split the rows from d = 4096 up."""
+    monkeypatch.setattr(st, "loop_config", lambda T, D: (st.LOOP_CHUNK, st.LOOP_WARPS))
     _assert_matrix("cuda", dtype, quick=False)
 
 
@@ -188,6 +188,14 @@ def test_launch_heuristic(d, expected):
     assert st.sparse_config(d) == expected
 
 
+@pytest.mark.parametrize(
+    ("T", "d", "loops"),
+    [(1024, 12288, True), (2048, 24576, True), (1023, 12288, False), (4096, 16384, False), (4096, 32768, False)],
+)
+def test_loop_heuristic_takes_padded_wide_rows_in_large_batches(T, d, loops):
+    assert (st.loop_config(T, d) == (st.LOOP_CHUNK, st.LOOP_WARPS)) if loops else st.loop_config(T, d) is None
+
+
 def test_launch_heuristic_rejects_widths_beyond_the_kernel():
     with pytest.raises(ValueError, match=r"d must be in \[1, 32768\] for the Triton kernel, got 32769"):
         st.sparse_config(32769)
@@ -233,6 +241,19 @@ def test_warmup_runs_the_launcher():
     assert exactfuse.warmup("gelu_and_mul_sparse", dtypes=(torch.float16,), device="cpu", widths=(8,)) == [
         "gelu_and_mul_sparse"
     ]
+
+
+@pytest.mark.interpreter
+def test_warmup_compiles_the_looped_kernel_where_large_batches_use_it(monkeypatch):
+    monkeypatch.setattr(st, "LOOP_MIN_T", 3)
+    monkeypatch.setattr(st, "loop_config", lambda T, D: (8, 1) if T >= 3 and D == 16 else None)
+    calls = []
+    launch = st.launch_gelu_and_mul_sparse
+    monkeypatch.setattr(
+        st, "launch_gelu_and_mul_sparse", lambda x, *a, **k: calls.append(x.shape) or launch(x, *a, **k)
+    )
+    exactfuse.warmup("gelu_and_mul_sparse", dtypes=(torch.float16,), device="cpu", widths=(8, 16))
+    assert calls == [(1, 16), (1, 32), (3, 32)]  # d = 8: the whole-row kernel only; d = 16 both
 
 
 # --------------------------------------------------- compile, graphs, AOT

@@ -268,8 +268,9 @@ def merge_results(paths: list[str | os.PathLike]) -> tuple[str, list[Row], dict]
     The rows are concatenated (each keeps the speedups measured in its own
     run); when several files have rows for one case, the last file's replace
     the earlier ones (a ``--case`` run re-measuring some shapes after a
-    change). ``meta`` is the first file's, with ``shards`` listing every file's
-    GPU, git revision, date, command and roofline, and ``incomplete`` the
+    change). ``meta`` is the first file's, with ``shards`` listing every run's
+    GPU, git revision, date, command and roofline (a merged input contributes
+    the runs it lists), and ``incomplete`` the
     cases no file has rows for (a ``--resume`` run fills in an earlier run's
     ``incomplete`` list). All files must be of one op.
     """
@@ -283,7 +284,8 @@ def merge_results(paths: list[str | os.PathLike]) -> tuple[str, list[Row], dict]
         ops.update(r.op for r in file_rows)
         meta = meta or dict(file_meta)
         keys = ("gpu", "git_rev", "date", "command", "roofline")
-        shards.append({"file": Path(path).name, **{k: file_meta.get(k) for k in keys}})
+        # a file merged before lists its own runs: keep those, not the merged file
+        shards += file_meta.get("shards") or [{"file": Path(path).name, **{k: file_meta.get(k) for k in keys}}]
         not_run += file_meta.get("incomplete", {}).get("cases_not_run", [])
     if len(ops) != 1:
         raise ValueError(f"merge_results: the files must hold one op, found {sorted(ops)}")

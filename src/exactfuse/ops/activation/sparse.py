@@ -130,10 +130,13 @@ def _inputs(device: torch.device, dtype: torch.dtype, *, quick: bool = False, se
 # ------------------------------------------------------------------ warmup
 @gelu_and_mul_sparse.warmup
 def _warmup(device, dtype, *, widths=(2048, 8192, 16384), approximate=("tanh",), **_other_ops_options):
-    """Compile the kernel for each output width ``d`` in ``widths`` and each GELU form."""
+    """Compile the kernels for each output width ``d`` in ``widths`` and each GELU form: the whole-row
+    kernel, and for padded wide rows also the looped one that large batches run."""
     for a in (approximate,) if isinstance(approximate, str) else approximate:
         for d in widths:
-            _triton.launch_gelu_and_mul_sparse(torch.ones((1, 2 * d), dtype=dtype, device=device), STD_MULTIPLIER, a)
+            for T in (1, _triton.LOOP_MIN_T) if _triton.loop_config(_triton.LOOP_MIN_T, d) else (1,):
+                x = torch.ones((T, 2 * d), dtype=dtype, device=device)
+                _triton.launch_gelu_and_mul_sparse(x, STD_MULTIPLIER, a)
 
 
 # ------------------------------------------------------------- bench grids

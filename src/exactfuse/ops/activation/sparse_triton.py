@@ -1,11 +1,15 @@
-"""Triton kernel for ``gelu_and_mul_sparse``: row statistics, threshold, GELU and gate in one pass.
+"""Triton kernels for ``gelu_and_mul_sparse``: row statistics, threshold, GELU and gate.
 
-One program holds ``BT`` whole rows (``BT = 1`` from ``d = 1024`` up) in
-registers: the gate is read once, reduced to its mean and standard deviation,
-thresholded, passed through GELU and multiplied by ``up``; one store. ``up`` is
-loaded after the statistics, so it is not live in registers during the
-reductions (offline sm_90 compile, Triton 3.9, bf16, 32 warps: 64 registers, no spill at
-d = 32768, against 24 B of spill with ``up`` loaded next to the gate).
+The whole-row kernel: one program holds ``BT`` whole rows (``BT = 1`` from
+``d = 1024`` up) in registers: the gate is read once, reduced to its mean and
+standard deviation, thresholded, passed through GELU and multiplied by ``up``;
+one store. ``up`` is loaded after the statistics, so it is not live in
+registers during the reductions (offline sm_90 compile, Triton 3.9, bf16, 32
+warps: 64 registers, no spill at d = 32768, against 24 B of spill with ``up``
+loaded next to the gate; Triton 3.6 on the H200 reports 22 registers spilled).
+
+The looped kernel: one row per program in chunks, the gate read three times,
+for padded wide rows in large batches (:func:`loop_config` has the measurements).
 
 Numerics (see ``sparse_native.py`` for the eager sequence this mirrors):
 
@@ -231,17 +235,25 @@ def sparse_config(D: int) -> tuple[int, int, int]:
     return BT, BD, WARPS_BY_BD[max(BD, 1024)]
 
 
-# The looped kernel's chunk and num_warps, and the widths it serves (loop_config).
+# The looped kernel's chunk and num_warps, and the batches it serves (loop_config).
 LOOP_CHUNK, LOOP_WARPS = 2048, 8
+LOOP_MIN_T = 1024
 
 
-def loop_config(D: int) -> tuple[int, int] | None:
-    """``(BC, num_warps)`` when rows of ``D`` run :func:`gelu_and_mul_sparse_looped_kernel`, else None.
+def loop_config(T: int, D: int) -> tuple[int, int] | None:
+    """``(BC, num_warps)`` when ``T`` rows of ``D`` run :func:`gelu_and_mul_sparse_looped_kernel`, else None.
 
-    Wide rows whose whole-row block would be padded (d = 12288 holds a 16384 block, a quarter
-    masked) or spill (d = 32768) loop over chunks instead.
+    Padded wide rows (d >= 8192, not a power of two: d = 12288 holds a 16384 block, a quarter
+    masked) in large batches loop over chunks. Session 3 on the H200
+    (benchmarks/results/h200/sweeps/sweep_sparse_loop_s3.txt, bf16, µs, whole-row -> looped
+    (2048, 8)): d = 12288 T = 1024 38.4 -> 27.6, T = 2048 73.3 -> 47.2; d = 24576 71.0 -> 58.8,
+    136.8 -> 111.3. Below T = 1024 and for other widths the whole-row kernel was as fast or
+    faster (d = 12288 T = 64: 5.6 against 7.5; d = 32768 T = 1024: 78.2 against 91.1). The sweep's
+    best looped configuration, (4096, 16), was faster still (d = 12288 T >= 1024 geomean 35.8
+    against 36.1; d = 32768 90.7 against the whole row's 108.4) but has not run the GPU contract
+    tests or the benchmark, so it is not used yet (NOTES.md).
     """
-    if D >= 8192 and (D & (D - 1) or D > 16384):
+    if D >= 8192 and D & (D - 1) and T >= LOOP_MIN_T:
         return LOOP_CHUNK, LOOP_WARPS
     return None
 
@@ -269,7 +281,7 @@ def launch_gelu_and_mul_sparse(
     x2 = x if x.dim() == 2 else x.reshape(-1, 2 * D)
     T = x2.shape[0]
     if loop is None:
-        loop = loop_config(D) or False
+        loop = loop_config(T, D) or False
     elif loop is True:
         loop = (LOOP_CHUNK, LOOP_WARPS)
     common = dict(
