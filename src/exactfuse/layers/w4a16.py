@@ -19,6 +19,9 @@ class W4A16Linear(nn.Module):
     buffers of the right shapes for ``load_state_dict``. ``x`` is ``[..., K]``
     in the scales' dtype; ``.to(dtype)`` converts scales and bias only.
     ``deterministic=False`` lets split-K use atomics (results may vary run to run).
+    Up to 128 rows of ``x`` run the fused kernel; more rows (prefill) dequantize
+    ``W`` into a transient ``[K, N]`` buffer (``2 * K * N`` bytes from the caching
+    allocator) and multiply with cuBLAS (``exactfuse.ops.w4a16.heuristics``).
     """
 
     def __init__(
