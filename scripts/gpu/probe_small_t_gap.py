@@ -1,0 +1,117 @@
+"""Where do the 0.2-0.7 µs go? silu_and_mul at small T against Inductor, one factor at a time.
+
+At T <= 16 the shipped kernel is 0.2-0.7 µs slower than torch.compile's (results README). Two
+differences are candidates: the math (ours is bitwise: ``exact_exp`` and an IEEE division;
+Inductor's is ``x * sigmoid(x)`` in fast math) and the indexing (ours: a 2-D [BT, BD] tile with
+row/column masks and a runtime row stride; Inductor's: a flat index split by ``% d`` and ``// d``).
+This times, side by side in one process (the harness's CUDA-graph timer, inputs rotated past the
+L2), bf16:
+
+- ``shipped``: ``exactfuse`` silu_and_mul (its launch heuristic);
+- ``tile/exact``, ``tile/fast``: the shipped tile with the shipped math and with fast math;
+- ``flat/exact``, ``flat/fast``: a flat 1024-element index like Inductor's, both maths;
+- ``inductor``: ``torch.compile`` of the native spec.
+
+``tile/exact`` should time like ``shipped`` (same structure); the other rows isolate the math
+(tile/fast) and the indexing (flat/exact). Each variant's output is checked first: the exact ones
+bitwise against native, the fast ones within 1 ulp.
+
+    PYTHONPATH=src python3 scripts/gpu/probe_small_t_gap.py      # about 1 minute on an H200
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from exactfuse.bench.timing import cudagraph_timer, recompile_limits
+from exactfuse.ops.activation import silu_and_mul
+from exactfuse.ops.activation.triton import act_and_mul_config
+from exactfuse.ops.math import exact_exp
+
+SHAPES = [(T, d) for T in (1, 16, 256) for d in (768, 4096, 14336)]
+TIMER = cudagraph_timer(rep_ms=20)
+COPIES = 32
+
+
+@triton.jit
+def _silu(x, FAST: tl.constexpr):
+    if FAST:
+        return x * tl.sigmoid(x)
+    return tl.div_rn(x, 1.0 + exact_exp(-x))
+
+
+@triton.jit
+def tile_kernel(p_x, p_y, T, D, stride_x, FAST: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr):
+    o_t = tl.program_id(0) * BT + tl.arange(0, BT)
+    o_d = tl.program_id(1) * BD + tl.arange(0, BD)
+    m = (o_t[:, None] < T) & (o_d[None, :] < D)
+    p_g = p_x + o_t[:, None] * stride_x + o_d[None, :]
+    b_g = tl.load(p_g, mask=m).to(tl.float32)
+    b_u = tl.load(p_g + D, mask=m).to(tl.float32)
+    b_a = _silu(b_g, FAST).to(p_y.dtype.element_ty).to(tl.float32)
+    tl.store(p_y + o_t[:, None] * D + o_d[None, :], (b_a * b_u).to(p_y.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def flat_kernel(p_x, p_y, n, D, FAST: tl.constexpr, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = o < n
+    row, col = o // D, o % D
+    b_g = tl.load(p_x + row * 2 * D + col, mask=m).to(tl.float32)
+    b_u = tl.load(p_x + row * 2 * D + D + col, mask=m).to(tl.float32)
+    b_a = _silu(b_g, FAST).to(p_y.dtype.element_ty).to(tl.float32)
+    tl.store(p_y + o, (b_a * b_u).to(p_y.dtype.element_ty), mask=m)
+
+
+def tile(x, fast):
+    T, D = x.shape[0], x.shape[1] // 2
+    y = torch.empty((T, D), dtype=x.dtype, device=x.device)
+    BT, BD, warps = act_and_mul_config(T, D)
+    tile_kernel[(triton.cdiv(T, BT), triton.cdiv(D, BD))](
+        x, y, T, D, x.stride(0), FAST=fast, BT=BT, BD=BD, num_warps=warps
+    )
+    return y
+
+
+def flat(x, fast):
+    T, D = x.shape[0], x.shape[1] // 2
+    y = torch.empty((T, D), dtype=x.dtype, device=x.device)
+    flat_kernel[(triton.cdiv(T * D, 1024),)](x, y, T * D, D, FAST=fast, BLOCK=1024, num_warps=4)
+    return y
+
+
+def time_us(fn, xs) -> float:
+    def body():
+        for x in xs:
+            fn(x)
+
+    body()
+    return TIMER(body) * 1e3 / len(xs)
+
+
+def main() -> None:
+    compiled = torch.compile(silu_and_mul.native, dynamic=False)
+    variants = {
+        "shipped": silu_and_mul,
+        "tile/exact": lambda x: tile(x, False),
+        "tile/fast": lambda x: tile(x, True),
+        "flat/exact": lambda x: flat(x, False),
+        "flat/fast": lambda x: flat(x, True),
+        "inductor": compiled,
+    }
+    print(f"{'T':>5} {'d':>6} " + " ".join(f"{k:>11}" for k in variants) + "   (µs, median)")
+    with recompile_limits():
+        for T, d in SHAPES:
+            xs = [torch.randn(T, 2 * d, device="cuda", dtype=torch.bfloat16) for _ in range(COPIES)]
+            expected = silu_and_mul.native(xs[0])
+            times = []
+            for name, fn in variants.items():
+                out = fn(xs[0])
+                ulp = (out.view(torch.int16).int() - expected.view(torch.int16).int()).abs().max().item()
+                assert ulp <= (0 if name.endswith("exact") or name == "shipped" else 1), (name, T, d, ulp)
+                times.append(time_us(fn, xs))
+            print(f"{T:>5} {d:>6} " + " ".join(f"{t:11.2f}" for t in times))
+
+
+if __name__ == "__main__":
+    main()
