@@ -70,7 +70,6 @@ BUCKETS: tuple[tuple[int, str, int, int, int, int, int, int, bool], ...] = (
     (32, "m32", 32, 64, 128, 4, 4, 2, True),
     (128, "m128", 64, 64, 64, 4, 4, 8, False),
 )
-CONFIG_NAMES = (*(b[1] for b in BUCKETS), "dense")
 DENSE_ABOVE_M = BUCKETS[-1][0]  # larger M: dense_config()
 
 
