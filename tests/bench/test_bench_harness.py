@@ -418,6 +418,8 @@ def test_resume_runs_the_cases_not_run_and_merges_into_one_complete_result(fake_
         bench_cli.resume_cases(str(second / f"{fake_op.name}.json"), [fake_op])
     with pytest.raises(bench_cli.UsageError, match="cannot read"):
         bench_cli.resume_cases(str(tmp_path / "missing.json"), [fake_op])
+    with pytest.raises(bench_cli.UsageError, match="pass --op with that one op"):
+        bench_cli.resume_cases(str(first_json), [fake_op, fake_op])
 
 
 def test_case_pattern_reruns_some_shapes_and_the_merge_keeps_the_newer_rows(fake_op, tmp_path):
@@ -447,6 +449,9 @@ def test_case_pattern_reruns_some_shapes_and_the_merge_keeps_the_newer_rows(fake
     results.write_op_results(tmp_path / "merged", fake_op.name, rows, meta)
     _, _, again_meta = results.merge_results([tmp_path / "merged" / f"{fake_op.name}.json"])
     assert [s["git_rev"] for s in again_meta["shards"]] == ["old", "new"]  # a merged file keeps its runs
+    assert bench_cli._case_pattern("d(12288|32768)$") == "d(12288|32768)$"
+    with pytest.raises(argparse.ArgumentTypeError, match="regular expression"):
+        bench_cli._case_pattern("d(12288")
 
 
 def test_gpu_slug():

@@ -62,6 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--case",
+        type=_case_pattern,
         metavar="REGEX",
         help="run only the cases whose 'dtype/case' name matches (re.search), e.g. 'd(12288|32768)$'",
     )
@@ -87,6 +88,14 @@ def _shard(text: str) -> tuple[int, int]:
     if not 0 <= i < n:
         raise argparse.ArgumentTypeError(f"--shard I/N needs 0 <= I < N, got {text!r}")
     return i, n
+
+
+def _case_pattern(text: str) -> str:
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"--case takes a regular expression, got {text!r} ({exc})") from None
+    return text
 
 
 class UsageError(ValueError):
@@ -222,11 +231,6 @@ def run(args: argparse.Namespace, console: Console) -> int:
         ops, notes = select_ops(args.ops, grid)
         check_providers(args.providers, ops)
         cases = resume_cases(args.resume, ops) if args.resume else None
-        if args.case is not None:
-            try:
-                re.compile(args.case)
-            except re.error as exc:
-                raise UsageError(f"--case: not a regular expression: {args.case!r} ({exc})") from None
     except UsageError as exc:
         console.print(f"[red]{exc}[/]")
         return 2
