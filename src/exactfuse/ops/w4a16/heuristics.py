@@ -20,8 +20,12 @@ over the five benchmark (K, N) shapes):
   M = 256 83.9 against 138.8 for the fused kernel's (128, 64, 64) tile; M = 512 118 against 215;
   M = 1024 191 against 322 (its (128, 128, 64) tile); M = 4096 651 against 1242 (cuBLAS on a
   dense weight: 631). The dequantization is the difference to cuBLAS: 10.8 µs at M = 256 for
-  4096 x 4096, 40 MB moved, about 3.7 TB/s. At M = 128 the two are even (78.2 against 76.9), so the fused m128 tile
-  keeps M <= 128. It costs ``2 * K * N`` transient bytes from the caching allocator per call.
+  4096 x 4096, 40 MB moved, about 3.7 TB/s. At M = 128 the two are even (78.2 against 76.9),
+  so the fused m128 tile keeps M <= 128. It costs ``2 * K * N`` transient bytes from the
+  caching allocator per call.
+
+What limits the fused buckets at small M is not established (NOTES.md): the tile and split
+choice is not it, and neither is the instruction count alone (see the K-major variant below).
 
 The fused kernel's K-major variant (the W^T tile, dequantized with prmt/lop3 PTX: 600 SASS
 instructions per thread and K step of the decode tile against 912) passed the contract and was
