@@ -8,12 +8,12 @@ geomean slowdown vs the per-shape best.
     PYTHONPATH=src python3 scripts/gpu/sweep_act_and_mul.py
 """
 
-import math
 import os
 
 import torch
 import triton
 
+from exactfuse.bench.results import geomean
 from exactfuse.bench.timing import cudagraph_timer
 from exactfuse.ops.activation import triton as act
 
@@ -92,7 +92,7 @@ def main():
         cfg = (bd, tile, w)
         ratios = [t[cfg] / min(t.values()) for t in table.values() if cfg in t]
         if len(ratios) == len(table):
-            scores.append((math.exp(sum(map(math.log, ratios)) / len(ratios)), max(ratios), cfg))
+            scores.append((geomean(ratios), max(ratios), cfg))
     for g, worst, cfg in sorted(scores)[:12]:
         print(f"  {cfg!s:>20}  geomean {g:.3f}  worst {worst:.3f}")
     out = os.environ.get("OUT")

@@ -36,6 +36,8 @@ import time
 import torch
 import triton
 
+from exactfuse.bench.results import geomean
+from exactfuse.bench.roofline import measure_copy_bandwidth
 from exactfuse.bench.timing import cudagraph_timer, recompile_limits
 from exactfuse.ops.activation import moe_native
 from exactfuse.ops.activation import moe_triton as mt
@@ -71,17 +73,6 @@ def time_us(fn, sets) -> float:
         fn(*s)  # compile outside the capture
     torch.cuda.synchronize()
     return TIMER(lambda: [fn(*s) for s in sets]) * 1e3 / len(sets)
-
-
-def copy_bandwidth() -> float:
-    src = torch.empty(2**30, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    return 2 * src.numel() / (time_us(lambda: dst.copy_(src), [()]) * 1e-6)
-
-
-def geomean(values) -> float:
-    values = list(values)
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
 def launcher(target: int, warps: int, evict_first: bool | None = None, store_hint: int | None = None):
@@ -180,7 +171,10 @@ def targets(rows: list[dict], bandwidth: float, full: bool) -> dict:
         )
         rows.append(row)
         del sets
-    summary = {"min_pct_roofline_M_ge_4096": min(roof), "geomean_speedup_vs_compile": geomean(speedups)}
+    summary = {
+        "min_pct_roofline_M_ge_4096": min(roof),
+        "geomean_speedup_vs_compile": geomean(speedups) if speedups else float("nan"),
+    }
     print(
         f"\n% roofline at M >= 4096: min {min(roof):.1f}% (target >= 90%); "
         f"geomean speedup vs torch.compile: {summary['geomean_speedup_vs_compile']:.2f}x over "
@@ -198,7 +192,7 @@ def main() -> None:
     args = parser.parse_args()
     start = time.time()
     print(f"{torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}")
-    bandwidth = copy_bandwidth()
+    bandwidth = measure_copy_bandwidth(torch.device("cuda"))
     print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s (read + write)")
     rows: list[dict] = []
     result = {"numerics": check_numerics(), "sweep": sweep(rows)}

@@ -15,8 +15,9 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from sweep_sparse_warps import WORKING_SET, geomean, time_us
+from sweep_sparse_warps import WORKING_SET, time_us
 
+from exactfuse.bench.results import geomean
 from exactfuse.ops.activation import sparse_triton as st
 from exactfuse.ops.activation.sparse import STD_MULTIPLIER, gelu_and_mul_sparse
 from exactfuse.registry.contracts import RowBitwise

@@ -15,12 +15,12 @@ What it decides: the shipped default is {<=1024: 4, 2048-8192: 8, 16384: 16,
 geomean should take the printed value. Details go to $OUT/sweep_sparse_warps.txt.
 """
 
-import math
 import os
 
 import torch
 
 from exactfuse.bench import resources
+from exactfuse.bench.results import geomean
 from exactfuse.bench.timing import cudagraph_timer
 from exactfuse.ops.activation import sparse_triton as st
 from exactfuse.ops.activation.sparse import STD_MULTIPLIER
@@ -48,11 +48,6 @@ def time_us(sets, d: int, warps: int | None, **launch) -> float:
 
     body()  # compile outside the capture
     return TIMER(body) * 1e3 / len(sets)
-
-
-def geomean(values) -> float:
-    values = list(values)
-    return math.exp(sum(map(math.log, values)) / len(values))
 
 
 def main() -> None:

@@ -24,6 +24,7 @@ import time
 
 import torch
 
+from exactfuse.bench.results import geomean
 from exactfuse.bench.roofline import measure_copy_bandwidth
 from exactfuse.bench.timing import cudagraph_timer
 from exactfuse.ops.w4a16 import CONTRACT, _bytes, _random_prepared, dense_weight, w4a16_gemm
@@ -135,7 +136,7 @@ def main() -> None:
         for r in rows:
             if r["bucket"] == bucket:
                 scores.setdefault(f"{tuple(r['tile'])} {r['rule']}", []).append(r["us"])
-        geo = {k: math.exp(sum(map(math.log, v)) / len(v)) for k, v in scores.items()}
+        geo = {k: geomean(v) for k, v in scores.items()}
         ranked = sorted(geo.items(), key=lambda x: x[1])
         print(f"  {bucket}: " + "  ".join(f"{k}={v:.1f}" for k, v in ranked[:6]))
         shipped = f"{tuple(BUCKETS[bucket][1][0])} {SHIPPED_RULE[bucket]}"

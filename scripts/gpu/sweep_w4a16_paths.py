@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import sys
 import time
@@ -26,6 +25,7 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 from sweep_w4a16_decode import bench_rotating, device_info, rotating_weights
 
+from exactfuse.bench.results import geomean
 from exactfuse.ops.w4a16 import CONTRACT, _bytes, w4a16_gemm
 from exactfuse.ops.w4a16 import triton as w4
 from exactfuse.ops.w4a16.heuristics import (
@@ -49,11 +49,6 @@ def fused_config(M: int, N: int, K: int, sms: int) -> TileConfig:
     _, name, BM, BN, BK, warps, stages, pps, cap = BUCKETS[-1]
     split, kps = choose_split(M, N, K, BM, BN, BK, sms, pps, traffic_cap=cap)
     return TileConfig(name, BM, BN, BK, warps, stages, split, kps)
-
-
-def geomean(values) -> float:
-    values = list(values)
-    return math.exp(sum(map(math.log, values)) / len(values))
 
 
 def main() -> None:

@@ -23,6 +23,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -85,7 +86,9 @@ CSV_FIELDS = (
 
 
 # ---------------------------------------------------------------- summary
-def _geomean(values: list[float]) -> float:
+def geomean(values: Iterable[float]) -> float:
+    """Geometric mean of positive ``values`` (summaries here; sweep scripts too)."""
+    values = list(values)
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
@@ -120,7 +123,7 @@ def summarize(rows: list[Row]) -> list[dict]:
                         "baseline": base,
                         "baseline_inexact": any(base_shapes[s].status == "inexact" for s in common),
                         "shapes": len(common),
-                        "geomean": _geomean(ratios),
+                        "geomean": geomean(ratios),
                         "median": statistics.median(ratios),
                         "min": min(ratios),
                         "max": max(ratios),

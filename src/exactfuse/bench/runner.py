@@ -283,7 +283,7 @@ def bench_op(
         while cases:
             if config.deadline is not None and time.monotonic() > config.deadline:
                 if not_run is not None:
-                    not_run += [case_key(DTYPE_NAMES.get(dtype, str(dtype)), c.id) for c in cases]
+                    not_run += [case_key(name, c.id) for c in cases]
                 break
             case = cases.pop(0)  # drop each case's tensors once it is done
             try:
