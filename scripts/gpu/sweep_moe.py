@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import math
 import os
 import time
 
@@ -38,7 +37,7 @@ import triton
 
 from exactfuse.bench.results import geomean
 from exactfuse.bench.roofline import measure_copy_bandwidth
-from exactfuse.bench.timing import cudagraph_timer, recompile_limits
+from exactfuse.bench.timing import DEFAULT_L2_BYTES, cudagraph_timer, recompile_limits, rotation_count
 from exactfuse.ops.activation import moe_native
 from exactfuse.ops.activation import moe_triton as mt
 from exactfuse.registry import ulp_distance
@@ -46,7 +45,7 @@ from exactfuse.registry import ulp_distance
 SWEEP_M, SWEEP_N = (384, 4096, 49152), (768, 1536, 3072)
 GRID_M, GRID_N = (1, 6, 96, 384, 4096, 49152), (768, 1024, 1536, 3072)
 TARGETS, WARPS = (1024, 2048, 4096), (4, 8)
-L2_BYTES = 60 * 2**20
+L2_BYTES = DEFAULT_L2_BYTES
 
 
 # the harness's timer: median of CUDA-graph replays, cyclic GC off during capture
@@ -56,7 +55,7 @@ TIMER = cudagraph_timer(rep_ms=10)
 def make_sets(M: int, N: int, weights: bool, interleaved: bool) -> list[tuple]:
     """Enough (gateup, weights) sets to cover 2x the L2, each set ~ one call's bytes."""
     one = M * 2 * N * 2 + M * N * 2
-    k = max(1, min(32, math.ceil(2 * L2_BYTES / one)))
+    k = rotation_count(one, L2_BYTES)  # the harness's rule
     return [
         (
             torch.randn(M, 2 * N, dtype=torch.bfloat16, device="cuda"),
