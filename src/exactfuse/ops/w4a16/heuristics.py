@@ -13,7 +13,7 @@ over the five benchmark (K, N) shapes):
 - ``m128`` (M <= 128): (64, 64, 64), 4 warps, 4 stages, split-K aiming at 8
   programs per SM without the traffic cap: 59.3 µs geomean over M in {64, 128}
   against 65.8 µs at 2 programs per SM.
-- ``dense`` (M > 128): no fused tile. :func:`~exactfuse.ops.w4a16.triton.w4a16_dequant_kernel`
+- ``dense`` (M > 128): no fused tile. :func:`~exactfuse.ops.w4a16.dequant.w4a16_dequant_kernel`
   writes the dense ``[K, N]`` weight (a 64 x 128 tile per program), then ``torch.matmul``
   (cuBLAS). Session 3's sweep (scripts/gpu/sweep_w4a16_paths.py;
   benchmarks/results/h200/sweeps/sweep_w4a16_paths_s3.*), geomean over the five shapes, µs:

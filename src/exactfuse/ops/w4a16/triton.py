@@ -14,9 +14,8 @@ integer times the fp32 scale is exact, then one rounding to the activation
 dtype. The dot accumulates in fp32; the output is rounded once, then ``+ bias``
 is added in fp32 and rounded again, as eager ``matmul(a, W) + bias`` rounds.
 
-Dense path: :func:`w4a16_dequant_kernel` writes the spec's dequantized ``[K, N]`` weight into a
-transient buffer and ``torch.matmul`` (+ bias) runs the spec's own GEMM, so the output is bitwise
-native's.
+Dense path (``dequant.py``): the spec's dequantized ``[K, N]`` weight in a transient buffer, then
+``torch.matmul`` (+ bias), so the output is bitwise native's.
 
 The launcher picks the path, tile and split from the runtime M (``heuristics``), does
 no host synchronization and allocates only through the caching allocator, so
@@ -32,6 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
+from exactfuse.ops.w4a16.dequant import dense_gemm, dequant_kn_tile
 from exactfuse.ops.w4a16.heuristics import TileConfig, select_config
 from exactfuse.registry import platform
 from exactfuse.utils import empty, next_power_of_2
@@ -40,81 +40,6 @@ from exactfuse.utils import empty, next_power_of_2
 # Python-side bookkeeping (CUDA graph replays do not update it).
 LAST_CONFIG: list[TileConfig | None] = [None]
 CONFIG_COUNTS: collections.Counter[str] = collections.Counter()
-
-
-@triton.jit
-def dequant_kn_tile(
-    p_qw,
-    p_s,
-    p_z,
-    k0,
-    o_n,
-    m_n,
-    N,
-    K,
-    GROUP: tl.constexpr,
-    GROUPS_PER_TILE: tl.constexpr,
-    HAS_ZEROS: tl.constexpr,
-    EVEN_K: tl.constexpr,
-    BK: tl.constexpr,
-    BN: tl.constexpr,
-):
-    """``(q - z) * s`` in fp32 (exact) for prepared rows ``k0 .. k0 + BK`` and columns ``o_n``: ``[BK, BN]``.
-
-    Rounding it to the activation dtype gives the spec's dequantized weight. Words past K (not EVEN_K)
-    and columns outside ``m_n`` read as 0. Pointers and the constexprs as in :func:`w4a16_gemm_kernel`.
-    """
-    o_j = tl.arange(0, BK // 8)
-    m_r = (k0 // 8 + o_j) < K // 8
-    m_q = m_n[None, :] if EVEN_K else m_r[:, None] & m_n[None, :]
-    b_q = tl.load(p_qw + (k0 // 8 + o_j)[:, None] * N + o_n[None, :], mask=m_q, other=0)
-    # [BK/8, BN] words -> [BK/8, 8, BN] nibbles -> [BK, BN]: row 8r + j is nibble j of word r.
-    b_q = tl.reshape((b_q[:, None, :] >> (tl.arange(0, 8) * 4)[None, :, None]) & 0xF, (BK, BN))
-    if GROUPS_PER_TILE == 1:
-        o_g = k0 // GROUP
-        b_s = tl.load(p_s + o_g * N + o_n, mask=m_n, other=0.0).to(tl.float32)[None, :]
-        b_z = tl.load(p_z + o_g * N + o_n, mask=m_n, other=0).to(tl.int32)[None, :] if HAS_ZEROS else 8
-    else:
-        o_g = k0 // GROUP + tl.arange(0, GROUPS_PER_TILE)
-        m_g = (o_g < K // GROUP)[:, None] & m_n[None, :]
-        b_s = tl.load(p_s + o_g[:, None] * N + o_n[None, :], mask=m_g, other=0.0).to(tl.float32)
-        b_s = tl.reshape(tl.broadcast_to(b_s[:, None, :], (GROUPS_PER_TILE, GROUP, BN)), (BK, BN))
-        if HAS_ZEROS:
-            b_z = tl.load(p_z + o_g[:, None] * N + o_n[None, :], mask=m_g, other=0).to(tl.int32)
-            b_z = tl.reshape(tl.broadcast_to(b_z[:, None, :], (GROUPS_PER_TILE, GROUP, BN)), (BK, BN))
-        else:
-            b_z = 8
-    return (b_q - b_z).to(tl.float32) * b_s
-
-
-@triton.jit
-def w4a16_dequant_kernel(
-    p_qw,
-    p_s,
-    p_z,
-    p_w,
-    N,
-    K,
-    GROUP: tl.constexpr,
-    GROUPS_PER_TILE: tl.constexpr,
-    HAS_ZEROS: tl.constexpr,
-    EVEN_K: tl.constexpr,
-    INT64_INDEX: tl.constexpr,
-    BK: tl.constexpr,
-    BN: tl.constexpr,
-):
-    """Dense weight ``p_w [K, N]`` (the scales' dtype, contiguous) = the spec's dequantization, one
-    ``[BK, BN]`` tile per program; the ``dense`` configuration multiplies it with ``torch.matmul``.
-    """
-    k0 = tl.program_id(0) * BK
-    if INT64_INDEX:
-        k0 = k0.to(tl.int64)
-    o_n = tl.program_id(1) * BN + tl.arange(0, BN)
-    m_n = o_n < N
-    b_w = dequant_kn_tile(p_qw, p_s, p_z, k0, o_n, m_n, N, K, GROUP, GROUPS_PER_TILE, HAS_ZEROS, EVEN_K, BK, BN)
-    o_k = k0 + tl.arange(0, BK)
-    m_w = (o_k < K)[:, None] & m_n[None, :]
-    tl.store(p_w + o_k[:, None] * N + o_n[None, :], b_w.to(p_w.dtype.element_ty), mask=m_w)
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -275,7 +200,7 @@ def launch_w4a16_gemm(
     LAST_CONFIG[0] = cfg
     CONFIG_COUNTS[cfg.name] += 1
     if cfg.dense:
-        return _dense_gemm(a, qweight, scales, zeros, perm, bias, G, cfg)
+        return dense_gemm(a, qweight, scales, zeros, perm, bias, G, cfg)
     split = cfg.split_k > 1
     atomic = split and not deterministic
     if not split:
@@ -328,44 +253,6 @@ def launch_w4a16_gemm(
             num_warps=4,
         )
     return out
-
-
-def _dense_gemm(
-    a: torch.Tensor,
-    qweight: torch.Tensor,
-    scales: torch.Tensor,
-    zeros: torch.Tensor | None,
-    perm: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    G: int,
-    cfg: TileConfig,
-) -> torch.Tensor:
-    """The ``dense`` configuration: dequantize W into a ``[K, N]`` buffer, then the spec's own
-    ``torch.matmul`` (+ bias): bitwise equal to native, at the cost of ``2 * K * N`` transient bytes.
-    """
-    K, N = a.shape[1], qweight.shape[1]
-    w = empty((K, N), a.dtype, a.device)
-    grid = (triton.cdiv(K, cfg.BK), triton.cdiv(N, cfg.BN))
-    torch.library.wrap_triton(w4a16_dequant_kernel)[grid](
-        qweight,
-        scales,
-        zeros if zeros is not None else qweight,
-        w,
-        N,
-        K,
-        GROUP=G,
-        GROUPS_PER_TILE=cfg.BK // G if G < cfg.BK else 1,
-        HAS_ZEROS=zeros is not None,
-        EVEN_K=K % cfg.BK == 0,
-        INT64_INDEX=K * N >= 2**31,
-        BK=cfg.BK,
-        BN=cfg.BN,
-        num_warps=cfg.num_warps,
-    )
-    if perm is not None:
-        a = a.index_select(1, perm.to(torch.int64))
-    out = torch.matmul(a, w)
-    return out if bias is None else out + bias
 
 
 def triton_supports(
