@@ -105,13 +105,13 @@ class UsageError(ValueError):
 def resume_cases(path: str, ops: list[Op]) -> frozenset[str]:
     """The cases ``--resume FILE`` runs: those FILE lists as not run; FILE must be one of ``ops``' results."""
     try:
-        rows, _ = results.load_rows(path)
-        not_run = results.cases_not_run(path)
+        rows, meta = results.load_rows(path)
     except (OSError, ValueError, KeyError) as exc:
         raise UsageError(f"--resume: cannot read results from {path}: {exc}") from None
     names = {r.op for r in rows}
     if len(ops) != 1 or names != {ops[0].name}:
         raise UsageError(f"--resume: {path} holds {sorted(names)}; pass --op with that one op")
+    not_run = meta.get("incomplete", {}).get("cases_not_run", [])
     if not not_run:
         raise UsageError(f"--resume: {path} lists no cases not run (that run was complete)")
     return frozenset(not_run)

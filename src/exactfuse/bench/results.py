@@ -252,11 +252,6 @@ def case_key(dtype: str, case_id: str) -> str:
     return f"{dtype}/{case_id}"
 
 
-def cases_not_run(path: str | os.PathLike) -> list[str]:
-    """The cases an earlier (time-budgeted) run listed as not run, for ``exactfuse bench --resume``."""
-    return list(json.loads(Path(path).read_text())["meta"].get("incomplete", {}).get("cases_not_run", []))
-
-
 def load_rows(path: str | os.PathLike) -> tuple[list[Row], dict]:
     """Rows and meta back from a JSON results file (for plots and comparisons)."""
     document = json.loads(Path(path).read_text())
