@@ -4,7 +4,7 @@ For the wide rows where the whole-row kernel pads its block (d = 12288, 24576) o
 (d = 32768), and for d = 8192 / 16384 as controls: each configuration passes the op's contract
 against native at T = 64 first, then is timed (CUDA-graph replay, median, inputs rotated past
 L2) at T in {1, 16, 64, 1024, 2048}. Prints per shape the whole-row time, the best looped
-configuration and the shipped one (``loop_config``), and per width the geomean of each.
+configuration and the shipped one (``choose_kernel``), and per width the geomean of each.
 
     PYTHONPATH=src python3 scripts/gpu/sweep_sparse_loop.py      # about 1 minute on an H200
 """
@@ -33,23 +33,26 @@ def main() -> None:
         x = torch.randn(64, 2 * d, device="cuda", dtype=torch.bfloat16)
         expected = gelu_and_mul_sparse.native(x, STD_MULTIPLIER, "tanh")
         for loop in LOOPS:
-            res = RowBitwise().check(st.launch_gelu_and_mul_sparse(x, STD_MULTIPLIER, "tanh", loop=loop), expected)
+            bc, w = loop
+            y = st.launch_gelu_and_mul_sparse(x, STD_MULTIPLIER, "tanh", kernel="looped", chunk=bc, num_warps=w)
+            res = RowBitwise().check(y, expected)
             assert res.passed, (d, loop, res.summary())
         for T in TOKENS:
             k = max(1, min(32, WORKING_SET // (T * d * 6)))
             sets = [torch.randn(T, 2 * d, device="cuda", dtype=torch.bfloat16) for _ in range(k)]
             row = times.setdefault((T, d), {})
-            row["whole"] = time_us(sets, d, None, loop=False)
+            row["whole"] = time_us(sets, d, None, kernel="whole")
             for loop in LOOPS:
-                row[loop] = time_us(sets, d, None, loop=loop)
-    shipped = {d: st.loop_config(d) or "whole" for d in WIDTHS}
+                row[loop] = time_us(sets, d, loop[1], kernel="looped", chunk=loop[0])
     lines.append(f"{'T':>5} {'d':>6} {'whole µs':>9} {'best loop':>12} {'µs':>8} {'shipped':>12} {'µs':>8} {'GB/s':>6}")
     for (T, d), row in times.items():
         best = min((c for c in row if c != "whole"), key=row.get)
-        ship = shipped[d]
+        kind, block, warps = st.choose_kernel(T, d)
+        ship = (block, warps) if kind == "looped" else kind
+        us = row.get(ship, float("nan"))
         lines.append(
-            f"{T:>5} {d:>6} {row['whole']:9.2f} {best!s:>12} {row[best]:8.2f} {ship!s:>12} {row[ship]:8.2f} "
-            f"{T * d * 6 / row[ship] / 1e3:6.0f}"
+            f"{T:>5} {d:>6} {row['whole']:9.2f} {best!s:>12} {row[best]:8.2f} {ship!s:>12} {us:8.2f} "
+            f"{T * d * 6 / us / 1e3:6.0f}"
         )
     lines.append("\nper d, geomean µs over T (and over T >= 1024):")
     for d in WIDTHS:

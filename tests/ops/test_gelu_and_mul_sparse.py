@@ -60,20 +60,42 @@ def test_gpu_contract_matrix(dtype):
 
 @pytest.mark.interpreter
 @pytest.mark.filterwarnings(NATIVE_EMPTY_WARNING)
-def test_interpreter_looped_kernel_contract_matrix(monkeypatch):
-    """fp16 through the looped kernel at every width, in chunks that split every row wider than 16 in 2-4."""
-    monkeypatch.setattr(st, "loop_config", lambda T, D: (16 if D <= 31 else 64 if D <= 128 else 512, 4))
+@pytest.mark.parametrize("kernel", ["looped", "split"])
+def test_interpreter_chunked_kernels_contract_matrix(kernel, monkeypatch):
+    """fp16 through the looped or the split kernels at every width, in chunks that cut every row wider
+    than 16 in 2-4 (the split kernels combine 2-4 chunk statistics per row)."""
+    monkeypatch.setattr(st, "choose_kernel", lambda T, D: (kernel, 16 if D <= 31 else 64 if D <= 128 else 512, 4))
     _assert_matrix("cpu", torch.float16, quick=True)
 
 
 @pytest.mark.gpu
 @pytest.mark.filterwarnings(NATIVE_EMPTY_WARNING)
 @pytest.mark.parametrize("dtype", list(SHORT), ids=list(SHORT.values()))
-def test_gpu_looped_kernel_contract_matrix(dtype, monkeypatch):
-    """The full matrix through the looped kernel at every width and T (the heuristic uses it for padded wide
-    rows in large batches only); its 2048-wide chunks split the rows from d = 4096 up."""
-    monkeypatch.setattr(st, "loop_config", lambda T, D: (st.LOOP_CHUNK, st.LOOP_WARPS))
+@pytest.mark.parametrize("kernel", ["looped", "split"])
+def test_gpu_chunked_kernels_contract_matrix(kernel, dtype, monkeypatch):
+    """The full matrix through the looped or the split kernels at every width and T, in their shipped
+    configuration (the heuristic uses them for wide rows only); the 4096-wide chunks cut the rows
+    from d = 8192 up."""
+    config = {"looped": (st.LOOP_CHUNK, st.LOOP_WARPS), "split": (st.SPLIT_CHUNK, st.SPLIT_WARPS)}[kernel]
+    monkeypatch.setattr(st, "choose_kernel", lambda T, D: (kernel, *config))
     _assert_matrix("cuda", dtype, quick=False)
+
+
+@pytest.mark.interpreter
+def test_split_kernels_combine_chunks_of_unequal_length():
+    """d = 100 in chunks of 32: three full chunks and one of 4, the statistics weighted by length;
+    a row with its outliers in the short chunk checks the weighting."""
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(5, 200, generator=gen).to(torch.float16)
+    x[:, 96:100] *= 20
+    expected = op.native(x, STD_MULTIPLIER, "tanh")
+    actual = st.launch_gelu_and_mul_sparse(x, STD_MULTIPLIER, "tanh", kernel="split", chunk=32, num_warps=1)
+    assert RowBitwise().check(actual, expected).extra["differing_rows"] == 0
+
+
+def test_launcher_rejects_an_unknown_kernel():
+    with pytest.raises(ValueError, match=r"kernel must be one of \('whole', 'looped', 'split'\), got 'tiled'"):
+        st.launch_gelu_and_mul_sparse(torch.ones(1, 8), STD_MULTIPLIER, "tanh", kernel="tiled")
 
 
 # ------------------------------------------------- the roundtrips are needed
@@ -189,11 +211,26 @@ def test_launch_heuristic(d, expected):
 
 
 @pytest.mark.parametrize(
-    ("T", "d", "loops"),
-    [(1024, 12288, True), (2048, 24576, True), (1023, 12288, False), (4096, 16384, False), (4096, 32768, False)],
+    ("T", "d", "kernel"),
+    [
+        (1024, 8192, "looped"),
+        (2048, 12288, "looped"),
+        (4096, 32768, "looped"),
+        (1023, 12288, "whole"),
+        (4096, 4096, "whole"),
+        (1, 16384, "whole"),
+        (1, 16385, "split"),
+        (63, 32768, "split"),
+        (64, 32768, "whole"),
+        (1, 8192, "whole"),
+    ],
 )
-def test_loop_heuristic_takes_padded_wide_rows_in_large_batches(T, d, loops):
-    assert (st.loop_config(T, d) == (st.LOOP_CHUNK, st.LOOP_WARPS)) if loops else st.loop_config(T, d) is None
+def test_kernel_choice(T, d, kernel):
+    """Wide rows loop in large batches and split across programs in small ones."""
+    chosen = st.choose_kernel(T, d)
+    assert chosen[0] == kernel
+    if kernel == "whole":
+        assert chosen[1:] == st.sparse_config(d)[1:]
 
 
 def test_launch_heuristic_rejects_widths_beyond_the_kernel():
@@ -244,16 +281,18 @@ def test_warmup_runs_the_launcher():
 
 
 @pytest.mark.interpreter
-def test_warmup_compiles_the_looped_kernel_where_large_batches_use_it(monkeypatch):
+def test_warmup_compiles_every_kernel_the_choice_uses(monkeypatch):
+    monkeypatch.setattr(st, "SPLIT_BELOW_T", 2)
     monkeypatch.setattr(st, "LOOP_MIN_T", 3)
-    monkeypatch.setattr(st, "loop_config", lambda T, D: (8, 1) if T >= 3 and D == 16 else None)
+    choices = {(1, 16): ("split", 8, 1), (3, 16): ("looped", 8, 1)}
+    monkeypatch.setattr(st, "choose_kernel", lambda T, D: choices.get((T, D), ("whole", D, 1)))
     calls = []
     launch = st.launch_gelu_and_mul_sparse
     monkeypatch.setattr(
         st, "launch_gelu_and_mul_sparse", lambda x, *a, **k: calls.append(x.shape) or launch(x, *a, **k)
     )
     exactfuse.warmup("gelu_and_mul_sparse", dtypes=(torch.float16,), device="cpu", widths=(8, 16))
-    assert calls == [(1, 16), (1, 32), (3, 32)]  # d = 8: the whole-row kernel only; d = 16 both
+    assert calls == [(1, 16), (1, 32), (2, 32), (3, 32)]  # d = 8: one kernel; d = 16: all three
 
 
 # --------------------------------------------------- compile, graphs, AOT

@@ -130,13 +130,17 @@ def _inputs(device: torch.device, dtype: torch.dtype, *, quick: bool = False, se
 # ------------------------------------------------------------------ warmup
 @gelu_and_mul_sparse.warmup
 def _warmup(device, dtype, *, widths=(2048, 8192, 16384), approximate=("tanh",), **_other_ops_options):
-    """Compile the kernels for each output width ``d`` in ``widths`` and each GELU form: the whole-row
-    kernel, and for padded wide rows also the looped one that large batches run."""
+    """Compile the kernels for each output width ``d`` in ``widths`` and each GELU form: every kernel
+    :func:`~exactfuse.ops.activation.sparse_triton.choose_kernel` picks for some batch size at that width."""
+    batches = (1, _triton.SPLIT_BELOW_T, _triton.LOOP_MIN_T)  # T = 1 and each threshold
     for a in (approximate,) if isinstance(approximate, str) else approximate:
         for d in widths:
-            for T in (1, _triton.LOOP_MIN_T) if _triton.loop_config(_triton.LOOP_MIN_T, d) else (1,):
-                x = torch.ones((T, 2 * d), dtype=dtype, device=device)
-                _triton.launch_gelu_and_mul_sparse(x, STD_MULTIPLIER, a)
+            seen = set()
+            for T in batches:
+                if (plan := _triton.choose_kernel(T, d)) not in seen:
+                    seen.add(plan)
+                    x = torch.ones((T, 2 * d), dtype=dtype, device=device)
+                    _triton.launch_gelu_and_mul_sparse(x, STD_MULTIPLIER, a)
 
 
 # ------------------------------------------------------------- bench grids

@@ -9,7 +9,10 @@ warps: 64 registers, no spill at d = 32768, against 24 B of spill with ``up``
 loaded next to the gate; Triton 3.6 on the H200 reports 22 registers spilled).
 
 The looped kernel: one row per program in chunks, the gate read three times,
-for padded wide rows in large batches (:func:`loop_config` has the measurements).
+for wide rows in large batches. The split kernels: a row's chunks on separate
+programs, statistics first (one launch), then the output (a second launch), for
+very wide rows in small batches. :func:`choose_kernel` picks one of the three,
+with the measurements.
 
 Numerics (see ``sparse_native.py`` for the eager sequence this mirrors):
 
@@ -210,6 +213,72 @@ def gelu_and_mul_sparse_looped_kernel(
         tl.store(p_y + i_t * stride_y + c0 + o_c, _gate_up(b_g, b_u, b_cut, ACTIVATION, DT, ROUND), mask=m_c)
 
 
+@triton.jit
+def gelu_and_mul_sparse_split_stats_kernel(p_x, p_stats, D, stride_x, BC: tl.constexpr, INT64_INDEX: tl.constexpr):
+    """First of the split kernels: for chunk ``program_id(1)`` of gate row ``program_id(0)``, the fp32
+    sum and the sum of squared deviations around the chunk's own mean, to ``p_stats[t, s, 0:2]``
+    (``[T, S, 2]`` fp32 contiguous, ``S = program count along axis 1``).
+    """
+    i_t, i_s = tl.program_id(0), tl.program_id(1)
+    if INT64_INDEX:
+        i_t = i_t.to(tl.int64)
+    o_c = i_s * BC + tl.arange(0, BC)
+    m_c = o_c < D
+    b_g = tl.load(p_x + i_t * stride_x + o_c, mask=m_c, other=0.0).to(tl.float32)
+    b_sum = tl.sum(b_g, axis=0)
+    b_dx = tl.where(m_c, b_g - tl.div_rn(b_sum, tl.minimum(D - i_s * BC, BC).to(tl.float32)), 0.0)
+    p_s = p_stats + (i_t * tl.num_programs(1) + i_s) * 2
+    tl.store(p_s, b_sum)
+    tl.store(p_s + 1, tl.sum(b_dx * b_dx, axis=0))
+
+
+@triton.jit(do_not_specialize=["T"])
+def gelu_and_mul_sparse_split_apply_kernel(
+    p_x,
+    p_y,
+    T,
+    D,
+    stride_x,
+    stride_y,
+    std_multiplier,
+    p_stats,
+    ACTIVATION: tl.constexpr,
+    ROUND: tl.constexpr,
+    BC: tl.constexpr,
+    BS: tl.constexpr,
+    INT64_INDEX: tl.constexpr,
+):
+    """Second of the split kernels: chunk ``program_id(1)`` of row ``program_id(0)`` of the output.
+
+    Every program of a row combines the row's ``S`` chunk statistics in the same fixed order
+    (``BS = next_power_of_2(S)``): mean = total sum times ATen's factor, and the squared
+    deviations by Chan's rule, ``m2 = sum_s m2_s + n_s (mean_s - mean)^2`` around the fp32
+    mean. The sums run in another order than eager's (the op's row-bitwise contract allows
+    it), and identically in every program, so the row gets one cutoff. Then the same
+    threshold, GELU and gate as the whole-row kernel on the chunk.
+    """
+    DT: tl.constexpr = p_y.dtype.element_ty
+    i_t, i_s = tl.program_id(0), tl.program_id(1)
+    if INT64_INDEX:
+        i_t = i_t.to(tl.int64)
+    S = tl.num_programs(1)
+    o_s = tl.arange(0, BS)
+    m_s = o_s < S
+    p_s = p_stats + (i_t * S + o_s) * 2
+    b_sum = tl.load(p_s, mask=m_s, other=0.0)
+    b_n = tl.where(m_s, tl.minimum(D - o_s * BC, BC), 1).to(tl.float32)
+    b_mean = tl.sum(b_sum, axis=0) * _mean_factor(T, D)
+    b_dm = tl.where(m_s, tl.div_rn(b_sum, b_n) - b_mean, 0.0)
+    b_m2 = tl.sum(tl.load(p_s + 1, mask=m_s, other=0.0) + b_n * b_dm * b_dm, axis=0)
+    b_cut = _cutoff(b_mean, b_m2, D, std_multiplier, DT, ROUND)
+    o_c = i_s * BC + tl.arange(0, BC)
+    m_c = o_c < D
+    p_g = p_x + i_t * stride_x + o_c
+    b_g = tl.load(p_g, mask=m_c, other=0.0).to(tl.float32)
+    b_u = tl.load(p_g + D, mask=m_c, other=0.0)
+    tl.store(p_y + i_t * stride_y + o_c, _gate_up(b_g, b_u, b_cut, ACTIVATION, DT, ROUND), mask=m_c)
+
+
 # num_warps per block width BD (a program covers BT * BD = max(BD, 1024) elements), from
 # scripts/gpu/sweep_sparse_warps.py on the H200 (Triton 3.6, bf16, T in {1, 64, 1024},
 # benchmarks/results/h200/sweeps/sweep_sparse_warps*.txt): each entry is the num_warps
@@ -235,27 +304,35 @@ def sparse_config(D: int) -> tuple[int, int, int]:
     return BT, BD, WARPS_BY_BD[max(BD, 1024)]
 
 
-# The looped kernel's chunk and num_warps, and the batches it serves (loop_config).
-LOOP_CHUNK, LOOP_WARPS = 2048, 8
-LOOP_MIN_T = 1024
+# The other kernels' (chunk, num_warps) and the batches they serve (choose_kernel has the measurements).
+LOOP_CHUNK, LOOP_WARPS = 4096, 16
+LOOP_MIN_T, LOOP_MIN_D = 1024, 8192
+SPLIT_CHUNK, SPLIT_WARPS = 4096, 8
+SPLIT_BELOW_T, SPLIT_ABOVE_D = 64, 16384
+KERNELS = ("whole", "looped", "split")
 
 
-def loop_config(T: int, D: int) -> tuple[int, int] | None:
-    """``(BC, num_warps)`` when ``T`` rows of ``D`` run :func:`gelu_and_mul_sparse_looped_kernel`, else None.
+def choose_kernel(T: int, D: int) -> tuple[str, int, int]:
+    """``(kernel, block, num_warps)`` for ``T`` rows of ``D`` outputs: ``"whole"`` (block = the row's
+    power-of-two block, :func:`sparse_config`), ``"looped"`` or ``"split"`` (block = the chunk).
 
-    Padded wide rows (d >= 8192, not a power of two: d = 12288 holds a 16384 block, a quarter
-    masked) in large batches loop over chunks. Session 3 on the H200
-    (benchmarks/results/h200/sweeps/sweep_sparse_loop_s3.txt, bf16, µs, whole-row -> looped
-    (2048, 8)): d = 12288 T = 1024 38.4 -> 27.6, T = 2048 73.3 -> 47.2; d = 24576 71.0 -> 58.8,
-    136.8 -> 111.3. Below T = 1024 and for other widths the whole-row kernel was as fast or
-    faster (d = 12288 T = 64: 5.6 against 7.5; d = 32768 T = 1024: 78.2 against 91.1). The sweep's
-    best looped configuration, (4096, 16), was faster still (d = 12288 T >= 1024 geomean 35.8
-    against 36.1; d = 32768 90.7 against the whole row's 108.4) but has not run the GPU contract
-    tests or the benchmark, so it is not used yet (NOTES.md).
+    - ``looped`` for wide rows in large batches (d >= 8192, T >= 1024). Session 3 on the H200
+      (benchmarks/results/h200/sweeps/sweep_sparse_loop_s3.txt, bf16, geomean µs over
+      T in {1024, 2048}, whole row -> chunk 4096 at 16 warps): d = 8192 26.1 -> 25.1,
+      12288 53.0 -> 35.8, 16384 56.6 -> 44.8, 24576 98.6 -> 65.4, 32768 108.4 -> 90.7. Below
+      T = 1024 the whole row was as fast or faster up to d = 16384 (d = 16384 T = 64: 5.8
+      against 6.8).
+    - ``split`` for rows wider than 16384 in small batches: one row holds a single program
+      (and, at d = 32768, spills), so a few rows leave the GPU idle; chunks of the row run
+      on separate programs in two launches (:func:`gelu_and_mul_sparse_split_stats_kernel`).
+    - ``whole`` otherwise.
     """
-    if D >= 8192 and D & (D - 1) and T >= LOOP_MIN_T:
-        return LOOP_CHUNK, LOOP_WARPS
-    return None
+    if D >= LOOP_MIN_D and T >= LOOP_MIN_T:
+        return "looped", LOOP_CHUNK, LOOP_WARPS
+    if D > SPLIT_ABOVE_D and T < SPLIT_BELOW_T:
+        return "split", SPLIT_CHUNK, SPLIT_WARPS
+    _, BD, warps = sparse_config(D)
+    return "whole", BD, warps
 
 
 def launch_gelu_and_mul_sparse(
@@ -264,15 +341,15 @@ def launch_gelu_and_mul_sparse(
     approximate: str,
     *,
     round_mask: int = ROUND_ALL,
+    kernel: str | None = None,
+    chunk: int | None = None,
     num_warps: int | None = None,
-    loop: tuple[int, int] | bool | None = None,
 ) -> torch.Tensor:
     """Launch the kernel on ``x: [..., 2d]`` -> ``[..., d]``.
 
-    ``round_mask``, ``num_warps`` and ``loop`` exist for tests and sweeps only (the op always
-    rounds at every boundary and follows :func:`sparse_config` / :func:`loop_config`): ``loop``
-    None follows the heuristic, False forces the whole-row kernel, True or ``(BC, num_warps)``
-    the looped one.
+    ``round_mask``, ``kernel``, ``chunk`` and ``num_warps`` exist for tests and sweeps only (the
+    op always rounds at every boundary and follows :func:`choose_kernel`): ``kernel`` forces one
+    of :data:`KERNELS`, ``chunk`` and ``num_warps`` override its configuration.
     """
     D = x.shape[-1] // 2
     y = empty((*x.shape[:-1], D), x.dtype, x.device)
@@ -280,26 +357,37 @@ def launch_gelu_and_mul_sparse(
         return y
     x2 = x if x.dim() == 2 else x.reshape(-1, 2 * D)
     T = x2.shape[0]
-    if loop is None:
-        loop = loop_config(T, D) or False
-    elif loop is True:
-        loop = (LOOP_CHUNK, LOOP_WARPS)
+    chosen, block, warps = choose_kernel(T, D)
+    if kernel is not None and kernel != chosen:
+        if kernel not in KERNELS:
+            raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+        chosen = kernel
+        block, warps = {"looped": (LOOP_CHUNK, LOOP_WARPS), "split": (SPLIT_CHUNK, SPLIT_WARPS)}.get(
+            kernel, sparse_config(D)[1:]
+        )
+    block, warps = chunk or block, num_warps or warps
     common = dict(
         ACTIVATION=GELU_TANH if approximate == "tanh" else GELU_ERF,
         ROUND=round_mask,
         INT64_INDEX=T * x2.stride(0) >= 2**31,
+        num_warps=warps,
     )
     args = (x2, y, T, D, x2.stride(0), D, float(std_multiplier))
-    if loop:
-        BC, warps = loop
-        torch.library.wrap_triton(gelu_and_mul_sparse_looped_kernel)[(T,)](
-            *args, BC=BC, num_warps=num_warps or warps, **common
+    if chosen == "looped":
+        torch.library.wrap_triton(gelu_and_mul_sparse_looped_kernel)[(T,)](*args, BC=block, **common)
+    elif chosen == "split":
+        S = triton.cdiv(D, block)
+        # fp32 (sum, m2) per row and chunk; the first kernel writes every entry
+        stats = empty((T, S, 2), torch.float32, x.device)
+        torch.library.wrap_triton(gelu_and_mul_sparse_split_stats_kernel)[(T, S)](
+            x2, stats, D, x2.stride(0), BC=block, INT64_INDEX=common["INT64_INDEX"], num_warps=warps
         )
-        return y
-    BT, BD, warps = sparse_config(D)
-    torch.library.wrap_triton(gelu_and_mul_sparse_kernel)[(triton.cdiv(T, BT),)](
-        *args, BT=BT, BD=BD, num_warps=num_warps or warps, **common
-    )
+        torch.library.wrap_triton(gelu_and_mul_sparse_split_apply_kernel)[(T, S)](
+            *args, stats, BC=block, BS=next_power_of_2(S), **common
+        )
+    else:
+        BT = max(1, 1024 // block)
+        torch.library.wrap_triton(gelu_and_mul_sparse_kernel)[(triton.cdiv(T, BT),)](*args, BT=BT, BD=block, **common)
     return y
 
 

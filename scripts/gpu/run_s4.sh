@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Session 4's device calls on nvidia-h200-x2 (two GPUs, two lanes):
+#   bash scripts/gpu/run_s4.sh a   # sparse: GPU tests (whole / looped / split), split sweep, bench of the
+#                                  # changed shapes; silu small-T probe; ncu profile of the W4A16 decode
+#   bash scripts/gpu/run_s4.sh b   # after a's choices: the sparse shapes whose kernel changed, verify
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT/bench" "$OUT/logs"
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
+export PYTHONPATH=src:/tmp/site
+bench() {  # gpu budget_s out_subdir op [extra args]
+  local gpu=$1 budget=$2 sub=$3 op=$4; shift 4
+  mkdir -p "$OUT/bench/$sub"
+  CUDA_VISIBLE_DEVICES=$gpu timeout $((budget + 60)) python3 -m exactfuse bench --grid default --op "$op" \
+    --time-budget "$budget" --out "$OUT/bench/$sub" --plot "$OUT/bench/$sub/{op}.png" "$@" > "$OUT/bench/$sub/$op.log" 2>&1
+  echo "bench $sub/$op rc=$?" >> "$OUT/rc.txt"
+}
+run() {  # gpu limit_s name command...
+  local gpu=$1 limit=$2 name=$3; shift 3
+  CUDA_VISIBLE_DEVICES=$gpu timeout "$limit" "$@" > "$OUT/logs/$name.txt" 2>&1
+  echo "$name rc=$?" >> "$OUT/rc.txt"
+}
+NCU_SECTIONS="--section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats --section WarpStateStats --section MemoryWorkloadAnalysis"
+case "${1:-a}" in
+a)
+  (
+    run 0 300 t_sparse python3 -m pytest -m gpu -q -rfE --durations=8 -p no:cacheprovider tests/ops/test_gelu_and_mul_sparse.py -k "not aot_inductor"
+    bench 0 170 sp gelu_and_mul_sparse --case 'T(1024|2048)-d(8192|16384|32768)$|T(1|4|16)-d32768$'
+  ) &
+  (
+    run 1 220 sweep_split python3 scripts/gpu/sweep_sparse_split.py
+    run 1 100 probe_small_t python3 scripts/gpu/probe_small_t_gap.py
+    CUDA_VISIBLE_DEVICES=1 timeout 200 ncu --profile-from-start off --clock-control none --csv --page raw $NCU_SECTIONS \
+      --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+      python3 scripts/gpu/profile_w4a16_decode.py > "$OUT/logs/ncu_w4a16.csv" 2> "$OUT/logs/ncu_w4a16.err"
+    echo "ncu rc=$?" >> "$OUT/rc.txt"
+    python3 scripts/gpu/profile_w4a16_decode.py --summary "$OUT/logs/ncu_w4a16.csv" > "$OUT/logs/ncu_summary.txt" 2>&1
+  ) &
+  wait
+  cat "$OUT/rc.txt"
+  echo "== t_sparse"; grep -E "FAILED|passed|failed|s call" "$OUT/logs/t_sparse.txt" | tail -14 | cut -c1-200
+  echo "== split sweep"; tail -32 "$OUT/logs/sweep_split.txt" | cut -c1-260
+  echo "== probe"; tail -22 "$OUT/logs/probe_small_t.txt" | cut -c1-200
+  echo "== ncu"; cut -c1-400 "$OUT/logs/ncu_summary.txt"; tail -5 "$OUT/logs/ncu_w4a16.err"
+  ;;
+b)
+  (
+    run 0 300 verify python3 -m exactfuse verify --op gelu_and_mul_sparse
+    run 0 200 t_reg python3 -m pytest -m gpu -q -p no:cacheprovider tests/registry tests/bench
+  ) &
+  (
+    bench 1 400 sp gelu_and_mul_sparse --case "${SPARSE_CASES:-T(1|4|16)-d32768$}"
+  ) &
+  wait
+  cat "$OUT/rc.txt"
+  for t in verify t_reg; do echo "== $t"; tail -12 "$OUT/logs/$t.txt" | cut -c1-160; done
+  ;;
+esac
+for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -A7 "speedup of exactfuse" "$f" | cut -c1-150 | head -8; done
+tar czf "$OUT/all.tgz" -C "$OUT" bench logs && rm -rf "$OUT/bench" "$OUT/logs"
