@@ -22,7 +22,11 @@ import sys
 SHAPES = ((4096, 4096), (4096, 14336))
 COLUMNS = {
     "time_us": "gpu__time_duration.sum",
-    "dram_%peak": "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    "dram_%peak": "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+    "dram_GB/s": "dram__bytes.sum.per_second",
+    "warp_inst": "inst_executed",
+    "occ_limit_regs": "launch__occupancy_limit_registers",
+    "occ_limit_smem": "launch__occupancy_limit_shared_mem",
     "sm_%peak": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
     "occupancy_%": "sm__warps_active.avg.pct_of_peak_sustained_active",
     "regs": "launch__registers_per_thread",

@@ -2,7 +2,8 @@
 # Session 4's device calls on nvidia-h200-x2 (two GPUs, two lanes):
 #   bash scripts/gpu/run_s4.sh a   # sparse: GPU tests (whole / looped / split), split sweep, bench of the
 #                                  # changed shapes; silu small-T probe; ncu profile of the W4A16 decode
-#   bash scripts/gpu/run_s4.sh b   # after a's choices: the sparse shapes whose kernel changed, verify
+#   bash scripts/gpu/run_s4.sh b   # W4A16 single-launch split-K: GPU tests, tile/split sweep, ncu; sparse
+#                                  # split and mid-T warps sweeps; verify of both ops
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT/bench" "$OUT/logs"
@@ -43,17 +44,29 @@ a)
   echo "== probe"; tail -22 "$OUT/logs/probe_small_t.txt" | cut -c1-200
   echo "== ncu"; cut -c1-400 "$OUT/logs/ncu_summary.txt"; tail -5 "$OUT/logs/ncu_w4a16.err"
   ;;
-b)
+b)  # the single-launch split-K fixup: W4A16 GPU tests and tile/split sweep; sparse split and warps sweeps
   (
-    run 0 300 verify python3 -m exactfuse verify --op gelu_and_mul_sparse
-    run 0 200 t_reg python3 -m pytest -m gpu -q -p no:cacheprovider tests/registry tests/bench
+    run 0 270 t_w4a16 python3 -m pytest -m gpu -q -rfE --durations=6 -p no:cacheprovider tests/ops/test_w4a16_gemm.py tests/ops/test_w4a16_linear.py
+    run 0 300 sweep_w4a16 python3 scripts/gpu/sweep_w4a16_decode.py
   ) &
   (
-    bench 1 400 sp gelu_and_mul_sparse --case "${SPARSE_CASES:-T(1|4|16)-d32768$}"
+    run 1 120 sweep_split python3 scripts/gpu/sweep_sparse_split.py
+    run 1 200 sweep_warps python3 scripts/gpu/sweep_sparse_warps.py --widths 500 1024 2048 3000 4096 8192 --tokens 1 16 64 128 256 512 1024
+    CUDA_VISIBLE_DEVICES=1 timeout 120 ncu --profile-from-start off --clock-control none --csv --page raw $NCU_SECTIONS \
+      --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+      python3 scripts/gpu/profile_w4a16_decode.py > "$OUT/logs/ncu_w4a16.csv" 2> "$OUT/logs/ncu_w4a16.err"
+    echo "ncu rc=$?" >> "$OUT/rc.txt"
+    python3 scripts/gpu/profile_w4a16_decode.py --summary "$OUT/logs/ncu_w4a16.csv" > "$OUT/logs/ncu_summary.txt" 2>&1
+    run 1 150 verify python3 -m exactfuse verify --op gelu_and_mul_sparse --op w4a16_gemm
   ) &
   wait
   cat "$OUT/rc.txt"
-  for t in verify t_reg; do echo "== $t"; tail -12 "$OUT/logs/$t.txt" | cut -c1-160; done
+  echo "== t_w4a16"; grep -E "FAILED|passed|failed|s call" "$OUT/logs/t_w4a16.txt" | tail -10 | cut -c1-200
+  echo "== w4a16 sweep"; grep -A12 "geomean µs per" "$OUT/logs/sweep_w4a16.txt" | cut -c1-400
+  echo "== split sweep"; grep -A8 "per d, geomean" "$OUT/logs/sweep_split.txt" | cut -c1-300
+  echo "== warps sweep"; grep -A12 "per BD bucket" "$OUT/logs/sweep_warps.txt" | cut -c1-300
+  echo "== ncu"; grep -E "^ +[0-9]|time_us" "$OUT/logs/ncu_summary.txt" | cut -c1-200
+  echo "== verify"; grep -E "PASS|FAIL|ERROR" "$OUT/logs/verify.txt" | cut -c1-160 | tail -12
   ;;
 esac
 for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -A7 "speedup of exactfuse" "$f" | cut -c1-150 | head -8; done

@@ -3,8 +3,9 @@ and torch.compile of the spec, for wide rows in small batches.
 
 Each configuration first passes the op's contract against native at T = 16, then is timed
 (CUDA-graph replay, median, inputs rotated past L2) at T in {1, 4, 16, 64}. Prints per shape
-the whole-row time, torch.compile's, the best split configuration and the shipped choice
-(``choose_kernel``), and per width the geomean of each configuration.
+the whole-row time, torch.compile's (with ``--compiled``: one compile per shape, minutes), the
+best split configuration and the shipped choice (``choose_kernel``), and per width the geomean
+of each configuration.
 
     PYTHONPATH=src python3 scripts/gpu/sweep_sparse_split.py      # about 1 minute on an H200
 """
@@ -40,6 +41,7 @@ def compiled_us(sets) -> float:
 
 
 def main() -> None:
+    compiled = "--compiled" in sys.argv[1:]
     lines, times = [], {}
     for d in WIDTHS:
         x = torch.randn(16, 2 * d, device="cuda", dtype=torch.bfloat16)
@@ -53,8 +55,9 @@ def main() -> None:
             sets = [torch.randn(T, 2 * d, device="cuda", dtype=torch.bfloat16) for _ in range(k)]
             row = times.setdefault((T, d), {})
             row["whole"] = time_us(sets, d, None, kernel="whole")
-            with recompile_limits():
-                row["compiled"] = compiled_us(sets)
+            if compiled:
+                with recompile_limits():
+                    row["compiled"] = compiled_us(sets)
             for bc, w in SPLITS:
                 row[(bc, w)] = time_us(sets, d, w, kernel="split", chunk=bc)
     lines.append(
@@ -66,12 +69,13 @@ def main() -> None:
         ship = "whole" if kind == "whole" else (block, warps) if kind == "split" else None
         shipped = row.get(ship, float("nan"))
         lines.append(
-            f"{T:>3} {d:>6} {row['whole']:7.2f} {row['compiled']:8.2f} {best!s:>11} {row[best]:7.2f} "
+            f"{T:>3} {d:>6} {row['whole']:7.2f} {row.get('compiled', float('nan')):8.2f} {best!s:>11} {row[best]:7.2f} "
             f"{kind + ' ' + str(ship if ship != 'whole' else ''):>15} {shipped:7.2f}"
         )
     lines.append("\nper d, geomean µs over T:")
     for d in WIDTHS:
-        cells = [f"{c}={geomean(times[(T, d)][c] for T in TOKENS):.2f}" for c in ("whole", "compiled", *SPLITS)]
+        columns = ("whole", "compiled", *SPLITS) if compiled else ("whole", *SPLITS)
+        cells = [f"{c}={geomean(times[(T, d)][c] for T in TOKENS):.2f}" for c in columns]
         lines.append(f"  d {d:>5}: " + "  ".join(cells))
     text = "\n".join(lines)
     print(text)

@@ -9,12 +9,14 @@ paste into ``WARPS_BY_BD`` in src/exactfuse/ops/activation/sparse_triton.py
 and how much the shipped table loses against it (geomean, worst shape).
 
     PYTHONPATH=src python3 scripts/gpu/sweep_sparse_warps.py      # < 3 minutes on an H200
+    PYTHONPATH=src python3 scripts/gpu/sweep_sparse_warps.py --widths 2048 4096 --tokens 128 256
 
 What it decides: the shipped default is {<=1024: 4, 2048-8192: 8, 16384: 16,
 32768: 32}; a bucket whose best num_warps beats the default by more than ~2%
 geomean should take the printed value. Details go to $OUT/sweep_sparse_warps.txt.
 """
 
+import argparse
 import os
 
 import torch
@@ -51,17 +53,21 @@ def time_us(sets, d: int, warps: int | None, **launch) -> float:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--widths", type=int, nargs="+", default=WIDTHS)
+    parser.add_argument("--tokens", type=int, nargs="+", default=TOKENS)
+    opts = parser.parse_args()
     times: dict[tuple[int, int], dict[int, float]] = {}
     regs: dict[tuple[int, int], str] = {}
-    for d in WIDTHS:
-        for T in TOKENS:
+    for d in opts.widths:
+        for T in opts.tokens:
             nbytes = T * d * 2 * 3
             k = max(1, min(32, WORKING_SET // nbytes))
             sets = [torch.randn(T, 2 * d, device="cuda", dtype=torch.bfloat16) for _ in range(k)]
             row = times.setdefault((T, d), {})
             for w in candidate_warps(d):
                 before = resources.snapshot([st.gelu_and_mul_sparse_kernel])
-                row[w] = time_us(sets, d, w)
+                row[w] = time_us(sets, d, w, kernel="whole")
                 for res in resources.new_specializations(before, resources.snapshot([st.gelu_and_mul_sparse_kernel])):
                     regs[(st.sparse_config(d)[1], w)] = f"{res.n_regs} regs/{res.n_spills} spills"
     print(f"{'T':>5} {'d':>6} {'best w':>6} {'us':>8} {'shipped w':>9} {'us':>8} {'x':>6} {'GB/s best':>9}")
@@ -75,7 +81,7 @@ def main() -> None:
         )
     print("\nper BD bucket: geomean slowdown vs per-shape best, for each num_warps (resources of that compile)")
     suggested, loss = {}, []
-    for bd in sorted({st.sparse_config(d)[1] for d in WIDTHS}):
+    for bd in sorted({st.sparse_config(d)[1] for d in opts.widths}):
         shapes = [row for (T, d), row in times.items() if st.sparse_config(d)[1] == bd]
         common = set.intersection(*(set(r) for r in shapes))
         scores = {w: geomean(r[w] / min(r.values()) for r in shapes) for w in common}

@@ -10,7 +10,9 @@ shipped one. JSON to $OUT.
 
     PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_decode.py      # about 2 minutes on an H200
 
-Session 2's run is benchmarks/results/h200/sweeps/sweep_w4a16_decode.*; session 3's
+Session 2's run is benchmarks/results/h200/sweeps/sweep_w4a16_decode.*; session 4's
+(sweep_w4a16_decode_s4.*) ran with the single-launch split-K fixup and the ``w`` (one wave)
+rules; session 3's
 (sweep_w4a16_tiles_kmajor_s3.txt) also timed the K-major tile ("+km"), since removed, and the
 fused prefill tiles, which the dense path has replaced above M = 128 (sweep_w4a16_paths.py).
 """
@@ -33,16 +35,29 @@ from exactfuse.ops.w4a16.heuristics import TileConfig, choose_split
 
 SHAPES = ((4096, 4096), (4096, 14336), (14336, 4096), (8192, 8192), (4096, 28672))
 BUCKETS = {  # name: (Ms, tiles (BM, BN, BK, warps, stages)), the shipped tile first
-    "decode": ((1, 16), [(16, 128, 128, 4, 4), (16, 64, 128, 4, 4), (16, 64, 256, 4, 3), (16, 32, 128, 4, 4)]),
+    "decode": (
+        (1, 16),
+        [(16, 128, 128, 4, 4), (16, 128, 128, 4, 3), (16, 128, 128, 4, 2), (16, 128, 64, 4, 4), (16, 64, 128, 4, 4)],
+    ),
     "m128": ((64, 128), [(64, 64, 64, 4, 4), (64, 64, 128, 4, 4), (64, 128, 64, 4, 4), (32, 64, 128, 4, 4)]),
 }
 RULES_BY_BUCKET = {  # session 2's best rules per bucket and the p2 reference
-    "decode": ("p2", "p4", "p8"),
+    "decode": ("p4", "p3w", "p4w", "p6w"),
     "m128": ("p2", "p8-nocap"),
 }
 SHIPPED_RULE = {"decode": "p4", "m128": "p8-nocap"}  # heuristics.BUCKETS
 ROTATE_BYTES = 256 << 20  # weights rotate over enough copies to exceed the 60 MB L2
-RULES = {"p2": (2, True), "p4": (4, True), "p8": (8, True), "p16": (16, True), "p8-nocap": (8, False)}
+# name: (programs_per_sm, traffic_cap, one_wave)
+RULES = {
+    "p2": (2, True, False),
+    "p4": (4, True, False),
+    "p8": (8, True, False),
+    "p16": (16, True, False),
+    "p8-nocap": (8, False, False),
+    "p3w": (3, True, True),
+    "p4w": (4, True, True),
+    "p6w": (6, True, True),
+}
 
 
 # the harness's timer: median of CUDA-graph replays, cyclic GC off during capture
@@ -94,9 +109,9 @@ def main() -> None:
                 roof = _bytes(*args0) / bw * 1e6
                 seen: dict[TileConfig, float] = {}
                 for tile in tiles:
-                    for rule, (pps, cap) in [(r, RULES[r]) for r in RULES_BY_BUCKET.get(bucket, RULES)]:
+                    for rule, (pps, cap, wave) in [(r, RULES[r]) for r in RULES_BY_BUCKET.get(bucket, RULES)]:
                         BM, BN, BK, warps, stages = tile
-                        split, kps = choose_split(M, N, K, BM, BN, BK, sms, pps, 64, cap)
+                        split, kps = choose_split(M, N, K, BM, BN, BK, sms, pps, 64, cap, wave)
                         cfg = TileConfig(bucket, BM, BN, BK, warps, stages, split, kps)
                         if cfg not in seen:
                             out = w4.launch_w4a16_gemm(*args0, config=cfg)

@@ -92,18 +92,22 @@ def choose_split(
     programs_per_sm: int = 2,
     max_split: int = MAX_SPLIT,
     traffic_cap: bool = True,
+    one_wave: bool = False,
 ) -> tuple[int, int]:
     """``(split_k, k_per_split)``: the number of K slices per output tile and their length.
 
-    ``programs_per_sm``, ``max_split`` and ``traffic_cap`` are the rule's knobs
-    (scripts/gpu/sweep_w4a16_decode.py varies them); the defaults are the rule.
+    ``programs_per_sm``, ``max_split``, ``traffic_cap`` and ``one_wave`` (round the split down so
+    that ``tiles * split`` stays within ``programs_per_sm * num_sms``, instead of up) are the
+    rule's knobs (scripts/gpu/sweep_w4a16_decode.py varies them); the defaults are the rule.
     """
     k_tiles = _cdiv(K, BK)
     tiles = _cdiv(max(M, 1), BM) * _cdiv(N, BN)
     split = 1
     if tiles < programs_per_sm * num_sms // 2 or tiles < num_sms:
         cap = max(1, K // (32 * max(M, 1))) if traffic_cap else k_tiles
-        split = max(1, min(_cdiv(programs_per_sm * num_sms, tiles), k_tiles, cap, max_split))
+        slots = programs_per_sm * num_sms
+        want = slots // tiles if one_wave else _cdiv(slots, tiles)
+        split = max(1, min(want, k_tiles, cap, max_split))
     iters = _cdiv(k_tiles, split)
     return _cdiv(k_tiles, iters), iters * BK
 

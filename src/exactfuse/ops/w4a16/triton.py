@@ -1,13 +1,14 @@
 """Triton W4A16 GEMM: 4-bit weights dequantized in registers, fused into a tl.dot GEMM (M <= 128), or
 dequantized into a dense weight for cuBLAS (larger M; ``heuristics`` has the measurements).
 
-Fused path, two kernels. :func:`w4a16_gemm_kernel` computes one ``[BM, BN]`` output tile
-over one slice of K. Without split-K it rounds and stores the output itself;
-with split-K each slice writes fp32 partials to a workspace ``[S, M, N]`` and
-:func:`w4a16_splitk_reduce_kernel` sums them in a fixed order (s = 0, 1, ...),
-so results are bitwise reproducible run to run (deterministic mode, the
-default). With ``deterministic=False`` slices ``atomic_add`` into a zeroed
-``[M, N]`` fp32 buffer instead (summation order varies run to run).
+Fused path: :func:`w4a16_gemm_kernel` computes one ``[BM, BN]`` output tile over one
+slice of K. Without split-K it rounds and stores the output itself. With split-K
+(deterministic mode, the default) each slice writes its fp32 partial to a workspace
+``[S, M, N]`` and counts its arrival on the tile's counter; the last slice to arrive
+sums the S partials in the fixed order s = 0, 1, ... and stores the output, so results
+are bitwise reproducible run to run in one launch. With ``deterministic=False`` slices
+``atomic_add`` into a zeroed ``[M, N]`` fp32 buffer instead (summation order varies run
+to run) and :func:`w4a16_atomic_round_kernel` rounds it.
 
 Dequantization matches the native spec bit for bit: ``(q - z)`` as an fp32
 integer times the fp32 scale is exact, then one rounding to the activation
@@ -18,8 +19,9 @@ Dense path (``dequant.py``): the spec's dequantized ``[K, N]`` weight in a trans
 ``torch.matmul`` (+ bias), so the output is bitwise native's.
 
 The launcher picks the path, tile and split from the runtime M (``heuristics``), does
-no host synchronization and allocates only through the caching allocator, so
-it is CUDA-graph capturable once its kernels are compiled (``exactfuse.warmup``).
+no host synchronization and allocates only through the caching allocator (the split-K
+arrival counters once per device and stream, :func:`arrival_counters`), so it is
+CUDA-graph capturable once its kernels are compiled (``exactfuse.warmup``).
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ def w4a16_gemm_kernel(
     p_perm,
     p_bias,
     p_out,
+    p_ws,
+    p_count,
     M,
     N,
     K,
@@ -76,8 +80,9 @@ def w4a16_gemm_kernel(
     p_qw: ``[K/8, N]`` int32 contiguous, k at bits ``4 * (k % 8)`` of row ``k // 8``.
     p_s / p_z: ``[K/GROUP, N]`` scales (a's dtype) / uint8 zero points, contiguous.
     p_perm: ``[K]`` int column of ``a`` for each prepared K row. p_bias: ``[N]``.
-    p_out: ``[M, N]`` in a's dtype, or the fp32 workspace ``[S, M, N]`` (SPLIT)
-    or ``[M, N]`` (SPLIT and ATOMIC). constexpr: GROUP (a power of two; one
+    p_out: ``[M, N]`` in a's dtype. p_ws: the fp32 workspace ``[S, M, N]`` (SPLIT) or
+    ``[M, N]`` (SPLIT and ATOMIC). p_count: int32 arrival counters, one per output tile,
+    zero on entry and left zero (SPLIT, not ATOMIC). constexpr: GROUP (a power of two; one
     group of all K is passed as next_pow2(K)), GROUPS_PER_TILE (BK // GROUP when
     a tile spans several groups, else 1), the feature flags, tile sizes.
     """
@@ -116,41 +121,72 @@ def w4a16_gemm_kernel(
         acc = tl.dot(b_a, b_w, acc)
 
     m_mn = m_m[:, None] & m_n[None, :]
-    if SPLIT:
-        if ATOMIC:
-            tl.atomic_add(p_out + o_m[:, None] * N + o_n[None, :], acc, mask=m_mn)
-        else:
-            p_ws = p_out + (i_s * M + o_m)[:, None] * N + o_n[None, :]
-            tl.store(p_ws, acc, mask=m_mn)
+    if SPLIT and ATOMIC:
+        tl.atomic_add(p_ws + o_m[:, None] * N + o_n[None, :], acc, mask=m_mn)
+    elif SPLIT:
+        tl.store(p_ws + (i_s * M + o_m)[:, None] * N + o_n[None, :], acc, mask=m_mn)
+        # Serial split-K fixup, no second launch: the last of the tile's S programs to arrive sums
+        # the S partials in the fixed order s = 0, 1, ..., so the result does not depend on which
+        # program arrives last. The barrier orders every thread's partial before the arrival
+        # (released at GPU scope); the partials are read past L1 (.cg) after the acquire.
+        tl.debug_barrier()
+        S = tl.num_programs(1)
+        arrived = tl.atomic_add(p_count + i_mn, 1, sem="acq_rel")
+        if arrived == S - 1:
+            acc = tl.zeros((BM, BN), dtype=tl.float32)
+            for s in range(0, S):
+                p_ws_s = p_ws + (s * M + o_m)[:, None] * N + o_n[None, :]
+                acc += tl.load(p_ws_s, mask=m_mn, other=0.0, cache_modifier=".cg")
+            tl.atomic_xchg(p_count + i_mn, 0)  # zero for the next launch
+            _store_output(p_out, p_bias, acc, o_m, o_n, m_mn, N, HAS_BIAS)
     else:
-        b_y = acc.to(DT)
-        if HAS_BIAS:
-            b_b = tl.load(p_bias + o_n, mask=m_n, other=0.0).to(tl.float32)
-            b_y = (b_y.to(tl.float32) + b_b[None, :]).to(DT)
-        tl.store(p_out + o_m[:, None] * N + o_n[None, :], b_y, mask=m_mn)
+        _store_output(p_out, p_bias, acc, o_m, o_n, m_mn, N, HAS_BIAS)
 
 
-@triton.jit(do_not_specialize=["M", "S"])
-def w4a16_splitk_reduce_kernel(p_ws, p_bias, p_out, M, N, S, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
-    """``out = round(sum_s ws[s]) (+ bias, rounded)`` over a flat block of ``M * N`` outputs.
+@triton.jit
+def _store_output(p_out, p_bias, acc, o_m, o_n, m_mn, N, HAS_BIAS: tl.constexpr):
+    """Round the fp32 tile to the output dtype once, then ``+ bias`` in fp32 and round again (eager's
+    ``matmul(a, W) + bias``)."""
+    DT = p_out.dtype.element_ty
+    b_y = acc.to(DT)
+    if HAS_BIAS:
+        b_b = tl.load(p_bias + o_n, mask=o_n < N, other=0.0).to(tl.float32)
+        b_y = (b_y.to(tl.float32) + b_b[None, :]).to(DT)
+    tl.store(p_out + o_m[:, None] * N + o_n[None, :], b_y, mask=m_mn)
 
-    p_ws: ``[S, M, N]`` fp32 contiguous; p_out: ``[M, N]`` contiguous; p_bias: ``[N]``.
-    The sum runs s = 0, 1, ..., S - 1 in fp32 for every element (deterministic).
+
+@triton.jit(do_not_specialize=["M"])
+def w4a16_atomic_round_kernel(p_ws, p_bias, p_out, M, N, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
+    """Atomic mode's second launch: ``out = round(ws) (+ bias, rounded)`` over a flat block of ``M * N``.
+
+    p_ws: ``[M, N]`` fp32 sums of the split programs' atomics; p_out: ``[M, N]``; p_bias: ``[N]``.
     """
     o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = o < M * N
-    acc = tl.zeros((BLOCK,), dtype=tl.float32)
-    for s in range(S):
-        acc += tl.load(p_ws + s * M * N + o, mask=m, other=0.0)
     DT = p_out.dtype.element_ty
-    b_y = acc.to(DT)
+    b_y = tl.load(p_ws + o, mask=m, other=0.0).to(DT)
     if HAS_BIAS:
         b_y = (b_y.to(tl.float32) + tl.load(p_bias + o % N, mask=m, other=0.0).to(tl.float32)).to(DT)
     tl.store(p_out + o, b_y, mask=m)
 
 
-REDUCE_BLOCK = 1024
+ROUND_BLOCK = 1024
 GROUP_M = 8
+
+
+# Arrival counters of the deterministic split-K fixup, per (device, stream): every launch leaves
+# them zero, so one buffer serves all launches on a stream. A grown buffer does not replace the old
+# one, which a captured CUDA graph may still point at: all stay alive.
+_COUNTERS: dict[tuple[torch.device, int], list[torch.Tensor]] = {}
+
+
+def arrival_counters(device: torch.device, tiles: int) -> torch.Tensor:
+    """Zeroed int32 counters, at least ``tiles`` of them, for launches on the current stream of ``device``."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    buffers = _COUNTERS.setdefault((device, stream), [])
+    if not buffers or buffers[-1].numel() < tiles:
+        buffers.append(torch.zeros(max(tiles, 4096), dtype=torch.int32, device=device))
+    return buffers[-1]
 
 
 @functools.cache
@@ -203,21 +239,23 @@ def launch_w4a16_gemm(
         return dense_gemm(a, qweight, scales, zeros, perm, bias, G, cfg)
     split = cfg.split_k > 1
     atomic = split and not deterministic
-    if not split:
-        target = out
-    elif atomic:
-        target = torch.zeros((M, N), dtype=torch.float32, device=a.device)
-    else:
-        target = torch.empty((cfg.split_k, M, N), dtype=torch.float32, device=a.device)
-    grid = (triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN), cfg.split_k)
-    torch.library.wrap_triton(w4a16_gemm_kernel)[grid](
+    tiles = triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN)
+    ws = counts = qweight  # placeholders: unused without split
+    if atomic:
+        ws = torch.zeros((M, N), dtype=torch.float32, device=a.device)
+    elif split:
+        ws = torch.empty((cfg.split_k, M, N), dtype=torch.float32, device=a.device)
+        counts = arrival_counters(a.device, tiles)
+    torch.library.wrap_triton(w4a16_gemm_kernel)[(tiles, cfg.split_k)](
         a,
         qweight,
         scales,
         zeros if zeros is not None else qweight,
         perm if perm is not None else qweight,
         bias if bias is not None else scales,
-        target,
+        out,
+        ws,
+        counts,
         M,
         N,
         K,
@@ -231,7 +269,7 @@ def launch_w4a16_gemm(
         SPLIT=split,
         ATOMIC=atomic,
         EVEN_K=K % cfg.BK == 0,
-        INT64_INDEX=max(a.numel(), M * N) >= 2**31,
+        INT64_INDEX=max(a.numel(), cfg.split_k * M * N) >= 2**31,
         BM=cfg.BM,
         BN=cfg.BN,
         BK=cfg.BK,
@@ -239,18 +277,9 @@ def launch_w4a16_gemm(
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
-    if split:
-        S = 1 if atomic else cfg.split_k
-        torch.library.wrap_triton(w4a16_splitk_reduce_kernel)[(triton.cdiv(M * N, REDUCE_BLOCK),)](
-            target,
-            bias if bias is not None else scales,
-            out,
-            M,
-            N,
-            S,
-            HAS_BIAS=bias is not None,
-            BLOCK=REDUCE_BLOCK,
-            num_warps=4,
+    if atomic:
+        torch.library.wrap_triton(w4a16_atomic_round_kernel)[(triton.cdiv(M * N, ROUND_BLOCK),)](
+            ws, bias if bias is not None else scales, out, M, N, HAS_BIAS=bias is not None, BLOCK=ROUND_BLOCK
         )
     return out
 
