@@ -4,6 +4,8 @@
 #                                  # changed shapes; silu small-T probe; ncu profile of the W4A16 decode
 #   bash scripts/gpu/run_s4.sh b   # W4A16 single-launch split-K: GPU tests, tile/split sweep, ncu; sparse
 #                                  # split and mid-T warps sweeps; verify of both ops
+#   bash scripts/gpu/run_s4.sh c   # after b: GPU tests, split-K fixup A/B, benchmarks (w4a16 M <= 128,
+#                                  # all sparse shapes in two shards), silu small-T probe
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT/bench" "$OUT/logs"
@@ -67,6 +69,27 @@ b)  # the single-launch split-K fixup: W4A16 GPU tests and tile/split sweep; spa
   echo "== warps sweep"; grep -A12 "per BD bucket" "$OUT/logs/sweep_warps.txt" | cut -c1-300
   echo "== ncu"; grep -E "^ +[0-9]|time_us" "$OUT/logs/ncu_summary.txt" | cut -c1-200
   echo "== verify"; grep -E "PASS|FAIL|ERROR" "$OUT/logs/verify.txt" | cut -c1-160 | tail -12
+  ;;
+c)  # after b's choices: GPU tests, the fixup A/B, benchmarks of every shape whose launch changed
+  (
+    run 0 150 t_w4a16 python3 -m pytest -m gpu -q -rfE -p no:cacheprovider tests/ops/test_w4a16_gemm.py tests/ops/test_w4a16_linear.py
+    run 0 100 sweep_fixup python3 scripts/gpu/sweep_w4a16_fixup.py
+    bench 0 110 w4 w4a16_gemm --dtype bf16 --dtype fp16 --case '/M(1|2|4|8|16|32|64|128)-' \
+      --provider triton --provider native --provider cublas-dense --provider torch-int4
+    bench 0 160 sp1 gelu_and_mul_sparse --shard 1/2
+  ) &
+  (
+    run 1 260 t_sparse python3 -m pytest -m gpu -q -rfE -p no:cacheprovider tests/ops/test_gelu_and_mul_sparse.py -k "not aot_inductor"
+    bench 1 160 sp0 gelu_and_mul_sparse --shard 0/2
+    run 1 70 probe_small_t python3 scripts/gpu/probe_small_t_gap.py
+    run 1 70 verify python3 -m exactfuse verify --op gelu_and_mul_sparse
+  ) &
+  wait
+  cat "$OUT/rc.txt"
+  for t in t_w4a16 t_sparse; do echo "== $t"; grep -E "FAILED|passed|failed" "$OUT/logs/$t.txt" | tail -6 | cut -c1-200; done
+  echo "== fixup"; tail -3 "$OUT/logs/sweep_fixup.txt" | cut -c1-200
+  echo "== probe"; tail -10 "$OUT/logs/probe_small_t.txt" | cut -c1-200
+  echo "== verify"; grep -E "PASS|FAIL|ERROR" "$OUT/logs/verify.txt" | cut -c1-160 | tail -4
   ;;
 esac
 for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -A7 "speedup of exactfuse" "$f" | cut -c1-150 | head -8; done

@@ -37,6 +37,10 @@ WORKING_SET = 256 << 20
 TIMER = cudagraph_timer(rep_ms=20)
 
 
+def _load(T: int, d: int) -> int:
+    return st.load_class(-(-T // st.sparse_config(d)[0]), 132)
+
+
 def candidate_warps(d: int) -> list[int]:
     """Warp counts that give each thread 4..128 elements of the program's BT x BD block."""
     bt, bd, _ = st.sparse_config(d)
@@ -73,25 +77,26 @@ def main() -> None:
     print(f"{'T':>5} {'d':>6} {'best w':>6} {'us':>8} {'shipped w':>9} {'us':>8} {'x':>6} {'GB/s best':>9}")
     for (T, d), row in times.items():
         best = min(row, key=row.get)
-        shipped = st.sparse_config(d)[2]
+        shipped = st.sparse_config(d, T)[2]
         ours = row.get(shipped, float("nan"))
         print(
             f"{T:>5} {d:>6} {best:>6} {row[best]:8.2f} {shipped:>9} {ours:8.2f} {ours / row[best]:6.3f} "
             f"{T * d * 6 / row[best] / 1e3:9.0f}"
         )
-    print("\nper BD bucket: geomean slowdown vs per-shape best, for each num_warps (resources of that compile)")
+    print("\nper BD bucket and load (0 few, 1 mid, 2 many programs per SM): geomean slowdown vs per-shape best")
     suggested, loss = {}, []
     for bd in sorted({st.sparse_config(d)[1] for d in opts.widths}):
-        shapes = [row for (T, d), row in times.items() if st.sparse_config(d)[1] == bd]
-        common = set.intersection(*(set(r) for r in shapes))
-        scores = {w: geomean(r[w] / min(r.values()) for r in shapes) for w in common}
-        suggested[max(bd, 1024)] = min(scores, key=scores.get)
-        shipped = st.WARPS_BY_BD[max(bd, 1024)]
-        if shipped in common:
-            loss.extend(r[shipped] / min(r.values()) for r in shapes)
-        cells = "  ".join(f"w{w}: {s:.3f} ({regs.get((bd, w), '?')})" for w, s in sorted(scores.items()))
-        print(f"  BD {bd:>5}: {cells}")
-    print(f"\nsuggested WARPS_BY_BD = {dict(sorted(suggested.items()))}")
+        for load in range(3):
+            shapes = [r for (T, d), r in times.items() if st.sparse_config(d)[1] == bd and _load(T, d) == load]
+            if not shapes:
+                continue
+            common = set.intersection(*(set(r) for r in shapes))
+            scores = {w: geomean(r[w] / min(r.values()) for r in shapes) for w in common}
+            suggested[(max(bd, 1024), load)] = min(scores, key=scores.get)
+            loss.extend(r[st.WARPS_BY_BD[max(bd, 1024)][load]] / min(r.values()) for r in shapes)
+            cells = "  ".join(f"w{w}: {s:.3f} ({regs.get((bd, w), '?')})" for w, s in sorted(scores.items()))
+            print(f"  BD {bd:>5} load {load}: {cells}")
+    print(f"\nsuggested (BD, load): warps = {dict(sorted(suggested.items()))}")
     print(f"shipped   WARPS_BY_BD = {st.WARPS_BY_BD}")
     if loss:
         print(f"shipped table vs per-shape best: geomean {geomean(loss):.3f}x, worst {max(loss):.3f}x")

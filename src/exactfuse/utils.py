@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -39,3 +40,11 @@ def empty(shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> tor
 
 def next_power_of_2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+@functools.cache
+def num_sms(device: torch.device) -> int:
+    """SM count of ``device``; the H200's 132 off CUDA (the interpreter), so CPU tests see H200 choices."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 132

@@ -64,7 +64,8 @@ def test_gpu_contract_matrix(dtype):
 def test_interpreter_chunked_kernels_contract_matrix(kernel, monkeypatch):
     """fp16 through the looped or the split kernels at every width, in chunks that cut every row wider
     than 16 in 2-4 (the split kernels combine 2-4 chunk statistics per row)."""
-    monkeypatch.setattr(st, "choose_kernel", lambda T, D: (kernel, 16 if D <= 31 else 64 if D <= 128 else 512, 4))
+    chunk = lambda D: 16 if D <= 31 else 64 if D <= 128 else 512  # noqa: E731
+    monkeypatch.setattr(st, "choose_kernel", lambda T, D, sms: (kernel, chunk(D), 4))
     _assert_matrix("cpu", torch.float16, quick=True)
 
 
@@ -77,7 +78,7 @@ def test_gpu_chunked_kernels_contract_matrix(kernel, dtype, monkeypatch):
     configuration (the heuristic uses them for wide rows only); the 4096-wide chunks cut the rows
     from d = 8192 up."""
     config = {"looped": (st.LOOP_CHUNK, st.LOOP_WARPS), "split": (st.SPLIT_CHUNK, st.SPLIT_WARPS)}[kernel]
-    monkeypatch.setattr(st, "choose_kernel", lambda T, D: (kernel, *config))
+    monkeypatch.setattr(st, "choose_kernel", lambda T, D, sms: (kernel, *config))
     _assert_matrix("cuda", dtype, quick=False)
 
 
@@ -203,11 +204,22 @@ def test_which_provider_runs(make, provider):
 
 
 @pytest.mark.parametrize(
-    ("d", "expected"),
-    [(1, (1024, 1, 8)), (31, (32, 32, 8)), (1000, (1, 1024, 8)), (4096, (1, 4096, 16)), (32768, (1, 32768, 32))],
+    ("d", "T", "expected"),
+    [
+        (1, 1, (1024, 1, 8)),
+        (31, 1, (32, 32, 8)),
+        (1000, 1, (1, 1024, 8)),
+        (4096, 1, (1, 4096, 16)),
+        (32768, 1, (1, 32768, 32)),
+        (2048, 132, (1, 2048, 16)),  # one program per SM: more warps per row
+        (2048, 133, (1, 2048, 8)),
+        (2048, 396, (1, 2048, 4)),  # three programs per SM: fewer
+        (8192, 256, (1, 8192, 16)),
+        (1, 1024 * 396, (1024, 1, 4)),  # stacked rows count as programs
+    ],
 )
-def test_launch_heuristic(d, expected):
-    assert st.sparse_config(d) == expected
+def test_launch_heuristic(d, T, expected):
+    assert st.sparse_config(d, T) == expected
 
 
 @pytest.mark.parametrize(
@@ -218,11 +230,12 @@ def test_launch_heuristic(d, expected):
         (4096, 32768, "looped"),
         (1023, 12288, "whole"),
         (4096, 4096, "whole"),
-        (1, 16384, "whole"),
-        (1, 16385, "split"),
-        (63, 32768, "split"),
-        (64, 32768, "whole"),
         (1, 8192, "whole"),
+        (1, 8193, "split"),
+        (16, 16384, "split"),
+        (17, 16384, "whole"),
+        (64, 16385, "split"),
+        (65, 32768, "whole"),
     ],
 )
 def test_kernel_choice(T, d, kernel):
@@ -230,7 +243,7 @@ def test_kernel_choice(T, d, kernel):
     chosen = st.choose_kernel(T, d)
     assert chosen[0] == kernel
     if kernel == "whole":
-        assert chosen[1:] == st.sparse_config(d)[1:]
+        assert chosen[1:] == st.sparse_config(d, T)[1:]
 
 
 def test_launch_heuristic_rejects_widths_beyond_the_kernel():
@@ -282,17 +295,24 @@ def test_warmup_runs_the_launcher():
 
 @pytest.mark.interpreter
 def test_warmup_compiles_every_kernel_the_choice_uses(monkeypatch):
-    monkeypatch.setattr(st, "SPLIT_BELOW_T", 2)
-    monkeypatch.setattr(st, "LOOP_MIN_T", 3)
-    choices = {(1, 16): ("split", 8, 1), (3, 16): ("looped", 8, 1)}
-    monkeypatch.setattr(st, "choose_kernel", lambda T, D: choices.get((T, D), ("whole", D, 1)))
+    monkeypatch.setattr(st, "warmup_batches", lambda D, num_sms: (1, 2, 3, 4))
+    choices = {(1, 16): ("split", 8, 1), (3, 16): ("looped", 8, 1), (4, 16): ("whole", 16, 2)}
+    monkeypatch.setattr(st, "choose_kernel", lambda T, D, sms: choices.get((T, D), ("whole", D, 1)))
     calls = []
     launch = st.launch_gelu_and_mul_sparse
     monkeypatch.setattr(
         st, "launch_gelu_and_mul_sparse", lambda x, *a, **k: calls.append(x.shape) or launch(x, *a, **k)
     )
     exactfuse.warmup("gelu_and_mul_sparse", dtypes=(torch.float16,), device="cpu", widths=(8, 16))
-    assert calls == [(1, 16), (1, 32), (2, 32), (3, 32)]  # d = 8: one kernel; d = 16: all three
+    # d = 8: one launch for all four batches; d = 16: one per distinct choice
+    assert calls == [(1, 16), (1, 32), (2, 32), (3, 32), (4, 32)]
+
+
+def test_warmup_batches_reach_every_load_class_and_kernel():
+    for d in (1, 500, 2048, 8192, 12288, 32768):
+        bt = st.sparse_config(d)[0]
+        batches = {*range(1, 2 * st.LOOP_MIN_T), *range(bt, bt * 4 * 132, bt)}
+        assert {st.choose_kernel(T, d) for T in st.warmup_batches(d)} == {st.choose_kernel(T, d) for T in batches}, d
 
 
 # --------------------------------------------------- compile, graphs, AOT

@@ -1,5 +1,7 @@
 """w4a16_gemm: contract, bit-exact dequantization, split-K, compiler boundary, CUDA graphs."""
 
+import dataclasses
+
 import pytest
 import torch
 from torch._dynamo.backends.common import aot_autograd
@@ -119,6 +121,21 @@ def test_forced_split_counts_meet_the_contract(split, deterministic):
         assert torch.equal(out, again)
         if split > 1:  # the fixup leaves its arrival counters zero for the next launch
             assert not w4_triton.arrival_counters(out.device, 1).any()
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("split", [3, 5, 10])
+def test_split_fixup_equals_the_two_launch_reduction(split):
+    """The in-launch fixup (partials read four at a time, masked ones adding -0.0) sums in the same order
+    as the separate reduction kernel: bitwise equal outputs, bias included, for split counts that are not
+    multiples of four."""
+    K = 1280
+    case = make_case("M3-K1280-N64", 3, K, 64, torch.float16, "cpu", make_generator(8), bias=True)
+    cfg = with_split(select_config(3, 64, K, 128), K, split)
+    assert cfg.split_k == split and cfg.fixup
+    fused = w4_triton.launch_w4a16_gemm(*case.args, config=cfg)
+    two_launch = w4_triton.launch_w4a16_gemm(*case.args, config=dataclasses.replace(cfg, fixup=False))
+    assert torch.equal(fused, two_launch)
 
 
 @pytest.mark.interpreter
@@ -361,6 +378,10 @@ def test_gpu_split_fixup_leaves_counters_zero_across_shapes():
         )
         assert cfg.split_k > 1, cfg
     first = [w4a16_gemm(*c.args) for c in cases]
+    for case, out in zip(cases, first, strict=True):  # the same sums as the two-launch reduction
+        M, N = case.args[0].shape[0], case.args[1].shape[1]
+        cfg = dataclasses.replace(select_config(M, N, 4096, 128, w4_triton.num_sms(torch.device("cuda"))), fixup=False)
+        assert torch.equal(out, w4_triton.launch_w4a16_gemm(*case.args, config=cfg))
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         captured = [w4a16_gemm(*c.args) for c in cases]

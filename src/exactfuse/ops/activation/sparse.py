@@ -14,6 +14,7 @@ from exactfuse.ops.activation import sparse_native as native
 from exactfuse.registry import Case, op, platform
 from exactfuse.registry.contracts import RowBitwise, ZeroMaskTolerance
 from exactfuse.testing.inputs import make_generator, randn, randn_with_specials
+from exactfuse.utils import num_sms
 
 # fp16/bf16: whole rows bitwise equal to eager on >= 99.9% of rows, on every row
 # up to d = 128. The row mean and std are fp32 sums in another order than ATen's,
@@ -132,12 +133,12 @@ def _inputs(device: torch.device, dtype: torch.dtype, *, quick: bool = False, se
 def _warmup(device, dtype, *, widths=(2048, 8192, 16384), approximate=("tanh",), **_other_ops_options):
     """Compile the kernels for each output width ``d`` in ``widths`` and each GELU form: every kernel
     :func:`~exactfuse.ops.activation.sparse_triton.choose_kernel` picks for some batch size at that width."""
-    batches = (1, _triton.SPLIT_BELOW_T, _triton.LOOP_MIN_T)  # T = 1 and each threshold
+    sms = num_sms(torch.device(device))
     for a in (approximate,) if isinstance(approximate, str) else approximate:
         for d in widths:
             seen = set()
-            for T in batches:
-                if (plan := _triton.choose_kernel(T, d)) not in seen:
+            for T in _triton.warmup_batches(d, sms):
+                if (plan := _triton.choose_kernel(T, d, sms)) not in seen:
                     seen.add(plan)
                     x = torch.ones((T, 2 * d), dtype=dtype, device=device)
                     _triton.launch_gelu_and_mul_sparse(x, STD_MULTIPLIER, a)

@@ -42,7 +42,7 @@ import triton.language as tl
 
 from exactfuse.ops.activation.triton import GELU_ERF, GELU_TANH, _activation
 from exactfuse.registry.platform import interpreter_enabled
-from exactfuse.utils import empty, next_power_of_2
+from exactfuse.utils import empty, next_power_of_2, num_sms
 
 MAX_D = 32768
 # Operation boundaries where eager rounds to the activation dtype (bits of ROUND).
@@ -279,40 +279,55 @@ def gelu_and_mul_sparse_split_apply_kernel(
     tl.store(p_y + i_t * stride_y + o_c, _gate_up(b_g, b_u, b_cut, ACTIVATION, DT, ROUND), mask=m_c)
 
 
-# num_warps per block width BD (a program covers BT * BD = max(BD, 1024) elements), from
-# scripts/gpu/sweep_sparse_warps.py on the H200 (Triton 3.6, bf16, T in {1, 64, 1024},
-# benchmarks/results/h200/sweeps/sweep_sparse_warps*.txt): each entry is the num_warps
-# with the lowest geomean time over its bucket's shapes. The previous default
-# {1024: 4, 2048: 8, 4096: 8, 8192: 8, 16384: 16, 32768: 32} was 1.12x slower geomean
-# than per-shape best, 1.47x at worst (d = 1 at 4 warps). Spills at the chosen
-# counts: none up to d = 16384; d = 32768 spills 22 registers a thread at 32 warps (64
-# registers; 42 at 16 warps, 74 at 8), and 32 warps is still the fastest there.
-WARPS_BY_BD = {1024: 8, 2048: 8, 4096: 16, 8192: 32, 16384: 32, 32768: 32}
+# num_warps per block width BD (a program covers BT * BD = max(BD, 1024) elements) and load:
+# (few, mid, many) programs, i.e. a grid of <= 1, (1, 3) or >= 3 programs per SM. From
+# scripts/gpu/sweep_sparse_warps.py on the H200 (Triton 3.6, bf16; session 2 at T in {1, 64, 1024},
+# benchmarks/results/h200/sweeps/sweep_sparse_warps*.txt; session 4 at T in {1, 16, ..., 1024}
+# for d <= 8192, sweeps/sweep_sparse_warps_s4.txt). Few rows take more warps (a row's reduction
+# latency is the time), many rows fewer (more programs share an SM): d = 2048 T = 16 2.25 -> 2.14
+# µs at 16 warps; d = 1024 T = 1024 4.43 -> 3.99 at 4; d = 8192 T = 512 10.55 -> 9.89 at 16.
+# Session 4's single table (8 / 8 / 16 / 32 / 32 / 32) was 1.026x slower than per-shape best
+# geomean over those shapes, 1.19x at worst (d = 3000, T = 512). d = 32768 spills 22 registers a
+# thread at 32 warps (64 registers; 42 at 16 warps, 74 at 8), and 32 warps is still the fastest.
+WARPS_BY_BD = {
+    1024: (8, 8, 4),
+    2048: (16, 8, 4),
+    4096: (16, 16, 8),
+    8192: (32, 16, 16),
+    16384: (32, 32, 32),
+    32768: (32, 32, 32),
+}
 
 
-def sparse_config(D: int) -> tuple[int, int, int]:
-    """Static launch heuristic ``(BT, BD, num_warps)`` for rows of ``D`` outputs (``1 <= D <= 32768``).
+def sparse_config(D: int, T: int = 1, num_sms: int = 132) -> tuple[int, int, int]:
+    """Static launch heuristic ``(BT, BD, num_warps)`` of the whole-row kernel for ``T`` rows of ``D``.
 
-    ``BD`` spans the whole row; rows narrower than 1024 are stacked ``BT`` to a
-    program so that a program covers 1024 elements. It depends on ``D`` only,
-    so every batch size reuses one compiled kernel.
+    ``BD`` spans the whole row; rows narrower than 1024 are stacked ``BT`` to a program so that a
+    program covers 1024 elements. ``num_warps`` depends on the width and on how many programs
+    each SM gets (:data:`WARPS_BY_BD`): every batch size reuses one of three compiles.
     """
     if not 1 <= D <= MAX_D:
         raise ValueError(f"gelu_and_mul_sparse: d must be in [1, {MAX_D}] for the Triton kernel, got {D}")
     BD = next_power_of_2(D)
     BT = max(1, 1024 // BD)
-    return BT, BD, WARPS_BY_BD[max(BD, 1024)]
+    return BT, BD, WARPS_BY_BD[max(BD, 1024)][load_class(-(-T // BT), num_sms)]
+
+
+def load_class(programs: int, num_sms: int) -> int:
+    """0, 1 or 2 for a grid of <= 1, (1, 3) or >= 3 programs per SM (the index into :data:`WARPS_BY_BD`)."""
+    return 0 if programs <= num_sms else 1 if programs < 3 * num_sms else 2
 
 
 # The other kernels' (chunk, num_warps) and the batches they serve (choose_kernel has the measurements).
 LOOP_CHUNK, LOOP_WARPS = 4096, 16
 LOOP_MIN_T, LOOP_MIN_D = 1024, 8192
-SPLIT_CHUNK, SPLIT_WARPS = 4096, 8
-SPLIT_BELOW_T, SPLIT_ABOVE_D = 64, 16384
+SPLIT_CHUNK, SPLIT_WARPS = 2048, 8
+SPLIT_ABOVE_D, SPLIT_MAX_T = 8192, 16
+SPLIT_WIDE_D, SPLIT_WIDE_MAX_T = 16384, 64  # rows the whole-row kernel pads or spills
 KERNELS = ("whole", "looped", "split")
 
 
-def choose_kernel(T: int, D: int) -> tuple[str, int, int]:
+def choose_kernel(T: int, D: int, num_sms: int = 132) -> tuple[str, int, int]:
     """``(kernel, block, num_warps)`` for ``T`` rows of ``D`` outputs: ``"whole"`` (block = the row's
     power-of-two block, :func:`sparse_config`), ``"looped"`` or ``"split"`` (block = the chunk).
 
@@ -322,17 +337,27 @@ def choose_kernel(T: int, D: int) -> tuple[str, int, int]:
       12288 53.0 -> 35.8, 16384 56.6 -> 44.8, 24576 98.6 -> 65.4, 32768 108.4 -> 90.7. Below
       T = 1024 the whole row was as fast or faster up to d = 16384 (d = 16384 T = 64: 5.8
       against 6.8).
-    - ``split`` for rows wider than 16384 in small batches: one row holds a single program
-      (and, at d = 32768, spills), so a few rows leave the GPU idle; chunks of the row run
-      on separate programs in two launches (:func:`gelu_and_mul_sparse_split_stats_kernel`).
+    - ``split`` for wide rows in small batches, where one program per row leaves most SMs idle:
+      d > 8192 at T <= 16, and d > 16384 at T <= 64. Session 4
+      (benchmarks/results/h200/sweeps/sweep_sparse_split_s4.txt, bf16, geomean µs over
+      T in {1, 4, 16, 64}, whole row -> chunk 2048 at 8 warps): d = 12288 4.77 -> 4.45, 16384
+      4.88 -> 4.35, 24576 8.58 -> 5.08, 32768 8.98 -> 5.08; d = 8192 3.44 -> 4.08 (whole kept).
+      At T = 64 the whole row stays faster up to d = 16384 (d = 12288: 5.36 against the best
+      chunk's 5.84).
     - ``whole`` otherwise.
     """
     if D >= LOOP_MIN_D and T >= LOOP_MIN_T:
         return "looped", LOOP_CHUNK, LOOP_WARPS
-    if D > SPLIT_ABOVE_D and T < SPLIT_BELOW_T:
+    if D > SPLIT_ABOVE_D and (T <= SPLIT_MAX_T or (D > SPLIT_WIDE_D and T <= SPLIT_WIDE_MAX_T)):
         return "split", SPLIT_CHUNK, SPLIT_WARPS
-    _, BD, warps = sparse_config(D)
+    _, BD, warps = sparse_config(D, T, num_sms)
     return "whole", BD, warps
+
+
+def warmup_batches(D: int, num_sms: int = 132) -> tuple[int, ...]:
+    """Batch sizes that between them reach every launch :func:`choose_kernel` makes for width ``D``."""
+    BT = sparse_config(D)[0]
+    return (1, SPLIT_MAX_T + 1, SPLIT_WIDE_MAX_T + 1, BT * (num_sms + 1), BT * 3 * num_sms, LOOP_MIN_T)
 
 
 def launch_gelu_and_mul_sparse(
@@ -357,13 +382,14 @@ def launch_gelu_and_mul_sparse(
         return y
     x2 = x if x.dim() == 2 else x.reshape(-1, 2 * D)
     T = x2.shape[0]
-    chosen, block, warps = choose_kernel(T, D)
+    sms = num_sms(x.device)
+    chosen, block, warps = choose_kernel(T, D, sms)
     if kernel is not None and kernel != chosen:
         if kernel not in KERNELS:
             raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
         chosen = kernel
         block, warps = {"looped": (LOOP_CHUNK, LOOP_WARPS), "split": (SPLIT_CHUNK, SPLIT_WARPS)}.get(
-            kernel, sparse_config(D)[1:]
+            kernel, sparse_config(D, T, sms)[1:]
         )
     block, warps = chunk or block, num_warps or warps
     common = dict(

@@ -5,10 +5,15 @@ rotated past L2; benchmarks/results/h200/sweeps/sweep_w4a16_decode.*, geomean
 over the five benchmark (K, N) shapes):
 
 - ``decode`` (M <= 16): tl.dot needs 16 rows, so BM = 16; BN = 128, BK = 128,
-  4 warps, 4 stages, split-K aiming at 4 programs per SM: 34.1 µs geomean over
-  M in {1, 16} against 36.9 µs for the first-principles (16, 64, 128) tile at
-  2 programs per SM. Splitting further (8 or 16 programs per SM) or dropping
-  the traffic cap did not help (34.2-35.3 µs).
+  4 warps, split-K aiming at 4 programs per SM: 34.1 µs geomean over M in
+  {1, 16} against 36.9 µs for the first-principles (16, 64, 128) tile at 2
+  programs per SM. Splitting further (8 or 16 programs per SM) or dropping the
+  traffic cap did not help (34.2-35.3 µs). 3 stages, not 4: session 4's sweep
+  (sweep_w4a16_decode_s4.*, with the in-launch split-K fixup) 32.6 against 34.5 µs,
+  faster on all 10 shapes; at 4 stages the tile's 70.6 KB of shared memory let only
+  3 programs share an SM (Nsight Compute's occupancy limit, sweeps/ncu_w4a16_decode_s4*.txt),
+  so the split's 4 per SM ran in more than one wave. Rounding the split down to one wave
+  (``one_wave``) was not faster (32.8 µs at 4 per SM, 33.3 at 3).
 - ``m32``: (32, 64, 128), 2 programs per SM: not swept.
 - ``m128`` (M <= 128): (64, 64, 64), 4 warps, 4 stages, split-K aiming at 8
   programs per SM without the traffic cap: 59.3 µs geomean over M in {64, 128}
@@ -66,11 +71,14 @@ class TileConfig:
     # Dequantize W to a dense [K, N] buffer with a [BK, BN] tile per program (BM unused), then
     # torch.matmul: the spec's own GEMM, for large M where cuBLAS beats the fused kernel.
     dense: bool = False
+    # Deterministic split-K sums the partials in the GEMM's own launch (the last slice to arrive);
+    # False: a second launch does (scripts/gpu/sweep_w4a16_fixup.py compares the two).
+    fixup: bool = True
 
 
 # (max M, name, BM, BN, BK, num_warps, num_stages, programs_per_sm, traffic_cap), first match wins.
 BUCKETS: tuple[tuple[int, str, int, int, int, int, int, int, bool], ...] = (
-    (16, "decode", 16, 128, 128, 4, 4, 4, True),
+    (16, "decode", 16, 128, 128, 4, 3, 4, True),
     (32, "m32", 32, 64, 128, 4, 4, 2, True),
     (128, "m128", 64, 64, 64, 4, 4, 8, False),
 )

@@ -8,7 +8,7 @@ slice of K. Without split-K it rounds and stores the output itself. With split-K
 sums the S partials in the fixed order s = 0, 1, ... and stores the output, so results
 are bitwise reproducible run to run in one launch. With ``deterministic=False`` slices
 ``atomic_add`` into a zeroed ``[M, N]`` fp32 buffer instead (summation order varies run
-to run) and :func:`w4a16_atomic_round_kernel` rounds it.
+to run) and :func:`w4a16_splitk_reduce_kernel` rounds it in a second launch.
 
 Dequantization matches the native spec bit for bit: ``(q - z)`` as an fp32
 integer times the fp32 scale is exact, then one rounding to the activation
@@ -27,7 +27,6 @@ CUDA-graph capturable once its kernels are compiled (``exactfuse.warmup``).
 from __future__ import annotations
 
 import collections
-import functools
 
 import torch
 import triton
@@ -36,7 +35,7 @@ import triton.language as tl
 from exactfuse.ops.w4a16.dequant import dense_gemm, dequant_kn_tile
 from exactfuse.ops.w4a16.heuristics import TileConfig, select_config
 from exactfuse.registry import platform
-from exactfuse.utils import empty, next_power_of_2
+from exactfuse.utils import empty, next_power_of_2, num_sms
 
 # The configuration of the latest launch and a count per configuration name:
 # Python-side bookkeeping (CUDA graph replays do not update it).
@@ -67,6 +66,7 @@ def w4a16_gemm_kernel(
     HAS_BIAS: tl.constexpr,
     SPLIT: tl.constexpr,
     ATOMIC: tl.constexpr,
+    FIXUP: tl.constexpr,
     EVEN_K: tl.constexpr,
     INT64_INDEX: tl.constexpr,
     BM: tl.constexpr,
@@ -125,22 +125,38 @@ def w4a16_gemm_kernel(
         tl.atomic_add(p_ws + o_m[:, None] * N + o_n[None, :], acc, mask=m_mn)
     elif SPLIT:
         tl.store(p_ws + (i_s * M + o_m)[:, None] * N + o_n[None, :], acc, mask=m_mn)
-        # Serial split-K fixup, no second launch: the last of the tile's S programs to arrive sums
-        # the S partials in the fixed order s = 0, 1, ..., so the result does not depend on which
-        # program arrives last. The barrier orders every thread's partial before the arrival
-        # (released at GPU scope); the partials are read past L1 (.cg) after the acquire.
-        tl.debug_barrier()
-        S = tl.num_programs(1)
-        arrived = tl.atomic_add(p_count + i_mn, 1, sem="acq_rel")
-        if arrived == S - 1:
-            acc = tl.zeros((BM, BN), dtype=tl.float32)
-            for s in range(0, S):
-                p_ws_s = p_ws + (s * M + o_m)[:, None] * N + o_n[None, :]
-                acc += tl.load(p_ws_s, mask=m_mn, other=0.0, cache_modifier=".cg")
-            tl.atomic_xchg(p_count + i_mn, 0)  # zero for the next launch
-            _store_output(p_out, p_bias, acc, o_m, o_n, m_mn, N, HAS_BIAS)
+        if FIXUP:
+            # Serial split-K fixup, no second launch: the last of the tile's S programs to arrive
+            # sums the S partials in the fixed order s = 0, 1, ..., so the result does not depend
+            # on which program arrives last. The barrier orders every thread's partial before the
+            # arrival (released at GPU scope); the partials are read past L1 (.cg) after the
+            # acquire, four loads in flight at a time (a masked one adds -0.0: exact).
+            tl.debug_barrier()
+            S = tl.num_programs(1)
+            arrived = tl.atomic_add(p_count + i_mn, 1, sem="acq_rel")
+            if arrived == S - 1:
+                acc = tl.zeros((BM, BN), dtype=tl.float32)
+                for s0 in range(0, S, 4):
+                    b_0 = _partial(p_ws, s0, M, N, o_m, o_n, m_mn, S)
+                    b_1 = _partial(p_ws, s0 + 1, M, N, o_m, o_n, m_mn, S)
+                    b_2 = _partial(p_ws, s0 + 2, M, N, o_m, o_n, m_mn, S)
+                    b_3 = _partial(p_ws, s0 + 3, M, N, o_m, o_n, m_mn, S)
+                    acc += b_0
+                    acc += b_1
+                    acc += b_2
+                    acc += b_3
+                tl.atomic_xchg(p_count + i_mn, 0)  # zero for the next launch
+                _store_output(p_out, p_bias, acc, o_m, o_n, m_mn, N, HAS_BIAS)
     else:
         _store_output(p_out, p_bias, acc, o_m, o_n, m_mn, N, HAS_BIAS)
+
+
+@triton.jit
+def _partial(p_ws, s, M, N, o_m, o_n, m_mn, S):
+    """Split ``s``'s fp32 partial tile from the workspace, read from L2; ``-0.0`` where ``s >= S``."""
+    in_range = (o_n[None, :] * 0 + s) < S  # a tensor also where the interpreter passes Python ints
+    p_s = p_ws + (s * M + o_m)[:, None] * N + o_n[None, :]
+    return tl.load(p_s, mask=m_mn & in_range, other=-0.0, cache_modifier=".cg")
 
 
 @triton.jit
@@ -155,22 +171,27 @@ def _store_output(p_out, p_bias, acc, o_m, o_n, m_mn, N, HAS_BIAS: tl.constexpr)
     tl.store(p_out + o_m[:, None] * N + o_n[None, :], b_y, mask=m_mn)
 
 
-@triton.jit(do_not_specialize=["M"])
-def w4a16_atomic_round_kernel(p_ws, p_bias, p_out, M, N, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
-    """Atomic mode's second launch: ``out = round(ws) (+ bias, rounded)`` over a flat block of ``M * N``.
+@triton.jit(do_not_specialize=["M", "S"])
+def w4a16_splitk_reduce_kernel(p_ws, p_bias, p_out, M, N, S, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
+    """``out = round(sum_s ws[s]) (+ bias, rounded)`` over a flat block of ``M * N`` outputs: the
+    second launch of atomic mode (S = 1) and of the two-launch split (``TileConfig.fixup`` off).
 
-    p_ws: ``[M, N]`` fp32 sums of the split programs' atomics; p_out: ``[M, N]``; p_bias: ``[N]``.
+    p_ws: ``[S, M, N]`` fp32 contiguous; p_out: ``[M, N]`` contiguous; p_bias: ``[N]``.
+    The sum runs s = 0, 1, ..., S - 1 in fp32 for every element, as the fixup's does.
     """
     o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = o < M * N
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for s in range(S):
+        acc += tl.load(p_ws + s * M * N + o, mask=m, other=0.0)
     DT = p_out.dtype.element_ty
-    b_y = tl.load(p_ws + o, mask=m, other=0.0).to(DT)
+    b_y = acc.to(DT)
     if HAS_BIAS:
         b_y = (b_y.to(tl.float32) + tl.load(p_bias + o % N, mask=m, other=0.0).to(tl.float32)).to(DT)
     tl.store(p_out + o, b_y, mask=m)
 
 
-ROUND_BLOCK = 1024
+REDUCE_BLOCK = 1024
 GROUP_M = 8
 
 
@@ -187,14 +208,6 @@ def arrival_counters(device: torch.device, tiles: int) -> torch.Tensor:
     if not buffers or buffers[-1].numel() < tiles:
         buffers.append(torch.zeros(max(tiles, 4096), dtype=torch.int32, device=device))
     return buffers[-1]
-
-
-@functools.cache
-def num_sms(device: torch.device) -> int:
-    """SM count of ``device``; the H200's 132 under the interpreter, so CPU tests see H200 choices."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return 132
 
 
 def kernel_group(K: int, group_size: int) -> int:
@@ -239,13 +252,15 @@ def launch_w4a16_gemm(
         return dense_gemm(a, qweight, scales, zeros, perm, bias, G, cfg)
     split = cfg.split_k > 1
     atomic = split and not deterministic
+    fixup = split and not atomic and cfg.fixup
     tiles = triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN)
     ws = counts = qweight  # placeholders: unused without split
     if atomic:
         ws = torch.zeros((M, N), dtype=torch.float32, device=a.device)
     elif split:
         ws = torch.empty((cfg.split_k, M, N), dtype=torch.float32, device=a.device)
-        counts = arrival_counters(a.device, tiles)
+        if fixup:
+            counts = arrival_counters(a.device, tiles)
     torch.library.wrap_triton(w4a16_gemm_kernel)[(tiles, cfg.split_k)](
         a,
         qweight,
@@ -268,6 +283,7 @@ def launch_w4a16_gemm(
         HAS_BIAS=bias is not None,
         SPLIT=split,
         ATOMIC=atomic,
+        FIXUP=fixup,
         EVEN_K=K % cfg.BK == 0,
         INT64_INDEX=max(a.numel(), cfg.split_k * M * N) >= 2**31,
         BM=cfg.BM,
@@ -277,9 +293,16 @@ def launch_w4a16_gemm(
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
-    if atomic:
-        torch.library.wrap_triton(w4a16_atomic_round_kernel)[(triton.cdiv(M * N, ROUND_BLOCK),)](
-            ws, bias if bias is not None else scales, out, M, N, HAS_BIAS=bias is not None, BLOCK=ROUND_BLOCK
+    if split and not fixup:
+        torch.library.wrap_triton(w4a16_splitk_reduce_kernel)[(triton.cdiv(M * N, REDUCE_BLOCK),)](
+            ws,
+            bias if bias is not None else scales,
+            out,
+            M,
+            N,
+            1 if atomic else cfg.split_k,
+            HAS_BIAS=bias is not None,
+            BLOCK=REDUCE_BLOCK,
         )
     return out
 
