@@ -6,24 +6,7 @@
 #     shapes call a's run did not reach (the sparse kernel is unchanged since, comments aside)
 #   EXACTFUSE_GIT_REV=<sha> bash scripts/gpu/run_s3.sh e    # verify and GPU tests that d's time limits cut
 #   EXACTFUSE_GIT_REV=<sha> bash scripts/gpu/run_s3.sh f    # the looped sparse kernel (tests, sweep, bench)
-set -uo pipefail
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT/bench"
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
-export PYTHONPATH=src:/tmp/site
-bench() {  # gpu budget_s out_subdir op [extra args]
-  local gpu=$1 budget=$2 sub=$3 op=$4; shift 4
-  mkdir -p "$OUT/bench/$sub"
-  CUDA_VISIBLE_DEVICES=$gpu timeout $((budget + 60)) python3 -m exactfuse bench --grid default --op "$op" \
-    --time-budget "$budget" --out "$OUT/bench/$sub" --plot "$OUT/bench/$sub/{op}.png" "$@" > "$OUT/bench/$sub/$op.log" 2>&1
-  echo "bench $sub/$op rc=$?" >> "$OUT/rc.txt"
-}
-run() {  # gpu limit_s name command...
-  local gpu=$1 limit=$2 name=$3; shift 3
-  CUDA_VISIBLE_DEVICES=$gpu timeout "$limit" "$@" > "$OUT/logs/$name.txt" 2>&1
-  echo "$name rc=$?" >> "$OUT/rc.txt"
-}
-mkdir -p "$OUT/logs"
+source "$(dirname "$0")/lib.sh"
 MOE_DONE=benchmarks/results/h200/moe_silu_and_mul.json
 case "${1:-b}" in
 b)
@@ -71,7 +54,7 @@ e)  # what d's limits cut: verify of the ops changed in session 3, the rest of t
 f)  # the looped sparse kernel: GPU tests, the sweep, and the wide-row shapes re-benchmarked
   (
     run 0 175 t_sparse python3 -m pytest -m gpu -q -rfE --durations=8 -p no:cacheprovider tests/ops/test_gelu_and_mul_sparse.py -k "not aot_inductor"
-    run 0 95 sweep_loop python3 scripts/gpu/sweep_sparse_loop.py
+    run 0 95 sweep_loop python3 scripts/gpu/sweep_sparse_chunks.py looped
   ) &
   (
     bench 1 130 sp gelu_and_mul_sparse --case 'd(12288|32768)$'

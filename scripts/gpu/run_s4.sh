@@ -6,23 +6,7 @@
 #                                  # split and mid-T warps sweeps; verify of both ops
 #   bash scripts/gpu/run_s4.sh c   # after b: GPU tests, split-K fixup A/B, benchmarks (w4a16 M <= 128,
 #                                  # all sparse shapes in two shards), silu small-T probe
-set -uo pipefail
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT/bench" "$OUT/logs"
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
-export PYTHONPATH=src:/tmp/site
-bench() {  # gpu budget_s out_subdir op [extra args]
-  local gpu=$1 budget=$2 sub=$3 op=$4; shift 4
-  mkdir -p "$OUT/bench/$sub"
-  CUDA_VISIBLE_DEVICES=$gpu timeout $((budget + 60)) python3 -m exactfuse bench --grid default --op "$op" \
-    --time-budget "$budget" --out "$OUT/bench/$sub" --plot "$OUT/bench/$sub/{op}.png" "$@" > "$OUT/bench/$sub/$op.log" 2>&1
-  echo "bench $sub/$op rc=$?" >> "$OUT/rc.txt"
-}
-run() {  # gpu limit_s name command...
-  local gpu=$1 limit=$2 name=$3; shift 3
-  CUDA_VISIBLE_DEVICES=$gpu timeout "$limit" "$@" > "$OUT/logs/$name.txt" 2>&1
-  echo "$name rc=$?" >> "$OUT/rc.txt"
-}
+source "$(dirname "$0")/lib.sh"
 NCU_SECTIONS="--section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats --section WarpStateStats --section MemoryWorkloadAnalysis"
 case "${1:-a}" in
 a)
@@ -31,7 +15,7 @@ a)
     bench 0 170 sp gelu_and_mul_sparse --case 'T(1024|2048)-d(8192|16384|32768)$|T(1|4|16)-d32768$'
   ) &
   (
-    run 1 220 sweep_split python3 scripts/gpu/sweep_sparse_split.py
+    run 1 220 sweep_split python3 scripts/gpu/sweep_sparse_chunks.py split
     run 1 100 probe_small_t python3 scripts/gpu/probe_small_t_gap.py
     CUDA_VISIBLE_DEVICES=1 timeout 200 ncu --profile-from-start off --clock-control none --csv --page raw $NCU_SECTIONS \
       --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
@@ -52,7 +36,7 @@ b)  # the single-launch split-K fixup: W4A16 GPU tests and tile/split sweep; spa
     run 0 300 sweep_w4a16 python3 scripts/gpu/sweep_w4a16_decode.py
   ) &
   (
-    run 1 120 sweep_split python3 scripts/gpu/sweep_sparse_split.py
+    run 1 120 sweep_split python3 scripts/gpu/sweep_sparse_chunks.py split
     run 1 200 sweep_warps python3 scripts/gpu/sweep_sparse_warps.py --widths 500 1024 2048 3000 4096 8192 --tokens 1 16 64 128 256 512 1024
     CUDA_VISIBLE_DEVICES=1 timeout 120 ncu --profile-from-start off --clock-control none --csv --page raw $NCU_SECTIONS \
       --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \

@@ -16,6 +16,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
+from sweep_io import emit
 from sweep_w4a16_decode import SHAPES, bench_rotating, device_info, rotating_weights
 
 from exactfuse.bench.results import geomean
@@ -60,11 +61,7 @@ def main() -> None:
     lines.append(
         "\ngeomean fixup / two-launch time per M: " + "  ".join(f"M{m}={geomean(r):.3f}" for m, r in ratios.items())
     )
-    text = "\n".join(lines)
-    print(text)
-    if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "sweep_w4a16_fixup.txt"), "w") as f:
-            f.write(text + "\n")
+    emit("sweep_w4a16_fixup.txt", lines)
 
 
 if __name__ == "__main__":
