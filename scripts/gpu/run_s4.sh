@@ -6,6 +6,8 @@
 #                                  # split and mid-T warps sweeps; verify of both ops
 #   bash scripts/gpu/run_s4.sh c   # after b: GPU tests, split-K fixup A/B, benchmarks (w4a16 M <= 128,
 #                                  # all sparse shapes in two shards), silu small-T probe
+#   bash scripts/gpu/run_s4.sh d   # split-K fixup for decode only: W4A16 tests, M 32-128 re-benchmarked,
+#                                  # the other GPU tests (AOTI excepted)
 source "$(dirname "$0")/lib.sh"
 NCU_SECTIONS="--section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats --section WarpStateStats --section MemoryWorkloadAnalysis"
 case "${1:-a}" in
@@ -74,6 +76,18 @@ c)  # after b's choices: GPU tests, the fixup A/B, benchmarks of every shape who
   echo "== fixup"; tail -3 "$OUT/logs/sweep_fixup.txt" | cut -c1-200
   echo "== probe"; tail -10 "$OUT/logs/probe_small_t.txt" | cut -c1-200
   echo "== verify"; grep -E "PASS|FAIL|ERROR" "$OUT/logs/verify.txt" | cut -c1-160 | tail -4
+  ;;
+d)  # split-K fixup for decode only: W4A16 GPU tests, the M 32-128 shapes re-benchmarked; every other GPU test
+  (
+    run 0 170 t_w4a16 python3 -m pytest -m gpu -q -rfE -p no:cacheprovider tests/ops/test_w4a16_gemm.py tests/ops/test_w4a16_linear.py
+    bench 0 70 w4 w4a16_gemm --dtype bf16 --dtype fp16 --case '/M(32|64|128)-' \
+      --provider triton --provider native --provider cublas-dense --provider torch-int4
+  ) &
+  run 1 280 t_rest python3 -m pytest -m gpu -q -rfE -p no:cacheprovider tests -k "not aot_inductor" \
+    --ignore=tests/ops/test_w4a16_gemm.py --ignore=tests/ops/test_w4a16_linear.py --ignore=tests/ops/test_gelu_and_mul_sparse.py &
+  wait
+  cat "$OUT/rc.txt"
+  for t in t_w4a16 t_rest; do echo "== $t"; grep -E "FAILED|ERROR|passed|failed" "$OUT/logs/$t.txt" | tail -6 | cut -c1-200; done
   ;;
 esac
 for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -A7 "speedup of exactfuse" "$f" | cut -c1-150 | head -8; done

@@ -1,7 +1,7 @@
-"""W4A16 split-K on the GPU: the in-launch fixup (shipped) against the two-launch reduction, side by side.
+"""W4A16 split-K on the GPU: the in-launch fixup against the two-launch reduction, side by side.
 
 For the five benchmark (K, N) shapes and the fused buckets' M (bf16, group 128, symmetric, weights
-rotated past L2): the shipped configuration with ``fixup`` on and off, each output checked against
+rotated past L2): the shipped tile and split with ``fixup`` on and off, each output checked against
 the op's contract and the two bitwise equal before timing.
 
     PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_fixup.py      # about 1 minute on an H200

@@ -14,6 +14,12 @@ over the five benchmark (K, N) shapes):
   3 programs share an SM (Nsight Compute's occupancy limit, sweeps/ncu_w4a16_decode_s4*.txt),
   so the split's 4 per SM ran in more than one wave. Rounding the split down to one wave
   (``one_wave``) was not faster (32.8 µs at 4 per SM, 33.3 at 3).
+- Split-K sums its partials in the GEMM's own launch (``fixup``, the last slice to arrive) in
+  the decode bucket, and in a second launch above it. Session 4's side-by-side run
+  (scripts/gpu/sweep_w4a16_fixup.py, sweeps/sweep_w4a16_fixup_s4.txt, bf16, geomean of
+  fixup / two-launch time over the five shapes): M = 1 0.974, M = 4 0.974, M = 16 0.998,
+  M = 32 1.028, M = 64 1.189, M = 128 1.153 (the larger tiles' serial sum in one program
+  outlasts a separate reduction).
 - ``m32``: (32, 64, 128), 2 programs per SM: not swept.
 - ``m128`` (M <= 128): (64, 64, 64), 4 warps, 4 stages, split-K aiming at 8
   programs per SM without the traffic cap: 59.3 µs geomean over M in {64, 128}
@@ -72,15 +78,15 @@ class TileConfig:
     # torch.matmul: the spec's own GEMM, for large M where cuBLAS beats the fused kernel.
     dense: bool = False
     # Deterministic split-K sums the partials in the GEMM's own launch (the last slice to arrive);
-    # False: a second launch does (scripts/gpu/sweep_w4a16_fixup.py compares the two).
+    # False: a second launch does (BUCKETS says which bucket uses which).
     fixup: bool = True
 
 
-# (max M, name, BM, BN, BK, num_warps, num_stages, programs_per_sm, traffic_cap), first match wins.
-BUCKETS: tuple[tuple[int, str, int, int, int, int, int, int, bool], ...] = (
-    (16, "decode", 16, 128, 128, 4, 3, 4, True),
-    (32, "m32", 32, 64, 128, 4, 4, 2, True),
-    (128, "m128", 64, 64, 64, 4, 4, 8, False),
+# (max M, name, BM, BN, BK, num_warps, num_stages, programs_per_sm, traffic_cap, fixup), first match wins.
+BUCKETS: tuple[tuple[int, str, int, int, int, int, int, int, bool, bool], ...] = (
+    (16, "decode", 16, 128, 128, 4, 3, 4, True, True),
+    (32, "m32", 32, 64, 128, 4, 4, 2, True, False),
+    (128, "m128", 64, 64, 64, 4, 4, 8, False, False),
 )
 DENSE_ABOVE_M = BUCKETS[-1][0]  # larger M: dense_config()
 
@@ -130,10 +136,10 @@ def select_config(M: int, N: int, K: int, group_size: int, num_sms: int = H200_S
     """
     if M > DENSE_ABOVE_M:
         return dense_config()
-    name, BM, BN, BK, warps, stages, programs_per_sm, cap = next(b[1:] for b in BUCKETS if b[0] >= M)
+    name, BM, BN, BK, warps, stages, programs_per_sm, cap, fixup = next(b[1:] for b in BUCKETS if b[0] >= M)
     BK = min(BK, max(16, next_power_of_2(K)))
     split, k_per_split = choose_split(M, N, K, BM, BN, BK, num_sms, programs_per_sm, traffic_cap=cap)
-    return TileConfig(name, BM, BN, BK, warps, stages, split, k_per_split)
+    return TileConfig(name, BM, BN, BK, warps, stages, split, k_per_split, fixup=fixup)
 
 
 def dense_config() -> TileConfig:
