@@ -7,7 +7,8 @@
 #   bash scripts/gpu/run_s4.sh c   # after b: GPU tests, split-K fixup A/B, benchmarks (w4a16 M <= 128,
 #                                  # all sparse shapes in two shards), silu small-T probe
 #   bash scripts/gpu/run_s4.sh d   # split-K fixup for decode only: W4A16 tests, M 32-128 re-benchmarked,
-#                                  # the other GPU tests (AOTI excepted)
+#                                  # the other GPU tests (AOTI excepted; cut by its 280 s limit)
+#   bash scripts/gpu/run_s4.sh e   # registry and harness GPU tests, verify of w4a16 and sparse
 source "$(dirname "$0")/lib.sh"
 NCU_SECTIONS="--section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats --section WarpStateStats --section MemoryWorkloadAnalysis"
 case "${1:-a}" in
@@ -88,6 +89,14 @@ d)  # split-K fixup for decode only: W4A16 GPU tests, the M 32-128 shapes re-ben
   wait
   cat "$OUT/rc.txt"
   for t in t_w4a16 t_rest; do echo "== $t"; grep -E "FAILED|ERROR|passed|failed" "$OUT/logs/$t.txt" | tail -6 | cut -c1-200; done
+  ;;
+e)  # what d's time limit cut: the registry and harness GPU tests (all ops), verify of the changed ops
+  run 0 240 t_reg python3 -m pytest -m gpu -q -rfE -p no:cacheprovider tests/registry tests/bench -k "not aot_inductor" &
+  run 1 200 verify python3 -m exactfuse verify --op w4a16_gemm --op gelu_and_mul_sparse &
+  wait
+  cat "$OUT/rc.txt"
+  echo "== t_reg"; grep -E "FAILED|ERROR|passed|failed" "$OUT/logs/t_reg.txt" | tail -6 | cut -c1-200
+  echo "== verify"; grep -E "PASS|FAIL|ERROR" "$OUT/logs/verify.txt" | cut -c1-160 | tail -6
   ;;
 esac
 for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -A7 "speedup of exactfuse" "$f" | cut -c1-150 | head -8; done
