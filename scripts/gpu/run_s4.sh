@@ -9,6 +9,7 @@
 #   bash scripts/gpu/run_s4.sh d   # split-K fixup for decode only: W4A16 tests, M 32-128 re-benchmarked,
 #                                  # the other GPU tests (AOTI excepted; cut by its 280 s limit)
 #   bash scripts/gpu/run_s4.sh e   # registry and harness GPU tests, verify of w4a16 and sparse
+#   bash scripts/gpu/run_s4.sh f   # gated-activation and moe GPU tests
 source "$(dirname "$0")/lib.sh"
 NCU_SECTIONS="--section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats --section WarpStateStats --section MemoryWorkloadAnalysis"
 case "${1:-a}" in
@@ -97,6 +98,13 @@ e)  # what d's time limit cut: the registry and harness GPU tests (all ops), ver
   cat "$OUT/rc.txt"
   echo "== t_reg"; grep -E "FAILED|ERROR|passed|failed" "$OUT/logs/t_reg.txt" | tail -6 | cut -c1-200
   echo "== verify"; grep -E "PASS|FAIL|ERROR" "$OUT/logs/verify.txt" | cut -c1-160 | tail -6
+  ;;
+f)  # the gated-activation and moe GPU tests at the final revision (their code is unchanged since session 3)
+  run 0 280 t_act python3 -m pytest -m gpu -q -rfE --durations=5 -p no:cacheprovider tests/ops/test_activation.py -k "not aot_inductor" &
+  run 1 280 t_moe python3 -m pytest -m gpu -q -rfE --durations=5 -p no:cacheprovider tests/ops/test_moe_silu_and_mul.py -k "not aot_inductor" &
+  wait
+  cat "$OUT/rc.txt"
+  for t in t_act t_moe; do echo "== $t"; grep -E "FAILED|ERROR|passed|failed|s call" "$OUT/logs/$t.txt" | tail -8 | cut -c1-200; done
   ;;
 esac
 for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -A7 "speedup of exactfuse" "$f" | cut -c1-150 | head -8; done
