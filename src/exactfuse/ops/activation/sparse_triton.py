@@ -286,9 +286,11 @@ def gelu_and_mul_sparse_split_apply_kernel(
 # for d <= 8192, sweeps/sweep_sparse_warps_s4.txt). Few rows take more warps (a row's reduction
 # latency is the time), many rows fewer (more programs share an SM): d = 2048 T = 16 2.25 -> 2.14
 # µs at 16 warps; d = 1024 T = 1024 4.43 -> 3.99 at 4; d = 8192 T = 512 10.55 -> 9.89 at 16.
-# Session 4's single table (8 / 8 / 16 / 32 / 32 / 32) was 1.026x slower than per-shape best
-# geomean over those shapes, 1.19x at worst (d = 3000, T = 512). d = 32768 spills 22 registers a
-# thread at 32 warps (64 registers; 42 at 16 warps, 74 at 8), and 32 warps is still the fastest.
+# Over session 4's 42 swept shapes the single table used before (8 / 8 / 16 / 32 / 32 / 32) was
+# 1.026x slower than per-shape best geomean, 1.19x at worst (d = 3000, T = 512); this table,
+# read from the same run, is 1.002x, 1.027x at worst (d = 2048, T = 512: 4 warps, best 8).
+# d = 32768 spills 22 registers a thread at 32 warps (64 registers; 42 at 16 warps, 74 at 8),
+# and 32 warps is still the fastest.
 WARPS_BY_BD = {
     1024: (8, 8, 4),
     2048: (16, 8, 4),
