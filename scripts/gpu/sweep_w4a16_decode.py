@@ -31,6 +31,7 @@ from exactfuse.bench.roofline import measure_copy_bandwidth
 from exactfuse.bench.timing import cudagraph_timer
 from exactfuse.ops.w4a16 import CONTRACT, _bytes, _random_prepared, dense_weight, w4a16_gemm
 from exactfuse.ops.w4a16 import triton as w4
+from exactfuse.ops.w4a16.heuristics import BUCKETS as SHIPPED_BUCKETS
 from exactfuse.ops.w4a16.heuristics import TileConfig, choose_split
 
 SHAPES = ((4096, 4096), (4096, 14336), (14336, 4096), (8192, 8192), (4096, 28672))
@@ -112,7 +113,8 @@ def main() -> None:
                     for rule, (pps, cap, wave) in [(r, RULES[r]) for r in RULES_BY_BUCKET.get(bucket, RULES)]:
                         BM, BN, BK, warps, stages = tile
                         split, kps = choose_split(M, N, K, BM, BN, BK, sms, pps, 64, cap, wave)
-                        cfg = TileConfig(bucket, BM, BN, BK, warps, stages, split, kps)
+                        fixup = next(b[-1] for b in SHIPPED_BUCKETS if b[1] == bucket)  # the bucket's split-K sum
+                        cfg = TileConfig(bucket, BM, BN, BK, warps, stages, split, kps, fixup=fixup)
                         if cfg not in seen:
                             out = w4.launch_w4a16_gemm(*args0, config=cfg)
                             check = CONTRACT.check(out, native, args=args0)

@@ -28,27 +28,11 @@ from sweep_w4a16_decode import bench_rotating, device_info, rotating_weights
 from exactfuse.bench.results import geomean
 from exactfuse.ops.w4a16 import CONTRACT, _bytes, w4a16_gemm
 from exactfuse.ops.w4a16 import triton as w4
-from exactfuse.ops.w4a16.heuristics import (
-    BUCKETS,
-    DENSE_ABOVE_M,
-    TileConfig,
-    choose_split,
-    dense_config,
-    select_config,
-)
+from exactfuse.ops.w4a16.heuristics import dense_config, fused_config
 
 SHAPES = ((4096, 4096), (4096, 14336), (14336, 4096), (8192, 8192), (4096, 28672))
 MS = (1, 4, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 DENSE_FROM_M = 64  # the dense path is timed from this M up
-
-
-def fused_config(M: int, N: int, K: int, sms: int) -> TileConfig:
-    """The fused kernel's bucket configuration; above ``DENSE_ABOVE_M`` the largest bucket's tile."""
-    if M <= DENSE_ABOVE_M:
-        return select_config(M, N, K, 128, sms)
-    _, name, BM, BN, BK, warps, stages, pps, cap = BUCKETS[-1]
-    split, kps = choose_split(M, N, K, BM, BN, BK, sms, pps, traffic_cap=cap)
-    return TileConfig(name, BM, BN, BK, warps, stages, split, kps)
 
 
 def main() -> None:
@@ -63,7 +47,7 @@ def main() -> None:
             a = torch.randn((M, K), dtype=dtype, device=dev)
             args0 = (a, w0.qweight, w0.scales, None, None, None, 128)
             native = w4a16_gemm.native(*args0)
-            fused = fused_config(M, N, K, sms)
+            fused = fused_config(M, N, K, num_sms=sms)
             paths = {"fused": fused}
             if M >= DENSE_FROM_M:
                 paths["dense"] = dense_config()

@@ -136,7 +136,14 @@ def select_config(M: int, N: int, K: int, group_size: int, num_sms: int = H200_S
     """
     if M > DENSE_ABOVE_M:
         return dense_config()
-    name, BM, BN, BK, warps, stages, programs_per_sm, cap, fixup = next(b[1:] for b in BUCKETS if b[0] >= M)
+    return fused_config(M, N, K, num_sms)
+
+
+def fused_config(M: int, N: int, K: int, num_sms: int = H200_SMS) -> TileConfig:
+    """The fused kernel's configuration: the first bucket that holds M (the last one above it, which
+    sweeps use to compare the fused kernel with the dense path), split-K for this M."""
+    bucket = next((b for b in BUCKETS if b[0] >= M), BUCKETS[-1])
+    name, BM, BN, BK, warps, stages, programs_per_sm, cap, fixup = bucket[1:]
     BK = min(BK, max(16, next_power_of_2(K)))
     split, k_per_split = choose_split(M, N, K, BM, BN, BK, num_sms, programs_per_sm, traffic_cap=cap)
     return TileConfig(name, BM, BN, BK, warps, stages, split, k_per_split, fixup=fixup)
