@@ -26,6 +26,7 @@ from sweep_sparse_warps import TIMER, WORKING_SET, time_us
 
 from exactfuse.bench.results import geomean
 from exactfuse.bench.timing import recompile_limits
+from exactfuse.ops.activation import sparse_heuristics as sh
 from exactfuse.ops.activation import sparse_triton as st
 from exactfuse.ops.activation.sparse import STD_MULTIPLIER, gelu_and_mul_sparse
 from exactfuse.registry.contracts import RowBitwise
@@ -76,7 +77,7 @@ def main() -> None:
     lines.append(" ".join(f"{name:>{width}}" for name, width in head) + "   GB/s")
     for (T, d), row in times.items():
         best = min((c for c in row if isinstance(c, tuple)), key=row.get)
-        kind, block, warps = st.choose_kernel(T, d)
+        kind, block, warps = sh.choose_kernel(T, d)
         ship = (block, warps) if kind == opts.kernel else "whole"
         us = row.get(ship, float("nan"))  # nan: the shipped choice is the other chunked kernel
         lines.append(

@@ -5,7 +5,7 @@ compiles for) and token counts T in {1, 64, 1024}: the time of each num_warps
 (CUDA-graph replay, median, inputs rotated so the working set exceeds L2),
 registers and spills of each compiled specialization, and the num_warps whose
 geomean over the bucket's shapes is lowest. The last block prints the table to
-paste into ``WARPS_BY_BD`` in src/exactfuse/ops/activation/sparse_triton.py
+paste into ``WARPS_BY_BD`` in src/exactfuse/ops/activation/sparse_heuristics.py
 and how much the shipped table loses against it (geomean, worst shape).
 
     PYTHONPATH=src python3 scripts/gpu/sweep_sparse_warps.py      # < 3 minutes on an H200
@@ -24,6 +24,7 @@ import torch
 from exactfuse.bench import resources
 from exactfuse.bench.results import geomean
 from exactfuse.bench.timing import cudagraph_timer
+from exactfuse.ops.activation import sparse_heuristics as sh
 from exactfuse.ops.activation import sparse_triton as st
 from exactfuse.ops.activation.sparse import STD_MULTIPLIER
 
@@ -38,12 +39,12 @@ TIMER = cudagraph_timer(rep_ms=20)
 
 
 def _load(T: int, d: int) -> int:
-    return st.load_class(-(-T // st.sparse_config(d)[0]), 132)
+    return sh.load_class(-(-T // sh.sparse_config(d)[0]), 132)
 
 
 def candidate_warps(d: int) -> list[int]:
     """Warp counts that give each thread 4..128 elements of the program's BT x BD block."""
-    bt, bd, _ = st.sparse_config(d)
+    bt, bd, _ = sh.sparse_config(d)
     return [w for w in WARPS if 4 <= bt * bd // (32 * w) <= 128] or [4]
 
 
@@ -73,11 +74,11 @@ def main() -> None:
                 before = resources.snapshot([st.gelu_and_mul_sparse_kernel])
                 row[w] = time_us(sets, d, w, kernel="whole")
                 for res in resources.new_specializations(before, resources.snapshot([st.gelu_and_mul_sparse_kernel])):
-                    regs[(st.sparse_config(d)[1], w)] = f"{res.n_regs} regs/{res.n_spills} spills"
+                    regs[(sh.sparse_config(d)[1], w)] = f"{res.n_regs} regs/{res.n_spills} spills"
     print(f"{'T':>5} {'d':>6} {'best w':>6} {'us':>8} {'shipped w':>9} {'us':>8} {'x':>6} {'GB/s best':>9}")
     for (T, d), row in times.items():
         best = min(row, key=row.get)
-        shipped = st.sparse_config(d, T)[2]
+        shipped = sh.sparse_config(d, T)[2]
         ours = row.get(shipped, float("nan"))
         print(
             f"{T:>5} {d:>6} {best:>6} {row[best]:8.2f} {shipped:>9} {ours:8.2f} {ours / row[best]:6.3f} "
@@ -85,19 +86,19 @@ def main() -> None:
         )
     print("\nper BD bucket and load (0 few, 1 mid, 2 many programs per SM): geomean slowdown vs per-shape best")
     suggested, loss = {}, []
-    for bd in sorted({st.sparse_config(d)[1] for d in opts.widths}):
+    for bd in sorted({sh.sparse_config(d)[1] for d in opts.widths}):
         for load in range(3):
-            shapes = [r for (T, d), r in times.items() if st.sparse_config(d)[1] == bd and _load(T, d) == load]
+            shapes = [r for (T, d), r in times.items() if sh.sparse_config(d)[1] == bd and _load(T, d) == load]
             if not shapes:
                 continue
             common = set.intersection(*(set(r) for r in shapes))
             scores = {w: geomean(r[w] / min(r.values()) for r in shapes) for w in common}
             suggested[(max(bd, 1024), load)] = min(scores, key=scores.get)
-            loss.extend(r[st.WARPS_BY_BD[max(bd, 1024)][load]] / min(r.values()) for r in shapes)
+            loss.extend(r[sh.WARPS_BY_BD[max(bd, 1024)][load]] / min(r.values()) for r in shapes)
             cells = "  ".join(f"w{w}: {s:.3f} ({regs.get((bd, w), '?')})" for w, s in sorted(scores.items()))
             print(f"  BD {bd:>5} load {load}: {cells}")
     print(f"\nsuggested (BD, load): warps = {dict(sorted(suggested.items()))}")
-    print(f"shipped   WARPS_BY_BD = {st.WARPS_BY_BD}")
+    print(f"shipped   WARPS_BY_BD = {sh.WARPS_BY_BD}")
     if loss:
         print(f"shipped table vs per-shape best: geomean {geomean(loss):.3f}x, worst {max(loss):.3f}x")
     out = os.environ.get("OUT")
@@ -105,7 +106,7 @@ def main() -> None:
         with open(os.path.join(out, "sweep_sparse_warps.txt"), "w") as f:
             for (T, d), row in times.items():
                 for w, us in sorted(row.items(), key=lambda kv: kv[1]):
-                    f.write(f"T={T} d={d} warps={w} {us:.3f}us {regs.get((st.sparse_config(d)[1], w), '')}\n")
+                    f.write(f"T={T} d={d} warps={w} {us:.3f}us {regs.get((sh.sparse_config(d)[1], w), '')}\n")
 
 
 if __name__ == "__main__":

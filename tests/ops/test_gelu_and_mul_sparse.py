@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import exactfuse
+from exactfuse.ops.activation import sparse_heuristics as sh
 from exactfuse.ops.activation import sparse_triton as st
 from exactfuse.ops.activation.sparse import STD_MULTIPLIER, gelu_and_mul_sparse
 from exactfuse.registry.contracts import RowBitwise, ZeroMaskTolerance
@@ -65,7 +66,7 @@ def test_interpreter_chunked_kernels_contract_matrix(kernel, monkeypatch):
     """fp16 through the looped or the split kernels at every width, in chunks that cut every row wider
     than 16 in 2-4 (the split kernels combine 2-4 chunk statistics per row)."""
     chunk = lambda D: 16 if D <= 31 else 64 if D <= 128 else 512  # noqa: E731
-    monkeypatch.setattr(st, "choose_kernel", lambda T, D, sms: (kernel, chunk(D), 4))
+    monkeypatch.setattr(sh, "choose_kernel", lambda T, D, sms: (kernel, chunk(D), 4))
     _assert_matrix("cpu", torch.float16, quick=True)
 
 
@@ -77,8 +78,8 @@ def test_gpu_chunked_kernels_contract_matrix(kernel, dtype, monkeypatch):
     """The full matrix through the looped or the split kernels at every width and T, in their shipped
     configuration (the heuristic uses them for wide rows only); the 4096-wide chunks cut the rows
     from d = 8192 up."""
-    config = {"looped": (st.LOOP_CHUNK, st.LOOP_WARPS), "split": (st.SPLIT_CHUNK, st.SPLIT_WARPS)}[kernel]
-    monkeypatch.setattr(st, "choose_kernel", lambda T, D, sms: (kernel, *config))
+    config = {"looped": (sh.LOOP_CHUNK, sh.LOOP_WARPS), "split": (sh.SPLIT_CHUNK, sh.SPLIT_WARPS)}[kernel]
+    monkeypatch.setattr(sh, "choose_kernel", lambda T, D, sms: (kernel, *config))
     _assert_matrix("cuda", dtype, quick=False)
 
 
@@ -219,7 +220,7 @@ def test_which_provider_runs(make, provider):
     ],
 )
 def test_launch_heuristic(d, T, expected):
-    assert st.sparse_config(d, T) == expected
+    assert sh.sparse_config(d, T) == expected
 
 
 @pytest.mark.parametrize(
@@ -240,15 +241,15 @@ def test_launch_heuristic(d, T, expected):
 )
 def test_kernel_choice(T, d, kernel):
     """Wide rows loop in large batches and split across programs in small ones."""
-    chosen = st.choose_kernel(T, d)
+    chosen = sh.choose_kernel(T, d)
     assert chosen[0] == kernel
     if kernel == "whole":
-        assert chosen[1:] == st.sparse_config(d, T)[1:]
+        assert chosen[1:] == sh.sparse_config(d, T)[1:]
 
 
 def test_launch_heuristic_rejects_widths_beyond_the_kernel():
     with pytest.raises(ValueError, match=r"d must be in \[1, 32768\] for the Triton kernel, got 32769"):
-        st.sparse_config(32769)
+        sh.sparse_config(32769)
 
 
 # -------------------------------------------------------------------- layer
@@ -295,9 +296,9 @@ def test_warmup_runs_the_launcher():
 
 @pytest.mark.interpreter
 def test_warmup_compiles_every_kernel_the_choice_uses(monkeypatch):
-    monkeypatch.setattr(st, "warmup_batches", lambda D, num_sms: (1, 2, 3, 4))
+    monkeypatch.setattr(sh, "warmup_batches", lambda D, num_sms: (1, 2, 3, 4))
     choices = {(1, 16): ("split", 8, 1), (3, 16): ("looped", 8, 1), (4, 16): ("whole", 16, 2)}
-    monkeypatch.setattr(st, "choose_kernel", lambda T, D, sms: choices.get((T, D), ("whole", D, 1)))
+    monkeypatch.setattr(sh, "choose_kernel", lambda T, D, sms: choices.get((T, D), ("whole", D, 1)))
     calls = []
     launch = st.launch_gelu_and_mul_sparse
     monkeypatch.setattr(
@@ -310,9 +311,9 @@ def test_warmup_compiles_every_kernel_the_choice_uses(monkeypatch):
 
 def test_warmup_batches_reach_every_load_class_and_kernel():
     for d in (1, 500, 2048, 8192, 12288, 32768):
-        bt = st.sparse_config(d)[0]
-        batches = {*range(1, 2 * st.LOOP_MIN_T), *range(bt, bt * 4 * 132, bt)}
-        assert {st.choose_kernel(T, d) for T in st.warmup_batches(d)} == {st.choose_kernel(T, d) for T in batches}, d
+        bt = sh.sparse_config(d)[0]
+        batches = {*range(1, 2 * sh.LOOP_MIN_T), *range(bt, bt * 4 * 132, bt)}
+        assert {sh.choose_kernel(T, d) for T in sh.warmup_batches(d)} == {sh.choose_kernel(T, d) for T in batches}, d
 
 
 # --------------------------------------------------- compile, graphs, AOT

@@ -1,6 +1,7 @@
 """Declaration of ``gelu_and_mul_sparse`` (Gemma3n's sparse GELU).
 
-Spec in ``sparse_native.py``, kernel in ``sparse_triton.py``; this file
+Spec in ``sparse_native.py``, kernels in ``sparse_triton.py``, their launch choice in
+``sparse_heuristics.py``; this file
 registers them, the input generator (shared by tests, ``verify`` and
 ``bench``), warmup, benchmark grids and roofline cost.
 """
@@ -48,7 +49,7 @@ def _triton_supports(x: torch.Tensor, std_multiplier: float, approximate: str) -
         return False
     if x.device.type == "cpu" and x.dtype == torch.bfloat16:
         return False  # the interpreter has no bf16 arithmetic
-    if x.shape[-1] // 2 > _triton.MAX_D:
+    if x.shape[-1] // 2 > _heuristics.MAX_D:
         return False
     return x.is_contiguous() or (x.dim() == 2 and x.stride(-1) == 1)
 
@@ -57,13 +58,19 @@ gelu_and_mul_sparse = op(
     native.gelu_and_mul_sparse, contract=CONTRACT, interpreter_contract=INTERPRETER_CONTRACT, check=_check
 )
 
+from exactfuse.ops.activation import sparse_heuristics as _heuristics  # noqa: E402
 from exactfuse.ops.activation import sparse_triton as _triton  # noqa: E402
 
 gelu_and_mul_sparse.provider(
     "triton",
     supported=platform.triton_available,
     supports_args=_triton_supports,
-    kernels=[_triton.gelu_and_mul_sparse_kernel],
+    kernels=[
+        _triton.gelu_and_mul_sparse_kernel,
+        _triton.gelu_and_mul_sparse_looped_kernel,
+        _triton.gelu_and_mul_sparse_split_stats_kernel,
+        _triton.gelu_and_mul_sparse_split_apply_kernel,
+    ],
 )(_triton.gelu_and_mul_sparse_triton)
 
 
@@ -132,13 +139,13 @@ def _inputs(device: torch.device, dtype: torch.dtype, *, quick: bool = False, se
 @gelu_and_mul_sparse.warmup
 def _warmup(device, dtype, *, widths=(2048, 8192, 16384), approximate=("tanh",), **_other_ops_options):
     """Compile the kernels for each output width ``d`` in ``widths`` and each GELU form: every kernel
-    :func:`~exactfuse.ops.activation.sparse_triton.choose_kernel` picks for some batch size at that width."""
+    :func:`~exactfuse.ops.activation.sparse_heuristics.choose_kernel` picks for some batch size at that width."""
     sms = num_sms(torch.device(device))
     for a in (approximate,) if isinstance(approximate, str) else approximate:
         for d in widths:
             seen = set()
-            for T in _triton.warmup_batches(d, sms):
-                if (plan := _triton.choose_kernel(T, d, sms)) not in seen:
+            for T in _heuristics.warmup_batches(d, sms):
+                if (plan := _heuristics.choose_kernel(T, d, sms)) not in seen:
                     seen.add(plan)
                     x = torch.ones((T, 2 * d), dtype=dtype, device=device)
                     _triton.launch_gelu_and_mul_sparse(x, STD_MULTIPLIER, a)
