@@ -296,12 +296,13 @@ def launch_gelu_and_mul_sparse(
     forces one of ``sparse_heuristics.KERNELS``, ``chunk`` and ``num_warps`` override its configuration.
     """
     D = x.shape[-1] // 2
-    y = empty((*x.shape[:-1], D), x.dtype, x.device)
+    device = x.device  # builds a torch.device: once per call
+    y = empty((*x.shape[:-1], D), x.dtype, device)
     if y.numel() == 0:
         return y
     x2 = x if x.dim() == 2 else x.reshape(-1, 2 * D)
     T = x2.shape[0]
-    sms = num_sms(x.device)
+    sms = num_sms(device)
     chosen, block, warps = heuristics.choose_kernel(T, D, sms)
     if kernel is not None and kernel != chosen:
         if kernel not in heuristics.KERNELS:
@@ -321,7 +322,7 @@ def launch_gelu_and_mul_sparse(
     elif chosen == "split":
         S = triton.cdiv(D, block)
         # fp32 (sum, m2) per row and chunk; the first kernel writes every entry
-        stats = empty((T, S, 2), torch.float32, x.device)
+        stats = empty((T, S, 2), torch.float32, device)
         torch.library.wrap_triton(gelu_and_mul_sparse_split_stats_kernel)[(T, S)](
             x2, stats, D, x2.stride(0), BC=block, INT64_INDEX=common["INT64_INDEX"], num_warps=warps
         )
