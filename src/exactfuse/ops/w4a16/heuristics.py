@@ -55,6 +55,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from exactfuse.utils import next_power_of_2
 
@@ -80,15 +81,36 @@ class TileConfig:
     # Deterministic split-K sums the partials in the GEMM's own launch (the last slice to arrive);
     # False: a second launch does (BUCKETS says which bucket uses which).
     fixup: bool = True
+    # The CUDA-core kernel (w4a16_gemv_kernel): BM rows at once, no tl.dot, BK divides the group.
+    gemv: bool = False
+    # Sweep-only: the gemv kernel rounds every weight to the activation dtype (ROUND_W).
+    gemv_round_w: bool = False
 
 
-# (max M, name, BM, BN, BK, num_warps, num_stages, programs_per_sm, traffic_cap, fixup), first match wins.
-BUCKETS: tuple[tuple[int, str, int, int, int, int, int, int, bool, bool], ...] = (
-    (16, "decode", 16, 128, 128, 4, 3, 4, True, True),
-    (32, "m32", 32, 64, 128, 4, 4, 2, True, False),
-    (128, "m128", 64, 64, 64, 4, 4, 8, False, False),
+class Bucket(NamedTuple):
+    """The launch rule for M up to ``max_m``: tile, pipeline depth, split-K rule and split-K sum."""
+
+    max_m: int
+    name: str
+    BM: int  # rows per tile; the gemv kernel uses next_pow2(M) up to BM
+    BN: int
+    BK: int
+    num_warps: int
+    num_stages: int
+    programs_per_sm: int  # split-K aims at this many programs per SM (choose_split)
+    traffic_cap: bool
+    fixup: bool  # split-K sums in the GEMM's launch (TileConfig.fixup)
+    gemv: bool = False  # the CUDA-core kernel (TileConfig.gemv)
+
+
+# First match wins.
+BUCKETS: tuple[Bucket, ...] = (
+    Bucket(4, "gemv", 4, 128, 128, 4, 1, 8, True, True, gemv=True),
+    Bucket(16, "decode", 16, 128, 128, 4, 3, 4, True, True),
+    Bucket(32, "m32", 32, 64, 128, 4, 4, 2, True, False),
+    Bucket(128, "m128", 64, 64, 64, 4, 4, 8, False, False),
 )
-DENSE_ABOVE_M = BUCKETS[-1][0]  # larger M: dense_config()
+DENSE_ABOVE_M = BUCKETS[-1].max_m  # larger M: dense_config()
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -136,17 +158,25 @@ def select_config(M: int, N: int, K: int, group_size: int, num_sms: int = H200_S
     """
     if M > DENSE_ABOVE_M:
         return dense_config()
-    return fused_config(M, N, K, num_sms)
+    return fused_config(M, N, K, group_size, num_sms)
 
 
-def fused_config(M: int, N: int, K: int, num_sms: int = H200_SMS) -> TileConfig:
+def fused_config(M: int, N: int, K: int, group_size: int, num_sms: int = H200_SMS) -> TileConfig:
     """The fused kernel's configuration: the first bucket that holds M (the last one above it, which
     sweeps use to compare the fused kernel with the dense path), split-K for this M."""
-    bucket = next((b for b in BUCKETS if b[0] >= M), BUCKETS[-1])
-    name, BM, BN, BK, warps, stages, programs_per_sm, cap, fixup = bucket[1:]
-    BK = min(BK, max(16, next_power_of_2(K)))
-    split, k_per_split = choose_split(M, N, K, BM, BN, BK, num_sms, programs_per_sm, traffic_cap=cap)
-    return TileConfig(name, BM, BN, BK, warps, stages, split, k_per_split, fixup=fixup)
+    b = next((b for b in BUCKETS if b.max_m >= M), BUCKETS[-1])
+    return bucket_config(b, M, N, K, group_size, num_sms)
+
+
+def bucket_config(b: Bucket, M: int, N: int, K: int, group_size: int, num_sms: int = H200_SMS) -> TileConfig:
+    """Bucket ``b``'s configuration at this problem size (sweeps build candidate buckets)."""
+    BK = min(b.BK, max(16, next_power_of_2(K)))
+    BM = b.BM
+    if b.gemv:  # rows padded to a power of two; a tile lies in one group
+        BM = min(BM, next_power_of_2(max(M, 1)))
+        BK = min(BK, group_size) if 0 < group_size < K else BK
+    split, k_per_split = choose_split(M, N, K, BM, b.BN, BK, num_sms, b.programs_per_sm, traffic_cap=b.traffic_cap)
+    return TileConfig(b.name, BM, b.BN, BK, b.num_warps, b.num_stages, split, k_per_split, fixup=b.fixup, gemv=b.gemv)
 
 
 def dense_config() -> TileConfig:

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Session 5's device calls on nvidia-h200-x2 (two GPUs, two lanes):
+#   bash scripts/gpu/run_s5.sh a   # W4A16 gemv kernel: GPU tests, verify; gemv sweep, ncu of the M = 1 call
+source "$(dirname "$0")/lib.sh"
+NCU_SECTIONS="--section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats --section WarpStateStats --section MemoryWorkloadAnalysis"
+W4_TESTS="tests/ops/test_w4a16_gemm.py tests/ops/test_w4a16_linear.py tests/ops/test_w4a16_compile.py"
+ncu_w4a16() {  # ncu_w4a16 GPU LIMIT_S: profile_w4a16_decode.py under Nsight Compute, then its summary
+  CUDA_VISIBLE_DEVICES=$1 timeout "$2" ncu --profile-from-start off --clock-control none --csv --page raw $NCU_SECTIONS \
+    --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+    python3 scripts/gpu/profile_w4a16_decode.py > "$OUT/logs/ncu_w4a16.csv" 2> "$OUT/logs/ncu_w4a16.err"
+  echo "ncu rc=$?" >> "$OUT/rc.txt"
+  python3 scripts/gpu/profile_w4a16_decode.py --summary "$OUT/logs/ncu_w4a16.csv" > "$OUT/logs/ncu_summary.txt" 2>&1
+}
+case "${1:-a}" in
+a)
+  (
+    run 0 300 t_w4a16 python3 -m pytest -m gpu -q -rfE --durations=6 -p no:cacheprovider $W4_TESTS
+    run 0 150 verify python3 -m exactfuse verify --op w4a16_gemm
+  ) &
+  (
+    run 1 330 sweep_gemv python3 scripts/gpu/sweep_w4a16_gemv.py
+    ncu_w4a16 1 120
+  ) &
+  wait
+  cat "$OUT/rc.txt"
+  echo "== t_w4a16"; grep -E "FAILED|passed|failed|s call|Error" "$OUT/logs/t_w4a16.txt" | tail -14 | cut -c1-220
+  echo "== verify"; grep -E "PASS|FAIL|ERROR" "$OUT/logs/verify.txt" | cut -c1-160 | tail -6
+  echo "== gemv sweep"; cat "$OUT"/sweep_w4a16_gemv_phase1.txt; grep -A6 "geomean µs over" "$OUT"/sweep_w4a16_gemv.txt | cut -c1-400
+  tail -5 "$OUT/logs/sweep_gemv.txt" | cut -c1-300
+  echo "== ncu"; grep -E "^ +[0-9]|time_us|stalls" "$OUT/logs/ncu_summary.txt" | cut -c1-300
+  ;;
+esac
+(cd "$OUT" && tar czf /tmp/all.tgz . && rm -rf ./* && mv /tmp/all.tgz all.tgz)
