@@ -61,7 +61,7 @@ b)  # the single-launch split-K fixup: W4A16 GPU tests and tile/split sweep; spa
 c)  # after b's choices: GPU tests, the fixup A/B, benchmarks of every shape whose launch changed
   (
     run 0 150 t_w4a16 python3 -m pytest -m gpu -q -rfE -p no:cacheprovider tests/ops/test_w4a16_gemm.py tests/ops/test_w4a16_linear.py
-    run 0 100 sweep_fixup python3 scripts/gpu/sweep_w4a16_fixup.py
+    run 0 100 sweep_fixup python3 scripts/gpu/sweep_w4a16_ab.py fixup 1 4 16 32 64 128  # then sweep_w4a16_fixup.py
     bench 0 110 w4 w4a16_gemm --dtype bf16 --dtype fp16 --case '/M(1|2|4|8|16|32|64|128)-' \
       --provider triton --provider native --provider cublas-dense --provider torch-int4
     bench 0 160 sp1 gelu_and_mul_sparse --shard 1/2

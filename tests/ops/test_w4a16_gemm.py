@@ -358,6 +358,23 @@ def test_gpu_split_fixup_leaves_counters_zero_across_shapes():
 
 
 @pytest.mark.gpu
+def test_gpu_split_fixup_on_a_side_stream_has_its_own_counters():
+    """Counters are per stream (the raw handle): a side stream's launches use their own buffer, which they
+    leave zero, and give the default stream's result."""
+    case = make_case("M1", 1, 4096, 4096, torch.bfloat16, "cuda", make_generator(9))
+    first = w4a16_gemm(*case.args)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        outs = [w4a16_gemm(*case.args) for _ in range(3)]
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    assert all(torch.equal(first, o) for o in outs)
+    key = (first.device, side.cuda_stream)
+    assert key in w4_triton._COUNTERS and not any(b.any() for b in w4_triton._COUNTERS[key])
+
+
+@pytest.mark.gpu
 def test_gpu_atomic_mode_meets_the_contract():
     case = make_case("M4", 4, 4096, 4096, torch.float16, "cuda", make_generator(4), symmetric=False)
     assert w4_triton.select_config(4, 4096, 4096, 128, w4_triton.num_sms(torch.device("cuda"))).split_k > 1

@@ -32,11 +32,15 @@ def dequant_kn_tile(
     EVEN_K: tl.constexpr,
     BK: tl.constexpr,
     BN: tl.constexpr,
+    I2F: tl.constexpr = False,
 ):
     """``(q - z) * s`` in fp32 (exact) for prepared rows ``k0 .. k0 + BK`` and columns ``o_n``: ``[BK, BN]``.
 
     Rounding it to the activation dtype gives the spec's dequantized weight. Words past K (not EVEN_K)
     and columns outside ``m_n`` read as 0. Pointers and the constexprs as in :func:`w4a16_gemm_kernel`.
+    ``q - z`` comes out exact without an int-to-float conversion: ``q | 0x4B000000`` is the float
+    ``2^23 + q``, minus ``2^23 + z`` (the zero points are converted once per group). I2F (sweep-only):
+    the conversion instead.
     """
     o_j = tl.arange(0, BK // 8)
     m_r = (k0 // 8 + o_j) < K // 8
@@ -44,21 +48,25 @@ def dequant_kn_tile(
     b_q = tl.load(p_qw + (k0 // 8 + o_j)[:, None] * N + o_n[None, :], mask=m_q, other=0)
     # [BK/8, BN] words -> [BK/8, 8, BN] nibbles -> [BK, BN]: row 8r + j is nibble j of word r.
     b_q = tl.reshape((b_q[:, None, :] >> (tl.arange(0, 8) * 4)[None, :, None]) & 0xF, (BK, BN))
+    ZT = tl.int32 if I2F else tl.float32
+    BIAS = 0 if I2F else 8388608.0  # 2^23
     if GROUPS_PER_TILE == 1:
         o_g = k0 // GROUP
         b_s = tl.load(p_s + o_g * N + o_n, mask=m_n, other=0.0).to(tl.float32)[None, :]
-        b_z = tl.load(p_z + o_g * N + o_n, mask=m_n, other=0).to(tl.int32)[None, :] if HAS_ZEROS else 8
+        b_z = tl.load(p_z + o_g * N + o_n, mask=m_n, other=0).to(ZT)[None, :] + BIAS if HAS_ZEROS else 8 + BIAS
     else:
         o_g = k0 // GROUP + tl.arange(0, GROUPS_PER_TILE)
         m_g = (o_g < K // GROUP)[:, None] & m_n[None, :]
         b_s = tl.load(p_s + o_g[:, None] * N + o_n[None, :], mask=m_g, other=0.0).to(tl.float32)
         b_s = tl.reshape(tl.broadcast_to(b_s[:, None, :], (GROUPS_PER_TILE, GROUP, BN)), (BK, BN))
         if HAS_ZEROS:
-            b_z = tl.load(p_z + o_g[:, None] * N + o_n[None, :], mask=m_g, other=0).to(tl.int32)
+            b_z = tl.load(p_z + o_g[:, None] * N + o_n[None, :], mask=m_g, other=0).to(ZT) + BIAS
             b_z = tl.reshape(tl.broadcast_to(b_z[:, None, :], (GROUPS_PER_TILE, GROUP, BN)), (BK, BN))
         else:
-            b_z = 8
-    return (b_q - b_z).to(tl.float32) * b_s
+            b_z = 8 + BIAS
+    if I2F:
+        return (b_q - b_z).to(tl.float32) * b_s
+    return ((b_q | 0x4B000000).to(tl.float32, bitcast=True) - b_z) * b_s
 
 
 @triton.jit
@@ -76,6 +84,7 @@ def w4a16_dequant_kernel(
     INT64_INDEX: tl.constexpr,
     BK: tl.constexpr,
     BN: tl.constexpr,
+    I2F: tl.constexpr = False,
 ):
     """Dense weight ``p_w [K, N]`` (the scales' dtype, contiguous) = the spec's dequantization, one
     ``[BK, BN]`` tile per program; the ``dense`` configuration multiplies it with ``torch.matmul``.
@@ -85,7 +94,7 @@ def w4a16_dequant_kernel(
         k0 = k0.to(tl.int64)
     o_n = tl.program_id(1) * BN + tl.arange(0, BN)
     m_n = o_n < N
-    b_w = dequant_kn_tile(p_qw, p_s, p_z, k0, o_n, m_n, N, K, GROUP, GROUPS_PER_TILE, HAS_ZEROS, EVEN_K, BK, BN)
+    b_w = dequant_kn_tile(p_qw, p_s, p_z, k0, o_n, m_n, N, K, GROUP, GROUPS_PER_TILE, HAS_ZEROS, EVEN_K, BK, BN, I2F)
     o_k = k0 + tl.arange(0, BK)
     m_w = (o_k < K)[:, None] & m_n[None, :]
     tl.store(p_w + o_k[:, None] * N + o_n[None, :], b_w.to(p_w.dtype.element_ty), mask=m_w)
@@ -121,6 +130,7 @@ def dense_gemm(
         INT64_INDEX=K * N >= 2**31,
         BK=cfg.BK,
         BN=cfg.BN,
+        I2F=cfg.i2f,
         num_warps=cfg.num_warps,
     )
     if perm is not None:

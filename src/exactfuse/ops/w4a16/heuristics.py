@@ -16,7 +16,7 @@ over the five benchmark (K, N) shapes):
   (``one_wave``) was not faster (32.8 µs at 4 per SM, 33.3 at 3).
 - Split-K sums its partials in the GEMM's own launch (``fixup``, the last slice to arrive) in
   the decode bucket, and in a second launch above it. Session 4's side-by-side run
-  (scripts/gpu/sweep_w4a16_fixup.py, sweeps/sweep_w4a16_fixup_s4.txt, bf16, geomean of
+  (scripts/gpu/sweep_w4a16_ab.py fixup, sweeps/sweep_w4a16_fixup_s4.txt, bf16, geomean of
   fixup / two-launch time over the five shapes): M = 1 0.974, M = 4 0.974, M = 16 0.998,
   M = 32 1.028, M = 64 1.189, M = 128 1.153 (the larger tiles' serial sum in one program
   outlasts a separate reduction).
@@ -85,6 +85,8 @@ class TileConfig:
     gemv: bool = False
     # Sweep-only: the gemv kernel rounds every weight to the activation dtype (ROUND_W).
     gemv_round_w: bool = False
+    # Sweep-only: the tl.dot and dense dequantization convert q - z with I2F (the old way).
+    i2f: bool = False
 
 
 class Bucket(NamedTuple):

@@ -73,6 +73,7 @@ def w4a16_gemm_kernel(
     BN: tl.constexpr,
     BK: tl.constexpr,
     GROUP_M: tl.constexpr,
+    I2F: tl.constexpr = False,
 ):
     """One ``[BM, BN]`` tile of ``a[:, perm] @ W`` over K slice ``program_id(1)``.
 
@@ -116,7 +117,9 @@ def w4a16_gemm_kernel(
             b_a = tl.load(p_ab, mask=m_m[:, None], other=0.0)
         else:
             b_a = tl.load(p_ab, mask=m_m[:, None] & m_k[None, :], other=0.0)
-        b_w = dequant_kn_tile(p_qw, p_s, p_z, k0, o_n, m_n, N, K, GROUP, GROUPS_PER_TILE, HAS_ZEROS, EVEN_K, BK, BN)
+        b_w = dequant_kn_tile(
+            p_qw, p_s, p_z, k0, o_n, m_n, N, K, GROUP, GROUPS_PER_TILE, HAS_ZEROS, EVEN_K, BK, BN, I2F
+        )
         b_w = b_w.to(DT)
         acc = tl.dot(b_a, b_w, acc)
 
@@ -306,7 +309,9 @@ _COUNTERS: dict[tuple[torch.device, int], list[torch.Tensor]] = {}
 
 def arrival_counters(device: torch.device, tiles: int) -> torch.Tensor:
     """Zeroed int32 counters, at least ``tiles`` of them, for launches on the current stream of ``device``."""
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    # The raw handle, as Triton's launcher reads it: torch.cuda.current_stream builds a Stream object
+    # per call (scripts/gpu/probe_stream_lookup.py times both).
+    stream = torch._C._cuda_getCurrentRawStream(device.index) if device.type == "cuda" else 0
     buffers = _COUNTERS.setdefault((device, stream), [])
     if not buffers or buffers[-1].numel() < tiles:
         buffers.append(torch.zeros(max(tiles, 4096), dtype=torch.int32, device=device))
@@ -407,6 +412,7 @@ def launch_w4a16_gemm(
             GROUPS_PER_TILE=cfg.BK // G if G < cfg.BK else 1,
             INT64_INDEX=max(a.numel(), cfg.split_k * M * N) >= 2**31,
             GROUP_M=GROUP_M,
+            I2F=cfg.i2f,
             **flags,
         )
     if split and not fixup:

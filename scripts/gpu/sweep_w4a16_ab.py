@@ -1,0 +1,79 @@
+"""W4A16 A/B of one boolean ``TileConfig`` field on the GPU, side by side, at the shipped configurations.
+
+For the five benchmark (K, N) shapes and the given M (bf16, group 128, symmetric, weights rotated
+past L2): the heuristic's configuration with ``FIELD`` on and off, each output checked against the
+op's contract, and the two checked bitwise equal where the field must not change the sums
+(``EQUAL``), before timing. Configurations where the field has no effect are skipped.
+
+    PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_ab.py fixup 1 4 16 32 64 128  # about 1 minute
+    PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_ab.py i2f 8 16 64 256 1024
+
+``fixup``: the split-K sum in the GEMM's launch against a second launch (session 4,
+sweeps/sweep_w4a16_fixup_s4.txt). ``i2f``: the tl.dot and dense dequantization's ``q - z`` by
+int-to-float conversion against the 2^23 float trick (session 5).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from sweep_io import emit
+from sweep_w4a16_decode import SHAPES, bench_rotating, device_info, rotating_weights
+
+from exactfuse.bench.results import geomean
+from exactfuse.ops.w4a16 import CONTRACT, w4a16_gemm
+from exactfuse.ops.w4a16 import triton as w4
+from exactfuse.ops.w4a16.heuristics import select_config
+
+APPLIES = {  # field: configurations where it changes the launch
+    "fixup": lambda cfg: cfg.split_k > 1 and not cfg.dense,
+    "i2f": lambda cfg: not cfg.gemv,
+    "gemv_round_w": lambda cfg: cfg.gemv,
+}
+EQUAL = {"fixup", "i2f"}  # the same sums in the same order: bitwise equal outputs
+
+
+def main() -> None:
+    field, ms = sys.argv[1], [int(m) for m in sys.argv[2:]]
+    dtype = torch.bfloat16
+    dev, sms, _ = device_info()
+    lines, ratios = [f"{'K':>6} {'N':>6} {'M':>5} {'config':>7} {'on µs':>8} {'off µs':>8} {'on/off':>7}"], {}
+    for K, N in SHAPES:
+        ws, _, copies = rotating_weights(K, N, dtype, dev)
+        for M in ms:
+            a = torch.randn((M, K), dtype=dtype, device=dev)
+            args0 = (a, ws[0].qweight, ws[0].scales, None, None, None, 128)
+            cfg = select_config(M, N, K, 128, sms)
+            if not APPLIES[field](cfg):
+                continue
+            times, outs = {}, []
+            for on in (True, False):
+                c = dataclasses.replace(cfg, **{field: on})
+                outs.append(w4.launch_w4a16_gemm(*args0, config=c))
+                check = CONTRACT.check(outs[-1], w4a16_gemm.native(*args0), args=args0)
+                assert check.passed, (c, check.detail)
+                times[on] = bench_rotating(
+                    lambda i, a=a, c=c, ws=ws: w4.launch_w4a16_gemm(
+                        a, ws[i].qweight, ws[i].scales, None, None, None, 128, config=c
+                    ),
+                    copies,
+                )
+            assert field not in EQUAL or torch.equal(*outs), (K, N, M)
+            ratio = times[True] / times[False]
+            ratios.setdefault(M, []).append(ratio)
+            lines.append(f"{K:>6} {N:>6} {M:>5} {cfg.name:>7} {times[True]:8.2f} {times[False]:8.2f} {ratio:7.3f}")
+        ws = None
+        torch.cuda.empty_cache()
+    lines.append(
+        f"\ngeomean {field} on / off time per M: " + "  ".join(f"M{m}={geomean(r):.3f}" for m, r in ratios.items())
+    )
+    emit(f"sweep_w4a16_{field}.txt", lines)
+
+
+if __name__ == "__main__":
+    main()
