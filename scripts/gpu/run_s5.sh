@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Session 5's device calls on nvidia-h200-x2 (two GPUs, two lanes):
 #   bash scripts/gpu/run_s5.sh a   # W4A16 gemv kernel: GPU tests, verify; gemv sweep, ncu of the M = 1 call
+#                                  # (ran at 69c7649; the gemv kernel and its sweep script were removed after it)
+#   bash scripts/gpu/run_s5.sh b   # W4A16 dequantization without I2F: GPU tests, verify, A/B against I2F,
+#                                  # stream lookup probe, benchmark of all 120 shapes
 source "$(dirname "$0")/lib.sh"
 NCU_SECTIONS="--section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats --section WarpStateStats --section MemoryWorkloadAnalysis"
 W4_TESTS="tests/ops/test_w4a16_gemm.py tests/ops/test_w4a16_linear.py tests/ops/test_w4a16_compile.py"
@@ -28,6 +31,25 @@ a)
   echo "== gemv sweep"; cat "$OUT"/sweep_w4a16_gemv_phase1.txt; grep -A6 "geomean µs over" "$OUT"/sweep_w4a16_gemv.txt | cut -c1-400
   tail -5 "$OUT/logs/sweep_gemv.txt" | cut -c1-300
   echo "== ncu"; grep -E "^ +[0-9]|time_us|stalls" "$OUT/logs/ncu_summary.txt" | cut -c1-300
+  ;;
+b)
+  (
+    run 0 200 t_w4a16 python3 -m pytest -m gpu -q -rfE --durations=4 -p no:cacheprovider $W4_TESTS
+    run 0 100 verify python3 -m exactfuse verify --op w4a16_gemm
+  ) &
+  (
+    run 1 200 ab_i2f python3 scripts/gpu/sweep_w4a16_ab.py i2f 1 16 64 256 1024
+    run 1 30 probe_stream python3 scripts/gpu/probe_stream_lookup.py
+    bench 1 230 w4 w4a16_gemm --dtype bf16 --dtype fp16 \
+      --provider triton --provider native --provider cublas-dense --provider torch-int4
+  ) &
+  wait
+  cat "$OUT/rc.txt"
+  echo "== t_w4a16"; grep -E "FAILED|passed|failed|Error" "$OUT/logs/t_w4a16.txt" | tail -8 | cut -c1-220
+  echo "== verify"; grep -E "PASS|FAIL|ERROR" "$OUT/logs/verify.txt" | cut -c1-160 | tail -4
+  echo "== i2f A/B"; cat "$OUT/sweep_w4a16_i2f.txt" | cut -c1-120; tail -3 "$OUT/logs/ab_i2f.txt" | cut -c1-300
+  echo "== stream"; cat "$OUT/logs/probe_stream.txt" | tail -3
+  for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -A9 "speedup of exactfuse" "$f" | cut -c1-150 | head -10; done
   ;;
 esac
 (cd "$OUT" && tar czf /tmp/all.tgz . && rm -rf ./* && mv /tmp/all.tgz all.tgz)

@@ -32,8 +32,7 @@ from exactfuse.ops.w4a16.heuristics import select_config
 
 APPLIES = {  # field: configurations where it changes the launch
     "fixup": lambda cfg: cfg.split_k > 1 and not cfg.dense,
-    "i2f": lambda cfg: not cfg.gemv,
-    "gemv_round_w": lambda cfg: cfg.gemv,
+    "i2f": lambda cfg: True,
 }
 EQUAL = {"fixup", "i2f"}  # the same sums in the same order: bitwise equal outputs
 

@@ -47,7 +47,7 @@ def main() -> None:
             a = torch.randn((M, K), dtype=dtype, device=dev)
             args0 = (a, w0.qweight, w0.scales, None, None, None, 128)
             native = w4a16_gemm.native(*args0)
-            fused = fused_config(M, N, K, 128, num_sms=sms)
+            fused = fused_config(M, N, K, num_sms=sms)
             paths = {"fused": fused}
             if M >= DENSE_FROM_M:
                 paths["dense"] = dense_config()

@@ -9,7 +9,7 @@ import torch
 import exactfuse
 from exactfuse.ops.w4a16 import CONTRACT, make_case, native, quantize_rtn, random_weights, w4a16_gemm
 from exactfuse.ops.w4a16 import triton as w4_triton
-from exactfuse.ops.w4a16.heuristics import BUCKETS, H200_SMS, bucket_config, dense_config, select_config, with_split
+from exactfuse.ops.w4a16.heuristics import H200_SMS, dense_config, select_config, with_split
 from exactfuse.ops.w4a16.packing import dequantize_gptq, prepare_gptq
 from exactfuse.testing import check_provider, make_generator
 
@@ -21,16 +21,9 @@ def _gid(g):
     return "gch" if g == -1 else f"g{g}"
 
 
-# The launch paths: the heuristic's choice, the fused kernels at every M (gemv at small M, the m128 tile
-# above M = 128), the tl.dot kernel at every M (the decode tile where the heuristic runs gemv), the dense
-# path (dequantize + cuBLAS) at every M.
-LAYOUTS = ["heuristic", "fused", "dot", "dense"]
-DECODE = next(b for b in BUCKETS if b.name == "decode")
-
-
-def _dot(M, N, K, g):
-    """The tl.dot kernel's configuration for M: the decode tile up to its M, else the heuristic's fused one."""
-    return bucket_config(DECODE, M, N, K, g) if DECODE.max_m >= M else select_config(min(M, 128), N, K, g)
+# The launch paths: the heuristic's choice, the fused kernel at every M (the m128 tile above M = 128),
+# the dense path (dequantize + cuBLAS) at every M.
+LAYOUTS = ["heuristic", "fused", "dense"]
 
 
 def _force(layout):
@@ -38,7 +31,6 @@ def _force(layout):
     return {
         "heuristic": None,
         "fused": lambda M, N, K, g: select_config(min(M, 128), N, K, g),
-        "dot": _dot,
         "dense": lambda M, N, K, g: dense_config(),
     }[layout]
 
@@ -103,19 +95,17 @@ def test_identity_activations_return_the_dequantized_weight(group_size, sym, act
     """A = I: every output is one weight times 1, summed with zeros, so it must be exact (torch.equal)."""
     K = 256
     _identity_check("cpu", torch.float16, K, 64, group_size, sym, act, slice(0, K))  # M = 256: the dense path
-    for rows, name in ((slice(125, 128), "gemv"), (slice(120, 128), "decode")):  # split-K, both small-M kernels
-        cfg = with_split(select_config(rows.stop - rows.start, 64, K, group_size), K, 2)
-        assert cfg.name == name and cfg.split_k == 2, cfg
-        _identity_check("cpu", torch.float16, K, 64, group_size, sym, act, rows, config=cfg)
+    cfg = select_config(3, 64, K, group_size)
+    assert cfg.name == "decode" and cfg.split_k == 2
+    _identity_check("cpu", torch.float16, K, 64, group_size, sym, act, slice(125, 128))  # split-K decode
 
 
 @pytest.mark.interpreter
 @pytest.mark.parametrize("deterministic", [True, False], ids=["workspace", "atomic"])
 @pytest.mark.parametrize("split", [1, 2, 4])
-@pytest.mark.parametrize("M", [3, 5], ids=["gemv", "dot"])
-def test_forced_split_counts_meet_the_contract(M, split, deterministic):
-    case = make_case(f"M{M}-K512-N64", M, 512, 64, torch.float16, "cpu", make_generator(7), bias=True, symmetric=False)
-    cfg = with_split(select_config(M, 64, 512, 128), 512, split)
+def test_forced_split_counts_meet_the_contract(split, deterministic):
+    case = make_case("M5-K512-N64", 5, 512, 64, torch.float16, "cpu", make_generator(7), bias=True, symmetric=False)
+    cfg = with_split(select_config(5, 64, 512, 128), 512, split)
     assert cfg.split_k == split
     expected = native.w4a16_gemm(*case.args)
     with exactfuse.poison_outputs():
@@ -132,14 +122,13 @@ def test_forced_split_counts_meet_the_contract(M, split, deterministic):
 
 @pytest.mark.interpreter
 @pytest.mark.parametrize("split", [3, 5, 10])
-@pytest.mark.parametrize("M", [3, 8], ids=["gemv", "dot"])
-def test_split_fixup_equals_the_two_launch_reduction(M, split):
+def test_split_fixup_equals_the_two_launch_reduction(split):
     """The in-launch fixup (partials read four at a time, masked ones adding -0.0) sums in the same order
     as the separate reduction kernel: bitwise equal outputs, bias included, for split counts that are not
     multiples of four."""
     K = 1280
-    case = make_case(f"M{M}-K1280-N64", M, K, 64, torch.float16, "cpu", make_generator(8), bias=True)
-    cfg = with_split(select_config(M, 64, K, 128), K, split)
+    case = make_case("M3-K1280-N64", 3, K, 64, torch.float16, "cpu", make_generator(8), bias=True)
+    cfg = with_split(select_config(3, 64, K, 128), K, split)
     assert cfg.split_k == split and cfg.fixup
     fused = w4_triton.launch_w4a16_gemm(*case.args, config=cfg)
     two_launch = w4_triton.launch_w4a16_gemm(*case.args, config=dataclasses.replace(cfg, fixup=False))
@@ -147,13 +136,12 @@ def test_split_fixup_equals_the_two_launch_reduction(M, split):
 
 
 @pytest.mark.interpreter
-@pytest.mark.parametrize("layout", ["fused", "dot", "dense"])
+@pytest.mark.parametrize("layout", ["fused", "dense"])
 @pytest.mark.parametrize(("sym", "act"), [(True, False), (False, True)], ids=["sym", "asym-actorder"])
 @pytest.mark.parametrize("group_size", GROUPS, ids=_gid)
 def test_tile_layouts_exact_dequant_and_contract(group_size, sym, act, layout):
-    """Each kernel at M = 3 (fused: gemv; dot: the decode tile; dense): identity bit-exact and the contract
-    with bias, unsplit and split 2 (the dense path: bitwise native); per-channel also at K = 200 (K not a
-    multiple of BK: masked last step)."""
+    """Each dequantization layout: identity bit-exact and the contract with bias, unsplit and split 2 (the
+    dense path: bitwise native); per-channel also at K = 200 (K not a multiple of BK: masked last step)."""
     for K in (256, 200) if group_size == -1 else (256,):
         t = _checkpoint(K, 64, group_size, sym, act)
         gen = make_generator(5)
@@ -162,7 +150,8 @@ def test_tile_layouts_exact_dequant_and_contract(group_size, sym, act, layout):
         qweight, scales, zeros, perm, g = prepare_gptq(t.qweight, t.qzeros, t.scales, t.g_idx)
         args = (a, qweight, scales, zeros, perm, bias, g)
         for split in (1, 2) if layout != "dense" else (1,):
-            cfg = with_split(_force(layout)(3, 64, K, group_size), K, split)
+            cfg = with_split(select_config(3, 64, K, group_size), K, split)
+            cfg = dense_config() if layout == "dense" else cfg
             _identity_check("cpu", torch.float16, K, 64, group_size, sym, act, slice(K - 3, K), config=cfg)
             with exactfuse.poison_outputs():
                 out = w4_triton.launch_w4a16_gemm(*args, config=cfg)
@@ -200,15 +189,12 @@ def test_contract_rejects_a_wrong_zero_point_and_nan():
 
 
 # ------------------------------------------------------------------ heuristic
-def test_small_m_splits_k_to_fill_the_h200():
+def test_decode_splits_k_to_fill_the_h200():
     for K, N in [(4096, 4096), (14336, 4096), (8192, 8192)]:
-        for M in (1, 2, 3, 4, 8, 16):
+        for M in (1, 2, 4, 8, 16):
             cfg = select_config(M, N, K, 128, H200_SMS)
             programs = -(-N // cfg.BN) * cfg.split_k
-            if M <= 4:  # gemv: rows padded to a power of two
-                assert cfg.name == "gemv" and cfg.gemv and {1: 1, 2: 2, 3: 4, 4: 4}[M] == cfg.BM
-            else:
-                assert cfg.name == "decode" and cfg.BM == 16 and not cfg.gemv
+            assert cfg.name == "decode" and cfg.BM == 16
             assert cfg.split_k > 1 and programs >= H200_SMS, (M, K, N, cfg)
             assert cfg.k_per_split % cfg.BK == 0 and (cfg.split_k - 1) * cfg.k_per_split < K  # no empty split
 
@@ -216,23 +202,15 @@ def test_small_m_splits_k_to_fill_the_h200():
 def test_split_rule_by_programs_per_sm_and_dense_above_m128():
     # decode aims at 4 programs per SM: 224 column tiles of 128 are < 264, so split 3 (H200 sweep at M=1:
     # 64.4 µs unsplit, 63.5 µs at S3); m32's 448 tiles of 64 are >= 2 per SM: no split
-    assert select_config(8, 28672, 4096, 128).split_k == 3
+    assert select_config(1, 28672, 4096, 128).split_k == 3
     assert select_config(32, 28672, 4096, 128).split_k == 1
     # split-K sums in the GEMM's launch for decode only (session 4: 2.6% faster at M <= 4, 15-19% slower at M 64-128)
     assert select_config(1, 4096, 4096, 128).fixup and not select_config(64, 4096, 4096, 128).fixup
     for M in (129, 1024, 4096):
         cfg = select_config(M, 4096, 4096, 128)
         assert cfg == dense_config() and cfg.dense and cfg.split_k == 1
-    names = [select_config(M, 4096, 4096, 128).name for M in (1, 4, 5, 16, 17, 32, 33, 128, 129, 512, 513)]
-    assert names == ["gemv", "gemv", "decode", "decode", "m32", "m32", "m128", "m128", "dense", "dense", "dense"]
-
-
-def test_gemv_tile_lies_in_one_group_and_holds_its_rows():
-    for g, BK in ((32, 32), (64, 64), (128, 128), (256, 128), (-1, 128)):
-        assert select_config(1, 4096, 4096, g).BK == BK
-    case = make_case("M4", 4, 256, 64, torch.float16, "cpu", make_generator(0))
-    with pytest.raises(ValueError, match=r"gemv configuration holds at most BM = 2 rows, got M = 4"):
-        w4_triton.launch_w4a16_gemm(*case.args, config=select_config(2, 64, 256, 128))
+    names = [select_config(M, 4096, 4096, 128).name for M in (1, 16, 17, 32, 33, 128, 129, 512, 513)]
+    assert names == ["decode", "decode", "m32", "m32", "m128", "m128", "dense", "dense", "dense"]
 
 
 # ------------------------------------------------------------------ bad input
@@ -300,8 +278,7 @@ def test_empty_batch_and_fake_shapes():
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", list(SHORT), ids=list(SHORT.values()))
 def test_gpu_contract_matrix(dtype, layout):
-    """Small matrix plus real shapes (4096/14336, M 1..1024, act-order, asym, bias), on each launch path
-    (the K-major tile dequantizes with PTX on the GPU: :func:`~exactfuse.ops.w4a16.triton.dequant_words_ptx`)."""
+    """Small matrix plus real shapes (4096/14336, M 1..1024, act-order, asym, bias), on each launch path."""
     _assert_cases_pass("cuda", dtype, quick=False, layout=layout)
 
 

@@ -46,7 +46,7 @@ w4a16_gemm.provider(
     "triton",
     supported=platform.triton_available,
     supports_args=_triton.triton_supports,
-    kernels=[_triton.w4a16_gemv_kernel, _triton.w4a16_gemm_kernel, _triton.w4a16_splitk_reduce_kernel],
+    kernels=[_triton.w4a16_gemm_kernel, _triton.w4a16_splitk_reduce_kernel],
 )(_triton.w4a16_gemm_triton)
 
 

@@ -81,10 +81,6 @@ class TileConfig:
     # Deterministic split-K sums the partials in the GEMM's own launch (the last slice to arrive);
     # False: a second launch does (BUCKETS says which bucket uses which).
     fixup: bool = True
-    # The CUDA-core kernel (w4a16_gemv_kernel): BM rows at once, no tl.dot, BK divides the group.
-    gemv: bool = False
-    # Sweep-only: the gemv kernel rounds every weight to the activation dtype (ROUND_W).
-    gemv_round_w: bool = False
     # Sweep-only: the tl.dot and dense dequantization convert q - z with I2F (the old way).
     i2f: bool = False
 
@@ -94,7 +90,7 @@ class Bucket(NamedTuple):
 
     max_m: int
     name: str
-    BM: int  # rows per tile; the gemv kernel uses next_pow2(M) up to BM
+    BM: int
     BN: int
     BK: int
     num_warps: int
@@ -102,12 +98,10 @@ class Bucket(NamedTuple):
     programs_per_sm: int  # split-K aims at this many programs per SM (choose_split)
     traffic_cap: bool
     fixup: bool  # split-K sums in the GEMM's launch (TileConfig.fixup)
-    gemv: bool = False  # the CUDA-core kernel (TileConfig.gemv)
 
 
 # First match wins.
 BUCKETS: tuple[Bucket, ...] = (
-    Bucket(4, "gemv", 4, 128, 128, 4, 1, 8, True, True, gemv=True),
     Bucket(16, "decode", 16, 128, 128, 4, 3, 4, True, True),
     Bucket(32, "m32", 32, 64, 128, 4, 4, 2, True, False),
     Bucket(128, "m128", 64, 64, 64, 4, 4, 8, False, False),
@@ -160,25 +154,21 @@ def select_config(M: int, N: int, K: int, group_size: int, num_sms: int = H200_S
     """
     if M > DENSE_ABOVE_M:
         return dense_config()
-    return fused_config(M, N, K, group_size, num_sms)
+    return fused_config(M, N, K, num_sms)
 
 
-def fused_config(M: int, N: int, K: int, group_size: int, num_sms: int = H200_SMS) -> TileConfig:
+def fused_config(M: int, N: int, K: int, num_sms: int = H200_SMS) -> TileConfig:
     """The fused kernel's configuration: the first bucket that holds M (the last one above it, which
     sweeps use to compare the fused kernel with the dense path), split-K for this M."""
     b = next((b for b in BUCKETS if b.max_m >= M), BUCKETS[-1])
-    return bucket_config(b, M, N, K, group_size, num_sms)
+    return bucket_config(b, M, N, K, num_sms)
 
 
-def bucket_config(b: Bucket, M: int, N: int, K: int, group_size: int, num_sms: int = H200_SMS) -> TileConfig:
+def bucket_config(b: Bucket, M: int, N: int, K: int, num_sms: int = H200_SMS) -> TileConfig:
     """Bucket ``b``'s configuration at this problem size (sweeps build candidate buckets)."""
     BK = min(b.BK, max(16, next_power_of_2(K)))
-    BM = b.BM
-    if b.gemv:  # rows padded to a power of two; a tile lies in one group
-        BM = min(BM, next_power_of_2(max(M, 1)))
-        BK = min(BK, group_size) if 0 < group_size < K else BK
-    split, k_per_split = choose_split(M, N, K, BM, b.BN, BK, num_sms, b.programs_per_sm, traffic_cap=b.traffic_cap)
-    return TileConfig(b.name, BM, b.BN, BK, b.num_warps, b.num_stages, split, k_per_split, fixup=b.fixup, gemv=b.gemv)
+    split, k_per_split = choose_split(M, N, K, b.BM, b.BN, BK, num_sms, b.programs_per_sm, traffic_cap=b.traffic_cap)
+    return TileConfig(b.name, b.BM, b.BN, BK, b.num_warps, b.num_stages, split, k_per_split, fixup=b.fixup)
 
 
 def dense_config() -> TileConfig:

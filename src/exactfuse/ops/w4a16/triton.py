@@ -126,83 +126,6 @@ def w4a16_gemm_kernel(
     _finish_tile(acc, p_out, p_bias, p_ws, p_count, i_mn, i_s, o_m, o_n, m_m, m_n, M, N, HAS_BIAS, SPLIT, ATOMIC, FIXUP)
 
 
-@triton.jit(do_not_specialize=["M"])
-def w4a16_gemv_kernel(
-    p_a,
-    p_qw,
-    p_s,
-    p_z,
-    p_perm,
-    p_bias,
-    p_out,
-    p_ws,
-    p_count,
-    M,
-    N,
-    K,
-    stride_am,
-    K_PER_SPLIT,
-    GROUP: tl.constexpr,
-    HAS_ZEROS: tl.constexpr,
-    HAS_PERM: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    SPLIT: tl.constexpr,
-    ATOMIC: tl.constexpr,
-    FIXUP: tl.constexpr,
-    EVEN_K: tl.constexpr,
-    BM: tl.constexpr,
-    BN: tl.constexpr,
-    BK: tl.constexpr,
-    ROUND_W: tl.constexpr = False,
-):
-    """Columns ``BN * program_id(0) ..`` of ``a[:, perm] @ W`` for all ``M <= BM`` rows, over K slice
-    ``program_id(1)``, on the CUDA cores (no tl.dot): the small-M kernel.
-
-    Arguments as in :func:`w4a16_gemm_kernel`; ``BK`` divides ``GROUP`` (a tile lies in one group).
-    Per weight: a shift, a mask-and-or that makes the float ``2^23 + q``, a subtraction of
-    ``2^23 + z`` (exact ``q - z``, no int-to-float conversion), and one FMA per row of ``a``. The scale
-    multiplies each thread's per-tile sum ``sum_k (q - z) a_k`` once, and the threads that share a
-    column add their sums at the end. So the weight ``(q - z) * s`` is never rounded to the activation
-    dtype: every product is exact in fp32 and only the sums round (fp32), which the Float64Relative
-    contract measures against native; one-hot rows of ``a`` still give the dequantized weight bit for bit.
-    """
-    i_n = tl.program_id(0)
-    i_s = tl.program_id(1)
-    o_m = tl.arange(0, BM)
-    o_n = i_n * BN + tl.arange(0, BN)
-    o_r = tl.arange(0, BK // 8)
-    m_m = o_m < M
-    m_n = o_n < N
-
-    k_start = i_s * K_PER_SPLIT
-    k_end = tl.minimum(k_start + K_PER_SPLIT, K)
-    acc = tl.zeros((BM, BK // 8, BN), dtype=tl.float32)
-    for k0 in range(k_start, k_end, BK):
-        rows = k0 // 8 + o_r
-        m_w = m_n[None, :] if EVEN_K else (rows < K // 8)[:, None] & m_n[None, :]
-        b_q = tl.load(p_qw + rows[:, None] * N + o_n[None, :], mask=m_w, other=0)
-        o_g = k0 // GROUP
-        b_s = tl.load(p_s + o_g * N + o_n, mask=m_n, other=0.0).to(tl.float32)
-        if HAS_ZEROS:
-            b_z = tl.load(p_z + o_g * N + o_n, mask=m_n, other=0).to(tl.float32) + 8388608.0
-        else:
-            b_z = tl.full((BN,), 8388616.0, dtype=tl.float32)  # 2^23 + 8
-        part = tl.zeros((BM, BK // 8, BN), dtype=tl.float32)
-        for j in tl.static_range(8):
-            # nibble j of every word: k = k0 + 8 * row + j
-            b_w = (((b_q >> (4 * j)) & 0xF) | 0x4B000000).to(tl.float32, bitcast=True) - b_z[None, :]
-            if ROUND_W:
-                b_w = (b_w * b_s[None, :]).to(p_a.dtype.element_ty).to(tl.float32)
-            o_k = k0 + 8 * o_r + j
-            o_ka = tl.load(p_perm + o_k, mask=o_k < K, other=0) if HAS_PERM else o_k
-            m_a = m_m[:, None] if EVEN_K else m_m[:, None] & (o_k < K)[None, :]
-            b_a = tl.load(p_a + o_m[:, None] * stride_am + o_ka[None, :], mask=m_a, other=0.0).to(tl.float32)
-            part += b_a[:, :, None] * b_w[None, :, :]
-        acc += part if ROUND_W else part * b_s[None, None, :]
-    acc = tl.sum(acc, axis=1)
-    _finish_tile(acc, p_out, p_bias, p_ws, p_count, i_n, i_s, o_m, o_n, m_m, m_n, M, N, HAS_BIAS, SPLIT, ATOMIC, FIXUP)
-
-
 @triton.jit
 def _finish_tile(
     acc,
@@ -223,7 +146,7 @@ def _finish_tile(
     ATOMIC: tl.constexpr,
     FIXUP: tl.constexpr,
 ):
-    """The fp32 ``[BM, BN]`` tile ``acc`` of K slice ``i_s`` to the output (both GEMM kernels): stored
+    """The fp32 ``[BM, BN]`` tile ``acc`` of K slice ``i_s`` to the output: stored
     (no split), added into the atomic buffer, or written to the workspace; with FIXUP the tile's last
     slice to arrive on counter ``i_tile`` sums the workspace and stores the output."""
     m_mn = m_m[:, None] & m_n[None, :]
@@ -369,7 +292,7 @@ def launch_w4a16_gemm(
         ws = torch.empty((cfg.split_k, M, N), dtype=torch.float32, device=a.device)
         if fixup:
             counts = arrival_counters(a.device, tiles)
-    tensors = (
+    torch.library.wrap_triton(w4a16_gemm_kernel)[(tiles, cfg.split_k)](
         a,
         qweight,
         scales,
@@ -379,9 +302,13 @@ def launch_w4a16_gemm(
         out,
         ws,
         counts,
-    )
-    flags = dict(
+        M,
+        N,
+        K,
+        a.stride(0),
+        cfg.k_per_split,
         GROUP=G,
+        GROUPS_PER_TILE=cfg.BK // G if G < cfg.BK else 1,
         HAS_ZEROS=zeros is not None,
         HAS_PERM=perm is not None,
         HAS_BIAS=bias is not None,
@@ -389,32 +316,15 @@ def launch_w4a16_gemm(
         ATOMIC=atomic,
         FIXUP=fixup,
         EVEN_K=K % cfg.BK == 0,
+        INT64_INDEX=max(a.numel(), cfg.split_k * M * N) >= 2**31,
         BM=cfg.BM,
         BN=cfg.BN,
         BK=cfg.BK,
+        GROUP_M=GROUP_M,
+        I2F=cfg.i2f,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
-    if cfg.gemv:
-        if M > cfg.BM:
-            raise ValueError(f"w4a16_gemm: the gemv configuration holds at most BM = {cfg.BM} rows, got M = {M}")
-        torch.library.wrap_triton(w4a16_gemv_kernel)[(tiles, cfg.split_k)](
-            *tensors, M, N, K, a.stride(0), cfg.k_per_split, ROUND_W=cfg.gemv_round_w, **flags
-        )
-    else:
-        torch.library.wrap_triton(w4a16_gemm_kernel)[(tiles, cfg.split_k)](
-            *tensors,
-            M,
-            N,
-            K,
-            a.stride(0),
-            cfg.k_per_split,
-            GROUPS_PER_TILE=cfg.BK // G if G < cfg.BK else 1,
-            INT64_INDEX=max(a.numel(), cfg.split_k * M * N) >= 2**31,
-            GROUP_M=GROUP_M,
-            I2F=cfg.i2f,
-            **flags,
-        )
     if split and not fixup:
         torch.library.wrap_triton(w4a16_splitk_reduce_kernel)[(triton.cdiv(M * N, REDUCE_BLOCK),)](
             ws,
