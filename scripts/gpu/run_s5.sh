@@ -3,7 +3,10 @@
 #   bash scripts/gpu/run_s5.sh a   # W4A16 gemv kernel: GPU tests, verify; gemv sweep, ncu of the M = 1 call
 #                                  # (ran at 69c7649; the gemv kernel and its sweep script were removed after it)
 #   bash scripts/gpu/run_s5.sh b   # W4A16 dequantization without I2F: GPU tests, verify, A/B against I2F,
-#                                  # stream lookup probe, benchmark of all 120 shapes
+#                                  # stream lookup probe, benchmark of all 120 shapes (ran at 8547007;
+#                                  # I2F won, so the fp32 trick and the i2f field were removed)
+#   bash scripts/gpu/run_s5.sh c   # W4A16 16-bit unpack: GPU tests, verify, A/B against the shift/I2F
+#                                  # unpack, SASS counts under the machine's Triton, benchmark of all shapes
 source "$(dirname "$0")/lib.sh"
 NCU_SECTIONS="--section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats --section WarpStateStats --section MemoryWorkloadAnalysis"
 W4_TESTS="tests/ops/test_w4a16_gemm.py tests/ops/test_w4a16_linear.py tests/ops/test_w4a16_compile.py"
@@ -49,6 +52,25 @@ b)
   echo "== verify"; grep -E "PASS|FAIL|ERROR" "$OUT/logs/verify.txt" | cut -c1-160 | tail -4
   echo "== i2f A/B"; cat "$OUT/sweep_w4a16_i2f.txt" | cut -c1-120; tail -3 "$OUT/logs/ab_i2f.txt" | cut -c1-300
   echo "== stream"; cat "$OUT/logs/probe_stream.txt" | tail -3
+  for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -A9 "speedup of exactfuse" "$f" | cut -c1-150 | head -10; done
+  ;;
+c)
+  (
+    run 0 200 t_w4a16 python3 -m pytest -m gpu -q -rfE --durations=4 -p no:cacheprovider $W4_TESTS
+    run 0 100 verify python3 -m exactfuse verify --op w4a16_gemm
+    run 0 60 sass python3 scripts/gpu/sass_w4a16.py
+  ) &
+  (
+    run 1 200 ab_unpack16 python3 scripts/gpu/sweep_w4a16_ab.py unpack16 1 16 64 256 1024
+    bench 1 230 w4 w4a16_gemm --dtype bf16 --dtype fp16 \
+      --provider triton --provider native --provider cublas-dense --provider torch-int4
+  ) &
+  wait
+  cat "$OUT/rc.txt"
+  echo "== t_w4a16"; grep -E "FAILED|passed|failed|Error" "$OUT/logs/t_w4a16.txt" | tail -8 | cut -c1-220
+  echo "== verify"; grep -E "PASS|FAIL|ERROR" "$OUT/logs/verify.txt" | cut -c1-160 | tail -4
+  echo "== unpack16 A/B"; cut -c1-120 "$OUT/sweep_w4a16_unpack16.txt"; tail -3 "$OUT/logs/ab_unpack16.txt" | cut -c1-300
+  echo "== sass"; grep -E "SASS|^Triton" "$OUT/logs/sass.txt"
   for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -A9 "speedup of exactfuse" "$f" | cut -c1-150 | head -10; done
   ;;
 esac

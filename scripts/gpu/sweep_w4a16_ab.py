@@ -6,11 +6,13 @@ op's contract, and the two checked bitwise equal where the field must not change
 (``EQUAL``), before timing. Configurations where the field has no effect are skipped.
 
     PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_ab.py fixup 1 4 16 32 64 128  # about 1 minute
-    PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_ab.py i2f 8 16 64 256 1024
+    PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_ab.py unpack16 1 16 64 256 1024
 
 ``fixup``: the split-K sum in the GEMM's launch against a second launch (session 4,
-sweeps/sweep_w4a16_fixup_s4.txt). ``i2f``: the tl.dot and dense dequantization's ``q - z`` by
-int-to-float conversion against the 2^23 float trick (session 5).
+sweeps/sweep_w4a16_fixup_s4.txt). ``unpack16``: the dequantization's 16-bit unpack against shifts
+and int-to-float conversions (session 5). Session 5 also ran ``i2f`` (git 8547007, field since
+removed): ``q - z`` by int-to-float conversion against the fp32 ``2^23`` trick
+(sweeps/sweep_w4a16_i2f_s5.txt).
 """
 
 from __future__ import annotations
@@ -32,9 +34,9 @@ from exactfuse.ops.w4a16.heuristics import select_config
 
 APPLIES = {  # field: configurations where it changes the launch
     "fixup": lambda cfg: cfg.split_k > 1 and not cfg.dense,
-    "i2f": lambda cfg: True,
+    "unpack16": lambda cfg: True,
 }
-EQUAL = {"fixup", "i2f"}  # the same sums in the same order: bitwise equal outputs
+EQUAL = {"fixup", "unpack16"}  # the same sums in the same order: bitwise equal outputs
 
 
 def main() -> None:

@@ -81,8 +81,8 @@ class TileConfig:
     # Deterministic split-K sums the partials in the GEMM's own launch (the last slice to arrive);
     # False: a second launch does (BUCKETS says which bucket uses which).
     fixup: bool = True
-    # Sweep-only: the tl.dot and dense dequantization convert q - z with I2F (the old way).
-    i2f: bool = False
+    # Sweep-only A/B: False unpacks with shifts and int-to-float conversions (dequant.dequant_kn_tile).
+    unpack16: bool = True
 
 
 class Bucket(NamedTuple):

@@ -73,7 +73,7 @@ def w4a16_gemm_kernel(
     BN: tl.constexpr,
     BK: tl.constexpr,
     GROUP_M: tl.constexpr,
-    I2F: tl.constexpr = False,
+    UNPACK16: tl.constexpr = True,
 ):
     """One ``[BM, BN]`` tile of ``a[:, perm] @ W`` over K slice ``program_id(1)``.
 
@@ -103,7 +103,6 @@ def w4a16_gemm_kernel(
     o_n = i_n * BN + tl.arange(0, BN)
     m_m = o_m < M
     m_n = o_n < N
-    DT = p_a.dtype.element_ty
 
     k_start = i_s * K_PER_SPLIT
     k_end = tl.minimum(k_start + K_PER_SPLIT, K)
@@ -118,9 +117,8 @@ def w4a16_gemm_kernel(
         else:
             b_a = tl.load(p_ab, mask=m_m[:, None] & m_k[None, :], other=0.0)
         b_w = dequant_kn_tile(
-            p_qw, p_s, p_z, k0, o_n, m_n, N, K, GROUP, GROUPS_PER_TILE, HAS_ZEROS, EVEN_K, BK, BN, I2F
+            p_qw, p_s, p_z, k0, o_n, m_n, N, K, GROUP, GROUPS_PER_TILE, HAS_ZEROS, EVEN_K, BK, BN, UNPACK16
         )
-        b_w = b_w.to(DT)
         acc = tl.dot(b_a, b_w, acc)
 
     _finish_tile(acc, p_out, p_bias, p_ws, p_count, i_mn, i_s, o_m, o_n, m_m, m_n, M, N, HAS_BIAS, SPLIT, ATOMIC, FIXUP)
@@ -321,7 +319,7 @@ def launch_w4a16_gemm(
         BN=cfg.BN,
         BK=cfg.BK,
         GROUP_M=GROUP_M,
-        I2F=cfg.i2f,
+        UNPACK16=cfg.unpack16,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )

@@ -1,0 +1,76 @@
+"""SASS instruction mix of the W4A16 fused kernel, compiled ahead of time for sm_90 (no GPU needed:
+Triton's bundled ptxas and nvdisasm).
+
+For the decode tile (group 128, symmetric, split-K with the in-launch fixup, bf16 and fp16) with the
+16-bit unpack (``UNPACK16``, shipped) and without (shifts and int-to-float conversions): the SASS
+instruction count of the whole kernel (its loop body runs once per BK step; Triton does not unroll
+it), the most frequent opcodes, and the shared-memory encodings Triton chose (TTGIR).
+
+    PYTHONPATH=src python3 scripts/gpu/sass_w4a16.py
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+sys.path.insert(0, os.path.dirname(__file__))
+from sweep_io import emit
+
+from exactfuse.ops.w4a16.heuristics import BUCKETS
+from exactfuse.ops.w4a16.triton import GROUP_M, w4a16_gemm_kernel
+
+POINTERS = dict(p_a="*{dt}", p_qw="*i32", p_s="*{dt}", p_z="*u8", p_perm="*i32", p_bias="*{dt}", p_out="*{dt}")
+POINTERS.update(p_ws="*fp32", p_count="*i32")
+SCALARS = ("M", "N", "K", "stride_am", "K_PER_SPLIT")
+
+
+def compile_decode(dtype: str, unpack16: bool, arch: int = 90):
+    b = next(b for b in BUCKETS if b.name == "decode")
+    const = dict(GROUP=128, GROUPS_PER_TILE=1, HAS_ZEROS=False, HAS_PERM=False, HAS_BIAS=False, SPLIT=True)
+    const.update(ATOMIC=False, FIXUP=True, EVEN_K=True, INT64_INDEX=False, BM=b.BM, BN=b.BN, BK=b.BK)
+    const.update(GROUP_M=GROUP_M, UNPACK16=unpack16)
+    pointers = {name: t.format(dt=dtype) for name, t in POINTERS.items()}
+    signature = {**pointers, **dict.fromkeys(SCALARS, "i32"), **dict.fromkeys(const, "constexpr")}
+    # what the launcher specializes for pointers and for sizes divisible by 16 (the benchmark shapes)
+    names = list(signature)
+    aligned = [*POINTERS, "N", "K", "stride_am", "K_PER_SPLIT"]
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
+    source = ASTSource(w4a16_gemm_kernel, signature, const, attrs)
+    options = dict(num_warps=b.num_warps, num_stages=b.num_stages)
+    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
+
+
+def opcodes(kernel) -> collections.Counter:
+    nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kernel.asm["cubin"])
+        f.flush()
+        text = subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True, check=True).stdout
+    ops = re.findall(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", text, re.M)
+    return collections.Counter(ops)
+
+
+def main() -> None:
+    lines = [f"Triton {triton.__version__}, sm_90, decode tile {next(b for b in BUCKETS if b.name == 'decode')}"]
+    for dtype, unpack16 in (("bf16", True), ("bf16", False), ("fp16", True), ("fp16", False)):
+        kernel = compile_decode(dtype, unpack16)
+        ops = opcodes(kernel)
+        head = f"{dtype} UNPACK16={unpack16}: {sum(ops.values())} SASS instructions"
+        lines.append(f"\n{head}, {kernel.metadata.shared} B shared")
+        lines.append("  " + "  ".join(f"{op} {n}" for op, n in ops.most_common(24)))
+        shared = sorted(set(re.findall(r"#ttg\.\w*shared<\{[^}]*\}>", kernel.asm["ttgir"])))
+        lines.append("  shared encodings: " + "; ".join(shared))
+    emit("sass_w4a16.txt", lines)
+
+
+if __name__ == "__main__":
+    main()
