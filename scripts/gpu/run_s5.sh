@@ -7,6 +7,9 @@
 #                                  # I2F won, so the fp32 trick and the i2f field were removed)
 #   bash scripts/gpu/run_s5.sh c   # W4A16 16-bit unpack: GPU tests, verify, A/B against the shift/I2F
 #                                  # unpack, SASS counts under the machine's Triton, benchmark of all shapes
+#                                  # (ran at a8066a1; the A/B stopped at its bitwise check, see NOTES)
+#   bash scripts/gpu/run_s5.sh d   # 16-bit unpack for the dense path only: GPU tests, verify, the A/B,
+#                                  # benchmark of all shapes; sparse ceiling probe
 source "$(dirname "$0")/lib.sh"
 NCU_SECTIONS="--section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats --section WarpStateStats --section MemoryWorkloadAnalysis"
 W4_TESTS="tests/ops/test_w4a16_gemm.py tests/ops/test_w4a16_linear.py tests/ops/test_w4a16_compile.py"
@@ -71,6 +74,25 @@ c)
   echo "== verify"; grep -E "PASS|FAIL|ERROR" "$OUT/logs/verify.txt" | cut -c1-160 | tail -4
   echo "== unpack16 A/B"; cut -c1-120 "$OUT/sweep_w4a16_unpack16.txt"; tail -3 "$OUT/logs/ab_unpack16.txt" | cut -c1-300
   echo "== sass"; grep -E "SASS|^Triton" "$OUT/logs/sass.txt"
+  for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -A9 "speedup of exactfuse" "$f" | cut -c1-150 | head -10; done
+  ;;
+d)
+  (
+    run 0 200 t_w4a16 python3 -m pytest -m gpu -q -rfE --durations=4 -p no:cacheprovider $W4_TESTS
+    run 0 100 verify python3 -m exactfuse verify --op w4a16_gemm
+    run 0 100 sparse_ceiling python3 scripts/gpu/probe_sparse_ceiling.py
+  ) &
+  (
+    run 1 200 ab_unpack16 python3 scripts/gpu/sweep_w4a16_ab.py unpack16 1 16 64 256 1024
+    bench 1 230 w4 w4a16_gemm --dtype bf16 --dtype fp16 \
+      --provider triton --provider native --provider cublas-dense --provider torch-int4
+  ) &
+  wait
+  cat "$OUT/rc.txt"
+  echo "== t_w4a16"; grep -E "FAILED|passed|failed|Error" "$OUT/logs/t_w4a16.txt" | tail -8 | cut -c1-220
+  echo "== verify"; grep -E "PASS|FAIL|ERROR" "$OUT/logs/verify.txt" | cut -c1-160 | tail -4
+  echo "== unpack16 A/B"; tail -4 "$OUT/sweep_w4a16_unpack16.txt" | cut -c1-200; tail -3 "$OUT/logs/ab_unpack16.txt" | cut -c1-300
+  echo "== sparse ceiling"; cut -c1-160 "$OUT/logs/sparse_ceiling.txt" | tail -15
   for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -A9 "speedup of exactfuse" "$f" | cut -c1-150 | head -10; done
   ;;
 esac

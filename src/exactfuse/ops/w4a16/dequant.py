@@ -57,7 +57,7 @@ def dequant_kn_tile(
     EVEN_K: tl.constexpr,
     BK: tl.constexpr,
     BN: tl.constexpr,
-    UNPACK16: tl.constexpr = True,
+    UNPACK16: tl.constexpr,
 ):
     """The spec's dequantized weight ``(q - z).to(DT) * s`` for prepared rows ``k0 .. k0 + BK`` and
     columns ``o_n``: ``[BK, BN]`` in the scales' dtype DT.
@@ -65,8 +65,8 @@ def dequant_kn_tile(
     ``(MAGIC + q) - (MAGIC + z)`` is ``q - z`` exactly in DT (:func:`magic_nibbles`; both terms are
     integers below 2^11 (fp16) or 2^8 (bf16)), and the product with the scale is rounded once, as the
     spec rounds. Words past K (not EVEN_K) and columns outside ``m_n`` read as 0. Pointers and the
-    constexprs as in :func:`w4a16_gemm_kernel`. UNPACK16 False (sweep-only): shifts, an int-to-float
-    conversion and an fp32 product rounded to DT (the same values).
+    constexprs as in :func:`w4a16_gemm_kernel`. UNPACK16 False: shifts, an int-to-float conversion and
+    an fp32 product rounded to DT, the same values (``TileConfig.unpack16`` says which kernel uses which).
     """
     DT = p_s.dtype.element_ty
     MAGIC_F: tl.constexpr = 1024.0 if tl.float16 == DT else 128.0
@@ -111,7 +111,7 @@ def w4a16_dequant_kernel(
     INT64_INDEX: tl.constexpr,
     BK: tl.constexpr,
     BN: tl.constexpr,
-    UNPACK16: tl.constexpr = True,
+    UNPACK16: tl.constexpr,
 ):
     """Dense weight ``p_w [K, N]`` (the scales' dtype, contiguous) = the spec's dequantization, one
     ``[BK, BN]`` tile per program; the ``dense`` configuration multiplies it with ``torch.matmul``.

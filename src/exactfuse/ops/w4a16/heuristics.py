@@ -81,8 +81,9 @@ class TileConfig:
     # Deterministic split-K sums the partials in the GEMM's own launch (the last slice to arrive);
     # False: a second launch does (BUCKETS says which bucket uses which).
     fixup: bool = True
-    # Sweep-only A/B: False unpacks with shifts and int-to-float conversions (dequant.dequant_kn_tile).
-    unpack16: bool = True
+    # Dequantize with the 16-bit unpack (dequant.magic_nibbles) instead of shifts and int-to-float
+    # conversions: the dense configuration's choice (see dense_config for both measurements).
+    unpack16: bool = False
 
 
 class Bucket(NamedTuple):
@@ -172,8 +173,16 @@ def bucket_config(b: Bucket, M: int, N: int, K: int, num_sms: int = H200_SMS) ->
 
 
 def dense_config() -> TileConfig:
-    """The ``dense`` configuration: a 64 x 128 dequantization tile per program (4 warps), then cuBLAS."""
-    return TileConfig("dense", 0, 128, 64, 4, 1, dense=True)
+    """The ``dense`` configuration: a 64 x 128 dequantization tile per program (4 warps), then cuBLAS.
+
+    The tile unpacks the weights to 16-bit floats without int-to-float conversions (``unpack16``):
+    session 5 (H200, Triton 3.6; sweeps/sweep_w4a16_unpack16_s5.txt) measured the whole dense GEMM at
+    M >= 256 3-10% faster with it. The fused buckets keep the shifts and conversions: feeding tl.dot,
+    the 16-bit unpack made the decode tile 1.4-1.8x slower (fewer SASS instructions, 1320 against
+    1584 per thread and K step, but Triton 3.6 then reads the B operand from shared memory with 82
+    plain LDS instead of 28 ldmatrix; sweeps/sass_w4a16_s5.txt).
+    """
+    return TileConfig("dense", 0, 128, 64, 4, 1, dense=True, unpack16=True)
 
 
 def with_split(config: TileConfig, K: int, split_k: int) -> TileConfig:

@@ -73,7 +73,7 @@ def w4a16_gemm_kernel(
     BN: tl.constexpr,
     BK: tl.constexpr,
     GROUP_M: tl.constexpr,
-    UNPACK16: tl.constexpr = True,
+    UNPACK16: tl.constexpr,
 ):
     """One ``[BM, BN]`` tile of ``a[:, perm] @ W`` over K slice ``program_id(1)``.
 
