@@ -9,7 +9,11 @@
 #                                  # unpack, SASS counts under the machine's Triton, benchmark of all shapes
 #                                  # (ran at a8066a1; the A/B stopped at its bitwise check, see NOTES)
 #   bash scripts/gpu/run_s5.sh d   # 16-bit unpack for the dense path only: GPU tests, verify, the A/B,
-#                                  # benchmark of all shapes; sparse ceiling probe
+#                                  # benchmark of all shapes; sparse ceiling probe (ran at c194fbd; the
+#                                  # 16-bit unpack was removed after it)
+#   bash scripts/gpu/run_s5.sh e   # sparse looped kernel with two gate reads: sparse GPU tests, ceiling
+#                                  # probe with session 4's kernel side by side, sparse bench (42 shapes),
+#                                  # w4a16 bench at M >= 256 (the dense path back to session 4's), verify
 source "$(dirname "$0")/lib.sh"
 NCU_SECTIONS="--section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats --section WarpStateStats --section MemoryWorkloadAnalysis"
 W4_TESTS="tests/ops/test_w4a16_gemm.py tests/ops/test_w4a16_linear.py tests/ops/test_w4a16_compile.py"
@@ -93,6 +97,25 @@ d)
   echo "== verify"; grep -E "PASS|FAIL|ERROR" "$OUT/logs/verify.txt" | cut -c1-160 | tail -4
   echo "== unpack16 A/B"; tail -4 "$OUT/sweep_w4a16_unpack16.txt" | cut -c1-200; tail -3 "$OUT/logs/ab_unpack16.txt" | cut -c1-300
   echo "== sparse ceiling"; cut -c1-160 "$OUT/logs/sparse_ceiling.txt" | tail -15
+  for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -A9 "speedup of exactfuse" "$f" | cut -c1-150 | head -10; done
+  ;;
+e)
+  (
+    run 0 250 t_sparse python3 -m pytest -m gpu -q -rfE --durations=4 -p no:cacheprovider tests/ops/test_gelu_and_mul_sparse.py -k "not aot_inductor"
+    bench 0 160 sp0 gelu_and_mul_sparse --shard 0/2
+    run 0 80 verify python3 -m exactfuse verify --op gelu_and_mul_sparse --op w4a16_gemm
+  ) &
+  (
+    run 1 90 sparse_ceiling python3 scripts/gpu/probe_sparse_ceiling.py --looped3
+    bench 1 120 w4 w4a16_gemm --dtype bf16 --dtype fp16 --case '/M(256|1024|2048|4096)-' \
+      --provider triton --provider native --provider cublas-dense --provider torch-int4
+    bench 1 160 sp1 gelu_and_mul_sparse --shard 1/2
+  ) &
+  wait
+  cat "$OUT/rc.txt"
+  echo "== t_sparse"; grep -E "FAILED|passed|failed|Error" "$OUT/logs/t_sparse.txt" | tail -8 | cut -c1-220
+  echo "== verify"; grep -E "PASS|FAIL|ERROR" "$OUT/logs/verify.txt" | cut -c1-160 | tail -10
+  echo "== sparse ceiling"; cut -c1-190 "$OUT/logs/sparse_ceiling.txt" | tail -22
   for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -A9 "speedup of exactfuse" "$f" | cut -c1-150 | head -10; done
   ;;
 esac

@@ -1,10 +1,11 @@
 """SASS instruction mix of the W4A16 fused kernel, compiled ahead of time for sm_90 (no GPU needed:
 Triton's bundled ptxas and nvdisasm).
 
-For the decode tile (group 128, symmetric, split-K with the in-launch fixup, bf16 and fp16) with the
-16-bit unpack (``UNPACK16``, shipped) and without (shifts and int-to-float conversions): the SASS
+For the decode tile (group 128, symmetric, split-K with the in-launch fixup, bf16 and fp16): the SASS
 instruction count of the whole kernel (its loop body runs once per BK step; Triton does not unroll
-it), the most frequent opcodes, and the shared-memory encodings Triton chose (TTGIR).
+it), the most frequent opcodes, and the shared-memory encodings Triton chose (TTGIR). Session 5 ran
+it on the H200 machine (Triton 3.6) with a 16-bit unpack variant, since removed
+(benchmarks/results/h200/sweeps/sass_w4a16_s5.txt).
 
     PYTHONPATH=src python3 scripts/gpu/sass_w4a16.py
 """
@@ -33,11 +34,11 @@ POINTERS.update(p_ws="*fp32", p_count="*i32")
 SCALARS = ("M", "N", "K", "stride_am", "K_PER_SPLIT")
 
 
-def compile_decode(dtype: str, unpack16: bool, arch: int = 90):
+def compile_decode(dtype: str, arch: int = 90):
     b = next(b for b in BUCKETS if b.name == "decode")
     const = dict(GROUP=128, GROUPS_PER_TILE=1, HAS_ZEROS=False, HAS_PERM=False, HAS_BIAS=False, SPLIT=True)
     const.update(ATOMIC=False, FIXUP=True, EVEN_K=True, INT64_INDEX=False, BM=b.BM, BN=b.BN, BK=b.BK)
-    const.update(GROUP_M=GROUP_M, UNPACK16=unpack16)
+    const.update(GROUP_M=GROUP_M)
     pointers = {name: t.format(dt=dtype) for name, t in POINTERS.items()}
     signature = {**pointers, **dict.fromkeys(SCALARS, "i32"), **dict.fromkeys(const, "constexpr")}
     # what the launcher specializes for pointers and for sizes divisible by 16 (the benchmark shapes)
@@ -61,10 +62,10 @@ def opcodes(kernel) -> collections.Counter:
 
 def main() -> None:
     lines = [f"Triton {triton.__version__}, sm_90, decode tile {next(b for b in BUCKETS if b.name == 'decode')}"]
-    for dtype, unpack16 in (("bf16", True), ("bf16", False), ("fp16", True), ("fp16", False)):
-        kernel = compile_decode(dtype, unpack16)
+    for dtype in ("bf16", "fp16"):
+        kernel = compile_decode(dtype)
         ops = opcodes(kernel)
-        head = f"{dtype} UNPACK16={unpack16}: {sum(ops.values())} SASS instructions"
+        head = f"{dtype}: {sum(ops.values())} SASS instructions"
         lines.append(f"\n{head}, {kernel.metadata.shared} B shared")
         lines.append("  " + "  ".join(f"{op} {n}" for op, n in ops.most_common(24)))
         shared = sorted(set(re.findall(r"#ttg\.\w*shared<\{[^}]*\}>", kernel.asm["ttgir"])))

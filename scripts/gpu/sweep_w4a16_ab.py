@@ -6,13 +6,11 @@ op's contract, and the two checked bitwise equal where the field must not change
 (``EQUAL``), before timing. Configurations where the field has no effect are skipped.
 
     PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_ab.py fixup 1 4 16 32 64 128  # about 1 minute
-    PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_ab.py unpack16 1 16 64 256 1024
-
 ``fixup``: the split-K sum in the GEMM's launch against a second launch (session 4,
-sweeps/sweep_w4a16_fixup_s4.txt). ``unpack16``: the dequantization's 16-bit unpack against shifts
-and int-to-float conversions (session 5). Session 5 also ran ``i2f`` (git 8547007, field since
-removed): ``q - z`` by int-to-float conversion against the fp32 ``2^23`` trick
-(sweeps/sweep_w4a16_i2f_s5.txt).
+sweeps/sweep_w4a16_fixup_s4.txt). Session 5 ran two more fields, since removed with the variants
+they switched: ``i2f`` at git 8547007 (``q - z`` by int-to-float conversion against the fp32
+``2^23`` trick, sweeps/sweep_w4a16_i2f_s5.txt) and ``unpack16`` at git c194fbd (the 16-bit unpack,
+sweeps/sweep_w4a16_unpack16_s5.txt).
 """
 
 from __future__ import annotations
@@ -34,11 +32,9 @@ from exactfuse.ops.w4a16.heuristics import select_config
 
 APPLIES = {  # field: configurations where it changes the launch
     "fixup": lambda cfg: cfg.split_k > 1 and not cfg.dense,
-    "unpack16": lambda cfg: True,
 }
 EQUAL = {  # field: configurations where both settings give bitwise equal outputs
     "fixup": lambda cfg: True,  # the same sums in the same order
-    "unpack16": lambda cfg: cfg.dense,  # the same weight, then cuBLAS (tl.dot may sum in another order)
 }
 
 

@@ -136,13 +136,11 @@ def test_split_fixup_equals_the_two_launch_reduction(split):
 
 
 @pytest.mark.interpreter
-@pytest.mark.parametrize("unpack16", [False, True], ids=["shifts", "unpack16"])
 @pytest.mark.parametrize("layout", ["fused", "dense"])
 @pytest.mark.parametrize(("sym", "act"), [(True, False), (False, True)], ids=["sym", "asym-actorder"])
 @pytest.mark.parametrize("group_size", GROUPS, ids=_gid)
-def test_tile_layouts_exact_dequant_and_contract(group_size, sym, act, layout, unpack16):
-    """Each dequantization layout, with either unpack (the heuristic uses shifts for the fused kernel and
-    unpack16 for the dense path): identity bit-exact and the contract with bias, unsplit and split 2 (the
+def test_tile_layouts_exact_dequant_and_contract(group_size, sym, act, layout):
+    """Each dequantization layout: identity bit-exact and the contract with bias, unsplit and split 2 (the
     dense path: bitwise native); per-channel also at K = 200 (K not a multiple of BK: masked last step)."""
     for K in (256, 200) if group_size == -1 else (256,):
         t = _checkpoint(K, 64, group_size, sym, act)
@@ -153,7 +151,7 @@ def test_tile_layouts_exact_dequant_and_contract(group_size, sym, act, layout, u
         args = (a, qweight, scales, zeros, perm, bias, g)
         for split in (1, 2) if layout != "dense" else (1,):
             cfg = with_split(select_config(3, 64, K, group_size), K, split)
-            cfg = dataclasses.replace(dense_config() if layout == "dense" else cfg, unpack16=unpack16)
+            cfg = dense_config() if layout == "dense" else cfg
             _identity_check("cpu", torch.float16, K, 64, group_size, sym, act, slice(K - 3, K), config=cfg)
             with exactfuse.poison_outputs():
                 out = w4_triton.launch_w4a16_gemm(*args, config=cfg)

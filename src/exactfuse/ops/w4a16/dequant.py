@@ -17,31 +17,6 @@ from exactfuse.utils import empty
 
 
 @triton.jit
-def _halves(x, DT: tl.constexpr):
-    """The low and high 16 bits of int32 ``x`` as two ``DT`` tensors (bit casts, no conversion)."""
-    return x.to(tl.int16).to(DT, bitcast=True), (x >> 16).to(tl.int16).to(DT, bitcast=True)
-
-
-@triton.jit
-def magic_nibbles(b_q, BK: tl.constexpr, BN: tl.constexpr, DT: tl.constexpr):
-    """``[BK/8, BN]`` words -> ``[BK, BN]`` in DT (fp16/bf16) holding ``MAGIC + q`` exactly: row ``8r + j``
-    is nibble j of word r, and MAGIC is 1024 (fp16) or 128 (bf16).
-
-    No int-to-float conversion: one mask-and-or makes two 16-bit floats from nibbles j and j + 4
-    (``0x6400 | q`` is the fp16 ``1024 + q``, ``0x4300 | q`` the bf16 ``128 + q``). The joins keep each
-    thread's 8 nibbles of a word, and the columns it loaded, in its own registers.
-    """
-    MAGIC: tl.constexpr = 0x64006400 if tl.float16 == DT else 0x43004300
-    n0, n4 = _halves((b_q & 0x000F000F) | MAGIC, DT)
-    n1, n5 = _halves(((b_q >> 4) & 0x000F000F) | MAGIC, DT)
-    n2, n6 = _halves(((b_q >> 8) & 0x000F000F) | MAGIC, DT)
-    n3, n7 = _halves(((b_q >> 12) & 0x000F000F) | MAGIC, DT)
-    # [BK/8, BN, b2, b1, b0] with j = 4 b2 + 2 b1 + b0, then [BK/8, b2, b1, b0, BN] -> [BK, BN]
-    b_t = tl.join(tl.join(tl.join(n0, n4), tl.join(n2, n6)), tl.join(tl.join(n1, n5), tl.join(n3, n7)))
-    return tl.reshape(tl.permute(b_t, (0, 2, 3, 4, 1)), (BK, BN))
-
-
-@triton.jit
 def dequant_kn_tile(
     p_qw,
     p_s,
@@ -57,43 +32,33 @@ def dequant_kn_tile(
     EVEN_K: tl.constexpr,
     BK: tl.constexpr,
     BN: tl.constexpr,
-    UNPACK16: tl.constexpr,
 ):
-    """The spec's dequantized weight ``(q - z).to(DT) * s`` for prepared rows ``k0 .. k0 + BK`` and
-    columns ``o_n``: ``[BK, BN]`` in the scales' dtype DT.
+    """``(q - z) * s`` in fp32 (exact) for prepared rows ``k0 .. k0 + BK`` and columns ``o_n``: ``[BK, BN]``.
 
-    ``(MAGIC + q) - (MAGIC + z)`` is ``q - z`` exactly in DT (:func:`magic_nibbles`; both terms are
-    integers below 2^11 (fp16) or 2^8 (bf16)), and the product with the scale is rounded once, as the
-    spec rounds. Words past K (not EVEN_K) and columns outside ``m_n`` read as 0. Pointers and the
-    constexprs as in :func:`w4a16_gemm_kernel`. UNPACK16 False: shifts, an int-to-float conversion and
-    an fp32 product rounded to DT, the same values (``TileConfig.unpack16`` says which kernel uses which).
+    Rounding it to the activation dtype gives the spec's dequantized weight. Words past K (not EVEN_K)
+    and columns outside ``m_n`` read as 0. Pointers and the constexprs as in :func:`w4a16_gemm_kernel`.
     """
-    DT = p_s.dtype.element_ty
-    MAGIC_F: tl.constexpr = 1024.0 if tl.float16 == DT else 128.0
     o_j = tl.arange(0, BK // 8)
     m_r = (k0 // 8 + o_j) < K // 8
     m_q = m_n[None, :] if EVEN_K else m_r[:, None] & m_n[None, :]
     b_q = tl.load(p_qw + (k0 // 8 + o_j)[:, None] * N + o_n[None, :], mask=m_q, other=0)
+    # [BK/8, BN] words -> [BK/8, 8, BN] nibbles -> [BK, BN]: row 8r + j is nibble j of word r.
+    b_q = tl.reshape((b_q[:, None, :] >> (tl.arange(0, 8) * 4)[None, :, None]) & 0xF, (BK, BN))
     if GROUPS_PER_TILE == 1:
         o_g = k0 // GROUP
-        b_s = tl.load(p_s + o_g * N + o_n, mask=m_n, other=0.0)[None, :]
+        b_s = tl.load(p_s + o_g * N + o_n, mask=m_n, other=0.0).to(tl.float32)[None, :]
         b_z = tl.load(p_z + o_g * N + o_n, mask=m_n, other=0).to(tl.int32)[None, :] if HAS_ZEROS else 8
     else:
         o_g = k0 // GROUP + tl.arange(0, GROUPS_PER_TILE)
         m_g = (o_g < K // GROUP)[:, None] & m_n[None, :]
-        b_s = tl.load(p_s + o_g[:, None] * N + o_n[None, :], mask=m_g, other=0.0)
+        b_s = tl.load(p_s + o_g[:, None] * N + o_n[None, :], mask=m_g, other=0.0).to(tl.float32)
         b_s = tl.reshape(tl.broadcast_to(b_s[:, None, :], (GROUPS_PER_TILE, GROUP, BN)), (BK, BN))
         if HAS_ZEROS:
             b_z = tl.load(p_z + o_g[:, None] * N + o_n[None, :], mask=m_g, other=0).to(tl.int32)
             b_z = tl.reshape(tl.broadcast_to(b_z[:, None, :], (GROUPS_PER_TILE, GROUP, BN)), (BK, BN))
         else:
             b_z = 8
-    if UNPACK16:
-        b_zm = (b_z + MAGIC_F).to(DT) if HAS_ZEROS else tl.full((1, BN), MAGIC_F + 8, DT)
-        return (magic_nibbles(b_q, BK, BN, DT) - b_zm) * b_s
-    # [BK/8, BN] words -> [BK/8, 8, BN] nibbles -> [BK, BN]: row 8r + j is nibble j of word r.
-    b_q = tl.reshape((b_q[:, None, :] >> (tl.arange(0, 8) * 4)[None, :, None]) & 0xF, (BK, BN))
-    return ((b_q - b_z).to(tl.float32) * b_s.to(tl.float32)).to(DT)
+    return (b_q - b_z).to(tl.float32) * b_s
 
 
 @triton.jit
@@ -111,7 +76,6 @@ def w4a16_dequant_kernel(
     INT64_INDEX: tl.constexpr,
     BK: tl.constexpr,
     BN: tl.constexpr,
-    UNPACK16: tl.constexpr,
 ):
     """Dense weight ``p_w [K, N]`` (the scales' dtype, contiguous) = the spec's dequantization, one
     ``[BK, BN]`` tile per program; the ``dense`` configuration multiplies it with ``torch.matmul``.
@@ -121,9 +85,7 @@ def w4a16_dequant_kernel(
         k0 = k0.to(tl.int64)
     o_n = tl.program_id(1) * BN + tl.arange(0, BN)
     m_n = o_n < N
-    b_w = dequant_kn_tile(
-        p_qw, p_s, p_z, k0, o_n, m_n, N, K, GROUP, GROUPS_PER_TILE, HAS_ZEROS, EVEN_K, BK, BN, UNPACK16
-    )
+    b_w = dequant_kn_tile(p_qw, p_s, p_z, k0, o_n, m_n, N, K, GROUP, GROUPS_PER_TILE, HAS_ZEROS, EVEN_K, BK, BN)
     o_k = k0 + tl.arange(0, BK)
     m_w = (o_k < K)[:, None] & m_n[None, :]
     tl.store(p_w + o_k[:, None] * N + o_n[None, :], b_w.to(p_w.dtype.element_ty), mask=m_w)
@@ -159,7 +121,6 @@ def dense_gemm(
         INT64_INDEX=K * N >= 2**31,
         BK=cfg.BK,
         BN=cfg.BN,
-        UNPACK16=cfg.unpack16,
         num_warps=cfg.num_warps,
     )
     if perm is not None:

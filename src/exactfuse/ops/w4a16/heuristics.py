@@ -35,13 +35,26 @@ over the five benchmark (K, N) shapes):
   so the fused m128 tile keeps M <= 128. It costs ``2 * K * N`` transient bytes from the
   caching allocator per call.
 
-What limits the fused buckets at small M is not established (NOTES.md): the tile and split
-choice is not it, and neither is the instruction count alone (see the K-major variant below).
+What limits the fused buckets at small M is not the tile and split choice, and not the
+dequantization arithmetic (NOTES.md, sessions 3-5). Every variant that cut instructions but changed
+how the dequantized B tile reaches the MMA was slower; changes that kept that path moved the time by
+1-2%:
 
-The fused kernel's K-major variant (the W^T tile, dequantized with prmt/lop3 PTX: 600 SASS
-instructions per thread and K step of the decode tile against 912) passed the contract and was
-slower in every bucket that keeps the fused kernel (M = 1: 51.1 against 33.9 µs geomean), so it
-was removed (NOTES.md).
+- K-major tile (session 3: the W^T tile, prmt/lop3 PTX; 600 SASS instructions per thread and K step
+  of the decode tile against 912): M = 1 51.1 against 33.9 µs geomean. Removed.
+- 16-bit unpack (session 5: a mask-and-or makes fp16/bf16 ``MAGIC + q`` two nibbles at a time,
+  joins keep each thread's columns; 1320 against 1584 SASS instructions per thread and K step on
+  Triton 3.6): time with it / without, side by side, geomean over the five shapes: decode 1.685
+  (M = 1) and 1.665 (M = 16), m128 1.057, and on the dense path's dequantization 0.997 (M = 256)
+  and 1.025 (M = 1024) (sweeps/sweep_w4a16_unpack16_s5.txt). Triton read the B operand back with
+  82 plain LDS instead of 28 ldmatrix (sweeps/sass_w4a16_s5.txt). Removed.
+- ``q - z`` without int-to-float conversions, by the fp32 ``2^23`` trick (session 5, same smem
+  path): time with the trick / with the conversions, geomean over the five shapes, 0.991 at M = 1,
+  1.010-1.021 at M = 16-1024 (sweeps/sweep_w4a16_i2f_s5.txt). Not kept.
+- A CUDA-core kernel for M <= 4 (session 5, no tl.dot; sweeps/sweep_w4a16_gemv_s5.txt): 32.8
+  against 31.0 µs geomean at M = 1, 1.5x slower at M = 2, 2.3x at M = 4. Triton gave each thread one
+  column and scalar activation loads with per-element address arithmetic: 14 instructions per
+  weight (Nsight Compute: 26.4M warp instructions at 4096 x 14336). Removed.
 
 Split-K (``split_k`` programs along K per output tile) is used when the output
 tiles alone give fewer than ``programs_per_sm`` programs per SM (or leave SMs
@@ -81,9 +94,6 @@ class TileConfig:
     # Deterministic split-K sums the partials in the GEMM's own launch (the last slice to arrive);
     # False: a second launch does (BUCKETS says which bucket uses which).
     fixup: bool = True
-    # Dequantize with the 16-bit unpack (dequant.magic_nibbles) instead of shifts and int-to-float
-    # conversions: the dense configuration's choice (see dense_config for both measurements).
-    unpack16: bool = False
 
 
 class Bucket(NamedTuple):
@@ -173,16 +183,8 @@ def bucket_config(b: Bucket, M: int, N: int, K: int, num_sms: int = H200_SMS) ->
 
 
 def dense_config() -> TileConfig:
-    """The ``dense`` configuration: a 64 x 128 dequantization tile per program (4 warps), then cuBLAS.
-
-    The tile unpacks the weights to 16-bit floats without int-to-float conversions (``unpack16``):
-    session 5 (H200, Triton 3.6; sweeps/sweep_w4a16_unpack16_s5.txt) measured the whole dense GEMM at
-    M >= 256 3-10% faster with it. The fused buckets keep the shifts and conversions: feeding tl.dot,
-    the 16-bit unpack made the decode tile 1.4-1.8x slower (fewer SASS instructions, 1320 against
-    1584 per thread and K step, but Triton 3.6 then reads the B operand from shared memory with 82
-    plain LDS instead of 28 ldmatrix; sweeps/sass_w4a16_s5.txt).
-    """
-    return TileConfig("dense", 0, 128, 64, 4, 1, dense=True, unpack16=True)
+    """The ``dense`` configuration: a 64 x 128 dequantization tile per program (4 warps), then cuBLAS."""
+    return TileConfig("dense", 0, 128, 64, 4, 1, dense=True)
 
 
 def with_split(config: TileConfig, K: int, split_k: int) -> TileConfig:
