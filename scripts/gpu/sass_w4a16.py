@@ -34,10 +34,13 @@ POINTERS.update(p_ws="*fp32", p_count="*i32")
 SCALARS = ("M", "N", "K", "stride_am", "K_PER_SPLIT")
 
 
+DECODE = next(b for b in BUCKETS if b[1] == "decode")  # (max M, name, BM, BN, BK, warps, stages, ...)
+
+
 def compile_decode(dtype: str, arch: int = 90):
-    b = next(b for b in BUCKETS if b.name == "decode")
+    BM, BN, BK, num_warps, num_stages = DECODE[2:7]
     const = dict(GROUP=128, GROUPS_PER_TILE=1, HAS_ZEROS=False, HAS_PERM=False, HAS_BIAS=False, SPLIT=True)
-    const.update(ATOMIC=False, FIXUP=True, EVEN_K=True, INT64_INDEX=False, BM=b.BM, BN=b.BN, BK=b.BK)
+    const.update(ATOMIC=False, FIXUP=True, EVEN_K=True, INT64_INDEX=False, BM=BM, BN=BN, BK=BK)
     const.update(GROUP_M=GROUP_M)
     pointers = {name: t.format(dt=dtype) for name, t in POINTERS.items()}
     signature = {**pointers, **dict.fromkeys(SCALARS, "i32"), **dict.fromkeys(const, "constexpr")}
@@ -46,7 +49,7 @@ def compile_decode(dtype: str, arch: int = 90):
     aligned = [*POINTERS, "N", "K", "stride_am", "K_PER_SPLIT"]
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
     source = ASTSource(w4a16_gemm_kernel, signature, const, attrs)
-    options = dict(num_warps=b.num_warps, num_stages=b.num_stages)
+    options = dict(num_warps=num_warps, num_stages=num_stages)
     return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
 
 
@@ -61,7 +64,7 @@ def opcodes(kernel) -> collections.Counter:
 
 
 def main() -> None:
-    lines = [f"Triton {triton.__version__}, sm_90, decode tile {next(b for b in BUCKETS if b.name == 'decode')}"]
+    lines = [f"Triton {triton.__version__}, sm_90, decode bucket {DECODE}"]
     for dtype in ("bf16", "fp16"):
         kernel = compile_decode(dtype)
         ops = opcodes(kernel)

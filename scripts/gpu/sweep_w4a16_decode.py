@@ -113,7 +113,7 @@ def main() -> None:
                     for rule, (pps, cap, wave) in [(r, RULES[r]) for r in RULES_BY_BUCKET.get(bucket, RULES)]:
                         BM, BN, BK, warps, stages = tile
                         split, kps = choose_split(M, N, K, BM, BN, BK, sms, pps, 64, cap, wave)
-                        fixup = next(b.fixup for b in SHIPPED_BUCKETS if b.name == bucket)  # its split-K sum
+                        fixup = next(b[-1] for b in SHIPPED_BUCKETS if b[1] == bucket)  # the bucket's split-K sum
                         cfg = TileConfig(bucket, BM, BN, BK, warps, stages, split, kps, fixup=fixup)
                         if cfg not in seen:
                             out = w4.launch_w4a16_gemm(*args0, config=cfg)

@@ -68,7 +68,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from exactfuse.utils import next_power_of_2
 
@@ -96,28 +95,13 @@ class TileConfig:
     fixup: bool = True
 
 
-class Bucket(NamedTuple):
-    """The launch rule for M up to ``max_m``: tile, pipeline depth, split-K rule and split-K sum."""
-
-    max_m: int
-    name: str
-    BM: int
-    BN: int
-    BK: int
-    num_warps: int
-    num_stages: int
-    programs_per_sm: int  # split-K aims at this many programs per SM (choose_split)
-    traffic_cap: bool
-    fixup: bool  # split-K sums in the GEMM's launch (TileConfig.fixup)
-
-
-# First match wins.
-BUCKETS: tuple[Bucket, ...] = (
-    Bucket(16, "decode", 16, 128, 128, 4, 3, 4, True, True),
-    Bucket(32, "m32", 32, 64, 128, 4, 4, 2, True, False),
-    Bucket(128, "m128", 64, 64, 64, 4, 4, 8, False, False),
+# (max M, name, BM, BN, BK, num_warps, num_stages, programs_per_sm, traffic_cap, fixup), first match wins.
+BUCKETS: tuple[tuple[int, str, int, int, int, int, int, int, bool, bool], ...] = (
+    (16, "decode", 16, 128, 128, 4, 3, 4, True, True),
+    (32, "m32", 32, 64, 128, 4, 4, 2, True, False),
+    (128, "m128", 64, 64, 64, 4, 4, 8, False, False),
 )
-DENSE_ABOVE_M = BUCKETS[-1].max_m  # larger M: dense_config()
+DENSE_ABOVE_M = BUCKETS[-1][0]  # larger M: dense_config()
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -171,15 +155,11 @@ def select_config(M: int, N: int, K: int, group_size: int, num_sms: int = H200_S
 def fused_config(M: int, N: int, K: int, num_sms: int = H200_SMS) -> TileConfig:
     """The fused kernel's configuration: the first bucket that holds M (the last one above it, which
     sweeps use to compare the fused kernel with the dense path), split-K for this M."""
-    b = next((b for b in BUCKETS if b.max_m >= M), BUCKETS[-1])
-    return bucket_config(b, M, N, K, num_sms)
-
-
-def bucket_config(b: Bucket, M: int, N: int, K: int, num_sms: int = H200_SMS) -> TileConfig:
-    """Bucket ``b``'s configuration at this problem size (sweeps build candidate buckets)."""
-    BK = min(b.BK, max(16, next_power_of_2(K)))
-    split, k_per_split = choose_split(M, N, K, b.BM, b.BN, BK, num_sms, b.programs_per_sm, traffic_cap=b.traffic_cap)
-    return TileConfig(b.name, b.BM, b.BN, BK, b.num_warps, b.num_stages, split, k_per_split, fixup=b.fixup)
+    bucket = next((b for b in BUCKETS if b[0] >= M), BUCKETS[-1])
+    name, BM, BN, BK, warps, stages, programs_per_sm, cap, fixup = bucket[1:]
+    BK = min(BK, max(16, next_power_of_2(K)))
+    split, k_per_split = choose_split(M, N, K, BM, BN, BK, num_sms, programs_per_sm, traffic_cap=cap)
+    return TileConfig(name, BM, BN, BK, warps, stages, split, k_per_split, fixup=fixup)
 
 
 def dense_config() -> TileConfig:
