@@ -15,8 +15,29 @@
 #   bash scripts/gpu/run_s5.sh e   # sparse looped kernel with two gate reads: sparse GPU tests, ceiling
 #                                  # probe with session 4's kernel side by side, sparse bench (42 shapes),
 #                                  # w4a16 bench at M >= 256 (the dense path back to session 4's), verify
+#                                  # (ran at 41bb180; the two-read looped kernel was removed after it)
+#   bash scripts/gpu/run_s5.sh f   # the final kernels: W4A16 and sparse GPU tests, verify of both,
+#                                  # w4a16 bench at M <= 128, sparse ceiling probe
 source "$(dirname "$0")/lib.sh"
-case "${1:-e}" in
+W4_TESTS="tests/ops/test_w4a16_gemm.py tests/ops/test_w4a16_linear.py tests/ops/test_w4a16_compile.py"
+case "${1:-f}" in
+f)
+  (
+    run 0 200 t_w4a16 python3 -m pytest -m gpu -q -rfE --durations=3 -p no:cacheprovider $W4_TESTS
+    run 0 90 verify python3 -m exactfuse verify --op w4a16_gemm --op gelu_and_mul_sparse
+  ) &
+  (
+    bench 1 120 w4 w4a16_gemm --dtype bf16 --dtype fp16 --case '/M(1|2|4|8|16|32|64|128)-' \
+      --provider triton --provider native --provider cublas-dense --provider torch-int4
+    run 1 70 sparse_ceiling python3 scripts/gpu/probe_sparse_ceiling.py
+  ) &
+  wait
+  cat "$OUT/rc.txt"
+  echo "== t_w4a16"; grep -E "FAILED|passed|failed|Error" "$OUT/logs/t_w4a16.txt" | tail -8 | cut -c1-220
+  echo "== verify"; grep -E "PASS|FAIL|ERROR" "$OUT/logs/verify.txt" | cut -c1-160 | tail -10
+  echo "== sparse ceiling"; cut -c1-160 "$OUT/logs/sparse_ceiling.txt" | tail -14
+  for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -A9 "speedup of exactfuse" "$f" | cut -c1-150 | head -10; done
+  ;;
 e)
   (
     run 0 250 t_sparse python3 -m pytest -m gpu -q -rfE --durations=4 -p no:cacheprovider tests/ops/test_gelu_and_mul_sparse.py -k "not aot_inductor"

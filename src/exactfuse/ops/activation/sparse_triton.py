@@ -8,8 +8,8 @@ registers during the reductions (offline sm_90 compile, Triton 3.9, bf16, 32
 warps: 64 registers, no spill at d = 32768, against 24 B of spill with ``up``
 loaded next to the gate; Triton 3.6 on the H200 reports 22 registers spilled).
 
-The looped kernel: one row per program in chunks, the gate read twice, for
-wide rows in large batches. The split kernels: a row's chunks on separate
+The looped kernel: one row per program in chunks, the gate read three times,
+for wide rows in large batches. The split kernels: a row's chunks on separate
 programs, statistics first (one launch), then the output (a second launch), for
 very wide rows in small batches. ``sparse_heuristics.choose_kernel`` picks one of
 the three and configures it, with the measurements.
@@ -170,28 +170,6 @@ def gelu_and_mul_sparse_kernel(
     tl.store(p_y + o_t[:, None] * stride_y + o_d[None, :], b_y, mask=m_td)
 
 
-@triton.jit
-def _chunk_stats(b_g, m_c, n):
-    """fp32 sum of a chunk's gate values and the sum of squared deviations around the chunk's own mean
-    (``n`` valid values, ``m_c`` their mask): one chunk's share of Chan's rule (:func:`_combine_chunks`)."""
-    b_sum = tl.sum(b_g, axis=0)
-    b_dx = tl.where(m_c, b_g - tl.div_rn(b_sum, n.to(tl.float32)), 0.0)
-    return b_sum, tl.sum(b_dx * b_dx, axis=0)
-
-
-@triton.jit
-def _combine_chunks(b_sum, b_m2, T, D, BC: tl.constexpr, BS: tl.constexpr):
-    """A row's fp32 mean and sum of squared deviations from its chunks' ``[BS]`` statistics (chunk ``s``
-    covers ``s * BC ..``; entries past the row's chunks are ignored), in one fixed order: mean = total
-    sum times ATen's factor, ``m2 = sum_s m2_s + n_s (mean_s - mean)^2`` (Chan's rule)."""
-    o_s = tl.arange(0, BS)
-    m_s = o_s * BC < D
-    b_n = tl.where(m_s, tl.minimum(D - o_s * BC, BC), 1).to(tl.float32)
-    b_mean = tl.sum(tl.where(m_s, b_sum, 0.0), axis=0) * _mean_factor(T, D)
-    b_dm = tl.where(m_s, tl.div_rn(b_sum, b_n) - b_mean, 0.0)
-    return b_mean, tl.sum(tl.where(m_s, b_m2, 0.0) + b_n * b_dm * b_dm, axis=0)
-
-
 @triton.jit(do_not_specialize=["T"])
 def gelu_and_mul_sparse_looped_kernel(
     p_x,
@@ -204,15 +182,13 @@ def gelu_and_mul_sparse_looped_kernel(
     ACTIVATION: tl.constexpr,
     ROUND: tl.constexpr,
     BC: tl.constexpr,
-    BS: tl.constexpr,
     INT64_INDEX: tl.constexpr,
 ):
-    """One row per program in chunks of ``BC`` (``BS = next_power_of_2(cdiv(D, BC))``): the gate is read
-    twice, once for the statistics (each chunk's sum and squared deviations, combined as the split
-    kernels combine them, so the two give the same cutoff) and once with ``up`` for the output,
-    instead of being held whole in registers: no block is padded to a power of two and nothing
-    spills at d = 32768. The sums run in another order than eager's, which the op's row-bitwise
-    contract allows.
+    """One row per program in chunks of ``BC``: the same numerics as :func:`gelu_and_mul_sparse_kernel`,
+    but the gate is read three times (sum, squared deviations, output; the second and third reads
+    mostly from cache) instead of being held whole in registers, so no block is padded to a power of
+    two and nothing spills at d = 32768. The sums run in another order (per-lane accumulation over
+    chunks, then one tree), which the op's row-bitwise contract allows.
     """
     DT: tl.constexpr = p_y.dtype.element_ty
     i_t = tl.program_id(0)
@@ -220,17 +196,16 @@ def gelu_and_mul_sparse_looped_kernel(
         i_t = i_t.to(tl.int64)
     p_g = p_x + i_t * stride_x
     o_c = tl.arange(0, BC)
-    o_s = tl.arange(0, BS)
-    b_sums = tl.zeros((BS,), dtype=tl.float32)
-    b_m2s = tl.zeros((BS,), dtype=tl.float32)
-    for i_c in range(0, tl.cdiv(D, BC)):
-        m_c = i_c * BC + o_c < D
-        b_g = tl.load(p_g + i_c * BC + o_c, mask=m_c, other=0.0).to(tl.float32)
-        b_sum, b_m2 = _chunk_stats(b_g, m_c, tl.minimum(D - i_c * BC, BC))
-        b_sums = tl.where(o_s == i_c, b_sum, b_sums)
-        b_m2s = tl.where(o_s == i_c, b_m2, b_m2s)
-    b_mean, b_m2 = _combine_chunks(b_sums, b_m2s, T, D, BC, BS)
-    b_cut = _cutoff(b_mean, b_m2, D, std_multiplier, DT, ROUND)
+    acc = tl.zeros((BC,), dtype=tl.float32)
+    for c0 in range(0, D, BC):
+        acc += tl.load(p_g + c0 + o_c, mask=c0 + o_c < D, other=0.0).to(tl.float32)
+    b_mean = tl.sum(acc, axis=0) * _mean_factor(T, D)
+    acc = tl.zeros((BC,), dtype=tl.float32)
+    for c0 in range(0, D, BC):
+        m_c = c0 + o_c < D
+        b_dx = tl.where(m_c, tl.load(p_g + c0 + o_c, mask=m_c, other=0.0).to(tl.float32) - b_mean, 0.0)
+        acc += b_dx * b_dx
+    b_cut = _cutoff(b_mean, tl.sum(acc, axis=0), D, std_multiplier, DT, ROUND)
     for c0 in range(0, D, BC):
         m_c = c0 + o_c < D
         b_g = tl.load(p_g + c0 + o_c, mask=m_c, other=0.0).to(tl.float32)
@@ -241,8 +216,8 @@ def gelu_and_mul_sparse_looped_kernel(
 @triton.jit
 def gelu_and_mul_sparse_split_stats_kernel(p_x, p_stats, D, stride_x, BC: tl.constexpr, INT64_INDEX: tl.constexpr):
     """First of the split kernels: for chunk ``program_id(1)`` of gate row ``program_id(0)``, the fp32
-    sum and the sum of squared deviations around the chunk's own mean (:func:`_chunk_stats`), to
-    ``p_stats[t, s, 0:2]`` (``[T, S, 2]`` fp32 contiguous, ``S = program count along axis 1``).
+    sum and the sum of squared deviations around the chunk's own mean, to ``p_stats[t, s, 0:2]``
+    (``[T, S, 2]`` fp32 contiguous, ``S = program count along axis 1``).
     """
     i_t, i_s = tl.program_id(0), tl.program_id(1)
     if INT64_INDEX:
@@ -250,10 +225,11 @@ def gelu_and_mul_sparse_split_stats_kernel(p_x, p_stats, D, stride_x, BC: tl.con
     o_c = i_s * BC + tl.arange(0, BC)
     m_c = o_c < D
     b_g = tl.load(p_x + i_t * stride_x + o_c, mask=m_c, other=0.0).to(tl.float32)
-    b_sum, b_m2 = _chunk_stats(b_g, m_c, tl.minimum(D - i_s * BC, BC))
+    b_sum = tl.sum(b_g, axis=0)
+    b_dx = tl.where(m_c, b_g - tl.div_rn(b_sum, tl.minimum(D - i_s * BC, BC).to(tl.float32)), 0.0)
     p_s = p_stats + (i_t * tl.num_programs(1) + i_s) * 2
     tl.store(p_s, b_sum)
-    tl.store(p_s + 1, b_m2)
+    tl.store(p_s + 1, tl.sum(b_dx * b_dx, axis=0))
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -274,10 +250,12 @@ def gelu_and_mul_sparse_split_apply_kernel(
 ):
     """Second of the split kernels: chunk ``program_id(1)`` of row ``program_id(0)`` of the output.
 
-    Every program of a row combines the row's ``S`` chunk statistics (``BS = next_power_of_2(S)``) in
-    the same fixed order (:func:`_combine_chunks`, Chan's rule around the fp32 mean), so the row gets
-    one cutoff. The sums run in another order than eager's (the op's row-bitwise contract allows it).
-    Then the same threshold, GELU and gate as the whole-row kernel on the chunk.
+    Every program of a row combines the row's ``S`` chunk statistics in the same fixed order
+    (``BS = next_power_of_2(S)``): mean = total sum times ATen's factor, and the squared
+    deviations by Chan's rule, ``m2 = sum_s m2_s + n_s (mean_s - mean)^2`` around the fp32
+    mean. The sums run in another order than eager's (the op's row-bitwise contract allows
+    it), and identically in every program, so the row gets one cutoff. Then the same
+    threshold, GELU and gate as the whole-row kernel on the chunk.
     """
     DT: tl.constexpr = p_y.dtype.element_ty
     i_t, i_s = tl.program_id(0), tl.program_id(1)
@@ -288,7 +266,10 @@ def gelu_and_mul_sparse_split_apply_kernel(
     m_s = o_s < S
     p_s = p_stats + (i_t * S + o_s) * 2
     b_sum = tl.load(p_s, mask=m_s, other=0.0)
-    b_mean, b_m2 = _combine_chunks(b_sum, tl.load(p_s + 1, mask=m_s, other=0.0), T, D, BC, BS)
+    b_n = tl.where(m_s, tl.minimum(D - o_s * BC, BC), 1).to(tl.float32)
+    b_mean = tl.sum(b_sum, axis=0) * _mean_factor(T, D)
+    b_dm = tl.where(m_s, tl.div_rn(b_sum, b_n) - b_mean, 0.0)
+    b_m2 = tl.sum(tl.load(p_s + 1, mask=m_s, other=0.0) + b_n * b_dm * b_dm, axis=0)
     b_cut = _cutoff(b_mean, b_m2, D, std_multiplier, DT, ROUND)
     o_c = i_s * BC + tl.arange(0, BC)
     m_c = o_c < D
@@ -337,8 +318,7 @@ def launch_gelu_and_mul_sparse(
     )
     args = (x2, y, T, D, x2.stride(0), D, float(std_multiplier))
     if chosen == "looped":
-        BS = next_power_of_2(triton.cdiv(D, block))
-        torch.library.wrap_triton(gelu_and_mul_sparse_looped_kernel)[(T,)](*args, BC=block, BS=BS, **common)
+        torch.library.wrap_triton(gelu_and_mul_sparse_looped_kernel)[(T,)](*args, BC=block, **common)
     elif chosen == "split":
         S = triton.cdiv(D, block)
         # fp32 (sum, m2) per row and chunk; the first kernel writes every entry
