@@ -36,6 +36,7 @@ COLUMNS = {
     "issue_%": "smsp__issue_active.avg.pct_of_peak_sustained_active",
 }
 STALL = "smsp__average_warps_issue_stalled_"
+GB_PER = {"byte/s": 1e-9, "Kbyte/s": 1e-6, "Mbyte/s": 1e-3, "Gbyte/s": 1.0, "Tbyte/s": 1e3}
 
 
 def profile() -> None:
@@ -64,7 +65,7 @@ def summary(path: str) -> None:
     with open(path) as f:
         text = f.read()
     rows = list(csv.reader(io.StringIO(text[text.index('"ID"') :])))
-    head, rows = rows[0], [r for r in rows[1:] if r and r[0].isdigit()]  # second row: units
+    head, units, rows = rows[0], rows[1], [r for r in rows[1:] if r and r[0].isdigit()]
     col = {name: i for i, name in enumerate(head)}
     for r in rows:
         name = r[col["Kernel Name"]][:60]
@@ -73,6 +74,8 @@ def summary(path: str) -> None:
             v = r[col[metric]] if metric in col else "?"
             if label == "time_us" and v not in ("?", ""):
                 v = f"{float(v.replace(',', '')) / 1e3:.2f}"  # ns -> µs
+            if label == "dram_GB/s" and v not in ("?", ""):  # ncu picks the unit per run: byte/s, Gbyte/s, ...
+                v = f"{float(v.replace(',', '')) * GB_PER.get(units[col[metric]], float('nan')):.0f}"
             vals.append(f"{label}={v}")
         stalls = []
         for metric, i in col.items():
