@@ -5,7 +5,9 @@ For each shape of the sparse grid at T >= 1024 (bf16, inputs rotated past the L2
 CUDA-graph timer), side by side: the shipped sparse launch, exactfuse's ``gelu_and_mul`` (one pass:
 reads ``[T, 2d]``, writes ``[T, d]``, no row statistics), and ``torch.add`` of the gate and up
 halves into ``[T, d]`` (the same minimum traffic, PyTorch's elementwise kernel). Prints µs and % of
-the copy-bandwidth roofline for each.
+the copy-bandwidth roofline for each. ``--keep-gate``: also the looped kernel with L2 eviction hints
+(``KEEP_GATE``, sweep-only) on the shapes that run it, its output first checked bitwise equal to the
+shipped one.
 
 Session 5 (benchmarks/results/h200/sweeps/probe_sparse_ceiling_s5e.txt) also timed a looped kernel
 that reads the gate twice instead of three times (each chunk's sum and squared deviations from one
@@ -25,6 +27,7 @@ from sweep_io import emit
 
 from exactfuse.bench.roofline import measure_copy_bandwidth
 from exactfuse.bench.timing import cudagraph_timer
+from exactfuse.ops.activation import sparse_heuristics as sh
 from exactfuse.ops.activation import sparse_triton as st
 from exactfuse.ops.activation.sparse import STD_MULTIPLIER
 from exactfuse.ops.activation.triton import launch_act_and_mul
@@ -32,6 +35,16 @@ from exactfuse.ops.activation.triton import launch_act_and_mul
 SHAPES = [(T, d) for T in (1024, 2048) for d in (2048, 4096, 8192, 12288, 16384, 32768)]
 TIMER = cudagraph_timer(rep_ms=20)
 WORKING_SET = 256 << 20
+
+
+def looped_keep_gate(x, y):
+    """The looped kernel with ``KEEP_GATE``, launched as the launcher launches it (tanh GELU)."""
+    T, D = y.shape
+    st.gelu_and_mul_sparse_looped_kernel[(T,)](
+        x, y, T, D, x.stride(0), D, STD_MULTIPLIER, ACTIVATION=st.GELU_TANH, ROUND=st.ROUND_ALL,
+        BC=sh.LOOP_CHUNK, INT64_INDEX=False, KEEP_GATE=True, num_warps=sh.LOOP_WARPS,
+    )  # fmt: skip
+    return y
 
 
 def time_us(fn, sets) -> float:
@@ -53,14 +66,21 @@ def main() -> None:
         # the same minimum traffic: read x's gate and up halves, write one [T, d] result
         "add": lambda x, y: torch.add(x[:, : y.shape[1]], x[:, y.shape[1] :], out=y),
     }
+    if "--keep-gate" in sys.argv:
+        variants["keep-gate"] = looped_keep_gate
     lines.append(f"{'T':>5} {'d':>6}" + "".join(f" {name + ' µs':>17} {'%':>5}" for name in variants))
     for T, d in SHAPES:
         k = max(1, min(32, WORKING_SET // (T * d * 6)))
         x = [torch.randn(T, 2 * d, device=dev, dtype=torch.bfloat16) for _ in range(k)]
         sets = [(xi, torch.empty(T, d, device=dev, dtype=torch.bfloat16)) for xi in x]
         roof = T * d * 6 / bw * 1e6
-        t = {name: time_us(fn, sets) for name, fn in variants.items()}
-        lines.append(f"{T:>5} {d:>6}" + "".join(f" {t[n]:17.2f} {100 * roof / t[n]:5.1f}" for n in variants))
+        run = dict(variants)
+        if sh.choose_kernel(T, d, 132)[0] != "looped":
+            run.pop("keep-gate", None)
+        elif "keep-gate" in run:  # the same kernel and math with cache hints: bitwise equal
+            assert torch.equal(run["sparse"](x[0], None), looped_keep_gate(x[0], torch.empty_like(sets[0][1])))
+        t = {name: time_us(fn, sets) for name, fn in run.items()}
+        lines.append(f"{T:>5} {d:>6}" + "".join(f" {t[n]:17.2f} {100 * roof / t[n]:5.1f}" for n in run))
     emit("probe_sparse_ceiling.txt", lines)
 
 

@@ -18,9 +18,20 @@
 #                                  # (ran at 41bb180; the two-read looped kernel was removed after it)
 #   bash scripts/gpu/run_s5.sh f   # the final kernels: W4A16 and sparse GPU tests, verify of both,
 #                                  # w4a16 bench at M <= 128, sparse ceiling probe
+#   bash scripts/gpu/run_s5.sh g   # W4A16 decode tiles with more warps or smaller blocks; sparse looped
+#                                  # kernel with L2 eviction hints (KEEP_GATE) side by side
 source "$(dirname "$0")/lib.sh"
 W4_TESTS="tests/ops/test_w4a16_gemm.py tests/ops/test_w4a16_linear.py tests/ops/test_w4a16_compile.py"
-case "${1:-f}" in
+case "${1:-g}" in
+g)
+  run 0 200 sweep_decode python3 scripts/gpu/sweep_w4a16_decode.py --bucket decode --rules p4 p8 --tiles \
+    16,128,128,4,3 16,128,128,8,3 16,256,128,8,3 16,64,128,2,3 16,64,128,4,3 16,128,64,4,3 16,128,64,8,3 &
+  run 1 120 sparse_keep python3 scripts/gpu/probe_sparse_ceiling.py --keep-gate &
+  wait
+  cat "$OUT/rc.txt"
+  echo "== decode tiles"; grep -E "best|geomean|decode:|shipped|Error" "$OUT/logs/sweep_decode.txt" | cut -c1-330
+  echo "== sparse keep-gate"; cut -c1-200 "$OUT/logs/sparse_keep.txt" | tail -15
+  ;;
 f)
   (
     run 0 200 t_w4a16 python3 -m pytest -m gpu -q -rfE --durations=3 -p no:cacheprovider $W4_TESTS

@@ -9,6 +9,8 @@ speedup over cuBLAS dense; per bucket the geomean of every config and the
 shipped one. JSON to $OUT.
 
     PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_decode.py      # about 2 minutes on an H200
+    PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_decode.py --bucket decode \
+        --tiles 16,128,128,4,3 16,128,128,8,3 --rules p4 p8          # one bucket, other candidates
 
 Session 2's run is benchmarks/results/h200/sweeps/sweep_w4a16_decode.*; session 4's
 (sweep_w4a16_decode_s4.*) ran with the single-launch split-K fixup and the ``w`` (one wave)
@@ -19,6 +21,7 @@ fused prefill tiles, which the dense path has replaced above M = 128 (sweep_w4a1
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -93,7 +96,25 @@ def rotating_weights(K: int, N: int, dtype: torch.dtype, dev: torch.device):
     return ws, [dense_weight(w.qweight, w.scales, None, None, 128, dtype) for w in ws], copies
 
 
+def parse_args() -> None:
+    """``--bucket`` keeps one bucket, ``--tiles`` (BM,BN,BK,warps,stages; the shipped tile first) and
+    ``--rules`` replace its candidates."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bucket", choices=list(BUCKETS))
+    parser.add_argument("--tiles", nargs="+", type=lambda t: tuple(int(v) for v in t.split(",")))
+    parser.add_argument("--rules", nargs="+", choices=list(RULES))
+    args = parser.parse_args()
+    if args.bucket:
+        for other in [b for b in BUCKETS if b != args.bucket]:
+            del BUCKETS[other]
+        ms, tiles = BUCKETS[args.bucket]
+        BUCKETS[args.bucket] = (ms, args.tiles or tiles)
+        if args.rules:
+            RULES_BY_BUCKET[args.bucket] = tuple(args.rules)
+
+
 def main() -> None:
+    parse_args()
     start = time.time()
     dtype = torch.bfloat16
     dev, sms, bw = device_info()

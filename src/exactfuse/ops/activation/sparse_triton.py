@@ -183,14 +183,19 @@ def gelu_and_mul_sparse_looped_kernel(
     ROUND: tl.constexpr,
     BC: tl.constexpr,
     INT64_INDEX: tl.constexpr,
+    KEEP_GATE: tl.constexpr = False,
 ):
     """One row per program in chunks of ``BC``: the same numerics as :func:`gelu_and_mul_sparse_kernel`,
     but the gate is read three times (sum, squared deviations, output; the second and third reads
     mostly from cache) instead of being held whole in registers, so no block is padded to a power of
     two and nothing spills at d = 32768. The sums run in another order (per-lane accumulation over
-    chunks, then one tree), which the op's row-bitwise contract allows.
+    chunks, then one tree), which the op's row-bitwise contract allows. KEEP_GATE (sweep-only,
+    scripts/gpu/probe_sparse_ceiling.py): L2 eviction hints that keep the gate for the re-reads
+    (evict_last) and let the last reads and ``up`` go first (evict_first).
     """
     DT: tl.constexpr = p_y.dtype.element_ty
+    KEEP: tl.constexpr = "evict_last" if KEEP_GATE else ""
+    LAST: tl.constexpr = "evict_first" if KEEP_GATE else ""
     i_t = tl.program_id(0)
     if INT64_INDEX:
         i_t = i_t.to(tl.int64)
@@ -198,18 +203,19 @@ def gelu_and_mul_sparse_looped_kernel(
     o_c = tl.arange(0, BC)
     acc = tl.zeros((BC,), dtype=tl.float32)
     for c0 in range(0, D, BC):
-        acc += tl.load(p_g + c0 + o_c, mask=c0 + o_c < D, other=0.0).to(tl.float32)
+        acc += tl.load(p_g + c0 + o_c, mask=c0 + o_c < D, other=0.0, eviction_policy=KEEP).to(tl.float32)
     b_mean = tl.sum(acc, axis=0) * _mean_factor(T, D)
     acc = tl.zeros((BC,), dtype=tl.float32)
     for c0 in range(0, D, BC):
         m_c = c0 + o_c < D
-        b_dx = tl.where(m_c, tl.load(p_g + c0 + o_c, mask=m_c, other=0.0).to(tl.float32) - b_mean, 0.0)
+        b_g = tl.load(p_g + c0 + o_c, mask=m_c, other=0.0, eviction_policy=KEEP).to(tl.float32)
+        b_dx = tl.where(m_c, b_g - b_mean, 0.0)
         acc += b_dx * b_dx
     b_cut = _cutoff(b_mean, tl.sum(acc, axis=0), D, std_multiplier, DT, ROUND)
     for c0 in range(0, D, BC):
         m_c = c0 + o_c < D
-        b_g = tl.load(p_g + c0 + o_c, mask=m_c, other=0.0).to(tl.float32)
-        b_u = tl.load(p_g + D + c0 + o_c, mask=m_c, other=0.0)
+        b_g = tl.load(p_g + c0 + o_c, mask=m_c, other=0.0, eviction_policy=LAST).to(tl.float32)
+        b_u = tl.load(p_g + D + c0 + o_c, mask=m_c, other=0.0, eviction_policy=LAST)
         tl.store(p_y + i_t * stride_y + c0 + o_c, _gate_up(b_g, b_u, b_cut, ACTIVATION, DT, ROUND), mask=m_c)
 
 
