@@ -5,9 +5,11 @@ For each shape of the sparse grid at T >= 1024 (bf16, inputs rotated past the L2
 CUDA-graph timer), side by side: the shipped sparse launch, exactfuse's ``gelu_and_mul`` (one pass:
 reads ``[T, 2d]``, writes ``[T, d]``, no row statistics), and ``torch.add`` of the gate and up
 halves into ``[T, d]`` (the same minimum traffic, PyTorch's elementwise kernel). Prints µs and % of
-the copy-bandwidth roofline for each. ``--keep-gate``: also the looped kernel with L2 eviction hints
-(``KEEP_GATE``, sweep-only) on the shapes that run it, its output first checked bitwise equal to the
-shipped one.
+the copy-bandwidth roofline for each (a one-pass kernel can pass 100%: the copy that sets the
+ceiling writes as much as it reads). ``--keep-gate``: also the looped kernel with its L2 eviction
+hints (``KEEP_GATE``) forced on, on the shapes that run it, its output first checked bitwise equal
+to the shipped launch's (session 5 ran it before the launcher used the hints:
+sweeps/probe_sparse_keep_gate_s5g.txt).
 
 Session 5 (benchmarks/results/h200/sweeps/probe_sparse_ceiling_s5e.txt) also timed a looped kernel
 that reads the gate twice instead of three times (each chunk's sum and squared deviations from one

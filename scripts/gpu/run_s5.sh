@@ -20,9 +20,20 @@
 #                                  # w4a16 bench at M <= 128, sparse ceiling probe
 #   bash scripts/gpu/run_s5.sh g   # W4A16 decode tiles with more warps or smaller blocks; sparse looped
 #                                  # kernel with L2 eviction hints (KEEP_GATE) side by side
+#   bash scripts/gpu/run_s5.sh h   # the looped kernel's hints on above d = 16384: sparse GPU contract
+#                                  # matrices (heuristic and forced looped), bench of the two changed shapes
 source "$(dirname "$0")/lib.sh"
 W4_TESTS="tests/ops/test_w4a16_gemm.py tests/ops/test_w4a16_linear.py tests/ops/test_w4a16_compile.py"
-case "${1:-g}" in
+case "${1:-h}" in
+h)
+  run 0 210 t_sparse python3 -m pytest -m gpu -q -rfE --durations=6 -p no:cacheprovider tests/ops/test_gelu_and_mul_sparse.py \
+    -k "test_gpu_contract_matrix or (chunked and looped)" &
+  bench 1 120 spk gelu_and_mul_sparse --case 'T(1024|2048)-d32768$' &
+  wait
+  cat "$OUT/rc.txt"
+  echo "== t_sparse"; grep -E "FAILED|passed|failed|Error|s call" "$OUT/logs/t_sparse.txt" | tail -10 | cut -c1-200
+  for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -B2 -A12 "speedup of exactfuse" "$f" | cut -c1-160 | head -16; done
+  ;;
 g)
   run 0 200 sweep_decode python3 scripts/gpu/sweep_w4a16_decode.py --bucket decode --rules p4 p8 --tiles \
     16,128,128,4,3 16,128,128,8,3 16,256,128,8,3 16,64,128,2,3 16,64,128,4,3 16,128,64,4,3 16,128,64,8,3 &

@@ -95,6 +95,11 @@ def test_split_kernels_combine_chunks_of_unequal_length():
     assert RowBitwise().check(actual, expected).extra["differing_rows"] == 0
 
 
+def test_looped_kernel_keeps_the_gate_in_l2_only_for_the_widest_rows():
+    # session 5: 0.90-0.91x the time at d = 32768, 1.006-1.026x at d = 8192-16384
+    assert [sh.looped_keep_gate(d) for d in (8192, 12288, 16384, 16385, 32768)] == [False] * 3 + [True] * 2
+
+
 def test_launcher_rejects_an_unknown_kernel():
     with pytest.raises(ValueError, match=r"kernel must be one of \('whole', 'looped', 'split'\), got 'tiled'"):
         st.launch_gelu_and_mul_sparse(torch.ones(1, 8), STD_MULTIPLIER, "tanh", kernel="tiled")

@@ -58,6 +58,18 @@ SPLIT_CHUNK, SPLIT_WARPS = 2048, 8
 SPLIT_ABOVE_D, SPLIT_MAX_T = 8192, 16
 SPLIT_WIDE_D, SPLIT_WIDE_MAX_T = 16384, 64  # rows the whole-row kernel pads or spills
 KERNELS = ("whole", "looped", "split")
+# The looped kernel asks L2 to keep the gate for its re-reads above this width (its KEEP_GATE).
+# Session 5, side by side in one run (scripts/gpu/probe_sparse_ceiling.py --keep-gate,
+# benchmarks/results/h200/sweeps/probe_sparse_keep_gate_s5g.txt, bf16, outputs bitwise equal),
+# time with / without: d = 32768 0.911 (T = 1024, 66.8 -> 60.9 µs) and 0.896 (T = 2048,
+# 127.2 -> 114.0 µs); d = 8192-16384 1.006-1.026, so not there. No width between 16384 and 32768
+# was measured.
+LOOP_KEEP_GATE_ABOVE_D = 16384
+
+
+def looped_keep_gate(D: int) -> bool:
+    """Whether the looped kernel runs with its L2 eviction hints at width ``D``."""
+    return D > LOOP_KEEP_GATE_ABOVE_D
 
 
 def choose_kernel(T: int, D: int, num_sms: int = 132) -> tuple[str, int, int]:

@@ -189,9 +189,9 @@ def gelu_and_mul_sparse_looped_kernel(
     but the gate is read three times (sum, squared deviations, output; the second and third reads
     mostly from cache) instead of being held whole in registers, so no block is padded to a power of
     two and nothing spills at d = 32768. The sums run in another order (per-lane accumulation over
-    chunks, then one tree), which the op's row-bitwise contract allows. KEEP_GATE (sweep-only,
-    scripts/gpu/probe_sparse_ceiling.py): L2 eviction hints that keep the gate for the re-reads
-    (evict_last) and let the last reads and ``up`` go first (evict_first).
+    chunks, then one tree), which the op's row-bitwise contract allows. KEEP_GATE: L2 eviction
+    hints that keep the gate for the re-reads (evict_last) and let the last reads and ``up`` go
+    first (evict_first); the same results (``sparse_heuristics.looped_keep_gate`` says where).
     """
     DT: tl.constexpr = p_y.dtype.element_ty
     KEEP: tl.constexpr = "evict_last" if KEEP_GATE else ""
@@ -324,7 +324,8 @@ def launch_gelu_and_mul_sparse(
     )
     args = (x2, y, T, D, x2.stride(0), D, float(std_multiplier))
     if chosen == "looped":
-        torch.library.wrap_triton(gelu_and_mul_sparse_looped_kernel)[(T,)](*args, BC=block, **common)
+        keep = heuristics.looped_keep_gate(D)
+        torch.library.wrap_triton(gelu_and_mul_sparse_looped_kernel)[(T,)](*args, BC=block, KEEP_GATE=keep, **common)
     elif chosen == "split":
         S = triton.cdiv(D, block)
         # fp32 (sum, m2) per row and chunk; the first kernel writes every entry
