@@ -13,7 +13,10 @@ over the five benchmark (K, N) shapes):
   faster on all 10 shapes; at 4 stages the tile's 70.6 KB of shared memory let only
   3 programs share an SM (Nsight Compute's occupancy limit, sweeps/ncu_w4a16_decode_s4*.txt),
   so the split's 4 per SM ran in more than one wave. Rounding the split down to one wave
-  (``one_wave``) was not faster (32.8 µs at 4 per SM, 33.3 at 3).
+  (``one_wave``) was not faster (32.8 µs at 4 per SM, 33.3 at 3). Session 5
+  (sweep_w4a16_decode_tiles_s5g.txt): still the best of (16, 128, 128) at 8 warps, (16, 256, 128)
+  at 8, (16, 128, 64) at 4 and 8, (16, 64, 128) at 2 and 4, each at 4 and 8 programs per SM
+  (31.3 µs; next 31.9, then 32.8).
 - Split-K sums its partials in the GEMM's own launch (``fixup``, the last slice to arrive) in
   the decode bucket, and in a second launch above it. Session 4's side-by-side run
   (scripts/gpu/sweep_w4a16_ab.py fixup, sweeps/sweep_w4a16_fixup_s4.txt, bf16, geomean of
