@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Session 5's device calls on nvidia-h200-x2 (two GPUs, two lanes). Modes a-d measured variants that
-# were removed after them; they ran from this file as it was at the revision named (git show REV:<this file>):
+# Session 5's device calls on nvidia-h200-x2 (two GPUs, two lanes). Modes a-e measured variants that
+# were removed after them; they ran from this file as it was at the revision named (git show REV:<this file>).
+# Modes f-h run as they ran:
 #   bash scripts/gpu/run_s5.sh a   # W4A16 gemv kernel: GPU tests, verify; gemv sweep, ncu of the M = 1 call
 #                                  # (ran at 69c7649; the gemv kernel and its sweep script were removed after it)
 #   bash scripts/gpu/run_s5.sh b   # W4A16 dequantization without I2F: GPU tests, verify, A/B against I2F,
@@ -15,7 +16,8 @@
 #   bash scripts/gpu/run_s5.sh e   # sparse looped kernel with two gate reads: sparse GPU tests, ceiling
 #                                  # probe with session 4's kernel side by side, sparse bench (42 shapes),
 #                                  # w4a16 bench at M >= 256 (the dense path back to session 4's), verify
-#                                  # (ran at 41bb180; the two-read looped kernel was removed after it)
+#                                  # (ran at 41bb180; the two-read looped kernel and --looped3 were removed
+#                                  # after it)
 #   bash scripts/gpu/run_s5.sh f   # the final kernels: W4A16 and sparse GPU tests, verify of both,
 #                                  # w4a16 bench at M <= 128, sparse ceiling probe
 #   bash scripts/gpu/run_s5.sh g   # W4A16 decode tiles with more warps or smaller blocks; sparse looped
@@ -24,6 +26,9 @@
 #                                  # matrices (heuristic and forced looped), bench of the two changed shapes
 source "$(dirname "$0")/lib.sh"
 W4_TESTS="tests/ops/test_w4a16_gemm.py tests/ops/test_w4a16_linear.py tests/ops/test_w4a16_compile.py"
+show_benches() {  # each bench log's output files and its summary table
+  for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -B2 -A12 "speedup of exactfuse" "$f" | cut -c1-160 | head -16; done
+}
 case "${1:-h}" in
 h)
   run 0 210 t_sparse python3 -m pytest -m gpu -q -rfE --durations=6 -p no:cacheprovider tests/ops/test_gelu_and_mul_sparse.py \
@@ -32,7 +37,7 @@ h)
   wait
   cat "$OUT/rc.txt"
   echo "== t_sparse"; grep -E "FAILED|passed|failed|Error|s call" "$OUT/logs/t_sparse.txt" | tail -10 | cut -c1-200
-  for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -B2 -A12 "speedup of exactfuse" "$f" | cut -c1-160 | head -16; done
+  show_benches
   ;;
 g)
   run 0 200 sweep_decode python3 scripts/gpu/sweep_w4a16_decode.py --bucket decode --rules p4 p8 --tiles \
@@ -58,26 +63,7 @@ f)
   echo "== t_w4a16"; grep -E "FAILED|passed|failed|Error" "$OUT/logs/t_w4a16.txt" | tail -8 | cut -c1-220
   echo "== verify"; grep -E "PASS|FAIL|ERROR" "$OUT/logs/verify.txt" | cut -c1-160 | tail -10
   echo "== sparse ceiling"; cut -c1-160 "$OUT/logs/sparse_ceiling.txt" | tail -14
-  for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -A9 "speedup of exactfuse" "$f" | cut -c1-150 | head -10; done
-  ;;
-e)
-  (
-    run 0 250 t_sparse python3 -m pytest -m gpu -q -rfE --durations=4 -p no:cacheprovider tests/ops/test_gelu_and_mul_sparse.py -k "not aot_inductor"
-    bench 0 160 sp0 gelu_and_mul_sparse --shard 0/2
-    run 0 80 verify python3 -m exactfuse verify --op gelu_and_mul_sparse --op w4a16_gemm
-  ) &
-  (
-    run 1 90 sparse_ceiling python3 scripts/gpu/probe_sparse_ceiling.py --looped3
-    bench 1 120 w4 w4a16_gemm --dtype bf16 --dtype fp16 --case '/M(256|1024|2048|4096)-' \
-      --provider triton --provider native --provider cublas-dense --provider torch-int4
-    bench 1 160 sp1 gelu_and_mul_sparse --shard 1/2
-  ) &
-  wait
-  cat "$OUT/rc.txt"
-  echo "== t_sparse"; grep -E "FAILED|passed|failed|Error" "$OUT/logs/t_sparse.txt" | tail -8 | cut -c1-220
-  echo "== verify"; grep -E "PASS|FAIL|ERROR" "$OUT/logs/verify.txt" | cut -c1-160 | tail -10
-  echo "== sparse ceiling"; cut -c1-190 "$OUT/logs/sparse_ceiling.txt" | tail -22
-  for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -A9 "speedup of exactfuse" "$f" | cut -c1-150 | head -10; done
+  show_benches
   ;;
 esac
 (cd "$OUT" && tar czf /tmp/all.tgz . && rm -rf ./* && mv /tmp/all.tgz all.tgz)
