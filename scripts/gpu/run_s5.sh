@@ -24,12 +24,22 @@
 #                                  # kernel with L2 eviction hints (KEEP_GATE) side by side
 #   bash scripts/gpu/run_s5.sh h   # the looped kernel's hints on above d = 16384: sparse GPU contract
 #                                  # matrices (heuristic and forced looped), bench of the two changed shapes
+#   bash scripts/gpu/run_s5.sh i   # the rest of the sparse GPU tests (AOTI excepted) and verify, hints on
 source "$(dirname "$0")/lib.sh"
 W4_TESTS="tests/ops/test_w4a16_gemm.py tests/ops/test_w4a16_linear.py tests/ops/test_w4a16_compile.py"
 show_benches() {  # each bench log's output files and its summary table
   for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -B2 -A12 "speedup of exactfuse" "$f" | cut -c1-160 | head -16; done
 }
-case "${1:-h}" in
+case "${1:-i}" in
+i)
+  run 0 190 t_sparse python3 -m pytest -m gpu -q -rfE -p no:cacheprovider tests/ops/test_gelu_and_mul_sparse.py \
+    -k "not aot_inductor and not test_gpu_contract_matrix and not (chunked and looped)" &
+  run 1 120 verify python3 -m exactfuse verify --op gelu_and_mul_sparse &
+  wait
+  cat "$OUT/rc.txt"
+  echo "== t_sparse"; grep -E "FAILED|passed|failed|Error" "$OUT/logs/t_sparse.txt" | tail -8 | cut -c1-200
+  echo "== verify"; grep -E "PASS|FAIL|ERROR" "$OUT/logs/verify.txt" | cut -c1-160 | tail -5
+  ;;
 h)
   run 0 210 t_sparse python3 -m pytest -m gpu -q -rfE --durations=6 -p no:cacheprovider tests/ops/test_gelu_and_mul_sparse.py \
     -k "test_gpu_contract_matrix or (chunked and looped)" &
