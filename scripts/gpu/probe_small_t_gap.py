@@ -8,7 +8,8 @@ This times, side by side in one process (the harness's CUDA-graph timer, inputs 
 L2), bf16:
 
 - ``shipped``: ``exactfuse`` silu_and_mul (its launch heuristic); ``launcher``: its launcher called
-  directly (no op dispatch);
+  directly (no op dispatch); ``kernel``: the shipped kernel launched as the launcher launches it, but
+  directly (``act_and_mul_kernel[grid]``, no ``torch.library.wrap_triton``);
 - ``tile/nospec``: the probe's tile with T not specialized, as the shipped kernel compiles it;
 - ``tile/exact``, ``tile/fast``: the shipped tile with the shipped math and with fast math;
 - ``flat/exact``, ``flat/fast``: a flat 1024-element index like Inductor's, both maths;
@@ -27,7 +28,7 @@ import triton.language as tl
 
 from exactfuse.bench.timing import cudagraph_timer, recompile_limits
 from exactfuse.ops.activation import silu_and_mul
-from exactfuse.ops.activation.triton import act_and_mul_config, launch_act_and_mul
+from exactfuse.ops.activation.triton import ACTIVATIONS, act_and_mul_config, act_and_mul_kernel, launch_act_and_mul
 from exactfuse.ops.math import exact_exp
 
 SHAPES = [(T, d) for T in (1, 16, 256) for d in (768, 4096, 14336)]
@@ -77,6 +78,18 @@ def tile(x, fast, kernel=tile_kernel):
     return y
 
 
+def shipped_kernel_direct(x):
+    """The shipped kernel with the launcher's arguments, launched without wrap_triton."""
+    T, D = x.shape[0], x.shape[1] // 2
+    y = torch.empty((T, D), dtype=x.dtype, device=x.device)
+    BT, BD, warps = act_and_mul_config(T, D)
+    grid = (triton.cdiv(T, BT), triton.cdiv(D, BD))
+    act_and_mul_kernel[grid](
+        x, y, T, D, x.stride(0), D, ACTIVATION=ACTIVATIONS["silu"], BT=BT, BD=BD, INT64_INDEX=False, num_warps=warps
+    )
+    return y
+
+
 def flat(x, fast):
     T, D = x.shape[0], x.shape[1] // 2
     y = torch.empty((T, D), dtype=x.dtype, device=x.device)
@@ -98,6 +111,7 @@ def main() -> None:
     variants = {
         "shipped": silu_and_mul,
         "launcher": lambda x: launch_act_and_mul(x, "silu"),
+        "kernel": shipped_kernel_direct,
         "tile/nospec": lambda x: tile(x, False, tile_kernel_nospec),
         "tile/exact": lambda x: tile(x, False),
         "tile/fast": lambda x: tile(x, True),
