@@ -187,7 +187,7 @@ def gelu_and_mul_sparse_looped_kernel(
 ):
     """One row per program in chunks of ``BC``: the same numerics as :func:`gelu_and_mul_sparse_kernel`,
     but the gate is read three times (sum, squared deviations, output; the second and third reads
-    mostly from cache) instead of being held whole in registers, so no block is padded to a power of
+    partly from L2) instead of being held whole in registers, so no block is padded to a power of
     two and nothing spills at d = 32768. The sums run in another order (per-lane accumulation over
     chunks, then one tree), which the op's row-bitwise contract allows. KEEP_GATE: L2 eviction
     hints that keep the gate for the re-reads (evict_last) and let the last reads and ``up`` go

@@ -202,7 +202,8 @@ _COUNTERS: dict[tuple[torch.device, int], list[torch.Tensor]] = {}
 
 
 def arrival_counters(device: torch.device, tiles: int) -> torch.Tensor:
-    """Zeroed int32 counters, at least ``tiles`` of them, for launches on the current stream of ``device``."""
+    """Zeroed int32 counters, at least ``tiles`` of them, for launches on the current stream of ``device``
+    (a tensor's device: it carries its index)."""
     # The raw handle, as Triton's launcher reads it: 0.13 against 3.0 µs of host time per call for
     # torch.cuda.current_stream(device).cuda_stream, which builds a Stream object (H200 machine,
     # scripts/gpu/probe_stream_lookup.py, benchmarks/results/h200/sweeps/probe_stream_lookup_s5.txt).
