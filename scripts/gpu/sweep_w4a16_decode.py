@@ -22,12 +22,15 @@ fused prefill tiles, which the dense path has replaced above M = 128 (sweep_w4a1
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
+import sys
 import time
 
 import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from sweep_io import emit_json
 
 from exactfuse.bench.results import geomean
 from exactfuse.bench.roofline import measure_copy_bandwidth
@@ -180,9 +183,7 @@ def main() -> None:
         shipped = f"{tuple(BUCKETS[bucket][1][0])} {SHIPPED_RULE[bucket]}"
         print(f"    shipped {shipped}: {geo[shipped]:.1f}")
     print(f"{time.time() - start:.0f} s")
-    if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "sweep_w4a16_decode.json"), "w") as f:
-            json.dump(dict(copy_bw=bw, rows=rows), f, indent=1)
+    emit_json("sweep_w4a16_decode.json", dict(copy_bw=bw, rows=rows))
 
 
 if __name__ == "__main__":

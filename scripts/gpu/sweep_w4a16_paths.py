@@ -15,7 +15,6 @@ bucket configuration of that revision (m512 and prefill tiles above M = 128).
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import sys
 import time
@@ -23,6 +22,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
+from sweep_io import emit_json
 from sweep_w4a16_decode import bench_rotating, device_info, rotating_weights
 
 from exactfuse.bench.results import geomean
@@ -84,9 +84,7 @@ def main() -> None:
                 cells.append(f"{p} {g:.1f} ({geomean(r['cublas'] / r[p] for r in sel):.2f}x)")
         print(f"  M {M:>5}: " + "  ".join(cells))
     print(f"{time.time() - start:.0f} s")
-    if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "sweep_w4a16_paths.json"), "w") as f:
-            json.dump(dict(copy_bw=bw, rows=rows), f, indent=1)
+    emit_json("sweep_w4a16_paths.json", dict(copy_bw=bw, rows=rows))
 
 
 if __name__ == "__main__":
