@@ -6,6 +6,7 @@ op's contract, and the two checked bitwise equal where the field must not change
 (``EQUAL``), before timing. Configurations where the field has no effect are skipped.
 
     PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_ab.py fixup 1 4 16 32 64 128  # about 1 minute
+``FIELD`` may join several fields with ``+`` (all on against all off).
 ``fixup``: the split-K sum in the GEMM's launch against a second launch (session 4,
 sweeps/sweep_w4a16_fixup_s4.txt). Session 5 ran two more fields, since removed with the variants
 they switched: ``i2f`` at git 8547007 (``q - z`` by int-to-float conversion against the fp32
@@ -32,14 +33,19 @@ from exactfuse.ops.w4a16.heuristics import select_config
 
 APPLIES = {  # field: configurations where it changes the launch
     "fixup": lambda cfg: cfg.split_k > 1 and not cfg.dense,
+    "load3d": lambda cfg: True,
+    "swap_ab": lambda cfg: not cfg.dense,
 }
 EQUAL = {  # field: configurations where both settings give bitwise equal outputs
     "fixup": lambda cfg: True,  # the same sums in the same order
+    "load3d": lambda cfg: True,  # the same values, loaded in another layout
+    "swap_ab": lambda cfg: False,  # another MMA instruction: the contract only
 }
 
 
 def main() -> None:
     field, ms = sys.argv[1], [int(m) for m in sys.argv[2:]]
+    fields = field.split("+")  # several fields switched together: a+b
     dtype = torch.bfloat16
     dev, sms, _ = device_info()
     lines, ratios = [f"{'K':>6} {'N':>6} {'M':>5} {'config':>7} {'on µs':>8} {'off µs':>8} {'on/off':>7}"], {}
@@ -49,11 +55,11 @@ def main() -> None:
             a = torch.randn((M, K), dtype=dtype, device=dev)
             args0 = (a, ws[0].qweight, ws[0].scales, None, None, None, 128)
             cfg = select_config(M, N, K, 128, sms)
-            if not APPLIES[field](cfg):
+            if not any(APPLIES[f](cfg) for f in fields):
                 continue
             times, outs = {}, []
             for on in (True, False):
-                c = dataclasses.replace(cfg, **{field: on})
+                c = dataclasses.replace(cfg, **dict.fromkeys(fields, on))
                 outs.append(w4.launch_w4a16_gemm(*args0, config=c))
                 check = CONTRACT.check(outs[-1], w4a16_gemm.native(*args0), args=args0)
                 assert check.passed, (c, check.detail)
@@ -63,7 +69,7 @@ def main() -> None:
                     ),
                     copies,
                 )
-            assert not EQUAL[field](cfg) or torch.equal(*outs), (K, N, M)
+            assert not all(EQUAL[f](cfg) for f in fields) or torch.equal(*outs), (K, N, M)
             ratio = times[True] / times[False]
             ratios.setdefault(M, []).append(ratio)
             lines.append(f"{K:>6} {N:>6} {M:>5} {cfg.name:>7} {times[True]:8.2f} {times[False]:8.2f} {ratio:7.3f}")

@@ -11,6 +11,7 @@ shipped one. JSON to $OUT.
     PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_decode.py      # about 2 minutes on an H200
     PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_decode.py --bucket decode \
         --tiles 16,128,128,4,3 16,128,128,8,3 --rules p4 p8          # one bucket, other candidates
+    ... --fields swap_ab load3d                                     # TileConfig fields on every candidate
 
 Session 2's run is benchmarks/results/h200/sweeps/sweep_w4a16_decode.*; session 4's
 (sweep_w4a16_decode_s4.*) ran with the single-launch split-K fixup and the ``w`` (one wave)
@@ -67,6 +68,8 @@ RULES = {
 }
 
 
+FIELDS: dict[str, bool] = {}  # --fields: set on every candidate configuration
+
 # the harness's timer: median of CUDA-graph replays, cyclic GC off during capture
 TIMER = cudagraph_timer(rep_ms=30)
 
@@ -106,7 +109,9 @@ def parse_args() -> None:
     parser.add_argument("--bucket", choices=list(BUCKETS))
     parser.add_argument("--tiles", nargs="+", type=lambda t: tuple(int(v) for v in t.split(",")))
     parser.add_argument("--rules", nargs="+", choices=list(RULES))
+    parser.add_argument("--fields", nargs="+", default=[], help="TileConfig booleans set on every candidate")
     args = parser.parse_args()
+    FIELDS.update(dict.fromkeys(args.fields, True))
     if args.bucket:
         for other in [b for b in BUCKETS if b != args.bucket]:
             del BUCKETS[other]
@@ -138,7 +143,7 @@ def main() -> None:
                         BM, BN, BK, warps, stages = tile
                         split, kps = choose_split(M, N, K, BM, BN, BK, sms, pps, 64, cap, wave)
                         fixup = next(b[-1] for b in SHIPPED_BUCKETS if b[1] == bucket)  # the bucket's split-K sum
-                        cfg = TileConfig(bucket, BM, BN, BK, warps, stages, split, kps, fixup=fixup)
+                        cfg = TileConfig(bucket, BM, BN, BK, warps, stages, split, kps, fixup=fixup, **FIELDS)
                         if cfg not in seen:
                             out = w4.launch_w4a16_gemm(*args0, config=cfg)
                             check = CONTRACT.check(out, native, args=args0)
@@ -181,9 +186,9 @@ def main() -> None:
         ranked = sorted(geo.items(), key=lambda x: x[1])
         print(f"  {bucket}: " + "  ".join(f"{k}={v:.1f}" for k, v in ranked[:6]))
         shipped = f"{tuple(BUCKETS[bucket][1][0])} {SHIPPED_RULE[bucket]}"
-        print(f"    shipped {shipped}: {geo[shipped]:.1f}")
+        print(f"    shipped {shipped}: {geo.get(shipped, math.nan):.1f}")
     print(f"{time.time() - start:.0f} s")
-    emit_json("sweep_w4a16_decode.json", dict(copy_bw=bw, rows=rows))
+    emit_json("sweep_w4a16_decode.json", dict(copy_bw=bw, fields=FIELDS, rows=rows))
 
 
 if __name__ == "__main__":

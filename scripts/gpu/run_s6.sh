@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Session 6's device calls on nvidia-h200-x2 (two GPUs, two lanes):
+#   bash scripts/gpu/run_s6.sh a   # W4A16 kernel variants load3d and swap_ab: SASS under the machine's
+#                                  # Triton, their GPU tests, side-by-side A/B of each and of both; the
+#                                  # decode tile sweep with swap_ab; the silu small-T launch-path probe
+source "$(dirname "$0")/lib.sh"
+W4_TESTS="tests/ops/test_w4a16_gemm.py tests/ops/test_w4a16_linear.py tests/ops/test_w4a16_compile.py"
+show_benches() {  # each bench log's output files and its summary table
+  for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -B2 -A12 "speedup of exactfuse" "$f" | cut -c1-160 | head -16; done
+}
+case "${1:-a}" in
+a)
+  (
+    run 0 120 sass python3 scripts/gpu/sass_w4a16.py
+    run 0 120 ab_load3d python3 scripts/gpu/sweep_w4a16_ab.py load3d 1 4 16 32 64 128 256 1024
+    run 0 100 ab_swap python3 scripts/gpu/sweep_w4a16_ab.py swap_ab 1 4 16 32 64 128
+    run 0 80 ab_both python3 scripts/gpu/sweep_w4a16_ab.py load3d+swap_ab 1 16 64 128
+  ) &
+  (
+    run 1 150 t_variants python3 -m pytest -m gpu -q -rfE -p no:cacheprovider tests/ops/test_w4a16_gemm.py -k variants
+    run 1 200 sweep_swap python3 scripts/gpu/sweep_w4a16_decode.py --bucket decode --rules p4 p8 --fields swap_ab \
+      --tiles 16,128,128,4,3 16,128,128,4,4 16,64,128,4,3 16,64,128,4,4 16,256,128,8,3 16,128,64,4,4
+    run 1 90 small_t python3 scripts/gpu/probe_small_t_gap.py
+  ) &
+  wait
+  cat "$OUT/rc.txt"
+  echo "== sass"; grep -E "SASS" "$OUT/logs/sass.txt" | cut -c1-120
+  echo "== t_variants"; grep -E "FAILED|passed|failed|Error" "$OUT/logs/t_variants.txt" | tail -6 | cut -c1-220
+  for f in ab_load3d ab_swap ab_both; do echo "== $f"; tail -3 "$OUT/logs/$f.txt" | cut -c1-200; done
+  echo "== sweep_swap"; grep -E "geomean|decode:|shipped|Error" "$OUT/logs/sweep_swap.txt" | cut -c1-330
+  echo "== small_t"; tail -14 "$OUT/logs/small_t.txt" | cut -c1-160
+  ;;
+esac
+(cd "$OUT" && tar czf /tmp/all.tgz . && rm -rf ./* && mv /tmp/all.tgz all.tgz)
