@@ -3,12 +3,34 @@
 #   bash scripts/gpu/run_s6.sh a   # W4A16 kernel variants load3d and swap_ab: SASS under the machine's
 #                                  # Triton, their GPU tests, side-by-side A/B of each and of both; the
 #                                  # decode tile sweep with swap_ab; the silu small-T launch-path probe
+#                                  # (ran at 8d25591; load3d became the only load, swap_ab was removed)
+#   bash scripts/gpu/run_s6.sh b   # the 3-D load: W4A16 GPU tests, verify, tile sweep of all three fused
+#                                  # buckets, w4a16 bench of all 120 shapes (M <= 128 and M >= 256 in two lanes)
 source "$(dirname "$0")/lib.sh"
 W4_TESTS="tests/ops/test_w4a16_gemm.py tests/ops/test_w4a16_linear.py tests/ops/test_w4a16_compile.py"
 show_benches() {  # each bench log's output files and its summary table
   for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -B2 -A12 "speedup of exactfuse" "$f" | cut -c1-160 | head -16; done
 }
-case "${1:-a}" in
+case "${1:-b}" in
+b)
+  (
+    run 0 220 t_w4a16 python3 -m pytest -m gpu -q -rfE --durations=3 -p no:cacheprovider $W4_TESTS
+    run 0 90 verify python3 -m exactfuse verify --op w4a16_gemm
+    bench 0 150 w4big w4a16_gemm --dtype bf16 --dtype fp16 --case '/M(256|1024|2048|4096)-' \
+      --provider triton --provider native --provider cublas-dense --provider torch-int4
+  ) &
+  (
+    run 1 240 sweep_tiles python3 scripts/gpu/sweep_w4a16_decode.py
+    bench 1 180 w4small w4a16_gemm --dtype bf16 --dtype fp16 --case '/M(1|2|4|8|16|32|64|128)-' \
+      --provider triton --provider native --provider cublas-dense --provider torch-int4
+  ) &
+  wait
+  cat "$OUT/rc.txt"
+  echo "== t_w4a16"; grep -E "FAILED|passed|failed|Error" "$OUT/logs/t_w4a16.txt" | tail -8 | cut -c1-220
+  echo "== verify"; grep -E "PASS|FAIL|ERROR" "$OUT/logs/verify.txt" | cut -c1-160 | tail -6
+  echo "== sweep_tiles"; grep -E "geomean|decode:|m32:|m128:|shipped|Error" "$OUT/logs/sweep_tiles.txt" | cut -c1-330
+  show_benches
+  ;;
 a)
   (
     run 0 120 sass python3 scripts/gpu/sass_w4a16.py

@@ -5,7 +5,8 @@ For the decode tile (group 128, symmetric, split-K with the in-launch fixup, bf1
 instruction count of the whole kernel (its loop body runs once per BK step; Triton does not unroll
 it), the most frequent opcodes, and the shared-memory encodings Triton chose (TTGIR). Session 5 ran
 it on the H200 machine (Triton 3.6) with a 16-bit unpack variant, since removed
-(benchmarks/results/h200/sweeps/sass_w4a16_s5.txt).
+(benchmarks/results/h200/sweeps/sass_w4a16_s5.txt), session 6 at git 8d25591 with the 3-D load of the
+packed words (since the only load) and an operand-swapped variant (sweeps/sass_w4a16_s6a.txt).
 
     PYTHONPATH=src python3 scripts/gpu/sass_w4a16.py
 """
@@ -13,7 +14,6 @@ it on the H200 machine (Triton 3.6) with a 16-bit unpack variant, since removed
 from __future__ import annotations
 
 import collections
-import itertools
 import os
 import re
 import subprocess
@@ -38,11 +38,11 @@ SCALARS = ("M", "N", "K", "stride_am", "K_PER_SPLIT")
 DECODE = next(b for b in BUCKETS if b[1] == "decode")  # (max M, name, BM, BN, BK, warps, stages, ...)
 
 
-def compile_decode(dtype: str, arch: int = 90, load3d: bool = False, swap_ab: bool = False):
+def compile_decode(dtype: str, arch: int = 90):
     BM, BN, BK, num_warps, num_stages = DECODE[2:7]
     const = dict(GROUP=128, GROUPS_PER_TILE=1, HAS_ZEROS=False, HAS_PERM=False, HAS_BIAS=False, SPLIT=True)
     const.update(ATOMIC=False, FIXUP=True, EVEN_K=True, INT64_INDEX=False, BM=BM, BN=BN, BK=BK)
-    const.update(GROUP_M=GROUP_M, LOAD3D=load3d, SWAP_AB=swap_ab)
+    const.update(GROUP_M=GROUP_M)
     pointers = {name: t.format(dt=dtype) for name, t in POINTERS.items()}
     signature = {**pointers, **dict.fromkeys(SCALARS, "i32"), **dict.fromkeys(const, "constexpr")}
     # what the launcher specializes for pointers and for sizes divisible by 16 (the benchmark shapes)
@@ -66,10 +66,10 @@ def opcodes(kernel) -> collections.Counter:
 
 def main() -> None:
     lines = [f"Triton {triton.__version__}, sm_90, decode bucket {DECODE}"]
-    for dtype, load3d, swap_ab in itertools.product(("bf16", "fp16"), (False, True), (False, True)):
-        kernel = compile_decode(dtype, load3d=load3d, swap_ab=swap_ab)
+    for dtype in ("bf16", "fp16"):
+        kernel = compile_decode(dtype)
         ops = opcodes(kernel)
-        head = f"{dtype} load3d={load3d} swap_ab={swap_ab}: {sum(ops.values())} SASS instructions"
+        head = f"{dtype}: {sum(ops.values())} SASS instructions"
         lines.append(f"\n{head}, {kernel.metadata.shared} B shared")
         lines.append("  " + "  ".join(f"{op} {n}" for op, n in ops.most_common(24)))
         shared = sorted(set(re.findall(r"#ttg\.\w*shared<\{[^}]*\}>", kernel.asm["ttgir"])))

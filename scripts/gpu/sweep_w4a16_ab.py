@@ -11,7 +11,9 @@ op's contract, and the two checked bitwise equal where the field must not change
 sweeps/sweep_w4a16_fixup_s4.txt). Session 5 ran two more fields, since removed with the variants
 they switched: ``i2f`` at git 8547007 (``q - z`` by int-to-float conversion against the fp32
 ``2^23`` trick, sweeps/sweep_w4a16_i2f_s5.txt) and ``unpack16`` at git c194fbd (the 16-bit unpack,
-sweeps/sweep_w4a16_unpack16_s5.txt).
+sweeps/sweep_w4a16_unpack16_s5.txt). Session 6 ran ``load3d`` (the packed words loaded as a 3-D tile,
+since the only load; APPLIES always, EQUAL always), ``swap_ab`` (out^T = W^T a^T; APPLIES to the fused
+configurations, EQUAL never) and ``load3d+swap_ab`` at git 8d25591 (sweeps/sweep_w4a16_*_s6a.txt).
 """
 
 from __future__ import annotations
@@ -33,13 +35,9 @@ from exactfuse.ops.w4a16.heuristics import select_config
 
 APPLIES = {  # field: configurations where it changes the launch
     "fixup": lambda cfg: cfg.split_k > 1 and not cfg.dense,
-    "load3d": lambda cfg: True,
-    "swap_ab": lambda cfg: not cfg.dense,
 }
 EQUAL = {  # field: configurations where both settings give bitwise equal outputs
     "fixup": lambda cfg: True,  # the same sums in the same order
-    "load3d": lambda cfg: True,  # the same values, loaded in another layout
-    "swap_ab": lambda cfg: False,  # another MMA instruction: the contract only
 }
 
 

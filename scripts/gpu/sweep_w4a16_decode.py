@@ -47,13 +47,15 @@ BUCKETS = {  # name: (Ms, tiles (BM, BN, BK, warps, stages)), the shipped tile f
         (1, 16),
         [(16, 128, 128, 4, 4), (16, 128, 128, 4, 3), (16, 128, 128, 4, 2), (16, 128, 64, 4, 4), (16, 64, 128, 4, 4)],
     ),
+    "m32": ((32,), [(32, 64, 128, 4, 4), (32, 64, 128, 4, 3), (32, 128, 128, 4, 3), (32, 64, 64, 4, 4)]),
     "m128": ((64, 128), [(64, 64, 64, 4, 4), (64, 64, 128, 4, 4), (64, 128, 64, 4, 4), (32, 64, 128, 4, 4)]),
 }
 RULES_BY_BUCKET = {  # session 2's best rules per bucket and the p2 reference
     "decode": ("p4", "p3w", "p4w", "p6w"),
+    "m32": ("p2", "p4", "p8"),
     "m128": ("p2", "p8-nocap"),
 }
-SHIPPED_RULE = {"decode": "p4", "m128": "p8-nocap"}  # heuristics.BUCKETS
+SHIPPED_RULE = {"decode": "p4", "m32": "p2", "m128": "p8-nocap"}  # heuristics.BUCKETS
 ROTATE_BYTES = 256 << 20  # weights rotate over enough copies to exceed the 60 MB L2
 # name: (programs_per_sm, traffic_cap, one_wave)
 RULES = {

@@ -161,43 +161,6 @@ def test_tile_layouts_exact_dequant_and_contract(group_size, sym, act, layout):
             assert layout != "dense" or torch.equal(out, expected)
 
 
-# Kernel variants, each a TileConfig field measured side by side (scripts/gpu/sweep_w4a16_ab.py): whether
-# it must give bitwise the same output as the field's other setting (the same products summed in the same
-# order) or only meet the contract.
-VARIANTS = {"load3d": True, "swap_ab": False}
-
-
-def _assert_variant_matches(field, case, cfg):
-    """``cfg`` with ``field`` on and off: both meet the contract, bitwise equal where ``VARIANTS`` says so."""
-    outs = []
-    for on in (True, False):
-        with exactfuse.poison_outputs():
-            outs.append(w4_triton.launch_w4a16_gemm(*case.args, config=dataclasses.replace(cfg, **{field: on})))
-        result = CONTRACT.check(outs[-1], native.w4a16_gemm(*case.args), args=case.args)
-        assert result.passed, (field, on, cfg, result.summary())
-    assert not VARIANTS[field] or torch.equal(*outs), (field, cfg)
-
-
-@pytest.mark.interpreter
-@pytest.mark.parametrize("field", sorted(VARIANTS))
-@pytest.mark.parametrize(("sym", "act"), [(True, False), (False, True)], ids=["sym", "asym-actorder"])
-@pytest.mark.parametrize("group_size", [32, 128, -1], ids=_gid)
-def test_kernel_variants_exact_dequant_and_contract(group_size, sym, act, field):
-    """Each variant on the fused path (unsplit and split 2) and on the dense path's dequantization: identity
-    bit-exact, the contract with bias, bitwise equal to the other setting where it must be; K = 200 for
-    per-channel groups (masked last step)."""
-    K = 200 if group_size == -1 else 256
-    gen = make_generator(11)
-    case = make_case(
-        "M3", 3, K, 64, torch.float16, "cpu", gen, bias=True, group_size=group_size, symmetric=sym, act_order=act
-    )
-    fused = select_config(3, 64, K, group_size)
-    for cfg in (with_split(fused, K, 1), with_split(fused, K, 2), dense_config()):
-        cfg = dataclasses.replace(cfg, **{field: True})
-        _identity_check("cpu", torch.float16, K, 64, group_size, sym, act, slice(K - 3, K), config=cfg)
-        _assert_variant_matches(field, case, cfg)
-
-
 @pytest.mark.interpreter
 def test_bf16_on_the_interpreter_falls_back_to_native():
     case = make_case("M2", 2, 256, 64, torch.bfloat16, "cpu", make_generator(0))
@@ -327,19 +290,6 @@ def test_gpu_identity_is_bit_exact(group_size, dtype, layout):
     config = _force(layout)
     _identity_check("cuda", dtype, 4096, 512, group_size, False, True, slice(0, 4096), config=config)
     _identity_check("cuda", dtype, 4096, 512, group_size, False, True, slice(1000, 1008), config=config)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("field", sorted(VARIANTS))
-@pytest.mark.parametrize("dtype", list(SHORT), ids=list(SHORT.values()))
-def test_gpu_kernel_variants(dtype, field):
-    """Each variant in every bucket's configuration and the dense path: identity bit-exact (act-order,
-    asymmetric), the contract on real shapes, bitwise equal to the other setting where it must be."""
-    for M in (1, 16, 32, 64, 128, 256):
-        cfg = dataclasses.replace(select_config(M, 4096, 4096, 128), **{field: True})
-        _identity_check("cuda", dtype, 4096, 512, 128, False, True, slice(1000, 1000 + M), config=cfg)
-        case = make_case(f"M{M}", M, 4096, 4096, dtype, "cuda", make_generator(M), bias=True, symmetric=False)
-        _assert_variant_matches(field, case, cfg)
 
 
 @pytest.mark.gpu

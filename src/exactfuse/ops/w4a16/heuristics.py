@@ -96,11 +96,6 @@ class TileConfig:
     # Deterministic split-K sums the partials in the GEMM's own launch (the last slice to arrive);
     # False: a second launch does (BUCKETS says which bucket uses which).
     fixup: bool = True
-    # Load the packed words as a [BK/8, 1, BN] tile and unpack that, instead of a [BK/8, BN] tile
-    # broadcast: the same values (session 6 measures it side by side).
-    load3d: bool = False
-    # Compute out^T = W^T a^T, the dequantized tile as the MMA's A operand (session 6 measures it).
-    swap_ab: bool = False
 
 
 # (max M, name, BM, BN, BK, num_warps, num_stages, programs_per_sm, traffic_cap, fixup), first match wins.

@@ -73,8 +73,6 @@ def w4a16_gemm_kernel(
     BN: tl.constexpr,
     BK: tl.constexpr,
     GROUP_M: tl.constexpr,
-    LOAD3D: tl.constexpr,
-    SWAP_AB: tl.constexpr,
 ):
     """One ``[BM, BN]`` tile of ``a[:, perm] @ W`` over K slice ``program_id(1)``.
 
@@ -104,66 +102,23 @@ def w4a16_gemm_kernel(
     o_n = i_n * BN + tl.arange(0, BN)
     m_m = o_m < M
     m_n = o_n < N
+    DT = p_a.dtype.element_ty
 
     k_start = i_s * K_PER_SPLIT
     k_end = tl.minimum(k_start + K_PER_SPLIT, K)
-    if SWAP_AB:
-        # out^T = W^T a^T: the dequantized tile is the MMA's A operand (Hopper's wgmma reads it from
-        # registers), the activations its B operand.
-        acc_t = tl.zeros((BN, BM), dtype=tl.float32)
-        for k0 in range(k_start, k_end, BK):
-            b_a, b_w = _operands(
-                p_a,
-                p_qw,
-                p_s,
-                p_z,
-                p_perm,
-                k0,
-                o_m,
-                o_n,
-                m_m,
-                m_n,
-                N,
-                K,
-                stride_am,
-                GROUP,
-                GROUPS_PER_TILE,
-                HAS_ZEROS,
-                HAS_PERM,
-                EVEN_K,
-                BK,
-                BN,
-                LOAD3D,
-            )
-            acc_t = tl.dot(tl.trans(b_w), tl.trans(b_a), acc_t)
-        acc = tl.trans(acc_t)
-    else:
-        acc = tl.zeros((BM, BN), dtype=tl.float32)
-        for k0 in range(k_start, k_end, BK):
-            b_a, b_w = _operands(
-                p_a,
-                p_qw,
-                p_s,
-                p_z,
-                p_perm,
-                k0,
-                o_m,
-                o_n,
-                m_m,
-                m_n,
-                N,
-                K,
-                stride_am,
-                GROUP,
-                GROUPS_PER_TILE,
-                HAS_ZEROS,
-                HAS_PERM,
-                EVEN_K,
-                BK,
-                BN,
-                LOAD3D,
-            )
-            acc = tl.dot(b_a, b_w, acc)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(k_start, k_end, BK):
+        o_k = k0 + tl.arange(0, BK)
+        m_k = o_k < K
+        o_ka = tl.load(p_perm + o_k, mask=m_k, other=0) if HAS_PERM else o_k
+        p_ab = p_a + o_m[:, None] * stride_am + o_ka[None, :]
+        if EVEN_K:
+            b_a = tl.load(p_ab, mask=m_m[:, None], other=0.0)
+        else:
+            b_a = tl.load(p_ab, mask=m_m[:, None] & m_k[None, :], other=0.0)
+        b_w = dequant_kn_tile(p_qw, p_s, p_z, k0, o_n, m_n, N, K, GROUP, GROUPS_PER_TILE, HAS_ZEROS, EVEN_K, BK, BN)
+        b_w = b_w.to(DT)
+        acc = tl.dot(b_a, b_w, acc)
 
     m_mn = m_m[:, None] & m_n[None, :]
     if SPLIT and ATOMIC:
@@ -194,44 +149,6 @@ def w4a16_gemm_kernel(
                 _store_output(p_out, p_bias, acc, o_m, o_n, m_mn, N, HAS_BIAS)
     else:
         _store_output(p_out, p_bias, acc, o_m, o_n, m_mn, N, HAS_BIAS)
-
-
-@triton.jit
-def _operands(
-    p_a,
-    p_qw,
-    p_s,
-    p_z,
-    p_perm,
-    k0,
-    o_m,
-    o_n,
-    m_m,
-    m_n,
-    N,
-    K,
-    stride_am,
-    GROUP: tl.constexpr,
-    GROUPS_PER_TILE: tl.constexpr,
-    HAS_ZEROS: tl.constexpr,
-    HAS_PERM: tl.constexpr,
-    EVEN_K: tl.constexpr,
-    BK: tl.constexpr,
-    BN: tl.constexpr,
-    LOAD3D: tl.constexpr,
-):
-    """One K step's operands: the activations ``[BM, BK]`` (columns through ``perm``) and the dequantized
-    weight ``[BK, BN]``, both in a's dtype."""
-    o_k = k0 + tl.arange(0, BK)
-    m_k = o_k < K
-    o_ka = tl.load(p_perm + o_k, mask=m_k, other=0) if HAS_PERM else o_k
-    p_ab = p_a + o_m[:, None] * stride_am + o_ka[None, :]
-    if EVEN_K:
-        b_a = tl.load(p_ab, mask=m_m[:, None], other=0.0)
-    else:
-        b_a = tl.load(p_ab, mask=m_m[:, None] & m_k[None, :], other=0.0)
-    b_w = dequant_kn_tile(p_qw, p_s, p_z, k0, o_n, m_n, N, K, GROUP, GROUPS_PER_TILE, HAS_ZEROS, EVEN_K, BK, BN, LOAD3D)
-    return b_a, b_w.to(p_a.dtype.element_ty)
 
 
 @triton.jit
@@ -377,8 +294,6 @@ def launch_w4a16_gemm(
         BN=cfg.BN,
         BK=cfg.BK,
         GROUP_M=GROUP_M,
-        LOAD3D=cfg.load3d,
-        SWAP_AB=cfg.swap_ab,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
