@@ -6,12 +6,41 @@
 #                                  # (ran at 8d25591; load3d became the only load, swap_ab was removed)
 #   bash scripts/gpu/run_s6.sh b   # the 3-D load: W4A16 GPU tests, verify, tile sweep of all three fused
 #                                  # buckets, w4a16 bench of all 120 shapes (M <= 128 and M >= 256 in two lanes)
+#                                  # (ran at fe2c1dd; the decode tile changed after it, the bench was re-run in c)
+#   bash scripts/gpu/run_s6.sh c   # decode tile (16, 64, 128, 4, 4) p4w and direct eager launches: the
+#                                  # launch-path probe, W4A16, registry, bench-harness and activation GPU
+#                                  # tests, verify w4a16, benchmarks: w4a16 (120 shapes), silu, gelu,
+#                                  # sparse at T <= 16
 source "$(dirname "$0")/lib.sh"
 W4_TESTS="tests/ops/test_w4a16_gemm.py tests/ops/test_w4a16_linear.py tests/ops/test_w4a16_compile.py"
 show_benches() {  # each bench log's output files and its summary table
   for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -B2 -A12 "speedup of exactfuse" "$f" | cut -c1-160 | head -16; done
 }
-case "${1:-b}" in
+case "${1:-c}" in
+c)
+  (
+    run 0 220 t_w4a16 python3 -m pytest -m gpu -q -rfE --durations=3 -p no:cacheprovider $W4_TESTS
+    run 0 60 verify python3 -m exactfuse verify --op w4a16_gemm
+    bench 0 120 w4big w4a16_gemm --dtype bf16 --dtype fp16 --case '/M(256|1024|2048|4096)-' \
+      --provider triton --provider native --provider cublas-dense --provider torch-int4
+    bench 0 90 act silu_and_mul
+    bench 0 60 sp gelu_and_mul_sparse --case 'T(1|4|16)-'
+  ) &
+  (
+    run 1 60 launch_path python3 scripts/gpu/probe_launch_path.py
+    run 1 200 t_other python3 -m pytest -m gpu -q -rfE -p no:cacheprovider tests/registry tests/bench \
+      tests/ops/test_activation.py -k "not aot_inductor"
+    bench 1 160 w4small w4a16_gemm --dtype bf16 --dtype fp16 --case '/M(1|2|4|8|16|32|64|128)-' \
+      --provider triton --provider native --provider cublas-dense --provider torch-int4
+    bench 1 90 act gelu_and_mul
+  ) &
+  wait
+  cat "$OUT/rc.txt"
+  echo "== launch_path"; tail -6 "$OUT/logs/launch_path.txt" | cut -c1-160
+  for f in t_w4a16 t_other; do echo "== $f"; grep -E "FAILED|passed|failed|Error" "$OUT/logs/$f.txt" | tail -6 | cut -c1-220; done
+  echo "== verify"; grep -E "PASS|FAIL|ERROR" "$OUT/logs/verify.txt" | cut -c1-160 | tail -4
+  show_benches
+  ;;
 b)
   (
     run 0 220 t_w4a16 python3 -m pytest -m gpu -q -rfE --durations=3 -p no:cacheprovider $W4_TESTS

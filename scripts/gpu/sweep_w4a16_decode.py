@@ -11,9 +11,11 @@ shipped one. JSON to $OUT.
     PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_decode.py      # about 2 minutes on an H200
     PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_decode.py --bucket decode \
         --tiles 16,128,128,4,3 16,128,128,8,3 --rules p4 p8          # one bucket, other candidates
-    ... --fields swap_ab load3d                                     # TileConfig fields on every candidate
+    ... --fields FIELD ...                                          # TileConfig booleans on every candidate
 
-Session 2's run is benchmarks/results/h200/sweeps/sweep_w4a16_decode.*; session 4's
+Session 2's run is benchmarks/results/h200/sweeps/sweep_w4a16_decode.*; session 6's
+(sweep_w4a16_decode_s6b.*, with the 3-D load, at git fe2c1dd) labelled the decode tile then listed first,
+(16, 128, 128, 4, 4), as shipped; the shipped tile was (16, 128, 128, 4, 3) p4, 29.4 µs there. Session 4's
 (sweep_w4a16_decode_s4.*) ran with the single-launch split-K fixup and the ``w`` (one wave)
 rules; session 3's
 (sweep_w4a16_tiles_kmajor_s3.txt) also timed the K-major tile ("+km"), since removed, and the
@@ -45,7 +47,7 @@ SHAPES = ((4096, 4096), (4096, 14336), (14336, 4096), (8192, 8192), (4096, 28672
 BUCKETS = {  # name: (Ms, tiles (BM, BN, BK, warps, stages)), the shipped tile first
     "decode": (
         (1, 16),
-        [(16, 128, 128, 4, 4), (16, 128, 128, 4, 3), (16, 128, 128, 4, 2), (16, 128, 64, 4, 4), (16, 64, 128, 4, 4)],
+        [(16, 64, 128, 4, 4), (16, 128, 128, 4, 3), (16, 64, 128, 4, 3), (16, 128, 64, 4, 4), (16, 64, 64, 4, 4)],
     ),
     "m32": ((32,), [(32, 64, 128, 4, 4), (32, 64, 128, 4, 3), (32, 128, 128, 4, 3), (32, 64, 64, 4, 4)]),
     "m128": ((64, 128), [(64, 64, 64, 4, 4), (64, 64, 128, 4, 4), (64, 128, 64, 4, 4), (32, 64, 128, 4, 4)]),
@@ -55,7 +57,7 @@ RULES_BY_BUCKET = {  # session 2's best rules per bucket and the p2 reference
     "m32": ("p2", "p4", "p8"),
     "m128": ("p2", "p8-nocap"),
 }
-SHIPPED_RULE = {"decode": "p4", "m32": "p2", "m128": "p8-nocap"}  # heuristics.BUCKETS
+SHIPPED_RULE = {"decode": "p4w", "m32": "p2", "m128": "p8-nocap"}  # heuristics.BUCKETS
 ROTATE_BYTES = 256 << 20  # weights rotate over enough copies to exceed the 60 MB L2
 # name: (programs_per_sm, traffic_cap, one_wave)
 RULES = {

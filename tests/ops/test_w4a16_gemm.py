@@ -200,10 +200,12 @@ def test_decode_splits_k_to_fill_the_h200():
 
 
 def test_split_rule_by_programs_per_sm_and_dense_above_m128():
-    # decode aims at 4 programs per SM: 224 column tiles of 128 are < 264, so split 3 (H200 sweep at M=1:
-    # 64.4 µs unsplit, 63.5 µs at S3); m32's 448 tiles of 64 are >= 2 per SM: no split
-    assert select_config(1, 28672, 4096, 128).split_k == 3
-    assert select_config(32, 28672, 4096, 128).split_k == 1
+    # decode aims at 4 programs per SM in one wave: 64 column tiles of 64 for N = 4096 split 528 // 64 = 8
+    # ways, not 9 (H200, K = 14336, M = 1: 26.0 µs at S8, 27.5 at S9); 448 tiles (N = 28672) are >= 2 per
+    # SM: no split. m32 aims at 2 per SM: 224 tiles (N = 14336) do not split
+    assert select_config(1, 4096, 14336, 128).split_k == 8
+    assert select_config(1, 28672, 4096, 128).split_k == 1
+    assert select_config(32, 14336, 4096, 128).split_k == 1
     # split-K sums in the GEMM's launch for decode only (session 4: 2.6% faster at M <= 4, 15-19% slower at M 64-128)
     assert select_config(1, 4096, 4096, 128).fixup and not select_config(64, 4096, 4096, 128).fixup
     for M in (129, 1024, 4096):

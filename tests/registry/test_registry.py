@@ -139,3 +139,38 @@ def test_mutating_op_with_optional_tensor(compiler):
     assert torch.equal(acc2, x)
     gm = make_fx(f, tracing_mode="fake")(x, torch.zeros(4))
     assert any(o.name in str(n.target) for n in gm.graph.nodes)
+
+
+@pytest.mark.parametrize("compiler", ["visible", "opaque"])
+def test_eager_calls_launch_triton_kernels_directly(compiler):
+    """On plain tensors, providers run with wrap_triton's higher-order-op dispatch off (a direct launch);
+    under a trace (make_fx on fake tensors, through the visible op's triton_op body) it stays on, so
+    kernels can become graph nodes."""
+    from torch._library.triton import is_wrap_triton_enabled
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    seen = []
+    name = f"test_direct_{next(_names)}"
+
+    def native(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    native.__name__ = name
+    o = op(native, contract=Bitwise(), compiler=compiler)
+
+    @o.provider("probe", supported=True)
+    def probe(x: torch.Tensor) -> torch.Tensor:
+        seen.append(is_wrap_triton_enabled())
+        return x + 1
+
+    x = torch.ones(3)
+    with o.priority(["probe"]):
+        o(x)
+        o.run_provider("probe", x)
+        o.torch_op(x)
+        assert seen == [False, False, False]
+        seen.clear()
+        make_fx(lambda t: o.torch_op(t), tracing_mode="fake")(x)
+    # the visible op's body is traced with the higher-order op on; the opaque op's body is not traced
+    assert seen == ([True] if compiler == "visible" else [])
+    assert is_wrap_triton_enabled()

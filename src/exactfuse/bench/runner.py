@@ -20,6 +20,7 @@ from exactfuse.bench.results import Row, case_key
 from exactfuse.bench.roofline import Roofline
 from exactfuse.bench.timing import MAX_BUFFERS, Timer, rotation_count
 from exactfuse.registry import Case, Contract, Op, Tolerance
+from exactfuse.registry.op import direct_triton_launches
 
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 NATIVE, COMPILED = "native", "native-compiled"
@@ -80,6 +81,17 @@ def _bind(fn: Callable) -> Callable[[tuple, dict], Callable[[], object]]:
     return lambda args, kwargs: functools.partial(fn, *args, **kwargs)
 
 
+def _launching_directly(fn: Callable) -> Callable:
+    """``fn`` with its Triton kernels launched as an eager call of the op launches them."""
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        with direct_triton_launches():
+            return fn(*args, **kwargs)
+
+    return run
+
+
 def _baseline_contract(dtype: torch.dtype, device_type: str) -> Contract:
     return Tolerance()
 
@@ -111,7 +123,7 @@ class Candidates:
                 Candidate(
                     name,
                     "exactfuse",
-                    _bind(provider.fn),
+                    _bind(_launching_directly(provider.fn)),
                     provider.accepts,
                     op.contract_for,
                     gated=True,

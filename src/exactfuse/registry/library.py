@@ -5,7 +5,9 @@ body, and the kernels it launches through ``wrap_triton`` become graph nodes
 it can schedule. ``compiler="opaque"``: ``torch.library.custom_op`` with a fake
 (the native spec by default, run on fake tensors), so compiled graphs hold one
 opaque node and the Python launch logic (tile or split choice) runs per call.
-Either way the registered body is the registry's own dispatch.
+Either way the registered body is the registry's own dispatch; the opaque op's body always runs on
+plain tensors, so its kernels launch directly (``direct_triton_launches``), as ``triton_op`` does for
+plain tensors itself.
 """
 
 from __future__ import annotations
@@ -36,11 +38,18 @@ def _with_signature(fn: Callable, op: Op) -> Callable:
 
 
 def register_torch_op(op: Op):
+    from exactfuse.registry.op import direct_triton_launches
+
     qualname = f"{NAMESPACE}::{op.name}"
-    body = _with_signature(op.dispatch, op)
     if op.compiler == "visible":
-        torch.library.triton_op(qualname, body, mutates_args=op.mutates_args)
+        torch.library.triton_op(qualname, _with_signature(op.dispatch, op), mutates_args=op.mutates_args)
     else:
+
+        def dispatch_directly(*args, **kwargs):
+            with direct_triton_launches():
+                return op.dispatch(*args, **kwargs)
+
+        body = _with_signature(dispatch_directly, op)
         custom = torch.library.custom_op(qualname, body, mutates_args=op.mutates_args)
         custom.register_fake(_with_signature(op.fake or op.native, op))
     return getattr(getattr(torch.ops, NAMESPACE), op.name)

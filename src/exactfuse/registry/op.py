@@ -78,6 +78,20 @@ def _signature_of(fn: Callable) -> inspect.Signature:
     return sig.replace(parameters=params, return_annotation=None if ret is type(None) else ret)
 
 
+try:  # torch >= 2.6; private, so guarded
+    from torch._library.triton import set_wrap_triton_enabled as _set_wrap_triton_enabled
+except ImportError:  # pragma: no cover - older torch: every launch goes through wrap_triton's dispatch
+    _set_wrap_triton_enabled = None
+
+
+def direct_triton_launches() -> contextlib.AbstractContextManager:
+    """Within it, kernels launched through ``torch.library.wrap_triton`` launch directly instead of through
+    its higher-order op: the shortcut ``torch.library.triton_op`` takes itself when it runs on plain
+    tensors. Only for calls on plain tensors outside any trace (a trace needs the higher-order op).
+    """
+    return _set_wrap_triton_enabled(False) if _set_wrap_triton_enabled else contextlib.nullcontext()
+
+
 def _has_tensor_subclass(args: Sequence) -> bool:
     return any(type(a) is not torch.Tensor and isinstance(a, torch.Tensor) for a in args)
 
@@ -247,13 +261,15 @@ class Op:
         # go through torch.ops so the graph holds the op as the library declares it.
         if torch.compiler.is_compiling() or _has_tensor_subclass(args):
             return self.torch_op(*args, **kwargs)
-        return self.dispatch(*args, **kwargs)
+        with direct_triton_launches():
+            return self.dispatch(*args, **kwargs)
 
     def run_provider(self, name: str, *args, **kwargs):
-        """Run one named provider directly (after validation); for tests and verify."""
+        """Run one named provider directly (after validation) on plain tensors; for tests and verify."""
         if self.check is not None:
             self.check(*args, **kwargs)
-        return self.providers[name].fn(*args, **kwargs)
+        with direct_triton_launches():
+            return self.providers[name].fn(*args, **kwargs)
 
     def contract_for(self, dtype: torch.dtype, device_type: str = "cuda") -> Contract:
         """The contract a provider must meet for ``dtype`` on ``device_type``."""

@@ -4,29 +4,28 @@ The table comes from sweeps on the H200 (Triton 3.6, bf16, group 128, weights
 rotated past L2; benchmarks/results/h200/sweeps/sweep_w4a16_decode.*, geomean
 over the five benchmark (K, N) shapes):
 
-- ``decode`` (M <= 16): tl.dot needs 16 rows, so BM = 16; BN = 128, BK = 128,
-  4 warps, split-K aiming at 4 programs per SM: 34.1 µs geomean over M in
-  {1, 16} against 36.9 µs for the first-principles (16, 64, 128) tile at 2
-  programs per SM. Splitting further (8 or 16 programs per SM) or dropping the
-  traffic cap did not help (34.2-35.3 µs). 3 stages, not 4: session 4's sweep
-  (sweep_w4a16_decode_s4.*, with the in-launch split-K fixup) 32.6 against 34.5 µs,
-  faster on all 10 shapes; at 4 stages the tile's 70.6 KB of shared memory let only
-  3 programs share an SM (Nsight Compute's occupancy limit, sweeps/ncu_w4a16_decode_s4*.txt),
-  so the split's 4 per SM ran in more than one wave. Rounding the split down to one wave
-  (``one_wave``) was not faster (32.8 µs at 4 per SM, 33.3 at 3). Session 5
-  (sweep_w4a16_decode_tiles_s5g.txt): still the best of (16, 128, 128) at 8 warps, (16, 256, 128)
-  at 8, (16, 128, 64) at 4 and 8, (16, 64, 128) at 2 and 4, each at 4 and 8 programs per SM
-  (31.3 µs; next 31.9, then 32.8).
+- ``decode`` (M <= 16): tl.dot needs 16 rows, so BM = 16; BN = 64, BK = 128, 4 warps, 4 stages,
+  split-K aiming at 4 programs per SM rounded down to one wave (``one_wave``). Session 6's sweep
+  with the 3-D load of the packed words (sweep_w4a16_decode_s6b.*), geomean over the five shapes
+  at M in {1, 16}: 26.4 µs against 29.4 for the tile shipped before it, (16, 128, 128) at 3 stages
+  and 4 programs per SM (26.8 at 4 per SM without the one-wave rounding; faster or equal on all
+  10 shapes). History of that tile: session 2 chose (16, 128, 128) at 4 per SM over the
+  first-principles (16, 64, 128) at 2 per SM (34.1 against 36.9 µs); session 4 took it to 3
+  stages (sweep_w4a16_decode_s4.*: 32.6 against 34.5 µs, 4 programs per SM instead of 3 by shared
+  memory); session 5 found no better tile among 8 warps and smaller blocks
+  (sweep_w4a16_decode_tiles_s5g.txt). The 3-D load changed which tile wins.
 - Split-K sums its partials in the GEMM's own launch (``fixup``, the last slice to arrive) in
   the decode bucket, and in a second launch above it. Session 4's side-by-side run
   (scripts/gpu/sweep_w4a16_ab.py fixup, sweeps/sweep_w4a16_fixup_s4.txt, bf16, geomean of
   fixup / two-launch time over the five shapes): M = 1 0.974, M = 4 0.974, M = 16 0.998,
   M = 32 1.028, M = 64 1.189, M = 128 1.153 (the larger tiles' serial sum in one program
   outlasts a separate reduction).
-- ``m32``: (32, 64, 128), 2 programs per SM: not swept.
+- ``m32``: (32, 64, 128), 4 warps, 4 stages, 2 programs per SM. Session 6's sweep (3-D load): 32.1
+  µs geomean at M = 32, the best of 4 tiles x 3 rules (next 32.2 at 3 stages).
 - ``m128`` (M <= 128): (64, 64, 64), 4 warps, 4 stages, split-K aiming at 8
   programs per SM without the traffic cap: 59.3 µs geomean over M in {64, 128}
-  against 65.8 µs at 2 programs per SM.
+  against 65.8 µs at 2 programs per SM (session 2); session 6 (3-D load): still the best of 4 tiles
+  x 2 rules, 50.9 µs (next 51.4 at 2 programs per SM).
 - ``dense`` (M > 128): no fused tile. :func:`~exactfuse.ops.w4a16.dequant.w4a16_dequant_kernel`
   writes the dense ``[K, N]`` weight (a 64 x 128 tile per program), then ``torch.matmul``
   (cuBLAS). Session 3's sweep (scripts/gpu/sweep_w4a16_paths.py;
@@ -39,9 +38,11 @@ over the five benchmark (K, N) shapes):
   caching allocator per call.
 
 What limits the fused buckets at small M is not the tile and split choice, and not the
-dequantization arithmetic (NOTES.md, sessions 3-5). Every variant that cut instructions but changed
-how the dequantized B tile reaches the MMA was slower; changes that kept that path moved the time by
-1-2%:
+dequantization arithmetic (NOTES.md, sessions 3-6), but how the dequantized B tile reaches the MMA.
+Loading the packed words as a 3-D tile (session 6, ``dequant_kn_tile``) kept ldmatrix and made the
+shared-memory stores vectors: 0.93x the time at M <= 16, 0.74x at M = 32, 0.84-0.86x at M 64-128,
+side by side (sweeps/sweep_w4a16_load3d_s6a.txt). Every variant that cut instructions but changed
+how the tile reaches the MMA was slower; changes that kept that path moved the time by 1-2%:
 
 - K-major tile (session 3: the W^T tile, prmt/lop3 PTX; 600 SASS instructions per thread and K step
   of the decode tile against 912): M = 1 51.1 against 33.9 µs geomean. Removed.
@@ -58,6 +59,9 @@ how the dequantized B tile reaches the MMA was slower; changes that kept that pa
   against 31.0 µs geomean at M = 1, 1.5x slower at M = 2, 2.3x at M = 4. Triton gave each thread one
   column and scalar activation loads with per-element address arithmetic: 14 instructions per
   weight (Nsight Compute: 26.4M warp instructions at 4096 x 14336). Removed.
+- out^T = W^T a^T (session 6, ``swap_ab`` at git 8d25591): the dequantized tile became wgmma's A
+  operand (30.7 against 57.3 KB of shared memory), 0.935-0.942x the time at M <= 16 alone but
+  1.04-1.06x the 3-D load's time combined with it (sweeps/sweep_w4a16_*swap_ab_s6a.txt). Removed.
 
 Split-K (``split_k`` programs along K per output tile) is used when the output
 tiles alone give fewer than ``programs_per_sm`` programs per SM (or leave SMs
@@ -98,11 +102,12 @@ class TileConfig:
     fixup: bool = True
 
 
-# (max M, name, BM, BN, BK, num_warps, num_stages, programs_per_sm, traffic_cap, fixup), first match wins.
-BUCKETS: tuple[tuple[int, str, int, int, int, int, int, int, bool, bool], ...] = (
-    (16, "decode", 16, 128, 128, 4, 3, 4, True, True),
-    (32, "m32", 32, 64, 128, 4, 4, 2, True, False),
-    (128, "m128", 64, 64, 64, 4, 4, 8, False, False),
+# (max M, name, BM, BN, BK, num_warps, num_stages, programs_per_sm, traffic_cap, one_wave, fixup),
+# first match wins.
+BUCKETS: tuple[tuple[int, str, int, int, int, int, int, int, bool, bool, bool], ...] = (
+    (16, "decode", 16, 64, 128, 4, 4, 4, True, True, True),
+    (32, "m32", 32, 64, 128, 4, 4, 2, True, False, False),
+    (128, "m128", 64, 64, 64, 4, 4, 8, False, False, False),
 )
 DENSE_ABOVE_M = BUCKETS[-1][0]  # larger M: dense_config()
 
@@ -159,9 +164,9 @@ def fused_config(M: int, N: int, K: int, num_sms: int = H200_SMS) -> TileConfig:
     """The fused kernel's configuration: the first bucket that holds M (the last one above it, which
     sweeps use to compare the fused kernel with the dense path), split-K for this M."""
     bucket = next((b for b in BUCKETS if b[0] >= M), BUCKETS[-1])
-    name, BM, BN, BK, warps, stages, programs_per_sm, cap, fixup = bucket[1:]
+    name, BM, BN, BK, warps, stages, programs_per_sm, cap, one_wave, fixup = bucket[1:]
     BK = min(BK, max(16, next_power_of_2(K)))
-    split, k_per_split = choose_split(M, N, K, BM, BN, BK, num_sms, programs_per_sm, traffic_cap=cap)
+    split, k_per_split = choose_split(M, N, K, BM, BN, BK, num_sms, programs_per_sm, traffic_cap=cap, one_wave=one_wave)
     return TileConfig(name, BM, BN, BK, warps, stages, split, k_per_split, fixup=fixup)
 
 
