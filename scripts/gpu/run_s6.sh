@@ -11,12 +11,33 @@
 #                                  # launch-path probe, W4A16, registry, bench-harness and activation GPU
 #                                  # tests, verify w4a16, benchmarks: w4a16 (120 shapes), silu, gelu,
 #                                  # sparse at T <= 16
+#   bash scripts/gpu/run_s6.sh d   # tile sweeps of the three fused buckets with more warps per tile and
+#                                  # BM = 128 (one dequantization per weight tile at M = 128); moe bench M <= 6
 source "$(dirname "$0")/lib.sh"
 W4_TESTS="tests/ops/test_w4a16_gemm.py tests/ops/test_w4a16_linear.py tests/ops/test_w4a16_compile.py"
 show_benches() {  # each bench log's output files and its summary table
   for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -B2 -A12 "speedup of exactfuse" "$f" | cut -c1-160 | head -16; done
 }
-case "${1:-c}" in
+case "${1:-d}" in
+d)
+  (
+    run 0 150 sweep_decode python3 scripts/gpu/sweep_w4a16_decode.py --bucket decode --rules p4w p8w --tiles \
+      16,64,128,4,4 16,64,128,8,4 16,128,128,8,4 16,64,64,4,4 16,64,256,8,3
+    run 0 150 sweep_m32 python3 scripts/gpu/sweep_w4a16_decode.py --bucket m32 --rules p2 p4w p8w --tiles \
+      32,64,128,4,4 32,64,128,8,4 32,64,64,8,4 32,128,64,8,4 32,128,128,8,3
+    bench 0 70 moe moe_silu_and_mul --case 'M(1|6)-'
+  ) &
+  (
+    run 1 300 sweep_m128 python3 scripts/gpu/sweep_w4a16_decode.py --bucket m128 --rules p8-nocap p4-nocap p2 --tiles \
+      64,64,64,4,4 128,64,64,8,3 64,64,64,8,4 128,128,64,8,3 128,64,128,8,3 128,64,64,4,3
+  ) &
+  wait
+  cat "$OUT/rc.txt"
+  for f in sweep_decode sweep_m32 sweep_m128; do
+    echo "== $f"; grep -E "best|geomean|decode:|m32:|m128:|shipped|Error" "$OUT/logs/$f.txt" | cut -c1-330
+  done
+  show_benches
+  ;;
 c)
   (
     run 0 220 t_w4a16 python3 -m pytest -m gpu -q -rfE --durations=3 -p no:cacheprovider $W4_TESTS

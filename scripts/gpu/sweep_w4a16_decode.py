@@ -66,9 +66,12 @@ RULES = {
     "p8": (8, True, False),
     "p16": (16, True, False),
     "p8-nocap": (8, False, False),
+    "p4-nocap": (4, False, False),
+    "p2w": (2, True, True),
     "p3w": (3, True, True),
     "p4w": (4, True, True),
     "p6w": (6, True, True),
+    "p8w": (8, True, True),
 }
 
 
@@ -192,7 +195,8 @@ def main() -> None:
         shipped = f"{tuple(BUCKETS[bucket][1][0])} {SHIPPED_RULE[bucket]}"
         print(f"    shipped {shipped}: {geo.get(shipped, math.nan):.1f}")
     print(f"{time.time() - start:.0f} s")
-    emit_json("sweep_w4a16_decode.json", dict(copy_bw=bw, fields=FIELDS, rows=rows))
+    suffix = f"_{next(iter(BUCKETS))}" if len(BUCKETS) == 1 else ""  # --bucket: one file per bucket
+    emit_json(f"sweep_w4a16_decode{suffix}.json", dict(copy_bw=bw, fields=FIELDS, rows=rows))
 
 
 if __name__ == "__main__":
