@@ -13,12 +13,29 @@
 #                                  # sparse at T <= 16
 #   bash scripts/gpu/run_s6.sh d   # tile sweeps of the three fused buckets with more warps per tile and
 #                                  # BM = 128 (one dequantization per weight tile at M = 128); moe bench M <= 6
+#   bash scripts/gpu/run_s6.sh e   # the m64 / m128 buckets: W4A16 GPU tests, verify, w4a16 bench at M 32-128;
+#                                  # moe and sparse GPU tests with the direct eager launches
 source "$(dirname "$0")/lib.sh"
 W4_TESTS="tests/ops/test_w4a16_gemm.py tests/ops/test_w4a16_linear.py tests/ops/test_w4a16_compile.py"
 show_benches() {  # each bench log's output files and its summary table
   for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -B2 -A12 "speedup of exactfuse" "$f" | cut -c1-160 | head -16; done
 }
-case "${1:-d}" in
+case "${1:-e}" in
+e)
+  (
+    run 0 220 t_w4a16 python3 -m pytest -m gpu -q -rfE --durations=3 -p no:cacheprovider $W4_TESTS
+    run 0 60 verify python3 -m exactfuse verify --op w4a16_gemm
+    bench 0 110 w4mid w4a16_gemm --dtype bf16 --dtype fp16 --case '/M(32|64|128)-' \
+      --provider triton --provider native --provider cublas-dense --provider torch-int4
+  ) &
+  run 1 380 t_moe_sparse python3 -m pytest -m gpu -q -rfE --durations=5 -p no:cacheprovider \
+    tests/ops/test_moe_silu_and_mul.py tests/ops/test_gelu_and_mul_sparse.py -k "not aot_inductor" &
+  wait
+  cat "$OUT/rc.txt"
+  for f in t_w4a16 t_moe_sparse; do echo "== $f"; grep -E "FAILED|passed|failed|Error|s call" "$OUT/logs/$f.txt" | tail -9 | cut -c1-220; done
+  echo "== verify"; grep -E "PASS|FAIL|ERROR" "$OUT/logs/verify.txt" | cut -c1-160 | tail -4
+  show_benches
+  ;;
 d)
   (
     run 0 150 sweep_decode python3 scripts/gpu/sweep_w4a16_decode.py --bucket decode --rules p4w p8w --tiles \

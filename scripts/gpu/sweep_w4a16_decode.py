@@ -15,7 +15,8 @@ shipped one. JSON to $OUT.
 
 Session 2's run is benchmarks/results/h200/sweeps/sweep_w4a16_decode.*; session 6's
 (sweep_w4a16_decode_s6b.*, with the 3-D load, at git fe2c1dd) labelled the decode tile then listed first,
-(16, 128, 128, 4, 4), as shipped; the shipped tile was (16, 128, 128, 4, 3) p4, 29.4 µs there. Session 4's
+(16, 128, 128, 4, 4), as shipped; the shipped tile was (16, 128, 128, 4, 3) p4, 29.4 µs there. Its
+``m128`` bucket was then M in {64, 128} (sweep_w4a16_decode_m128_s6d.json), now ``m64`` and ``m128``. Session 4's
 (sweep_w4a16_decode_s4.*) ran with the single-launch split-K fixup and the ``w`` (one wave)
 rules; session 3's
 (sweep_w4a16_tiles_kmajor_s3.txt) also timed the K-major tile ("+km"), since removed, and the
@@ -50,14 +51,16 @@ BUCKETS = {  # name: (Ms, tiles (BM, BN, BK, warps, stages)), the shipped tile f
         [(16, 64, 128, 4, 4), (16, 128, 128, 4, 3), (16, 64, 128, 4, 3), (16, 128, 64, 4, 4), (16, 64, 64, 4, 4)],
     ),
     "m32": ((32,), [(32, 64, 128, 4, 4), (32, 64, 128, 4, 3), (32, 128, 128, 4, 3), (32, 64, 64, 4, 4)]),
-    "m128": ((64, 128), [(64, 64, 64, 4, 4), (64, 64, 128, 4, 4), (64, 128, 64, 4, 4), (32, 64, 128, 4, 4)]),
+    "m64": ((64,), [(64, 64, 64, 4, 4), (64, 64, 64, 8, 4), (64, 64, 128, 4, 4), (64, 128, 64, 4, 4)]),
+    "m128": ((128,), [(128, 64, 64, 4, 3), (128, 64, 64, 8, 3), (128, 128, 64, 8, 3), (64, 64, 64, 4, 4)]),
 }
 RULES_BY_BUCKET = {  # session 2's best rules per bucket and the p2 reference
     "decode": ("p4", "p3w", "p4w", "p6w"),
     "m32": ("p2", "p4", "p8"),
-    "m128": ("p2", "p8-nocap"),
+    "m64": ("p2", "p8-nocap"),
+    "m128": ("p4-nocap", "p8-nocap"),
 }
-SHIPPED_RULE = {"decode": "p4w", "m32": "p2", "m128": "p8-nocap"}  # heuristics.BUCKETS
+SHIPPED_RULE = {"decode": "p4w", "m32": "p2", "m64": "p8-nocap", "m128": "p4-nocap"}  # heuristics.BUCKETS
 ROTATE_BYTES = 256 << 20  # weights rotate over enough copies to exceed the 60 MB L2
 # name: (programs_per_sm, traffic_cap, one_wave)
 RULES = {

@@ -9,7 +9,7 @@ import torch
 import exactfuse
 from exactfuse.ops.w4a16 import CONTRACT, make_case, native, quantize_rtn, random_weights, w4a16_gemm
 from exactfuse.ops.w4a16 import triton as w4_triton
-from exactfuse.ops.w4a16.heuristics import H200_SMS, dense_config, select_config, with_split
+from exactfuse.ops.w4a16.heuristics import BUCKETS, H200_SMS, dense_config, select_config, with_split
 from exactfuse.ops.w4a16.packing import dequantize_gptq, prepare_gptq
 from exactfuse.testing import check_provider, make_generator
 
@@ -162,6 +162,24 @@ def test_tile_layouts_exact_dequant_and_contract(group_size, sym, act, layout):
 
 
 @pytest.mark.interpreter
+@pytest.mark.parametrize("bucket", [b[1] for b in BUCKETS])
+def test_every_bucket_tile_on_the_interpreter(bucket):
+    """Each fused bucket's tile at a row count that masks part of its last row block (its largest M less
+    3), unsplit and split 2: identity bit-exact (act-order, asymmetric) and the contract with bias."""
+    M = next(b[0] for b in BUCKETS if b[1] == bucket) - 3
+    K, N = 256, 64
+    case = make_case(f"M{M}", M, K, N, torch.float16, "cpu", make_generator(12), bias=True, symmetric=False)
+    for split in (1, 2):
+        cfg = with_split(select_config(M, N, K, 128), K, split)
+        assert cfg.name == bucket and cfg.split_k == split
+        _identity_check("cpu", torch.float16, K, N, 128, False, True, slice(K - M, K), config=cfg)
+        with exactfuse.poison_outputs():
+            out = w4_triton.launch_w4a16_gemm(*case.args, config=cfg)
+        result = CONTRACT.check(out, native.w4a16_gemm(*case.args), args=case.args)
+        assert result.passed, (cfg, result.summary())
+
+
+@pytest.mark.interpreter
 def test_bf16_on_the_interpreter_falls_back_to_native():
     case = make_case("M2", 2, 256, 64, torch.bfloat16, "cpu", make_generator(0))
     assert not w4a16_gemm.providers["triton"].accepts(*case.args)
@@ -211,8 +229,8 @@ def test_split_rule_by_programs_per_sm_and_dense_above_m128():
     for M in (129, 1024, 4096):
         cfg = select_config(M, 4096, 4096, 128)
         assert cfg == dense_config() and cfg.dense and cfg.split_k == 1
-    names = [select_config(M, 4096, 4096, 128).name for M in (1, 16, 17, 32, 33, 128, 129, 512, 513)]
-    assert names == ["decode", "decode", "m32", "m32", "m128", "m128", "dense", "dense", "dense"]
+    names = [select_config(M, 4096, 4096, 128).name for M in (1, 16, 17, 32, 33, 64, 65, 128, 129, 512)]
+    assert names == ["decode", "decode", "m32", "m32", "m64", "m64", "m128", "m128", "dense", "dense"]
 
 
 # ------------------------------------------------------------------ bad input

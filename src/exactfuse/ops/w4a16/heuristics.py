@@ -22,10 +22,16 @@ over the five benchmark (K, N) shapes):
   outlasts a separate reduction).
 - ``m32``: (32, 64, 128), 4 warps, 4 stages, 2 programs per SM. Session 6's sweep (3-D load): 32.1
   µs geomean at M = 32, the best of 4 tiles x 3 rules (next 32.2 at 3 stages).
-- ``m128`` (M <= 128): (64, 64, 64), 4 warps, 4 stages, split-K aiming at 8
-  programs per SM without the traffic cap: 59.3 µs geomean over M in {64, 128}
-  against 65.8 µs at 2 programs per SM (session 2); session 6 (3-D load): still the best of 4 tiles
-  x 2 rules, 50.9 µs (next 51.4 at 2 programs per SM).
+- ``m64`` (M <= 64): (64, 64, 64), 4 warps, 4 stages, split-K aiming at 8 programs per SM without the
+  traffic cap (session 2: 59.3 µs geomean over M in {64, 128} against 65.8 at 2 programs per SM). Until
+  session 6 this tile served M up to 128. Session 6 (3-D load, sweep_w4a16_decode_m128_s6d.json) at
+  M = 64: 39.4 µs, the best of six tiles x three rules within 3% (4 programs per SM: 38.2; 8 warps or
+  BM = 128: 45.6 and more).
+- ``m128`` (M <= 128): (128, 64, 64), 4 warps, 3 stages, split-K aiming at 4 programs per SM without
+  the traffic cap: one program per column tile of W at M <= 128, so each weight tile is dequantized
+  once, not once per 64 rows. Session 6 at M = 128: 54.0 against 64.8 µs for the (64, 64, 64) tile,
+  geomean over the five shapes, faster on all five (0.76-0.96x the time); 8 warps 56.7, BN = 128 59.0.
+  Not measured between M = 65 and 127, where it masks rows the smaller tile would not compute.
 - ``dense`` (M > 128): no fused tile. :func:`~exactfuse.ops.w4a16.dequant.w4a16_dequant_kernel`
   writes the dense ``[K, N]`` weight (a 64 x 128 tile per program), then ``torch.matmul``
   (cuBLAS). Session 3's sweep (scripts/gpu/sweep_w4a16_paths.py;
@@ -33,9 +39,10 @@ over the five benchmark (K, N) shapes):
   M = 256 83.9 against 138.8 for the fused kernel's (128, 64, 64) tile; M = 512 118 against 215;
   M = 1024 191 against 322 (its (128, 128, 64) tile); M = 4096 651 against 1242 (cuBLAS on a
   dense weight: 631). The dequantization is the difference to cuBLAS: 10.8 µs at M = 256 for
-  4096 x 4096, 40 MB moved, about 3.7 TB/s. At M = 128 the two are even (78.2 against 76.9),
-  so the fused m128 tile keeps M <= 128. It costs ``2 * K * N`` transient bytes from the
-  caching allocator per call.
+  4096 x 4096, 40 MB moved, about 3.7 TB/s. At M = 128 the two were even then (78.2 against 76.9),
+  so the fused kernel keeps M <= 128; since session 6 the fused kernel is faster there (54.0 µs) than
+  the dense path is at M = 256 (benchmark), and the crossover between 129 and 256 is not re-measured.
+  The dense path costs ``2 * K * N`` transient bytes from the caching allocator per call.
 
 What limits the fused buckets at small M is not the tile and split choice, and not the
 dequantization arithmetic (NOTES.md, sessions 3-6), but how the dequantized B tile reaches the MMA.
@@ -107,7 +114,8 @@ class TileConfig:
 BUCKETS: tuple[tuple[int, str, int, int, int, int, int, int, bool, bool, bool], ...] = (
     (16, "decode", 16, 64, 128, 4, 4, 4, True, True, True),
     (32, "m32", 32, 64, 128, 4, 4, 2, True, False, False),
-    (128, "m128", 64, 64, 64, 4, 4, 8, False, False, False),
+    (64, "m64", 64, 64, 64, 4, 4, 8, False, False, False),
+    (128, "m128", 128, 64, 64, 4, 3, 4, False, False, False),
 )
 DENSE_ABOVE_M = BUCKETS[-1][0]  # larger M: dense_config()
 
