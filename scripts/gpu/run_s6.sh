@@ -15,12 +15,23 @@
 #                                  # BM = 128 (one dequantization per weight tile at M = 128); moe bench M <= 6
 #   bash scripts/gpu/run_s6.sh e   # the m64 / m128 buckets: W4A16 GPU tests, verify, w4a16 bench at M 32-128;
 #                                  # moe and sparse GPU tests with the direct eager launches
+#   bash scripts/gpu/run_s6.sh f   # fused (m128 tile) against dense path at M 64-384 (the crossover);
+#                                  # a second run of the w4a16 bench at M >= 1024 (run-to-run spread)
 source "$(dirname "$0")/lib.sh"
 W4_TESTS="tests/ops/test_w4a16_gemm.py tests/ops/test_w4a16_linear.py tests/ops/test_w4a16_compile.py"
 show_benches() {  # each bench log's output files and its summary table
   for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -B2 -A12 "speedup of exactfuse" "$f" | cut -c1-160 | head -16; done
 }
-case "${1:-e}" in
+case "${1:-f}" in
+f)
+  run 0 200 paths python3 scripts/gpu/sweep_w4a16_paths.py 64 128 192 256 384 &
+  bench 1 110 w4big2 w4a16_gemm --dtype bf16 --dtype fp16 --case '/M(1024|2048|4096)-' \
+    --provider triton --provider cublas-dense &
+  wait
+  cat "$OUT/rc.txt"
+  echo "== paths"; grep -E "geomean|  M |Error|FAILED" "$OUT/logs/paths.txt" | tail -12 | cut -c1-200
+  show_benches
+  ;;
 e)
   (
     run 0 220 t_w4a16 python3 -m pytest -m gpu -q -rfE --durations=3 -p no:cacheprovider $W4_TESTS

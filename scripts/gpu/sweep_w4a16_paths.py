@@ -10,6 +10,7 @@ also timed the K-major PTX tile (``kmajor`` column), since removed; "shipped" th
 bucket configuration of that revision (m512 and prefill tiles above M = 128).
 
     PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_paths.py      # about 3 minutes on an H200
+    PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_paths.py 128 192 256   # only these M
 """
 
 from __future__ import annotations
@@ -37,13 +38,14 @@ DENSE_FROM_M = 64  # the dense path is timed from this M up
 
 def main() -> None:
     start = time.time()
+    ms = tuple(int(m) for m in sys.argv[1:]) or MS
     dtype = torch.bfloat16
     dev, sms, bw = device_info()
     rows = []
     for K, N in SHAPES:
         ws, dense, copies = rotating_weights(K, N, dtype, dev)
         w0 = ws[0]
-        for M in MS:
+        for M in ms:
             a = torch.randn((M, K), dtype=dtype, device=dev)
             args0 = (a, w0.qweight, w0.scales, None, None, None, 128)
             native = w4a16_gemm.native(*args0)
@@ -75,7 +77,7 @@ def main() -> None:
         ws = dense = None
         torch.cuda.empty_cache()
     print("\nper M, geomean µs over the five shapes (and vs cuBLAS dense):")
-    for M in MS:
+    for M in ms:
         sel = [r for r in rows if r["M"] == M]
         cells = []
         for p in ("cublas", "fused", "dense"):
