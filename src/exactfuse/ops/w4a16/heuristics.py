@@ -40,8 +40,9 @@ over the five benchmark (K, N) shapes):
   M = 1024 191 against 322 (its (128, 128, 64) tile); M = 4096 651 against 1242 (cuBLAS on a
   dense weight: 631). The dequantization is the difference to cuBLAS: 10.8 µs at M = 256 for
   4096 x 4096, 40 MB moved, about 3.7 TB/s. At M = 128 the two were even then (78.2 against 76.9),
-  so the fused kernel keeps M <= 128; since session 6 the fused kernel is faster there (54.0 µs) than
-  the dense path is at M = 256 (benchmark), and the crossover between 129 and 256 is not re-measured.
+  so the fused kernel keeps M <= 128. Session 6 (sweeps/sweep_w4a16_paths_s6f.txt, m128 tile above
+  M = 128): fused 54.5 against dense 78.3 µs at M = 128, 91.7 against 84.4 at M = 192, 91.9
+  against 84.4 at M = 256: the boundary stays.
   The dense path costs ``2 * K * N`` transient bytes from the caching allocator per call.
 
 What limits the fused buckets at small M is not the tile and split choice, and not the
