@@ -19,6 +19,14 @@
 #                                  # a second run of the w4a16 bench at M >= 1024 (run-to-run spread)
 source "$(dirname "$0")/lib.sh"
 W4_TESTS="tests/ops/test_w4a16_gemm.py tests/ops/test_w4a16_linear.py tests/ops/test_w4a16_compile.py"
+w4_tests() {  # GPU: the W4A16 GPU tests, then verify w4a16
+  run "$1" 220 t_w4a16 python3 -m pytest -m gpu -q -rfE --durations=3 -p no:cacheprovider $W4_TESTS
+  run "$1" 90 verify python3 -m exactfuse verify --op w4a16_gemm
+}
+w4_bench() {  # GPU BUDGET SUBDIR CASE: the w4a16 bench of the shapes matching CASE, both dtypes, all baselines
+  bench "$1" "$2" "$3" w4a16_gemm --dtype bf16 --dtype fp16 --case "$4" \
+    --provider triton --provider native --provider cublas-dense --provider torch-int4
+}
 show_benches() {  # each bench log's output files and its summary table
   for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -B2 -A12 "speedup of exactfuse" "$f" | cut -c1-160 | head -16; done
 }
@@ -34,10 +42,8 @@ f)
   ;;
 e)
   (
-    run 0 220 t_w4a16 python3 -m pytest -m gpu -q -rfE --durations=3 -p no:cacheprovider $W4_TESTS
-    run 0 60 verify python3 -m exactfuse verify --op w4a16_gemm
-    bench 0 110 w4mid w4a16_gemm --dtype bf16 --dtype fp16 --case '/M(32|64|128)-' \
-      --provider triton --provider native --provider cublas-dense --provider torch-int4
+    w4_tests 0
+    w4_bench 0 110 w4mid '/M(32|64|128)-'
   ) &
   run 1 380 t_moe_sparse python3 -m pytest -m gpu -q -rfE --durations=5 -p no:cacheprovider \
     tests/ops/test_moe_silu_and_mul.py tests/ops/test_gelu_and_mul_sparse.py -k "not aot_inductor" &
@@ -68,10 +74,8 @@ d)
   ;;
 c)
   (
-    run 0 220 t_w4a16 python3 -m pytest -m gpu -q -rfE --durations=3 -p no:cacheprovider $W4_TESTS
-    run 0 60 verify python3 -m exactfuse verify --op w4a16_gemm
-    bench 0 120 w4big w4a16_gemm --dtype bf16 --dtype fp16 --case '/M(256|1024|2048|4096)-' \
-      --provider triton --provider native --provider cublas-dense --provider torch-int4
+    w4_tests 0
+    w4_bench 0 120 w4big '/M(256|1024|2048|4096)-'
     bench 0 90 act silu_and_mul
     bench 0 60 sp gelu_and_mul_sparse --case 'T(1|4|16)-'
   ) &
@@ -79,8 +83,7 @@ c)
     run 1 60 launch_path python3 scripts/gpu/probe_launch_path.py
     run 1 200 t_other python3 -m pytest -m gpu -q -rfE -p no:cacheprovider tests/registry tests/bench \
       tests/ops/test_activation.py -k "not aot_inductor"
-    bench 1 160 w4small w4a16_gemm --dtype bf16 --dtype fp16 --case '/M(1|2|4|8|16|32|64|128)-' \
-      --provider triton --provider native --provider cublas-dense --provider torch-int4
+    w4_bench 1 160 w4small '/M(1|2|4|8|16|32|64|128)-'
     bench 1 90 act gelu_and_mul
   ) &
   wait
@@ -92,15 +95,12 @@ c)
   ;;
 b)
   (
-    run 0 220 t_w4a16 python3 -m pytest -m gpu -q -rfE --durations=3 -p no:cacheprovider $W4_TESTS
-    run 0 90 verify python3 -m exactfuse verify --op w4a16_gemm
-    bench 0 150 w4big w4a16_gemm --dtype bf16 --dtype fp16 --case '/M(256|1024|2048|4096)-' \
-      --provider triton --provider native --provider cublas-dense --provider torch-int4
+    w4_tests 0
+    w4_bench 0 150 w4big '/M(256|1024|2048|4096)-'
   ) &
   (
     run 1 240 sweep_tiles python3 scripts/gpu/sweep_w4a16_decode.py
-    bench 1 180 w4small w4a16_gemm --dtype bf16 --dtype fp16 --case '/M(1|2|4|8|16|32|64|128)-' \
-      --provider triton --provider native --provider cublas-dense --provider torch-int4
+    w4_bench 1 180 w4small '/M(1|2|4|8|16|32|64|128)-'
   ) &
   wait
   cat "$OUT/rc.txt"
