@@ -17,6 +17,8 @@
 #                                  # moe and sparse GPU tests with the direct eager launches
 #   bash scripts/gpu/run_s6.sh f   # fused (m128 tile) against dense path at M 64-384 (the crossover);
 #                                  # a second run of the w4a16 bench at M >= 1024 (run-to-run spread)
+#   bash scripts/gpu/run_s6.sh g   # Nsight Compute profile of the new decode tile at M = 1 (against tinygemm
+#                                  # and cuBLAS), as session 4's
 source "$(dirname "$0")/lib.sh"
 W4_TESTS="tests/ops/test_w4a16_gemm.py tests/ops/test_w4a16_linear.py tests/ops/test_w4a16_compile.py"
 w4_tests() {  # GPU: the W4A16 GPU tests, then verify w4a16
@@ -30,7 +32,18 @@ w4_bench() {  # GPU BUDGET SUBDIR CASE: the w4a16 bench of the shapes matching C
 show_benches() {  # each bench log's output files and its summary table
   for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -B2 -A12 "speedup of exactfuse" "$f" | cut -c1-160 | head -16; done
 }
-case "${1:-f}" in
+case "${1:-g}" in
+g)
+  NCU_SECTIONS="--section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \
+    --section WarpStateStats --section MemoryWorkloadAnalysis"
+  CUDA_VISIBLE_DEVICES=0 timeout 200 ncu --profile-from-start off --clock-control none --csv --page raw $NCU_SECTIONS \
+    --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+    python3 scripts/gpu/profile_w4a16_decode.py > "$OUT/logs/ncu_w4a16.csv" 2> "$OUT/logs/ncu_w4a16.err"
+  echo "ncu rc=$?" >> "$OUT/rc.txt"
+  python3 scripts/gpu/profile_w4a16_decode.py --summary "$OUT/logs/ncu_w4a16.csv" > "$OUT/logs/ncu_summary.txt" 2>&1
+  cat "$OUT/rc.txt"
+  echo "== ncu"; cut -c1-400 "$OUT/logs/ncu_summary.txt"; tail -5 "$OUT/logs/ncu_w4a16.err"
+  ;;
 f)
   run 0 200 paths python3 scripts/gpu/sweep_w4a16_paths.py 64 128 192 256 384 &
   bench 1 110 w4big2 w4a16_gemm --dtype bf16 --dtype fp16 --case '/M(1024|2048|4096)-' \
