@@ -19,6 +19,8 @@
 #                                  # a second run of the w4a16 bench at M >= 1024 (run-to-run spread)
 #   bash scripts/gpu/run_s6.sh g   # Nsight Compute profile of the new decode tile at M = 1 (against tinygemm
 #                                  # and cuBLAS), as session 4's
+#   bash scripts/gpu/run_s6.sh h   # decode and m32 tiles under a register cap (TileConfig.max_registers), for
+#                                  # more programs per SM
 source "$(dirname "$0")/lib.sh"
 W4_TESTS="tests/ops/test_w4a16_gemm.py tests/ops/test_w4a16_linear.py tests/ops/test_w4a16_compile.py"
 w4_tests() {  # GPU: the W4A16 GPU tests, then verify w4a16
@@ -32,7 +34,18 @@ w4_bench() {  # GPU BUDGET SUBDIR CASE: the w4a16 bench of the shapes matching C
 show_benches() {  # each bench log's output files and its summary table
   for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -B2 -A12 "speedup of exactfuse" "$f" | cut -c1-160 | head -16; done
 }
-case "${1:-g}" in
+case "${1:-h}" in
+h)
+  run 0 200 sweep_decode python3 scripts/gpu/sweep_w4a16_decode.py --bucket decode --rules p4w p6w p8w --tiles \
+    16,64,128,4,4 16,64,128,4,4,96 16,64,128,4,3,96 16,64,128,4,3,80 16,64,128,4,3 &
+  run 1 200 sweep_m32 python3 scripts/gpu/sweep_w4a16_decode.py --bucket m32 --rules p2 p4w --tiles \
+    32,64,128,4,4 32,64,128,4,4,96 32,64,128,4,3,96 32,64,128,4,3 &
+  wait
+  cat "$OUT/rc.txt"
+  for f in sweep_decode sweep_m32; do
+    echo "== $f"; grep -E "best|geomean|decode:|m32:|shipped|Error" "$OUT/logs/$f.txt" | cut -c1-400
+  done
+  ;;
 g)
   NCU_SECTIONS="--section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \
     --section WarpStateStats --section MemoryWorkloadAnalysis"

@@ -117,7 +117,9 @@ def parse_args() -> None:
     ``--rules`` replace its candidates."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bucket", choices=list(BUCKETS))
-    parser.add_argument("--tiles", nargs="+", type=lambda t: tuple(int(v) for v in t.split(",")))
+    parser.add_argument(
+        "--tiles", nargs="+", type=lambda t: tuple(int(v) for v in t.split(",")), help="BM,BN,BK,warps,stages[,maxnreg]"
+    )
     parser.add_argument("--rules", nargs="+", choices=list(RULES))
     parser.add_argument("--fields", nargs="+", default=[], help="TileConfig booleans set on every candidate")
     args = parser.parse_args()
@@ -150,10 +152,12 @@ def main() -> None:
                 seen: dict[TileConfig, float] = {}
                 for tile in tiles:
                     for rule, (pps, cap, wave) in [(r, RULES[r]) for r in RULES_BY_BUCKET.get(bucket, RULES)]:
-                        BM, BN, BK, warps, stages = tile
+                        BM, BN, BK, warps, stages, *cap = tile  # a 6th value: TileConfig.max_registers
                         split, kps = choose_split(M, N, K, BM, BN, BK, sms, pps, 64, cap, wave)
                         fixup = next(b[-1] for b in SHIPPED_BUCKETS if b[1] == bucket)  # the bucket's split-K sum
-                        cfg = TileConfig(bucket, BM, BN, BK, warps, stages, split, kps, fixup=fixup, **FIELDS)
+                        cfg = TileConfig(
+                            bucket, BM, BN, BK, warps, stages, split, kps, fixup=fixup, max_registers=sum(cap), **FIELDS
+                        )
                         if cfg not in seen:
                             out = w4.launch_w4a16_gemm(*args0, config=cfg)
                             check = CONTRACT.check(out, native, args=args0)

@@ -108,6 +108,8 @@ class TileConfig:
     # Deterministic split-K sums the partials in the GEMM's own launch (the last slice to arrive);
     # False: a second launch does (BUCKETS says which bucket uses which).
     fixup: bool = True
+    # Register cap per thread passed to the compiler (Triton's ``maxnreg``); 0: the compiler's choice.
+    max_registers: int = 0
 
 
 # (max M, name, BM, BN, BK, num_warps, num_stages, programs_per_sm, traffic_cap, one_wave, fixup),
