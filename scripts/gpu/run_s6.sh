@@ -20,7 +20,7 @@
 #   bash scripts/gpu/run_s6.sh g   # Nsight Compute profile of the new decode tile at M = 1 (against tinygemm
 #                                  # and cuBLAS), as session 4's
 #   bash scripts/gpu/run_s6.sh h   # decode and m32 tiles under a register cap (TileConfig.max_registers), for
-#                                  # more programs per SM
+#                                  # more programs per SM (ran at 22de330; the field was removed after it)
 source "$(dirname "$0")/lib.sh"
 W4_TESTS="tests/ops/test_w4a16_gemm.py tests/ops/test_w4a16_linear.py tests/ops/test_w4a16_compile.py"
 w4_tests() {  # GPU: the W4A16 GPU tests, then verify w4a16

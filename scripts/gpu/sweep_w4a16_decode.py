@@ -16,7 +16,9 @@ shipped one. JSON to $OUT.
 Session 2's run is benchmarks/results/h200/sweeps/sweep_w4a16_decode.*; session 6's
 (sweep_w4a16_decode_s6b.*, with the 3-D load, at git fe2c1dd) labelled the decode tile then listed first,
 (16, 128, 128, 4, 4), as shipped; the shipped tile was (16, 128, 128, 4, 3) p4, 29.4 µs there. Its
-``m128`` bucket was then M in {64, 128} (sweep_w4a16_decode_m128_s6d.json), now ``m64`` and ``m128``. Session 4's
+``m128`` bucket was then M in {64, 128} (sweep_w4a16_decode_m128_s6d.json), now ``m64`` and ``m128``. At git
+22de330 a 6th tile value set a register cap (``TileConfig.max_registers``, Triton's ``maxnreg``; removed after
+sweeps/sweep_w4a16_*_maxnreg_s6h.*). Session 4's
 (sweep_w4a16_decode_s4.*) ran with the single-launch split-K fixup and the ``w`` (one wave)
 rules; session 3's
 (sweep_w4a16_tiles_kmajor_s3.txt) also timed the K-major tile ("+km"), since removed, and the
@@ -117,9 +119,7 @@ def parse_args() -> None:
     ``--rules`` replace its candidates."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bucket", choices=list(BUCKETS))
-    parser.add_argument(
-        "--tiles", nargs="+", type=lambda t: tuple(int(v) for v in t.split(",")), help="BM,BN,BK,warps,stages[,maxnreg]"
-    )
+    parser.add_argument("--tiles", nargs="+", type=lambda t: tuple(int(v) for v in t.split(",")))
     parser.add_argument("--rules", nargs="+", choices=list(RULES))
     parser.add_argument("--fields", nargs="+", default=[], help="TileConfig booleans set on every candidate")
     args = parser.parse_args()
@@ -152,12 +152,10 @@ def main() -> None:
                 seen: dict[TileConfig, float] = {}
                 for tile in tiles:
                     for rule, (pps, cap, wave) in [(r, RULES[r]) for r in RULES_BY_BUCKET.get(bucket, RULES)]:
-                        BM, BN, BK, warps, stages, *cap = tile  # a 6th value: TileConfig.max_registers
+                        BM, BN, BK, warps, stages = tile
                         split, kps = choose_split(M, N, K, BM, BN, BK, sms, pps, 64, cap, wave)
                         fixup = next(b[-1] for b in SHIPPED_BUCKETS if b[1] == bucket)  # the bucket's split-K sum
-                        cfg = TileConfig(
-                            bucket, BM, BN, BK, warps, stages, split, kps, fixup=fixup, max_registers=sum(cap), **FIELDS
-                        )
+                        cfg = TileConfig(bucket, BM, BN, BK, warps, stages, split, kps, fixup=fixup, **FIELDS)
                         if cfg not in seen:
                             out = w4.launch_w4a16_gemm(*args0, config=cfg)
                             check = CONTRACT.check(out, native, args=args0)

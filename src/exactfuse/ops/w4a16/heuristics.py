@@ -67,6 +67,12 @@ how the tile reaches the MMA was slower; changes that kept that path moved the t
   against 31.0 µs geomean at M = 1, 1.5x slower at M = 2, 2.3x at M = 4. Triton gave each thread one
   column and scalar activation loads with per-element address arithmetic: 14 instructions per
   weight (Nsight Compute: 26.4M warp instructions at 4096 x 14336). Removed.
+- A register cap (session 6, Triton's ``maxnreg`` at git 22de330): the decode tile compiles to 96
+  registers without spills (128 uncapped; 80 spills), so 5 programs fit an SM instead of 4. At 4
+  programs per SM it changed nothing (26.2 against 26.3 µs geomean); with a split for 8 per SM
+  it was 25.6, but per shape from 0.88x to 1.11x the time, the gain coming from the larger split
+  on wide N and a loss on N = 4096 (sweeps/sweep_w4a16_decode_maxnreg_s6h.*). m32 at 96 registers:
+  45 against 32 µs. Not kept.
 - out^T = W^T a^T (session 6, ``swap_ab`` at git 8d25591): the dequantized tile became wgmma's A
   operand (30.7 against 57.3 KB of shared memory), 0.935-0.942x the time at M <= 16 alone but
   1.04-1.06x the 3-D load's time combined with it (sweeps/sweep_w4a16_*swap_ab_s6a.txt). Removed.
@@ -108,8 +114,6 @@ class TileConfig:
     # Deterministic split-K sums the partials in the GEMM's own launch (the last slice to arrive);
     # False: a second launch does (BUCKETS says which bucket uses which).
     fixup: bool = True
-    # Register cap per thread passed to the compiler (Triton's ``maxnreg``); 0: the compiler's choice.
-    max_registers: int = 0
 
 
 # (max M, name, BM, BN, BK, num_warps, num_stages, programs_per_sm, traffic_cap, one_wave, fixup),

@@ -296,7 +296,6 @@ def launch_w4a16_gemm(
         GROUP_M=GROUP_M,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
-        **({"maxnreg": cfg.max_registers} if cfg.max_registers else {}),
     )
     if split and not fixup:
         torch.library.wrap_triton(w4a16_splitk_reduce_kernel)[(triton.cdiv(M * N, REDUCE_BLOCK),)](
