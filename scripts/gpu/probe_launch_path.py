@@ -10,6 +10,8 @@ provider with the higher-order op (``hop``) and launching directly (``direct``):
   less than the host, so this is the host's time per call);
 - GPU µs per call: the harness's CUDA-graph timer (launch overhead out of it).
 
+Then the host time of the whole eager op call (``op``: validation, provider choice, direct launch).
+
 Both variants' outputs are checked bitwise equal before timing.
 
     PYTHONPATH=src python3 scripts/gpu/probe_launch_path.py      # about 20 s on an H200
@@ -57,6 +59,10 @@ def main() -> None:
             a, w.qweight, w.scales, None, None, None, 128
         ),
     }
+    ops = {
+        "silu_and_mul T1-d4096": lambda: silu_and_mul(x),
+        "w4a16_gemm M1-4096x4096": lambda: w4a16_gemm(a, w.qweight, w.scales, None, None, None, 128),
+    }
     lines = [
         f"{torch.cuda.get_device_name()}, torch {torch.__version__}",
         f"{'case':26} {'path':7} {'host µs':>8} {'GPU µs':>7}",
@@ -71,6 +77,10 @@ def main() -> None:
             lines.append(f"{name:26} {path:7} {host:8.2f} {gpu:7.2f}")
             print(lines[-1], flush=True)
         assert torch.equal(outs["hop"], outs["direct"]), name
+    # the whole eager op call (validation, provider choice, direct launch), host time only
+    for name, fn in ops.items():
+        lines.append(f"{name:26} {'op':7} {host_us(fn):8.2f} {'':>7}")
+        print(lines[-1], flush=True)
     emit("probe_launch_path.txt", lines)
 
 

@@ -21,6 +21,8 @@
 #                                  # and cuBLAS), as session 4's
 #   bash scripts/gpu/run_s6.sh h   # decode and m32 tiles under a register cap (TileConfig.max_registers), for
 #                                  # more programs per SM (ran at 22de330; the field was removed after it)
+#   bash scripts/gpu/run_s6.sh i   # direct launches by the thread-local flag: registry, bench-harness and
+#                                  # activation GPU tests; launch-path probe with the whole op call
 source "$(dirname "$0")/lib.sh"
 W4_TESTS="tests/ops/test_w4a16_gemm.py tests/ops/test_w4a16_linear.py tests/ops/test_w4a16_compile.py"
 w4_tests() {  # GPU: the W4A16 GPU tests, then verify w4a16
@@ -34,7 +36,16 @@ w4_bench() {  # GPU BUDGET SUBDIR CASE: the w4a16 bench of the shapes matching C
 show_benches() {  # each bench log's output files and its summary table
   for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -B2 -A12 "speedup of exactfuse" "$f" | cut -c1-160 | head -16; done
 }
-case "${1:-h}" in
+case "${1:-i}" in
+i)
+  run 0 200 t_other python3 -m pytest -m gpu -q -rfE -p no:cacheprovider tests/registry tests/bench \
+    tests/ops/test_activation.py -k "not aot_inductor" &
+  run 1 60 launch_path python3 scripts/gpu/probe_launch_path.py &
+  wait
+  cat "$OUT/rc.txt"
+  echo "== t_other"; grep -E "FAILED|passed|failed|Error" "$OUT/logs/t_other.txt" | tail -6 | cut -c1-220
+  echo "== launch_path"; tail -8 "$OUT/logs/launch_path.txt" | cut -c1-160
+  ;;
 h)
   run 0 200 sweep_decode python3 scripts/gpu/sweep_w4a16_decode.py --bucket decode --rules p4w p6w p8w --tiles \
     16,64,128,4,4 16,64,128,4,4,96 16,64,128,4,3,96 16,64,128,4,3,80 16,64,128,4,3 &
