@@ -24,18 +24,6 @@
 #   bash scripts/gpu/run_s6.sh i   # direct launches by the thread-local flag: registry, bench-harness and
 #                                  # activation GPU tests; launch-path probe with the whole op call
 source "$(dirname "$0")/lib.sh"
-W4_TESTS="tests/ops/test_w4a16_gemm.py tests/ops/test_w4a16_linear.py tests/ops/test_w4a16_compile.py"
-w4_tests() {  # GPU: the W4A16 GPU tests, then verify w4a16
-  run "$1" 220 t_w4a16 python3 -m pytest -m gpu -q -rfE --durations=3 -p no:cacheprovider $W4_TESTS
-  run "$1" 90 verify python3 -m exactfuse verify --op w4a16_gemm
-}
-w4_bench() {  # GPU BUDGET SUBDIR CASE: the w4a16 bench of the shapes matching CASE, both dtypes, all baselines
-  bench "$1" "$2" "$3" w4a16_gemm --dtype bf16 --dtype fp16 --case "$4" \
-    --provider triton --provider native --provider cublas-dense --provider torch-int4
-}
-show_benches() {  # each bench log's output files and its summary table
-  for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -B2 -A12 "speedup of exactfuse" "$f" | cut -c1-160 | head -16; done
-}
 case "${1:-i}" in
 i)
   run 0 200 t_other python3 -m pytest -m gpu -q -rfE -p no:cacheprovider tests/registry tests/bench \
@@ -168,4 +156,4 @@ a)
   echo "== small_t"; tail -14 "$OUT/logs/small_t.txt" | cut -c1-160
   ;;
 esac
-(cd "$OUT" && tar czf /tmp/all.tgz . && rm -rf ./* && mv /tmp/all.tgz all.tgz)
+pack_out

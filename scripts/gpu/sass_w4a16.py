@@ -27,6 +27,7 @@ from triton.compiler import ASTSource
 sys.path.insert(0, os.path.dirname(__file__))
 from sweep_io import emit
 
+from exactfuse.ops.w4a16.gemv import w4a16_gemv_kernel
 from exactfuse.ops.w4a16.heuristics import BUCKETS
 from exactfuse.ops.w4a16.triton import GROUP_M, w4a16_gemm_kernel
 
@@ -36,20 +37,33 @@ SCALARS = ("M", "N", "K", "stride_am", "K_PER_SPLIT")
 
 
 DECODE = next(b for b in BUCKETS if b[1] == "decode")  # (max M, name, BM, BN, BK, warps, stages, ...)
+GEMV = next(b for b in BUCKETS if b[1] == "gemv")
 
 
 def compile_decode(dtype: str, arch: int = 90):
     BM, BN, BK, num_warps, num_stages = DECODE[2:7]
+    return compile_tile(
+        w4a16_gemm_kernel, dtype, dict(BM=BM, BN=BN, BK=BK, GROUP_M=GROUP_M), num_warps, num_stages, arch
+    )
+
+
+def compile_gemv(dtype: str, BM: int, BN: int, BK: int, num_warps: int, packed_math: bool = True, arch: int = 90):
+    tile = dict(PACKED_MATH=packed_math, BM=BM, BN=BN, BK=BK)
+    return compile_tile(w4a16_gemv_kernel, dtype, tile, num_warps, 1, arch)
+
+
+def compile_tile(kernel, dtype: str, tile: dict, num_warps: int, num_stages: int, arch: int = 90):
+    """``kernel`` (a W4A16 kernel) for group 128, symmetric, split-K with the in-launch fixup, the ``tile``
+    constexprs, sizes divisible by 16."""
     const = dict(GROUP=128, GROUPS_PER_TILE=1, HAS_ZEROS=False, HAS_PERM=False, HAS_BIAS=False, SPLIT=True)
-    const.update(ATOMIC=False, FIXUP=True, EVEN_K=True, INT64_INDEX=False, BM=BM, BN=BN, BK=BK)
-    const.update(GROUP_M=GROUP_M)
+    const.update(ATOMIC=False, FIXUP=True, EVEN_K=True, INT64_INDEX=False, **tile)
     pointers = {name: t.format(dt=dtype) for name, t in POINTERS.items()}
     signature = {**pointers, **dict.fromkeys(SCALARS, "i32"), **dict.fromkeys(const, "constexpr")}
     # what the launcher specializes for pointers and for sizes divisible by 16 (the benchmark shapes)
     names = list(signature)
     aligned = [*POINTERS, "N", "K", "stride_am", "K_PER_SPLIT"]
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
-    source = ASTSource(w4a16_gemm_kernel, signature, const, attrs)
+    source = ASTSource(kernel, signature, const, attrs)
     options = dict(num_warps=num_warps, num_stages=num_stages)
     return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
 
@@ -64,6 +78,17 @@ def opcodes(kernel) -> collections.Counter:
     return collections.Counter(ops)
 
 
+def resources(kernel) -> str:
+    """Registers, spill stores and shared memory of ``kernel``'s cubin (cuobjdump's resource usage)."""
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kernel.asm["cubin"])
+        f.flush()
+        text = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
+    usage = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+)", text)
+    return f"{usage[1]} registers, {usage[2]} B stack, {kernel.metadata.shared} B shared" if usage else text
+
+
 def main() -> None:
     lines = [f"Triton {triton.__version__}, sm_90, decode bucket {DECODE}"]
     for dtype in ("bf16", "fp16"):
@@ -74,6 +99,16 @@ def main() -> None:
         lines.append("  " + "  ".join(f"{op} {n}" for op, n in ops.most_common(24)))
         shared = sorted(set(re.findall(r"#ttg\.\w*shared<\{[^}]*\}>", kernel.asm["ttgir"])))
         lines.append("  shared encodings: " + "; ".join(shared))
+    _, _, _, BN, BK, num_warps = GEMV[:6]
+    lines.append(f"\ngemv bucket {GEMV}: the whole kernel per BM (its loop body once, the 8 nibbles unrolled)")
+    for dtype in ("bf16", "fp16"):
+        for BM in (1, 2, 4):
+            for packed in (True, False):
+                kernel = compile_gemv(dtype, BM, BN, BK, num_warps, packed)
+                ops = opcodes(kernel)
+                math = "16-bit pairs" if packed else "fp32"
+                lines.append(f"{dtype} BM={BM} {math}: {sum(ops.values())} SASS instructions, {resources(kernel)}")
+                lines.append("  " + "  ".join(f"{op} {n}" for op, n in ops.most_common(16)))
     emit("sass_w4a16.txt", lines)
 
 

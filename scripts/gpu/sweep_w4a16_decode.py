@@ -45,9 +45,18 @@ from exactfuse.ops.w4a16 import CONTRACT, _bytes, _random_prepared, dense_weight
 from exactfuse.ops.w4a16 import triton as w4
 from exactfuse.ops.w4a16.heuristics import BUCKETS as SHIPPED_BUCKETS
 from exactfuse.ops.w4a16.heuristics import TileConfig, choose_split
+from exactfuse.utils import next_power_of_2
 
 SHAPES = ((4096, 4096), (4096, 14336), (14336, 4096), (8192, 8192), (4096, 28672))
 BUCKETS = {  # name: (Ms, tiles (BM, BN, BK, warps, stages)), the shipped tile first
+    # BM = 0: the CUDA-core kernel (gemv.py) with BM = next_pow2(M); the decode bucket's tl.dot tile beside it
+    "gemv": (
+        (1, 2, 4),
+        [
+            *((0, 128, 64, 4, 1), (16, 64, 128, 4, 4), (0, 256, 64, 4, 1), (0, 128, 128, 4, 1)),
+            *((0, 64, 64, 2, 1), (0, 256, 64, 8, 1), (0, 128, 64, 4, 2)),
+        ],
+    ),
     "decode": (
         (1, 16),
         [(16, 64, 128, 4, 4), (16, 128, 128, 4, 3), (16, 64, 128, 4, 3), (16, 128, 64, 4, 4), (16, 64, 64, 4, 4)],
@@ -57,12 +66,19 @@ BUCKETS = {  # name: (Ms, tiles (BM, BN, BK, warps, stages)), the shipped tile f
     "m128": ((128,), [(128, 64, 64, 4, 3), (128, 64, 64, 8, 3), (128, 128, 64, 8, 3), (64, 64, 64, 4, 4)]),
 }
 RULES_BY_BUCKET = {  # session 2's best rules per bucket and the p2 reference
+    "gemv": ("p4w", "p8w", "p16w"),
     "decode": ("p4", "p3w", "p4w", "p6w"),
     "m32": ("p2", "p4", "p8"),
     "m64": ("p2", "p8-nocap"),
     "m128": ("p4-nocap", "p8-nocap"),
 }
-SHIPPED_RULE = {"decode": "p4w", "m32": "p2", "m64": "p8-nocap", "m128": "p4-nocap"}  # heuristics.BUCKETS
+SHIPPED_RULE = {
+    "gemv": "p8w",
+    "decode": "p4w",
+    "m32": "p2",
+    "m64": "p8-nocap",
+    "m128": "p4-nocap",
+}  # heuristics.BUCKETS
 ROTATE_BYTES = 256 << 20  # weights rotate over enough copies to exceed the 60 MB L2
 # name: (programs_per_sm, traffic_cap, one_wave)
 RULES = {
@@ -77,6 +93,7 @@ RULES = {
     "p4w": (4, True, True),
     "p6w": (6, True, True),
     "p8w": (8, True, True),
+    "p16w": (16, True, True),
 }
 
 
@@ -153,9 +170,12 @@ def main() -> None:
                 for tile in tiles:
                     for rule, (pps, cap, wave) in [(r, RULES[r]) for r in RULES_BY_BUCKET.get(bucket, RULES)]:
                         BM, BN, BK, warps, stages = tile
+                        gemv = BM == 0
+                        BM = next_power_of_2(M) if gemv else BM
                         split, kps = choose_split(M, N, K, BM, BN, BK, sms, pps, 64, cap, wave)
                         fixup = next(b[-1] for b in SHIPPED_BUCKETS if b[1] == bucket)  # the bucket's split-K sum
-                        cfg = TileConfig(bucket, BM, BN, BK, warps, stages, split, kps, fixup=fixup, **FIELDS)
+                        name = bucket if gemv or bucket != "gemv" else "decode"
+                        cfg = TileConfig(name, BM, BN, BK, warps, stages, split, kps, fixup=fixup, gemv=gemv, **FIELDS)
                         if cfg not in seen:
                             out = w4.launch_w4a16_gemm(*args0, config=cfg)
                             check = CONTRACT.check(out, native, args=args0)

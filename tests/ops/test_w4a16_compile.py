@@ -47,7 +47,7 @@ def test_compiled_layer_graph_keeps_the_op_opaque():
 
 def _decode_after_prefill(device, backend):
     """Compile at a prefill M (the dense path) with dynamic shapes, then run decode M's: the decode tile
-    must run."""
+    (M = 12) and the GEMV (M <= 4) must run."""
     torch._dynamo.reset()
     layer = _layer(group_size=64).to(device)
     counter = CompileCounterWithBackend(backend)
@@ -58,13 +58,14 @@ def _decode_after_prefill(device, backend):
         assert w4_triton.LAST_CONFIG[0].name == "dense"
         frames = counter.frame_count
         before = dict(w4_triton.CONFIG_COUNTS)
-        y = compiled(x[:3])  # same dynamic graph (no recompile), decode tile chosen at run time
-        assert counter.frame_count == frames
-        assert w4_triton.LAST_CONFIG[0].name == "decode"
-        assert w4_triton.CONFIG_COUNTS["decode"] == before.get("decode", 0) + 1
-        torch.testing.assert_close(y, layer(x[:3]), rtol=0, atol=0)
-        compiled(x[:1])  # M = 1 (dynamo specializes 0/1, so this may recompile: the op still picks decode)
-        assert w4_triton.LAST_CONFIG[0].name == "decode" and w4_triton.LAST_CONFIG[0].split_k > 1
+        for M, name in ((12, "decode"), (3, "gemv")):  # same dynamic graph (no recompile), chosen at run time
+            y = compiled(x[:M])
+            assert counter.frame_count == frames
+            assert w4_triton.LAST_CONFIG[0].name == name
+            assert w4_triton.CONFIG_COUNTS[name] == before.get(name, 0) + 1
+            torch.testing.assert_close(y, layer(x[:M]), rtol=0, atol=0)
+        compiled(x[:1])  # M = 1 (dynamo specializes 0/1, so this may recompile: the op still picks gemv)
+        assert w4_triton.LAST_CONFIG[0].name == "gemv" and w4_triton.LAST_CONFIG[0].split_k > 1
 
 
 @pytest.mark.interpreter

@@ -9,9 +9,10 @@ import torch
 import exactfuse
 from exactfuse.ops.w4a16 import CONTRACT, make_case, native, quantize_rtn, random_weights, w4a16_gemm
 from exactfuse.ops.w4a16 import triton as w4_triton
-from exactfuse.ops.w4a16.heuristics import BUCKETS, H200_SMS, dense_config, select_config, with_split
+from exactfuse.ops.w4a16.heuristics import BUCKETS, H200_SMS, bucket_config, dense_config, select_config, with_split
 from exactfuse.ops.w4a16.packing import dequantize_gptq, prepare_gptq
 from exactfuse.testing import check_provider, make_generator
+from exactfuse.utils import next_power_of_2
 
 SHORT = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 GROUPS = [32, 64, 128, 256, -1]
@@ -21,16 +22,21 @@ def _gid(g):
     return "gch" if g == -1 else f"g{g}"
 
 
-# The launch paths: the heuristic's choice, the fused kernel at every M (the m128 tile above M = 128),
-# the dense path (dequantize + cuBLAS) at every M.
-LAYOUTS = ["heuristic", "fused", "dense"]
+# The launch paths: the heuristic's choice, the CUDA-core GEMV at M <= 4 (the heuristic's above), the
+# tl.dot kernel at every M (the decode tile at M <= 4, the m128 tile above M = 128), the dense path
+# (dequantize + cuBLAS) at every M.
+LAYOUTS = ["heuristic", "gemv", "fused", "dense"]
+GEMV_MAX_M = next(b[0] for b in BUCKETS if b[1] == "gemv")
 
 
 def _force(layout):
     """``(M, N, K, group_size) -> config`` for ``layout`` (None: the heuristic's)."""
     return {
         "heuristic": None,
-        "fused": lambda M, N, K, g: select_config(min(M, 128), N, K, g),
+        "gemv": lambda M, N, K, g: bucket_config("gemv", M, N, K) if M <= GEMV_MAX_M else None,
+        "fused": lambda M, N, K, g: (
+            bucket_config("decode", M, N, K) if M <= 16 else select_config(min(M, 128), N, K, g)
+        ),
         "dense": lambda M, N, K, g: dense_config(),
     }[layout]
 
@@ -95,9 +101,10 @@ def test_identity_activations_return_the_dequantized_weight(group_size, sym, act
     """A = I: every output is one weight times 1, summed with zeros, so it must be exact (torch.equal)."""
     K = 256
     _identity_check("cpu", torch.float16, K, 64, group_size, sym, act, slice(0, K))  # M = 256: the dense path
-    cfg = select_config(3, 64, K, group_size)
-    assert cfg.name == "decode" and cfg.split_k == 2
-    _identity_check("cpu", torch.float16, K, 64, group_size, sym, act, slice(125, 128))  # split-K decode
+    for bucket, M in (("gemv", 3), ("decode", 5)):
+        cfg = with_split(select_config(M, 64, K, group_size), K, 2)
+        assert cfg.name == bucket and cfg.split_k == 2
+        _identity_check("cpu", torch.float16, K, 64, group_size, sym, act, slice(128 - M, 128))  # split-K
 
 
 @pytest.mark.interpreter
@@ -121,14 +128,15 @@ def test_forced_split_counts_meet_the_contract(split, deterministic):
 
 
 @pytest.mark.interpreter
+@pytest.mark.parametrize("bucket", ["gemv", "decode"])
 @pytest.mark.parametrize("split", [3, 5, 10])
-def test_split_fixup_equals_the_two_launch_reduction(split):
+def test_split_fixup_equals_the_two_launch_reduction(split, bucket):
     """The in-launch fixup (partials read four at a time, masked ones adding -0.0) sums in the same order
     as the separate reduction kernel: bitwise equal outputs, bias included, for split counts that are not
     multiples of four."""
     K = 1280
     case = make_case("M3-K1280-N64", 3, K, 64, torch.float16, "cpu", make_generator(8), bias=True)
-    cfg = with_split(select_config(3, 64, K, 128), K, split)
+    cfg = with_split(bucket_config(bucket, 3, 64, K), K, split)
     assert cfg.split_k == split and cfg.fixup
     fused = w4_triton.launch_w4a16_gemm(*case.args, config=cfg)
     two_launch = w4_triton.launch_w4a16_gemm(*case.args, config=dataclasses.replace(cfg, fixup=False))
@@ -136,7 +144,7 @@ def test_split_fixup_equals_the_two_launch_reduction(split):
 
 
 @pytest.mark.interpreter
-@pytest.mark.parametrize("layout", ["fused", "dense"])
+@pytest.mark.parametrize("layout", ["gemv", "fused", "dense"])
 @pytest.mark.parametrize(("sym", "act"), [(True, False), (False, True)], ids=["sym", "asym-actorder"])
 @pytest.mark.parametrize("group_size", GROUPS, ids=_gid)
 def test_tile_layouts_exact_dequant_and_contract(group_size, sym, act, layout):
@@ -150,8 +158,8 @@ def test_tile_layouts_exact_dequant_and_contract(group_size, sym, act, layout):
         qweight, scales, zeros, perm, g = prepare_gptq(t.qweight, t.qzeros, t.scales, t.g_idx)
         args = (a, qweight, scales, zeros, perm, bias, g)
         for split in (1, 2) if layout != "dense" else (1,):
-            cfg = with_split(select_config(3, 64, K, group_size), K, split)
-            cfg = dense_config() if layout == "dense" else cfg
+            cfg = _force(layout)(3, 64, K, group_size)
+            cfg = cfg if layout == "dense" else with_split(cfg, K, split)
             _identity_check("cpu", torch.float16, K, 64, group_size, sym, act, slice(K - 3, K), config=cfg)
             with exactfuse.poison_outputs():
                 out = w4_triton.launch_w4a16_gemm(*args, config=cfg)
@@ -209,10 +217,13 @@ def test_contract_rejects_a_wrong_zero_point_and_nan():
 # ------------------------------------------------------------------ heuristic
 def test_decode_splits_k_to_fill_the_h200():
     for K, N in [(4096, 4096), (14336, 4096), (8192, 8192)]:
-        for M in (1, 2, 4, 8, 16):
+        for M in (1, 2, 3, 4, 5, 8, 16):
             cfg = select_config(M, N, K, 128, H200_SMS)
             programs = -(-N // cfg.BN) * cfg.split_k
-            assert cfg.name == "decode" and cfg.BM == 16
+            if M <= GEMV_MAX_M:
+                assert (cfg.name, cfg.gemv, cfg.BM) == ("gemv", True, next_power_of_2(M))
+            else:
+                assert cfg.name == "decode" and cfg.BM == 16 and not cfg.gemv
             assert cfg.split_k > 1 and programs >= H200_SMS, (M, K, N, cfg)
             assert cfg.k_per_split % cfg.BK == 0 and (cfg.split_k - 1) * cfg.k_per_split < K  # no empty split
 
@@ -221,16 +232,18 @@ def test_split_rule_by_programs_per_sm_and_dense_above_m128():
     # decode aims at 4 programs per SM in one wave: 64 column tiles of 64 for N = 4096 split 528 // 64 = 8
     # ways, not 9 (H200, K = 14336, M = 1: 26.0 µs at S8, 27.5 at S9); 448 tiles (N = 28672) are >= 2 per
     # SM: no split. m32 aims at 2 per SM: 224 tiles (N = 14336) do not split
-    assert select_config(1, 4096, 14336, 128).split_k == 8
-    assert select_config(1, 28672, 4096, 128).split_k == 1
+    assert bucket_config("decode", 1, 4096, 14336).split_k == 8
+    assert bucket_config("decode", 1, 28672, 4096).split_k == 1
     assert select_config(32, 14336, 4096, 128).split_k == 1
     # split-K sums in the GEMM's launch for decode only (session 4: 2.6% faster at M <= 4, 15-19% slower at M 64-128)
     assert select_config(1, 4096, 4096, 128).fixup and not select_config(64, 4096, 4096, 128).fixup
     for M in (129, 1024, 4096):
         cfg = select_config(M, 4096, 4096, 128)
         assert cfg == dense_config() and cfg.dense and cfg.split_k == 1
-    names = [select_config(M, 4096, 4096, 128).name for M in (1, 16, 17, 32, 33, 64, 65, 128, 129, 512)]
-    assert names == ["decode", "decode", "m32", "m32", "m64", "m64", "m128", "m128", "dense", "dense"]
+    names = [select_config(M, 4096, 4096, 128).name for M in (1, 4, 5, 16, 17, 32, 33, 64, 65, 128, 129, 512)]
+    assert names == ["gemv", "gemv", "decode", "decode", "m32", "m32", "m64", "m64", "m128", "m128", "dense", "dense"]
+    with pytest.raises(ValueError, match="M <= 4"):
+        bucket_config("gemv", 5, 4096, 4096)
 
 
 # ------------------------------------------------------------------ bad input
@@ -310,6 +323,43 @@ def test_gpu_identity_is_bit_exact(group_size, dtype, layout):
     config = _force(layout)
     _identity_check("cuda", dtype, 4096, 512, group_size, False, True, slice(0, 4096), config=config)
     _identity_check("cuda", dtype, 4096, 512, group_size, False, True, slice(1000, 1008), config=config)
+    _identity_check("cuda", dtype, 4096, 512, group_size, False, True, slice(1000, 1003), config=config)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", list(SHORT), ids=list(SHORT.values()))
+@pytest.mark.parametrize("M", [1, 2, 3, 4])
+def test_gpu_gemv_packed_math_every_row_count(M, dtype):
+    """The GEMV's 16-bit pair dequantization (PTX, GPU only) at each row count: identity rows bit-exact and
+    the contract with bias, unsplit and split, symmetric, asymmetric with act-order, per-channel at a K that
+    is not a multiple of BK."""
+    assert w4_triton.packed_math(torch.empty(0, dtype=dtype, device="cuda"))
+    for K, N, g, sym, act in [
+        (4096, 4096, 128, True, False),
+        (2048, 1024, 32, False, True),
+        (200, 136, -1, False, False),
+    ]:
+        for split in (1, 3):
+            cfg = with_split(bucket_config("gemv", M, N, K), K, split)
+            _identity_check("cuda", dtype, K, N, g, sym, act, slice(K - M, K), config=cfg)
+            case = make_case(
+                f"M{M}-K{K}",
+                M,
+                K,
+                N,
+                dtype,
+                "cuda",
+                make_generator(M),
+                bias=True,
+                group_size=g,
+                symmetric=sym,
+                act_order=act,
+            )
+            with exactfuse.poison_outputs():
+                out = w4_triton.launch_w4a16_gemm(*case.args, config=cfg)
+            assert w4_triton.LAST_CONFIG[0].gemv
+            result = CONTRACT.check(out, native.w4a16_gemm(*case.args), args=case.args)
+            assert result.passed, (K, split, result.summary())
 
 
 @pytest.mark.gpu

@@ -114,11 +114,14 @@ class TileConfig:
     # Deterministic split-K sums the partials in the GEMM's own launch (the last slice to arrive);
     # False: a second launch does (BUCKETS says which bucket uses which).
     fixup: bool = True
+    # The CUDA-core kernel (gemv.py) for a few rows: BM = next_pow2(M) <= 4 rows, no tl.dot.
+    gemv: bool = False
 
 
 # (max M, name, BM, BN, BK, num_warps, num_stages, programs_per_sm, traffic_cap, one_wave, fixup),
 # first match wins.
 BUCKETS: tuple[tuple[int, str, int, int, int, int, int, int, bool, bool, bool], ...] = (
+    (4, "gemv", 4, 128, 64, 4, 1, 8, True, True, True),
     (16, "decode", 16, 64, 128, 4, 4, 4, True, True, True),
     (32, "m32", 32, 64, 128, 4, 4, 2, True, False, False),
     (64, "m64", 64, 64, 64, 4, 4, 8, False, False, False),
@@ -179,10 +182,20 @@ def fused_config(M: int, N: int, K: int, num_sms: int = H200_SMS) -> TileConfig:
     """The fused kernel's configuration: the first bucket that holds M (the last one above it, which
     sweeps use to compare the fused kernel with the dense path), split-K for this M."""
     bucket = next((b for b in BUCKETS if b[0] >= M), BUCKETS[-1])
-    name, BM, BN, BK, warps, stages, programs_per_sm, cap, one_wave, fixup = bucket[1:]
+    return bucket_config(bucket[1], M, N, K, num_sms)
+
+
+def bucket_config(name: str, M: int, N: int, K: int, num_sms: int = H200_SMS) -> TileConfig:
+    """Bucket ``name``'s configuration for this M, N, K (tests and sweeps force a bucket with it)."""
+    bucket = next(b for b in BUCKETS if b[1] == name)
+    BM, BN, BK, warps, stages, programs_per_sm, cap, one_wave, fixup = bucket[2:]
+    gemv = name == "gemv"
+    if gemv and M > BM:
+        raise ValueError(f"the gemv bucket takes M <= {BM}, got M = {M}")
+    BM = next_power_of_2(M) if gemv else BM
     BK = min(BK, max(16, next_power_of_2(K)))
     split, k_per_split = choose_split(M, N, K, BM, BN, BK, num_sms, programs_per_sm, traffic_cap=cap, one_wave=one_wave)
-    return TileConfig(name, BM, BN, BK, warps, stages, split, k_per_split, fixup=fixup)
+    return TileConfig(name, BM, BN, BK, warps, stages, split, k_per_split, fixup=fixup, gemv=gemv)
 
 
 def dense_config() -> TileConfig:

@@ -27,13 +27,16 @@ CUDA-graph capturable once its kernels are compiled (``exactfuse.warmup``).
 from __future__ import annotations
 
 import collections
+import functools
 
 import torch
 import triton
 import triton.language as tl
 
 from exactfuse.ops.w4a16.dequant import dense_gemm, dequant_kn_tile
+from exactfuse.ops.w4a16.gemv import w4a16_gemv_kernel
 from exactfuse.ops.w4a16.heuristics import TileConfig, select_config
+from exactfuse.ops.w4a16.splitk import REDUCE_BLOCK, arrival_counters, finish_tile, w4a16_splitk_reduce_kernel
 from exactfuse.registry import platform
 from exactfuse.utils import empty, next_power_of_2, num_sms
 
@@ -121,97 +124,20 @@ def w4a16_gemm_kernel(
         acc = tl.dot(b_a, b_w, acc)
 
     m_mn = m_m[:, None] & m_n[None, :]
-    if SPLIT and ATOMIC:
-        tl.atomic_add(p_ws + o_m[:, None] * N + o_n[None, :], acc, mask=m_mn)
-    elif SPLIT:
-        tl.store(p_ws + (i_s * M + o_m)[:, None] * N + o_n[None, :], acc, mask=m_mn)
-        if FIXUP:
-            # Serial split-K fixup, no second launch: the last of the tile's S programs to arrive
-            # sums the S partials in the fixed order s = 0, 1, ..., so the result does not depend
-            # on which program arrives last. The barrier orders every thread's partial before the
-            # arrival (released at GPU scope); the partials are read past L1 (.cg) after the
-            # acquire, four loads in flight at a time (a masked one adds -0.0: exact).
-            tl.debug_barrier()
-            S = tl.num_programs(1)
-            arrived = tl.atomic_add(p_count + i_mn, 1, sem="acq_rel")
-            if arrived == S - 1:
-                acc = tl.zeros((BM, BN), dtype=tl.float32)
-                for s0 in range(0, S, 4):
-                    b_0 = _partial(p_ws, s0, M, N, o_m, o_n, m_mn, S)
-                    b_1 = _partial(p_ws, s0 + 1, M, N, o_m, o_n, m_mn, S)
-                    b_2 = _partial(p_ws, s0 + 2, M, N, o_m, o_n, m_mn, S)
-                    b_3 = _partial(p_ws, s0 + 3, M, N, o_m, o_n, m_mn, S)
-                    acc += b_0
-                    acc += b_1
-                    acc += b_2
-                    acc += b_3
-                tl.atomic_xchg(p_count + i_mn, 0)  # zero for the next launch
-                _store_output(p_out, p_bias, acc, o_m, o_n, m_mn, N, HAS_BIAS)
-    else:
-        _store_output(p_out, p_bias, acc, o_m, o_n, m_mn, N, HAS_BIAS)
+    finish_tile(acc, p_out, p_bias, p_ws, p_count, i_mn, i_s, o_m, o_n, m_mn, M, N, HAS_BIAS, SPLIT, ATOMIC, FIXUP)
 
 
-@triton.jit
-def _partial(p_ws, s, M, N, o_m, o_n, m_mn, S):
-    """Split ``s``'s fp32 partial tile from the workspace, read from L2; ``-0.0`` where ``s >= S``."""
-    in_range = (o_n[None, :] * 0 + s) < S  # a tensor also where the interpreter passes Python ints
-    p_s = p_ws + (s * M + o_m)[:, None] * N + o_n[None, :]
-    return tl.load(p_s, mask=m_mn & in_range, other=-0.0, cache_modifier=".cg")
-
-
-@triton.jit
-def _store_output(p_out, p_bias, acc, o_m, o_n, m_mn, N, HAS_BIAS: tl.constexpr):
-    """Round the fp32 tile to the output dtype once, then ``+ bias`` in fp32 and round again (eager's
-    ``matmul(a, W) + bias``)."""
-    DT = p_out.dtype.element_ty
-    b_y = acc.to(DT)
-    if HAS_BIAS:
-        b_b = tl.load(p_bias + o_n, mask=o_n < N, other=0.0).to(tl.float32)
-        b_y = (b_y.to(tl.float32) + b_b[None, :]).to(DT)
-    tl.store(p_out + o_m[:, None] * N + o_n[None, :], b_y, mask=m_mn)
-
-
-@triton.jit(do_not_specialize=["M", "S"])
-def w4a16_splitk_reduce_kernel(p_ws, p_bias, p_out, M, N, S, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
-    """``out = round(sum_s ws[s]) (+ bias, rounded)`` over a flat block of ``M * N`` outputs: the
-    second launch of atomic mode (S = 1) and of the two-launch split (``TileConfig.fixup`` off).
-
-    p_ws: ``[S, M, N]`` fp32 contiguous; p_out: ``[M, N]`` contiguous; p_bias: ``[N]``.
-    The sum runs s = 0, 1, ..., S - 1 in fp32 for every element, as the fixup's does.
-    """
-    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = o < M * N
-    acc = tl.zeros((BLOCK,), dtype=tl.float32)
-    for s in range(S):
-        acc += tl.load(p_ws + s * M * N + o, mask=m, other=0.0)
-    DT = p_out.dtype.element_ty
-    b_y = acc.to(DT)
-    if HAS_BIAS:
-        b_y = (b_y.to(tl.float32) + tl.load(p_bias + o % N, mask=m, other=0.0).to(tl.float32)).to(DT)
-    tl.store(p_out + o, b_y, mask=m)
-
-
-REDUCE_BLOCK = 1024
 GROUP_M = 8
 
 
-# Arrival counters of the deterministic split-K fixup, per (device, stream): every launch leaves
-# them zero, so one buffer serves all launches on a stream. A grown buffer does not replace the old
-# one, which a captured CUDA graph may still point at: all stay alive.
-_COUNTERS: dict[tuple[torch.device, int], list[torch.Tensor]] = {}
+@functools.cache
+def _packed_math_device(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0)
 
 
-def arrival_counters(device: torch.device, tiles: int) -> torch.Tensor:
-    """Zeroed int32 counters, at least ``tiles`` of them, for launches on the current stream of ``device``
-    (a tensor's device: it carries its index)."""
-    # The raw handle, as Triton's launcher reads it: 0.13 against 3.0 µs of host time per call for
-    # torch.cuda.current_stream(device).cuda_stream, which builds a Stream object (H200 machine,
-    # scripts/gpu/probe_stream_lookup.py, benchmarks/results/h200/sweeps/probe_stream_lookup_s5.txt).
-    stream = torch._C._cuda_getCurrentRawStream(device.index) if device.type == "cuda" else 0
-    buffers = _COUNTERS.setdefault((device, stream), [])
-    if not buffers or buffers[-1].numel() < tiles:
-        buffers.append(torch.zeros(max(tiles, 4096), dtype=torch.int32, device=device))
-    return buffers[-1]
+def packed_math(a: torch.Tensor) -> bool:
+    """The GEMV's PACKED_MATH: PTX bf16x2 sub/mul need sm_90, f16x2 any CUDA GPU; off under the interpreter."""
+    return a.device.type == "cuda" and (a.dtype == torch.float16 or _packed_math_device(a.device))
 
 
 def kernel_group(K: int, group_size: int) -> int:
@@ -265,7 +191,11 @@ def launch_w4a16_gemm(
         ws = torch.empty((cfg.split_k, M, N), dtype=torch.float32, device=a.device)
         if fixup:
             counts = arrival_counters(a.device, tiles)
-    torch.library.wrap_triton(w4a16_gemm_kernel)[(tiles, cfg.split_k)](
+    if cfg.gemv:
+        kernel, tiling = w4a16_gemv_kernel, dict(PACKED_MATH=packed_math(a))
+    else:
+        kernel, tiling = w4a16_gemm_kernel, dict(GROUP_M=GROUP_M)
+    torch.library.wrap_triton(kernel)[(tiles, cfg.split_k)](
         a,
         qweight,
         scales,
@@ -293,9 +223,9 @@ def launch_w4a16_gemm(
         BM=cfg.BM,
         BN=cfg.BN,
         BK=cfg.BK,
-        GROUP_M=GROUP_M,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
+        **tiling,
     )
     if split and not fixup:
         torch.library.wrap_triton(w4a16_splitk_reduce_kernel)[(triton.cdiv(M * N, REDUCE_BLOCK),)](
