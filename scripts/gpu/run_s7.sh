@@ -3,8 +3,32 @@
 #   bash scripts/gpu/run_s7.sh a   # the CUDA-core GEMV for M <= 4 (gemv.py): SASS under the machine's Triton,
 #                                  # the W4A16 GPU tests and verify; the gemv bucket's tile x split sweep beside
 #                                  # the decode tile at M in {1, 2, 4}
+#   bash scripts/gpu/run_s7.sh b   # the gemv bucket at M <= 2: W4A16 GPU tests and verify; A/B of its 16-bit
+#                                  # pair dequantization against fp32; w4a16 bench at M 1 and 2; Nsight Compute
+#                                  # of M = 1 against tinygemm and cuBLAS
 source "$(dirname "$0")/lib.sh"
 case "${1:-a}" in
+b)
+  w4_tests 0 &
+  (
+    run 1 120 ab_packed python3 scripts/gpu/sweep_w4a16_ab.py packed_math 1 2
+    w4_bench 1 120 w4gemv '/M(1|2)-'
+    NCU_SECTIONS="--section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \
+      --section WarpStateStats --section MemoryWorkloadAnalysis"
+    CUDA_VISIBLE_DEVICES=1 timeout 200 ncu --profile-from-start off --clock-control none --csv --page raw \
+      $NCU_SECTIONS --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+      python3 scripts/gpu/profile_w4a16_decode.py > "$OUT/logs/ncu_w4a16.csv" 2> "$OUT/logs/ncu_w4a16.err"
+    echo "ncu rc=$?" >> "$OUT/rc.txt"
+    python3 scripts/gpu/profile_w4a16_decode.py --summary "$OUT/logs/ncu_w4a16.csv" > "$OUT/logs/ncu_summary.txt" 2>&1
+  ) &
+  wait
+  cat "$OUT/rc.txt"
+  echo "== t_w4a16"; grep -E "FAILED|passed|failed|Error" "$OUT/logs/t_w4a16.txt" | tail -8 | cut -c1-220
+  echo "== verify"; tail -4 "$OUT/logs/verify.txt" | cut -c1-160
+  echo "== ab_packed"; tail -4 "$OUT/logs/ab_packed.txt" | cut -c1-200
+  show_benches
+  echo "== ncu"; cut -c1-300 "$OUT/logs/ncu_summary.txt"; tail -3 "$OUT/logs/ncu_w4a16.err"
+  ;;
 a)
   (
     run 0 120 sass python3 scripts/gpu/sass_w4a16.py

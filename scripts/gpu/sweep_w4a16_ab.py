@@ -14,6 +14,7 @@ they switched: ``i2f`` at git 8547007 (``q - z`` by int-to-float conversion agai
 sweeps/sweep_w4a16_unpack16_s5.txt). Session 6 ran ``load3d`` (the packed words loaded as a 3-D tile,
 since the only load; APPLIES always, EQUAL always), ``swap_ab`` (out^T = W^T a^T; APPLIES to the fused
 configurations, EQUAL never) and ``load3d+swap_ab`` at git 8d25591 (sweeps/sweep_w4a16_*_s6a.txt).
+``packed_math``: the GEMV's dequantization in 16-bit pairs (PTX) against fp32 arithmetic (session 7).
 """
 
 from __future__ import annotations
@@ -35,9 +36,11 @@ from exactfuse.ops.w4a16.heuristics import select_config
 
 APPLIES = {  # field: configurations where it changes the launch
     "fixup": lambda cfg: cfg.split_k > 1 and not cfg.dense,
+    "packed_math": lambda cfg: cfg.gemv,
 }
 EQUAL = {  # field: configurations where both settings give bitwise equal outputs
     "fixup": lambda cfg: True,  # the same sums in the same order
+    "packed_math": lambda cfg: True,  # the same dequantized values
 }
 
 

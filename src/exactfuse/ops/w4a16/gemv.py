@@ -1,11 +1,11 @@
-"""W4A16 GEMV for a few rows (M <= 4): dequantize on CUDA cores and multiply-add in fp32, no tl.dot.
+"""W4A16 GEMV for one or two rows (M <= 2): dequantize on CUDA cores and multiply-add in fp32, no tl.dot.
 
-:func:`w4a16_gemv_kernel` computes ``[BM, BN]`` outputs over one K slice. Each program walks its
-slice in ``[BK / 8, BN]`` tiles of packed words; each word holds 8 consecutive K rows of one column
-(GPTQ order, nibble j = row 8r + j). The 8 nibbles of a word are dequantized together, then each
-multiplies its activation and adds to an fp32 ``[BM, BK / 8, BN]`` accumulator that is summed over
-its middle axis once, after the loop. Split-K and the output store are the fused GEMM's
-(``splitk.finish_tile``).
+:func:`w4a16_gemv_kernel` computes ``[BM, BN]`` outputs (BM = 1 or 2) over one K slice. Each program
+walks its slice in ``[BK / 8, BN]`` tiles of packed words; each word holds 8 consecutive K rows of one
+column (GPTQ order, nibble j = row 8r + j). The 8 nibbles of a word are dequantized together, then
+each multiplies its activation and adds to the row's fp32 ``[BK / 8, BN]`` accumulator, summed over
+its rows once, after the loop. Split-K and the output store are the fused GEMM's
+(``splitk.finish_tile``). ``heuristics`` has the measurements (it serves M <= 2).
 
 Dequantization is the spec's, bit for bit: ``(q - z)`` exact, times the scale with one rounding to
 the activation dtype. With ``PACKED_MATH`` (on the GPU) it runs two weights per instruction in
@@ -173,7 +173,7 @@ def w4a16_gemv_kernel(
     BN: tl.constexpr,
     BK: tl.constexpr,
 ):
-    """Rows ``0 .. BM`` (``M <= BM``) and columns ``program_id(0) * BN ..`` of ``a[:, perm] @ W`` over K slice
+    """Rows ``0 .. BM`` (``M <= BM <= 2``) and columns ``program_id(0) * BN ..`` of ``a[:, perm] @ W`` over K slice
     ``program_id(1)``. Pointers, layouts and the other constexprs as in ``triton.w4a16_gemm_kernel``;
     GROUP is at least 16, so a word never spans two groups. PACKED_MATH: 16-bit pair arithmetic (sm_90 PTX).
     """
@@ -189,8 +189,6 @@ def w4a16_gemv_kernel(
     k_end = tl.minimum(k_start + K_PER_SPLIT, K)
     acc0 = tl.zeros((BK // 8, BN), dtype=tl.float32)
     acc1 = tl.zeros((BK // 8, BN), dtype=tl.float32)
-    acc2 = tl.zeros((BK // 8, BN), dtype=tl.float32)
-    acc3 = tl.zeros((BK // 8, BN), dtype=tl.float32)
     for k0 in range(k_start, k_end, BK):
         o_w = k0 // 8 + o_r  # word rows
         m_w = o_w < K // 8
@@ -214,21 +212,11 @@ def w4a16_gemv_kernel(
             acc1 = _row_multiply_add(
                 acc1, w0, w1, w2, w3, w4, w5, w6, w7, p_a, p_perm, 1, M, o_k, m_w, stride_am, HAS_PERM, EVEN_K
             )
-        if BM > 2:
-            acc2 = _row_multiply_add(
-                acc2, w0, w1, w2, w3, w4, w5, w6, w7, p_a, p_perm, 2, M, o_k, m_w, stride_am, HAS_PERM, EVEN_K
-            )
-            acc3 = _row_multiply_add(
-                acc3, w0, w1, w2, w3, w4, w5, w6, w7, p_a, p_perm, 3, M, o_k, m_w, stride_am, HAS_PERM, EVEN_K
-            )
 
     # [BM, BN] from the rows' column sums (rows past BM are never selected)
     o_m = tl.arange(0, BM)
     if INT64_INDEX:
         o_m = o_m.to(tl.int64)
     acc = tl.where(o_m[:, None] == 0, tl.sum(acc0, axis=0)[None, :], tl.sum(acc1, axis=0)[None, :])
-    if BM > 2:
-        acc = tl.where(o_m[:, None] == 2, tl.sum(acc2, axis=0)[None, :], acc)
-        acc = tl.where(o_m[:, None] == 3, tl.sum(acc3, axis=0)[None, :], acc)
     m_mn = (o_m < M)[:, None] & m_n[None, :]
     finish_tile(acc, p_out, p_bias, p_ws, p_count, i_n, i_s, o_m, o_n, m_mn, M, N, HAS_BIAS, SPLIT, ATOMIC, FIXUP)

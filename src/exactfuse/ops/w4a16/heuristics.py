@@ -4,7 +4,14 @@ The table comes from sweeps on the H200 (Triton 3.6, bf16, group 128, weights
 rotated past L2; benchmarks/results/h200/sweeps/sweep_w4a16_decode.*, geomean
 over the five benchmark (K, N) shapes):
 
-- ``decode`` (M <= 16): tl.dot needs 16 rows, so BM = 16; BN = 64, BK = 128, 4 warps, 4 stages,
+- ``gemv`` (M <= 2): the CUDA-core kernel (``gemv.py``, no tl.dot), BM = M, BN = 128, BK = 128, 4 warps,
+  no software pipelining, split-K aiming at 4 programs per SM rounded down to one wave. Session 7's
+  sweep beside the decode tile (sweeps/sweep_w4a16_decode_gemv_s7a.*, bf16, geomean over the five
+  shapes, each output through the contract first): M = 1 18.2 against 25.9 µs (0.70x the time), M = 2
+  23.4 against 25.9 (0.90x). The best GEMV tile at M = 4 took 34.9 against 26.0 (four fp32 FMAs per
+  weight on top of the dequantization), so M >= 3 stays with the decode tile. (64, 64) at 2 warps was
+  best at M = 1 alone (17.7) and 0.96x the decode tile at M = 2; (256, 64) within 3% at both.
+- ``decode`` (3 <= M <= 16): tl.dot needs 16 rows, so BM = 16; BN = 64, BK = 128, 4 warps, 4 stages,
   split-K aiming at 4 programs per SM rounded down to one wave (``one_wave``). Session 6's sweep
   with the 3-D load of the packed words (sweep_w4a16_decode_s6b.*), geomean over the five shapes
   at M in {1, 16}: 26.4 µs against 29.4 for the tile shipped before it, (16, 128, 128) at 3 stages
@@ -63,10 +70,14 @@ how the tile reaches the MMA was slower; changes that kept that path moved the t
 - ``q - z`` without int-to-float conversions, by the fp32 ``2^23`` trick (session 5, same smem
   path): time with the trick / with the conversions, geomean over the five shapes, 0.991 at M = 1,
   1.010-1.021 at M = 16-1024 (sweeps/sweep_w4a16_i2f_s5.txt). Not kept.
-- A CUDA-core kernel for M <= 4 (session 5, no tl.dot; sweeps/sweep_w4a16_gemv_s5.txt): 32.8
+- A first CUDA-core kernel for M <= 4 (session 5, no tl.dot; sweeps/sweep_w4a16_gemv_s5.txt): 32.8
   against 31.0 µs geomean at M = 1, 1.5x slower at M = 2, 2.3x at M = 4. Triton gave each thread one
   column and scalar activation loads with per-element address arithmetic: 14 instructions per
-  weight (Nsight Compute: 26.4M warp instructions at 4096 x 14336). Removed.
+  weight (Nsight Compute: 26.4M warp instructions at 4096 x 14336). Removed. Session 7's ``gemv``
+  bucket differs in three ways: each thread holds whole packed words of a ``[BK / 8, BN]`` tile, the
+  8 nibbles of a word meet 8 activation vectors (one per nibble, shared by the row's columns), and the
+  dequantization runs in 16-bit pairs (848 SASS instructions for the whole bf16 kernel at M = 1, 64
+  registers, against 1088 in fp32 arithmetic; Triton 3.6, sweeps/sass_w4a16_s7a.txt).
 - A register cap (session 6, Triton's ``maxnreg`` at git 22de330): the decode tile compiles to 96
   registers without spills (128 uncapped; 80 spills), so 5 programs fit an SM instead of 4. At 4
   programs per SM it changed nothing (26.2 against 26.3 µs geomean); with a split for 8 per SM
@@ -114,14 +125,17 @@ class TileConfig:
     # Deterministic split-K sums the partials in the GEMM's own launch (the last slice to arrive);
     # False: a second launch does (BUCKETS says which bucket uses which).
     fixup: bool = True
-    # The CUDA-core kernel (gemv.py) for a few rows: BM = next_pow2(M) <= 4 rows, no tl.dot.
+    # The CUDA-core kernel (gemv.py) for one or two rows: BM = M, no tl.dot.
     gemv: bool = False
+    # The GEMV dequantizes in 16-bit pairs (PTX) where the device has them; False: fp32 arithmetic, as on
+    # the interpreter (the same values; tests and scripts/gpu/sweep_w4a16_ab.py compare the two).
+    packed_math: bool = True
 
 
 # (max M, name, BM, BN, BK, num_warps, num_stages, programs_per_sm, traffic_cap, one_wave, fixup),
 # first match wins.
 BUCKETS: tuple[tuple[int, str, int, int, int, int, int, int, bool, bool, bool], ...] = (
-    (4, "gemv", 4, 128, 64, 4, 1, 8, True, True, True),
+    (2, "gemv", 2, 128, 128, 4, 1, 4, True, True, True),
     (16, "decode", 16, 64, 128, 4, 4, 4, True, True, True),
     (32, "m32", 32, 64, 128, 4, 4, 2, True, False, False),
     (64, "m64", 64, 64, 64, 4, 4, 8, False, False, False),
