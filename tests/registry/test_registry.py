@@ -174,3 +174,83 @@ def test_eager_calls_launch_triton_kernels_directly(compiler):
     # the visible op's body is traced with the higher-order op on; the opaque op's body is not traced
     assert seen == ([True] if compiler == "visible" else [])
     assert is_wrap_triton_enabled()
+
+
+def _declare_recording():
+    """An op with a ``fast`` provider; ``calls`` lists the provider each eager call ran."""
+    calls = []
+    name = f"test_record_{next(_names)}"
+
+    def native(x: torch.Tensor) -> torch.Tensor:
+        calls.append("native")
+        return x
+
+    native.__name__ = name
+    o = op(native, contract=Bitwise())
+
+    @o.provider("fast")
+    def fast(x: torch.Tensor) -> torch.Tensor:
+        calls.append("fast")
+        return x
+
+    return o, calls
+
+
+def test_priority_changes_the_provider_of_eager_calls_after_a_first_call():
+    o, calls = _declare_recording()
+    x = torch.ones(2)
+    o(x)  # fills the per-device order cache
+    with o.priority(["fast"]):
+        o(x)
+        with o.priority(["native", "fast"]):
+            o(x)
+        o(x)
+    o(x)
+    assert calls == ["native", "fast", "native", "fast", "native"]
+
+
+def test_env_priority_holds_again_after_a_scoped_override(monkeypatch):
+    from exactfuse.registry import platform
+
+    o, calls = _declare_recording()
+    monkeypatch.setattr(platform, "env_priority", lambda: {o.name: ("fast", "native")})
+    x = torch.ones(2)
+    o(x)
+    with o.priority(["native"]):
+        o(x)
+    o(x)  # the EXACTFUSE_PRIORITY order, not the platform default
+    assert calls == ["fast", "native", "fast"]
+
+
+def test_eager_call_restores_the_wrap_triton_flag_when_check_or_provider_raises():
+    from torch._library.triton import is_wrap_triton_enabled
+
+    def check(x):
+        if x.dim() != 1:
+            raise ValueError("x must be 1-D")
+
+    name = f"test_raise_{next(_names)}"
+
+    def native(x: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("provider failed")
+
+    native.__name__ = name
+    o = op(native, contract=Bitwise(), check=check)
+    with pytest.raises(ValueError, match="x must be 1-D"):
+        o(torch.ones(2, 2))
+    assert is_wrap_triton_enabled()
+    with pytest.raises(RuntimeError, match="provider failed"):
+        o(torch.ones(2))
+    assert is_wrap_triton_enabled()
+
+
+def test_tensor_subclass_and_device_type_of_arguments():
+    from exactfuse.registry.op import _first_device_type, _has_tensor_subclass
+
+    t = torch.ones(2)
+    assert not _has_tensor_subclass((t, None, 3, 2.0, True, "tanh", torch.float16, [t]))
+    assert _has_tensor_subclass((t, None, torch.nn.Parameter(t)))
+    assert _first_device_type((None, 3, t), {}) == "cpu"
+    assert _first_device_type((torch.ones(2, device="meta"), t), {}) == "meta"
+    assert _first_device_type((None,), {"x": torch.ones(2, device="meta")}) == "meta"
+    assert _first_device_type((None,), {}) == "cpu"

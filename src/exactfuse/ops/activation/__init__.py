@@ -45,7 +45,7 @@ def _triton_supports(x: torch.Tensor, approximate: str = "none") -> bool:
     """CUDA (or interpreter, no bf16 there), unit last stride, rows viewable as 2-D."""
     if not platform.triton_device_ok(x):
         return False
-    if x.device.type == "cpu" and x.dtype == torch.bfloat16:
+    if x.is_cpu and x.dtype == torch.bfloat16:  # is_cpu: 0.1 µs, .device.type: 0.4 (CPU machine, timeit)
         return False  # the interpreter has no bf16 arithmetic
     return x.is_contiguous() or (x.dim() == 2 and x.stride(-1) == 1)
 

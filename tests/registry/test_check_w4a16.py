@@ -1,0 +1,52 @@
+"""The error paths of ``w4a16_gemm``'s validation that tests/ops/test_w4a16_gemm.py does not reach.
+
+Its common path was made cheaper (scripts/probe_host_overhead.py); these pin the messages of the
+slow paths it now takes only when an argument is wrong: a non-tensor and a tensor on another device.
+"""
+
+import pytest
+import torch
+
+from exactfuse.ops.w4a16.native import check_w4a16_args
+
+K, N, G = 256, 64, 128
+
+
+def _args(device="cpu"):
+    f16 = torch.float16
+    return {
+        "a": torch.zeros(4, K, dtype=f16, device=device),
+        "qweight": torch.zeros(K // 8, N, dtype=torch.int32, device=device),
+        "scales": torch.zeros(K // G, N, dtype=f16, device=device),
+        "zeros": torch.zeros(K // G, N, dtype=torch.uint8, device=device),
+        "perm": torch.arange(K, dtype=torch.int32, device=device),
+        "bias": torch.zeros(N, dtype=f16, device=device),
+        "group_size": G,
+    }
+
+
+def test_valid_arguments_pass():
+    check_w4a16_args(**_args())
+    check_w4a16_args(**_args("meta"))
+
+
+@pytest.mark.parametrize("name", ["a", "qweight", "scales"])
+def test_non_tensor_names_the_argument(name):
+    args = _args()
+    args[name] = [1.0]
+    with pytest.raises(TypeError, match=rf"^w4a16_gemm: {name} must be a torch.Tensor, got list$"):
+        check_w4a16_args(**args)
+
+
+@pytest.mark.parametrize("name", ["qweight", "scales", "zeros", "perm", "bias"])
+def test_other_device_names_the_argument(name):
+    args = _args()
+    args[name] = args[name].to("meta")
+    with pytest.raises(ValueError, match=rf"^w4a16_gemm: {name} must be on a's device cpu, got meta$"):
+        check_w4a16_args(**args)
+
+
+def test_first_wrong_device_is_named():
+    args = {**_args("meta"), "a": _args()["a"]}
+    with pytest.raises(ValueError, match=r"^w4a16_gemm: qweight must be on a's device cpu, got meta$"):
+        check_w4a16_args(**args)
