@@ -6,8 +6,25 @@
 #   bash scripts/gpu/run_s7.sh b   # the gemv bucket at M <= 2: W4A16 GPU tests and verify; A/B of its 16-bit
 #                                  # pair dequantization against fp32; w4a16 bench at M 1 and 2; Nsight Compute
 #                                  # of M = 1 against tinygemm and cuBLAS
+#   bash scripts/gpu/run_s7.sh c   # the GEMV's next-step prefetch of the packed words: A/B at the shipped tile,
+#                                  # the gemv tile sweep with and without it
 source "$(dirname "$0")/lib.sh"
 case "${1:-a}" in
+c)
+  run 0 150 ab_prefetch python3 scripts/gpu/sweep_w4a16_ab.py prefetch 1 2 &
+  (
+    TILES="0,128,128,4,1 16,64,128,4,4 0,64,64,2,1 0,128,64,4,1 0,64,128,2,1"
+    run 1 150 sweep_plain python3 scripts/gpu/sweep_w4a16_decode.py --bucket gemv --tiles $TILES
+    mv "$OUT/sweep_w4a16_decode_gemv.json" "$OUT/sweep_w4a16_decode_gemv_plain.json"
+    run 1 150 sweep_prefetch python3 scripts/gpu/sweep_w4a16_decode.py --bucket gemv --tiles $TILES --fields prefetch
+  ) &
+  wait
+  cat "$OUT/rc.txt"
+  echo "== ab_prefetch"; tail -3 "$OUT/logs/ab_prefetch.txt" | cut -c1-200
+  for f in sweep_plain sweep_prefetch; do
+    echo "== $f"; grep -E "geomean|gemv:|shipped|Error" "$OUT/logs/$f.txt" | cut -c1-600
+  done
+  ;;
 b)
   w4_tests 0 &
   (

@@ -37,10 +37,12 @@ from exactfuse.ops.w4a16.heuristics import select_config
 APPLIES = {  # field: configurations where it changes the launch
     "fixup": lambda cfg: cfg.split_k > 1 and not cfg.dense,
     "packed_math": lambda cfg: cfg.gemv,
+    "prefetch": lambda cfg: cfg.gemv,
 }
 EQUAL = {  # field: configurations where both settings give bitwise equal outputs
     "fixup": lambda cfg: True,  # the same sums in the same order
     "packed_math": lambda cfg: True,  # the same dequantized values
+    "prefetch": lambda cfg: True,  # the same loads, earlier
 }
 
 

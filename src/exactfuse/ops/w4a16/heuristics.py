@@ -130,6 +130,8 @@ class TileConfig:
     # The GEMV dequantizes in 16-bit pairs (PTX) where the device has them; False: fp32 arithmetic, as on
     # the interpreter (the same values; tests and scripts/gpu/sweep_w4a16_ab.py compare the two).
     packed_math: bool = True
+    # The GEMV loads the next K step's packed words before it dequantizes the current ones.
+    prefetch: bool = False
 
 
 # (max M, name, BM, BN, BK, num_warps, num_stages, programs_per_sm, traffic_cap, one_wave, fixup),

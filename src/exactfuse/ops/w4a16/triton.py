@@ -192,7 +192,7 @@ def launch_w4a16_gemm(
         if fixup:
             counts = arrival_counters(a.device, tiles)
     if cfg.gemv:
-        kernel, tiling = w4a16_gemv_kernel, dict(PACKED_MATH=cfg.packed_math and packed_math(a))
+        kernel, tiling = w4a16_gemv_kernel, dict(PACKED_MATH=cfg.packed_math and packed_math(a), PREFETCH=cfg.prefetch)
     else:
         kernel, tiling = w4a16_gemm_kernel, dict(GROUP_M=GROUP_M)
     torch.library.wrap_triton(kernel)[(tiles, cfg.split_k)](
