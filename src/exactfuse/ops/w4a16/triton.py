@@ -254,7 +254,7 @@ def triton_supports(
     """Triton device (no bf16 under the interpreter), unit last strides, contiguous weights, supported group."""
     if not platform.triton_device_ok(a):
         return False
-    if a.device.type == "cpu" and a.dtype == torch.bfloat16:
+    if a.is_cpu and a.dtype == torch.bfloat16:
         return False  # the interpreter has no bf16 arithmetic or bf16 tl.dot
     K = a.shape[1]
     tensors = (qweight, scales, zeros, perm, bias)
