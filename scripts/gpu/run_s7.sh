@@ -7,9 +7,26 @@
 #                                  # pair dequantization against fp32; w4a16 bench at M 1 and 2; Nsight Compute
 #                                  # of M = 1 against tinygemm and cuBLAS
 #   bash scripts/gpu/run_s7.sh c   # the GEMV's next-step prefetch of the packed words: A/B at the shipped tile,
-#                                  # the gemv tile sweep with and without it
+#                                  # the gemv tile sweep with and without it (ran at 7ab5887; prefetch removed)
+#   bash scripts/gpu/run_s7.sh d   # the gemv bucket at (64, 128, 2 warps) p8w, fp16 at M = 1 only: W4A16 GPU
+#                                  # tests and verify; the fp16 GEMV against the decode tile at M 1-2; w4a16 bench
+#                                  # at M 1-2
 source "$(dirname "$0")/lib.sh"
 case "${1:-a}" in
+d)
+  w4_tests 0 &
+  (
+    run 1 150 sweep_fp16 python3 scripts/gpu/sweep_w4a16_decode.py --bucket gemv --dtype fp16 \
+      --tiles 0,64,128,2,1 16,64,128,4,4 0,128,128,4,1 --rules p8w p4w
+    w4_bench 1 120 w4gemv '/M(1|2)-'
+  ) &
+  wait
+  cat "$OUT/rc.txt"
+  echo "== t_w4a16"; grep -E "FAILED|passed|failed|Error" "$OUT/logs/t_w4a16.txt" | tail -8 | cut -c1-220
+  echo "== verify"; tail -4 "$OUT/logs/verify.txt" | cut -c1-160
+  echo "== sweep_fp16"; grep -E "best|geomean|gemv:|Error" "$OUT/logs/sweep_fp16.txt" | cut -c1-600
+  show_benches
+  ;;
 c)
   run 0 150 ab_prefetch python3 scripts/gpu/sweep_w4a16_ab.py prefetch 1 2 &
   (

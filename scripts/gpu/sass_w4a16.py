@@ -47,17 +47,8 @@ def compile_decode(dtype: str, arch: int = 90):
     )
 
 
-def compile_gemv(
-    dtype: str,
-    BM: int,
-    BN: int,
-    BK: int,
-    num_warps: int,
-    packed_math: bool = True,
-    prefetch: bool = False,
-    arch: int = 90,
-):
-    tile = dict(PACKED_MATH=packed_math, PREFETCH=prefetch, BM=BM, BN=BN, BK=BK)
+def compile_gemv(dtype: str, BM: int, BN: int, BK: int, num_warps: int, packed_math: bool = True, arch: int = 90):
+    tile = dict(PACKED_MATH=packed_math, BM=BM, BN=BN, BK=BK)
     return compile_tile(w4a16_gemv_kernel, dtype, tile, num_warps, 1, arch)
 
 

@@ -14,7 +14,10 @@ they switched: ``i2f`` at git 8547007 (``q - z`` by int-to-float conversion agai
 sweeps/sweep_w4a16_unpack16_s5.txt). Session 6 ran ``load3d`` (the packed words loaded as a 3-D tile,
 since the only load; APPLIES always, EQUAL always), ``swap_ab`` (out^T = W^T a^T; APPLIES to the fused
 configurations, EQUAL never) and ``load3d+swap_ab`` at git 8d25591 (sweeps/sweep_w4a16_*_s6a.txt).
-``packed_math``: the GEMV's dequantization in 16-bit pairs (PTX) against fp32 arithmetic (session 7).
+``packed_math``: the GEMV's dequantization in 16-bit pairs (PTX) against fp32 arithmetic (session 7,
+sweeps/sweep_w4a16_packed_math_s7b.txt); session 7 also ran ``prefetch`` at git 7ab5887 (the GEMV loading
+the next K step's words before dequantizing the current ones; sweeps/sweep_w4a16_prefetch_s7c.txt), since
+removed.
 """
 
 from __future__ import annotations
@@ -37,12 +40,10 @@ from exactfuse.ops.w4a16.heuristics import select_config
 APPLIES = {  # field: configurations where it changes the launch
     "fixup": lambda cfg: cfg.split_k > 1 and not cfg.dense,
     "packed_math": lambda cfg: cfg.gemv,
-    "prefetch": lambda cfg: cfg.gemv,
 }
 EQUAL = {  # field: configurations where both settings give bitwise equal outputs
     "fixup": lambda cfg: True,  # the same sums in the same order
     "packed_math": lambda cfg: True,  # the same dequantized values
-    "prefetch": lambda cfg: True,  # the same loads, earlier
 }
 
 
@@ -57,7 +58,7 @@ def main() -> None:
         for M in ms:
             a = torch.randn((M, K), dtype=dtype, device=dev)
             args0 = (a, ws[0].qweight, ws[0].scales, None, None, None, 128)
-            cfg = select_config(M, N, K, 128, sms)
+            cfg = select_config(M, N, K, 128, sms, dtype == torch.float16)
             if not any(APPLIES[f](cfg) for f in fields):
                 continue
             times, outs = {}, []

@@ -1,4 +1,4 @@
-"""W4A16 fused-kernel tile x split-K rule sweep on the GPU (bf16, group 128, symmetric).
+"""W4A16 fused-kernel tile x split-K rule sweep on the GPU (bf16 or ``--dtype fp16``, group 128, symmetric).
 
 Weights rotate over enough copies to exceed the 60 MB L2. For each M bucket it
 times candidate tiles (BM, BN, BK, warps, stages) and split-K rules (how many
@@ -53,8 +53,8 @@ BUCKETS = {  # name: (Ms, tiles (BM, BN, BK, warps, stages)), the shipped tile f
     "gemv": (  # M = 4 too in session 7's first run (sweeps/sweep_w4a16_decode_gemv_s7a.*)
         (1, 2),
         [
-            *((0, 128, 64, 4, 1), (16, 64, 128, 4, 4), (0, 256, 64, 4, 1), (0, 128, 128, 4, 1)),
-            *((0, 64, 64, 2, 1), (0, 256, 64, 8, 1), (0, 128, 64, 4, 2)),
+            *((0, 64, 128, 2, 1), (16, 64, 128, 4, 4), (0, 128, 128, 4, 1), (0, 256, 64, 4, 1)),
+            *((0, 64, 64, 2, 1), (0, 128, 64, 4, 1)),
         ],
     ),
     "decode": (
@@ -98,6 +98,8 @@ RULES = {
 
 
 FIELDS: dict[str, bool] = {}  # --fields: set on every candidate configuration
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPE = [torch.bfloat16]  # --dtype
 
 # the harness's timer: median of CUDA-graph replays, cyclic GC off during capture
 TIMER = cudagraph_timer(rep_ms=30)
@@ -139,7 +141,9 @@ def parse_args() -> None:
     parser.add_argument("--tiles", nargs="+", type=lambda t: tuple(int(v) for v in t.split(",")))
     parser.add_argument("--rules", nargs="+", choices=list(RULES))
     parser.add_argument("--fields", nargs="+", default=[], help="TileConfig booleans set on every candidate")
+    parser.add_argument("--dtype", choices=list(DTYPES), default="bf16")
     args = parser.parse_args()
+    DTYPE[0] = DTYPES[args.dtype]
     FIELDS.update(dict.fromkeys(args.fields, True))
     if args.bucket:
         for other in [b for b in BUCKETS if b != args.bucket]:
@@ -153,7 +157,7 @@ def parse_args() -> None:
 def main() -> None:
     parse_args()
     start = time.time()
-    dtype = torch.bfloat16
+    dtype = DTYPE[0]
     dev, sms, bw = device_info()
     rows = []
     for K, N in SHAPES:
@@ -221,7 +225,8 @@ def main() -> None:
         print(f"    shipped {shipped}: {geo.get(shipped, math.nan):.1f}")
     print(f"{time.time() - start:.0f} s")
     suffix = f"_{next(iter(BUCKETS))}" if len(BUCKETS) == 1 else ""  # --bucket: one file per bucket
-    emit_json(f"sweep_w4a16_decode{suffix}.json", dict(copy_bw=bw, fields=FIELDS, rows=rows))
+    suffix += "_fp16" if dtype == torch.float16 else ""
+    emit_json(f"sweep_w4a16_decode{suffix}.json", dict(copy_bw=bw, dtype=str(dtype), fields=FIELDS, rows=rows))
 
 
 if __name__ == "__main__":

@@ -142,19 +142,6 @@ def _row_multiply_add(
     return acc
 
 
-@triton.jit
-def _load_words(p_qw, k0, o_r, o_n, m_n, N, K, k_end, EVEN_K: tl.constexpr, PAST_END: tl.constexpr):
-    """The ``[BK / 8, BN]`` packed words of K rows ``k0 ..`` (0 past K, and past ``k_end`` if PAST_END: ``k0``
-    may be there)."""
-    o_w = k0 // 8 + o_r
-    m_q = m_n[None, :]
-    if PAST_END:
-        m_q = m_q & ((o_w * 0 + k0) < k_end)[:, None]
-    if not EVEN_K:
-        m_q = m_q & (o_w < K // 8)[:, None]
-    return tl.load(p_qw + o_w[:, None] * N + o_n[None, :], mask=m_q, other=0)
-
-
 @triton.jit(do_not_specialize=["M"])
 def w4a16_gemv_kernel(
     p_a,
@@ -182,7 +169,6 @@ def w4a16_gemv_kernel(
     EVEN_K: tl.constexpr,
     INT64_INDEX: tl.constexpr,
     PACKED_MATH: tl.constexpr,
-    PREFETCH: tl.constexpr,
     BM: tl.constexpr,
     BN: tl.constexpr,
     BK: tl.constexpr,
@@ -203,16 +189,11 @@ def w4a16_gemv_kernel(
     k_end = tl.minimum(k_start + K_PER_SPLIT, K)
     acc0 = tl.zeros((BK // 8, BN), dtype=tl.float32)
     acc1 = tl.zeros((BK // 8, BN), dtype=tl.float32)
-    if PREFETCH:
-        b_q_next = _load_words(p_qw, k_start, o_r, o_n, m_n, N, K, k_end, EVEN_K, True)
     for k0 in range(k_start, k_end, BK):
         o_w = k0 // 8 + o_r  # word rows
         m_w = o_w < K // 8
-        if PREFETCH:
-            b_q = b_q_next
-            b_q_next = _load_words(p_qw, k0 + BK, o_r, o_n, m_n, N, K, k_end, EVEN_K, True)
-        else:
-            b_q = _load_words(p_qw, k0, o_r, o_n, m_n, N, K, k_end, EVEN_K, False)
+        m_q = m_n[None, :] if EVEN_K else m_w[:, None] & m_n[None, :]
+        b_q = tl.load(p_qw + o_w[:, None] * N + o_n[None, :], mask=m_q, other=0)
         if GROUPS_PER_TILE == 1:
             o_g = k0 // GROUP
             b_s = tl.load(p_s + o_g * N + o_n, mask=m_n, other=0.0)[None, :]

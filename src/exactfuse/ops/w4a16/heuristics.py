@@ -4,13 +4,20 @@ The table comes from sweeps on the H200 (Triton 3.6, bf16, group 128, weights
 rotated past L2; benchmarks/results/h200/sweeps/sweep_w4a16_decode.*, geomean
 over the five benchmark (K, N) shapes):
 
-- ``gemv`` (M <= 2): the CUDA-core kernel (``gemv.py``, no tl.dot), BM = M, BN = 128, BK = 128, 4 warps,
-  no software pipelining, split-K aiming at 4 programs per SM rounded down to one wave. Session 7's
-  sweep beside the decode tile (sweeps/sweep_w4a16_decode_gemv_s7a.*, bf16, geomean over the five
-  shapes, each output through the contract first): M = 1 18.2 against 25.9 µs (0.70x the time), M = 2
-  23.4 against 25.9 (0.90x). The best GEMV tile at M = 4 took 34.9 against 26.0 (four fp32 FMAs per
-  weight on top of the dequantization), so M >= 3 stays with the decode tile. (64, 64) at 2 warps was
-  best at M = 1 alone (17.7) and 0.96x the decode tile at M = 2; (256, 64) within 3% at both.
+- ``gemv`` (M <= 2 in bf16, M = 1 in fp16): the CUDA-core kernel (``gemv.py``, no tl.dot), BM = M,
+  BN = 64, BK = 128, 2 warps, no software pipelining, split-K aiming at 8 programs per SM rounded down
+  to one wave. Session 7's sweeps beside the decode tile (bf16, geomean over the five shapes, each
+  output through the contract first): the first (sweeps/sweep_w4a16_decode_gemv_s7a.*) at M = 1 18.2
+  against 25.9 µs for the decode tile with a (128, 128, 4 warps) p4w tile (0.70x the time), M = 2 23.4
+  against 25.9 (0.90x); the best GEMV tile at M = 4 took 34.9 against 26.0 (four fp32 FMAs per weight
+  on top of the dequantization), so M >= 3 stays with the decode tile. The second
+  (sweeps/sweep_w4a16_decode_gemv_plain_s7c.*) chose (64, 128, 2 warps) p8w: M = 1 17.7, M = 2 22.2
+  against 18.1 and 23.3 for the first choice and 26.0 / 26.1 for the decode tile. In fp16 the GEMV
+  converts each dequantized weight to fp32 with a ``cvt`` (bf16: a shift or a mask); the benchmark at
+  M = 2 (git 63a1c19) had it at 14.3 µs for 4096 x 4096 where the decode tile took 11.1 in session 6's
+  run, so fp16 keeps the decode tile from M = 2 (sweeps/sweep_w4a16_decode_gemv_fp16_s7d.* has the
+  side-by-side run). A register prefetch of the next K step's words was 1.05x the time at M = 1 and
+  1.31x at M = 2 (sweeps/sweep_w4a16_prefetch_s7c.txt, git 7ab5887), not kept.
 - ``decode`` (3 <= M <= 16): tl.dot needs 16 rows, so BM = 16; BN = 64, BK = 128, 4 warps, 4 stages,
   split-K aiming at 4 programs per SM rounded down to one wave (``one_wave``). Session 6's sweep
   with the 3-D load of the packed words (sweep_w4a16_decode_s6b.*), geomean over the five shapes
@@ -130,20 +137,19 @@ class TileConfig:
     # The GEMV dequantizes in 16-bit pairs (PTX) where the device has them; False: fp32 arithmetic, as on
     # the interpreter (the same values; tests and scripts/gpu/sweep_w4a16_ab.py compare the two).
     packed_math: bool = True
-    # The GEMV loads the next K step's packed words before it dequantizes the current ones.
-    prefetch: bool = False
 
 
 # (max M, name, BM, BN, BK, num_warps, num_stages, programs_per_sm, traffic_cap, one_wave, fixup),
 # first match wins.
 BUCKETS: tuple[tuple[int, str, int, int, int, int, int, int, bool, bool, bool], ...] = (
-    (2, "gemv", 2, 128, 128, 4, 1, 4, True, True, True),
+    (2, "gemv", 2, 64, 128, 2, 1, 8, True, True, True),
     (16, "decode", 16, 64, 128, 4, 4, 4, True, True, True),
     (32, "m32", 32, 64, 128, 4, 4, 2, True, False, False),
     (64, "m64", 64, 64, 64, 4, 4, 8, False, False, False),
     (128, "m128", 128, 64, 64, 4, 3, 4, False, False, False),
 )
 DENSE_ABOVE_M = BUCKETS[-1][0]  # larger M: dense_config()
+GEMV_FP16_MAX_M = 1  # fp16 activations: the gemv bucket serves M = 1 only (see above)
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -182,8 +188,9 @@ def choose_split(
 
 
 @functools.lru_cache(maxsize=4096)
-def select_config(M: int, N: int, K: int, group_size: int, num_sms: int = H200_SMS) -> TileConfig:
-    """The tile configuration for ``[M, K] x [K, N]`` with groups of ``group_size`` (-1: all of K).
+def select_config(M: int, N: int, K: int, group_size: int, num_sms: int = H200_SMS, fp16: bool = False) -> TileConfig:
+    """The tile configuration for ``[M, K] x [K, N]`` with groups of ``group_size`` (-1: all of K), bf16
+    activations (``fp16``: fp16 ones).
 
     Depends on M (the bucket and the split) so it must run per call, outside
     any compiled graph: the op is opaque to torch.compile for this reason.
@@ -191,13 +198,14 @@ def select_config(M: int, N: int, K: int, group_size: int, num_sms: int = H200_S
     """
     if M > DENSE_ABOVE_M:
         return dense_config()
-    return fused_config(M, N, K, num_sms)
+    return fused_config(M, N, K, num_sms, fp16)
 
 
-def fused_config(M: int, N: int, K: int, num_sms: int = H200_SMS) -> TileConfig:
+def fused_config(M: int, N: int, K: int, num_sms: int = H200_SMS, fp16: bool = False) -> TileConfig:
     """The fused kernel's configuration: the first bucket that holds M (the last one above it, which
     sweeps use to compare the fused kernel with the dense path), split-K for this M."""
-    bucket = next((b for b in BUCKETS if b[0] >= M), BUCKETS[-1])
+    max_m = {"gemv": GEMV_FP16_MAX_M} if fp16 else {}
+    bucket = next((b for b in BUCKETS if max_m.get(b[1], b[0]) >= M), BUCKETS[-1])
     return bucket_config(bucket[1], M, N, K, num_sms)
 
 

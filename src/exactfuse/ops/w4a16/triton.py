@@ -175,7 +175,7 @@ def launch_w4a16_gemm(
     if K == 0:
         return out.zero_() if bias is None else out.copy_(bias.expand(M, N))
     G = kernel_group(K, group_size)
-    cfg = config or select_config(M, N, K, group_size, num_sms(a.device))
+    cfg = config or select_config(M, N, K, group_size, num_sms(a.device), a.dtype == torch.float16)
     LAST_CONFIG[0] = cfg
     CONFIG_COUNTS[cfg.name] += 1
     if cfg.dense:
@@ -192,7 +192,7 @@ def launch_w4a16_gemm(
         if fixup:
             counts = arrival_counters(a.device, tiles)
     if cfg.gemv:
-        kernel, tiling = w4a16_gemv_kernel, dict(PACKED_MATH=cfg.packed_math and packed_math(a), PREFETCH=cfg.prefetch)
+        kernel, tiling = w4a16_gemv_kernel, dict(PACKED_MATH=cfg.packed_math and packed_math(a))
     else:
         kernel, tiling = w4a16_gemm_kernel, dict(GROUP_M=GROUP_M)
     torch.library.wrap_triton(kernel)[(tiles, cfg.split_k)](
