@@ -11,8 +11,24 @@
 #   bash scripts/gpu/run_s7.sh d   # the gemv bucket at (64, 128, 2 warps) p8w, fp16 at M = 1 only: W4A16 GPU
 #                                  # tests and verify; the fp16 GEMV against the decode tile at M 1-2; w4a16 bench
 #                                  # at M 1-2
+#   bash scripts/gpu/run_s7.sh e   # the cheaper eager op call (registry): registry, bench-harness, activation,
+#                                  # moe and sparse GPU tests; verify of every op; the launch-path probe
 source "$(dirname "$0")/lib.sh"
 case "${1:-a}" in
+e)
+  run 0 300 t_other python3 -m pytest -m gpu -q -rfE -p no:cacheprovider tests/registry tests/bench \
+    tests/ops/test_activation.py tests/ops/test_moe_silu_and_mul.py tests/ops/test_gelu_and_mul_sparse.py \
+    -k "not aot_inductor" &
+  (
+    run 1 60 launch_path python3 scripts/gpu/probe_launch_path.py
+    run 1 240 verify_all python3 -m exactfuse verify
+  ) &
+  wait
+  cat "$OUT/rc.txt"
+  echo "== t_other"; grep -E "FAILED|passed|failed|Error" "$OUT/logs/t_other.txt" | tail -6 | cut -c1-220
+  echo "== launch_path"; tail -8 "$OUT/logs/launch_path.txt" | cut -c1-160
+  echo "== verify_all"; grep -E "PASS|FAIL|hold|Error" "$OUT/logs/verify_all.txt" | cut -c1-160 | tail -24
+  ;;
 d)
   w4_tests 0 &
   (

@@ -13,10 +13,10 @@ over the five benchmark (K, N) shapes):
   on top of the dequantization), so M >= 3 stays with the decode tile. The second
   (sweeps/sweep_w4a16_decode_gemv_plain_s7c.*) chose (64, 128, 2 warps) p8w: M = 1 17.7, M = 2 22.2
   against 18.1 and 23.3 for the first choice and 26.0 / 26.1 for the decode tile. In fp16 the GEMV
-  converts each dequantized weight to fp32 with a ``cvt`` (bf16: a shift or a mask); the benchmark at
-  M = 2 (git 63a1c19) had it at 14.3 µs for 4096 x 4096 where the decode tile took 11.1 in session 6's
-  run, so fp16 keeps the decode tile from M = 2 (sweeps/sweep_w4a16_decode_gemv_fp16_s7d.* has the
-  side-by-side run). A register prefetch of the next K step's words was 1.05x the time at M = 1 and
+  converts each dequantized weight to fp32 with a ``cvt`` (bf16: a shift or a mask). Side by side in
+  fp16 (sweeps/sweep_w4a16_decode_gemv_fp16_s7d.*): M = 1 19.4 against 25.7 µs for the decode tile
+  (0.75x), M = 2 27.6 against 25.8 (1.07x; 1.23x at 4096 x 28672), so fp16 keeps the decode tile
+  from M = 2. A register prefetch of the next K step's words was 1.05x the time at M = 1 and
   1.31x at M = 2 (sweeps/sweep_w4a16_prefetch_s7c.txt, git 7ab5887), not kept.
 - ``decode`` (3 <= M <= 16): tl.dot needs 16 rows, so BM = 16; BN = 64, BK = 128, 4 warps, 4 stages,
   split-K aiming at 4 programs per SM rounded down to one wave (``one_wave``). Session 6's sweep
