@@ -1,7 +1,7 @@
 # Shared by the run_s*.sh device-call scripts: output folders, the carried wheels, and two helpers.
 #   bench GPU BUDGET_S SUBDIR OP [ARGS...]   exactfuse bench of one op into $OUT/bench/SUBDIR
 #   run GPU LIMIT_S NAME COMMAND...          a command into $OUT/logs/NAME.txt
-#   w4_tests GPU / w4_bench GPU BUDGET SUBDIR CASE / show_benches   the W4A16 steps (below)
+#   w4_tests GPU / w4_bench GPU BUDGET SUBDIR CASE / show_benches / w4_ncu GPU LIMIT   the W4A16 steps (below)
 # Each appends "NAME rc=N" to $OUT/rc.txt.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -31,6 +31,15 @@ w4_bench() {  # GPU BUDGET SUBDIR CASE: the w4a16 bench of the shapes matching C
 }
 show_benches() {  # each bench log's output files and its summary table
   for f in "$OUT"/bench/*/*.log; do echo "== $f"; grep -E "time budget|wrote" "$f"; grep -B2 -A12 "speedup of exactfuse" "$f" | cut -c1-160 | head -16; done
+}
+w4_ncu() {  # GPU LIMIT_S: Nsight Compute of scripts/gpu/profile_w4a16_decode.py (M = 1), then its summary
+  CUDA_VISIBLE_DEVICES=$1 timeout "$2" ncu --profile-from-start off --clock-control none --csv --page raw \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \
+    --section WarpStateStats --section MemoryWorkloadAnalysis \
+    --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+    python3 scripts/gpu/profile_w4a16_decode.py > "$OUT/logs/ncu_w4a16.csv" 2> "$OUT/logs/ncu_w4a16.err"
+  echo "ncu rc=$?" >> "$OUT/rc.txt"
+  python3 scripts/gpu/profile_w4a16_decode.py --summary "$OUT/logs/ncu_w4a16.csv" > "$OUT/logs/ncu_summary.txt" 2>&1
 }
 pack_out() {  # everything under $OUT into $OUT/all.tgz (one file comes back)
   (cd "$OUT" && tar czf /tmp/all.tgz . && rm -rf ./* && mv /tmp/all.tgz all.tgz)

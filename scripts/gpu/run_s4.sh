@@ -11,7 +11,6 @@
 #   bash scripts/gpu/run_s4.sh e   # registry and harness GPU tests, verify of w4a16 and sparse
 #   bash scripts/gpu/run_s4.sh f   # gated-activation and moe GPU tests
 source "$(dirname "$0")/lib.sh"
-NCU_SECTIONS="--section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats --section WarpStateStats --section MemoryWorkloadAnalysis"
 case "${1:-a}" in
 a)
   (
@@ -21,11 +20,7 @@ a)
   (
     run 1 220 sweep_split python3 scripts/gpu/sweep_sparse_chunks.py split
     run 1 100 probe_small_t python3 scripts/gpu/probe_small_t_gap.py
-    CUDA_VISIBLE_DEVICES=1 timeout 200 ncu --profile-from-start off --clock-control none --csv --page raw $NCU_SECTIONS \
-      --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
-      python3 scripts/gpu/profile_w4a16_decode.py > "$OUT/logs/ncu_w4a16.csv" 2> "$OUT/logs/ncu_w4a16.err"
-    echo "ncu rc=$?" >> "$OUT/rc.txt"
-    python3 scripts/gpu/profile_w4a16_decode.py --summary "$OUT/logs/ncu_w4a16.csv" > "$OUT/logs/ncu_summary.txt" 2>&1
+    w4_ncu 1 200
   ) &
   wait
   cat "$OUT/rc.txt"
@@ -42,11 +37,7 @@ b)  # the single-launch split-K fixup: W4A16 GPU tests and tile/split sweep; spa
   (
     run 1 120 sweep_split python3 scripts/gpu/sweep_sparse_chunks.py split
     run 1 200 sweep_warps python3 scripts/gpu/sweep_sparse_warps.py --widths 500 1024 2048 3000 4096 8192 --tokens 1 16 64 128 256 512 1024
-    CUDA_VISIBLE_DEVICES=1 timeout 120 ncu --profile-from-start off --clock-control none --csv --page raw $NCU_SECTIONS \
-      --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
-      python3 scripts/gpu/profile_w4a16_decode.py > "$OUT/logs/ncu_w4a16.csv" 2> "$OUT/logs/ncu_w4a16.err"
-    echo "ncu rc=$?" >> "$OUT/rc.txt"
-    python3 scripts/gpu/profile_w4a16_decode.py --summary "$OUT/logs/ncu_w4a16.csv" > "$OUT/logs/ncu_summary.txt" 2>&1
+    w4_ncu 1 120
     run 1 150 verify python3 -m exactfuse verify --op gelu_and_mul_sparse --op w4a16_gemm
   ) &
   wait

@@ -46,13 +46,7 @@ h)
   done
   ;;
 g)
-  NCU_SECTIONS="--section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \
-    --section WarpStateStats --section MemoryWorkloadAnalysis"
-  CUDA_VISIBLE_DEVICES=0 timeout 200 ncu --profile-from-start off --clock-control none --csv --page raw $NCU_SECTIONS \
-    --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
-    python3 scripts/gpu/profile_w4a16_decode.py > "$OUT/logs/ncu_w4a16.csv" 2> "$OUT/logs/ncu_w4a16.err"
-  echo "ncu rc=$?" >> "$OUT/rc.txt"
-  python3 scripts/gpu/profile_w4a16_decode.py --summary "$OUT/logs/ncu_w4a16.csv" > "$OUT/logs/ncu_summary.txt" 2>&1
+  w4_ncu 0 200
   cat "$OUT/rc.txt"
   echo "== ncu"; cut -c1-400 "$OUT/logs/ncu_summary.txt"; tail -5 "$OUT/logs/ncu_w4a16.err"
   ;;
