@@ -1,4 +1,5 @@
-"""Nsight Compute profile of the W4A16 decode (M = 1): exactfuse's fused kernel and split-K reduce,
+"""Nsight Compute profile of the W4A16 decode (M = 1): the kernels exactfuse's heuristic launches there
+(sessions 4 and 6: the tl.dot decode tile and its split-K reduce; since session 7 the GEMV),
 tinygemm (``torch._weight_int4pack_mm``) and cuBLAS on the dense weight, same inputs.
 
     ncu --profile-from-start off --clock-control none --csv --page raw \\
