@@ -132,12 +132,12 @@ GROUP_M = 8
 
 @functools.cache
 def _packed_math_device(device: torch.device) -> bool:
-    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0)
+    return torch.cuda.get_device_capability(device) >= (9, 0)
 
 
 def packed_math(a: torch.Tensor) -> bool:
     """The GEMV's PACKED_MATH: PTX bf16x2 sub/mul need sm_90, f16x2 any CUDA GPU; off under the interpreter."""
-    return a.device.type == "cuda" and (a.dtype == torch.float16 or _packed_math_device(a.device))
+    return a.is_cuda and (a.dtype == torch.float16 or _packed_math_device(a.device))
 
 
 def kernel_group(K: int, group_size: int) -> int:
