@@ -9,10 +9,9 @@ import torch
 import exactfuse
 from exactfuse.ops.w4a16 import CONTRACT, make_case, native, quantize_rtn, random_weights, splitk, w4a16_gemm
 from exactfuse.ops.w4a16 import triton as w4_triton
-from exactfuse.ops.w4a16.heuristics import BUCKETS, H200_SMS, bucket_config, dense_config, select_config, with_split
+from exactfuse.ops.w4a16.heuristics import BUCKETS, bucket_config, dense_config, select_config, with_split
 from exactfuse.ops.w4a16.packing import dequantize_gptq, prepare_gptq
 from exactfuse.testing import check_provider, make_generator
-from exactfuse.utils import next_power_of_2
 
 SHORT = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 GROUPS = [32, 64, 128, 256, -1]
@@ -214,40 +213,6 @@ def test_contract_rejects_a_wrong_zero_point_and_nan():
     # an fp32-accumulated result rounded through bf16 loses ~3 bits: more than 2x native's error
     coarse = expected.to(torch.bfloat16).to(torch.float16)
     assert not CONTRACT.check(coarse, expected, args=case.args).passed
-
-
-# ------------------------------------------------------------------ heuristic
-def test_decode_splits_k_to_fill_the_h200():
-    for K, N in [(4096, 4096), (14336, 4096), (8192, 8192)]:
-        for M in (1, 2, 3, 4, 8, 16):
-            cfg = select_config(M, N, K, 128, H200_SMS)
-            programs = -(-N // cfg.BN) * cfg.split_k
-            if M <= GEMV_MAX_M:
-                assert (cfg.name, cfg.gemv, cfg.BM) == ("gemv", True, next_power_of_2(M))
-            else:
-                assert cfg.name == "decode" and cfg.BM == 16 and not cfg.gemv
-            assert cfg.split_k > 1 and programs >= H200_SMS, (M, K, N, cfg)
-            assert cfg.k_per_split % cfg.BK == 0 and (cfg.split_k - 1) * cfg.k_per_split < K  # no empty split
-
-
-def test_split_rule_by_programs_per_sm_and_dense_above_m128():
-    # decode aims at 4 programs per SM in one wave: 64 column tiles of 64 for N = 4096 split 528 // 64 = 8
-    # ways, not 9 (H200, K = 14336, M = 1: 26.0 µs at S8, 27.5 at S9); 448 tiles (N = 28672) are >= 2 per
-    # SM: no split. m32 aims at 2 per SM: 224 tiles (N = 14336) do not split
-    assert bucket_config("decode", 1, 4096, 14336).split_k == 8
-    assert bucket_config("decode", 1, 28672, 4096).split_k == 1
-    assert select_config(32, 14336, 4096, 128).split_k == 1
-    # split-K sums in the GEMM's launch for decode only (session 4: 2.6% faster at M <= 4, 15-19% slower at M 64-128)
-    assert select_config(1, 4096, 4096, 128).fixup and not select_config(64, 4096, 4096, 128).fixup
-    for M in (129, 1024, 4096):
-        cfg = select_config(M, 4096, 4096, 128)
-        assert cfg == dense_config() and cfg.dense and cfg.split_k == 1
-    names = [select_config(M, 4096, 4096, 128).name for M in (1, 2, 3, 16, 17, 32, 33, 64, 65, 128, 129, 512)]
-    assert names == ["gemv", "gemv", "decode", "decode", "m32", "m32", "m64", "m64", "m128", "m128", "dense", "dense"]
-    # fp16 activations: the GEMV at M = 1 only (session 7: its fp16 conversions cost more than bf16's)
-    assert [select_config(M, 4096, 4096, 128, fp16=True).name for M in (1, 2)] == ["gemv", "decode"]
-    with pytest.raises(ValueError, match="M <= 2"):
-        bucket_config("gemv", 3, 4096, 4096)
 
 
 # ------------------------------------------------------------------ bad input
