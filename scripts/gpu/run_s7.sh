@@ -15,8 +15,14 @@
 #                                  # moe and sparse GPU tests; verify of every op; the launch-path probe (ran
 #                                  # at 639487e: the probe finished, the tests and verify hit their limits)
 #   bash scripts/gpu/run_s7.sh f   # those GPU tests again in two lanes with longer limits, no verify
+#   bash scripts/gpu/run_s7.sh g   # W4A16 GPU tests after the review's launcher change (packed_math reads is_cuda)
 source "$(dirname "$0")/lib.sh"
 case "${1:-a}" in
+g)
+  run 0 300 t_w4a16 python3 -m pytest -m gpu -q -rfE -p no:cacheprovider $W4_TESTS
+  cat "$OUT/rc.txt"
+  echo "== t_w4a16"; grep -E "FAILED|passed|failed|Error" "$OUT/logs/t_w4a16.txt" | tail -8 | cut -c1-220
+  ;;
 f)
   run 0 420 t_registry python3 -m pytest -m gpu -q -rfE -p no:cacheprovider tests/registry tests/bench \
     tests/ops/test_activation.py -k "not aot_inductor" &
