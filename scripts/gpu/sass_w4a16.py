@@ -47,8 +47,18 @@ def compile_decode(dtype: str, arch: int = 90):
     )
 
 
-def compile_gemv(dtype: str, BM: int, BN: int, BK: int, num_warps: int, packed_math: bool = True, arch: int = 90):
-    tile = dict(PACKED_MATH=packed_math, BM=BM, BN=BN, BK=BK)
+def compile_gemv(
+    dtype: str,
+    BM: int,
+    BN: int,
+    BK: int,
+    num_warps: int,
+    packed_math: bool = True,
+    wide_a: bool = True,
+    scale_tile: bool = True,
+    arch: int = 90,
+):
+    tile = dict(PACKED_MATH=packed_math, WIDE_A=wide_a, SCALE_TILE=scale_tile, BM=BM, BN=BN, BK=BK)
     return compile_tile(w4a16_gemv_kernel, dtype, tile, num_warps, 1, arch)
 
 
@@ -103,11 +113,14 @@ def main() -> None:
     lines.append(f"\ngemv bucket {GEMV}: the whole kernel per BM (its loop body once, the 8 nibbles unrolled)")
     for dtype in ("bf16", "fp16"):
         for BM in (1, 2, 4):
-            for packed in (True, False):
-                kernel = compile_gemv(dtype, BM, BN, BK, num_warps, packed)
+            # shipped; without the 64-bit activation loads and the scale tile; in fp32 arithmetic
+            for packed, wide in ((True, True), (True, False), (False, True)):
+                kernel = compile_gemv(dtype, BM, BN, BK, num_warps, packed, wide, wide)
                 ops = opcodes(kernel)
                 math = "16-bit pairs" if packed else "fp32"
-                lines.append(f"{dtype} BM={BM} {math}: {sum(ops.values())} SASS instructions, {resources(kernel)}")
+                loads = "" if wide else ", one load per activation and scale"
+                head = f"{dtype} BM={BM} {math}{loads}: {sum(ops.values())} SASS instructions"
+                lines.append(f"{head}, {ops['BAR']} BAR, {resources(kernel)}")
                 lines.append("  " + "  ".join(f"{op} {n}" for op, n in ops.most_common(16)))
     emit("sass_w4a16.txt", lines)
 

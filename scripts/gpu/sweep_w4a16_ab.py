@@ -18,6 +18,8 @@ configurations, EQUAL never) and ``load3d+swap_ab`` at git 8d25591 (sweeps/sweep
 sweeps/sweep_w4a16_packed_math_s7b.txt); session 7 also ran ``prefetch`` at git 7ab5887 (the GEMV loading
 the next K step's words before dequantizing the current ones; sweeps/sweep_w4a16_prefetch_s7c.txt), since
 removed.
+``wide_a`` (the GEMV's activations in 64-bit loads against one load each) and ``scale_tile`` (its scales
+loaded in the packed words' layout against one per column through shared memory): session 8.
 """
 
 from __future__ import annotations
@@ -40,10 +42,14 @@ from exactfuse.ops.w4a16.heuristics import select_config
 APPLIES = {  # field: configurations where it changes the launch
     "fixup": lambda cfg: cfg.split_k > 1 and not cfg.dense,
     "packed_math": lambda cfg: cfg.gemv,
+    "wide_a": lambda cfg: cfg.gemv,
+    "scale_tile": lambda cfg: cfg.gemv,
 }
 EQUAL = {  # field: configurations where both settings give bitwise equal outputs
     "fixup": lambda cfg: True,  # the same sums in the same order
     "packed_math": lambda cfg: True,  # the same dequantized values
+    "wide_a": lambda cfg: True,  # the same activations
+    "scale_tile": lambda cfg: True,  # the same scales
 }
 
 

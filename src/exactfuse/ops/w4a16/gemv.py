@@ -23,9 +23,13 @@ import triton.language as tl
 
 from exactfuse.ops.w4a16.splitk import finish_tile
 
-# One packed word in ($8), the scale pair ($9) and the (magic | z) pair ($10); nibbles 0..7 out as
-# fp32 bit patterns ($0..$7). Pair t_i holds nibbles i (low half) and i + 4 (high half).
+# One packed word in ($8), its 16-bit scale ($9) and zero point ($10, 0..15); nibbles 0..7 out as fp32 bit
+# patterns ($0..$7). Pair t_i holds nibbles i (low half) and i + 4 (high half); s2 and z2 are the scale and
+# (magic | z) twice over.
 _UNPACK_PAIRS = """
+mov.b32 s2, {{$9, $9}};
+or.b32 z2, $10, {magic16};
+prmt.b32 z2, z2, z2, 0x1010;
 shr.u32 u0, $8, 4;
 shr.u32 u1, $8, 8;
 shr.u32 u2, $8, 12;
@@ -33,29 +37,33 @@ lop3.b32 t0, $8, 0x000f000f, {magic}, 0xea;
 lop3.b32 t1, u0, 0x000f000f, {magic}, 0xea;
 lop3.b32 t2, u1, 0x000f000f, {magic}, 0xea;
 lop3.b32 t3, u2, 0x000f000f, {magic}, 0xea;
-sub.rn.{ty} t0, t0, $10;
-sub.rn.{ty} t1, t1, $10;
-sub.rn.{ty} t2, t2, $10;
-sub.rn.{ty} t3, t3, $10;
-mul.rn.{ty} t0, t0, $9;
-mul.rn.{ty} t1, t1, $9;
-mul.rn.{ty} t2, t2, $9;
-mul.rn.{ty} t3, t3, $9;
+sub.rn.{ty} t0, t0, z2;
+sub.rn.{ty} t1, t1, z2;
+sub.rn.{ty} t2, t2, z2;
+sub.rn.{ty} t3, t3, z2;
+mul.rn.{ty} t0, t0, s2;
+mul.rn.{ty} t1, t1, s2;
+mul.rn.{ty} t2, t2, s2;
+mul.rn.{ty} t3, t3, s2;
 """
+_REGS = ".reg .b32 t0, t1, t2, t3, u0, u1, u2, s2, z2;\n"
 _DEQUANT_BF16 = tl.constexpr(
-    "{\n.reg .b32 t0, t1, t2, t3, u0, u1, u2;\n"
-    + _UNPACK_PAIRS.format(magic="0x43004300", ty="bf16x2")
+    "{\n"
+    + _REGS
+    + _UNPACK_PAIRS.format(magic16="0x4300", magic="0x43004300", ty="bf16x2")
     + "".join(f"shl.b32 ${i}, t{i}, 16;\nand.b32 ${i + 4}, t{i}, 0xffff0000;\n" for i in range(4))
     + "}"
 )
 _DEQUANT_F16 = tl.constexpr(
-    "{\n.reg .b32 t0, t1, t2, t3, u0, u1, u2;\n.reg .b16 h0, h1, h2, h3, h4, h5, h6, h7;\n"
-    + _UNPACK_PAIRS.format(magic="0x64006400", ty="f16x2")
+    "{\n"
+    + _REGS
+    + ".reg .b16 h0, h1, h2, h3, h4, h5, h6, h7;\n"
+    + _UNPACK_PAIRS.format(magic16="0x6400", magic="0x64006400", ty="f16x2")
     + "".join(f"mov.b32 {{h{i}, h{i + 4}}}, t{i};\n" for i in range(4))
     + "".join(f"cvt.f32.f16 ${i}, h{i};\n" for i in range(8))
     + "}"
 )
-_CONSTRAINTS = tl.constexpr(",".join(["=r"] * 8 + ["r"] * 3))
+_CONSTRAINTS = tl.constexpr(",".join(["=r"] * 8 + ["r", "h", "r"]))
 
 
 @triton.jit
@@ -65,15 +73,12 @@ def _dequant_words(b_q, b_s, b_z, PACKED_MATH: tl.constexpr):
     order). ``b_s`` and ``b_z`` broadcast against ``b_q``."""
     dt = b_s.dtype
     if PACKED_MATH:
-        magic = 0x4300 if dt == tl.bfloat16 else 0x6400
-        b_s16 = b_s.to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
-        b_zc = magic | b_z
-        b_s2 = tl.broadcast_to(b_s16 | (b_s16 << 16), b_q.shape)
-        b_zc2 = tl.broadcast_to(b_zc | (b_zc << 16), b_q.shape)
+        b_s = tl.broadcast_to(b_s, b_q.shape)
+        b_z = tl.broadcast_to(b_z, b_q.shape)
         if dt == tl.bfloat16:
-            w = tl.inline_asm_elementwise(_DEQUANT_BF16, _CONSTRAINTS, [b_q, b_s2, b_zc2], (tl.int32,) * 8, True, 1)
+            w = tl.inline_asm_elementwise(_DEQUANT_BF16, _CONSTRAINTS, [b_q, b_s, b_z], (tl.int32,) * 8, True, 1)
         else:
-            w = tl.inline_asm_elementwise(_DEQUANT_F16, _CONSTRAINTS, [b_q, b_s2, b_zc2], (tl.int32,) * 8, True, 1)
+            w = tl.inline_asm_elementwise(_DEQUANT_F16, _CONSTRAINTS, [b_q, b_s, b_z], (tl.int32,) * 8, True, 1)
         return (
             w[0].to(tl.float32, bitcast=True),
             w[1].to(tl.float32, bitcast=True),
@@ -108,6 +113,29 @@ def _activation(p_a, p_perm, o_k, m_k, HAS_PERM: tl.constexpr, EVEN_K: tl.conste
 
 
 @triton.jit
+def _activation_quad(p_a, o_q, m_k, EVEN_K: tl.constexpr):
+    """Activations ``4 o_q .. 4 o_q + 3`` of one row (``p_a`` 8-byte aligned) in one 64-bit load each, as
+    four fp32 tensors; 0 past K."""
+    p_aq = p_a.to(tl.pointer_type(tl.int64))
+    q = tl.load(p_aq + o_q) if EVEN_K else tl.load(p_aq + o_q, mask=m_k, other=0)
+    lo = q.to(tl.int32)
+    hi = (q >> 32).to(tl.int32)
+    if p_a.dtype.element_ty == tl.bfloat16:  # a bf16 is the high half of its fp32
+        return (
+            (lo << 16).to(tl.float32, bitcast=True),
+            (lo & -65536).to(tl.float32, bitcast=True),
+            (hi << 16).to(tl.float32, bitcast=True),
+            (hi & -65536).to(tl.float32, bitcast=True),
+        )
+    return (
+        lo.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32),
+        (lo >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32),
+        hi.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32),
+        (hi >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32),
+    )
+
+
+@triton.jit
 def _row_multiply_add(
     acc,
     w0,
@@ -122,23 +150,38 @@ def _row_multiply_add(
     p_perm,
     m,
     M,
-    o_k,
-    m_k,
+    o_w,
+    m_w,
     stride_am,
     HAS_PERM: tl.constexpr,
     EVEN_K: tl.constexpr,
+    WIDE_A: tl.constexpr,
 ):
-    """``acc[r, n] += sum_j a[m, o_k[r] + j] * w_j[r, n]`` for activation row ``m``; a row past M reads row
-    0 instead (no mask per element; its outputs are not stored)."""
+    """``acc[r, n] += sum_j a[m, 8 o_w[r] + j] * w_j[r, n]`` for activation row ``m``; a row past M reads row
+    0 instead (no mask per element; its outputs are not stored). WIDE_A: the row's activations in 64-bit
+    loads (no HAS_PERM; the launcher checks the alignment)."""
     p_am = p_a + tl.minimum(m, M - 1) * stride_am
-    acc += _activation(p_am, p_perm, o_k, m_k, HAS_PERM, EVEN_K)[:, None] * w0
-    acc += _activation(p_am, p_perm, o_k + 1, m_k, HAS_PERM, EVEN_K)[:, None] * w1
-    acc += _activation(p_am, p_perm, o_k + 2, m_k, HAS_PERM, EVEN_K)[:, None] * w2
-    acc += _activation(p_am, p_perm, o_k + 3, m_k, HAS_PERM, EVEN_K)[:, None] * w3
-    acc += _activation(p_am, p_perm, o_k + 4, m_k, HAS_PERM, EVEN_K)[:, None] * w4
-    acc += _activation(p_am, p_perm, o_k + 5, m_k, HAS_PERM, EVEN_K)[:, None] * w5
-    acc += _activation(p_am, p_perm, o_k + 6, m_k, HAS_PERM, EVEN_K)[:, None] * w6
-    acc += _activation(p_am, p_perm, o_k + 7, m_k, HAS_PERM, EVEN_K)[:, None] * w7
+    if WIDE_A:
+        a0, a1, a2, a3 = _activation_quad(p_am, o_w * 2, m_w, EVEN_K)
+        a4, a5, a6, a7 = _activation_quad(p_am, o_w * 2 + 1, m_w, EVEN_K)
+    else:
+        o_k = o_w * 8
+        a0 = _activation(p_am, p_perm, o_k, m_w, HAS_PERM, EVEN_K)
+        a1 = _activation(p_am, p_perm, o_k + 1, m_w, HAS_PERM, EVEN_K)
+        a2 = _activation(p_am, p_perm, o_k + 2, m_w, HAS_PERM, EVEN_K)
+        a3 = _activation(p_am, p_perm, o_k + 3, m_w, HAS_PERM, EVEN_K)
+        a4 = _activation(p_am, p_perm, o_k + 4, m_w, HAS_PERM, EVEN_K)
+        a5 = _activation(p_am, p_perm, o_k + 5, m_w, HAS_PERM, EVEN_K)
+        a6 = _activation(p_am, p_perm, o_k + 6, m_w, HAS_PERM, EVEN_K)
+        a7 = _activation(p_am, p_perm, o_k + 7, m_w, HAS_PERM, EVEN_K)
+    acc += a0[:, None] * w0
+    acc += a1[:, None] * w1
+    acc += a2[:, None] * w2
+    acc += a3[:, None] * w3
+    acc += a4[:, None] * w4
+    acc += a5[:, None] * w5
+    acc += a6[:, None] * w6
+    acc += a7[:, None] * w7
     return acc
 
 
@@ -169,6 +212,8 @@ def w4a16_gemv_kernel(
     EVEN_K: tl.constexpr,
     INT64_INDEX: tl.constexpr,
     PACKED_MATH: tl.constexpr,
+    WIDE_A: tl.constexpr,
+    SCALE_TILE: tl.constexpr,
     BM: tl.constexpr,
     BN: tl.constexpr,
     BK: tl.constexpr,
@@ -176,12 +221,18 @@ def w4a16_gemv_kernel(
     """Rows ``0 .. BM`` (``M <= BM <= 2``) and columns ``program_id(0) * BN ..`` of ``a[:, perm] @ W`` over K slice
     ``program_id(1)``. Pointers, layouts and the other constexprs as in ``triton.w4a16_gemm_kernel``;
     GROUP is at least 16, so a word never spans two groups. PACKED_MATH: 16-bit pair arithmetic (sm_90 PTX).
+    WIDE_A: activations in 64-bit loads (``p_a`` and ``stride_am`` 4-element aligned, no HAS_PERM).
+    SCALE_TILE: scales and zero points loaded as a ``[BK / 8, BN]`` tile (one per word).
     """
     i_n = tl.program_id(0)
     i_s = tl.program_id(1)
     o_n = i_n * BN + tl.arange(0, BN)
     m_n = o_n < N
     o_r = tl.arange(0, BK // 8)
+    # The columns again, with their contiguity capped at 4 (16 bytes of packed words, 8 of scales): Triton then
+    # loads the [BK / 8, BN] scale tile in the packed words' layout, so the loop needs no shared-memory
+    # conversion of the scales (SCALE_TILE).
+    o_c = (o_n // 4) * 4 + o_n % 4
     if INT64_INDEX:
         stride_am = stride_am.to(tl.int64)
 
@@ -194,7 +245,12 @@ def w4a16_gemv_kernel(
         m_w = o_w < K // 8
         m_q = m_n[None, :] if EVEN_K else m_w[:, None] & m_n[None, :]
         b_q = tl.load(p_qw + o_w[:, None] * N + o_n[None, :], mask=m_q, other=0)
-        if GROUPS_PER_TILE == 1:
+        if SCALE_TILE:
+            # each column's scale (zero) repeated down the word rows, in the words' layout (see o_c)
+            o_sz = (o_w * 8 // GROUP)[:, None] * N + o_c[None, :]
+            b_s = tl.load(p_s + o_sz, mask=m_q, other=0.0)
+            b_z = tl.load(p_z + o_sz, mask=m_q, other=0).to(tl.int32) if HAS_ZEROS else 8
+        elif GROUPS_PER_TILE == 1:
             o_g = k0 // GROUP
             b_s = tl.load(p_s + o_g * N + o_n, mask=m_n, other=0.0)[None, :]
             b_z = tl.load(p_z + o_g * N + o_n, mask=m_n, other=0).to(tl.int32)[None, :] if HAS_ZEROS else 8
@@ -204,13 +260,12 @@ def w4a16_gemv_kernel(
             b_s = tl.load(p_s + o_g[:, None] * N + o_n[None, :], mask=m_g, other=0.0)
             b_z = tl.load(p_z + o_g[:, None] * N + o_n[None, :], mask=m_g, other=0).to(tl.int32) if HAS_ZEROS else 8
         w0, w1, w2, w3, w4, w5, w6, w7 = _dequant_words(b_q, b_s, b_z, PACKED_MATH)
-        o_k = o_w * 8
         acc0 = _row_multiply_add(
-            acc0, w0, w1, w2, w3, w4, w5, w6, w7, p_a, p_perm, 0, M, o_k, m_w, stride_am, HAS_PERM, EVEN_K
+            acc0, w0, w1, w2, w3, w4, w5, w6, w7, p_a, p_perm, 0, M, o_w, m_w, stride_am, HAS_PERM, EVEN_K, WIDE_A
         )
         if BM > 1:
             acc1 = _row_multiply_add(
-                acc1, w0, w1, w2, w3, w4, w5, w6, w7, p_a, p_perm, 1, M, o_k, m_w, stride_am, HAS_PERM, EVEN_K
+                acc1, w0, w1, w2, w3, w4, w5, w6, w7, p_a, p_perm, 1, M, o_w, m_w, stride_am, HAS_PERM, EVEN_K, WIDE_A
             )
 
     # [BM, BN] from the rows' column sums (rows past BM are never selected)

@@ -137,6 +137,12 @@ class TileConfig:
     # The GEMV dequantizes in 16-bit pairs (PTX) where the device has them; False: fp32 arithmetic, as on
     # the interpreter (the same values; tests and scripts/gpu/sweep_w4a16_ab.py compare the two).
     packed_math: bool = True
+    # The GEMV loads each row's activations 4 at a time (64-bit loads) where the activations allow it (no
+    # act-order permutation, 8-byte aligned rows); False: one load per activation.
+    wide_a: bool = True
+    # The GEMV loads scales and zero points as a tile in the packed words' layout (one per word); False: one
+    # per column, moved into that layout through shared memory (two barriers per K step).
+    scale_tile: bool = True
 
 
 # (max M, name, BM, BN, BK, num_warps, num_stages, programs_per_sm, traffic_cap, one_wave, fixup),

@@ -140,6 +140,11 @@ def packed_math(a: torch.Tensor) -> bool:
     return a.is_cuda and (a.dtype == torch.float16 or _packed_math_device(a.device))
 
 
+def wide_activation_loads(a: torch.Tensor) -> bool:
+    """The GEMV's WIDE_A: each row of ``a`` starts 8-byte aligned, so 4 activations load as one int64."""
+    return a.data_ptr() % 8 == 0 and (a.shape[0] == 1 or a.stride(0) % 4 == 0)
+
+
 def kernel_group(K: int, group_size: int) -> int:
     """The GROUP constexpr: the group size, or next_pow2(K) >= K when one group spans all of K."""
     return next_power_of_2(K) if group_size == -1 or group_size >= K else group_size
@@ -192,7 +197,14 @@ def launch_w4a16_gemm(
         if fixup:
             counts = arrival_counters(a.device, tiles)
     if cfg.gemv:
-        kernel, tiling = w4a16_gemv_kernel, dict(PACKED_MATH=cfg.packed_math and packed_math(a))
+        kernel, tiling = (
+            w4a16_gemv_kernel,
+            dict(
+                PACKED_MATH=cfg.packed_math and packed_math(a),
+                WIDE_A=cfg.wide_a and perm is None and wide_activation_loads(a),
+                SCALE_TILE=cfg.scale_tile,
+            ),
+        )
     else:
         kernel, tiling = w4a16_gemm_kernel, dict(GROUP_M=GROUP_M)
     torch.library.wrap_triton(kernel)[(tiles, cfg.split_k)](

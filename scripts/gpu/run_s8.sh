@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Session 8's device calls on nvidia-h200-x2 (two GPUs, two lanes):
+#   bash scripts/gpu/run_s8.sh a   # the GEMV's 64-bit activation loads and scale tile: W4A16 GPU tests and
+#                                  # verify (GPU 0); SASS under the machine's Triton, A/B of each change and
+#                                  # both at M 1-2, the read floor of the five shapes, the gemv tile sweep (GPU 1)
+source "$(dirname "$0")/lib.sh"
+GEMV_TILES="0,64,128,2,1 0,64,256,2,1 0,128,128,2,1 0,128,128,4,1 0,64,64,2,1 0,256,64,4,1"
+case "${1:-a}" in
+a)
+  w4_tests 0 &
+  (
+    run 1 120 sass python3 scripts/gpu/sass_w4a16.py
+    run 1 100 ab_both python3 scripts/gpu/sweep_w4a16_ab.py wide_a+scale_tile 1 2
+    run 1 100 ab_wide python3 scripts/gpu/sweep_w4a16_ab.py wide_a 1 2
+    run 1 100 ab_tile python3 scripts/gpu/sweep_w4a16_ab.py scale_tile 1 2
+    run 1 90 read_floor python3 scripts/gpu/probe_read_floor.py
+    run 1 200 sweep_gemv python3 scripts/gpu/sweep_w4a16_decode.py --bucket gemv --tiles $GEMV_TILES
+  ) &
+  wait
+  cat "$OUT/rc.txt"
+  echo "== t_w4a16"; grep -E "FAILED|passed|failed|Error" "$OUT/logs/t_w4a16.txt" | tail -8 | cut -c1-220
+  echo "== verify"; tail -4 "$OUT/logs/verify.txt"
+  echo "== sass"; grep -A0 "gemv bucket\|^bf16 BM=[12]" "$OUT/logs/sass.txt" | cut -c1-170
+  for f in ab_both ab_wide ab_tile; do echo "== $f"; tail -1 "$OUT/logs/$f.txt"; done
+  echo "== read_floor"; cat "$OUT/logs/read_floor.txt"
+  echo "== sweep_gemv"; grep -E "best|geomean|shipped|gemv:" "$OUT/logs/sweep_gemv.txt" | cut -c1-200
+  pack_out
+  ;;
+esac
