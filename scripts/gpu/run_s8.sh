@@ -3,9 +3,31 @@
 #   bash scripts/gpu/run_s8.sh a   # the GEMV's 64-bit activation loads and scale tile: W4A16 GPU tests and
 #                                  # verify (GPU 0); SASS under the machine's Triton, A/B of each change and
 #                                  # both at M 1-2, the read floor of the five shapes, the gemv tile sweep (GPU 1)
+#   bash scripts/gpu/run_s8.sh b   # gemv1 (M = 1: (64, 256), 16 programs per SM): W4A16 GPU tests and verify
+#                                  # (GPU 0); A/B of the two load changes at the shipped M 1-2 configurations,
+#                                  # the fp16 GEMV tiles beside the decode tile at M 1-2, Nsight Compute at M = 1
 source "$(dirname "$0")/lib.sh"
 GEMV_TILES="0,64,128,2,1 0,64,256,2,1 0,128,128,2,1 0,128,128,4,1 0,64,64,2,1 0,256,64,4,1"
 case "${1:-a}" in
+b)
+  w4_tests 0 &
+  (
+    run 1 100 ab_both python3 scripts/gpu/sweep_w4a16_ab.py wide_a+scale_tile 1 2
+    run 1 100 ab_wide python3 scripts/gpu/sweep_w4a16_ab.py wide_a 1 2
+    run 1 100 ab_tile python3 scripts/gpu/sweep_w4a16_ab.py scale_tile 1 2
+    run 1 150 sweep_fp16 python3 scripts/gpu/sweep_w4a16_decode.py --bucket gemv --dtype fp16 \
+      --tiles 0,64,256,2,1 0,64,128,2,1 16,64,128,4,4 --rules p8w p16w
+    w4_ncu 1 150
+  ) &
+  wait
+  cat "$OUT/rc.txt"
+  echo "== t_w4a16"; grep -E "FAILED|passed|failed|Error" "$OUT/logs/t_w4a16.txt" | tail -8 | cut -c1-220
+  echo "== verify"; tail -4 "$OUT/logs/verify.txt"
+  for f in ab_both ab_wide ab_tile; do echo "== $f"; tail -14 "$OUT/logs/$f.txt"; done
+  echo "== sweep_fp16"; grep -E "best|geomean|shipped|gemv:" "$OUT/logs/sweep_fp16.txt" | cut -c1-200
+  echo "== ncu"; cat "$OUT/logs/ncu_summary.txt" | cut -c1-250
+  pack_out
+  ;;
 a)
   w4_tests 0 &
   (

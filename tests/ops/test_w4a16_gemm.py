@@ -196,10 +196,11 @@ def test_gemv_load_variants_are_bitwise_equal(group_size, M):
 @pytest.mark.parametrize("bucket", [b[1] for b in BUCKETS])
 def test_every_bucket_tile_on_the_interpreter(bucket):
     """Each fused bucket's tile at a row count that masks part of its last row block (its largest M less
-    3; the GEMV, whose BM is M's, at M = 1), unsplit and split 2: identity bit-exact (act-order,
+    3, or its smallest; the GEMV's BM is M's), unsplit and split 2: identity bit-exact (act-order,
     asymmetric) and the contract with bias."""
-    M = max(1, next(b[0] for b in BUCKETS if b[1] == bucket) - 3)
-    K, N = 256, 64
+    i = next(i for i, b in enumerate(BUCKETS) if b[1] == bucket)
+    M = max(BUCKETS[i - 1][0] + 1 if i else 1, BUCKETS[i][0] - 3)
+    K, N = 512, 64
     case = make_case(f"M{M}", M, K, N, torch.float16, "cpu", make_generator(12), bias=True, symmetric=False)
     for split in (1, 2):
         cfg = with_split(select_config(M, N, K, 128), K, split)
@@ -332,7 +333,7 @@ def test_gpu_gemv_packed_math_every_row_count(M, dtype):
         (200, 136, -1, False, False),
     ]:
         for split in (1, 3):
-            cfg = with_split(bucket_config("gemv", M, N, K), K, split)
+            cfg = with_split(bucket_config("gemv1" if M == 1 else "gemv", M, N, K), K, split)
             _identity_check("cuda", dtype, K, N, g, sym, act, slice(K - M, K), config=cfg)
             case = make_case(
                 f"M{M}-K{K}",

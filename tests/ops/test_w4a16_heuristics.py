@@ -14,7 +14,7 @@ def test_decode_splits_k_to_fill_the_h200():
             cfg = select_config(M, N, K, 128, H200_SMS)
             programs = -(-N // cfg.BN) * cfg.split_k
             if M <= GEMV_MAX_M:
-                assert (cfg.name, cfg.gemv, cfg.BM) == ("gemv", True, next_power_of_2(M))
+                assert (cfg.name, cfg.gemv, cfg.BM) == ("gemv1" if M == 1 else "gemv", True, next_power_of_2(M))
             else:
                 assert cfg.name == "decode" and cfg.BM == 16 and not cfg.gemv
             assert cfg.split_k > 1 and programs >= H200_SMS, (M, K, N, cfg)
@@ -34,8 +34,13 @@ def test_split_rule_by_programs_per_sm_and_dense_above_m128():
         cfg = select_config(M, 4096, 4096, 128)
         assert cfg == dense_config() and cfg.dense and cfg.split_k == 1
     names = [select_config(M, 4096, 4096, 128).name for M in (1, 2, 3, 16, 17, 32, 33, 64, 65, 128, 129, 512)]
-    assert names == ["gemv", "gemv", "decode", "decode", "m32", "m32", "m64", "m64", "m128", "m128", "dense", "dense"]
+    assert names == ["gemv1", "gemv", "decode", "decode", "m32", "m32", "m64", "m64", "m128", "m128", "dense", "dense"]
     # fp16 activations: the GEMV at M = 1 only (session 7: its fp16 conversions cost more than bf16's)
-    assert [select_config(M, 4096, 4096, 128, fp16=True).name for M in (1, 2)] == ["gemv", "decode"]
+    assert [select_config(M, 4096, 4096, 128, fp16=True).name for M in (1, 2)] == ["gemv1", "decode"]
     with pytest.raises(ValueError, match="M <= 2"):
         bucket_config("gemv", 3, 4096, 4096)
+    with pytest.raises(ValueError, match="gemv1 bucket takes M <= 1"):
+        bucket_config("gemv1", 2, 4096, 4096)
+    # gemv1 aims at 16 programs per SM in one wave: K = 14336 at N = 4096 splits 28 ways (above the decode
+    # bucket's 16; session 8's sweep measured that split)
+    assert [bucket_config("gemv1", 1, N, K).split_k for K, N in ((14336, 4096), (4096, 28672))] == [28, 4]

@@ -4,20 +4,24 @@ The table comes from sweeps on the H200 (Triton 3.6, bf16, group 128, weights
 rotated past L2; benchmarks/results/h200/sweeps/sweep_w4a16_decode.*, geomean
 over the five benchmark (K, N) shapes):
 
-- ``gemv`` (M <= 2 in bf16, M = 1 in fp16): the CUDA-core kernel (``gemv.py``, no tl.dot), BM = M,
-  BN = 64, BK = 128, 2 warps, no software pipelining, split-K aiming at 8 programs per SM rounded down
-  to one wave. Session 7's sweeps beside the decode tile (bf16, geomean over the five shapes, each
-  output through the contract first): the first (sweeps/sweep_w4a16_decode_gemv_s7a.*) at M = 1 18.2
-  against 25.9 µs for the decode tile with a (128, 128, 4 warps) p4w tile (0.70x the time), M = 2 23.4
-  against 25.9 (0.90x); the best GEMV tile at M = 4 took 34.9 against 26.0 (four fp32 FMAs per weight
-  on top of the dequantization), so M >= 3 stays with the decode tile. The second
-  (sweeps/sweep_w4a16_decode_gemv_plain_s7c.*) chose (64, 128, 2 warps) p8w: M = 1 17.7, M = 2 22.2
-  against 18.1 and 23.3 for the first choice and 26.0 / 26.1 for the decode tile. In fp16 the GEMV
-  converts each dequantized weight to fp32 with a ``cvt`` (bf16: a shift or a mask). Side by side in
-  fp16 (sweeps/sweep_w4a16_decode_gemv_fp16_s7d.*): M = 1 19.4 against 25.7 µs for the decode tile
+- ``gemv1`` (M = 1) and ``gemv`` (M = 2 in bf16): the CUDA-core kernel (``gemv.py``, no tl.dot), BM = M,
+  no software pipelining, split-K rounded down to one wave; gemv1 (BN, BK) = (64, 256), 2 warps, 16
+  programs per SM; gemv (64, 128), 2 warps, 8 programs per SM. fp16 uses gemv1 only. Session 8's sweep
+  (sweeps/sweep_w4a16_decode_gemv_s8a.*, with the 64-bit activation loads and the scale tile) at M = 1:
+  16.0 µs for (64, 256) p16w against 17.5 for (64, 128) p8w, faster on all five shapes (0.83-0.96x);
+  at M = 2 (64, 128) p8w stays (22.1; (64, 64) p8w 22.0). Session 7 (sweeps/sweep_w4a16_decode_gemv_s7a.*
+  and _plain_s7c.*): the GEMV against the decode tile, M = 1 17.7 against 26.0 µs, M = 2 22.2 against
+  26.1; the best GEMV tile at M = 4 took 34.9 against 26.0 (four fp32 FMAs per weight on top of the
+  dequantization), so M >= 3 stays with the decode tile. In fp16 the GEMV converts each dequantized
+  weight to fp32 with a ``cvt`` (bf16: a shift or a mask). Side by side in fp16
+  (sweeps/sweep_w4a16_decode_gemv_fp16_s7d.*): M = 1 19.4 against 25.7 µs for the decode tile
   (0.75x), M = 2 27.6 against 25.8 (1.07x; 1.23x at 4096 x 28672), so fp16 keeps the decode tile
   from M = 2. A register prefetch of the next K step's words was 1.05x the time at M = 1 and
-  1.31x at M = 2 (sweeps/sweep_w4a16_prefetch_s7c.txt, git 7ab5887), not kept.
+  1.31x at M = 2 (sweeps/sweep_w4a16_prefetch_s7c.txt, git 7ab5887), not kept. The two load changes
+  of session 8, side by side at (64, 128) p8w (sweeps/sweep_w4a16_{wide_a,scale_tile}_s8a.txt, time on
+  / off, geomean over the five shapes): 64-bit activation loads 0.842 at M = 1, 0.983 at M = 2; the
+  scale tile 0.963 at M = 1 (0.898 at 4096 x 28672), 1.020 at M = 2; both against neither 1.010 and
+  1.002 (registers, Triton 3.6, bf16, M = 1: 72 with both, 96 with neither).
 - ``decode`` (3 <= M <= 16): tl.dot needs 16 rows, so BM = 16; BN = 64, BK = 128, 4 warps, 4 stages,
   split-K aiming at 4 programs per SM rounded down to one wave (``one_wave``). Session 6's sweep
   with the 3-D load of the packed words (sweep_w4a16_decode_s6b.*), geomean over the five shapes
@@ -111,7 +115,7 @@ from dataclasses import dataclass
 from exactfuse.utils import next_power_of_2
 
 H200_SMS = 132
-MAX_SPLIT = 16
+MAX_SPLIT = 32  # the gemv1 rule splits K = 14336 into 28 at N = 4096 (the split its sweep measured)
 
 
 @dataclass(frozen=True)
@@ -148,6 +152,7 @@ class TileConfig:
 # (max M, name, BM, BN, BK, num_warps, num_stages, programs_per_sm, traffic_cap, one_wave, fixup),
 # first match wins.
 BUCKETS: tuple[tuple[int, str, int, int, int, int, int, int, bool, bool, bool], ...] = (
+    (1, "gemv1", 1, 64, 256, 2, 1, 16, True, True, True),
     (2, "gemv", 2, 64, 128, 2, 1, 8, True, True, True),
     (16, "decode", 16, 64, 128, 4, 4, 4, True, True, True),
     (32, "m32", 32, 64, 128, 4, 4, 2, True, False, False),
@@ -155,7 +160,7 @@ BUCKETS: tuple[tuple[int, str, int, int, int, int, int, int, bool, bool, bool], 
     (128, "m128", 128, 64, 64, 4, 3, 4, False, False, False),
 )
 DENSE_ABOVE_M = BUCKETS[-1][0]  # larger M: dense_config()
-GEMV_FP16_MAX_M = 1  # fp16 activations: the gemv bucket serves M = 1 only (see above)
+GEMV_FP16_MAX_M = 1  # fp16 activations: the gemv buckets serve M = 1 only (see above)
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -210,7 +215,7 @@ def select_config(M: int, N: int, K: int, group_size: int, num_sms: int = H200_S
 def fused_config(M: int, N: int, K: int, num_sms: int = H200_SMS, fp16: bool = False) -> TileConfig:
     """The fused kernel's configuration: the first bucket that holds M (the last one above it, which
     sweeps use to compare the fused kernel with the dense path), split-K for this M."""
-    max_m = {"gemv": GEMV_FP16_MAX_M} if fp16 else {}
+    max_m = {"gemv1": GEMV_FP16_MAX_M, "gemv": GEMV_FP16_MAX_M} if fp16 else {}
     bucket = next((b for b in BUCKETS if max_m.get(b[1], b[0]) >= M), BUCKETS[-1])
     return bucket_config(bucket[1], M, N, K, num_sms)
 
@@ -219,9 +224,9 @@ def bucket_config(name: str, M: int, N: int, K: int, num_sms: int = H200_SMS) ->
     """Bucket ``name``'s configuration for this M, N, K (tests and sweeps force a bucket with it)."""
     bucket = next(b for b in BUCKETS if b[1] == name)
     BM, BN, BK, warps, stages, programs_per_sm, cap, one_wave, fixup = bucket[2:]
-    gemv = name == "gemv"
+    gemv = name.startswith("gemv")
     if gemv and M > BM:
-        raise ValueError(f"the gemv bucket takes M <= {BM}, got M = {M}")
+        raise ValueError(f"the {name} bucket takes M <= {BM}, got M = {M}")
     BM = next_power_of_2(M) if gemv else BM
     BK = min(BK, max(16, next_power_of_2(K)))
     split, k_per_split = choose_split(M, N, K, BM, BN, BK, num_sms, programs_per_sm, traffic_cap=cap, one_wave=one_wave)
