@@ -6,9 +6,29 @@
 #   bash scripts/gpu/run_s8.sh b   # gemv1 (M = 1: (64, 256), 16 programs per SM): W4A16 GPU tests and verify
 #                                  # (GPU 0); A/B of the two load changes at the shipped M 1-2 configurations,
 #                                  # the fp16 GEMV tiles beside the decode tile at M 1-2, Nsight Compute at M = 1
+#   bash scripts/gpu/run_s8.sh c   # fp16 on the GEMV at M = 2 too: W4A16 GPU tests, verify, w4a16 bench at M 1-2
+#                                  # (GPU 0); the scale tile's A/B at the shipped configurations (timing only), the
+#                                  # fp16 GEMV beside the decode tile at its shipped rule (GPU 1)
 source "$(dirname "$0")/lib.sh"
 GEMV_TILES="0,64,128,2,1 0,64,256,2,1 0,128,128,2,1 0,128,128,4,1 0,64,64,2,1 0,256,64,4,1"
 case "${1:-a}" in
+c)
+  (w4_tests 0; w4_bench 0 150 w4gemv '/M(1|2)-') &
+  (
+    run 1 100 ab_tile python3 scripts/gpu/sweep_w4a16_ab.py scale_tile 1 2
+    run 1 100 ab_both python3 scripts/gpu/sweep_w4a16_ab.py wide_a+scale_tile 1 2
+    run 1 150 sweep_fp16 python3 scripts/gpu/sweep_w4a16_decode.py --bucket gemv --dtype fp16 \
+      --tiles 0,64,128,2,1 16,64,128,4,4 --rules p4w p8w
+  ) &
+  wait
+  cat "$OUT/rc.txt"
+  echo "== t_w4a16"; grep -E "FAILED|passed|failed|Error" "$OUT/logs/t_w4a16.txt" | tail -8 | cut -c1-220
+  echo "== verify"; tail -4 "$OUT/logs/verify.txt"
+  for f in ab_tile ab_both; do echo "== $f"; tail -14 "$OUT/logs/$f.txt"; done
+  echo "== sweep_fp16"; grep -E "best|geomean|shipped|gemv:" "$OUT/logs/sweep_fp16.txt" | cut -c1-200
+  show_benches
+  pack_out
+  ;;
 b)
   w4_tests 0 &
   (

@@ -57,8 +57,8 @@ def _decode_after_prefill(device, backend):
         torch.testing.assert_close(compiled(x), layer(x), rtol=0, atol=0)
         assert w4_triton.LAST_CONFIG[0].name == "dense"
         frames = counter.frame_count
-        # the same dynamic graph (no recompile), the tile chosen at run time (fp16: the GEMV serves M = 1 only)
-        for M, name in ((12, "decode"), (2, "decode")):
+        # the same dynamic graph (no recompile), the tile chosen at run time
+        for M, name in ((12, "decode"), (2, "gemv")):
             before = dict(w4_triton.CONFIG_COUNTS)
             y = compiled(x[:M])
             assert counter.frame_count == frames

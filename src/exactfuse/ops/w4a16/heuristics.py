@@ -160,7 +160,6 @@ BUCKETS: tuple[tuple[int, str, int, int, int, int, int, int, bool, bool, bool], 
     (128, "m128", 128, 64, 64, 4, 3, 4, False, False, False),
 )
 DENSE_ABOVE_M = BUCKETS[-1][0]  # larger M: dense_config()
-GEMV_FP16_MAX_M = 1  # fp16 activations: the gemv buckets serve M = 1 only (see above)
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -199,9 +198,8 @@ def choose_split(
 
 
 @functools.lru_cache(maxsize=4096)
-def select_config(M: int, N: int, K: int, group_size: int, num_sms: int = H200_SMS, fp16: bool = False) -> TileConfig:
-    """The tile configuration for ``[M, K] x [K, N]`` with groups of ``group_size`` (-1: all of K), bf16
-    activations (``fp16``: fp16 ones).
+def select_config(M: int, N: int, K: int, group_size: int, num_sms: int = H200_SMS) -> TileConfig:
+    """The tile configuration for ``[M, K] x [K, N]`` with groups of ``group_size`` (-1: all of K).
 
     Depends on M (the bucket and the split) so it must run per call, outside
     any compiled graph: the op is opaque to torch.compile for this reason.
@@ -209,14 +207,13 @@ def select_config(M: int, N: int, K: int, group_size: int, num_sms: int = H200_S
     """
     if M > DENSE_ABOVE_M:
         return dense_config()
-    return fused_config(M, N, K, num_sms, fp16)
+    return fused_config(M, N, K, num_sms)
 
 
-def fused_config(M: int, N: int, K: int, num_sms: int = H200_SMS, fp16: bool = False) -> TileConfig:
+def fused_config(M: int, N: int, K: int, num_sms: int = H200_SMS) -> TileConfig:
     """The fused kernel's configuration: the first bucket that holds M (the last one above it, which
     sweeps use to compare the fused kernel with the dense path), split-K for this M."""
-    max_m = {"gemv1": GEMV_FP16_MAX_M, "gemv": GEMV_FP16_MAX_M} if fp16 else {}
-    bucket = next((b for b in BUCKETS if max_m.get(b[1], b[0]) >= M), BUCKETS[-1])
+    bucket = next((b for b in BUCKETS if b[0] >= M), BUCKETS[-1])
     return bucket_config(bucket[1], M, N, K, num_sms)
 
 

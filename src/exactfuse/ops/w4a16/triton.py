@@ -180,7 +180,7 @@ def launch_w4a16_gemm(
     if K == 0:
         return out.zero_() if bias is None else out.copy_(bias.expand(M, N))
     G = kernel_group(K, group_size)
-    cfg = config or select_config(M, N, K, group_size, num_sms(a.device), a.dtype == torch.float16)
+    cfg = config or select_config(M, N, K, group_size, num_sms(a.device))
     LAST_CONFIG[0] = cfg
     CONFIG_COUNTS[cfg.name] += 1
     if cfg.dense:
