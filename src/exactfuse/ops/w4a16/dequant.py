@@ -96,21 +96,13 @@ def w4a16_dequant_kernel(
     tl.store(p_w + o_k[:, None] * N + o_n[None, :], b_w.to(p_w.dtype.element_ty), mask=m_w)
 
 
-def dense_gemm(
-    a: torch.Tensor,
-    qweight: torch.Tensor,
-    scales: torch.Tensor,
-    zeros: torch.Tensor | None,
-    perm: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    G: int,
-    cfg: TileConfig,
+def dequantize_dense(
+    qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, G: int, cfg: TileConfig
 ) -> torch.Tensor:
-    """The ``dense`` configuration: dequantize W into a ``[K, N]`` buffer, then the spec's own
-    ``torch.matmul`` (+ bias): bitwise equal to native, at the cost of ``2 * K * N`` transient bytes.
-    """
-    K, N = a.shape[1], qweight.shape[1]
-    w = empty((K, N), a.dtype, a.device)
+    """The spec's dense ``[K, N]`` weight in the scales' dtype (prepared row order), one ``[cfg.BK, cfg.BN]``
+    tile per program."""
+    K, N = qweight.shape[0] * 8, qweight.shape[1]
+    w = empty((K, N), scales.dtype, scales.device)
     grid = (triton.cdiv(K, cfg.BK), triton.cdiv(N, cfg.BN))
     torch.library.wrap_triton(w4a16_dequant_kernel)[grid](
         qweight,
@@ -128,6 +120,23 @@ def dense_gemm(
         BN=cfg.BN,
         num_warps=cfg.num_warps,
     )
+    return w
+
+
+def dense_gemm(
+    a: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor | None,
+    perm: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    G: int,
+    cfg: TileConfig,
+) -> torch.Tensor:
+    """The ``dense`` configuration: dequantize W into a ``[K, N]`` buffer, then the spec's own
+    ``torch.matmul`` (+ bias): bitwise equal to native, at the cost of ``2 * K * N`` transient bytes.
+    """
+    w = dequantize_dense(qweight, scales, zeros, G, cfg)
     if perm is not None:
         a = a.index_select(1, perm.to(torch.int64))
     out = torch.matmul(a, w)
