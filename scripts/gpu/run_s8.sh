@@ -9,9 +9,23 @@
 #   bash scripts/gpu/run_s8.sh c   # fp16 on the GEMV at M = 2 too: W4A16 GPU tests, verify, w4a16 bench at M 1-2
 #                                  # (GPU 0); the scale tile's A/B at the shipped configurations (timing only), the
 #                                  # fp16 GEMV beside the decode tile at its shipped rule (GPU 1)
+#   bash scripts/gpu/run_s8.sh d   # the M = 2 GEMV's scales one per column: W4A16 GPU tests, verify, w4a16 bench
+#                                  # at M 1-2 (GPU 0); the dense path's dequantization tiles, then the path
+#                                  # against cuBLAS at M 1024 and 2048 (GPU 1)
 source "$(dirname "$0")/lib.sh"
 GEMV_TILES="0,64,128,2,1 0,64,256,2,1 0,128,128,2,1 0,128,128,4,1 0,64,64,2,1 0,256,64,4,1"
 case "${1:-a}" in
+d)
+  (w4_tests 0; w4_bench 0 150 w4gemv '/M(1|2)-') &
+  run 1 400 sweep_dequant python3 scripts/gpu/sweep_w4a16_dequant.py 1024 2048 &
+  wait
+  cat "$OUT/rc.txt"
+  echo "== t_w4a16"; grep -E "FAILED|passed|failed|Error" "$OUT/logs/t_w4a16.txt" | tail -8 | cut -c1-220
+  echo "== verify"; tail -4 "$OUT/logs/verify.txt"
+  echo "== sweep_dequant"; grep -vE "^ +[0-9]+ +[0-9]+ +\(" "$OUT/logs/sweep_dequant.txt" | cut -c1-200
+  show_benches
+  pack_out
+  ;;
 c)
   (w4_tests 0; w4_bench 0 150 w4gemv '/M(1|2)-') &
   (

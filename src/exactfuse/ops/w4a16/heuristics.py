@@ -4,24 +4,36 @@ The table comes from sweeps on the H200 (Triton 3.6, bf16, group 128, weights
 rotated past L2; benchmarks/results/h200/sweeps/sweep_w4a16_decode.*, geomean
 over the five benchmark (K, N) shapes):
 
-- ``gemv1`` (M = 1) and ``gemv`` (M = 2 in bf16): the CUDA-core kernel (``gemv.py``, no tl.dot), BM = M,
-  no software pipelining, split-K rounded down to one wave; gemv1 (BN, BK) = (64, 256), 2 warps, 16
-  programs per SM; gemv (64, 128), 2 warps, 8 programs per SM. fp16 uses gemv1 only. Session 8's sweep
-  (sweeps/sweep_w4a16_decode_gemv_s8a.*, with the 64-bit activation loads and the scale tile) at M = 1:
-  16.0 µs for (64, 256) p16w against 17.5 for (64, 128) p8w, faster on all five shapes (0.83-0.96x);
-  at M = 2 (64, 128) p8w stays (22.1; (64, 64) p8w 22.0). Session 7 (sweeps/sweep_w4a16_decode_gemv_s7a.*
-  and _plain_s7c.*): the GEMV against the decode tile, M = 1 17.7 against 26.0 µs, M = 2 22.2 against
-  26.1; the best GEMV tile at M = 4 took 34.9 against 26.0 (four fp32 FMAs per weight on top of the
-  dequantization), so M >= 3 stays with the decode tile. In fp16 the GEMV converts each dequantized
-  weight to fp32 with a ``cvt`` (bf16: a shift or a mask). Side by side in fp16
-  (sweeps/sweep_w4a16_decode_gemv_fp16_s7d.*): M = 1 19.4 against 25.7 µs for the decode tile
-  (0.75x), M = 2 27.6 against 25.8 (1.07x; 1.23x at 4096 x 28672), so fp16 keeps the decode tile
-  from M = 2. A register prefetch of the next K step's words was 1.05x the time at M = 1 and
-  1.31x at M = 2 (sweeps/sweep_w4a16_prefetch_s7c.txt, git 7ab5887), not kept. The two load changes
-  of session 8, side by side at (64, 128) p8w (sweeps/sweep_w4a16_{wide_a,scale_tile}_s8a.txt, time on
-  / off, geomean over the five shapes): 64-bit activation loads 0.842 at M = 1, 0.983 at M = 2; the
-  scale tile 0.963 at M = 1 (0.898 at 4096 x 28672), 1.020 at M = 2; both against neither 1.010 and
-  1.002 (registers, Triton 3.6, bf16, M = 1: 72 with both, 96 with neither).
+- ``gemv1`` (M = 1) and ``gemv`` (M = 2): the CUDA-core kernel (``gemv.py``, no tl.dot), BM = M, no
+  software pipelining, split-K rounded down to one wave; gemv1 (BN, BK) = (64, 256), 2 warps, 16
+  programs per SM; gemv (64, 128), 2 warps, 8 programs per SM, scales loaded one per column
+  (``BUCKET_FIELDS``). Both dtypes. Session 8's sweeps (with the 64-bit activation loads and the scale
+  tile; sweeps/sweep_w4a16_decode_gemv_s8a.*, bf16): at M = 1 16.0 µs for (64, 256) p16w against 17.5
+  for (64, 128) p8w, faster on all five shapes (0.83-0.96x); at M = 2 (64, 128) p8w stays (22.1; (64,
+  64) p8w 22.0). fp16 (sweeps/sweep_w4a16_decode_gemv_fp16_s8{b,c}.*): M = 1 17.3 for (64, 256) p16w
+  against 19.5 for (64, 128) p8w; M = 2 22.6 for the GEMV against 26.1 for the decode tile at its rule,
+  faster on all five shapes, so fp16 takes the GEMV at M = 2 too (in session 7 it took 27.6 against
+  25.8 there and stayed with the decode tile). Session 7 (sweeps/sweep_w4a16_decode_gemv_s7a.* and
+  _plain_s7c.*): the GEMV against the decode tile, bf16, M = 1 17.7 against 26.0 µs, M = 2 22.2
+  against 26.1; the best GEMV tile at M = 4 took 34.9 against 26.0 (four fp32 FMAs per weight on top
+  of the dequantization), so M >= 3 stays with the decode tile. A register prefetch of the next K
+  step's words was 1.05x the time at M = 1 and 1.31x at M = 2 (sweeps/sweep_w4a16_prefetch_s7c.txt,
+  git 7ab5887), not kept. Session 8's load changes, time with / without, side by side, geomean over
+  the five shapes (sweeps/sweep_w4a16_{wide_a,scale_tile,wide_a+scale_tile}_s8{a,b,c}.txt):
+
+  ==========================  ================  ================  =================
+  change                      (64, 128) p8w     shipped, M = 1    shipped, M = 2
+  ==========================  ================  ================  =================
+  64-bit activation loads     0.842 / 0.983     0.957             0.985
+  scale tile                  0.963 / 1.020     0.979             1.023
+  both against neither        1.010 / 1.002     0.799             0.999
+  ==========================  ================  ================  =================
+
+  (the first column at M = 1 / M = 2). The two do not add up: without the scale tile, gemv1's two
+  groups per K step make Triton lay the words out as the scales' load (8 columns per thread, not 4;
+  TTGIR under Triton 3.9), and in that layout one load per activation is what is slow (at M = 1 the
+  shipped gemv1 without either takes 1.25x its time, without the scale tile alone 1.02x, without the
+  wide loads alone 1.04x). Registers (Triton 3.6, bf16, BK = 128, M = 1): 72 with both, 96 with neither.
 - ``decode`` (3 <= M <= 16): tl.dot needs 16 rows, so BM = 16; BN = 64, BK = 128, 4 warps, 4 stages,
   split-K aiming at 4 programs per SM rounded down to one wave (``one_wave``). Session 6's sweep
   with the 3-D load of the packed words (sweep_w4a16_decode_s6b.*), geomean over the five shapes
@@ -160,6 +172,9 @@ BUCKETS: tuple[tuple[int, str, int, int, int, int, int, int, bool, bool, bool], 
     (128, "m128", 128, 64, 64, 4, 3, 4, False, False, False),
 )
 DENSE_ABOVE_M = BUCKETS[-1][0]  # larger M: dense_config()
+# TileConfig fields a bucket sets away from their defaults: the M = 2 GEMV loads its scales one per column
+# (the scale tile took 1.020x and 1.023x the time there, sweeps/sweep_w4a16_scale_tile_s8{a,c}.txt).
+BUCKET_FIELDS: dict[str, dict[str, bool]] = {"gemv": {"scale_tile": False}}
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -227,7 +242,8 @@ def bucket_config(name: str, M: int, N: int, K: int, num_sms: int = H200_SMS) ->
     BM = next_power_of_2(M) if gemv else BM
     BK = min(BK, max(16, next_power_of_2(K)))
     split, k_per_split = choose_split(M, N, K, BM, BN, BK, num_sms, programs_per_sm, traffic_cap=cap, one_wave=one_wave)
-    return TileConfig(name, BM, BN, BK, warps, stages, split, k_per_split, fixup=fixup, gemv=gemv)
+    fields = BUCKET_FIELDS.get(name, {})
+    return TileConfig(name, BM, BN, BK, warps, stages, split, k_per_split, fixup=fixup, gemv=gemv, **fields)
 
 
 def dense_config() -> TileConfig:
