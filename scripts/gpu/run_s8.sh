@@ -12,9 +12,27 @@
 #   bash scripts/gpu/run_s8.sh d   # the M = 2 GEMV's scales one per column: W4A16 GPU tests, verify, w4a16 bench
 #                                  # at M 1-2 (GPU 0); the dense path's dequantization tiles, then the path
 #                                  # against cuBLAS at M 1024 and 2048 (GPU 1)
+#   bash scripts/gpu/run_s8.sh e   # scale tile back on at M = 2 (d: fp16 M = 2 1.21-1.29x slower without it), the
+#                                  # dense path's dequantization at 8 warps: W4A16 GPU tests, verify, fp16 A/B of
+#                                  # the two load changes (GPU 0); w4a16 bench at M >= 256 (GPU 1)
 source "$(dirname "$0")/lib.sh"
 GEMV_TILES="0,64,128,2,1 0,64,256,2,1 0,128,128,2,1 0,128,128,4,1 0,64,64,2,1 0,256,64,4,1"
 case "${1:-a}" in
+e)
+  (
+    w4_tests 0
+    run 0 100 ab_tile_fp16 python3 scripts/gpu/sweep_w4a16_ab.py scale_tile --fp16 1 2
+    run 0 100 ab_wide_fp16 python3 scripts/gpu/sweep_w4a16_ab.py wide_a --fp16 1 2
+  ) &
+  w4_bench 1 270 w4big '/M(256|1024|2048|4096)-' &
+  wait
+  cat "$OUT/rc.txt"
+  echo "== t_w4a16"; grep -E "FAILED|passed|failed|Error" "$OUT/logs/t_w4a16.txt" | tail -8 | cut -c1-220
+  echo "== verify"; tail -4 "$OUT/logs/verify.txt"
+  for f in ab_tile_fp16 ab_wide_fp16; do echo "== $f"; tail -14 "$OUT/logs/$f.txt"; done
+  show_benches
+  pack_out
+  ;;
 d)
   (w4_tests 0; w4_bench 0 150 w4gemv '/M(1|2)-') &
   run 1 400 sweep_dequant python3 scripts/gpu/sweep_w4a16_dequant.py 1024 2048 &

@@ -1,11 +1,12 @@
 """W4A16 A/B of one boolean ``TileConfig`` field on the GPU, side by side, at the shipped configurations.
 
-For the five benchmark (K, N) shapes and the given M (bf16, group 128, symmetric, weights rotated
-past L2): the heuristic's configuration with ``FIELD`` on and off, each output checked against the
+For the five benchmark (K, N) shapes and the given M (bf16, or fp16 with ``--fp16``; group 128, symmetric,
+weights rotated past L2): the heuristic's configuration with ``FIELD`` on and off, each output checked against the
 op's contract, and the two checked bitwise equal where the field must not change the result
 (``EQUAL``), before timing. Configurations where the field has no effect are skipped.
 
     PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_ab.py fixup 1 4 16 32 64 128  # about 1 minute
+    PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_ab.py scale_tile --fp16 1 2   # fp16 activations
 ``FIELD`` may join several fields with ``+`` (all on against all off).
 ``fixup``: the split-K sum in the GEMM's launch against a second launch (session 4,
 sweeps/sweep_w4a16_fixup_s4.txt). Session 5 ran two more fields, since removed with the variants
@@ -56,9 +57,11 @@ EQUAL = {  # field: configurations where both settings give bitwise equal output
 
 
 def main() -> None:
-    field, ms = sys.argv[1], [int(m) for m in sys.argv[2:]]
+    fp16 = "--fp16" in sys.argv
+    args = [a for a in sys.argv[1:] if a != "--fp16"]
+    field, ms = args[0], [int(m) for m in args[1:]]
     fields = field.split("+")  # several fields switched together: a+b
-    dtype = torch.bfloat16
+    dtype = torch.float16 if fp16 else torch.bfloat16
     dev, sms, _ = device_info()
     lines, ratios = [f"{'K':>6} {'N':>6} {'M':>5} {'config':>7} {'on µs':>8} {'off µs':>8} {'on/off':>7}"], {}
     for K, N in SHAPES:
@@ -90,7 +93,7 @@ def main() -> None:
     lines.append(
         f"\ngeomean {field} on / off time per M: " + "  ".join(f"M{m}={geomean(r):.3f}" for m, r in ratios.items())
     )
-    emit(f"sweep_w4a16_{field}.txt", lines)
+    emit(f"sweep_w4a16_{field}{'_fp16' if fp16 else ''}.txt", lines)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,10 @@ walks its slice in ``[BK / 8, BN]`` tiles of packed words; each word holds 8 con
 column (GPTQ order, nibble j = row 8r + j). The 8 nibbles of a word are dequantized together, then
 each multiplies its activation and adds to the row's fp32 ``[BK / 8, BN]`` accumulator, summed over
 its rows once, after the loop. Split-K and the output store are the fused GEMM's
-(``splitk.finish_tile``). ``heuristics`` has the measurements (it serves M <= 2).
+(``splitk.finish_tile``). ``heuristics`` has the measurements (it serves M <= 2). Where the launcher
+allows (``WIDE_A``), each row's activations come 4 to a 64-bit load; with ``SCALE_TILE`` the scales
+are loaded in the packed words' layout, one per word, instead of one per column and moved into that
+layout through shared memory.
 
 Dequantization is the spec's, bit for bit: ``(q - z)`` exact, times the scale with one rounding to
 the activation dtype. With ``PACKED_MATH`` (on the GPU) it runs two weights per instruction in
@@ -222,7 +225,8 @@ def w4a16_gemv_kernel(
     ``program_id(1)``. Pointers, layouts and the other constexprs as in ``triton.w4a16_gemm_kernel``;
     GROUP is at least 16, so a word never spans two groups. PACKED_MATH: 16-bit pair arithmetic (sm_90 PTX).
     WIDE_A: activations in 64-bit loads (``p_a`` and ``stride_am`` 4-element aligned, no HAS_PERM).
-    SCALE_TILE: scales and zero points loaded as a ``[BK / 8, BN]`` tile (one per word).
+    SCALE_TILE: scales and zero points loaded as a ``[BK / 8, BN]`` tile (one per word). The layout Triton
+    gives the word tile can depend on it, and with the layout the order of the fp32 sum over the word rows.
     """
     i_n = tl.program_id(0)
     i_s = tl.program_id(1)
@@ -231,7 +235,8 @@ def w4a16_gemv_kernel(
     o_r = tl.arange(0, BK // 8)
     # The columns again, with their contiguity capped at 4 (16 bytes of packed words, 8 of scales): Triton then
     # loads the [BK / 8, BN] scale tile in the packed words' layout, so the loop needs no shared-memory
-    # conversion of the scales (SCALE_TILE).
+    # conversion of the scales (SCALE_TILE; Triton 3.6, bf16, M = 1: 6 barriers in the kernel against 9,
+    # sweeps/sass_w4a16_s8a.txt).
     o_c = (o_n // 4) * 4 + o_n % 4
     if INT64_INDEX:
         stride_am = stride_am.to(tl.int64)

@@ -6,20 +6,20 @@ over the five benchmark (K, N) shapes):
 
 - ``gemv1`` (M = 1) and ``gemv`` (M = 2): the CUDA-core kernel (``gemv.py``, no tl.dot), BM = M, no
   software pipelining, split-K rounded down to one wave; gemv1 (BN, BK) = (64, 256), 2 warps, 16
-  programs per SM; gemv (64, 128), 2 warps, 8 programs per SM, scales loaded one per column
-  (``BUCKET_FIELDS``). Both dtypes. Session 8's sweeps (with the 64-bit activation loads and the scale
-  tile; sweeps/sweep_w4a16_decode_gemv_s8a.*, bf16): at M = 1 16.0 µs for (64, 256) p16w against 17.5
-  for (64, 128) p8w, faster on all five shapes (0.83-0.96x); at M = 2 (64, 128) p8w stays (22.1; (64,
-  64) p8w 22.0). fp16 (sweeps/sweep_w4a16_decode_gemv_fp16_s8{b,c}.*): M = 1 17.3 for (64, 256) p16w
-  against 19.5 for (64, 128) p8w; M = 2 22.6 for the GEMV against 26.1 for the decode tile at its rule,
-  faster on all five shapes, so fp16 takes the GEMV at M = 2 too (in session 7 it took 27.6 against
-  25.8 there and stayed with the decode tile). Session 7 (sweeps/sweep_w4a16_decode_gemv_s7a.* and
-  _plain_s7c.*): the GEMV against the decode tile, bf16, M = 1 17.7 against 26.0 µs, M = 2 22.2
-  against 26.1; the best GEMV tile at M = 4 took 34.9 against 26.0 (four fp32 FMAs per weight on top
-  of the dequantization), so M >= 3 stays with the decode tile. A register prefetch of the next K
-  step's words was 1.05x the time at M = 1 and 1.31x at M = 2 (sweeps/sweep_w4a16_prefetch_s7c.txt,
-  git 7ab5887), not kept. Session 8's load changes, time with / without, side by side, geomean over
-  the five shapes (sweeps/sweep_w4a16_{wide_a,scale_tile,wide_a+scale_tile}_s8{a,b,c}.txt):
+  programs per SM; gemv (64, 128), 2 warps, 8 programs per SM. Both dtypes. Session 8's sweeps (with the
+  64-bit activation loads and the scale tile; sweeps/sweep_w4a16_decode_gemv_s8a.*, bf16): at M = 1 16.0
+  µs for (64, 256) p16w against 17.5 for (64, 128) p8w, faster on all five shapes (0.83-0.96x); at M = 2
+  (64, 128) p8w stays (22.1; (64, 64) p8w 22.0). fp16 (sweeps/sweep_w4a16_decode_gemv_fp16_s8{b,c}.*): M
+  = 1 17.3 for (64, 256) p16w against 19.5 for (64, 128) p8w; M = 2 22.6 for the GEMV against 26.1 for
+  the decode tile at its rule, faster on all five shapes, so fp16 takes the GEMV at M = 2 too (in
+  session 7 it took 27.6 against 25.8 there and stayed with the decode tile). Session 7
+  (sweeps/sweep_w4a16_decode_gemv_s7a.* and _plain_s7c.*): the GEMV against the decode tile, bf16, M = 1
+  17.7 against 26.0 µs, M = 2 22.2 against 26.1; the best GEMV tile at M = 4 took 34.9 against 26.0
+  (four fp32 FMAs per weight on top of the dequantization), so M >= 3 stays with the decode tile. A
+  register prefetch of the next K step's words was 1.05x the time at M = 1 and 1.31x at M = 2
+  (sweeps/sweep_w4a16_prefetch_s7c.txt, git 7ab5887), not kept. Session 8's load changes, time with /
+  without, side by side, geomean over the five shapes
+  (sweeps/sweep_w4a16_{wide_a,scale_tile,wide_a+scale_tile}_s8{a,b,c}.txt):
 
   ==========================  ================  ================  =================
   change                      (64, 128) p8w     shipped, M = 1    shipped, M = 2
@@ -63,9 +63,13 @@ over the five benchmark (K, N) shapes):
   geomean over the five shapes, faster on all five (0.76-0.96x the time); 8 warps 56.7, BN = 128 59.0.
   Not measured between M = 65 and 127, where it masks rows the smaller tile would not compute.
 - ``dense`` (M > 128): no fused tile. :func:`~exactfuse.ops.w4a16.dequant.w4a16_dequant_kernel`
-  writes the dense ``[K, N]`` weight (a 64 x 128 tile per program), then ``torch.matmul``
-  (cuBLAS). Session 3's sweep (scripts/gpu/sweep_w4a16_paths.py;
-  benchmarks/results/h200/sweeps/sweep_w4a16_paths_s3.*), geomean over the five shapes, µs:
+  writes the dense ``[K, N]`` weight (a 64 x 128 tile per program, 8 warps), then ``torch.matmul``
+  (cuBLAS). Session 8's tile sweep (scripts/gpu/sweep_w4a16_dequant.py,
+  sweeps/sweep_w4a16_dequant_s8d.txt, bf16, the kernel alone): 8 warps took 0.917x the time of the 4
+  warps shipped before (geomean over the five shapes; faster on all five, 86-89% of the copy
+  bandwidth against 73-85%), the best of nine tiles. Session 3's sweep
+  (scripts/gpu/sweep_w4a16_paths.py; benchmarks/results/h200/sweeps/sweep_w4a16_paths_s3.*), geomean
+  over the five shapes, µs:
   M = 256 83.9 against 138.8 for the fused kernel's (128, 64, 64) tile; M = 512 118 against 215;
   M = 1024 191 against 322 (its (128, 128, 64) tile); M = 4096 651 against 1242 (cuBLAS on a
   dense weight: 631). The dequantization is the difference to cuBLAS: 10.8 µs at M = 256 for
@@ -172,9 +176,6 @@ BUCKETS: tuple[tuple[int, str, int, int, int, int, int, int, bool, bool, bool], 
     (128, "m128", 128, 64, 64, 4, 3, 4, False, False, False),
 )
 DENSE_ABOVE_M = BUCKETS[-1][0]  # larger M: dense_config()
-# TileConfig fields a bucket sets away from their defaults: the M = 2 GEMV loads its scales one per column
-# (the scale tile took 1.020x and 1.023x the time there, sweeps/sweep_w4a16_scale_tile_s8{a,c}.txt).
-BUCKET_FIELDS: dict[str, dict[str, bool]] = {"gemv": {"scale_tile": False}}
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -242,13 +243,12 @@ def bucket_config(name: str, M: int, N: int, K: int, num_sms: int = H200_SMS) ->
     BM = next_power_of_2(M) if gemv else BM
     BK = min(BK, max(16, next_power_of_2(K)))
     split, k_per_split = choose_split(M, N, K, BM, BN, BK, num_sms, programs_per_sm, traffic_cap=cap, one_wave=one_wave)
-    fields = BUCKET_FIELDS.get(name, {})
-    return TileConfig(name, BM, BN, BK, warps, stages, split, k_per_split, fixup=fixup, gemv=gemv, **fields)
+    return TileConfig(name, BM, BN, BK, warps, stages, split, k_per_split, fixup=fixup, gemv=gemv)
 
 
 def dense_config() -> TileConfig:
-    """The ``dense`` configuration: a 64 x 128 dequantization tile per program (4 warps), then cuBLAS."""
-    return TileConfig("dense", 0, 128, 64, 4, 1, dense=True)
+    """The ``dense`` configuration: a 64 x 128 dequantization tile per program (8 warps), then cuBLAS."""
+    return TileConfig("dense", 0, 128, 64, 8, 1, dense=True)
 
 
 def with_split(config: TileConfig, K: int, split_k: int) -> TileConfig:
