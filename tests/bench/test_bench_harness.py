@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import collections
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -444,11 +445,29 @@ def test_case_pattern_reruns_some_shapes_and_the_merge_keeps_the_newer_rows(fake
     _, rows, meta = results.merge_results([first / f"{fake_op.name}.json", second / f"{fake_op.name}.json"])
     assert sorted((r.shape, r.provider) for r in rows) == sorted((r.shape, r.provider) for r in full)  # no duplicates
     newer = [r for r in rows if r.shape == shapes[-1]]
-    assert newer == [r for r in again]  # the later file's rows replaced the earlier ones
+    assert newer == [dataclasses.replace(r, shard=1) for r in again]  # the later file's rows replaced the earlier
     assert [s["git_rev"] for s in meta["shards"]] == ["old", "new"]
+    assert {r.shard for r in rows if r.shape != shapes[-1]} == {0}  # each row names the run that measured it
     results.write_op_results(tmp_path / "merged", fake_op.name, rows, meta)
-    _, _, again_meta = results.merge_results([tmp_path / "merged" / f"{fake_op.name}.json"])
+    with open(tmp_path / "merged" / f"{fake_op.name}.csv") as f:
+        revs = {(r["shape"], r["git_rev"]) for r in csv.DictReader(f)}
+    assert revs == {(shape, "new" if shape == shapes[-1] else "old") for shape in shapes}  # the CSV's run columns
+    merged = tmp_path / "merged" / f"{fake_op.name}.json"
+    _, again_rows, again_meta = results.merge_results([merged])
     assert [s["git_rev"] for s in again_meta["shards"]] == ["old", "new"]  # a merged file keeps its runs
+    assert [r.shard for r in again_rows] == [r.shard for r in rows]
+    # a file merged before rows named their runs: the runs' --case patterns tell them apart
+    document = json.loads(merged.read_text())
+    for r in document["rows"]:
+        del r["shard"]
+    document["meta"]["shards"][0]["command"] = "exactfuse bench --op x"
+    document["meta"]["shards"][1]["command"] = f"exactfuse bench --op x --case '{pattern}'"
+    merged.write_text(json.dumps(document))
+    _, old_rows, _ = results.merge_results([merged])
+    assert [r.shard for r in old_rows] == [r.shard for r in rows]
+    document["meta"]["shards"][1]["command"] = "exactfuse bench --op x --shard 1/2"
+    merged.write_text(json.dumps(document))
+    assert {r.shard for r in results.merge_results([merged])[1]} == {None}  # a split grid: not guessed
     assert bench_cli._case_pattern("d(12288|32768)$") == "d(12288|32768)$"
     with pytest.raises(argparse.ArgumentTypeError, match="regular expression"):
         bench_cli._case_pattern("d(12288")

@@ -60,6 +60,9 @@ class Row:
     speedup_vs_native_compiled: float | None = None
     kernels: list[dict] = field(default_factory=list)
     note: str = ""
+    # merged results: the index in ``meta["shards"]`` of the run that measured this row (None: one run, or
+    # a row merged before runs were recorded per row whose run the commands cannot tell)
+    shard: int | None = None
 
     @property
     def timed(self) -> bool:
@@ -70,13 +73,17 @@ class Row:
         record["kernels"] = ";".join(f"{k['name']}:w{k.get('num_warps')}" for k in self.kernels)
         for key in ("n_regs", "n_spills", "shared"):
             record[key] = ";".join("" if k.get(key) is None else str(k[key]) for k in self.kernels)
+        if self.shard is not None:
+            run = meta["shards"][self.shard]
+        else:  # one run (meta's), or merged from runs that cannot be told apart (revision and date unknown)
+            run = {"git_rev": "", "date": ""} if meta.get("shards") else {}
         for key in META_COLUMNS:
-            record[key] = meta.get(key, "")
+            record[key] = run[key] if run.get(key) is not None else meta.get(key, "")
         return {k: ("" if record.get(k) is None else record[k]) for k in CSV_FIELDS}
 
 
 CSV_FIELDS = (
-    *(name for name in Row.__dataclass_fields__ if name != "kernels"),
+    *(name for name in Row.__dataclass_fields__ if name not in ("kernels", "shard")),
     "kernels",
     "n_regs",
     "n_spills",
@@ -260,6 +267,21 @@ def load_rows(path: str | os.PathLike) -> tuple[list[Row], dict]:
     return [Row(**r) for r in document["rows"]], document["meta"]
 
 
+def _run_of(key: str, runs: list[dict]) -> int | None:
+    """Which of ``runs`` (in merge order) measured case ``key`` (``"bf16/M1-K4096-N4096"``): the last whose
+    recorded command selected it (``--case`` by re.search, ``--dtype``). None where a later run split its
+    grid with ``--shard`` or no command selects it: that cannot be told from the commands."""
+    for i in reversed(range(len(runs))):
+        argv = shlex.split(runs[i].get("command") or "")
+        if "--shard" in argv or "--resume" in argv:
+            return None
+        pattern = argv[argv.index("--case") + 1] if "--case" in argv else ""
+        dtypes = [argv[j + 1] for j, a in enumerate(argv[:-1]) if a == "--dtype"]
+        if re.search(pattern, key) and (not dtypes or key.split("/")[0] in dtypes):
+            return i
+    return None
+
+
 def merge_results(paths: list[str | os.PathLike]) -> tuple[str, list[Row], dict]:
     """``(op, rows, meta)`` of one op's JSON files from ``--shard`` runs, joined into one result.
 
@@ -267,23 +289,31 @@ def merge_results(paths: list[str | os.PathLike]) -> tuple[str, list[Row], dict]
     run); when several files have rows for one case, the last file's replace
     the earlier ones (a ``--case`` run re-measuring some shapes after a
     change). ``meta`` is the first file's, with ``shards`` listing every run's
-    GPU, git revision, date, command and roofline (a merged input contributes
-    the runs it lists), and ``incomplete`` the
+    GPU, versions, git revision, date, command and roofline (a merged input
+    contributes the runs it lists; each row's ``shard`` says which run measured
+    it, and the CSV's run columns are that run's), and ``incomplete`` the
     cases no file has rows for (a ``--resume`` run fills in an earlier run's
     ``incomplete`` list). All files must be of one op.
     """
     rows: list[Row] = []
     shards, not_run, ops = [], [], set()
     meta: dict = {}
+    keys = ("gpu", "torch", "triton", "git_rev", "date", "command", "roofline")
     for path in paths:
         file_rows, file_meta = load_rows(path)
+        # a file merged before lists its own runs: keep those, not the merged file
+        file_shards = file_meta.get("shards") or [{"file": Path(path).name, **{k: file_meta.get(k) for k in keys}}]
+        for r in file_rows:  # each row names its run, numbered in the merged list
+            if r.shard is not None or not file_meta.get("shards"):
+                run = r.shard or 0
+            else:  # merged before rows named their runs
+                run = _run_of(case_key(r.dtype, r.shape), file_shards)
+            r.shard = None if run is None else len(shards) + run
         newer = {case_key(r.dtype, r.shape) for r in file_rows}
         rows = [r for r in rows if case_key(r.dtype, r.shape) not in newer] + file_rows
         ops.update(r.op for r in file_rows)
         meta = meta or dict(file_meta)
-        keys = ("gpu", "git_rev", "date", "command", "roofline")
-        # a file merged before lists its own runs: keep those, not the merged file
-        shards += file_meta.get("shards") or [{"file": Path(path).name, **{k: file_meta.get(k) for k in keys}}]
+        shards += file_shards
         not_run += file_meta.get("incomplete", {}).get("cases_not_run", [])
     if len(ops) != 1:
         raise ValueError(f"merge_results: the files must hold one op, found {sorted(ops)}")

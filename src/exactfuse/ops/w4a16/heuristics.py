@@ -34,6 +34,9 @@ over the five benchmark (K, N) shapes):
   TTGIR under Triton 3.9), and in that layout one load per activation is what is slow (at M = 1 the
   shipped gemv1 without either takes 1.25x its time, without the scale tile alone 1.02x, without the
   wide loads alone 1.04x). Registers (Triton 3.6, bf16, BK = 128, M = 1): 72 with both, 96 with neither.
+  In fp16, at the shipped configurations (sweeps/sweep_w4a16_{wide_a,scale_tile}_fp16_s8e.txt): 64-bit
+  loads 0.854 (M = 1) and 0.797 (M = 2), the scale tile 1.040 and 0.860. The scale tile stays on in all
+  four cells: a switch by dtype and M would be a tuning table for 2-4%.
 - ``decode`` (3 <= M <= 16): tl.dot needs 16 rows, so BM = 16; BN = 64, BK = 128, 4 warps, 4 stages,
   split-K aiming at 4 programs per SM rounded down to one wave (``one_wave``). Session 6's sweep
   with the 3-D load of the packed words (sweep_w4a16_decode_s6b.*), geomean over the five shapes
