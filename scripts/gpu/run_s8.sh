@@ -15,9 +15,16 @@
 #   bash scripts/gpu/run_s8.sh e   # scale tile back on at M = 2 (d: fp16 M = 2 1.21-1.29x slower without it), the
 #                                  # dense path's dequantization at 8 warps: W4A16 GPU tests, verify, fp16 A/B of
 #                                  # the two load changes (GPU 0); w4a16 bench at M >= 256 (GPU 1)
+#   bash scripts/gpu/run_s8.sh f   # after the results' per-row runs (bench harness): bench and registry GPU tests
 source "$(dirname "$0")/lib.sh"
 GEMV_TILES="0,64,128,2,1 0,64,256,2,1 0,128,128,2,1 0,128,128,4,1 0,64,64,2,1 0,256,64,4,1"
 case "${1:-a}" in
+f)
+  run 0 240 t_bench python3 -m pytest -m gpu -q -rfE -p no:cacheprovider tests/bench tests/registry
+  cat "$OUT/rc.txt"
+  echo "== t_bench"; grep -E "FAILED|passed|failed|Error" "$OUT/logs/t_bench.txt" | tail -8 | cut -c1-220
+  pack_out
+  ;;
 e)
   (
     w4_tests 0
