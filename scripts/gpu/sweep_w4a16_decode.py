@@ -50,7 +50,9 @@ from exactfuse.utils import next_power_of_2
 SHAPES = ((4096, 4096), (4096, 14336), (14336, 4096), (8192, 8192), (4096, 28672))
 BUCKETS = {  # name: (Ms, tiles (BM, BN, BK, warps, stages)), the shipped tile first
     # BM = 0: the CUDA-core kernel (gemv.py) with BM = next_pow2(M); the decode bucket's tl.dot tile beside it
-    "gemv": (  # M = 4 too in session 7's first run (sweeps/sweep_w4a16_decode_gemv_s7a.*)
+    # M = 4 too in session 7's first run (sweeps/sweep_w4a16_decode_gemv_s7a.*). "shipped" is the M = 2
+    # bucket's tile and rule; M = 1 has its own bucket since session 8, gemv1: (0, 64, 256, 2, 1) p16w
+    "gemv": (
         (1, 2),
         [
             *((0, 64, 128, 2, 1), (16, 64, 128, 4, 4), (0, 128, 128, 4, 1), (0, 256, 64, 4, 1)),
