@@ -14,12 +14,19 @@ Then the host time of the whole eager op call (``op``: validation, provider choi
 
 Both variants' outputs are checked bitwise equal before timing.
 
+``--profile``: instead, cProfile of the whole eager op call (CALLS calls of each op), the functions
+with the most own time and their call counts: where the op call's host time goes on this machine.
+
     PYTHONPATH=src python3 scripts/gpu/probe_launch_path.py      # about 20 s on an H200
+    PYTHONPATH=src python3 scripts/gpu/probe_launch_path.py --profile
 """
 
 from __future__ import annotations
 
+import cProfile
+import io
 import os
+import pstats
 import sys
 import time
 
@@ -48,6 +55,23 @@ def host_us(fn) -> float:
     return (time.perf_counter() - start) / CALLS * 1e6
 
 
+def profile(ops: dict) -> list[str]:
+    """cProfile of CALLS eager calls of each op (after a warm-up): the 25 functions with the most own time."""
+    lines = [f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {CALLS} calls each"]
+    for name, fn in ops.items():
+        host_us(fn)  # warm-up and the unprofiled host time
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(CALLS):
+            fn()
+        profiler.disable()
+        torch.cuda.synchronize()
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
+        lines += [f"== {name}: op call {host_us(fn):.2f} µs unprofiled", text.getvalue()]
+    return lines
+
+
 def main() -> None:
     dev = torch.device("cuda")
     x = torch.randn(1, 2 * 4096, device=dev, dtype=torch.bfloat16)
@@ -63,6 +87,9 @@ def main() -> None:
         "silu_and_mul T1-d4096": lambda: silu_and_mul(x),
         "w4a16_gemm M1-4096x4096": lambda: w4a16_gemm(a, w.qweight, w.scales, None, None, None, 128),
     }
+    if "--profile" in sys.argv:
+        emit("probe_launch_path_profile.txt", profile(ops))
+        return
     lines = [
         f"{torch.cuda.get_device_name()}, torch {torch.__version__}",
         f"{'case':26} {'path':7} {'host µs':>8} {'GPU µs':>7}",

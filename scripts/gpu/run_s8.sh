@@ -16,9 +16,16 @@
 #                                  # dense path's dequantization at 8 warps: W4A16 GPU tests, verify, fp16 A/B of
 #                                  # the two load changes (GPU 0); w4a16 bench at M >= 256 (GPU 1)
 #   bash scripts/gpu/run_s8.sh f   # after the results' per-row runs (bench harness): bench and registry GPU tests
+#   bash scripts/gpu/run_s8.sh g   # cProfile of the eager op call on this host (NOTES next step: where its host time goes)
 source "$(dirname "$0")/lib.sh"
 GEMV_TILES="0,64,128,2,1 0,64,256,2,1 0,128,128,2,1 0,128,128,4,1 0,64,64,2,1 0,256,64,4,1"
 case "${1:-a}" in
+g)
+  run 0 120 profile python3 scripts/gpu/probe_launch_path.py --profile
+  cat "$OUT/rc.txt"
+  head -70 "$OUT/logs/profile.txt" | cut -c1-160
+  pack_out
+  ;;
 f)
   run 0 240 t_bench python3 -m pytest -m gpu -q -rfE -p no:cacheprovider tests/bench tests/registry
   cat "$OUT/rc.txt"
