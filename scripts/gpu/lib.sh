@@ -20,7 +20,7 @@ run() {
   CUDA_VISIBLE_DEVICES=$gpu timeout "$limit" "$@" > "$OUT/logs/$name.txt" 2>&1
   echo "$name rc=$?" >> "$OUT/rc.txt"
 }
-W4_TESTS="tests/ops/test_w4a16_gemm.py tests/ops/test_w4a16_linear.py tests/ops/test_w4a16_compile.py"
+W4_TESTS="tests/ops/test_w4a16_gemm.py tests/ops/test_w4a16_gemv.py tests/ops/test_w4a16_linear.py tests/ops/test_w4a16_compile.py"
 w4_tests() {  # GPU: the W4A16 GPU tests, then verify w4a16
   run "$1" 220 t_w4a16 python3 -m pytest -m gpu -q -rfE --durations=3 -p no:cacheprovider $W4_TESTS
   run "$1" 90 verify python3 -m exactfuse verify --op w4a16_gemm

@@ -1,5 +1,5 @@
-"""w4a16_gemm: contract, bit-exact dequantization, split-K, bad input, CUDA graphs (compiler boundary:
-test_w4a16_compile.py)."""
+"""w4a16_gemm: contract, bit-exact dequantization, split-K, bad input, CUDA graphs (the GEMV's own
+variants: test_w4a16_gemv.py; compiler boundary: test_w4a16_compile.py)."""
 
 import dataclasses
 
@@ -7,22 +7,15 @@ import pytest
 import torch
 
 import exactfuse
-from exactfuse.ops.w4a16 import CONTRACT, make_case, native, quantize_rtn, random_weights, splitk, w4a16_gemm
+from exactfuse.ops.w4a16 import CONTRACT, make_case, native, random_weights, splitk, w4a16_gemm
 from exactfuse.ops.w4a16 import triton as w4_triton
 from exactfuse.ops.w4a16.heuristics import BUCKETS, bucket_config, dense_config, select_config, with_split
-from exactfuse.ops.w4a16.packing import dequantize_gptq, prepare_gptq
+from exactfuse.ops.w4a16.packing import prepare_gptq
 from exactfuse.testing import check_provider, make_generator
+from w4a16_support import GROUPS, SHORT, checkpoint, gid, identity_check
 
-SHORT = {torch.float16: "fp16", torch.bfloat16: "bf16"}
-GROUPS = [32, 64, 128, 256, -1]
-
-
-def _gid(g):
-    return "gch" if g == -1 else f"g{g}"
-
-
-# The launch paths: the heuristic's choice, the CUDA-core GEMV at M <= 4 (the heuristic's above), the
-# tl.dot kernel at every M (the decode tile at M <= 4, the m128 tile above M = 128), the dense path
+# The launch paths: the heuristic's choice, the CUDA-core GEMV at M <= 2 (the heuristic's above), the
+# tl.dot kernel at every M (the decode tile at M <= 16, the m128 tile above M = 128), the dense path
 # (dequantize + cuBLAS) at every M.
 LAYOUTS = ["heuristic", "gemv", "fused", "dense"]
 GEMV_MAX_M = next(b[0] for b in BUCKETS if b[1] == "gemv")
@@ -63,16 +56,6 @@ def _assert_cases_pass(device, dtype, quick, layout="heuristic"):
     assert ran and not failures, "\n".join(failures)
 
 
-def _checkpoint(K, N, group_size, sym, act, fmt="v1", seed=0, dtype=torch.float16):
-    gen = make_generator(seed)
-    order = torch.randperm(K, generator=gen) if act else None
-    return quantize_rtn(torch.randn((N, K), generator=gen), group_size, sym, format=fmt, order=order, scale_dtype=dtype)
-
-
-def _to(prepared, device):
-    return [x.to(device) if isinstance(x, torch.Tensor) else x for x in prepared]
-
-
 # ------------------------------------------------------------------ interpreter (CPU)
 @pytest.mark.interpreter
 def test_interpreter_contract_fp16():
@@ -80,30 +63,17 @@ def test_interpreter_contract_fp16():
     _assert_cases_pass("cpu", torch.float16, quick=True)
 
 
-def _identity_check(device, dtype, K, N, group_size, sym, act, rows, config=None):
-    """A = rows of I: the output must be those rows of the dequantized weight, bit for bit."""
-    t = _checkpoint(K, N, group_size, sym, act, dtype=dtype)
-    qweight, scales, zeros, perm, g = _to(prepare_gptq(t.qweight, t.qzeros, t.scales, t.g_idx), device)
-    expected = dequantize_gptq(t.qweight, t.qzeros, t.scales, t.g_idx).to(device)
-    eye = torch.eye(K, dtype=dtype, device=device)[rows]
-    if callable(config):
-        config = config(eye.shape[0], N, K, group_size)
-    with exactfuse.poison_outputs():
-        out = w4_triton.launch_w4a16_gemm(eye, qweight, scales, zeros, perm, None, g, config=config)
-    assert torch.equal(out, expected[rows]), (config, (out - expected[rows]).abs().max())
-
-
 @pytest.mark.interpreter
 @pytest.mark.parametrize(("sym", "act"), [(True, False), (False, True)], ids=["sym", "asym-actorder"])
-@pytest.mark.parametrize("group_size", GROUPS, ids=_gid)
+@pytest.mark.parametrize("group_size", GROUPS, ids=gid)
 def test_identity_activations_return_the_dequantized_weight(group_size, sym, act):
     """A = I: every output is one weight times 1, summed with zeros, so it must be exact (torch.equal)."""
     K = 256
-    _identity_check("cpu", torch.float16, K, 64, group_size, sym, act, slice(0, K))  # M = 256: the dense path
+    identity_check("cpu", torch.float16, K, 64, group_size, sym, act, slice(0, K))  # M = 256: the dense path
     for bucket, M in (("gemv", 2), ("decode", 5)):
         cfg = with_split(select_config(M, 64, K, group_size), K, 2)
         assert cfg.name == bucket and cfg.split_k == 2
-        _identity_check("cpu", torch.float16, K, 64, group_size, sym, act, slice(128 - M, 128))  # split-K
+        identity_check("cpu", torch.float16, K, 64, group_size, sym, act, slice(128 - M, 128))  # split-K
 
 
 @pytest.mark.interpreter
@@ -145,12 +115,12 @@ def test_split_fixup_equals_the_two_launch_reduction(split, bucket):
 @pytest.mark.interpreter
 @pytest.mark.parametrize("layout", ["gemv", "fused", "dense"])
 @pytest.mark.parametrize(("sym", "act"), [(True, False), (False, True)], ids=["sym", "asym-actorder"])
-@pytest.mark.parametrize("group_size", GROUPS, ids=_gid)
+@pytest.mark.parametrize("group_size", GROUPS, ids=gid)
 def test_tile_layouts_exact_dequant_and_contract(group_size, sym, act, layout):
     """Each dequantization layout: identity bit-exact and the contract with bias, unsplit and split 2 (the
     dense path: bitwise native); per-channel also at K = 200 (K not a multiple of BK: masked last step)."""
     for K in (256, 200) if group_size == -1 else (256,):
-        t = _checkpoint(K, 64, group_size, sym, act)
+        t = checkpoint(K, 64, group_size, sym, act)
         gen = make_generator(5)
         M = GEMV_MAX_M if layout == "gemv" else 3
         a = torch.randn((M, K), generator=gen).half()
@@ -160,37 +130,13 @@ def test_tile_layouts_exact_dequant_and_contract(group_size, sym, act, layout):
         for split in (1, 2) if layout != "dense" else (1,):
             cfg = _force(layout)(M, 64, K, group_size)
             cfg = cfg if layout == "dense" else with_split(cfg, K, split)
-            _identity_check("cpu", torch.float16, K, 64, group_size, sym, act, slice(K - M, K), config=cfg)
+            identity_check("cpu", torch.float16, K, 64, group_size, sym, act, slice(K - M, K), config=cfg)
             with exactfuse.poison_outputs():
                 out = w4_triton.launch_w4a16_gemm(*args, config=cfg)
             expected = native.w4a16_gemm(*args)
             result = CONTRACT.check(out, expected, args=args)
             assert result.passed, (K, split, result.summary())
             assert layout != "dense" or torch.equal(out, expected)
-
-
-@pytest.mark.interpreter
-@pytest.mark.parametrize("M", [1, 2])
-@pytest.mark.parametrize("group_size", [32, 128], ids=_gid)
-def test_gemv_load_variants_are_bitwise_equal(group_size, M):
-    """The GEMV's 64-bit activation loads and its scale tile change loads only: on the interpreter (no
-    layouts, so one summation order) every combination gives the same bits, asymmetric with bias, on
-    aligned activations and on ones the 64-bit loads cannot take (a row start 2 bytes past alignment, an
-    odd row stride), where the launcher falls back."""
-    K, N = 256, 64
-    case = make_case(f"M{M}", M, K, N, torch.float16, "cpu", make_generator(4), bias=True, symmetric=False)
-    a, *rest = case.args
-    cfg = bucket_config("gemv", M, N, K)
-    shifted = torch.empty((M, K + 1), dtype=a.dtype)[:, 1:].copy_(a)  # 2 bytes past, odd stride
-    assert w4_triton.wide_activation_loads(a) and not w4_triton.wide_activation_loads(shifted)
-    for x in (a, shifted):
-        outs = [
-            w4_triton.launch_w4a16_gemm(x, *rest, config=dataclasses.replace(cfg, wide_a=w, scale_tile=t))
-            for w in (True, False)
-            for t in (True, False)
-        ]
-        assert all(torch.equal(outs[0], o) for o in outs[1:])
-        assert CONTRACT.check(outs[0], native.w4a16_gemm(x, *rest), args=(x, *rest)).passed
 
 
 @pytest.mark.interpreter
@@ -206,7 +152,7 @@ def test_every_bucket_tile_on_the_interpreter(bucket):
     for split in (1, 2):
         cfg = with_split(select_config(M, N, K, 128), K, split)
         assert cfg.name == bucket and cfg.split_k == split
-        _identity_check("cpu", torch.float16, K, N, 128, False, True, slice(K - M, K), config=cfg)
+        identity_check("cpu", torch.float16, K, N, 128, False, True, slice(K - M, K), config=cfg)
         with exactfuse.poison_outputs():
             out = w4_triton.launch_w4a16_gemm(*case.args, config=cfg)
         result = CONTRACT.check(out, native.w4a16_gemm(*case.args), args=case.args)
@@ -312,55 +258,12 @@ def test_gpu_contract_matrix(dtype, layout):
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", list(SHORT), ids=list(SHORT.values()))
-@pytest.mark.parametrize("group_size", [32, 128, -1], ids=_gid)
+@pytest.mark.parametrize("group_size", [32, 128, -1], ids=gid)
 def test_gpu_identity_is_bit_exact(group_size, dtype, layout):
     config = _force(layout)
-    _identity_check("cuda", dtype, 4096, 512, group_size, False, True, slice(0, 4096), config=config)
-    _identity_check("cuda", dtype, 4096, 512, group_size, False, True, slice(1000, 1008), config=config)
-    _identity_check("cuda", dtype, 4096, 512, group_size, False, True, slice(1000, 1003), config=config)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", list(SHORT), ids=list(SHORT.values()))
-@pytest.mark.parametrize("M", [1, 2])
-def test_gpu_gemv_packed_math_every_row_count(M, dtype):
-    """The GEMV's 16-bit pair dequantization (PTX, GPU only) at each row count: identity rows bit-exact and
-    the contract with bias, unsplit and split, symmetric, asymmetric with act-order, per-channel at a K that
-    is not a multiple of BK; bitwise equal to fp32 arithmetic and to one load per activation."""
-    assert w4_triton.packed_math(torch.empty(0, dtype=dtype, device="cuda"))
-    for K, N, g, sym, act in [
-        (4096, 4096, 128, True, False),
-        (2048, 1024, 32, False, True),
-        (200, 136, -1, False, False),
-    ]:
-        for split in (1, 3):
-            cfg = with_split(bucket_config("gemv1" if M == 1 else "gemv", M, N, K), K, split)
-            _identity_check("cuda", dtype, K, N, g, sym, act, slice(K - M, K), config=cfg)
-            case = make_case(
-                f"M{M}-K{K}",
-                M,
-                K,
-                N,
-                dtype,
-                "cuda",
-                make_generator(M),
-                bias=True,
-                group_size=g,
-                symmetric=sym,
-                act_order=act,
-            )
-            with exactfuse.poison_outputs():
-                out = w4_triton.launch_w4a16_gemm(*case.args, config=cfg)
-            assert w4_triton.LAST_CONFIG[0].gemv
-            result = CONTRACT.check(out, native.w4a16_gemm(*case.args), args=case.args)
-            assert result.passed, (K, split, result.summary())
-            fp32 = w4_triton.launch_w4a16_gemm(*case.args, config=dataclasses.replace(cfg, packed_math=False))
-            assert torch.equal(out, fp32)  # the same dequantized values, the same sums
-            narrow = w4_triton.launch_w4a16_gemm(*case.args, config=dataclasses.replace(cfg, wide_a=False))
-            assert torch.equal(out, narrow)  # the same activations
-            # the same scales, but Triton may lay the words out as the scales' load (sum order over the rows)
-            per_column = w4_triton.launch_w4a16_gemm(*case.args, config=dataclasses.replace(cfg, scale_tile=False))
-            assert CONTRACT.check(per_column, native.w4a16_gemm(*case.args), args=case.args).passed
+    identity_check("cuda", dtype, 4096, 512, group_size, False, True, slice(0, 4096), config=config)
+    identity_check("cuda", dtype, 4096, 512, group_size, False, True, slice(1000, 1008), config=config)
+    identity_check("cuda", dtype, 4096, 512, group_size, False, True, slice(1000, 1003), config=config)
 
 
 @pytest.mark.gpu

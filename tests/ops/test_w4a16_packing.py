@@ -14,12 +14,7 @@ from exactfuse.ops.w4a16.packing import (
     unpack_rows,
 )
 from exactfuse.testing import make_generator
-
-GROUPS = [32, 64, 128, 256, -1]
-
-
-def _gid(g):
-    return "gch" if g == -1 else f"g{g}"
+from w4a16_support import GROUPS, gid
 
 
 def _codes(shape, seed=0):
@@ -56,7 +51,7 @@ def test_packing_needs_multiples_of_8():
 
 # ------------------------------------------------------------------ quantizer + formats
 @pytest.mark.parametrize("sym", [True, False], ids=["sym", "asym"])
-@pytest.mark.parametrize("group_size", GROUPS, ids=_gid)
+@pytest.mark.parametrize("group_size", GROUPS, ids=gid)
 def test_rtn_error_is_within_half_a_step(group_size, sym):
     K, N = 256, 16
     w = torch.randn((N, K), generator=make_generator(1))
@@ -87,7 +82,7 @@ def test_v1_stores_zero_point_minus_one_and_v2_the_zero_point(sym):
 @pytest.mark.parametrize("fmt", ["v1", "v2"])
 @pytest.mark.parametrize("act", [False, True], ids=["rowmajor", "actorder"])
 @pytest.mark.parametrize("sym", [True, False], ids=["sym", "asym"])
-@pytest.mark.parametrize("group_size", GROUPS, ids=_gid)
+@pytest.mark.parametrize("group_size", GROUPS, ids=gid)
 def test_prepared_weight_dequantizes_like_the_checkpoint(group_size, sym, act, fmt):
     """prepare (sort K by group, unpack zeros) then dense_weight == dequantize straight from GPTQ: bit-exact."""
     K, N = 256, 32

@@ -1,0 +1,42 @@
+"""Helpers shared by the w4a16 test files: dtype and group-size ids, a GPTQ checkpoint, the identity check."""
+
+from __future__ import annotations
+
+import torch
+
+import exactfuse
+from exactfuse.ops.w4a16 import quantize_rtn
+from exactfuse.ops.w4a16 import triton as w4_triton
+from exactfuse.ops.w4a16.packing import dequantize_gptq, prepare_gptq
+from exactfuse.testing import make_generator
+
+SHORT = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+GROUPS = [32, 64, 128, 256, -1]
+
+
+def gid(g):
+    return "gch" if g == -1 else f"g{g}"
+
+
+def checkpoint(K, N, group_size, sym, act, fmt="v1", seed=0, dtype=torch.float16):
+    """GPTQ tensors of a random ``[N, K]`` weight quantized round-to-nearest (act-order: a random order)."""
+    gen = make_generator(seed)
+    order = torch.randperm(K, generator=gen) if act else None
+    return quantize_rtn(torch.randn((N, K), generator=gen), group_size, sym, format=fmt, order=order, scale_dtype=dtype)
+
+
+def to_device(prepared, device):
+    return [x.to(device) if isinstance(x, torch.Tensor) else x for x in prepared]
+
+
+def identity_check(device, dtype, K, N, group_size, sym, act, rows, config=None):
+    """A = rows of I: the output must be those rows of the dequantized weight, bit for bit."""
+    t = checkpoint(K, N, group_size, sym, act, dtype=dtype)
+    qweight, scales, zeros, perm, g = to_device(prepare_gptq(t.qweight, t.qzeros, t.scales, t.g_idx), device)
+    expected = dequantize_gptq(t.qweight, t.qzeros, t.scales, t.g_idx).to(device)
+    eye = torch.eye(K, dtype=dtype, device=device)[rows]
+    if callable(config):
+        config = config(eye.shape[0], N, K, group_size)
+    with exactfuse.poison_outputs():
+        out = w4_triton.launch_w4a16_gemm(eye, qweight, scales, zeros, perm, None, g, config=config)
+    assert torch.equal(out, expected[rows]), (config, (out - expected[rows]).abs().max())
