@@ -17,9 +17,16 @@
 #                                  # the two load changes (GPU 0); w4a16 bench at M >= 256 (GPU 1)
 #   bash scripts/gpu/run_s8.sh f   # after the results' per-row runs (bench harness): bench and registry GPU tests
 #   bash scripts/gpu/run_s8.sh g   # cProfile of the eager op call on this host (NOTES next step: where its host time goes)
+#   bash scripts/gpu/run_s8.sh h   # after the test-file split (tests/w4a16_support.py, test_w4a16_gemv.py): W4A16 GPU tests
 source "$(dirname "$0")/lib.sh"
 GEMV_TILES="0,64,128,2,1 0,64,256,2,1 0,128,128,2,1 0,128,128,4,1 0,64,64,2,1 0,256,64,4,1"
 case "${1:-a}" in
+h)
+  run 0 260 t_w4a16 python3 -m pytest -m gpu -q -rfE -p no:cacheprovider $W4_TESTS tests/bench
+  cat "$OUT/rc.txt"
+  grep -E "FAILED|passed|failed|Error" "$OUT/logs/t_w4a16.txt" | tail -8 | cut -c1-220
+  pack_out
+  ;;
 g)
   run 0 120 profile python3 scripts/gpu/probe_launch_path.py --profile
   cat "$OUT/rc.txt"
