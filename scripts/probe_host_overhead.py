@@ -36,7 +36,7 @@ from collections.abc import Callable
 
 import torch
 
-from exactfuse.ops.activation import silu_and_mul
+from exactfuse.ops.act_and_mul import silu_and_mul
 from exactfuse.ops.w4a16 import _random_prepared, w4a16_gemm
 from exactfuse.registry import Op
 

@@ -3,7 +3,7 @@
 Runs each gated-activation formula variant as a Triton kernel on the same
 random inputs (N elements per dtype, several magnitudes) and counts outputs
 that differ from eager ``F.silu``/``F.gelu`` followed by ``*``. The shipped
-kernel (exactfuse.ops.activation.triton) uses the variants marked "ours".
+kernel (exactfuse.ops.act_and_mul.triton) uses the variants marked "ours".
 
     PYTHONPATH=src python3 scripts/gpu/probe_activation_math.py [N]
 """

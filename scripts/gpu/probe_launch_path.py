@@ -1,8 +1,9 @@
 """Cost of ``torch.library.wrap_triton``'s higher-order-op dispatch on eager launches.
 
 Providers launch their kernels through ``wrap_triton`` so that torch.compile can trace them. Called on
-plain tensors outside ``torch.ops`` (the registry's eager dispatch, before session 6), every launch went
-through the higher-order op; ``triton_op`` itself skips it on plain tensors. This times, side by side
+plain tensors outside ``torch.ops`` with ``wrap_triton`` enabled, every launch goes through the
+higher-order op; ``triton_op`` itself skips it on plain tensors, and so does the registry's eager
+dispatch (``registry.op.direct_triton_launches``). This times, side by side
 in one process, bf16, for silu_and_mul (T = 1, d = 4096) and w4a16_gemm (M = 1, 4096 x 4096), the
 provider with the higher-order op (``hop``) and launching directly (``direct``):
 
@@ -19,6 +20,9 @@ with the most own time and their call counts: where the op call's host time goes
 
     PYTHONPATH=src python3 scripts/gpu/probe_launch_path.py      # about 20 s on an H200
     PYTHONPATH=src python3 scripts/gpu/probe_launch_path.py --profile
+
+Results: benchmarks/results/h200/sweeps/eager_launch_hop_vs_direct.txt, eager_launch_op_call.txt,
+eager_launch_profile.txt (``--profile``).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from sweep_io import emit
 
 from exactfuse.bench.timing import cudagraph_timer
-from exactfuse.ops.activation import silu_and_mul
+from exactfuse.ops.act_and_mul import silu_and_mul
 from exactfuse.ops.w4a16 import _random_prepared, w4a16_gemm
 
 CALLS = 2000

@@ -8,6 +8,8 @@ kernel timed the same way gives the launch floor. Where the read floor is above 
 that reads those bytes meets #5's "M <= 16: 70% of the roofline" target at that shape.
 
     PYTHONPATH=src python3 scripts/gpu/probe_read_floor.py   # about 30 s
+
+Result: benchmarks/results/h200/sweeps/w4a16_read_floor.txt.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import triton.language as tl
 
 sys.path.insert(0, os.path.dirname(__file__))
 from sweep_io import emit
-from sweep_w4a16_decode import ROTATE_BYTES, SHAPES, bench_rotating, device_info
+from sweep_w4a16_tiles import ROTATE_BYTES, SHAPES, bench_rotating, device_info
 
 # (words per load per program, loads in flight per thread, warps): 4 words (16 bytes) per thread and load
 CONFIGS = [(w, u, w // 128) for w in (512, 1024, 2048) for u in (1, 2, 4, 8)]

@@ -20,6 +20,8 @@ L2), bf16:
 bitwise against native, the fast ones within 1 ulp.
 
     PYTHONPATH=src python3 scripts/gpu/probe_small_t_gap.py      # about 1 minute on an H200
+
+Result: benchmarks/results/h200/sweeps/act_and_mul_small_t_gap.txt.
 """
 
 import torch
@@ -27,8 +29,9 @@ import triton
 import triton.language as tl
 
 from exactfuse.bench.timing import cudagraph_timer, recompile_limits
-from exactfuse.ops.activation import silu_and_mul
-from exactfuse.ops.activation.triton import ACTIVATIONS, act_and_mul_config, act_and_mul_kernel, launch_act_and_mul
+from exactfuse.ops.act_and_mul import silu_and_mul
+from exactfuse.ops.act_and_mul.heuristics import act_and_mul_config
+from exactfuse.ops.act_and_mul.triton import ACTIVATIONS, act_and_mul_kernel, launch_act_and_mul
 from exactfuse.ops.math import exact_exp
 
 SHAPES = [(T, d) for T in (1, 16, 256) for d in (768, 4096, 14336)]
@@ -73,7 +76,7 @@ def flat_kernel(p_x, p_y, n, D, FAST: tl.constexpr, BLOCK: tl.constexpr):
 def tile(x, fast, kernel=tile_kernel):
     T, D = x.shape[0], x.shape[1] // 2
     y = torch.empty((T, D), dtype=x.dtype, device=x.device)
-    BT, BD, warps = act_and_mul_config(T, D)
+    BT, BD, warps = act_and_mul_config(D)
     kernel[(triton.cdiv(T, BT), triton.cdiv(D, BD))](x, y, T, D, x.stride(0), FAST=fast, BT=BT, BD=BD, num_warps=warps)
     return y
 
@@ -82,7 +85,7 @@ def shipped_kernel_direct(x):
     """The shipped kernel with the launcher's arguments, launched without wrap_triton."""
     T, D = x.shape[0], x.shape[1] // 2
     y = torch.empty((T, D), dtype=x.dtype, device=x.device)
-    BT, BD, warps = act_and_mul_config(T, D)
+    BT, BD, warps = act_and_mul_config(D)
     grid = (triton.cdiv(T, BT), triton.cdiv(D, BD))
     act_and_mul_kernel[grid](
         x, y, T, D, x.stride(0), D, ACTIVATION=ACTIVATIONS["silu"], BT=BT, BD=BD, INT64_INDEX=False, num_warps=warps

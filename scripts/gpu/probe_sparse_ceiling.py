@@ -8,13 +8,12 @@ halves into ``[T, d]`` (the same minimum traffic, PyTorch's elementwise kernel).
 the copy-bandwidth roofline for each (a one-pass kernel can pass 100%: the copy that sets the
 ceiling writes as much as it reads). ``--keep-gate``: also the looped kernel with its L2 eviction
 hints (``KEEP_GATE``) forced on, on the shapes that run it, its output first checked bitwise equal
-to the shipped launch's (session 5 ran it before the launcher used the hints:
-sweeps/probe_sparse_keep_gate_s5g.txt).
+to the shipped launch's.
 
-Session 5 (benchmarks/results/h200/sweeps/probe_sparse_ceiling_s5e.txt) also timed a looped kernel
-that reads the gate twice instead of three times (each chunk's sum and squared deviations from one
-read, combined by Chan's rule) against the shipped one, side by side: 1.13-1.22x slower on all 8
-looped shapes, so it was not kept.
+Results (benchmarks/results/h200/sweeps/): sparse_ceiling.txt; sparse_looped_keep_gate.txt
+(``--keep-gate``, run while the launcher did not use the hints yet, so its "sparse" column is the
+looped kernel without them); sparse_looped_two_reads.txt (a looped kernel reading the gate twice, no
+longer in the tree, beside the shipped three-read kernel in the "looped3" column).
 
     PYTHONPATH=src python3 scripts/gpu/probe_sparse_ceiling.py      # about 30 s on an H200
 """
@@ -29,10 +28,10 @@ from sweep_io import emit
 
 from exactfuse.bench.roofline import measure_copy_bandwidth
 from exactfuse.bench.timing import cudagraph_timer
-from exactfuse.ops.activation import sparse_heuristics as sh
-from exactfuse.ops.activation import sparse_triton as st
-from exactfuse.ops.activation.sparse import STD_MULTIPLIER
-from exactfuse.ops.activation.triton import launch_act_and_mul
+from exactfuse.ops.act_and_mul.triton import launch_act_and_mul
+from exactfuse.ops.gelu_and_mul_sparse import STD_MULTIPLIER
+from exactfuse.ops.gelu_and_mul_sparse import heuristics as sh
+from exactfuse.ops.gelu_and_mul_sparse import triton as st
 
 SHAPES = [(T, d) for T in (1024, 2048) for d in (2048, 4096, 8192, 12288, 16384, 32768)]
 TIMER = cudagraph_timer(rep_ms=20)
@@ -42,9 +41,10 @@ WORKING_SET = 256 << 20
 def looped_keep_gate(x, y):
     """The looped kernel with ``KEEP_GATE``, launched as the launcher launches it (tanh GELU)."""
     T, D = y.shape
+    plan = sh.default_plan("looped", T, D, 132)
     st.gelu_and_mul_sparse_looped_kernel[(T,)](
-        x, y, T, D, x.stride(0), D, STD_MULTIPLIER, ACTIVATION=st.GELU_TANH, ROUND=st.ROUND_ALL,
-        BC=sh.LOOP_CHUNK, INT64_INDEX=False, KEEP_GATE=True, num_warps=sh.LOOP_WARPS,
+        x, y, T, D, x.stride(0), D, STD_MULTIPLIER, ACTIVATION=st.GELU_TANH, ROUND=plan.round_mask,
+        BC=plan.block, INT64_INDEX=False, KEEP_GATE=True, num_warps=plan.num_warps,
     )  # fmt: skip
     return y
 
@@ -77,7 +77,7 @@ def main() -> None:
         sets = [(xi, torch.empty(T, d, device=dev, dtype=torch.bfloat16)) for xi in x]
         roof = T * d * 6 / bw * 1e6
         run = dict(variants)
-        if sh.choose_kernel(T, d, 132)[0] != "looped":
+        if sh.choose_plan(T, d, 132).kernel != "looped":
             run.pop("keep-gate", None)
         elif "keep-gate" in run:  # the same kernel and math with cache hints: bitwise equal
             assert torch.equal(run["sparse"](x[0], None), looped_keep_gate(x[0], torch.empty_like(sets[0][1])))

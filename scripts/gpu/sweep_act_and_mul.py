@@ -2,10 +2,12 @@
 
 For each shape: the time of every config (CUDA-graph replay, median, inputs
 rotated so the working set exceeds L2), the best config, and how far the
-shipped heuristic (act_and_mul_config) is from it. Last: each config's
+shipped heuristic (``heuristics.act_and_mul_config``) is from it. Last: each config's
 geomean slowdown vs the per-shape best.
 
     PYTHONPATH=src python3 scripts/gpu/sweep_act_and_mul.py
+
+Result: benchmarks/results/h200/sweeps/act_and_mul_blocks.txt (and its _summary.txt).
 """
 
 import os
@@ -15,10 +17,11 @@ import triton
 
 from exactfuse.bench.results import geomean
 from exactfuse.bench.timing import cudagraph_timer
-from exactfuse.ops.activation import triton as act
+from exactfuse.ops.act_and_mul import heuristics
+from exactfuse.ops.act_and_mul import triton as act
 
-# d = 768 and 13824 are not multiples of 1024: BD = 256 / 512 tile them without masked lanes (session 2's
-# question); the rest are session 1's shapes.
+# d = 768 and 13824 are not multiples of 1024: BD = 256 / 512 tile them without masked lanes; the rest span
+# T = 1..32768 and d = 31..14336.
 SHAPES = [
     (1, 768),
     (16, 768),
@@ -76,7 +79,7 @@ def main():
             if cfg not in times:
                 times[cfg] = time_config(T, d, cfg, sets)
         best = min(times, key=times.get)
-        bt, bd, w = act.act_and_mul_config(T, d)
+        bt, bd, w = heuristics.act_and_mul_config(d)
         ours = (bd, bt * bd, w)
         ours_t = times.get(ours) or time_config(T, d, ours, sets)
         table[(T, d)] = times

@@ -1,19 +1,19 @@
-"""Sweep moe_silu_and_mul launch settings on the GPU and check issue #4's targets (about 3 minutes).
+"""Sweep moe_silu_and_mul launch settings on the GPU and check its bench targets (about 3 minutes).
 
 Usage: PYTHONPATH=src python scripts/gpu/sweep_moe.py [--full]
 
 What it decides (printed at the end as "DECISIONS"):
-1. ``TARGET_ELEMENTS`` (outputs per program: 1024, 2048 or 4096) and the warp
-   count (4 or 8) of ``moe_triton.moe_config``: the pair with the best geomean
+1. The outputs per program (``BM * BN``: 1024, 2048 or 4096) and the warp
+   count (4 or 8) of ``heuristics.moe_config``: the pair with the best geomean
    time over M in {384, 4096, 49152} x N in {768, 1536, 3072} x both
    layouts x (no weights, fp32 weights), bf16, and its gain over the current one.
-2. ``GATEUP_EVICT_FIRST``: "evict_first" on the gateup loads vs no hint, same shapes;
-   ``INTERLEAVED_STORE_HINT``: the interleaved store with the contiguity hint
+2. ``MoeConfig.evict_first``: "evict_first" on the gateup loads vs no hint, same shapes;
+   ``MoeConfig.store_run``: the interleaved store with the contiguity hint
    (8-byte stores, no shared memory) vs without (16-byte stores after a
    shared-memory layout conversion), interleaved shapes only.
 3. Checks: the kernel against native on CUDA (max ulp; 0 means bitwise: the
    contract only asks for Ulp(1)), and both layouts bitwise equal.
-4. Issue #4 targets for the current heuristic over the full bench grid
+4. The bench targets for the current heuristic over the full bench grid
    (M in {1, 6, 96, 384, 4096, 49152} x N in {768, 1024, 1536, 3072} x layouts x
    weights): % of the copy-bandwidth roofline at M >= 4096 (target >= 90%) and
    the geomean speedup over torch.compile of the native spec (target >= 1.5x;
@@ -21,12 +21,14 @@ What it decides (printed at the end as "DECISIONS"):
    ``exactfuse bench`` is the reference measurement).
 Times are medians of CUDA-graph replays; shapes whose working set is below twice
 the L2 rotate through several buffer sets so the inputs come from DRAM.
-Per-shape rows go to ``$OUT/sweep_moe.json`` when ``$OUT`` is set.
+Per-shape rows go to ``$OUT/sweep_moe.json`` when ``$OUT`` is set. Result:
+benchmarks/results/h200/sweeps/moe_config.txt and moe_config.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
@@ -38,8 +40,9 @@ import triton
 from exactfuse.bench.results import geomean
 from exactfuse.bench.roofline import measure_copy_bandwidth
 from exactfuse.bench.timing import DEFAULT_L2_BYTES, cudagraph_timer, recompile_limits, rotation_count
-from exactfuse.ops.activation import moe_native
-from exactfuse.ops.activation import moe_triton as mt
+from exactfuse.ops.moe_silu_and_mul import heuristics as mh
+from exactfuse.ops.moe_silu_and_mul import native as moe_native
+from exactfuse.ops.moe_silu_and_mul import triton as mt
 from exactfuse.registry import ulp_distance
 
 SWEEP_M, SWEEP_N = (384, 4096, 49152), (768, 1536, 3072)
@@ -74,20 +77,38 @@ def time_us(fn, sets) -> float:
     return TIMER(lambda: [fn(*s) for s in sets]) * 1e3 / len(sets)
 
 
-def launcher(target: int, warps: int, evict_first: bool | None = None, store_hint: int | None = None):
+def shipped(x: torch.Tensor, interleaved: bool) -> mh.MoeConfig:
+    """The heuristic's configuration for ``x: [M, 2N]``."""
+    return mh.moe_config(x.shape[1] // 2, x.element_size(), interleaved)
+
+
+def run_triton(x, w, interleaved):
+    return mt.launch_moe_silu_and_mul(x, w, interleaved, None)
+
+
+def launcher(target: int, warps: int, flip_evict: bool = False, flip_store: bool = False):
+    """The launch with ``target`` outputs per program and ``warps``, optionally one hint flipped."""
+
     def run(x, w, interleaved):
-        BM, BN, _ = mt.moe_config(x.shape[1] // 2, target)
-        config = (BM, BN, warps)
-        return mt.launch_moe_silu_and_mul(
-            x, w, interleaved, None, config=config, evict_first=evict_first, store_hint=store_hint
-        )
+        config = shipped(x, interleaved)
+        config = dataclasses.replace(config, BM=max(1, target // config.BN), num_warps=warps)
+        if flip_evict:
+            config = dataclasses.replace(config, evict_first=not config.evict_first)
+        if flip_store:
+            config = dataclasses.replace(config, store_run=0 if config.store_run else 16 // (2 * x.element_size()))
+        return mt.launch_moe_silu_and_mul(x, w, interleaved, None, config=config)
 
     return run
 
 
+SPLIT_1024 = mh.moe_config(1024, 2, False)  # bf16, N = 1024: a program's outputs and warps
+EVICT_FIRST = SPLIT_1024.evict_first
+STORE_HINT = mh.moe_config(1024, 2, True).store_run != 0
+
+
 def sweep(rows: list[dict]) -> dict:
-    current = (mt.TARGET_ELEMENTS, mt.moe_config(1024)[2])
-    other = not mt.GATEUP_EVICT_FIRST  # the eviction setting not in use
+    current = (SPLIT_1024.BM * SPLIT_1024.BN, SPLIT_1024.num_warps)
+    other = not EVICT_FIRST  # the eviction setting not in use
     times: dict = {}
     for M, N, inter, weights in itertools.product(SWEEP_M, SWEEP_N, (False, True), (False, True)):
         sets = make_sets(M, N, weights, inter)
@@ -98,12 +119,11 @@ def sweep(rows: list[dict]) -> dict:
                 launcher(target, warps), sets
             )
         row["evict_first_flipped"] = times.setdefault("other_hint", {})[shape] = time_us(
-            launcher(*current, evict_first=other), sets
+            launcher(*current, flip_evict=True), sets
         )
         if inter:
-            flipped = 0 if mt.INTERLEAVED_STORE_HINT else mt.store_run(sets[0][0], True) or 4
             row["store_hint_flipped"] = times.setdefault("store", {})[shape] = time_us(
-                launcher(*current, store_hint=flipped), sets
+                launcher(*current, flip_store=True), sets
             )
         rows.append(row)
         del sets
@@ -114,9 +134,9 @@ def sweep(rows: list[dict]) -> dict:
         gains[key] = geomean(base[s] / times[key][s] for s in base)
         print(f"{f't{key[0]}-w{key[1]}':>12} {gains[key]:>19.3f}x")
     hint_gain = geomean(base[s] / times["other_hint"][s] for s in base)
-    print(f"{'evict_first ' + str(other):>12} {hint_gain:>19.3f}x  (vs {mt.GATEUP_EVICT_FIRST})")
+    print(f"{'evict_first ' + str(other):>12} {hint_gain:>19.3f}x  (vs {EVICT_FIRST})")
     store_gain = geomean(base[s] / times["store"][s] for s in times["store"])
-    print(f"{'store hint ' + ('off' if mt.INTERLEAVED_STORE_HINT else 'on'):>12} {store_gain:>19.3f}x  (interleaved)")
+    print(f"{'store hint ' + ('off' if STORE_HINT else 'on'):>12} {store_gain:>19.3f}x  (interleaved)")
     best = max(gains, key=gains.get)
     return {
         "current": current,
@@ -138,8 +158,8 @@ def check_numerics() -> dict:
             w = torch.rand(M, device="cuda")
             split, inter = torch.cat([g, u], 1), torch.stack([g, u], 2).reshape(M, 2 * N)
             for weights in (None, w):
-                a = mt.moe_silu_and_mul_triton(split, weights, False)
-                b = mt.moe_silu_and_mul_triton(inter, weights, True)
+                a = run_triton(split, weights, False)
+                b = run_triton(inter, weights, True)
                 layouts_equal &= torch.equal(a, b)
                 ref = moe_native.moe_silu_and_mul(split, weights, False)
                 ulp = max(int(ulp_distance(a, ref).max()), int(ulp_distance(b, ref).max()))
@@ -156,7 +176,7 @@ def targets(rows: list[dict], bandwidth: float, full: bool) -> dict:
     for M, N, inter, weights in itertools.product(GRID_M, GRID_N, (False, True), (False, True)):
         sets = make_sets(M, N, weights, inter)
         shape = f"M{M}-N{N}-{'inter' if inter else 'split'}-{'w32' if weights else 'none'}"
-        us = time_us(mt.moe_silu_and_mul_triton, sets)
+        us = time_us(run_triton, sets)
         pct = 100 * (M * 2 * N * 2 + (M * 4 if weights else 0) + M * N * 2) / bandwidth / (us * 1e-6)
         if M >= 4096:
             roof.append(pct)
@@ -198,15 +218,15 @@ def main() -> None:
     s = result["sweep"]
     print("\nDECISIONS")
     print(
-        f"  heuristic: best (TARGET_ELEMENTS, warps) = {s['best']}, {s['best_gain']:.3f}x geomean over the "
+        f"  heuristic: best (outputs per program, warps) = {s['best']}, {s['best_gain']:.3f}x geomean over the "
         f"current {s['current']}; change moe_config only if the gain is >= 1.03x"
     )
     print(
-        f"  eviction: GATEUP_EVICT_FIRST = {s['hint_other']} is {s['hint_gain']:.3f}x vs the current "
-        f"{mt.GATEUP_EVICT_FIRST}; flip it only if >= 1.02x"
+        f"  eviction: evict_first = {s['hint_other']} is {s['hint_gain']:.3f}x vs the current "
+        f"{EVICT_FIRST}; flip it only if >= 1.02x"
     )
     print(
-        f"  store hint: flipping INTERLEAVED_STORE_HINT (now {mt.INTERLEAVED_STORE_HINT}) is "
+        f"  store hint: flipping the store hint (now {STORE_HINT}) is "
         f"{s['store_hint_flipped_gain']:.3f}x on interleaved shapes; flip only if >= 1.02x"
     )
     print(f"  numerics: {result['numerics']}", flush=True)

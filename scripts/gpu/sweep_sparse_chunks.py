@@ -1,13 +1,13 @@
 """gelu_and_mul_sparse on the GPU: a chunked kernel's (chunk x num_warps) configurations against the
 whole-row kernel (and, with ``--compiled``, torch.compile of the spec: one compile per shape, minutes).
 
-``looped``: one program per row in chunks, for wide rows in large batches (session 3,
-benchmarks/results/h200/sweeps/sweep_sparse_loop_s3.txt). ``split``: a row's chunks on separate
-programs, for wide rows in small batches (session 4, sweeps/sweep_sparse_split_s4.txt).
+``looped``: one program per row in chunks, for wide rows in large batches
+(benchmarks/results/h200/sweeps/sparse_looped_chunks.txt). ``split``: a row's chunks on separate
+programs, for wide rows in small batches (sweeps/sparse_split_chunks.txt).
 
 Each configuration first passes the op's contract against native at T = 16, then is timed
 (CUDA-graph replay, median, inputs rotated past L2). Prints per shape the whole-row time, the
-best configuration and the shipped choice (``choose_kernel``), and per width the geomean of
+best configuration and the shipped choice (``choose_plan``), and per width the geomean of
 each configuration over T (and over T >= 1024).
 
     PYTHONPATH=src python3 scripts/gpu/sweep_sparse_chunks.py looped     # about 1 minute on an H200
@@ -26,9 +26,9 @@ from sweep_sparse_warps import TIMER, WORKING_SET, time_us
 
 from exactfuse.bench.results import geomean
 from exactfuse.bench.timing import recompile_limits
-from exactfuse.ops.activation import sparse_heuristics as sh
-from exactfuse.ops.activation import sparse_triton as st
-from exactfuse.ops.activation.sparse import STD_MULTIPLIER, gelu_and_mul_sparse
+from exactfuse.ops.gelu_and_mul_sparse import STD_MULTIPLIER, gelu_and_mul_sparse
+from exactfuse.ops.gelu_and_mul_sparse import heuristics as sh
+from exactfuse.ops.gelu_and_mul_sparse import triton as st
 from exactfuse.registry.contracts import RowBitwise
 
 WIDTHS = (8192, 12288, 16384, 24576, 32768)
@@ -60,24 +60,26 @@ def main() -> None:
         x = torch.randn(16, 2 * d, device="cuda", dtype=torch.bfloat16)
         expected = gelu_and_mul_sparse.native(x, STD_MULTIPLIER, "tanh")
         for bc, w in configs:
-            y = st.launch_gelu_and_mul_sparse(x, STD_MULTIPLIER, "tanh", kernel=opts.kernel, chunk=bc, num_warps=w)
+            plan = sh.SparsePlan(opts.kernel, bc, w)
+            y = st.launch_gelu_and_mul_sparse(x, STD_MULTIPLIER, "tanh", plan=plan)
             res = RowBitwise().check(y, expected)
             assert res.passed, (d, bc, w, res.summary())
         for T in tokens:
             k = max(1, min(32, WORKING_SET // (T * d * 6)))
             sets = [torch.randn(T, 2 * d, device="cuda", dtype=torch.bfloat16) for _ in range(k)]
             row = times.setdefault((T, d), {})
-            row["whole"] = time_us(sets, d, None, kernel="whole")
+            row["whole"] = time_us(sets, sh.default_plan("whole", T, d, 132))
             if opts.compiled:
                 with recompile_limits():
                     row["compiled"] = compiled_us(sets)
             for bc, w in configs:
-                row[(bc, w)] = time_us(sets, d, w, kernel=opts.kernel, chunk=bc)
+                row[(bc, w)] = time_us(sets, sh.SparsePlan(opts.kernel, bc, w))
     head = ("T", 5), ("d", 6), ("whole µs", 9), ("compiled", 8), ("best", 11), ("µs", 8), ("shipped", 18), ("µs", 8)
     lines.append(" ".join(f"{name:>{width}}" for name, width in head) + "   GB/s")
     for (T, d), row in times.items():
         best = min((c for c in row if isinstance(c, tuple)), key=row.get)
-        kind, block, warps = sh.choose_kernel(T, d)
+        chosen = sh.choose_plan(T, d, 132)
+        kind, block, warps = chosen.kernel, chosen.block, chosen.num_warps
         ship = (block, warps) if kind == opts.kernel else "whole"
         us = row.get(ship, float("nan"))  # nan: the shipped choice is the other chunked kernel
         lines.append(

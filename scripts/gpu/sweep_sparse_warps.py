@@ -5,18 +5,21 @@ compiles for) and token counts T in {1, 64, 1024}: the time of each num_warps
 (CUDA-graph replay, median, inputs rotated so the working set exceeds L2),
 registers and spills of each compiled specialization, and the num_warps whose
 geomean over the bucket's shapes is lowest. The last block prints the table to
-paste into ``WARPS_BY_BD`` in src/exactfuse/ops/activation/sparse_heuristics.py
+paste into ``WARPS_BY_BD`` in src/exactfuse/ops/gelu_and_mul_sparse/heuristics.py
 and how much the shipped table loses against it (geomean, worst shape).
 
     PYTHONPATH=src python3 scripts/gpu/sweep_sparse_warps.py      # < 3 minutes on an H200
     PYTHONPATH=src python3 scripts/gpu/sweep_sparse_warps.py --widths 2048 4096 --tokens 128 256
 
-What it decides: the shipped default is {<=1024: 4, 2048-8192: 8, 16384: 16,
-32768: 32}; a bucket whose best num_warps beats the default by more than ~2%
-geomean should take the printed value. Details go to $OUT/sweep_sparse_warps.txt.
+What it decides: a (BD, load) cell whose best num_warps beats the shipped one by more than ~2%
+geomean should take the printed value. Details go to $OUT/sweep_sparse_warps.txt. Results:
+benchmarks/results/h200/sweeps/sparse_whole_warps_t1_64_1024*.txt (the default widths and tokens) and
+sparse_whole_warps_by_load*.txt (d <= 8192 at T = 1..1024, ``--widths 500 1024 2048 3000 4096 8192
+--tokens 1 16 64 128 256 512 1024``).
 """
 
 import argparse
+import dataclasses
 import os
 
 import torch
@@ -24,9 +27,9 @@ import torch
 from exactfuse.bench import resources
 from exactfuse.bench.results import geomean
 from exactfuse.bench.timing import cudagraph_timer
-from exactfuse.ops.activation import sparse_heuristics as sh
-from exactfuse.ops.activation import sparse_triton as st
-from exactfuse.ops.activation.sparse import STD_MULTIPLIER
+from exactfuse.ops.gelu_and_mul_sparse import STD_MULTIPLIER
+from exactfuse.ops.gelu_and_mul_sparse import heuristics as sh
+from exactfuse.ops.gelu_and_mul_sparse import triton as st
 
 WIDTHS = (1, 31, 128, 500, 1024, 2048, 3000, 4096, 8192, 12288, 16384, 24576, 32768)
 TOKENS = (1, 64, 1024)
@@ -48,10 +51,12 @@ def candidate_warps(d: int) -> list[int]:
     return [w for w in WARPS if 4 <= bt * bd // (32 * w) <= 128] or [4]
 
 
-def time_us(sets, d: int, warps: int | None, **launch) -> float:
+def time_us(sets, plan: sh.SparsePlan) -> float:
+    """Median µs per call of the launch with ``plan`` over the rotating input ``sets``."""
+
     def body():
         for x in sets:
-            st.launch_gelu_and_mul_sparse(x, STD_MULTIPLIER, "tanh", num_warps=warps, **launch)
+            st.launch_gelu_and_mul_sparse(x, STD_MULTIPLIER, "tanh", plan=plan)
 
     body()  # compile outside the capture
     return TIMER(body) * 1e3 / len(sets)
@@ -72,7 +77,8 @@ def main() -> None:
             row = times.setdefault((T, d), {})
             for w in candidate_warps(d):
                 before = resources.snapshot([st.gelu_and_mul_sparse_kernel])
-                row[w] = time_us(sets, d, w, kernel="whole")
+                plan = dataclasses.replace(sh.default_plan("whole", T, d, 132), num_warps=w)
+                row[w] = time_us(sets, plan)
                 for res in resources.new_specializations(before, resources.snapshot([st.gelu_and_mul_sparse_kernel])):
                     regs[(sh.sparse_config(d)[1], w)] = f"{res.n_regs} regs/{res.n_spills} spills"
     print(f"{'T':>5} {'d':>6} {'best w':>6} {'us':>8} {'shipped w':>9} {'us':>8} {'x':>6} {'GB/s best':>9}")

@@ -8,19 +8,13 @@ op's contract, and the two checked bitwise equal where the field must not change
     PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_ab.py fixup 1 4 16 32 64 128  # about 1 minute
     PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_ab.py scale_tile --fp16 1 2   # fp16 activations
 ``FIELD`` may join several fields with ``+`` (all on against all off).
-``fixup``: the split-K sum in the GEMM's launch against a second launch (session 4,
-sweeps/sweep_w4a16_fixup_s4.txt). Session 5 ran two more fields, since removed with the variants
-they switched: ``i2f`` at git 8547007 (``q - z`` by int-to-float conversion against the fp32
-``2^23`` trick, sweeps/sweep_w4a16_i2f_s5.txt) and ``unpack16`` at git c194fbd (the 16-bit unpack,
-sweeps/sweep_w4a16_unpack16_s5.txt). Session 6 ran ``load3d`` (the packed words loaded as a 3-D tile,
-since the only load; APPLIES always, EQUAL always), ``swap_ab`` (out^T = W^T a^T; APPLIES to the fused
-configurations, EQUAL never) and ``load3d+swap_ab`` at git 8d25591 (sweeps/sweep_w4a16_*_s6a.txt).
-``packed_math``: the GEMV's dequantization in 16-bit pairs (PTX) against fp32 arithmetic (session 7,
-sweeps/sweep_w4a16_packed_math_s7b.txt); session 7 also ran ``prefetch`` at git 7ab5887 (the GEMV loading
-the next K step's words before dequantizing the current ones; sweeps/sweep_w4a16_prefetch_s7c.txt), since
-removed.
-``wide_a`` (the GEMV's activations in 64-bit loads against one load each) and ``scale_tile`` (its scales
-loaded in the packed words' layout against one per column through shared memory): session 8.
+Fields and the results they back (benchmarks/results/h200/sweeps/, docs/heuristics.md): ``fixup`` (the
+split-K sum in the GEMM's launch against a second launch; w4a16_splitk_fixup_ab.txt), ``packed_math`` (the
+GEMV's dequantization in 16-bit pairs against fp32 arithmetic; w4a16_gemv_packed_math_ab.txt), ``wide_a``
+(the GEMV's activations in 64-bit loads against one load each; w4a16_gemv_wide_a_ab*.txt) and ``scale_tile``
+(its scales loaded in the packed words' layout against one per column through shared memory;
+w4a16_gemv_scale_tile_ab*.txt). The other ``*_ab.txt`` files there were made with fields whose variants are no
+longer in the kernel.
 """
 
 from __future__ import annotations
@@ -33,7 +27,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 from sweep_io import emit
-from sweep_w4a16_decode import SHAPES, bench_rotating, device_info, rotating_weights
+from sweep_w4a16_tiles import SHAPES, bench_rotating, device_info, rotating_weights
 
 from exactfuse.bench.results import geomean
 from exactfuse.ops.w4a16 import CONTRACT, w4a16_gemm

@@ -5,7 +5,7 @@ For the five benchmark (K, N) shapes (bf16, group 128, symmetric, weights rotate
 shipped tile's, and is timed (median of CUDA-graph replays); its bandwidth counts the packed words and
 scales read and the dense weight written. Then at each M given (default 1024), side by side: the dense
 path with the shipped tile and with the fastest tile (geomean over the shapes), each output bitwise equal to
-native, against cuBLAS on a dense weight: the ``M >= 1024: 0.8x cuBLAS`` target of #5.
+native, against cuBLAS on a dense weight (benchmarks/results/h200/sweeps/w4a16_dequant_tiles.txt).
 
     PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_dequant.py [M ...]   # about 1 minute on an H200
 """
@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 from sweep_io import emit
-from sweep_w4a16_decode import SHAPES, bench_rotating, device_info, rotating_weights
+from sweep_w4a16_tiles import SHAPES, bench_rotating, device_info, rotating_weights
 
 from exactfuse.bench.results import geomean
 from exactfuse.ops.w4a16 import w4a16_gemm
@@ -28,7 +28,7 @@ from exactfuse.ops.w4a16.dequant import dense_gemm, dequantize_dense
 from exactfuse.ops.w4a16.heuristics import dense_config
 
 SHIPPED = dense_config()
-TILES = [  # (BK, BN, warps); session 8 shipped the fourth, (64, 128, 4) before
+TILES = [  # (BK, BN, warps); the fourth is the shipped tile
     (64, 128, 4),
     (64, 256, 4),
     (128, 128, 4),

@@ -5,9 +5,9 @@ bf16, group 128, symmetric; weights rotate over enough copies to exceed the 60 M
 output passes the op's contract (the dense path must be bitwise native) before it is timed; median
 of CUDA-graph replays (the harness's timer). Prints per (K, N, M) the µs of each path, and per M the
 geomean over the five benchmark shapes: the numbers behind the M above which the dense path runs
-(``heuristics.DENSE_ABOVE_M``). Session 3's run (benchmarks/results/h200/sweeps/sweep_w4a16_paths_s3.*)
-also timed the K-major PTX tile (``kmajor`` column), since removed; "shipped" there is the fused
-bucket configuration of that revision (m512 and prefill tiles above M = 128).
+(``heuristics.DENSE_ABOVE_M``; benchmarks/results/h200/sweeps/w4a16_fused_vs_dense.*). The older
+w4a16_paths_kmajor_dense.* there also has a K-major PTX tile (``kmajor`` column) that is no longer in the
+kernel; its "shipped" column is a fused configuration with prefill tiles above M = 128.
 
     PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_paths.py      # about 3 minutes on an H200
     PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_paths.py 128 192 256   # only these M
@@ -24,7 +24,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 from sweep_io import emit_json
-from sweep_w4a16_decode import bench_rotating, device_info, rotating_weights
+from sweep_w4a16_tiles import bench_rotating, device_info, rotating_weights
 
 from exactfuse.bench.results import geomean
 from exactfuse.ops.w4a16 import CONTRACT, _bytes, w4a16_gemm

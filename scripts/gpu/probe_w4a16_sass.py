@@ -3,12 +3,14 @@ Triton's bundled ptxas and nvdisasm).
 
 For the decode tile (group 128, symmetric, split-K with the in-launch fixup, bf16 and fp16): the SASS
 instruction count of the whole kernel (its loop body runs once per BK step; Triton does not unroll
-it), the most frequent opcodes, and the shared-memory encodings Triton chose (TTGIR). Session 5 ran
-it on the H200 machine (Triton 3.6) with a 16-bit unpack variant, since removed
-(benchmarks/results/h200/sweeps/sass_w4a16_s5.txt), session 6 at git 8d25591 with the 3-D load of the
-packed words (since the only load) and an operand-swapped variant (sweeps/sass_w4a16_s6a.txt).
+it), the most frequent opcodes, and the shared-memory encodings Triton chose (TTGIR); then the GEMV
+bucket's whole kernel per BM, with and without its 16-bit pair dequantization and its wide loads. Counts
+differ between Triton versions, so compare them within one run. Results
+(benchmarks/results/h200/sweeps/, Triton 3.6): sass_w4a16_gemv_loads.txt (the current kernels); the older
+sass_w4a16_unpack16.txt, sass_w4a16_load3d_swap_ab.txt and sass_w4a16_gemv_packed_math.txt were made with
+variants that are no longer in the kernels.
 
-    PYTHONPATH=src python3 scripts/gpu/sass_w4a16.py
+    PYTHONPATH=src python3 scripts/gpu/probe_w4a16_sass.py
 """
 
 from __future__ import annotations
@@ -122,7 +124,7 @@ def main() -> None:
                 head = f"{dtype} BM={BM} {math}{loads}: {sum(ops.values())} SASS instructions"
                 lines.append(f"{head}, {ops['BAR']} BAR, {resources(kernel)}")
                 lines.append("  " + "  ".join(f"{op} {n}" for op, n in ops.most_common(16)))
-    emit("sass_w4a16.txt", lines)
+    emit("probe_w4a16_sass.txt", lines)
 
 
 if __name__ == "__main__":

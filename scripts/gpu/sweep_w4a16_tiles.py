@@ -8,21 +8,15 @@ is timed. Prints per shape the best config, % of the memory roofline and
 speedup over cuBLAS dense; per bucket the geomean of every config and the
 shipped one. JSON to $OUT.
 
-    PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_decode.py      # about 2 minutes on an H200
-    PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_decode.py --bucket decode \
+    PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_tiles.py       # about 2 minutes on an H200
+    PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_tiles.py --bucket decode \
         --tiles 16,128,128,4,3 16,128,128,8,3 --rules p4 p8          # one bucket, other candidates
     ... --fields FIELD ...                                          # TileConfig booleans on every candidate
 
-Session 2's run is benchmarks/results/h200/sweeps/sweep_w4a16_decode.*; session 6's
-(sweep_w4a16_decode_s6b.*, with the 3-D load, at git fe2c1dd) labelled the decode tile then listed first,
-(16, 128, 128, 4, 4), as shipped; the shipped tile was (16, 128, 128, 4, 3) p4, 29.4 µs there. Its
-``m128`` bucket was then M in {64, 128} (sweep_w4a16_decode_m128_s6d.json), now ``m64`` and ``m128``. At git
-22de330 a 6th tile value set a register cap (``TileConfig.max_registers``, Triton's ``maxnreg``; removed after
-sweeps/sweep_w4a16_*_maxnreg_s6h.*). Session 4's
-(sweep_w4a16_decode_s4.*) ran with the single-launch split-K fixup and the ``w`` (one wave)
-rules; session 3's
-(sweep_w4a16_tiles_kmajor_s3.txt) also timed the K-major tile ("+km"), since removed, and the
-fused prefill tiles, which the dense path has replaced above M = 128 (sweep_w4a16_paths.py).
+Results it backs (docs/heuristics.md): benchmarks/results/h200/sweeps/w4a16_tile_buckets.*,
+w4a16_decode_tiles_8warps.*, w4a16_m32_tiles_8warps.*, w4a16_m64_m128_tiles.*, w4a16_gemv_tiles*.*,
+w4a16_gemv_vs_decode_*.*. The ``*_maxnreg`` files were made with a register-cap field that is no
+longer in ``TileConfig``.
 """
 
 from __future__ import annotations
@@ -50,8 +44,8 @@ from exactfuse.utils import next_power_of_2
 SHAPES = ((4096, 4096), (4096, 14336), (14336, 4096), (8192, 8192), (4096, 28672))
 BUCKETS = {  # name: (Ms, tiles (BM, BN, BK, warps, stages)), the shipped tile first
     # BM = 0: the CUDA-core kernel (gemv.py) with BM = next_pow2(M); the decode bucket's tl.dot tile beside it
-    # M = 4 too in session 7's first run (sweeps/sweep_w4a16_decode_gemv_s7a.*). "shipped" is the M = 2
-    # bucket's tile and rule; M = 1 has its own bucket since session 8, gemv1: (0, 64, 256, 2, 1) p16w
+    # (edit the bucket's Ms to time M = 4). "shipped" is the M = 2 bucket's tile and rule; M = 1 has its own
+    # bucket, gemv1: (0, 64, 256, 2, 1) p16w
     "gemv": (
         (1, 2),
         [
@@ -67,7 +61,7 @@ BUCKETS = {  # name: (Ms, tiles (BM, BN, BK, warps, stages)), the shipped tile f
     "m64": ((64,), [(64, 64, 64, 4, 4), (64, 64, 64, 8, 4), (64, 64, 128, 4, 4), (64, 128, 64, 4, 4)]),
     "m128": ((128,), [(128, 64, 64, 4, 3), (128, 64, 64, 8, 3), (128, 128, 64, 8, 3), (64, 64, 64, 4, 4)]),
 }
-RULES_BY_BUCKET = {  # session 2's best rules per bucket and the p2 reference
+RULES_BY_BUCKET = {  # the rules each bucket is swept with, the shipped one among them
     "gemv": ("p4w", "p8w", "p16w"),
     "decode": ("p4", "p3w", "p4w", "p6w"),
     "m32": ("p2", "p4", "p8"),
@@ -228,7 +222,7 @@ def main() -> None:
     print(f"{time.time() - start:.0f} s")
     suffix = f"_{next(iter(BUCKETS))}" if len(BUCKETS) == 1 else ""  # --bucket: one file per bucket
     suffix += "_fp16" if dtype == torch.float16 else ""
-    emit_json(f"sweep_w4a16_decode{suffix}.json", dict(copy_bw=bw, dtype=str(dtype), fields=FIELDS, rows=rows))
+    emit_json(f"sweep_w4a16_tiles{suffix}.json", dict(copy_bw=bw, dtype=str(dtype), fields=FIELDS, rows=rows))
 
 
 if __name__ == "__main__":

@@ -1,13 +1,16 @@
-"""Nsight Compute profile of the W4A16 decode (M = 1): the kernels exactfuse's heuristic launches there
-(sessions 4 and 6: the tl.dot decode tile and its split-K reduce; since session 7 the GEMV),
+"""Nsight Compute profile of W4A16 at M = 1: the kernels exactfuse's heuristic launches there (the GEMV),
 tinygemm (``torch._weight_int4pack_mm``) and cuBLAS on the dense weight, same inputs.
+
+Results: benchmarks/results/h200/sweeps/ncu_w4a16_gemv.{txt,csv}; ncu_w4a16_decode_tile.{txt,csv} is the
+same profile taken when M = 1 ran the tl.dot decode tile. ``bash scripts/gpu/run.sh ncu w4a16_m1`` runs
+both commands below.
 
     ncu --profile-from-start off --clock-control none --csv --page raw \\
         --section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \\
         --section WarpStateStats --section MemoryWorkloadAnalysis \\
         --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio \\
-        python3 scripts/gpu/profile_w4a16_decode.py > ncu.csv
-    python3 scripts/gpu/profile_w4a16_decode.py --summary ncu.csv
+        python3 scripts/gpu/ncu_w4a16_m1.py > ncu.csv
+    python3 scripts/gpu/ncu_w4a16_m1.py --summary ncu.csv
 
 The program compiles and warms every provider first, then profiles one call of each between
 ``cudaProfilerStart`` / ``cudaProfilerStop`` (bf16, group 128, symmetric, M = 1, (K, N) from

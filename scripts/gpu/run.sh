@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# The one GPU entry point: run named steps on a CUDA machine, write their logs and results under $OUT,
+# print a short summary last.
+#
+#   bash scripts/gpu/run.sh STEP [ARGS...] [-- STEP [ARGS...]]... [// STEP [ARGS...] [-- ...]]...
+#
+# Steps (run in the order given; "--" separates steps, so a step's own arguments cannot contain a bare "--"):
+#   tests [PYTEST_ARGS...]   python3 -m pytest -m gpu -q -rfE PYTEST_ARGS (default: the whole suite)
+#   verify [ARGS...]         python3 -m exactfuse verify ARGS            (e.g. --op w4a16_gemm --quick)
+#   bench OP [ARGS...]       python3 -m exactfuse bench --grid default --op OP ARGS, results into
+#                            $OUT/bench/<step label>/ (OP "all": every op); e.g. bench w4a16_gemm --case '/M(1|2)-'
+#   sweep NAME [ARGS...]     python3 scripts/gpu/sweep_NAME.py ARGS       (e.g. sweep w4a16_ab wide_a 1 2)
+#   probe NAME [ARGS...]     python3 scripts/gpu/probe_NAME.py ARGS       (e.g. probe read_floor)
+#   ncu NAME [ARGS...]       Nsight Compute over python3 scripts/gpu/ncu_NAME.py ARGS (CSV), then
+#                            that script's --summary of it                (e.g. ncu w4a16_m1)
+#
+# "//" starts another lane: lanes run at the same time, lane i on GPU i (CUDA_VISIBLE_DEVICES=i), for the
+# machines with several GPUs; with one lane the GPUs are left as they are. Example (two GPUs):
+#   bash scripts/gpu/run.sh tests tests/ops/test_w4a16_gemm.py -- verify --op w4a16_gemm \
+#       // bench w4a16_gemm --case '/M(1|2)-'
+#
+# Environment:
+#   OUT                the output folder (the lent machine's; default /tmp/exactfuse-run). When OUT is set,
+#                      everything but summary.txt is packed into $OUT/run.tgz at the end, because few files
+#                      come back from that machine: tar xzf run.tgz gives logs/ (one log per step), bench/
+#                      and the sweeps' own files (results/).
+#   RUN_BUDGET_S       seconds for the whole run (default 570): each step is stopped when the budget is spent,
+#                      so the summary and the packing always happen.
+#   EXACTFUSE_GIT_REV  recorded in bench results; set it in the command when the tree has no .git.
+# Wheels in .whl/ (carried from a machine with network) are installed into /tmp/site first.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+PACK=${OUT:+1}
+OUT=${OUT:-/tmp/exactfuse-run}
+BUDGET=${RUN_BUDGET_S:-570}
+START=$(date +%s)
+LOGS=$OUT/logs
+mkdir -p "$LOGS" "$OUT/results"
+export PYTHONPATH=src PYTHONUNBUFFERED=1
+if compgen -G ".whl/*.whl" >/dev/null; then
+  if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; then
+    export PYTHONPATH=src:/tmp/site
+  else
+    echo "run.sh: could not install .whl/*.whl; going on without them" >&2
+  fi
+fi
+if [ -z "${EXACTFUSE_GIT_REV:-}" ] && git rev-parse --short=12 HEAD >/dev/null 2>&1; then
+  EXACTFUSE_GIT_REV=$(git rev-parse --short=12 HEAD)
+  export EXACTFUSE_GIT_REV
+fi
+NCU_SECTIONS=(--section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats
+  --section WarpStateStats --section MemoryWorkloadAnalysis
+  --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio')
+
+# step LANE INDEX NAME [ARGS...]: run one step with what is left of the budget; one line into status.tsv
+step() {
+  local lane=$1 index=$2 name=$3
+  shift 3
+  local label="$lane.$index-$name${1:+-${1//[^A-Za-z0-9_]/}}"
+  local log="$LOGS/$label.log" left=$((BUDGET - ($(date +%s) - START) - 10))
+  local t0 rc
+  t0=$(date +%s)
+  if [ "$left" -le 0 ]; then
+    echo -e "$label\tskipped\t0" >>"$OUT/status.tsv"
+    return
+  fi
+  case "$name" in
+    tests) timeout "$left" python3 -m pytest -m gpu -q -rfE -p no:cacheprovider "$@" >"$log" 2>&1 ;;
+    verify) timeout "$left" python3 -m exactfuse verify "$@" >"$log" 2>&1 ;;
+    bench)
+      local op=${1:?bench needs an op name (or all)}
+      shift
+      local dir="$OUT/bench/$label" ops=(--op "$op")
+      [ "$op" = all ] && ops=()
+      mkdir -p "$dir"
+      timeout "$left" python3 -m exactfuse bench --grid default "${ops[@]}" --out "$dir" --plot "$dir/{op}.png" \
+        "$@" >"$log" 2>&1
+      ;;
+    sweep | probe)
+      local script=scripts/gpu/${name}_${1:?$name needs a script name}.py
+      shift
+      OUT=$OUT/results timeout "$left" python3 "$script" "$@" >"$log" 2>&1
+      ;;
+    ncu)
+      local script=scripts/gpu/ncu_${1:?ncu needs a script name}.py
+      shift
+      timeout "$left" ncu --profile-from-start off --clock-control none --csv --page raw "${NCU_SECTIONS[@]}" \
+        python3 "$script" "$@" >"$OUT/results/$label.csv" 2>"$log"
+      rc=$?
+      python3 "$script" --summary "$OUT/results/$label.csv" >>"$log" 2>&1
+      (exit $rc)
+      ;;
+    *)
+      echo "run.sh: unknown step '$name' (tests, verify, bench, sweep, probe, ncu)" >"$log"
+      false
+      ;;
+  esac
+  rc=$?
+  echo -e "$label\trc=$rc\t$(($(date +%s) - t0))" >>"$OUT/status.tsv"
+}
+
+# lane LANE ARGS...: the lane's steps one after another
+lane() {
+  local lane=$1 index=0 args=()
+  shift
+  for arg in "$@" --; do
+    if [ "$arg" = -- ]; then
+      if [ ${#args[@]} -gt 0 ]; then
+        index=$((index + 1))
+        step "$lane" "$index" "${args[@]}"
+      fi
+      args=()
+    else
+      args+=("$arg")
+    fi
+  done
+}
+
+[ $# -gt 0 ] || {
+  sed -n '2,/^set -uo/p' "$0" | sed '$d'
+  exit 2
+}
+lanes=() current=()
+for arg in "$@" //; do
+  if [ "$arg" = // ]; then
+    lanes+=("$(printf '%q ' "${current[@]}")")
+    current=()
+  else
+    current+=("$arg")
+  fi
+done
+: >"$OUT/status.tsv"
+if [ ${#lanes[@]} -eq 1 ]; then
+  eval "lane 0 ${lanes[0]}"
+else
+  for i in "${!lanes[@]}"; do
+    (
+      export CUDA_VISIBLE_DEVICES=$i
+      eval "lane $i ${lanes[$i]}"
+    ) &
+  done
+  wait
+fi
+
+# the summary: each step's status and the end of its log
+{
+  echo "exactfuse run: $(nvidia-smi -L 2>/dev/null | head -1); git ${EXACTFUSE_GIT_REV:-?}; $(($(date +%s) - START)) s"
+  sort "$OUT/status.tsv" | while IFS=$'\t' read -r label rc seconds; do
+    echo "== $label: $rc, $seconds s"
+    log="$LOGS/$label.log"
+    [ -f "$log" ] || continue
+    case "$label" in
+      *-tests*) grep -E "^(FAILED|ERROR)|passed|failed|error" "$log" | tail -6 ;;
+      *-verify*) grep -E "FAIL|PASS|error" "$log" | grep -vc PASS | sed 's/^/   lines not PASS: /'; tail -3 "$log" ;;
+      *-bench*) grep -E "wrote|time budget|geomean" "$log" | tail -8 ;;
+      *) tail -8 "$log" ;;
+    esac | cut -c1-200
+  done
+} >"$OUT/summary.txt"
+if [ -n "$PACK" ]; then
+  (cd "$OUT" && tar czf /tmp/exactfuse-run.tgz --exclude summary.txt . && find . -mindepth 1 -maxdepth 1 ! -name summary.txt -exec rm -rf {} + && mv /tmp/exactfuse-run.tgz run.tgz)
+fi
+cat "$OUT/summary.txt"
