@@ -1,0 +1,176 @@
+"""Declarations of ``short_conv`` (PLE, seed 004), ``causal_conv1d`` and ``causal_conv1d_update`` (Mamba).
+
+Spec in ``native.py``, argument checks in ``checks.py``, kernels and launchers in ``triton.py``, the
+launch rule in ``heuristics.py``; inputs, warmup, benchmark grids and cost in ``inputs.py``.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from exactfuse.ops.short_conv import checks, native
+from exactfuse.ops.short_conv import triton as _triton
+from exactfuse.registry import Bitwise, Op, Tolerance, op, platform
+
+# Bitwise on CUDA: outputs and every slot of the state. The kernel sums the taps in the spec's order
+# with the spec's roundings and evaluates SiLU as ATen's CUDA kernel does (libdevice exp, IEEE
+# division). Under the Triton interpreter the reference's SiLU runs on the CPU, whose vectorized exp
+# (SLEEF) is not numpy's: on 2M normal fp32 inputs they differ in 17% of fp32 SiLU results and in 419
+# fp16 ones, so the CPU contract is the per-dtype Tolerance. The interpreter tests compare bit for bit
+# against the same spec evaluated with the interpreter's exp (tests/ops/test_short_conv.py), and
+# states, which are copies, bit for bit against the spec itself.
+CONTRACT = Bitwise()
+INTERPRETER_CONTRACT = Tolerance()
+KERNELS = [_triton.conv_rows_kernel, _triton.conv_state_kernel]
+
+
+def _supports(*named: tuple[str, torch.Tensor | None]) -> bool | str:
+    for name, t in named:
+        if t is not None and (reason := platform.triton_reads(name, t)) is not True:
+            return reason
+    return True
+
+
+def short_conv_supports(x, residual, conv_state, weight, state_indices, **_) -> bool | str:
+    """CUDA tensors (or CPU ones under the interpreter, not bf16); any state strides."""
+    return _supports(("x", x), ("conv_state", conv_state))
+
+
+def causal_conv1d_supports(x, weight, bias=None, *, conv_state=None, **_) -> bool | str:
+    return _supports(("x", x), ("conv_state", conv_state))
+
+
+def causal_conv1d_update_supports(x, conv_state, weight, bias=None, **_) -> bool | str:
+    return _supports(("x", x), ("conv_state", conv_state))
+
+
+_short_conv = op(
+    native.short_conv,
+    contract=CONTRACT,
+    interpreter_contract=INTERPRETER_CONTRACT,
+    check=checks.check_short_conv,
+    mutates_args=("residual", "conv_state"),
+    compiler="visible",
+)
+_short_conv.provider("triton", supported=platform.triton_available, supports_args=short_conv_supports, kernels=KERNELS)(
+    _triton.short_conv_triton
+)
+
+_causal_conv1d = op(
+    native.causal_conv1d,
+    contract=CONTRACT,
+    interpreter_contract=INTERPRETER_CONTRACT,
+    check=checks.check_causal_conv1d,
+    mutates_args=("conv_state",),
+    compiler="visible",
+)
+_causal_conv1d.provider(
+    "triton", supported=platform.triton_available, supports_args=causal_conv1d_supports, kernels=KERNELS
+)(_triton.causal_conv1d_triton)
+
+_causal_conv1d_update = op(
+    native.causal_conv1d_update,
+    contract=CONTRACT,
+    interpreter_contract=INTERPRETER_CONTRACT,
+    check=checks.check_causal_conv1d_update,
+    mutates_args=("conv_state",),
+    compiler="visible",
+)
+_causal_conv1d_update.provider(
+    "triton", supported=platform.triton_available, supports_args=causal_conv1d_update_supports, kernels=KERNELS
+)(_triton.causal_conv1d_update_triton)
+
+
+class KeywordOp:
+    """The public callable of an op whose API is keyword-only after ``*``.
+
+    ``torch.library.custom_op`` (under ``triton_op``) rejects keyword-only tensor arguments, so the
+    registered op and its ``torch.ops.exactfuse`` schema take every argument positionally; this
+    wrapper gives the issue's signature (``call``) and otherwise is the op (``priority``, ``select``,
+    ``providers``, ``cases``, ...).
+    """
+
+    def __init__(self, registered: Op, call):
+        self.op = registered
+        self._call = call
+        self.__doc__ = registered.native.__doc__
+        self.__signature__ = inspect.signature(call)
+        self.__name__ = registered.name
+
+    def __call__(self, *args, **kwargs):
+        return self._call(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.op, name)
+
+    def __repr__(self) -> str:
+        return repr(self.op)
+
+
+def _short_conv_call(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    conv_state: torch.Tensor,
+    weight: torch.Tensor,
+    state_indices: torch.Tensor,
+    *,
+    mode: str,
+    dilation: int = 1,
+    query_start_loc: torch.Tensor | None = None,
+    num_accepted_tokens: torch.Tensor | None = None,
+    has_initial_state: torch.Tensor | None = None,
+    spec_query_len: int = 1,
+    token_indices: torch.Tensor | None = None,
+    outer_residual: torch.Tensor | None = None,
+) -> None:
+    return _short_conv(
+        x, residual, conv_state, weight, state_indices, mode, dilation, query_start_loc,
+        num_accepted_tokens, has_initial_state, spec_query_len, token_indices, outer_residual,
+    )  # fmt: skip
+
+
+def _causal_conv1d_call(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    activation: str | None = "silu",
+    dilation: int = 1,
+    conv_state: torch.Tensor | None = None,
+    query_start_loc: torch.Tensor | None = None,
+    state_indices: torch.Tensor | None = None,
+    has_initial_state: torch.Tensor | None = None,
+    pad_slot_id: int = -1,
+) -> torch.Tensor:
+    return _causal_conv1d(
+        x, weight, bias, activation, dilation, conv_state, query_start_loc, state_indices,
+        has_initial_state, pad_slot_id,
+    )  # fmt: skip
+
+
+def _causal_conv1d_update_call(
+    x: torch.Tensor,
+    conv_state: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    activation: str | None = "silu",
+    dilation: int = 1,
+    state_indices: torch.Tensor | None = None,
+    num_accepted_tokens: torch.Tensor | None = None,
+    pad_slot_id: int = -1,
+) -> torch.Tensor:
+    return _causal_conv1d_update(
+        x, conv_state, weight, bias, activation, dilation, state_indices, num_accepted_tokens, pad_slot_id
+    )
+
+
+short_conv = KeywordOp(_short_conv, _short_conv_call)
+causal_conv1d = KeywordOp(_causal_conv1d, _causal_conv1d_call)
+causal_conv1d_update = KeywordOp(_causal_conv1d_update, _causal_conv1d_update_call)
+
+from exactfuse.ops.short_conv import inputs  # noqa: E402, F401  (inputs, grids, warmup, cost)
+
+__all__ = ["causal_conv1d", "causal_conv1d_update", "short_conv"]

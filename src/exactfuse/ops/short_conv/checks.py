@@ -1,0 +1,279 @@
+"""Argument checks of the conv family (passed to the registry as ``check=``); errors name the argument."""
+
+from __future__ import annotations
+
+import torch
+
+from exactfuse.ops.short_conv import native
+from exactfuse.ops.short_conv.native import ACTIVATIONS, FLOAT_DTYPES, INDEX_DTYPES, MODES
+
+
+# ------------------------------------------------------------------------- argument checks
+def _fail(op: str, message: str, error: type = ValueError):
+    raise error(f"{op}: {message}")
+
+
+def _tensor(op, name, t, *, dim, dtypes, device, optional=False):
+    if t is None:
+        if not optional:
+            _fail(op, f"{name} is required here", ValueError)
+        return
+    if not isinstance(t, torch.Tensor):
+        _fail(op, f"{name} must be a torch.Tensor, got {type(t).__name__}", TypeError)
+    if t.dim() != dim:
+        _fail(op, f"{name} must be {dim}-D, got shape {list(t.shape)}")
+    if t.dtype not in dtypes:
+        names = " or ".join(str(d).removeprefix("torch.") for d in dtypes)
+        _fail(op, f"{name} must be {names}, got {t.dtype}", TypeError)
+    if device is not None and t.device != device:
+        _fail(op, f"{name} must be on {device}, got {t.device}")
+
+
+def _values_checkable(*tensors) -> bool:
+    """Index values can be read here: plain tensors, eager, not inside a CUDA-graph capture."""
+    if torch.compiler.is_compiling():
+        return False
+    present = [t for t in tensors if t is not None]
+    if any(type(t) is not torch.Tensor or t.is_meta for t in present):
+        return False
+    return not (any(t.is_cuda for t in present) and torch.cuda.is_current_stream_capturing())
+
+
+def check_conv(
+    op: str,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    *,
+    mode: str,
+    dilation: int,
+    conv_state: torch.Tensor | None,
+    state_indices: torch.Tensor | None,
+    query_start_loc: torch.Tensor | None,
+    num_accepted_tokens: torch.Tensor | None,
+    has_initial_state: torch.Tensor | None,
+    spec_query_len: int,
+    token_indices: torch.Tensor | None,
+    null_slot: int | None,
+    bias: torch.Tensor | None = None,
+    activation: str | None = "silu",
+    residual: torch.Tensor | None = None,
+    outer_residual: torch.Tensor | None = None,
+) -> None:
+    """Validate a call of the conv family; errors name the argument. Runs before any write.
+
+    Index values (slots, token rows, request offsets) are checked only where they can be read without
+    tracing or capture (:func:`_values_checkable`); there the kernel masks what it cannot trust.
+    """
+    if mode not in MODES:
+        _fail(op, f"mode must be one of {MODES}, got {mode!r}")
+    if isinstance(dilation, bool) or not isinstance(dilation, int) or dilation < 1:
+        _fail(op, f"dilation must be an int >= 1, got {dilation!r}")
+    if isinstance(spec_query_len, bool) or not isinstance(spec_query_len, int) or spec_query_len < 1:
+        _fail(op, f"spec_query_len must be an int >= 1, got {spec_query_len!r}")
+    if activation not in ACTIVATIONS:
+        _fail(op, f"activation must be None or 'silu', got {activation!r}")
+    _tensor(op, "x", x, dim=2, dtypes=FLOAT_DTYPES, device=None)
+    device, dtype, (N, C) = x.device, x.dtype, x.shape
+    if x.stride(1) != 1 and C > 1:
+        _fail(op, f"x must have a contiguous last dimension, got strides {tuple(x.stride())}")
+    _tensor(op, "weight", weight, dim=2, dtypes=(dtype,), device=device)
+    if weight.shape[0] != C or weight.shape[1] < 1:
+        _fail(op, f"weight must be [C, K] = [{C}, K >= 1], got {list(weight.shape)}")
+    K = weight.shape[1]
+    SL = (K - 1) * dilation
+    for name, t in (("residual", residual), ("outer_residual", outer_residual)):
+        if t is not None:
+            _tensor(op, name, t, dim=2, dtypes=(dtype,), device=device)
+            if t.shape != x.shape:
+                _fail(op, f"{name} must have x's shape {list(x.shape)}, got {list(t.shape)}")
+            if t.stride(1) != 1 and C > 1:
+                _fail(op, f"{name} must have a contiguous last dimension, got strides {tuple(t.stride())}")
+    _tensor(op, "bias", bias, dim=1, dtypes=(dtype,), device=device, optional=True)
+    if bias is not None and bias.shape[0] != C:
+        _fail(op, f"bias must be [C] = [{C}], got {list(bias.shape)}")
+    _tensor(op, "token_indices", token_indices, dim=1, dtypes=INDEX_DTYPES, device=device, optional=True)
+    L = token_indices.shape[0] if token_indices is not None else N
+    needs_qsl = mode != "decode"
+    _tensor(op, "conv_state", conv_state, dim=3, dtypes=(dtype,), device=device, optional=residual is None)
+    if conv_state is None:
+        for name, t in (("state_indices", state_indices), ("has_initial_state", has_initial_state)):
+            if t is not None:
+                _fail(op, f"{name} needs a conv_state")
+    else:
+        sql = spec_query_len if mode == "spec" else 1
+        width = SL + sql - 1
+        if conv_state.shape[1] != C or conv_state.shape[2] < width or conv_state.shape[0] < 1:
+            _fail(
+                op,
+                f"conv_state must be [slots >= 1, C, W] with C = {C} and W >= (K-1)*dilation + SQL-1 = {width}, "
+                f"got {list(conv_state.shape)}",
+            )
+    _tensor(
+        op, "state_indices", state_indices, dim=1, dtypes=(torch.int32,), device=device, optional=op != "short_conv"
+    )
+    if needs_qsl:
+        _tensor(op, "query_start_loc", query_start_loc, dim=1, dtypes=(torch.int32,), device=device)
+    R = L if not needs_qsl else query_start_loc.shape[0] - 1
+    if state_indices is not None and state_indices.shape[0] != R:
+        what = "one per row (decode)" if not needs_qsl else "len(query_start_loc) - 1"
+        _fail(op, f"state_indices must be [R] = [{R}] ({what}), got {list(state_indices.shape)}")
+    if needs_qsl and query_start_loc.shape[0] < 1:
+        _fail(op, "query_start_loc must be [R + 1] with R >= 0, got an empty tensor")
+    if mode == "spec":
+        _tensor(op, "num_accepted_tokens", num_accepted_tokens, dim=1, dtypes=(torch.int32,), device=device)
+    elif num_accepted_tokens is not None and op == "short_conv":
+        _fail(op, f"num_accepted_tokens is for mode='spec', got mode={mode!r}")
+    need_init = mode == "prefill" and op == "short_conv"
+    _tensor(
+        op, "has_initial_state", has_initial_state, dim=1, dtypes=(torch.bool,), device=device, optional=not need_init
+    )
+    used = (
+        ("num_accepted_tokens", num_accepted_tokens),
+        ("has_initial_state", None if mode == "spec" else has_initial_state),
+    )
+    for name, t in used:
+        if t is not None and t.shape[0] < R:
+            _fail(op, f"{name} must have at least R = {R} entries, got {list(t.shape)}")
+    if not _values_checkable(x, conv_state, state_indices, query_start_loc, token_indices):
+        return
+    _check_values(
+        op, N, L, R, mode, spec_query_len, conv_state, state_indices, query_start_loc, token_indices, null_slot
+    )
+
+
+def _check_values(op, N, L, R, mode, sql, conv_state, state_indices, qsl, token_indices, null_slot) -> None:
+    """The index-value checks, with one device read for all of them."""
+    checks: list[tuple[str, torch.Tensor]] = []
+    if state_indices is not None and conv_state is not None:
+        slots = conv_state.shape[0]
+        ok = (state_indices >= 0) & (state_indices < slots)
+        if null_slot is not None:
+            ok |= state_indices == null_slot
+        checks.append(
+            (f"state_indices must lie in [0, slots = {slots})" + (f" or be {null_slot}" if null_slot else ""), ok.all())
+        )
+    if token_indices is not None:
+        checks.append((f"token_indices must lie in [0, N = {N})", ((token_indices >= 0) & (token_indices < N)).all()))
+    if qsl is not None and mode != "decode":
+        lengths = qsl[1:] - qsl[:-1]
+        ok = (qsl[0] >= 0) & (qsl[-1] <= L) & (lengths >= 0).all()
+        checks.append((f"query_start_loc must be non-decreasing from >= 0 to <= {L} rows", ok))
+        if mode == "spec":
+            checks.append(
+                (
+                    f"query_start_loc: spec requests must have at most spec_query_len = {sql} rows",
+                    (lengths <= sql).all(),
+                )
+            )
+    if not checks:
+        return
+    passed = torch.stack([c for _, c in checks]).tolist()
+    for (message, _), ok in zip(checks, passed, strict=True):
+        if not ok:
+            _fail(op, message)
+
+
+def check_short_conv(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    conv_state: torch.Tensor,
+    weight: torch.Tensor,
+    state_indices: torch.Tensor,
+    mode: str,
+    dilation: int = 1,
+    query_start_loc: torch.Tensor | None = None,
+    num_accepted_tokens: torch.Tensor | None = None,
+    has_initial_state: torch.Tensor | None = None,
+    spec_query_len: int = 1,
+    token_indices: torch.Tensor | None = None,
+    outer_residual: torch.Tensor | None = None,
+) -> None:
+    _tensor("short_conv", "residual", residual, dim=2, dtypes=FLOAT_DTYPES, device=None)
+    check_conv(
+        "short_conv",
+        x,
+        weight,
+        mode=mode,
+        dilation=dilation,
+        conv_state=conv_state,
+        state_indices=state_indices,
+        query_start_loc=query_start_loc,
+        num_accepted_tokens=num_accepted_tokens,
+        has_initial_state=has_initial_state,
+        spec_query_len=spec_query_len,
+        token_indices=token_indices,
+        null_slot=None,
+        residual=residual,
+        outer_residual=outer_residual,
+    )
+
+
+def check_causal_conv1d(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activation: str | None = "silu",
+    dilation: int = 1,
+    conv_state: torch.Tensor | None = None,
+    query_start_loc: torch.Tensor | None = None,
+    state_indices: torch.Tensor | None = None,
+    has_initial_state: torch.Tensor | None = None,
+    pad_slot_id: int = -1,
+) -> None:
+    _tensor("causal_conv1d", "x", x, dim=2, dtypes=FLOAT_DTYPES, device=None)
+    check_conv(
+        "causal_conv1d",
+        x,
+        weight,
+        mode="prefill",
+        dilation=dilation,
+        conv_state=conv_state,
+        state_indices=state_indices,
+        query_start_loc=native.one_sequence(x) if query_start_loc is None else query_start_loc,
+        num_accepted_tokens=None,
+        has_initial_state=has_initial_state,
+        spec_query_len=1,
+        token_indices=None,
+        null_slot=pad_slot_id,
+        bias=bias,
+        activation=activation,
+    )
+
+
+def check_causal_conv1d_update(
+    x: torch.Tensor,
+    conv_state: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activation: str | None = "silu",
+    dilation: int = 1,
+    state_indices: torch.Tensor | None = None,
+    num_accepted_tokens: torch.Tensor | None = None,
+    pad_slot_id: int = -1,
+) -> None:
+    op = "causal_conv1d_update"
+    if not isinstance(x, torch.Tensor) or x.dim() not in (2, 3):
+        _fail(op, f"x must be a [B, C] or [B, Lq, C] tensor, got {getattr(x, 'shape', type(x).__name__)}")
+    _tensor(op, "conv_state", conv_state, dim=3, dtypes=FLOAT_DTYPES, device=None)
+    if x.dim() == 3 and x.shape[1] > 1 and x.stride(1) != x.shape[2] * x.stride(2):
+        _fail(op, f"x [B, Lq, C] must have rows Lq of one sequence adjacent, got strides {tuple(x.stride())}")
+    rows = x if x.dim() == 2 else x.reshape(-1, x.shape[2])
+    three_d = x.dim() == 3
+    mode = "decode" if not three_d else ("prefill" if num_accepted_tokens is None else "spec")
+    check_conv(
+        op,
+        rows,
+        weight,
+        mode=mode,
+        dilation=dilation,
+        conv_state=conv_state,
+        state_indices=state_indices,
+        query_start_loc=native.uniform_starts(x.shape[0], x.shape[1], x.device) if three_d else None,
+        num_accepted_tokens=num_accepted_tokens if three_d else None,
+        has_initial_state=None,
+        spec_query_len=x.shape[1] if three_d else 1,
+        token_indices=None,
+        null_slot=pad_slot_id,
+        bias=bias,
+        activation=activation,
+    )

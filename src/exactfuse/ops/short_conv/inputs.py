@@ -1,0 +1,174 @@
+"""Inputs, warmup, benchmark grids and roofline cost of the conv family.
+
+Every case draws fresh random values (never zeros) for inputs, residuals, weights and the whole state
+pool, slot 0 included, so a write to the null slot or to a position the spec keeps shows up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from exactfuse.ops.short_conv import _short_conv
+from exactfuse.registry import Case
+from exactfuse.testing.inputs import make_generator, randn
+from exactfuse.utils import DTYPE_NAMES
+
+LAYOUTS = ("cw", "wc")  # storage [slot, C, W] / [slot, W, C], both viewed as logical [slot, C, W]
+
+
+def make_state(slots: int, C: int, W: int, layout: str, dtype, device, gen) -> torch.Tensor:
+    """A random state pool, logical ``[slots, C, W]``, stored as ``layout``."""
+    if layout == "cw":
+        return randn((slots, C, W), dtype, device, gen)
+    return randn((slots, W, C), dtype, device, gen).transpose(1, 2)
+
+
+def _slots(n: int, slots: int, null: Sequence[int], gen, device) -> torch.Tensor:
+    """``n`` distinct slots in ``1 .. slots-1``; positions in ``null`` get the null slot 0."""
+    ids = torch.randperm(slots - 1, generator=gen)[:n] + 1
+    for i in null:
+        ids[i] = 0
+    return ids.to(torch.int32)
+
+
+def short_conv_case(
+    case_id: str,
+    mode: str,
+    lengths: Sequence[int] = (),
+    *,
+    C: int,
+    K: int = 4,
+    D: int = 3,
+    dtype: torch.dtype,
+    device,
+    gen: torch.Generator,
+    decodes: int = 0,
+    null: Sequence[int] = (),
+    accepted: Sequence[int] | None = None,
+    sql: int = 1,
+    padding: int = 0,
+    layout: str = "cw",
+    slots: int = 64,
+    outer: bool = True,
+    init: bool = True,
+    index_stride: int = 1,
+    extra_rows: int = 0,
+) -> Case:
+    """One ``short_conv`` call. decode: ``decodes`` rows; spec/prefill: requests of ``lengths`` rows,
+    then ``padding`` graph-padding rows. ``extra_rows`` > 0 adds physical rows outside the call and a
+    shuffled token map (a mixed batch's part). ``index_stride`` makes ``state_indices`` a column view."""
+    R = decodes if mode == "decode" else len(lengths)
+    L = decodes if mode == "decode" else sum(lengths) + padding
+    N = L + extra_rows
+    SL = (K - 1) * D
+    W = SL + (sql - 1 if mode == "spec" else 0) + (1 if layout == "wc" else 0)
+    x, residual = randn((N, C), dtype, device, gen), randn((N, C), dtype, device, gen)
+    outer_residual = randn((N, C), dtype, device, gen) if outer else None
+    weight = randn((C, K), dtype, device, gen, 0.5)
+    state = make_state(slots, C, W, layout, dtype, device, gen)
+    sid = _slots(R, slots, null, gen, device)
+    if index_stride > 1:
+        table = torch.randint(1, slots, (R, index_stride), generator=gen, dtype=torch.int32)
+        table[:, 0] = sid
+        sid = table.to(device)[:, 0]
+    else:
+        sid = sid.to(device)
+    kwargs = {"mode": mode, "dilation": D}
+    if mode != "decode":
+        kwargs["query_start_loc"] = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+        kwargs["query_start_loc"] = kwargs["query_start_loc"].to(device)
+    if mode == "spec":
+        kwargs["num_accepted_tokens"] = torch.tensor(accepted, dtype=torch.int32, device=device)
+        kwargs["spec_query_len"] = sql
+    if init and mode != "spec":
+        kwargs["has_initial_state"] = (torch.arange(R) % 2 == 0).to(device)
+    if extra_rows:
+        kwargs["token_indices"] = torch.randperm(N, generator=gen)[:L].to(device)
+    if outer_residual is not None:
+        kwargs["outer_residual"] = outer_residual
+    return Case(case_id, (x, residual, state, weight, sid), kwargs)
+
+
+def _sized(quick: bool, device) -> tuple[int, int]:
+    """(wide C, model C): interpreter-sized on the CPU."""
+    if device.type == "cpu":
+        return (144, 80) if quick else (320, 200)
+    return 10240, 2048
+
+
+def upstream_cases(device, dtype, gen, *, quick: bool = False, layout: str = "cw"):
+    """Upstream's seven cases (spec §3.1), the mixed batch as its three calls through token maps."""
+    wide, model = _sized(quick, device)
+    short = DTYPE_NAMES[dtype]
+    kw = {"dtype": dtype, "device": device, "gen": gen, "layout": layout}
+    long_len = 128 if not quick else 24
+    yield short_conv_case(
+        f"decode-single-C{min(512, model)}-{layout}-{short}", "decode", decodes=1, C=min(512, model), **kw
+    )
+    yield short_conv_case(
+        f"decode-padded-K5-D1-{layout}-{short}", "decode", decodes=33, null=(32,), K=5, D=1, C=model, **kw
+    )
+    yield short_conv_case(f"prefill-{layout}-{short}", "prefill", (37, 0, 5, long_len), null=(1,), C=model, **kw)
+    yield short_conv_case(
+        f"prefill-strided-state-indices-C{wide}-{layout}-{short}", "prefill", (16, 676 if not quick else 40),
+        C=wide, index_stride=4, **kw,
+    )  # fmt: skip
+    yield short_conv_case(
+        f"spec-graph-padded-{layout}-{short}", "spec", (1, 4, 4, 0), accepted=(1, 2, 4, 1), sql=4, padding=4,
+        null=(1,), C=model, **kw,
+    )  # fmt: skip
+    mixed = {"extra_rows": 6, "C": model, **kw}
+    yield short_conv_case(f"mixed-spec-{layout}-{short}", "spec", (3, 4), accepted=(2, 4), sql=4, **mixed)
+    yield short_conv_case(f"mixed-decode-{layout}-{short}", "decode", decodes=1, **mixed)
+    yield short_conv_case(f"mixed-prefill-{layout}-{short}", "prefill", (5,), **mixed)
+    varied = {"C": 640 if device.type != "cpu" or not quick else 160, "K": 3, "D": 2, **kw}
+    yield short_conv_case(
+        f"mixed-varied-spec-C{varied['C']}-K3-D2-{layout}-{short}", "spec", (1, 2), accepted=(0, 1), sql=3,
+        extra_rows=13, **varied,
+    )  # fmt: skip
+    yield short_conv_case(
+        f"mixed-varied-decode-C{varied['C']}-K3-D2-{layout}-{short}", "decode", decodes=2, null=(1,),
+        extra_rows=13, **varied,
+    )  # fmt: skip
+    yield short_conv_case(
+        f"mixed-varied-prefill-C{varied['C']}-K3-D2-{layout}-{short}", "prefill", (0, 8, 3), null=(1,),
+        extra_rows=5, **varied,
+    )  # fmt: skip
+
+
+def sweep_cases(device, dtype, gen, *, quick: bool = False):
+    """K x D x mode x layout on a channel count no block divides; R = 0 in every mode."""
+    short = DTYPE_NAMES[dtype]
+    C = 200 if device.type == "cpu" else 1000
+    ks = (2, 3, 4, 5) if not quick else (2, 5)
+    ds = (1, 2, 3) if not quick else (1, 3)
+    for layout in LAYOUTS:
+        kw = {"dtype": dtype, "device": device, "gen": gen, "layout": layout, "C": C}
+        for K in ks:
+            for D in ds:
+                tag = f"K{K}-D{D}-{layout}-{short}"
+                yield short_conv_case(f"decode-{tag}", "decode", decodes=5, null=(2,), K=K, D=D, **kw)
+                yield short_conv_case(
+                    f"spec-{tag}", "spec", (3, 1, 0, 2), accepted=(3, 0, 1, 2), sql=3, padding=2, null=(1,),
+                    K=K, D=D, **kw,
+                )  # fmt: skip
+                yield short_conv_case(
+                    f"prefill-{tag}", "prefill", (2, 0, 9, 1), null=(3,), padding=1, K=K, D=D, outer=K % 2 == 0,
+                    **kw,
+                )  # fmt: skip
+        for mode in ("decode", "spec", "prefill"):
+            extra = {"accepted": (), "sql": 2} if mode == "spec" else {}
+            yield short_conv_case(f"{mode}-R0-{layout}-{short}", mode, (), padding=0, **extra, **kw)
+            if mode != "decode":
+                yield short_conv_case(f"{mode}-R0-padded-{layout}-{short}", mode, (), padding=3, **extra, **kw)
+        yield short_conv_case(f"decode-no-init-{layout}-{short}", "decode", decodes=4, init=False, **kw)
+
+
+@_short_conv.inputs
+def short_conv_inputs(device: torch.device, dtype: torch.dtype, *, quick: bool = False, seed: int = 0):
+    gen = make_generator(seed)
+    for layout in LAYOUTS:
+        yield from upstream_cases(device, dtype, gen, quick=quick, layout=layout)
+    yield from sweep_cases(device, dtype, gen, quick=quick)

@@ -1,0 +1,330 @@
+"""Native specs of ``short_conv``, ``causal_conv1d`` and ``causal_conv1d_update``.
+
+One function, :func:`conv_reference`, defines all three: a causal depthwise conv of kernel width ``K``
+and dilation ``D`` over packed variable-length requests, reading a per-request state window and writing
+it back (``specs/ple_qsa_semantics.md`` §1). It is plain PyTorch with static shapes (gathers, no host
+reads of index values), so it also runs under fake tensors, ``torch.compile`` and CUDA graphs.
+
+Rows. ``x [N, C]`` holds physical rows; the op works on ``L`` logical rows (``L = len(token_indices)``
+with a token map, row ``t`` living at physical row ``token_indices[t]``; else ``L = N``). In ``decode``
+mode row ``t`` is request ``t``; in ``spec`` / ``prefill`` request ``r`` owns logical rows
+``query_start_loc[r] .. query_start_loc[r+1] - 1`` and rows from ``query_start_loc[R]`` on are padding.
+
+History. ``SL = (K-1)·D``. Request ``r``'s history is ``state[sid, off : off+SL] ‖ its rows``; output
+position ``j`` uses history indices ``j + D·k`` for ``k = 0 .. K-1`` (``k = K-1`` is the row itself).
+``off = clamp(num_accepted[r] - 1, 0, SQL - 1)`` in spec mode, else 0.
+
+Rounding, per (row, channel), ``rnd`` = round to nearest even to the activation dtype:
+``acc = Σ_k w[c,k]·tap_k`` in fp32, ``k`` ascending, each product rounded to fp32 before its add (for
+fp16/bf16 operands the products are exact); ``conv = rnd(acc [+ bias])``; ``y = rnd(silu(conv))`` (the
+SiLU in fp32, as eager ``F.silu`` evaluates it) or ``y = conv`` without activation; ``conv_out = y``
+where the row has an output, else 0. ``short_conv`` then stores
+``rnd(fp32(outer) + fp32(rnd(residual + conv_out)))`` into ``residual`` (the outer step skipped without
+``outer_residual``), which is eager ``residual.add_(F.silu(conv1d(...)))`` followed by ``outer + residual``.
+
+State write-back (never to a null slot): window position ``i`` of request ``r`` becomes history index
+``m = shift + i`` with ``shift = qlen`` (prefill; nothing when ``qlen = 0``) or ``1`` (decode, spec),
+for ``i < SL`` (decode, prefill) or ``i < min(SL + qlen - 1, SL + SQL - 1)`` (spec). Every output
+reads the old state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+MODES = ("decode", "spec", "prefill")
+ACTIVATIONS = (None, "silu")
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+INDEX_DTYPES = (torch.int32, torch.int64)
+
+
+def _gather_or(values: torch.Tensor, index: torch.Tensor, fill: int) -> torch.Tensor:
+    """``values[index]`` (int64) where ``0 <= index < len(values)``, else ``fill``; works for empty ``values``."""
+    padded = torch.cat([values.long(), values.new_full((1,), fill, dtype=torch.long)])
+    n = values.shape[0]
+    return padded[torch.where((index >= 0) & (index < n), index, n)]
+
+
+def conv_reference(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    *,
+    mode: str,
+    dilation: int,
+    conv_state: torch.Tensor | None,
+    state_indices: torch.Tensor | None,
+    query_start_loc: torch.Tensor | None,
+    num_accepted_tokens: torch.Tensor | None,
+    has_initial_state: torch.Tensor | None,
+    init: str,
+    spec_query_len: int,
+    token_indices: torch.Tensor | None,
+    null_slot: int,
+    bias: torch.Tensor | None = None,
+    activation: str | None = "silu",
+    residual: torch.Tensor | None = None,
+    outer_residual: torch.Tensor | None = None,
+    silu: Callable[[torch.Tensor], torch.Tensor] = F.silu,
+) -> torch.Tensor:
+    """The conv family's spec (module docstring); returns ``conv_out`` per logical row ``[L, C]``.
+
+    Writes ``residual`` (when given) and ``conv_state`` (when given) in place. ``state_indices=None``
+    with a state means request ``r`` uses slot ``r``. ``init``: ``"tensor"`` (``has_initial_state[r]``
+    says whether the slot's history is read), ``"always"`` or ``"never"`` (zeros; the state is still
+    written). A request whose index equals ``null_slot`` or lies outside ``[0, slots)`` has no state;
+    in decode and prefill it has no output either. ``silu`` is the SiLU used; tests substitute the
+    interpreter's exp to compare every other step bit for bit on the CPU.
+    """
+    dtype, device = x.dtype, x.device
+    N, C = x.shape
+    K = weight.shape[1]
+    SL = (K - 1) * dilation
+    SQL = spec_query_len if mode == "spec" else 1
+    L = token_indices.shape[0] if token_indices is not None else N
+    t = torch.arange(L, device=device)
+    phys = token_indices.long() if token_indices is not None else t
+
+    # Row -> request.
+    if mode == "decode":
+        R = L
+        r, q_start, in_range = t, t, torch.ones(L, dtype=torch.bool, device=device)
+        qlen = torch.ones(R, dtype=torch.long, device=device)
+        req_start = torch.arange(R, device=device)
+    else:
+        R = state_indices.shape[0] if state_indices is not None else query_start_loc.shape[0] - 1
+        qsl = query_start_loc.long()
+        r = (torch.searchsorted(qsl[:R].contiguous(), t, right=True) - 1).clamp(max=R - 1).clamp(min=0)
+        q_start = _gather_or(qsl, r, 0)
+        in_range = (q_start <= t) & (t < qsl[R])
+        req_start = qsl[:R]
+        qlen = qsl[1 : R + 1] - qsl[:R]
+    j = t - q_start
+    req = torch.arange(R, device=device)
+
+    # Request -> slot, permissions.
+    has_state = conv_state is not None
+    slots = conv_state.shape[0] if has_state else 1
+    sid = _gather_or(state_indices, req, null_slot) if state_indices is not None else req
+    state_ok = has_state & (sid != null_slot) & (sid >= 0) & (sid < slots)
+    sid_safe = torch.where(state_ok, sid, 0)
+    if init == "tensor":
+        has_init = state_ok & (_gather_or(has_initial_state.long(), req, 0) != 0)
+    else:
+        has_init = state_ok & (init == "always")
+    if mode == "spec":
+        slot_off = (_gather_or(num_accepted_tokens, req, 0) - 1).clamp(0, SQL - 1)
+        read_state = state_ok
+    else:
+        slot_off = torch.zeros(R, dtype=torch.long, device=device)
+        read_state = has_init
+    out_ok_req = state_ok if (mode != "spec" and has_state) else torch.ones(R, dtype=torch.bool, device=device)
+    row_out_ok = in_range & _gather_or(out_ok_req.long(), r, 0).bool()
+    row_read = _gather_or(read_state.long(), r, 0).bool()
+    row_sid = _gather_or(sid_safe, r, 0)
+    row_off = _gather_or(slot_off, r, 0)
+
+    # Taps, ascending k, fp32.
+    acc = torch.zeros(L, C, dtype=torch.float32, device=device)
+    for k in range(K):
+        h = j + dilation * k
+        from_state = h <= SL - 1
+        if has_state:
+            pos = (h + row_off).clamp(0, conv_state.shape[2] - 1)
+            s_val = conv_state[row_sid, :, pos].float()
+        else:
+            s_val = torch.zeros(L, C, dtype=torch.float32, device=device)
+        x_row = (q_start + h - SL).clamp(max=L - 1).clamp(min=0)
+        x_val = x[_gather_or(phys, x_row, 0)].float()
+        tap = torch.where(
+            from_state[:, None],
+            torch.where(row_read[:, None], s_val, 0.0),
+            torch.where(row_out_ok[:, None], x_val, 0.0),
+        )
+        acc = acc + weight[:, k].float() * tap
+    if bias is not None:
+        acc = acc + bias.float()
+    conv = acc.to(dtype)
+    y = silu(conv).to(dtype) if activation == "silu" else conv
+    conv_out = torch.where(row_out_ok[:, None], y, torch.zeros((), dtype=dtype, device=device))
+
+    # State write-back, computed from the old state.
+    if has_state:
+        old = conv_state[sid_safe]  # [R, C, W]
+        new = old.clone()
+        if mode == "spec":
+            count, shift, write_ok = (SL + qlen - 1).clamp(max=SL + SQL - 1), torch.ones_like(qlen), state_ok
+        elif mode == "prefill":
+            count, shift, write_ok = torch.full_like(qlen, SL), qlen, state_ok & (qlen > 0)
+        else:
+            count, shift, write_ok = torch.full_like(qlen, SL), torch.ones_like(qlen), state_ok
+        for i in range(SL + SQL - 1):
+            m = shift + i
+            pos = (slot_off + m).clamp(0, conv_state.shape[2] - 1)
+            s_val = torch.where(read_state[:, None], old[req, :, pos], torch.zeros((), dtype=old.dtype, device=device))
+            x_row = (req_start + m - SL).clamp(max=L - 1).clamp(min=0)
+            x_val = x[_gather_or(phys, x_row, 0)].to(old.dtype)
+            value = torch.where((m <= SL - 1)[:, None], s_val, x_val)
+            new[:, :, i] = torch.where((write_ok & (i < count))[:, None], value, old[:, :, i])
+        # Requests without a state write their slot's final value (so duplicates agree).
+        owner = torch.full((slots + 1,), R, dtype=torch.long, device=device)
+        owner.scatter_(0, torch.where(write_ok, sid_safe, slots), req)
+        own = owner[sid_safe]
+        new_ext = torch.cat([new, old[:1]])
+        final = torch.where(
+            write_ok[:, None, None], new, torch.where((own < R)[:, None, None], new_ext[own.clamp(max=R)], old)
+        )
+        conv_state[sid_safe] = final
+
+    if residual is not None:
+        ple = (residual[phys].float() + conv_out.float()).to(dtype)
+        if outer_residual is not None:
+            ple = (outer_residual[phys].float() + ple.float()).to(dtype)
+        residual.index_copy_(0, phys, ple)
+    return conv_out
+
+
+# ---------------------------------------------------------------------------- the public specs
+def short_conv(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    conv_state: torch.Tensor,
+    weight: torch.Tensor,
+    state_indices: torch.Tensor,
+    mode: str,
+    dilation: int = 1,
+    query_start_loc: torch.Tensor | None = None,
+    num_accepted_tokens: torch.Tensor | None = None,
+    has_initial_state: torch.Tensor | None = None,
+    spec_query_len: int = 1,
+    token_indices: torch.Tensor | None = None,
+    outer_residual: torch.Tensor | None = None,
+) -> None:
+    """PLE short conv: ``residual[row] = rnd(outer + rnd(residual + rnd(silu(rnd(conv)))))`` in place.
+
+    x, residual, outer_residual: ``[N, C]`` fp16/bf16 (fp32 accepted), last dim contiguous.
+    conv_state: logical ``[slots, C, W]``, any strides, the activation dtype; slot 0 is the null slot
+    (never read or written). weight: ``[C, K]``. state_indices: ``[R]`` int32 (decode: ``R = L``).
+    mode: ``"decode"`` (one row per request), ``"spec"`` (``query_start_loc [R+1]`` and
+    ``num_accepted_tokens [>=R]`` int32 required; ``has_initial_state`` ignored) or ``"prefill"``
+    (``query_start_loc`` and ``has_initial_state [>=R]`` bool required). spec_query_len: ``SQL``, spec
+    mode only (``W >= (K-1)·dilation + SQL - 1``). token_indices: ``[L]`` int32/int64 logical -> physical
+    row map. Every logical row gets the outer residual, padding and null-slot rows included (their
+    conv output is 0). Mutates ``residual`` and ``conv_state``; returns None.
+    """
+    conv_reference(
+        x,
+        weight,
+        mode=mode,
+        dilation=dilation,
+        conv_state=conv_state,
+        state_indices=state_indices,
+        query_start_loc=query_start_loc,
+        num_accepted_tokens=num_accepted_tokens,
+        has_initial_state=has_initial_state,
+        init="always" if has_initial_state is None or mode == "spec" else "tensor",
+        spec_query_len=spec_query_len,
+        token_indices=token_indices,
+        null_slot=0,
+        residual=residual,
+        outer_residual=outer_residual,
+    )
+
+
+def one_sequence(x: torch.Tensor) -> torch.Tensor:
+    """``query_start_loc`` of one sequence over all of ``x``'s rows: ``[0, T]`` int32."""
+    return torch.arange(2, dtype=torch.int32, device=x.device) * x.shape[0]
+
+
+def causal_conv1d(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activation: str | None = "silu",
+    dilation: int = 1,
+    conv_state: torch.Tensor | None = None,
+    query_start_loc: torch.Tensor | None = None,
+    state_indices: torch.Tensor | None = None,
+    has_initial_state: torch.Tensor | None = None,
+    pad_slot_id: int = -1,
+) -> torch.Tensor:
+    """Mamba-style varlen causal conv: ``out = act(rnd(Σ_k w·x + bias))``, ``[T, C] -> [T, C]``.
+
+    x: ``[T, C]`` channel-last (last dim contiguous), sequences at ``query_start_loc [R+1]`` int32
+    (``None``: one sequence). weight ``[C, K]``, bias ``[C]`` or None, activation None or "silu".
+    conv_state: logical ``[slots, C, W]`` with ``W >= (K-1)·dilation``; positions ``0 .. SL-1`` hold the
+    history, oldest first, and get the sequence's last ``SL`` inputs. state_indices ``[R]`` int32 (None:
+    request ``r`` uses slot ``r``); a request whose index is ``pad_slot_id`` is skipped (output rows 0,
+    state untouched). has_initial_state ``[>=R]`` bool (None: every history starts at zeros).
+    """
+    qsl = one_sequence(x) if query_start_loc is None else query_start_loc
+    return conv_reference(
+        x,
+        weight,
+        mode="prefill",
+        dilation=dilation,
+        conv_state=conv_state,
+        state_indices=state_indices,
+        query_start_loc=qsl,
+        num_accepted_tokens=None,
+        has_initial_state=has_initial_state,
+        init="never" if has_initial_state is None else "tensor",
+        spec_query_len=1,
+        token_indices=None,
+        null_slot=pad_slot_id,
+        bias=bias,
+        activation=activation,
+    )
+
+
+def uniform_starts(batch: int, qlen: int, device: torch.device) -> torch.Tensor:
+    """``query_start_loc`` of ``batch`` sequences of ``qlen`` rows each: ``[0, qlen, 2·qlen, ...]`` int32."""
+    return torch.arange(batch + 1, dtype=torch.int32, device=device) * qlen
+
+
+def causal_conv1d_update(
+    x: torch.Tensor,
+    conv_state: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activation: str | None = "silu",
+    dilation: int = 1,
+    state_indices: torch.Tensor | None = None,
+    num_accepted_tokens: torch.Tensor | None = None,
+    pad_slot_id: int = -1,
+) -> torch.Tensor:
+    """Mamba-style decode step: ``[B, C]`` (one token per sequence) or ``[B, Lq, C]`` -> same shape.
+
+    Reads each sequence's history from ``conv_state`` (positions ``0 .. SL-1``) and shifts its inputs
+    in. ``[B, C]``: the state shifts by one. ``[B, Lq, C]`` without ``num_accepted_tokens``: it becomes
+    the last ``SL`` entries of ``history ‖ inputs``. With ``num_accepted_tokens [>=B]`` int32 (speculative
+    decoding, ``W >= SL + Lq - 1``): the history starts at ``clamp(accepted - 1, 0, Lq - 1)`` and the
+    state becomes ``history[1:] ‖ all Lq inputs``, as ``short_conv``'s spec mode.
+    """
+    if x.dim() == 2:
+        mode, qsl, rows, sql = "decode", None, x, 1
+    else:
+        B, Lq, C = x.shape
+        rows, sql = x.reshape(B * Lq, C), Lq
+        qsl = uniform_starts(B, Lq, x.device)
+        mode = "prefill" if num_accepted_tokens is None else "spec"
+    out = conv_reference(
+        rows,
+        weight,
+        mode=mode,
+        dilation=dilation,
+        conv_state=conv_state,
+        state_indices=state_indices,
+        query_start_loc=qsl,
+        num_accepted_tokens=num_accepted_tokens,
+        has_initial_state=None,
+        init="always",
+        spec_query_len=sql,
+        token_indices=None,
+        null_slot=pad_slot_id,
+        bias=bias,
+        activation=activation,
+    )
+    return out.reshape(x.shape)

@@ -1,0 +1,435 @@
+"""Triton kernels of the conv family: ``short_conv``, ``causal_conv1d`` and ``causal_conv1d_update``.
+
+Two kernels, one per phase, with ``constexpr`` flags for the three ops and three modes:
+
+- :func:`conv_rows_kernel`, one program per (logical row, channel block): finds the row's request
+  (a binary search over ``query_start_loc`` in spec/prefill), sums the ``K`` taps in fp32 in ascending
+  ``k``, rounds as the spec does (``native.py``) and stores the residual (``short_conv``) or the output
+  (``causal_conv1d*``). In decode mode it also shifts the row's state window (each request is one row,
+  so nothing else reads that slot).
+- :func:`conv_state_kernel`, one program per (request, channel block), launched after the first in
+  spec and prefill mode so that every row has read the old state: writes the new window.
+
+Each product is ``mul_rn`` (``mul.rn.f32``, which the compiler does not contract into an FMA), then
+added: for fp16/bf16 operands the product is exact anyway, for fp32 this keeps the spec's separately
+rounded multiply and add. SiLU is ``div_rn(c, 1 + exp(-c))`` with libdevice ``exp`` (``exact_exp``), as
+ATen's CUDA silu evaluates it.
+
+Index values are never trusted for addressing: a slot outside ``[0, slots)``, a token index outside
+``[0, N)`` or a request offset outside ``[0, L]`` masks the access (the eager check rejects them first;
+under torch.compile and CUDA graphs it cannot read them). Row and slot base offsets are 64-bit always.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from exactfuse.ops.math import exact_exp
+from exactfuse.ops.short_conv import heuristics, native
+from exactfuse.registry.platform import interpreter_enabled
+from exactfuse.utils import empty
+
+MODE_CODES = {"decode": 0, "spec": 1, "prefill": 2}
+INIT_CODES = {"never": 0, "tensor": 1, "always": 2}
+
+if interpreter_enabled():
+
+    @triton.jit
+    def mul_rn(a, b):
+        return a * b  # numpy multiplies and rounds; nothing is fused
+
+else:
+    from triton.language.extra import libdevice
+
+    @triton.jit
+    def mul_rn(a, b):
+        return libdevice.mul_rn(a, b)
+
+
+@triton.jit
+def _and(m, s):
+    """Vector mask ``m`` restricted by scalar condition ``s`` (``m & s`` yields int32 data in the
+    Triton interpreter, which ``tl.load`` rejects as a mask)."""
+    return tl.where(s, m, False)
+
+
+@triton.jit
+def _request(r, R, p_sid, p_acc, p_init, slots, null_slot, stride_sid, MODE, SQL, HAS_STATE, HAS_SID, INIT):
+    """Request ``r``'s slot (``sid`` clamped to 0 when unusable), whether it has one, whether its
+    history is read, and its window offset (spec roll-back)."""
+    r_ok = (r >= 0) & (r < R)
+    sid = tl.load(p_sid + r * stride_sid, mask=r_ok, other=null_slot) if HAS_SID else r
+    state_ok = r_ok & (sid != null_slot) & (sid >= 0) & (sid < slots)
+    if not HAS_STATE:
+        state_ok = state_ok & (r < 0)  # always False, as a boolean tensor
+    if INIT == 1:
+        has_init = state_ok & (tl.load(p_init + r, mask=r_ok, other=0) != 0)
+    elif INIT == 2:
+        has_init = state_ok
+    else:
+        has_init = state_ok & (r < 0)
+    if MODE == 1:
+        accepted = tl.load(p_acc + r, mask=r_ok, other=0)
+        slot_off = tl.minimum(tl.maximum(accepted - 1, 0), SQL - 1)
+        read_state = state_ok
+    else:
+        slot_off = r * 0
+        read_state = has_init
+    return tl.where(state_ok, sid, 0), state_ok, read_state, slot_off
+
+
+@triton.jit
+def _write_window(
+    p_slot, p_x, p_tok, o_c, m_c, q_start, shift, base, count, write_ok, read_state, L, N,
+    stride_x, stride_s_c, stride_s_w,
+    SL: tl.constexpr, NW: tl.constexpr, BW: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr,
+):  # fmt: skip
+    """New window of one slot: position ``i < count`` becomes history index ``m = shift + i``: the old
+    state at ``base + m`` (0 unless ``read_state``) for ``m < SL``, else logical row ``q_start + m - SL``.
+
+    All loads precede a CTA barrier, all stores follow it, so no thread overwrites a position that
+    another thread of the program has yet to read (the taps included).
+    """
+    o_i = tl.arange(0, BW)
+    m = shift + o_i
+    from_state = m < SL
+    m_w = _and((o_i < count) & (o_i < NW), write_ok)
+    p_old = p_slot + (base + m)[:, None] * stride_s_w + o_c[None, :] * stride_s_c
+    m_s = _and(m_w & from_state, read_state)[:, None] & m_c[None, :]
+    b_s = tl.load(p_old, mask=m_s, other=0.0)
+    o_row = q_start + m - SL
+    m_x = m_w & (m >= SL) & (o_row >= 0) & (o_row < L)
+    if HAS_TOKEN_MAP:
+        o_row = tl.load(p_tok + o_row, mask=m_x, other=0)
+        m_x = m_x & (o_row >= 0) & (o_row < N)
+    b_x = tl.load(p_x + o_row.to(tl.int64)[:, None] * stride_x + o_c[None, :], mask=m_x[:, None] & m_c[None, :])
+    b_new = tl.where(from_state[:, None], b_s, b_x.to(b_s.dtype))
+    tl.debug_barrier()
+    tl.store(p_slot + o_i[:, None] * stride_s_w + o_c[None, :] * stride_s_c, b_new, mask=m_w[:, None] & m_c[None, :])
+
+
+@triton.jit(do_not_specialize=["L", "R", "N", "slots", "null_slot"])
+def conv_rows_kernel(
+    p_x, p_w, p_b, p_res, p_outer, p_out, p_state, p_sid, p_qsl, p_acc, p_init, p_tok,
+    L, R, N, C, slots, null_slot,
+    stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k,
+    stride_s_slot, stride_s_c, stride_s_w, stride_sid,
+    MODE: tl.constexpr, K: tl.constexpr, D: tl.constexpr, SQL: tl.constexpr,
+    HAS_STATE: tl.constexpr, HAS_SID: tl.constexpr, INIT: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, SILU: tl.constexpr,
+    BC: tl.constexpr, BW: tl.constexpr,
+):  # fmt: skip
+    """One (logical row, channel block) of the conv output; in decode also the row's state shift.
+
+    p_x: ``[N, C]`` rows ``stride_x`` apart, unit channel stride. p_w: ``[C, K]`` (strides
+    ``stride_w_c, stride_w_k``); p_b: ``[C]`` (HAS_BIAS). p_res / p_outer: ``[N, C]`` rows
+    ``stride_res`` / ``stride_outer`` apart, unit channel stride (HAS_RESIDUAL / HAS_OUTER); p_res is
+    read and written. p_out: ``[L, C]`` rows ``stride_out`` apart (without a residual). p_state:
+    logical ``[slots, C, W]`` with strides ``stride_s_slot, stride_s_c, stride_s_w`` (HAS_STATE).
+    p_sid: ``[R]`` int32 ``stride_sid`` apart (HAS_SID; else request ``r`` uses slot ``r``). p_qsl:
+    ``[R + 1]`` int32 (spec, prefill). p_acc: ``[>= R]`` int32 (spec). p_init: ``[>= R]`` bool (INIT 1).
+    p_tok: ``[L]`` int32/int64 logical -> physical rows (HAS_TOKEN_MAP). constexpr: MODE (0 decode,
+    1 spec, 2 prefill), K, D (dilation), SQL, INIT (0 never, 1 tensor, 2 always), the HAS_* flags,
+    SILU, BC (channels per program), BW (``next_power_of_2(SL + SQL - 1)``). L, R, N, slots and
+    null_slot are runtime values, not specialized: one compile serves every batch.
+    """
+    SL: tl.constexpr = (K - 1) * D
+    i_t = tl.program_id(0)
+    i_c = tl.program_id(1)
+    o_c = i_c * BC + tl.arange(0, BC)
+    m_c = o_c < C
+
+    if MODE == 0:
+        r = i_t
+        q_start = i_t
+        in_range = i_t < L
+    else:
+        lo = R * 0
+        hi = R - 1
+        while lo < hi:  # the last request starting at or before row i_t (ties: the last, non-empty one)
+            mid = (lo + hi + 1) // 2
+            starts_before = tl.load(p_qsl + mid) <= i_t
+            lo = tl.where(starts_before, mid, lo)
+            hi = tl.where(starts_before, hi, mid - 1)
+        r = lo
+        q_start = tl.load(p_qsl + r)
+        in_range = (q_start <= i_t) & (i_t < tl.load(p_qsl + R))
+    sid, state_ok, read_state, slot_off = _request(
+        r, R, p_sid, p_acc, p_init, slots, null_slot, stride_sid, MODE, SQL, HAS_STATE, HAS_SID, INIT
+    )
+    out_ok = in_range if MODE == 1 or not HAS_STATE else in_range & state_ok
+    p_slot = p_state + sid.to(tl.int64) * stride_s_slot
+
+    j = i_t - q_start
+    acc = tl.zeros([BC], dtype=tl.float32)
+    for k in tl.static_range(K):
+        h = j + D * k
+        b_w = tl.load(p_w + o_c * stride_w_c + k * stride_w_k, mask=m_c).to(tl.float32)
+        if HAS_STATE:
+            m_s = _and(m_c, (h < SL) & read_state)
+            b_s = tl.load(p_slot + (h + slot_off) * stride_s_w + o_c * stride_s_c, mask=m_s, other=0.0)
+            b_s = b_s.to(tl.float32)
+        else:
+            b_s = tl.zeros([BC], dtype=tl.float32)
+        o_row = q_start + h - SL
+        m_x = (h >= SL) & out_ok & (o_row >= 0) & (o_row < L)
+        if HAS_TOKEN_MAP:
+            o_row = tl.load(p_tok + o_row, mask=m_x, other=0)
+            m_x = m_x & (o_row >= 0) & (o_row < N)
+        b_x = tl.load(p_x + o_row.to(tl.int64) * stride_x + o_c, mask=_and(m_c, m_x), other=0.0).to(tl.float32)
+        acc = acc + mul_rn(b_w, tl.where(h < SL, b_s, b_x))
+    if HAS_BIAS:
+        acc = acc + tl.load(p_b + o_c, mask=m_c).to(tl.float32)
+    conv = acc.to(p_x.dtype.element_ty)
+    if SILU:
+        c = conv.to(tl.float32)
+        conv = tl.div_rn(c, 1.0 + exact_exp(-c)).to(p_x.dtype.element_ty)
+    conv_out = tl.where(out_ok, conv, tl.zeros_like(conv))
+
+    if HAS_RESIDUAL:
+        if HAS_TOKEN_MAP:
+            o_out = tl.load(p_tok + i_t)
+            m_out = _and(m_c, (o_out >= 0) & (o_out < N))
+        else:
+            o_out = i_t
+            m_out = m_c
+        o_out = o_out.to(tl.int64)
+        p_r = p_res + o_out * stride_res + o_c
+        b_r = tl.load(p_r, mask=m_out)
+        b_y = (b_r.to(tl.float32) + conv_out.to(tl.float32)).to(p_res.dtype.element_ty)
+        if HAS_OUTER:
+            b_o = tl.load(p_outer + o_out * stride_outer + o_c, mask=m_out)
+            b_y = (b_o.to(tl.float32) + b_y.to(tl.float32)).to(p_res.dtype.element_ty)
+        tl.store(p_r, b_y, mask=m_out)
+    else:
+        tl.store(p_out + i_t.to(tl.int64) * stride_out + o_c, conv_out, mask=m_c)
+
+    if MODE == 0 and HAS_STATE:
+        _write_window(
+            p_slot, p_x, p_tok, o_c, m_c, i_t, 1, 0, SL, state_ok, read_state, L, N,
+            stride_x, stride_s_c, stride_s_w, SL, SL, BW, HAS_TOKEN_MAP,
+        )  # fmt: skip
+
+
+@triton.jit(do_not_specialize=["L", "R", "N", "slots", "null_slot"])
+def conv_state_kernel(
+    p_x, p_state, p_sid, p_qsl, p_acc, p_init, p_tok,
+    L, R, N, C, slots, null_slot,
+    stride_x, stride_s_slot, stride_s_c, stride_s_w, stride_sid,
+    MODE: tl.constexpr, K: tl.constexpr, D: tl.constexpr, SQL: tl.constexpr,
+    HAS_SID: tl.constexpr, INIT: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr,
+    BC: tl.constexpr, BW: tl.constexpr,
+):  # fmt: skip
+    """State write-back of one (request, channel block) in spec (MODE 1) or prefill (MODE 2) mode.
+
+    Pointers and strides as in :func:`conv_rows_kernel`. Prefill: the window becomes the last ``SL``
+    entries of ``history ‖ chunk`` (nothing when the chunk is empty); spec: ``history[1:] ‖ all chunk
+    rows``, positions from ``SL + qlen - 1`` on keep their values.
+    """
+    SL: tl.constexpr = (K - 1) * D
+    NW: tl.constexpr = SL + SQL - 1
+    r = tl.program_id(0)
+    i_c = tl.program_id(1)
+    o_c = i_c * BC + tl.arange(0, BC)
+    m_c = o_c < C
+    sid, state_ok, read_state, slot_off = _request(
+        r, R, p_sid, p_acc, p_init, slots, null_slot, stride_sid, MODE, SQL, True, HAS_SID, INIT
+    )
+    q_start = tl.load(p_qsl + r)
+    qlen = tl.load(p_qsl + r + 1) - q_start
+    if MODE == 1:
+        shift = r * 0 + 1
+        count = tl.minimum(SL + qlen - 1, NW)
+        write_ok = state_ok
+    else:
+        shift = qlen
+        count = r * 0 + SL
+        write_ok = state_ok & (qlen > 0)
+    _write_window(
+        p_state + sid.to(tl.int64) * stride_s_slot, p_x, p_tok, o_c, m_c, q_start, shift, slot_off, count,
+        write_ok, read_state, L, N, stride_x, stride_s_c, stride_s_w, SL, NW, BW, HAS_TOKEN_MAP,
+    )  # fmt: skip
+
+
+def launch_conv(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    *,
+    mode: str,
+    dilation: int,
+    conv_state: torch.Tensor | None,
+    state_indices: torch.Tensor | None,
+    query_start_loc: torch.Tensor | None,
+    num_accepted_tokens: torch.Tensor | None,
+    has_initial_state: torch.Tensor | None,
+    init: str,
+    spec_query_len: int,
+    token_indices: torch.Tensor | None,
+    null_slot: int,
+    bias: torch.Tensor | None = None,
+    activation: str | None = "silu",
+    residual: torch.Tensor | None = None,
+    outer_residual: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+) -> None:
+    """Launch the row kernel, then (spec, prefill, with a state) the write-back kernel.
+
+    Arguments as :func:`exactfuse.ops.short_conv.native.conv_reference`; ``out [L, C]`` receives the
+    conv output when there is no ``residual``. Nothing here branches on a row, request or slot count:
+    the grids are expressions in them, and an empty grid launches nothing.
+    """
+    N, C = x.shape
+    K = weight.shape[1]
+    SL = (K - 1) * dilation
+    SQL = spec_query_len if mode == "spec" else 1
+    L = token_indices.shape[0] if token_indices is not None else N
+    R = L if mode == "decode" else query_start_loc.shape[0] - 1
+    cfg = heuristics.conv_config(C, SL + SQL - 1, mode)
+    has_state = conv_state is not None
+    state = conv_state if has_state else x
+    s_strides = conv_state.stride() if has_state else (0, 0, 0)
+    slots = conv_state.shape[0] if has_state else 1
+    flags = dict(
+        MODE=MODE_CODES[mode],
+        K=K,
+        D=dilation,
+        SQL=SQL,
+        HAS_SID=state_indices is not None,
+        INIT=INIT_CODES[init],
+        HAS_TOKEN_MAP=token_indices is not None,
+    )
+    sid = state_indices if state_indices is not None else x
+    qsl = query_start_loc if query_start_loc is not None else x
+    acc = num_accepted_tokens if num_accepted_tokens is not None else x
+    hinit = has_initial_state if has_initial_state is not None else x
+    tok = token_indices if token_indices is not None else x
+    sid_stride = state_indices.stride(0) if state_indices is not None else 0
+    target = residual if residual is not None else out
+    torch.library.wrap_triton(conv_rows_kernel)[(L, triton.cdiv(C, cfg.BC))](
+        x, weight, bias if bias is not None else x, target, outer_residual if outer_residual is not None else x,
+        target, state, sid, qsl, acc, hinit, tok,
+        L, R, N, C, slots, null_slot,
+        x.stride(0), target.stride(0), outer_residual.stride(0) if outer_residual is not None else 0,
+        target.stride(0), weight.stride(0), weight.stride(1),
+        *s_strides, sid_stride,
+        HAS_STATE=has_state, HAS_RESIDUAL=residual is not None, HAS_OUTER=outer_residual is not None,
+        HAS_BIAS=bias is not None, SILU=activation == "silu", BC=cfg.BC, BW=cfg.BW,
+        num_warps=cfg.num_warps, **flags,
+    )  # fmt: skip
+    if mode != "decode" and has_state:
+        torch.library.wrap_triton(conv_state_kernel)[(R, triton.cdiv(C, cfg.BC_STATE))](
+            x, state, sid, qsl, acc, hinit, tok,
+            L, R, N, C, slots, null_slot,
+            x.stride(0), *s_strides, sid_stride,
+            BC=cfg.BC_STATE, BW=cfg.BW, num_warps=cfg.num_warps, **flags,
+        )  # fmt: skip
+
+
+def short_conv_triton(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    conv_state: torch.Tensor,
+    weight: torch.Tensor,
+    state_indices: torch.Tensor,
+    mode: str,
+    dilation: int = 1,
+    query_start_loc: torch.Tensor | None = None,
+    num_accepted_tokens: torch.Tensor | None = None,
+    has_initial_state: torch.Tensor | None = None,
+    spec_query_len: int = 1,
+    token_indices: torch.Tensor | None = None,
+    outer_residual: torch.Tensor | None = None,
+) -> None:
+    init = "always" if has_initial_state is None or mode == "spec" else "tensor"
+    launch_conv(
+        x,
+        weight,
+        mode=mode,
+        dilation=dilation,
+        conv_state=conv_state,
+        state_indices=state_indices,
+        query_start_loc=query_start_loc,
+        num_accepted_tokens=num_accepted_tokens if mode == "spec" else None,
+        has_initial_state=has_initial_state if init == "tensor" else None,
+        init=init,
+        spec_query_len=spec_query_len,
+        token_indices=token_indices,
+        null_slot=0,
+        residual=residual,
+        outer_residual=outer_residual,
+    )
+
+
+def causal_conv1d_triton(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activation: str | None = "silu",
+    dilation: int = 1,
+    conv_state: torch.Tensor | None = None,
+    query_start_loc: torch.Tensor | None = None,
+    state_indices: torch.Tensor | None = None,
+    has_initial_state: torch.Tensor | None = None,
+    pad_slot_id: int = -1,
+) -> torch.Tensor:
+    out = empty(x.shape, x.dtype, x.device)
+    launch_conv(
+        x,
+        weight,
+        mode="prefill",
+        dilation=dilation,
+        conv_state=conv_state,
+        state_indices=state_indices,
+        query_start_loc=native.one_sequence(x) if query_start_loc is None else query_start_loc,
+        num_accepted_tokens=None,
+        has_initial_state=has_initial_state,
+        init="never" if has_initial_state is None else "tensor",
+        spec_query_len=1,
+        token_indices=None,
+        null_slot=pad_slot_id,
+        bias=bias,
+        activation=activation,
+        out=out,
+    )
+    return out
+
+
+def causal_conv1d_update_triton(
+    x: torch.Tensor,
+    conv_state: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activation: str | None = "silu",
+    dilation: int = 1,
+    state_indices: torch.Tensor | None = None,
+    num_accepted_tokens: torch.Tensor | None = None,
+    pad_slot_id: int = -1,
+) -> torch.Tensor:
+    out = empty(x.shape, x.dtype, x.device)
+    if x.dim() == 2:
+        mode, rows, qsl, sql = "decode", x, None, 1
+    else:
+        B, Lq, C = x.shape
+        rows, sql, qsl = x.reshape(B * Lq, C), Lq, native.uniform_starts(B, Lq, x.device)
+        mode = "prefill" if num_accepted_tokens is None else "spec"
+    launch_conv(
+        rows,
+        weight,
+        mode=mode,
+        dilation=dilation,
+        conv_state=conv_state,
+        state_indices=state_indices,
+        query_start_loc=qsl,
+        num_accepted_tokens=num_accepted_tokens if mode == "spec" else None,
+        has_initial_state=None,
+        init="always",
+        spec_query_len=sql,
+        token_indices=None,
+        null_slot=pad_slot_id,
+        bias=bias,
+        activation=activation,
+        out=out.view(rows.shape),
+    )
+    return out
