@@ -1,33 +1,17 @@
-"""exactfuse: fused Triton kernels for LLM inference that match PyTorch by contract."""
+"""exactfuse: fused Triton kernels for LLM inference that match PyTorch by contract.
 
-from exactfuse import ops as _ops  # noqa: F401  (declares every op)
-from exactfuse.layers import GeluAndMul, SiluAndMul, W4A16Linear
-from exactfuse.layers.moe import MoeSiluAndMul
-from exactfuse.layers.sparse import GeluAndMulSparse
-from exactfuse.ops.activation import gelu_and_mul, silu_and_mul
-from exactfuse.ops.activation.moe import moe_silu_and_mul
-from exactfuse.ops.activation.sparse import gelu_and_mul_sparse
-from exactfuse.ops.w4a16 import w4a16_gemm
-from exactfuse.registry import OPS, get
-from exactfuse.utils import poison_outputs
-from exactfuse.warmup import warmup
+Each ``exactfuse.ops`` line below imports one op package, which declares its ops in the registry.
+"""
+
+from exactfuse.layers import *  # noqa: F403  (the nn.Modules in exactfuse.layers.__all__)
+from exactfuse.ops.act_and_mul import gelu_and_mul as gelu_and_mul
+from exactfuse.ops.act_and_mul import silu_and_mul as silu_and_mul
+from exactfuse.ops.gelu_and_mul_sparse import gelu_and_mul_sparse as gelu_and_mul_sparse
+from exactfuse.ops.moe_silu_and_mul import moe_silu_and_mul as moe_silu_and_mul
+from exactfuse.ops.w4a16 import w4a16_gemm as w4a16_gemm
+from exactfuse.registry import OPS as OPS
+from exactfuse.registry import get as get
+from exactfuse.utils import poison_outputs as poison_outputs
+from exactfuse.warmup import warmup as warmup
 
 __version__ = "0.1.0"
-
-__all__ = [
-    "OPS",
-    "GeluAndMul",
-    "GeluAndMulSparse",
-    "MoeSiluAndMul",
-    "SiluAndMul",
-    "W4A16Linear",
-    "__version__",
-    "gelu_and_mul",
-    "gelu_and_mul_sparse",
-    "get",
-    "moe_silu_and_mul",
-    "poison_outputs",
-    "silu_and_mul",
-    "w4a16_gemm",
-    "warmup",
-]

@@ -17,8 +17,10 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
-SHORT = {v: k for k, v in DTYPES.items()}
+from exactfuse.utils import DTYPE_NAMES, DTYPES_BY_NAME
+
+DTYPES = DTYPES_BY_NAME
+SHORT = DTYPE_NAMES
 
 
 def _ensure_interpreter(argv: list[str]) -> None:
@@ -94,7 +96,7 @@ def verify_op(op, provider: str, dtype: torch.dtype, device: torch.device, quick
 
     row = {"cases": 0, "declined": 0, "failed": 0, "max_abs_err": 0.0, "max_ulp": 0, "first_failure": ""}
     for case in op.cases(device, dtype, quick=quick):
-        if not op.providers[provider].accepts(*case.args, **case.kwargs):
+        if op.providers[provider].accepts(*case.args, **case.kwargs) is not True:
             row["declined"] += 1
             continue
         result = check_provider(op, provider, case)

@@ -1,4 +1,5 @@
-"""Small helpers shared by launchers: output allocation with optional NaN poisoning."""
+"""Small helpers shared by launchers and the CLI: dtype names, output allocation with optional NaN poisoning,
+size tests that stay correct under tracing."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import functools
 from collections.abc import Iterator, Sequence
 
 import torch
+
+DTYPE_NAMES: dict[torch.dtype, str] = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+DTYPES_BY_NAME: dict[str, torch.dtype] = {name: dtype for dtype, name in DTYPE_NAMES.items()}
 
 _POISON = [False]
 
@@ -48,3 +52,22 @@ def num_sms(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
     return 132
+
+
+def is_symbolic(n) -> bool:
+    """Whether ``n`` is a symbolic size (a ``torch.SymInt`` of a trace) rather than a concrete ``int``.
+
+    Launchers of compiler-visible ops test this instead of comparing a symbolic size with a number:
+    a comparison would add a guard, and engines that drop guards would run whatever branch the trace took.
+    """
+    return isinstance(n, torch.SymInt)
+
+
+def needs_int64(rows, row_elements) -> bool:
+    """Whether element offsets of ``rows`` rows ``row_elements`` apart can reach 2**31.
+
+    Always ``True`` when either is symbolic: one traced launch must be correct for every size.
+    """
+    if is_symbolic(rows) or is_symbolic(row_elements):
+        return True
+    return rows * row_elements >= 2**31

@@ -4,8 +4,9 @@ import pytest
 import torch
 
 import exactfuse
-from exactfuse.ops.activation import gelu_and_mul, silu_and_mul
-from exactfuse.ops.activation import triton as act_triton
+from exactfuse.ops.act_and_mul import gelu_and_mul, silu_and_mul
+from exactfuse.ops.act_and_mul import heuristics as act_heuristics
+from exactfuse.ops.act_and_mul import triton as act_triton
 from exactfuse.registry import NoProviderError, platform
 from exactfuse.testing import check_provider
 
@@ -16,7 +17,7 @@ SHORT = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 def _assert_cases_pass(op, device, dtype, quick):
     failures, ran = [], 0
     for case in op.cases(device, dtype, quick=quick):
-        assert op.providers["triton"].accepts(*case.args, **case.kwargs), case.id
+        assert op.providers["triton"].accepts(*case.args, **case.kwargs) is True, case.id
         result = check_provider(op, "triton", case)
         ran += 1
         if not result.passed:
@@ -86,7 +87,8 @@ def test_cpu_tensor_with_triton_forced_is_an_error(monkeypatch):
     with silu_and_mul.priority(["triton"]), pytest.raises(NoProviderError) as err:
         silu_and_mul(x)
     msg = str(err.value)
-    assert "x=Tensor[4, 16] float32 cpu" in msg and "triton: declined" in msg and "CUDA tensors" in msg
+    assert "x=Tensor[4, 16] float32 cpu" in msg
+    assert "triton: x is a CPU tensor and TRITON_INTERPRET=1 is not set" in msg
 
 
 def test_non_contiguous_input_falls_back_to_native():
@@ -121,7 +123,8 @@ def test_strided_2d_rows_use_triton():
     ],
 )
 def test_launch_heuristic(T, d, expected):
-    assert act_triton.act_and_mul_config(T, d) == expected
+    assert act_heuristics.act_and_mul_config(d, T) == expected
+    assert act_heuristics.act_and_mul_config(d) == (*expected[:2], 8)  # traced: the same tile, 8 warps
 
 
 # --------------------------------------------------------------------- layers
@@ -181,3 +184,14 @@ def test_warmup_then_cuda_graph_replay_matches_eager():
     # a prefill-sized batch (T * d >= 2^20: the heuristic's other num_warps) was warmed up too
     model(torch.randn(4096, 256, device="cuda", dtype=torch.bfloat16))
     assert _compiled_count(act_triton.act_and_mul_kernel) == compiled_before, "warmup missed the large-batch config"
+
+
+@pytest.mark.interpreter
+def test_no_provider_error_says_why_each_provider_declined():
+    x = torch.randn(4, 16, dtype=torch.bfloat16)
+    with silu_and_mul.priority(["triton"]), pytest.raises(NoProviderError) as err:
+        silu_and_mul(x)
+    assert "triton: x is bfloat16 on the CPU: the Triton interpreter has no bf16 arithmetic" in str(err.value)
+    strided = torch.randn(2, 3, 32)[:, :, :16]
+    reason = silu_and_mul.providers["triton"].accepts(strided)
+    assert reason.startswith("x has strides (96, 32, 1)"), reason

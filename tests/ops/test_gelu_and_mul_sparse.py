@@ -1,5 +1,6 @@
 """gelu_and_mul_sparse: contract matrix, needed roundtrips, bad inputs, fallbacks, layer, compile/graphs/AOT."""
 
+import dataclasses
 import math
 
 import pytest
@@ -7,9 +8,9 @@ import torch
 import torch.nn.functional as F
 
 import exactfuse
-from exactfuse.ops.activation import sparse_heuristics as sh
-from exactfuse.ops.activation import sparse_triton as st
-from exactfuse.ops.activation.sparse import STD_MULTIPLIER, gelu_and_mul_sparse
+from exactfuse.ops.gelu_and_mul_sparse import STD_MULTIPLIER, gelu_and_mul_sparse
+from exactfuse.ops.gelu_and_mul_sparse import heuristics as sh
+from exactfuse.ops.gelu_and_mul_sparse import triton as st
 from exactfuse.registry.contracts import RowBitwise, ZeroMaskTolerance
 from exactfuse.testing import check_provider
 
@@ -22,7 +23,7 @@ def _run_matrix(device, dtype, quick):
     failures, differing, rows, report = [], 0, 0, []
     for seed in (0, 1):
         for case in op.cases(device, dtype, quick=quick, seed=seed):
-            assert op.providers["triton"].accepts(*case.args), case.id
+            assert op.providers["triton"].accepts(*case.args) is True, case.id
             res = check_provider(op, "triton", case)
             if not res.passed:
                 failures.append(f"seed{seed}-{case.id}: {res.summary()}")
@@ -66,7 +67,7 @@ def test_interpreter_chunked_kernels_contract_matrix(kernel, monkeypatch):
     """fp16 through the looped or the split kernels at every width, in chunks that cut every row wider
     than 16 in 2-4 (the split kernels combine 2-4 chunk statistics per row)."""
     chunk = lambda D: 16 if D <= 31 else 64 if D <= 128 else 512  # noqa: E731
-    monkeypatch.setattr(sh, "choose_kernel", lambda T, D, sms: (kernel, chunk(D), 4))
+    monkeypatch.setattr(sh, "choose_plan", lambda T, D, sms: sh.SparsePlan(kernel, chunk(D), 4))
     _assert_matrix("cpu", torch.float16, quick=True)
 
 
@@ -78,8 +79,7 @@ def test_gpu_chunked_kernels_contract_matrix(kernel, dtype, monkeypatch):
     """The full matrix through the looped or the split kernels at every width and T, in their shipped
     configuration (the heuristic uses them for wide rows only); the 4096-wide chunks cut the rows
     from d = 8192 up."""
-    config = {"looped": (sh.LOOP_CHUNK, sh.LOOP_WARPS), "split": (sh.SPLIT_CHUNK, sh.SPLIT_WARPS)}[kernel]
-    monkeypatch.setattr(sh, "choose_kernel", lambda T, D, sms: (kernel, *config))
+    monkeypatch.setattr(sh, "choose_plan", lambda T, D, sms: sh.default_plan(kernel, T, D, sms))
     _assert_matrix("cuda", dtype, quick=False)
 
 
@@ -91,18 +91,18 @@ def test_split_kernels_combine_chunks_of_unequal_length():
     x = torch.randn(5, 200, generator=gen).to(torch.float16)
     x[:, 96:100] *= 20
     expected = op.native(x, STD_MULTIPLIER, "tanh")
-    actual = st.launch_gelu_and_mul_sparse(x, STD_MULTIPLIER, "tanh", kernel="split", chunk=32, num_warps=1)
+    actual = st.launch_gelu_and_mul_sparse(x, STD_MULTIPLIER, "tanh", sh.SparsePlan("split", 32, 1))
     assert RowBitwise().check(actual, expected).extra["differing_rows"] == 0
 
 
 def test_looped_kernel_keeps_the_gate_in_l2_only_for_the_widest_rows():
-    # session 5: 0.90-0.91x the time at d = 32768, 1.006-1.026x at d = 8192-16384
+    # 0.90-0.91x the time at d = 32768, 1.006-1.026x at d = 8192-16384 (docs/heuristics.md)
     assert [sh.looped_keep_gate(d) for d in (8192, 12288, 16384, 16385, 32768)] == [False] * 3 + [True] * 2
 
 
-def test_launcher_rejects_an_unknown_kernel():
+def test_plan_rejects_an_unknown_kernel():
     with pytest.raises(ValueError, match=r"kernel must be one of \('whole', 'looped', 'split'\), got 'tiled'"):
-        st.launch_gelu_and_mul_sparse(torch.ones(1, 8), STD_MULTIPLIER, "tanh", kernel="tiled")
+        sh.SparsePlan("tiled", 8, 1)
 
 
 # ------------------------------------------------- the roundtrips are needed
@@ -117,7 +117,8 @@ def _heavy_tailed(T, d, dtype, device):
 def _ablate(x, boundary):
     expected = op.native(x, STD_MULTIPLIER, "tanh")
     mask = st.ROUND_ALL & ~st.ROUND_BOUNDARIES.get(boundary, 0)
-    actual = st.launch_gelu_and_mul_sparse(x, STD_MULTIPLIER, "tanh", round_mask=mask)
+    plan = dataclasses.replace(sh.choose_plan(*x.shape, 132), round_mask=mask)
+    actual = st.launch_gelu_and_mul_sparse(x, STD_MULTIPLIER, "tanh", plan)
     return RowBitwise().check(actual, expected)
 
 
@@ -246,10 +247,10 @@ def test_launch_heuristic(d, T, expected):
 )
 def test_kernel_choice(T, d, kernel):
     """Wide rows loop in large batches and split across programs in small ones."""
-    chosen = sh.choose_kernel(T, d)
-    assert chosen[0] == kernel
+    chosen = sh.choose_plan(T, d)
+    assert chosen.kernel == kernel
     if kernel == "whole":
-        assert chosen[1:] == sh.sparse_config(d, T)[1:]
+        assert (chosen.block, chosen.num_warps) == sh.sparse_config(d, T)[1:]
 
 
 def test_launch_heuristic_rejects_widths_beyond_the_kernel():
@@ -303,7 +304,7 @@ def test_warmup_runs_the_launcher():
 def test_warmup_compiles_every_kernel_the_choice_uses(monkeypatch):
     monkeypatch.setattr(sh, "warmup_batches", lambda D, num_sms: (1, 2, 3, 4))
     choices = {(1, 16): ("split", 8, 1), (3, 16): ("looped", 8, 1), (4, 16): ("whole", 16, 2)}
-    monkeypatch.setattr(sh, "choose_kernel", lambda T, D, sms: choices.get((T, D), ("whole", D, 1)))
+    monkeypatch.setattr(sh, "choose_plan", lambda T, D, sms: sh.SparsePlan(*choices.get((T, D), ("whole", D, 1))))
     calls = []
     launch = st.launch_gelu_and_mul_sparse
     monkeypatch.setattr(
@@ -318,7 +319,7 @@ def test_warmup_batches_reach_every_load_class_and_kernel():
     for d in (1, 500, 2048, 8192, 12288, 32768):
         bt = sh.sparse_config(d)[0]
         batches = {*range(1, 2 * sh.LOOP_MIN_T), *range(bt, bt * 4 * 132, bt)}
-        assert {sh.choose_kernel(T, d) for T in sh.warmup_batches(d)} == {sh.choose_kernel(T, d) for T in batches}, d
+        assert {sh.choose_plan(T, d) for T in sh.warmup_batches(d)} == {sh.choose_plan(T, d) for T in batches}, d
 
 
 # --------------------------------------------------- compile, graphs, AOT

@@ -4,11 +4,13 @@ import pytest
 import torch
 
 import exactfuse
-from exactfuse.ops.activation import moe as moe_ops
-from exactfuse.ops.activation import moe_silu_and_mul
-from exactfuse.ops.activation import moe_triton as mt
+from exactfuse.ops.moe_silu_and_mul import heuristics as mh
+from exactfuse.ops.moe_silu_and_mul import inputs as moe_ops
+from exactfuse.ops.moe_silu_and_mul import moe_silu_and_mul
+from exactfuse.ops.moe_silu_and_mul import triton as mt
 from exactfuse.registry import contracts
 from exactfuse.testing import check_provider, make_generator, randn
+from exactfuse.utils import needs_int64
 
 SHORT = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 INTERP_DTYPES = pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
@@ -111,9 +113,9 @@ def test_non_contiguous_columns_fall_back_to_native():
 def test_interpreter_declines_bf16_anywhere():
     x = torch.randn(2, 8)
     provider = moe_silu_and_mul.providers["triton"]
-    assert provider.accepts(x, torch.rand(2), True, torch.float16)
-    assert not provider.accepts(x, None, True, torch.bfloat16)
-    assert not provider.accepts(x.bfloat16(), None, True)
+    assert provider.accepts(x, torch.rand(2), True, torch.float16) is True
+    assert provider.accepts(x, None, True, torch.bfloat16) is not True
+    assert provider.accepts(x.bfloat16(), None, True) is not True
 
 
 # ----------------------------------------------------------------- heuristic
@@ -121,27 +123,27 @@ def test_interpreter_declines_bf16_anywhere():
     ("N", "BN"), [(7, 8), (33, 64), (384, 128), (512, 512), (768, 256), (960, 1024), (1536, 512), (3072, 1024)]
 )
 def test_block_n_divides_n_when_it_can(N, BN):
-    assert mt.moe_block_n(N) == BN
+    assert mh.moe_block_n(N) == BN
 
 
 @pytest.mark.parametrize("N", [7, 33, 768, 1024, 1536, 2048, 3072, 14336])
 def test_launch_config_covers_the_target(N):
-    BM, BN, num_warps = mt.moe_config(N)
-    assert max(BN, mt.TARGET_ELEMENTS) == BM * BN and num_warps == 4
-    assert (BM == 1) == (BN >= mt.TARGET_ELEMENTS)
+    cfg = mh.moe_config(N, 2, False)
+    assert max(cfg.BN, mh.TARGET_ELEMENTS) == cfg.BM * cfg.BN and cfg.num_warps == 4
+    assert (cfg.BM == 1) == (cfg.BN >= mh.TARGET_ELEMENTS)
+    assert cfg.evict_first and cfg.int64_index is None
 
 
 def test_store_run_matches_the_split_registers():
-    x16, x32 = torch.empty(2, 8, dtype=torch.bfloat16), torch.empty(2, 8)
-    expected = (4, 2, 0) if mt.INTERLEAVED_STORE_HINT else (0, 0, 0)
-    assert (mt.store_run(x16, True), mt.store_run(x32, True), mt.store_run(x16, False)) == expected
+    assert (mh.store_run(2, True), mh.store_run(4, True), mh.store_run(2, False)) == (4, 2, 0)
+    assert mh.moe_config(1024, 2, True).store_run == 4 and mh.moe_config(1024, 2, False).store_run == 0
 
 
 def test_int64_switch_counts_the_row_stride():
-    assert not mt.needs_int64_offsets(2**20 - 1, 1024, 2048)
-    assert mt.needs_int64_offsets(2**20 + 8, 1024, 2048)  # numel = 2**31 + 16384
-    assert mt.needs_int64_offsets(3, 64, 2**30)  # 384 elements viewed from a 2**31 buffer
-    assert not mt.needs_int64_offsets(0, 64, 2**30)
+    assert not needs_int64(2**20 - 1, 2048)
+    assert needs_int64(2**20 + 8, 2048)  # numel = 2**31 + 16384
+    assert needs_int64(3, 2**30)  # 384 elements viewed from a 2**31 buffer
+    assert not needs_int64(0, 2**30)
 
 
 # --------------------------------------------------------- declaration, cost
@@ -209,7 +211,7 @@ def test_interpreter_contract(dtype):
     """Quick matrix: M = 0 .. 7, N = 7 .. 1024, both layouts, weights fp32/input dtype, out_dtype, specials."""
     failures = []
     for case in moe_silu_and_mul.cases("cpu", dtype, quick=True):
-        assert moe_silu_and_mul.providers["triton"].accepts(*case.args, **case.kwargs), case.id
+        assert moe_silu_and_mul.providers["triton"].accepts(*case.args, **case.kwargs) is True, case.id
         result = check_provider(moe_silu_and_mul, "triton", case)
         if not result.passed:
             failures.append(f"{case.id}: {result.summary()}")
@@ -247,13 +249,14 @@ def test_interpreter_small_shared_expert_batches(M, N):
 # Every mask path: BM == 1 with and without a full last column tile, BM > 1 with a
 # partial last row block, tiny tiles with many programs per row, int64 offsets.
 FORCED = {
-    "BM1-even": (4, 384, (1, 128, 4), {}),
-    "BM1-tail": (4, 384, (1, 256, 4), {}),
-    "BM4-rows-tail": (7, 100, (4, 64, 4), {}),
-    "BM2-even": (5, 256, (2, 64, 2), {}),
-    "int64-BM1": (3, 128, (1, 128, 4), {"int64_index": True}),
-    "int64-BM4-tail": (7, 100, (4, 64, 4), {"int64_index": True}),
-    "no-hints": (7, 100, (4, 64, 4), {"evict_first": False, "store_hint": 0}),
+    "BM1-even": (4, 384, mh.MoeConfig(1, 128, 4)),
+    "BM1-tail": (4, 384, mh.MoeConfig(1, 256, 4)),
+    "BM4-rows-tail": (7, 100, mh.MoeConfig(4, 64, 4)),
+    "BM2-even": (5, 256, mh.MoeConfig(2, 64, 2)),
+    "int64-BM1": (3, 128, mh.MoeConfig(1, 128, 4, int64_index=True)),
+    "int64-BM4-tail": (7, 100, mh.MoeConfig(4, 64, 4, int64_index=True)),
+    "no-hints": (7, 100, mh.MoeConfig(4, 64, 4, evict_first=False, store_run=0)),
+    "store-hint": (7, 100, mh.MoeConfig(4, 64, 4, store_run=2)),
 }
 
 
@@ -261,11 +264,11 @@ FORCED = {
 @LAYOUT
 @pytest.mark.parametrize("name", list(FORCED))
 def test_interpreter_forced_configs(name, interleaved):
-    M, N, config, options = FORCED[name]
+    M, N, config = FORCED[name]
     split, inter, w = _pair(M, N, torch.float32)
     x = inter if interleaved else split
     with exactfuse.poison_outputs():
-        out = mt.launch_moe_silu_and_mul(x, w, interleaved, None, config=config, **options)
+        out = mt.launch_moe_silu_and_mul(x, w, interleaved, None, config=config)
     result = moe_silu_and_mul.contract_for(torch.float32, "cpu").check(out, moe_silu_and_mul.native(x, w, interleaved))
     assert result.passed, result.summary()
 
@@ -336,7 +339,7 @@ def test_gpu_int64_offsets(interleaved):
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn((M, 2 * N), dtype=torch.bfloat16, device="cuda", generator=gen)
     w = torch.rand((M,), device="cuda", generator=gen)
-    assert x.numel() == 2**31 + 16384 and mt.needs_int64_offsets(M, N, x.stride(0))
+    assert x.numel() == 2**31 + 16384 and needs_int64(M, x.stride(0))
     out = _triton(x, w, interleaved)
     contract = moe_silu_and_mul.contract_for(torch.bfloat16)
     for start in range(0, M, 2**18):

@@ -7,7 +7,9 @@ slow paths it now takes only when an argument is wrong: a non-tensor and a tenso
 import pytest
 import torch
 
+from exactfuse.ops.w4a16 import make_case, w4a16_gemm
 from exactfuse.ops.w4a16.native import check_w4a16_args
+from exactfuse.testing import make_generator
 
 K, N, G = 256, 64, 128
 
@@ -50,3 +52,12 @@ def test_first_wrong_device_is_named():
     args = {**_args("meta"), "a": _args()["a"]}
     with pytest.raises(ValueError, match=r"^w4a16_gemm: qweight must be on a's device cpu, got meta$"):
         check_w4a16_args(**args)
+
+
+@pytest.mark.interpreter
+def test_triton_decline_names_the_argument_that_is_not_contiguous():
+    case = make_case("M2-K256-N64", 2, 256, 64, torch.float16, "cpu", make_generator(0))
+    a, qweight, *rest = case.args
+    transposed = qweight.t().contiguous().t()
+    reason = w4a16_gemm.providers["triton"].accepts(a, transposed, *rest)
+    assert reason.startswith("qweight has strides"), reason

@@ -9,7 +9,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from exactfuse.layers import W4A16Linear
 from exactfuse.ops.w4a16 import make_case, w4a16_gemm
-from exactfuse.ops.w4a16 import triton as w4_triton
+from exactfuse.ops.w4a16.heuristics import record_configs
 from exactfuse.testing import make_generator
 
 
@@ -54,19 +54,20 @@ def _decode_after_prefill(device, backend):
     compiled = torch.compile(layer, dynamic=True, backend=counter)
     with torch.no_grad(), w4a16_gemm.priority(["triton", "native"]):
         x = torch.randn(600, 256, dtype=torch.float16, device=device)
-        torch.testing.assert_close(compiled(x), layer(x), rtol=0, atol=0)
-        assert w4_triton.LAST_CONFIG[0].name == "dense"
+        with record_configs() as seen:
+            torch.testing.assert_close(compiled(x), layer(x), rtol=0, atol=0)
+        assert seen[0].name == "dense"
         frames = counter.frame_count
         # the same dynamic graph (no recompile), the tile chosen at run time
         for M, name in ((12, "decode"), (2, "gemv")):
-            before = dict(w4_triton.CONFIG_COUNTS)
-            y = compiled(x[:M])
+            with record_configs() as seen:
+                y = compiled(x[:M])
             assert counter.frame_count == frames
-            assert w4_triton.LAST_CONFIG[0].name == name
-            assert w4_triton.CONFIG_COUNTS[name] == before.get(name, 0) + 1
+            assert [c.name for c in seen] == [name]
             torch.testing.assert_close(y, layer(x[:M]), rtol=0, atol=0)
-        compiled(x[:1])  # M = 1 (dynamo specializes 0/1, so this may recompile: the op still picks gemv1)
-        assert w4_triton.LAST_CONFIG[0].name == "gemv1"
+        with record_configs() as seen:
+            compiled(x[:1])  # M = 1 (dynamo specializes 0/1, so this may recompile: the op still picks gemv1)
+        assert [c.name for c in seen] == ["gemv1"]
 
 
 @pytest.mark.interpreter

@@ -9,7 +9,14 @@ import torch
 import exactfuse
 from exactfuse.ops.w4a16 import CONTRACT, make_case, native, random_weights, splitk, w4a16_gemm
 from exactfuse.ops.w4a16 import triton as w4_triton
-from exactfuse.ops.w4a16.heuristics import BUCKETS, bucket_config, dense_config, select_config, with_split
+from exactfuse.ops.w4a16.heuristics import (
+    BUCKETS,
+    bucket_config,
+    dense_config,
+    record_configs,
+    select_config,
+    with_split,
+)
 from exactfuse.ops.w4a16.packing import prepare_gptq
 from exactfuse.testing import check_provider, make_generator
 from w4a16_support import GROUPS, SHORT, checkpoint, gid, identity_check
@@ -18,7 +25,7 @@ from w4a16_support import GROUPS, SHORT, checkpoint, gid, identity_check
 # tl.dot kernel at every M (the decode tile at M <= 16, the m128 tile above M = 128), the dense path
 # (dequantize + cuBLAS) at every M.
 LAYOUTS = ["heuristic", "gemv", "fused", "dense"]
-GEMV_MAX_M = next(b[0] for b in BUCKETS if b[1] == "gemv")
+GEMV_MAX_M = next(b.max_m for b in BUCKETS if b.name == "gemv")
 
 
 def _force(layout):
@@ -38,7 +45,7 @@ def _assert_cases_pass(device, dtype, quick, layout="heuristic"):
     path must also be bitwise equal to native (the same dequantized weight and the same torch.matmul)."""
     failures, ran = [], 0
     for case in w4a16_gemm.cases(device, dtype, quick=quick):
-        assert w4a16_gemm.providers["triton"].accepts(*case.args), case.id
+        assert w4a16_gemm.providers["triton"].accepts(*case.args) is True, case.id
         if layout == "heuristic":
             result = check_provider(w4a16_gemm, "triton", case)
         else:
@@ -84,10 +91,10 @@ def test_forced_split_counts_meet_the_contract(split, deterministic):
     cfg = with_split(select_config(5, 64, 512, 128), 512, split)
     assert cfg.split_k == split
     expected = native.w4a16_gemm(*case.args)
-    with exactfuse.poison_outputs():
+    with exactfuse.poison_outputs(), record_configs() as seen:
         out = w4_triton.launch_w4a16_gemm(*case.args, deterministic=deterministic, config=cfg)
         again = w4_triton.launch_w4a16_gemm(*case.args, deterministic=deterministic, config=cfg)
-    assert w4_triton.LAST_CONFIG[0] == cfg
+    assert seen == [cfg, cfg]
     result = CONTRACT.check(out, expected, args=case.args)
     assert result.passed, result.summary()
     if deterministic:
@@ -140,13 +147,13 @@ def test_tile_layouts_exact_dequant_and_contract(group_size, sym, act, layout):
 
 
 @pytest.mark.interpreter
-@pytest.mark.parametrize("bucket", [b[1] for b in BUCKETS])
+@pytest.mark.parametrize("bucket", [b.name for b in BUCKETS])
 def test_every_bucket_tile_on_the_interpreter(bucket):
     """Each fused bucket's tile at a row count that masks part of its last row block (its largest M less
     3, or its smallest; the GEMV's BM is M's), unsplit and split 2: identity bit-exact (act-order,
     asymmetric) and the contract with bias."""
-    i = next(i for i, b in enumerate(BUCKETS) if b[1] == bucket)
-    M = max(BUCKETS[i - 1][0] + 1 if i else 1, BUCKETS[i][0] - 3)
+    i = next(i for i, b in enumerate(BUCKETS) if b.name == bucket)
+    M = max(BUCKETS[i - 1].max_m + 1 if i else 1, BUCKETS[i].max_m - 3)
     K, N = 512, 64
     case = make_case(f"M{M}", M, K, N, torch.float16, "cpu", make_generator(12), bias=True, symmetric=False)
     for split in (1, 2):
@@ -162,7 +169,7 @@ def test_every_bucket_tile_on_the_interpreter(bucket):
 @pytest.mark.interpreter
 def test_bf16_on_the_interpreter_falls_back_to_native():
     case = make_case("M2", 2, 256, 64, torch.bfloat16, "cpu", make_generator(0))
-    assert not w4a16_gemm.providers["triton"].accepts(*case.args)
+    assert w4a16_gemm.providers["triton"].accepts(*case.args) is not True
     with w4a16_gemm.priority(["triton", "native"]):
         assert w4a16_gemm.select(*case.args).name == "native"
         assert torch.equal(w4a16_gemm(*case.args), native.w4a16_gemm(*case.args))

@@ -8,7 +8,7 @@ import torch
 import exactfuse
 from exactfuse.ops.w4a16 import CONTRACT, make_case, native
 from exactfuse.ops.w4a16 import triton as w4_triton
-from exactfuse.ops.w4a16.heuristics import bucket_config, with_split
+from exactfuse.ops.w4a16.heuristics import bucket_config, record_configs, with_split
 from exactfuse.testing import make_generator
 from w4a16_support import SHORT, gid, identity_check
 
@@ -66,9 +66,9 @@ def test_gpu_gemv_packed_math_every_row_count(M, dtype):
                 symmetric=sym,
                 act_order=act,
             )
-            with exactfuse.poison_outputs():
+            with exactfuse.poison_outputs(), record_configs() as seen:
                 out = w4_triton.launch_w4a16_gemm(*case.args, config=cfg)
-            assert w4_triton.LAST_CONFIG[0].gemv
+            assert seen[0].gemv
             result = CONTRACT.check(out, native.w4a16_gemm(*case.args), args=case.args)
             assert result.passed, (K, split, result.summary())
             fp32 = w4_triton.launch_w4a16_gemm(*case.args, config=dataclasses.replace(cfg, packed_math=False))

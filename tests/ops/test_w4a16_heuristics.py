@@ -5,7 +5,7 @@ import pytest
 from exactfuse.ops.w4a16.heuristics import BUCKETS, H200_SMS, bucket_config, dense_config, select_config
 from exactfuse.utils import next_power_of_2
 
-GEMV_MAX_M = next(b[0] for b in BUCKETS if b[1] == "gemv")
+GEMV_MAX_M = next(b.max_m for b in BUCKETS if b.name == "gemv")
 
 
 def test_decode_splits_k_to_fill_the_h200():

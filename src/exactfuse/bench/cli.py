@@ -22,8 +22,9 @@ from exactfuse.bench.roofline import Roofline, measure_roofline
 from exactfuse.bench.runner import COMPILED, NATIVE, BenchConfig, Candidates, Reporter, bench_op
 from exactfuse.bench.timing import Timer, cudagraph_timer, l2_cache_bytes, recompile_limits
 from exactfuse.registry import OPS, Op
+from exactfuse.utils import DTYPES_BY_NAME
 
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+DTYPES = DTYPES_BY_NAME
 GRIDS = ("default", "quick")
 
 

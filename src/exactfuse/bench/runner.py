@@ -21,8 +21,8 @@ from exactfuse.bench.roofline import Roofline
 from exactfuse.bench.timing import MAX_BUFFERS, Timer, rotation_count
 from exactfuse.registry import Case, Contract, Op, Tolerance
 from exactfuse.registry.op import direct_triton_launches
+from exactfuse.utils import DTYPE_NAMES
 
-DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 NATIVE, COMPILED = "native", "native-compiled"
 
 
@@ -211,8 +211,9 @@ class CaseBench:
         )
         args, kwargs = self.case.args, self.case.kwargs
         try:
-            if not cand.accepts(*args, **kwargs):
-                row.status, row.note = "skipped", "declines these arguments"
+            verdict = cand.accepts(*args, **kwargs)
+            if verdict is not True:
+                row.status, row.note = "skipped", verdict if isinstance(verdict, str) else "declines these arguments"
                 return row
             if cand.contract is not None:
                 contract = cand.contract(self.dtype, self.device_type)

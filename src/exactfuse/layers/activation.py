@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from exactfuse.ops.activation import gelu_and_mul, native, silu_and_mul
+from exactfuse.ops.act_and_mul import gelu_and_mul, native, silu_and_mul
 
 
 class SiluAndMul(nn.Module):

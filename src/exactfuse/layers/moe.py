@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from exactfuse.ops.activation.moe import moe_silu_and_mul
+from exactfuse.ops.moe_silu_and_mul import moe_silu_and_mul
 
 
 class MoeSiluAndMul(nn.Module):

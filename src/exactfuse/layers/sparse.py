@@ -7,9 +7,9 @@ import math
 import torch
 from torch import nn
 
-from exactfuse.ops.activation import native as gated_native
-from exactfuse.ops.activation.sparse import gelu_and_mul_sparse
-from exactfuse.ops.activation.sparse_native import normal_quantile
+from exactfuse.ops.act_and_mul import native as gated_native
+from exactfuse.ops.gelu_and_mul_sparse import gelu_and_mul_sparse
+from exactfuse.ops.gelu_and_mul_sparse.native import normal_quantile
 
 MULTIPLIERS = ("exact", "hf")
 

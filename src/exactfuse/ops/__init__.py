@@ -1,6 +1,5 @@
-"""Op families. Importing this package declares every op in the registry."""
-
-from exactfuse.ops import (
-    activation,  # noqa: F401
-    w4a16,  # noqa: F401
-)
+"""Op packages, one per op or op family, each with the same files: ``native.py`` (the spec),
+``triton.py`` (kernels and launchers), ``heuristics.py`` (the launch rule), ``inputs.py`` (inputs,
+warmup, benchmark grids, cost), ``peers.py`` (benchmark peers, where there are any) and ``__init__.py``
+(the declaration). ``exactfuse/__init__.py`` imports each package once, which declares its ops.
+"""

@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from exactfuse.utils import DTYPE_NAMES
+
 # (atol, rtol) per dtype. fp32: a few ulp of fp32 around 1 (2^-23 = 1.2e-7) after
 # a short chain of ops; fp16: 2^-10 = 9.8e-4 is one ulp at 1; bf16: 2^-7 = 7.8e-3
 # is one ulp at 1, so 1.6e-2 admits two roundings of difference.
@@ -203,8 +205,7 @@ def contract_for(contract: Contract | dict[torch.dtype, Contract], dtype: torch.
 
 def describe(contract: Contract | dict[torch.dtype, Contract]) -> str:
     if isinstance(contract, dict):
-        short = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
-        return ", ".join(f"{short.get(k, str(k))}: {v.name}" for k, v in contract.items())
+        return ", ".join(f"{DTYPE_NAMES.get(k, str(k))}: {v.name}" for k, v in contract.items())
     return contract.name
 
 

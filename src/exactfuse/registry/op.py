@@ -32,19 +32,20 @@ class Case:
     kwargs: dict = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(slots=True)
 class Provider:
     """An implementation of an op.
 
-    ``supported`` is a platform/library check (evaluated once, lazily);
-    ``supports_args`` a per-call check returning a plain ``bool``; ``kernels``
-    the ``@triton.jit`` functions it launches (for resource reports).
+    ``supported`` is a platform/library check (evaluated once, lazily); ``supports_args`` a per-call
+    check that returns ``True`` to accept the arguments or a non-empty ``str`` saying why it declines
+    (never a SymBool: it must not guard on sizes); ``kernels`` the ``@triton.jit`` functions it
+    launches (for resource reports).
     """
 
     name: str
     fn: Callable
     supported: bool | Callable[[], bool] = True
-    supports_args: Callable[..., bool] | None = None
+    supports_args: Callable[..., bool | str] | None = None
     kernels: tuple = ()
     _available: bool | None = None
 
@@ -54,8 +55,14 @@ class Provider:
             self._available = bool(self.supported() if callable(self.supported) else self.supported)
         return self._available
 
-    def accepts(self, *args, **kwargs) -> bool:
-        return self.available and (self.supports_args is None or self.supports_args(*args, **kwargs))
+    def accepts(self, *args, **kwargs) -> bool | str:
+        """``True``, or why this provider cannot run ``args`` here."""
+        if not self.available:
+            return "not available on this platform"
+        if self.supports_args is None:
+            return True
+        verdict = self.supports_args(*args, **kwargs)
+        return verdict if verdict is True or verdict else "declined these arguments"
 
 
 class NoProviderError(RuntimeError):
@@ -165,11 +172,16 @@ class Op:
         self.flops_fn: Callable[..., int] | None = None
         self._override: list[tuple[str, ...]] = []
         self._order_cache: dict[str, tuple[Provider, ...]] = {}
+        self._checks_cache: dict[str, tuple[tuple[Provider, Callable | None], ...]] = {}
         self.__doc__ = native.__doc__
 
         from exactfuse.registry.library import register_torch_op
 
         self.torch_op = register_torch_op(self)
+
+    def _clear_caches(self) -> None:
+        self._order_cache.clear()
+        self._checks_cache.clear()
 
     # ----------------------------------------------------------- declaration
     def provider(
@@ -191,7 +203,7 @@ class Op:
                     f"differs from the native spec {self.signature}"
                 )
             self.providers[name] = Provider(name, fn, supported, supports_args, tuple(kernels))
-            self._order_cache.clear()
+            self._clear_caches()
             return fn
 
         return register
@@ -233,14 +245,15 @@ class Op:
         if unknown:
             raise ValueError(f"{self.name}: unknown providers {unknown}; known: {list(self.providers)}")
         self._override.append(tuple(order))
-        self._order_cache.clear()
+        self._clear_caches()
         try:
             yield
         finally:
             self._override.pop()
-            self._order_cache.clear()
+            self._clear_caches()
 
     def _providers_for(self, device_type: str) -> tuple[Provider, ...]:
+        """The providers tried for ``device_type``, in order (cached until the priority changes)."""
         order = self._order_cache.get(device_type)
         if order is None:
             names = self.priority_order(device_type)
@@ -251,6 +264,8 @@ class Op:
                 )
             order = tuple(self.providers[n] for n in names)
             self._order_cache[device_type] = order
+            # The available ones with their per-call check: what _select reads per call.
+            self._checks_cache[device_type] = tuple((p, p.supports_args) for p in order if p.available)
         return order
 
     def select(self, *args, **kwargs) -> Provider:
@@ -259,31 +274,24 @@ class Op:
 
     def _select(self, args: tuple, kwargs: dict) -> Provider:
         device_type = _first_device_type(args, kwargs)
-        order = self._order_cache.get(device_type)
-        if order is None:
-            order = self._providers_for(device_type)
-        # The order cache and Provider.accepts, inlined: 0.72 against 1.02 µs per select through
-        # _providers_for and accepts (w4a16_gemm, native order; scripts/probe_host_overhead.py, CPU machine,
-        # timeit, best of 3 runs each). Keep the condition equal to Provider.accepts.
-        for provider in order:
-            if provider.available and (provider.supports_args is None or provider.supports_args(*args, **kwargs)):
+        checks = self._checks_cache.get(device_type)
+        if checks is None:
+            self._providers_for(device_type)
+            checks = self._checks_cache[device_type]
+        # Provider.accepts with availability resolved when the order was cached.
+        for provider, supports in checks:
+            if supports is None or supports(*args, **kwargs) is True:
                 return provider
-        raise NoProviderError(self._no_provider_message(order, args, kwargs))
+        raise NoProviderError(self._no_provider_message(self._providers_for(device_type), args, kwargs))
 
     def _no_provider_message(self, order, args, kwargs) -> str:
         bound = self.signature.bind(*args, **kwargs)
         described = ", ".join(f"{k}={_describe_value(v)}" for k, v in bound.arguments.items())
-        reasons = "; ".join(
-            f"{p.name}: {'declined these arguments' if p.available else 'not available on this platform'}"
-            for p in order
-        )
-        hint = ""
-        if any(p.name.startswith("triton") for p in order):
-            hint = " (Triton providers need CUDA tensors, or CPU tensors with TRITON_INTERPRET=1)"
-        return f"{self.name}: no provider can run ({described}); tried {reasons}{hint}"
+        reasons = "; ".join(f"{p.name}: {p.accepts(*args, **kwargs)}" for p in order)
+        return f"{self.name}: no provider can run ({described}); tried {reasons}"
 
     def dispatch(self, *args, **kwargs):
-        """Validate, select a provider and run it (no torch dispatcher)."""
+        """Validate, select a provider and run it (no torch dispatcher): the one path of every call."""
         if self.check is not None:
             self.check(*args, **kwargs)
         return self._select(args, kwargs).fn(*args, **kwargs)
@@ -295,9 +303,8 @@ class Op:
             return self.torch_op(*args, **kwargs)
         if _WRAP_TRITON is None:  # pragma: no cover - older torch
             return self.dispatch(*args, **kwargs)
-        # direct_triton_launches and dispatch, inlined. With _has_tensor_subclass's loop: the call less
-        # its check, select and provider 3.6 -> 1.2 µs for w4a16_gemm, 2.0 -> 0.8 for silu_and_mul
-        # (scripts/probe_host_overhead.py, CPU machine, timeit).
+        # direct_triton_launches and dispatch, inlined: the frames cost 0.15 µs (dispatch) and 0.3 µs (a
+        # with-statement) a call (scripts/probe_host_overhead.py, CPU machine). Keep the body equal to dispatch.
         previous = getattr(_WRAP_TRITON, "value", _WRAP_TRITON_DEFAULT)
         _WRAP_TRITON.value = False
         try:

@@ -1,7 +1,8 @@
 """W4A16 GEMM: declaration of ``w4a16_gemm`` (fp16/bf16 activations x 4-bit GPTQ weights).
 
-Spec in ``native.py``, formats in ``packing.py``, kernels in ``triton.py`` with
-the launch heuristic in ``heuristics.py``. The op is *opaque* to torch.compile
+Spec in ``native.py``, formats in ``packing.py``, kernels in ``triton.py`` (the fused tile), ``gemv.py``
+(M <= 2), ``splitk.py`` and ``dequant.py`` (the dense path), the launch rule in ``heuristics.py``;
+inputs, warmup, grids and cost in ``inputs.py``; baselines in ``peers.py``. The op is *opaque* to torch.compile
 (``custom_op`` + fake): its tile and split-K choice depends on the runtime M, and
 a traced launcher would freeze a prefill configuration into decode (seed 002).
 """
@@ -13,9 +14,8 @@ import torch
 from exactfuse.ops.w4a16 import native
 from exactfuse.ops.w4a16.native import dense_weight, dequantize
 from exactfuse.ops.w4a16.packing import PreparedW4A16, dequantize_gptq, prepare_gptq, quantize_rtn
-from exactfuse.registry import Case, op, platform
+from exactfuse.registry import op, platform
 from exactfuse.registry.contracts import Float64Relative
-from exactfuse.testing.inputs import make_generator
 
 
 def reference64(a, qweight, scales, zeros=None, perm=None, bias=None, group_size=128, deterministic=True):
@@ -26,7 +26,7 @@ def reference64(a, qweight, scales, zeros=None, perm=None, bias=None, group_size
     return out if bias is None else out + bias.double()
 
 
-# GEMM contract (DESIGN.md): relative Frobenius error against float64 no worse
+# GEMM contract (docs/contracts.md): relative Frobenius error against float64 no worse
 # than 2x native's own on the same inputs. Dequantization itself is bit-exact,
 # tested with one-hot activations (tests/ops/test_w4a16_gemm.py).
 CONTRACT = Float64Relative(reference64, factor=2.0)
@@ -50,151 +50,15 @@ w4a16_gemm.provider(
 )(_triton.w4a16_gemm_triton)
 
 
-# ------------------------------------------------------------------ inputs
-def random_weights(
-    K: int,
-    N: int,
-    dtype: torch.dtype,
-    device,
-    gen: torch.Generator,
-    *,
-    group_size: int = 128,
-    symmetric: bool = True,
-    act_order: bool = False,
-    format: str = "v1",
-) -> PreparedW4A16:
-    """RTN-quantized random ``[N, K]`` weights (scale ~1/sqrt(K)) in the prepared layout on ``device``."""
-    w = torch.randn((N, K), generator=gen) / K**0.5
-    order = torch.randperm(K, generator=gen) if act_order else None
-    t = quantize_rtn(w, group_size, symmetric, format=format, order=order, scale_dtype=dtype)
-    prepared = prepare_gptq(t.qweight, t.qzeros, t.scales, t.g_idx, format=format, sym=symmetric)
-    return PreparedW4A16(*(x.to(device) if isinstance(x, torch.Tensor) else x for x in prepared))
-
-
-def make_case(case_id, M, K, N, dtype, device, gen, *, bias=False, **weight_options) -> Case:
-    w = random_weights(K, N, dtype, device, gen, **weight_options)
-    a = torch.randn((M, K), generator=gen).to(dtype).to(device)
-    b = (torch.randn((N,), generator=gen) * 0.1).to(dtype).to(device) if bias else None
-    return Case(case_id, (a, w.qweight, w.scales, w.zeros, w.perm, b, w.group_size))
-
-
-GROUP_SIZES = (32, 64, 128, 256, -1)
-QUICK_M = (1, 0, 3, 17)
-
-
-def _group_id(g: int) -> str:
-    return "gch" if g == -1 else f"g{g}"
-
-
-@w4a16_gemm.inputs
-def _inputs(device: torch.device, dtype: torch.dtype, *, quick: bool = False, seed: int = 0):
-    """K=256, N=64 (interpreter-sized) over M, group sizes, symmetry, act-order, bias; real shapes on CUDA."""
-    gen = make_generator(seed)
-    K, N = 256, 64
-    for M in QUICK_M:
-        for sym in (True, False):
-            for act in (False, True):
-                s, o = "sym" if sym else "asym", "-actorder" if act else ""
-                opts = dict(group_size=128, symmetric=sym, act_order=act, bias=M == 17)
-                yield make_case(f"M{M}-K{K}-N{N}-g128-{s}{o}", M, K, N, dtype, device, gen, **opts)
-    for g in GROUP_SIZES:
-        for M in (1, 17) if quick else (1, 17, 64):
-            yield make_case(
-                f"M{M}-K{K}-N{N}-{_group_id(g)}-asym", M, K, N, dtype, device, gen, group_size=g, symmetric=False
-            )
-    if quick or device.type != "cuda":
-        return
-    for (K, N), M in [((4096, 4096), 1), ((4096, 4096), 16), ((4096, 14336), 8), ((14336, 4096), 64)]:
-        yield make_case(f"M{M}-K{K}-N{N}-g128-sym", M, K, N, dtype, device, gen)
-    for M in (200, 1024):
-        yield make_case(
-            f"M{M}-K4096-N4096-g128-asym-actorder-bias",
-            M,
-            4096,
-            4096,
-            dtype,
-            device,
-            gen,
-            symmetric=False,
-            act_order=True,
-            bias=True,
-        )
-
-
-# ------------------------------------------------------------------ warmup
-@w4a16_gemm.warmup
-def _warmup(
-    device,
-    dtype,
-    *,
-    shapes=((4096, 4096),),
-    group_size=128,
-    symmetric=True,
-    act_order=False,
-    bias=False,
-    **other_ops_options,
-):
-    """Compile every kernel specialization the layers ``shapes = ((K, N), ...)`` need.
-
-    One launch per M bucket of the heuristic and per split / no-split variant,
-    so CUDA-graph capture at any M triggers no JIT compile. Options meant for
-    other ops' warmups (``exactfuse.warmup`` passes them to every op) are ignored.
-    """
-    gen = make_generator(0)
-    for K, N in shapes:
-        w = random_weights(K, N, dtype, device, gen, group_size=group_size, symmetric=symmetric, act_order=act_order)
-        b = torch.zeros((N,), dtype=dtype, device=device) if bias else None
-        for M in (1, 16, 32, 64, 128, 256, 512, 1024):
-            a = torch.ones((M, K), dtype=dtype, device=device)
-            _triton.launch_w4a16_gemm(a, w.qweight, w.scales, w.zeros, w.perm, b, w.group_size)
-
-
-# ------------------------------------------------------------- bench grids
-BENCH_SHAPES = ((4096, 4096), (4096, 14336), (14336, 4096), (8192, 8192), (4096, 28672))
-BENCH_M = (1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 2048, 4096)
-QUICK_GRID = ((1, 4096, 4096), (16, 4096, 14336), (128, 14336, 4096), (4096, 4096, 4096))
-
-
-def _random_prepared(K: int, N: int, dtype, device) -> PreparedW4A16:
-    """Uniform random 4-bit codes with small positive scales (group 128, symmetric): no quantizer cost."""
-    qweight = torch.randint(-(2**31), 2**31 - 1, (K // 8, N), dtype=torch.int32, device=device)
-    scales = (torch.rand((K // 128, N), device=device) * 0.01 + 0.001).to(dtype)
-    return PreparedW4A16(qweight, scales, None, None, 128)
-
-
-def _bench_cases(device, dtype, points):
-    weights: dict[tuple[int, int], PreparedW4A16] = {}
-    for M, K, N in points:
-        if (K, N) not in weights:
-            weights = {(K, N): _random_prepared(K, N, dtype, device)}  # keep one weight set alive
-        w = weights[(K, N)]
-        a = torch.randn((M, K), dtype=dtype, device=device)
-        yield Case(f"M{M}-K{K}-N{N}", (a, w.qweight, w.scales, w.zeros, w.perm, None, w.group_size))
-
-
-w4a16_gemm.grid("default")(
-    lambda device, dtype: _bench_cases(device, dtype, [(M, K, N) for K, N in BENCH_SHAPES for M in BENCH_M])
-)
-w4a16_gemm.grid("quick")(lambda device, dtype: _bench_cases(device, dtype, QUICK_GRID))
-
-
-def _bytes(a, qweight, scales, zeros=None, perm=None, bias=None, group_size=128, deterministic=True) -> int:
-    """Packed weights + scales (+ zeros, perm, bias) + activations + output, each read or written once."""
-    tensors = (qweight, scales, zeros, perm, bias, a)
-    moved = sum(t.numel() * t.element_size() for t in tensors if t is not None)
-    return moved + a.shape[0] * qweight.shape[1] * a.element_size()
-
-
-def _flops(a, qweight, *args, **kwargs) -> int:
-    return 2 * a.shape[0] * qweight.shape[1] * qweight.shape[0] * 8
-
-
-w4a16_gemm.cost(bytes=_bytes, flops=_flops)
+from exactfuse.ops.w4a16 import peers  # noqa: E402, F401
+from exactfuse.ops.w4a16.inputs import _bytes, _random_prepared, make_case, random_weights  # noqa: E402, F401
 
 __all__ = [
+    "CONTRACT",
     "PreparedW4A16",
     "dense_weight",
     "dequantize_gptq",
+    "make_case",
     "prepare_gptq",
     "quantize_rtn",
     "random_weights",

@@ -127,8 +127,10 @@ under half the packed weight bytes (``K * N / 2``): ``split <= K / (32 * M)``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from exactfuse.utils import next_power_of_2
@@ -168,17 +170,37 @@ class TileConfig:
     scale_tile: bool = True
 
 
-# (max M, name, BM, BN, BK, num_warps, num_stages, programs_per_sm, traffic_cap, one_wave, fixup),
-# first match wins.
-BUCKETS: tuple[tuple[int, str, int, int, int, int, int, int, bool, bool, bool], ...] = (
-    (1, "gemv1", 1, 64, 256, 2, 1, 16, True, True, True),
-    (2, "gemv", 2, 64, 128, 2, 1, 8, True, True, True),
-    (16, "decode", 16, 64, 128, 4, 4, 4, True, True, True),
-    (32, "m32", 32, 64, 128, 4, 4, 2, True, False, False),
-    (64, "m64", 64, 64, 64, 4, 4, 8, False, False, False),
-    (128, "m128", 128, 64, 64, 4, 3, 4, False, False, False),
+@dataclass(frozen=True)
+class Bucket:
+    """The fused kernel's tile for ``M <= max_m``, and the split-K rule (:func:`choose_split`) it uses."""
+
+    max_m: int
+    name: str
+    BM: int
+    BN: int
+    BK: int
+    num_warps: int
+    num_stages: int
+    programs_per_sm: int
+    traffic_cap: bool
+    one_wave: bool
+    fixup: bool
+
+
+def _bucket(max_m, name, tile, warps, stages, programs_per_sm, *, cap, one_wave, fixup) -> Bucket:
+    return Bucket(max_m, name, *tile, warps, stages, programs_per_sm, cap, one_wave, fixup)
+
+
+# First match wins; tile = (BM, BN, BK).
+BUCKETS: tuple[Bucket, ...] = (
+    _bucket(1, "gemv1", (1, 64, 256), 2, 1, 16, cap=True, one_wave=True, fixup=True),
+    _bucket(2, "gemv", (2, 64, 128), 2, 1, 8, cap=True, one_wave=True, fixup=True),
+    _bucket(16, "decode", (16, 64, 128), 4, 4, 4, cap=True, one_wave=True, fixup=True),
+    _bucket(32, "m32", (32, 64, 128), 4, 4, 2, cap=True, one_wave=False, fixup=False),
+    _bucket(64, "m64", (64, 64, 64), 4, 4, 8, cap=False, one_wave=False, fixup=False),
+    _bucket(128, "m128", (128, 64, 64), 4, 3, 4, cap=False, one_wave=False, fixup=False),
 )
-DENSE_ABOVE_M = BUCKETS[-1][0]  # larger M: dense_config()
+DENSE_ABOVE_M = BUCKETS[-1].max_m  # larger M: dense_config()
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -232,21 +254,22 @@ def select_config(M: int, N: int, K: int, group_size: int, num_sms: int = H200_S
 def fused_config(M: int, N: int, K: int, num_sms: int = H200_SMS) -> TileConfig:
     """The fused kernel's configuration: the first bucket that holds M (the last one above it, which
     sweeps use to compare the fused kernel with the dense path), split-K for this M."""
-    bucket = next((b for b in BUCKETS if b[0] >= M), BUCKETS[-1])
-    return bucket_config(bucket[1], M, N, K, num_sms)
+    bucket = next((b for b in BUCKETS if b.max_m >= M), BUCKETS[-1])
+    return bucket_config(bucket.name, M, N, K, num_sms)
 
 
 def bucket_config(name: str, M: int, N: int, K: int, num_sms: int = H200_SMS) -> TileConfig:
     """Bucket ``name``'s configuration for this M, N, K (tests and sweeps force a bucket with it)."""
-    bucket = next(b for b in BUCKETS if b[1] == name)
-    BM, BN, BK, warps, stages, programs_per_sm, cap, one_wave, fixup = bucket[2:]
+    b = next(b for b in BUCKETS if b.name == name)
     gemv = name.startswith("gemv")
-    if gemv and M > BM:
-        raise ValueError(f"the {name} bucket takes M <= {BM}, got M = {M}")
-    BM = next_power_of_2(M) if gemv else BM
-    BK = min(BK, max(16, next_power_of_2(K)))
-    split, k_per_split = choose_split(M, N, K, BM, BN, BK, num_sms, programs_per_sm, traffic_cap=cap, one_wave=one_wave)
-    return TileConfig(name, BM, BN, BK, warps, stages, split, k_per_split, fixup=fixup, gemv=gemv)
+    if gemv and M > b.BM:
+        raise ValueError(f"the {name} bucket takes M <= {b.BM}, got M = {M}")
+    BM = next_power_of_2(M) if gemv else b.BM
+    BK = min(b.BK, max(16, next_power_of_2(K)))
+    split, k_per_split = choose_split(
+        M, N, K, BM, b.BN, BK, num_sms, b.programs_per_sm, traffic_cap=b.traffic_cap, one_wave=b.one_wave
+    )
+    return TileConfig(name, BM, b.BN, BK, b.num_warps, b.num_stages, split, k_per_split, fixup=b.fixup, gemv=gemv)
 
 
 def dense_config() -> TileConfig:
@@ -259,3 +282,22 @@ def with_split(config: TileConfig, K: int, split_k: int) -> TileConfig:
     k_tiles = _cdiv(K, config.BK)
     iters = _cdiv(k_tiles, max(1, min(split_k, k_tiles)))
     return dataclasses.replace(config, split_k=_cdiv(k_tiles, iters), k_per_split=iters * config.BK)
+
+
+# Lists that record_configs() hands out; launch_w4a16_gemm appends each launch's TileConfig to every one.
+RECORDERS: list[list[TileConfig]] = []
+
+
+@contextlib.contextmanager
+def record_configs() -> Iterator[list[TileConfig]]:
+    """Within it, every W4A16 launch appends its :class:`TileConfig` to the yielded list.
+
+    For tests that check which configuration a call (eager, compiled, or through a layer) ran. Outside it
+    the launch path pays one empty-list test. CUDA-graph replays launch no Python and record nothing.
+    """
+    seen: list[TileConfig] = []
+    RECORDERS.append(seen)
+    try:
+        yield seen
+    finally:
+        RECORDERS.remove(seen)

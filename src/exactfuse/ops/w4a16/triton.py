@@ -26,7 +26,6 @@ CUDA-graph capturable once its kernels are compiled (``exactfuse.warmup``).
 
 from __future__ import annotations
 
-import collections
 import functools
 
 import torch
@@ -35,15 +34,10 @@ import triton.language as tl
 
 from exactfuse.ops.w4a16.dequant import dense_gemm, dequant_kn_tile
 from exactfuse.ops.w4a16.gemv import w4a16_gemv_kernel
-from exactfuse.ops.w4a16.heuristics import TileConfig, select_config
+from exactfuse.ops.w4a16.heuristics import RECORDERS, TileConfig, select_config
 from exactfuse.ops.w4a16.splitk import REDUCE_BLOCK, arrival_counters, finish_tile, w4a16_splitk_reduce_kernel
 from exactfuse.registry import platform
 from exactfuse.utils import empty, next_power_of_2, num_sms
-
-# The configuration of the latest launch and a count per configuration name:
-# Python-side bookkeeping (CUDA graph replays do not update it).
-LAST_CONFIG: list[TileConfig | None] = [None]
-CONFIG_COUNTS: collections.Counter[str] = collections.Counter()
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -169,8 +163,8 @@ def launch_w4a16_gemm(
 ) -> torch.Tensor:
     """Launch the GEMM (and the split-K reduction) on validated prepared tensors -> ``[M, N]``.
 
-    ``config`` overrides the heuristic (tests and sweeps); it is recorded in
-    :data:`LAST_CONFIG` and :data:`CONFIG_COUNTS` either way.
+    ``config`` overrides the heuristic (tests and sweeps); :func:`heuristics.record_configs` shows
+    which configuration ran.
     """
     M, K = a.shape
     N = qweight.shape[1]
@@ -181,8 +175,9 @@ def launch_w4a16_gemm(
         return out.zero_() if bias is None else out.copy_(bias.expand(M, N))
     G = kernel_group(K, group_size)
     cfg = config or select_config(M, N, K, group_size, num_sms(a.device))
-    LAST_CONFIG[0] = cfg
-    CONFIG_COUNTS[cfg.name] += 1
+    if RECORDERS:
+        for seen in RECORDERS:
+            seen.append(cfg)
     if cfg.dense:
         return dense_gemm(a, qweight, scales, zeros, perm, bias, G, cfg)
     split = cfg.split_k > 1
@@ -262,19 +257,20 @@ def triton_supports(
     bias: torch.Tensor | None = None,
     group_size: int = 128,
     deterministic: bool = True,
-) -> bool:
-    """Triton device (no bf16 under the interpreter), unit last strides, contiguous weights, supported group."""
-    if not platform.triton_device_ok(a):
-        return False
-    if a.is_cpu and a.dtype == torch.bfloat16:
-        return False  # the interpreter has no bf16 arithmetic or bf16 tl.dot
+) -> bool | str:
+    """Tensors Triton can read (no bf16 under the interpreter), ``a`` with unit last stride, contiguous
+    weights, a supported group size; otherwise the reason, naming the argument."""
+    if not a.is_cuda and (reason := platform.triton_reads("a", a)) is not True:
+        return reason
+    if a.stride(1) != 1:
+        return f"a has strides {tuple(a.stride())}: the kernels read rows of a with unit last stride"
+    for name, t in (("qweight", qweight), ("scales", scales), ("zeros", zeros), ("perm", perm), ("bias", bias)):
+        if t is not None and not t.is_contiguous():
+            return f"{name} has strides {tuple(t.stride())}: the kernels read it contiguous"
     K = a.shape[1]
-    tensors = (qweight, scales, zeros, perm, bias)
-    return (
-        a.stride(1) == 1
-        and all(t is None or t.is_contiguous() for t in tensors)
-        and (K == 0 or supported_group(K, group_size))
-    )
+    if K and not supported_group(K, group_size):
+        return f"group_size={group_size} with K={K}: the kernels take one group or a power of two >= 16"
+    return True
 
 
 def w4a16_gemm_triton(

@@ -11,10 +11,10 @@ loaded next to the gate; Triton 3.6 on the H200 reports 22 registers spilled).
 The looped kernel: one row per program in chunks, the gate read three times,
 for wide rows in large batches. The split kernels: a row's chunks on separate
 programs, statistics first (one launch), then the output (a second launch), for
-very wide rows in small batches. ``sparse_heuristics.choose_kernel`` picks one of
+very wide rows in small batches. ``heuristics.choose_plan`` picks one of
 the three and configures it, with the measurements.
 
-Numerics (see ``sparse_native.py`` for the eager sequence this mirrors):
+Numerics (see ``native.py`` for the eager sequence this mirrors):
 
 - Every eager op on fp16/bf16 returns the activation dtype, so the kernel
   rounds to it at each operation boundary (``_round``; each call names the
@@ -40,14 +40,14 @@ import torch
 import triton
 import triton.language as tl
 
-from exactfuse.ops.activation import sparse_heuristics as heuristics
-from exactfuse.ops.activation.triton import GELU_ERF, GELU_TANH, _activation
+from exactfuse.ops.act_and_mul.triton import GELU_ERF, GELU_TANH, _activation
+from exactfuse.ops.gelu_and_mul_sparse import heuristics as heuristics
 from exactfuse.registry.platform import interpreter_enabled
-from exactfuse.utils import empty, next_power_of_2, num_sms
+from exactfuse.utils import empty, is_symbolic, needs_int64, next_power_of_2, num_sms
 
 # Operation boundaries where eager rounds to the activation dtype (bits of ROUND).
 ROUND_MEAN, ROUND_STD, ROUND_SCALED_STD, ROUND_CUTOFF, ROUND_SHIFTED, ROUND_GELU = 1, 2, 4, 8, 16, 32
-ROUND_ALL = 63
+ROUND_ALL = heuristics.ROUND_ALL
 ROUND_BOUNDARIES = {
     "mean": ROUND_MEAN,
     "std": ROUND_STD,
@@ -162,9 +162,8 @@ def gelu_and_mul_sparse_kernel(
     b_mean = tl.sum(b_g, axis=1) * _mean_factor(T, D)
     b_dx = tl.where(m_td, b_g - b_mean[:, None], 0.0)
     b_cut = _cutoff(b_mean, tl.sum(b_dx * b_dx, axis=1), D, std_multiplier, DT, ROUND)
-    # up after the statistics: fewer live registers; loading it with the gate was slower at every
-    # width and T measured (session 3, benchmarks/results/h200/sweeps/sweep_sparse_load_order_s3.txt:
-    # geomean over T at the shipped num_warps 2-5% slower up to d = 16384, 22% at d = 32768, where it spills more)
+    # up after the statistics: fewer live registers; loaded with the gate it took 1.02-1.05x the time
+    # up to d = 16384 and 1.22x at d = 32768 (docs/heuristics.md)
     b_u = tl.load(p_g + D, mask=m_td, other=0.0)
     b_y = _gate_up(b_g, b_u, b_cut[:, None], ACTIVATION, DT, ROUND)
     tl.store(p_y + o_t[:, None] * stride_y + o_d[None, :], b_y, mask=m_td)
@@ -191,7 +190,7 @@ def gelu_and_mul_sparse_looped_kernel(
     two and nothing spills at d = 32768. The sums run in another order (per-lane accumulation over
     chunks, then one tree), which the op's row-bitwise contract allows. KEEP_GATE: L2 eviction
     hints that keep the gate for the re-reads (evict_last) and let the last reads and ``up`` go
-    first (evict_first); the same results (``sparse_heuristics.looped_keep_gate`` says where).
+    first (evict_first); the same results (``heuristics.looped_keep_gate`` says where).
     """
     DT: tl.constexpr = p_y.dtype.element_ty
     KEEP: tl.constexpr = "evict_last" if KEEP_GATE else ""
@@ -286,59 +285,52 @@ def gelu_and_mul_sparse_split_apply_kernel(
 
 
 def launch_gelu_and_mul_sparse(
-    x: torch.Tensor,
-    std_multiplier: float,
-    approximate: str,
-    *,
-    round_mask: int = ROUND_ALL,
-    kernel: str | None = None,
-    chunk: int | None = None,
-    num_warps: int | None = None,
+    x: torch.Tensor, std_multiplier: float, approximate: str, plan: heuristics.SparsePlan | None = None
 ) -> torch.Tensor:
-    """Launch the kernel on ``x: [..., 2d]`` -> ``[..., d]``.
+    """Launch the kernels on ``x: [..., 2d]`` -> ``[..., d]``.
 
-    ``round_mask``, ``kernel``, ``chunk`` and ``num_warps`` exist for tests and sweeps only (the
-    op always rounds at every boundary and follows ``sparse_heuristics.choose_kernel``): ``kernel``
-    forces one of ``sparse_heuristics.KERNELS``, ``chunk`` and ``num_warps`` override its configuration.
+    ``plan`` defaults to :func:`heuristics.choose_plan` for a concrete row count and to
+    :func:`heuristics.traced_plan` for a symbolic one; tests and sweeps pass their own.
     """
     D = x.shape[-1] // 2
     device = x.device  # builds a torch.device: once per call
     y = empty((*x.shape[:-1], D), x.dtype, device)
-    if y.numel() == 0:
-        return y
     x2 = x if x.dim() == 2 else x.reshape(-1, 2 * D)
     T = x2.shape[0]
-    sms = num_sms(device)
-    chosen, block, warps = heuristics.choose_kernel(T, D, sms)
-    if kernel is not None and kernel != chosen:
-        if kernel not in heuristics.KERNELS:
-            raise ValueError(f"kernel must be one of {heuristics.KERNELS}, got {kernel!r}")
-        chosen = kernel
-        block, warps = heuristics.DEFAULTS.get(kernel) or heuristics.sparse_config(D, T, sms)[1:]
-    block, warps = chunk or block, num_warps or warps
+    if plan is None:
+        if is_symbolic(T):
+            plan = heuristics.traced_plan(D)
+        elif T * D == 0:
+            return y
+        else:
+            plan = heuristics.choose_plan(T, D, num_sms(device))
     common = dict(
         ACTIVATION=GELU_TANH if approximate == "tanh" else GELU_ERF,
-        ROUND=round_mask,
-        INT64_INDEX=T * x2.stride(0) >= 2**31,
-        num_warps=warps,
+        ROUND=plan.round_mask,
+        INT64_INDEX=needs_int64(T, x2.stride(0)),
+        num_warps=plan.num_warps,
     )
     args = (x2, y, T, D, x2.stride(0), D, float(std_multiplier))
-    if chosen == "looped":
+    if plan.kernel == "looped":
         keep = heuristics.looped_keep_gate(D)
-        torch.library.wrap_triton(gelu_and_mul_sparse_looped_kernel)[(T,)](*args, BC=block, KEEP_GATE=keep, **common)
-    elif chosen == "split":
-        S = triton.cdiv(D, block)
+        torch.library.wrap_triton(gelu_and_mul_sparse_looped_kernel)[(T,)](
+            *args, BC=plan.block, KEEP_GATE=keep, **common
+        )
+    elif plan.kernel == "split":
+        S = triton.cdiv(D, plan.block)
         # fp32 (sum, m2) per row and chunk; the first kernel writes every entry
         stats = empty((T, S, 2), torch.float32, device)
         torch.library.wrap_triton(gelu_and_mul_sparse_split_stats_kernel)[(T, S)](
-            x2, stats, D, x2.stride(0), BC=block, INT64_INDEX=common["INT64_INDEX"], num_warps=warps
+            x2, stats, D, x2.stride(0), BC=plan.block, INT64_INDEX=common["INT64_INDEX"], num_warps=plan.num_warps
         )
         torch.library.wrap_triton(gelu_and_mul_sparse_split_apply_kernel)[(T, S)](
-            *args, stats, BC=block, BS=next_power_of_2(S), **common
+            *args, stats, BC=plan.block, BS=next_power_of_2(S), **common
         )
     else:
-        BT = max(1, 1024 // block)
-        torch.library.wrap_triton(gelu_and_mul_sparse_kernel)[(triton.cdiv(T, BT),)](*args, BT=BT, BD=block, **common)
+        BT = max(1, 1024 // plan.block)
+        torch.library.wrap_triton(gelu_and_mul_sparse_kernel)[(triton.cdiv(T, BT),)](
+            *args, BT=BT, BD=plan.block, **common
+        )
     return y
 
 

@@ -22,8 +22,9 @@ import torch
 import triton
 import triton.language as tl
 
+from exactfuse.ops.act_and_mul.heuristics import act_and_mul_config
 from exactfuse.ops.math import exact_erf, exact_exp, exact_tanh
-from exactfuse.utils import empty, next_power_of_2
+from exactfuse.utils import empty, is_symbolic, needs_int64
 
 SILU, GELU_ERF, GELU_TANH = 0, 1, 2
 ACTIVATIONS = {"silu": SILU, "gelu_none": GELU_ERF, "gelu_tanh": GELU_TANH}
@@ -58,7 +59,7 @@ def act_and_mul_kernel(
 
     p_x: ``[T, 2D]`` rows ``stride_x`` apart, last dim contiguous.
     p_y: ``[T, D]`` rows ``stride_y`` apart, last dim contiguous.
-    constexpr: ACTIVATION, BT, BD, INT64_INDEX (``numel >= 2**31``). T and D are
+    constexpr: ACTIVATION, BT, BD, INT64_INDEX (offsets may reach 2**31). T and D are
     runtime values (D is specialized on divisibility by 16 for wide loads), so
     one compile serves every batch size of a width class.
     """
@@ -77,51 +78,19 @@ def act_and_mul_kernel(
     tl.store(p_y + o_t[:, None] * stride_y + o_d[None, :], b_y, mask=m_td)
 
 
-SMALL_TILE_ELEMENTS = 2**20  # below this many outputs a launch uses 8 warps
-
-
-def act_and_mul_config(T: int, D: int) -> tuple[int, int, int]:
-    """Static launch heuristic ``(BT, BD, num_warps)`` for ``T`` rows of ``D`` outputs.
-
-    A program covers 1024 output elements: ``BD`` spans the row up to 1024
-    columns, and narrow rows stack ``BT`` rows per program so that d = 1..31
-    does not launch one tiny program per row. Launches of fewer than 2^20
-    outputs use 8 warps (4 elements per thread), larger ones 4 warps. So a
-    width compiles at most two specializations (``warmup`` compiles both) and
-    every batch size reuses them.
-
-    Measured on the H200 (scripts/gpu/sweep_act_and_mul.py, silu bf16, NOTES.md)
-    against the previous 2048-element tile at 4 warps: T=16, d=768 3.35 -> 1.59
-    µs (8 warps); T=4096, d=768 8.81 -> 7.24 µs (4 warps); T=32768, d=31 6.52 ->
-    4.93 µs; within 1% at T=32768, d=14336. The 2^20 threshold sits between
-    the measured points (8 warps best up to T·d = 1.0M at T=32768, d=31; 4
-    warps from 3.1M); the crossover itself was not swept.
-
-    Widths whose padded block would mask more than 1/8 of the row take the
-    largest power of two dividing ``d`` instead, when it is >= 256: d = 768 runs
-    four rows of BD = 256 per program, no column masked. Session 3's sweep
-    (benchmarks/results/h200/sweeps/sweep_act_and_mul_s3*.txt, silu bf16, µs):
-    T=16 1.61 -> 1.32, T=4096 7.26 -> 6.73, T=32768 42.8 -> 39.6, T=1 1.54 ->
-    1.57. Not for d = 13824 (3.7% padding): BD = 512 measured 88.0 against
-    85.2 µs at T=4096.
-    """
-    BD = min(next_power_of_2(D), 1024)
-    low = D & -D  # the largest power of two dividing D
-    if low >= 256 and (-D % BD) * 8 > D:
-        BD = low  # the padded block would mask more than 1/8 of the row (d = 768: a quarter)
-    BT = max(1, 1024 // BD)
-    return BT, BD, 8 if T * D < SMALL_TILE_ELEMENTS else 4
-
-
 def launch_act_and_mul(x: torch.Tensor, activation: str) -> torch.Tensor:
-    """Launch :func:`act_and_mul_kernel` on ``x: [..., 2d]`` -> ``[..., d]``."""
+    """Launch :func:`act_and_mul_kernel` on ``x: [..., 2d]`` -> ``[..., d]``.
+
+    A traced call (symbolic row count) takes the configuration of ``d`` alone and int64 offsets, so one
+    trace is correct for every T; eager calls choose num_warps and offsets by the sizes.
+    """
     D = x.shape[-1] // 2
     y = empty((*x.shape[:-1], D), x.dtype, x.device)
-    if y.numel() == 0:
-        return y
     x2 = x if x.dim() == 2 else x.reshape(-1, 2 * D)
     T = x2.shape[0]
-    BT, BD, num_warps = act_and_mul_config(T, D)
+    if not is_symbolic(T) and T * D == 0:
+        return y
+    BT, BD, num_warps = act_and_mul_config(D, None if is_symbolic(T) else T)
     grid = (triton.cdiv(T, BT), triton.cdiv(D, BD))
     torch.library.wrap_triton(act_and_mul_kernel)[grid](
         x2,
@@ -133,7 +102,7 @@ def launch_act_and_mul(x: torch.Tensor, activation: str) -> torch.Tensor:
         ACTIVATION=ACTIVATIONS[activation],
         BT=BT,
         BD=BD,
-        INT64_INDEX=x2.numel() >= 2**31,
+        INT64_INDEX=needs_int64(T, max(x2.stride(0), 2 * D)),
         num_warps=num_warps,
     )
     return y

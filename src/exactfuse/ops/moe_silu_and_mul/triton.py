@@ -22,21 +22,8 @@ import triton
 import triton.language as tl
 
 from exactfuse.ops.math import exact_exp
-from exactfuse.utils import empty, next_power_of_2
-
-# Eviction hint for the gateup loads: each byte is read exactly once, so
-# "evict_first" keeps the streamed input from displacing reusable lines (the
-# row weights, read by every N-tile of a row, are loaded "evict_last"). Whether
-# it is faster on the H200 is to be measured by scripts/gpu/sweep_moe.py
-# ("eviction" line).
-GATEUP_EVICT_FIRST = True
-
-# Whether the interleaved store keeps the split's register layout (see store_run).
-INTERLEAVED_STORE_HINT = True
-
-# Output elements per program (see moe_config): to be measured by
-# scripts/gpu/sweep_moe.py, which compares 1024/2048/4096 on the bench grid.
-TARGET_ELEMENTS = 1024
+from exactfuse.ops.moe_silu_and_mul.heuristics import MoeConfig, moe_config
+from exactfuse.utils import empty, is_symbolic, needs_int64
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -69,7 +56,7 @@ def moe_silu_and_mul_kernel(
     adjacent in memory. constexpr: INTERLEAVED, HAS_WEIGHTS, INT64_INDEX
     (offsets may reach 2**31), EVEN_N (``N % BN == 0``: no column mask), BM, BN,
     EVICT_FIRST (``evict_first`` on the gateup loads), STORE_RUN (see
-    :func:`store_run`; 0: no hint). When ``BM == 1`` the grid has exactly M row
+    ``heuristics.store_run``; 0: no hint). When ``BM == 1`` the grid has exactly M row
     blocks, so the row mask is elided too and an ``EVEN_N`` tile is loaded and
     stored without any mask.
     """
@@ -129,87 +116,28 @@ def moe_silu_and_mul_kernel(
     tl.store(p_y + o_m[:, None] * N + o_n[None, :], b_y.to(p_y.dtype.element_ty), mask=m_mn)
 
 
-def moe_block_n(N: int) -> int:
-    """Columns per program: the largest power of two ≤ 1024 that divides N, if ≥ 128.
-
-    A dividing ``BN`` makes every tile full (``EVEN_N``: no column mask, no idle
-    lanes): N = 768 -> 256, 1024 -> 1024, 1536 -> 512, 3072 -> 1024. Widths
-    without such a divisor (960, 33, 7) use ``next_power_of_2(N)`` up to 1024
-    and mask the tail.
-    """
-    divisor = N & -N if N > 0 else 1  # largest power of two dividing N
-    if divisor >= 128:
-        return min(divisor, 1024)
-    return min(next_power_of_2(N), 1024)
-
-
-def moe_config(N: int, target: int = TARGET_ELEMENTS) -> tuple[int, int, int]:
-    """Static launch heuristic ``(BM, BN, num_warps)`` for rows of ``N`` outputs.
-
-    It depends on ``N`` only: every batch size M (decode M = 1 .. prefill
-    M = 49152) reuses one compiled kernel per width, CUDA graphs captured at
-    many batch sizes need no new compile, and torch.compile does not guard on M.
-    A program covers ``target`` outputs: ``BN`` columns (:func:`moe_block_n`)
-    and ``BM = target // BN`` rows, so wide rows run one row per program
-    (``BM == 1``: no masks at all on full tiles: N = 1024, 2048, 3072, 4096).
-    At ``target = 1024`` 4 warps put 8 outputs in each thread: one 16-byte load
-    of each operand and one 16-byte store in bf16 (split layout), as ATen's
-    vectorized elementwise loops do. ``target`` and the warp count are to be
-    confirmed by scripts/gpu/sweep_moe.py (1024/2048/4096 x 4/8 warps).
-    """
-    BN = moe_block_n(N)
-    BM = max(1, target // BN)
-    return BM, BN, 4
-
-
-def store_run(gateup: torch.Tensor, interleaved: bool) -> int:
-    """Contiguity hint for the interleaved store: outputs per 16-byte load of (g, u) pairs.
-
-    After the split a thread holds ``16 / (2 * itemsize)`` consecutive outputs
-    (4 for fp16/bf16, 2 for fp32). Left alone, Triton widens the store to 16
-    bytes and moves the tile through shared memory to get there (a layout
-    conversion: shared stores/loads and a barrier in the sm_90 PTX); the hint
-    stores the split's registers as they are (8-byte stores in bf16, no shared
-    memory). Which is faster is to be measured by scripts/gpu/sweep_moe.py.
-    """
-    return 16 // (2 * gateup.element_size()) if interleaved and INTERLEAVED_STORE_HINT else 0
-
-
-def needs_int64_offsets(M: int, N: int, stride_x: int) -> bool:
-    """Whether an element offset can reach 2**31: the end of gateup's last row, or of the output.
-
-    A row stride larger than ``2N`` (a column slice of a wider buffer) counts,
-    so a view with fewer than 2**31 elements can still need 64-bit offsets.
-    """
-    return M > 0 and max((M - 1) * stride_x + 2 * N, M * N) >= 2**31
-
-
 def launch_moe_silu_and_mul(
     gateup: torch.Tensor,
     row_weights: torch.Tensor | None,
     interleaved: bool,
     out_dtype: torch.dtype | None,
-    *,
-    config: tuple[int, int, int] | None = None,
-    evict_first: bool | None = None,
-    int64_index: bool | None = None,
-    store_hint: int | None = None,
+    config: MoeConfig | None = None,
 ) -> torch.Tensor:
     """Launch :func:`moe_silu_and_mul_kernel`: ``[M, 2N] -> [M, N]``.
 
-    The keyword arguments override the heuristic (``config`` = ``(BM, BN,
-    num_warps)``), :data:`GATEUP_EVICT_FIRST`, the int64 switch and :func:`store_run`, for tests and
-    scripts/gpu/sweep_moe.py; the op never sets them.
+    ``config`` defaults to :func:`~exactfuse.ops.moe_silu_and_mul.heuristics.moe_config`; tests and
+    sweeps pass another :class:`~exactfuse.ops.moe_silu_and_mul.heuristics.MoeConfig`.
     """
     M, N = gateup.shape[0], gateup.shape[1] // 2
     y = empty((M, N), out_dtype or gateup.dtype, gateup.device)
-    if y.numel() == 0:
+    if not is_symbolic(M) and M * N == 0:
         return y
-    BM, BN, num_warps = config or moe_config(N)
+    cfg = config or moe_config(N, gateup.element_size(), interleaved)
     has_weights = row_weights is not None
+    int64_index = cfg.int64_index
     if int64_index is None:
-        int64_index = needs_int64_offsets(M, N, gateup.stride(0))
-    grid = (triton.cdiv(M, BM) * triton.cdiv(N, BN),)
+        int64_index = needs_int64(M, max(gateup.stride(0), 2 * N))
+    grid = (triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN),)
     torch.library.wrap_triton(moe_silu_and_mul_kernel)[grid](
         gateup,
         row_weights if has_weights else gateup,
@@ -221,12 +149,12 @@ def launch_moe_silu_and_mul(
         INTERLEAVED=interleaved,
         HAS_WEIGHTS=has_weights,
         INT64_INDEX=int64_index,
-        EVEN_N=N % BN == 0,
-        BM=BM,
-        BN=BN,
-        EVICT_FIRST=GATEUP_EVICT_FIRST if evict_first is None else evict_first,
-        STORE_RUN=store_run(gateup, interleaved) if store_hint is None else store_hint,
-        num_warps=num_warps,
+        EVEN_N=N % cfg.BN == 0,
+        BM=cfg.BM,
+        BN=cfg.BN,
+        EVICT_FIRST=cfg.evict_first,
+        STORE_RUN=cfg.store_run,
+        num_warps=cfg.num_warps,
     )
     return y
 

@@ -1,80 +1,17 @@
-"""Declaration of ``gelu_and_mul_sparse`` (Gemma3n's sparse GELU).
-
-Spec in ``sparse_native.py``, kernels in ``sparse_triton.py``, their launch choice in
-``sparse_heuristics.py``; this file
-registers them, the input generator (shared by tests, ``verify`` and
-``bench``), warmup, benchmark grids and roofline cost.
-"""
+"""Inputs of gelu_and_mul_sparse (shared by tests, ``verify`` and ``bench``), its warmup, benchmark
+grids and roofline cost."""
 
 from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.activation import native as gated_native
-from exactfuse.ops.activation import sparse_native as native
-from exactfuse.registry import Case, op, platform
-from exactfuse.registry.contracts import RowBitwise, ZeroMaskTolerance
+from exactfuse.ops.act_and_mul import native as gated_native
+from exactfuse.ops.gelu_and_mul_sparse import STD_MULTIPLIER, gelu_and_mul_sparse, heuristics, native
+from exactfuse.ops.gelu_and_mul_sparse import triton as _triton
+from exactfuse.registry import Case
 from exactfuse.testing.inputs import make_generator, randn, randn_with_specials
 from exactfuse.utils import num_sms
 
-# fp16/bf16: whole rows bitwise equal to eager on >= 99.9% of rows, on every row
-# up to d = 128. The row mean and std are fp32 sums in another order than ATen's,
-# so in rare rows a statistic rounds to the neighbouring fp16/bf16 value and the
-# cutoff moves by one ulp (a probe on the H200 saw 0-1 such rows in 2048 per
-# width). fp32: the statistics are not rounded, so every row differs by fp32 ulps:
-# Tolerance, with the exact zero mask on narrow rows.
-CONTRACT = {
-    torch.float16: RowBitwise(),
-    torch.bfloat16: RowBitwise(),
-    torch.float32: ZeroMaskTolerance(up_to_d=128),
-}
-# Under the interpreter the reference is the CPU's: ``mean`` divides the fp32 sum
-# by d (CUDA multiplies by rows/numel), ``std`` is a float64 Welford, numpy sums
-# pairwise. Measured (fp16, 2048 rows each at d = 31 and 128, 1024 at d = 2048,
-# randn and randn + 3 gates): no row differs, so the same contract holds there.
-INTERPRETER_CONTRACT = CONTRACT
-GEMMA3N_SPARSITY = 0.95
-STD_MULTIPLIER = native.normal_quantile(GEMMA3N_SPARSITY)  # 1.6448536
-
-
-def _check(x: torch.Tensor, std_multiplier: float, approximate: str) -> None:
-    gated_native.check_gated_input(native.OP_NAME, x)
-    native.check_std_multiplier(native.OP_NAME, std_multiplier)
-    gated_native.check_approximate(native.OP_NAME, approximate)
-
-
-def _triton_supports(x: torch.Tensor, std_multiplier: float, approximate: str) -> bool:
-    """CUDA (or the interpreter, without bf16), d <= 32768, unit last stride, rows viewable as 2-D."""
-    if not platform.triton_device_ok(x):
-        return False
-    if x.device.type == "cpu" and x.dtype == torch.bfloat16:
-        return False  # the interpreter has no bf16 arithmetic
-    if x.shape[-1] // 2 > _heuristics.MAX_D:
-        return False
-    return x.is_contiguous() or (x.dim() == 2 and x.stride(-1) == 1)
-
-
-gelu_and_mul_sparse = op(
-    native.gelu_and_mul_sparse, contract=CONTRACT, interpreter_contract=INTERPRETER_CONTRACT, check=_check
-)
-
-from exactfuse.ops.activation import sparse_heuristics as _heuristics  # noqa: E402
-from exactfuse.ops.activation import sparse_triton as _triton  # noqa: E402
-
-gelu_and_mul_sparse.provider(
-    "triton",
-    supported=platform.triton_available,
-    supports_args=_triton_supports,
-    kernels=[
-        _triton.gelu_and_mul_sparse_kernel,
-        _triton.gelu_and_mul_sparse_looped_kernel,
-        _triton.gelu_and_mul_sparse_split_stats_kernel,
-        _triton.gelu_and_mul_sparse_split_apply_kernel,
-    ],
-)(_triton.gelu_and_mul_sparse_triton)
-
-
-# ------------------------------------------------------------------ inputs
 FULL_T = (1, 7, 128, 2048)
 FULL_D = (1, 31, 128, 2048, 8192, 16384, 32768)
 QUICK_SHAPES = [(T, d) for T in (1, 7, 64) for d in (1, 31, 128)] + [(7, 1000), (16, 2048)]
@@ -139,13 +76,13 @@ def _inputs(device: torch.device, dtype: torch.dtype, *, quick: bool = False, se
 @gelu_and_mul_sparse.warmup
 def _warmup(device, dtype, *, widths=(2048, 8192, 16384), approximate=("tanh",), **_other_ops_options):
     """Compile the kernels for each output width ``d`` in ``widths`` and each GELU form: every kernel
-    :func:`~exactfuse.ops.activation.sparse_heuristics.choose_kernel` picks for some batch size at that width."""
+    :func:`~exactfuse.ops.gelu_and_mul_sparse.heuristics.choose_plan` picks for some batch size at that width."""
     sms = num_sms(torch.device(device))
     for a in (approximate,) if isinstance(approximate, str) else approximate:
         for d in widths:
             seen = set()
-            for T in _heuristics.warmup_batches(d, sms):
-                if (plan := _heuristics.choose_kernel(T, d, sms)) not in seen:
+            for T in heuristics.warmup_batches(d, sms):
+                if (plan := heuristics.choose_plan(T, d, sms)) not in seen:
                     seen.add(plan)
                     x = torch.ones((T, 2 * d), dtype=dtype, device=device)
                     _triton.launch_gelu_and_mul_sparse(x, STD_MULTIPLIER, a)
@@ -164,7 +101,7 @@ def _bench_cases(device, dtype, shapes):
 
 @gelu_and_mul_sparse.grid("default")
 def _grid_default(device, dtype):
-    """Issue #4: T in {1, 4, 16, 64, 256, 1024, 2048} x d in {2048, ..., 32768} (42 shapes), tanh."""
+    """T in {1, 4, 16, 64, 256, 1024, 2048} x d in {2048, ..., 32768} (42 shapes), tanh."""
     return _bench_cases(device, dtype, [(T, d) for T in BENCH_T for d in BENCH_D])
 
 
@@ -179,5 +116,3 @@ def _bytes(x: torch.Tensor, std_multiplier: float = 0.0, approximate: str = "tan
 
 
 gelu_and_mul_sparse.cost(bytes=_bytes)
-
-__all__ = ["STD_MULTIPLIER", "gelu_and_mul_sparse"]

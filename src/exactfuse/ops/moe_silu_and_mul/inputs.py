@@ -1,62 +1,16 @@
-"""Declaration of ``moe_silu_and_mul``: the MoE expert activation (seed 003).
-
-Spec in ``moe_native.py``, kernel in ``moe_triton.py``; this file registers the
-op, its Triton provider, the input generator (shared by tests, ``verify`` and
-``bench``), warmup, benchmark grids and roofline cost.
-"""
+"""Inputs of moe_silu_and_mul (shared by tests, ``verify`` and ``bench``), its warmup, benchmark grids
+and roofline cost."""
 
 from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.activation import moe_native
-from exactfuse.ops.activation import moe_triton as _triton
-from exactfuse.registry import Case, Tolerance, Ulp, op, platform
+from exactfuse.ops.moe_silu_and_mul import moe_silu_and_mul
+from exactfuse.ops.moe_silu_and_mul import triton as _triton
+from exactfuse.registry import Case
 from exactfuse.testing.inputs import make_generator, randn_with_specials
+from exactfuse.utils import DTYPE_NAMES
 
-# fp16/bf16 outputs: Ulp(1). Spec and kernel compute the same fp32 expression
-# in the same order and round once; the only freedom is the fp32 exp (on CUDA
-# both call the same expf, so we expect bitwise equality there: the numerics
-# line of scripts/gpu/sweep_moe.py reports it). fp32 outputs: within 1e-6
-# relative; absolute differences up to 1.2e-38 (the smallest normal fp32 is
-# 1.18e-38) are accepted, as subnormal results carry fewer than 24 bits.
-# The same contract holds under the Triton interpreter (numpy exp vs the CPU's
-# SLEEF/libm exp): measured over the full input set minus the two largest
-# shapes, seeds 0-2: fp16 at most 1 ulp, fp32 at most 6 fp32 ulp (< 1e-6 relative).
-FP32_TOLERANCE = Tolerance(atol=1.2e-38, rtol=1e-6)
-CONTRACT = {torch.float16: Ulp(1), torch.bfloat16: Ulp(1), torch.float32: FP32_TOLERANCE}
-
-
-def _triton_supports(
-    gateup: torch.Tensor,
-    row_weights: torch.Tensor | None = None,
-    interleaved: bool = False,
-    out_dtype: torch.dtype | None = None,
-) -> bool:
-    """CUDA (or the interpreter, without bf16 anywhere), gateup's last dim contiguous."""
-    if not platform.triton_device_ok(gateup):
-        return False
-    if gateup.device.type == "cpu":
-        dtypes = {gateup.dtype, out_dtype, None if row_weights is None else row_weights.dtype}
-        if torch.bfloat16 in dtypes:
-            return False  # the interpreter has no bf16 arithmetic
-    return gateup.stride(1) == 1 or gateup.numel() == 0
-
-
-moe_silu_and_mul = op(
-    moe_native.moe_silu_and_mul,
-    contract=CONTRACT,
-    check=moe_native.check_moe_silu_and_mul,
-)
-moe_silu_and_mul.provider(
-    "triton",
-    supported=platform.triton_available,
-    supports_args=_triton_supports,
-    kernels=[_triton.moe_silu_and_mul_kernel],
-)(_triton.moe_silu_and_mul_triton)
-
-
-# ------------------------------------------------------------------ inputs
 # (M, N): the issue's edge and model shapes; N = 7 and 33 are odd widths, the
 # (7, 384), (33, 960), (5, 512) trio mixes odd M with widths that are not
 # powers of two, and M = 1..16 x N = 768/1024/1536 is the small shared-expert
@@ -78,7 +32,6 @@ FULL_SHAPES = (
     *((m, n) for m in (1, 2, 4, 8, 16) for n in (768, 1024, 1536)),
 )
 LAYOUTS = {"split": False, "inter": True}
-_SHORT = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 
 
 def _weights(kind: str, M: int, dtype: torch.dtype, device, gen: torch.Generator) -> torch.Tensor | None:
@@ -108,7 +61,7 @@ def _inputs(device: torch.device, dtype: torch.dtype, *, quick: bool = False, se
             for wkind, out_dtype in _variants(dtype, quick):
                 x = randn_with_specials((M, 2 * N), dtype, device, gen, specials=False)
                 w = _weights(wkind, M, dtype, device, gen)
-                suffix = f"-out_{_SHORT[out_dtype]}" if out_dtype is not None else ""
+                suffix = f"-out_{DTYPE_NAMES[out_dtype]}" if out_dtype is not None else ""
                 yield Case(f"M{M}-N{N}-{layout}-{wkind}{suffix}", (x, w, interleaved, out_dtype))
     for layout, interleaved in LAYOUTS.items():
         x = randn_with_specials((64, 2 * 96), dtype, device, gen, specials=True)
@@ -185,5 +138,3 @@ def _bytes(
 
 
 moe_silu_and_mul.cost(bytes=_bytes)
-
-__all__ = ["moe_silu_and_mul"]

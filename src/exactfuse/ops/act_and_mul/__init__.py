@@ -1,0 +1,66 @@
+"""Gated activations ``act(x[..., :d]) * x[..., d:]``: declarations of silu_and_mul and gelu_and_mul.
+
+Spec in ``native.py``, kernel in ``triton.py``, its launch rule in ``heuristics.py``; inputs, warmup,
+benchmark grids and cost in ``inputs.py``; the Liger peers in ``peers.py``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from exactfuse.ops.act_and_mul import native
+from exactfuse.ops.act_and_mul import triton as _triton
+from exactfuse.registry import Bitwise, Tolerance, op, platform
+
+# Bitwise against eager PyTorch on CUDA. Under the Triton interpreter the reference runs on the CPU,
+# whose exp/erf/tanh (SLEEF vectors) are neither CUDA's libdevice nor the interpreter's numpy: up to
+# 5 fp32 ulp for silu and absolute errors of 4e-6 near zero for gelu there, so the CPU contract is the
+# per-dtype Tolerance. fp32 erf-GELU needs atol 1e-4 there: torch CPU's vectorized erff is one ulp off
+# in the cancellation region 1 + erf(g/sqrt 2) for g < -3, and the wide-range case multiplies that by
+# |up| ~ 100 (g = -3.123, u = -99.84: float64 truth 0.2791161, CPU native 0.2791401, interpreter
+# 0.2791123 -- the reference is the one that is off).
+CONTRACT = Bitwise()
+INTERPRETER_CONTRACT = Tolerance()
+GELU_INTERPRETER_CONTRACT = {
+    torch.float16: Tolerance(),
+    torch.bfloat16: Tolerance(),
+    torch.float32: Tolerance(atol=1e-4),
+}
+
+
+def _check_silu(x: torch.Tensor) -> None:
+    native.check_gated_input("silu_and_mul", x)
+
+
+def _check_gelu(x: torch.Tensor, approximate: str = "none") -> None:
+    native.check_gated_input("gelu_and_mul", x)
+    native.check_approximate("gelu_and_mul", approximate)
+
+
+def triton_supports(x: torch.Tensor, approximate: str = "none") -> bool | str:
+    """Rows the kernel reads: a tensor Triton can read, 2-D with unit last stride or contiguous."""
+    if not x.is_cuda and (reason := platform.triton_reads("x", x)) is not True:
+        return reason
+    if (x.dim() == 2 and x.stride(-1) == 1) or x.is_contiguous():
+        return True
+    return f"x has strides {tuple(x.stride())}: the kernel reads contiguous x, or 2-D rows with unit last stride"
+
+
+silu_and_mul = op(native.silu_and_mul, contract=CONTRACT, interpreter_contract=INTERPRETER_CONTRACT, check=_check_silu)
+gelu_and_mul = op(
+    native.gelu_and_mul, contract=CONTRACT, interpreter_contract=GELU_INTERPRETER_CONTRACT, check=_check_gelu
+)
+silu_and_mul.provider(
+    "triton",
+    supported=platform.triton_available,
+    supports_args=triton_supports,
+    kernels=[_triton.act_and_mul_kernel],
+)(_triton.silu_and_mul_triton)
+gelu_and_mul.provider(
+    "triton",
+    supported=platform.triton_available,
+    supports_args=triton_supports,
+    kernels=[_triton.act_and_mul_kernel],
+)(_triton.gelu_and_mul_triton)
+
+from exactfuse.ops.act_and_mul import inputs, peers  # noqa: E402, F401  (inputs, grids, warmup, cost; peers)

@@ -1,0 +1,92 @@
+"""Inputs of silu_and_mul and gelu_and_mul (shared by tests, ``verify`` and ``bench``), their warmup,
+benchmark grids and roofline cost."""
+
+from __future__ import annotations
+
+import torch
+
+from exactfuse.ops.act_and_mul import gelu_and_mul, native, silu_and_mul
+from exactfuse.ops.act_and_mul import triton as _triton
+from exactfuse.ops.act_and_mul.heuristics import SMALL_TILE_ELEMENTS
+from exactfuse.registry import Case
+from exactfuse.testing.inputs import make_generator, randn_with_specials
+
+FULL_T = (0, 1, 7, 83, 2048)
+FULL_D = (1, 31, 512, 768, 13824)
+QUICK_T = (0, 1, 7)
+QUICK_D = (1, 31, 64, 768)
+
+
+def _gated_cases(device: torch.device, dtype: torch.dtype, *, quick: bool, seed: int):
+    gen = make_generator(seed)
+    for T in QUICK_T if quick else FULL_T:
+        for d in QUICK_D if quick else FULL_D:
+            x = randn_with_specials((T, 2 * d), dtype, device, gen, specials=False)
+            yield Case(f"T{T}-d{d}", (x,))
+    yield Case("nd-2x3x5-d33", (randn_with_specials((2, 3, 5, 66), dtype, device, gen, specials=False),))
+    yield Case("specials-T64-d128", (randn_with_specials((64, 256), dtype, device, gen, specials=True),))
+    big = randn_with_specials((8, 512), dtype, device, gen, specials=False) * 12
+    yield Case("wide-range-T8-d256", (big,))
+
+
+@silu_and_mul.inputs
+def _silu_inputs(device, dtype, *, quick=False, seed=0):
+    return _gated_cases(device, dtype, quick=quick, seed=seed)
+
+
+@gelu_and_mul.inputs
+def _gelu_inputs(device, dtype, *, quick=False, seed=0):
+    for approximate in native.GELU_APPROXIMATIONS:
+        for case in _gated_cases(device, dtype, quick=quick, seed=seed):
+            yield Case(f"{approximate}-{case.id}", case.args, {"approximate": approximate})
+
+
+# ------------------------------------------------------------------ warmup
+def _warm(launch, device, dtype, widths, **kwargs):
+    # one small and one large launch per width: the heuristic's two num_warps
+    for d in widths:
+        for T in (1, -(-SMALL_TILE_ELEMENTS // d)):
+            launch(torch.ones((T, 2 * d), dtype=dtype, device=device), **kwargs)
+
+
+@silu_and_mul.warmup
+def _silu_warmup(device, dtype, *, widths=(4096,), **_other_ops_options):
+    """Compile the kernel for each output width ``d`` in ``widths``."""
+    _warm(_triton.silu_and_mul_triton, device, dtype, widths)
+
+
+@gelu_and_mul.warmup
+def _gelu_warmup(device, dtype, *, widths=(4096,), approximate=native.GELU_APPROXIMATIONS, **_other_ops_options):
+    """Compile the kernel for each ``d`` in ``widths`` and each approximation."""
+    for a in (approximate,) if isinstance(approximate, str) else approximate:
+        _warm(_triton.gelu_and_mul_triton, device, dtype, widths, approximate=a)
+
+
+# ------------------------------------------------------------- bench grids
+BENCH_T = (1, 16, 256, 4096, 32768)
+BENCH_D = (768, 4096, 14336)
+QUICK_BENCH = ("T16-d4096", "T4096-d4096")
+
+
+def _bench_cases(device, dtype, kwargs=None, only=None):
+    for T in BENCH_T:
+        for d in BENCH_D:
+            if only is None or f"T{T}-d{d}" in only:
+                x = torch.randn((T, 2 * d), dtype=dtype, device=device)
+                yield Case(f"T{T}-d{d}", (x,), dict(kwargs or {}))
+
+
+TANH = {"approximate": "tanh"}
+silu_and_mul.grid("default")(lambda device, dtype: _bench_cases(device, dtype))
+silu_and_mul.grid("quick")(lambda device, dtype: _bench_cases(device, dtype, only=QUICK_BENCH))
+gelu_and_mul.grid("default")(lambda device, dtype: _bench_cases(device, dtype, TANH))
+gelu_and_mul.grid("quick")(lambda device, dtype: _bench_cases(device, dtype, TANH, only=QUICK_BENCH))
+
+
+def _gated_bytes(x: torch.Tensor, approximate: str = "none") -> int:
+    """Read ``[T, 2d]`` once, write ``[T, d]`` once."""
+    return x.numel() * x.element_size() * 3 // 2
+
+
+silu_and_mul.cost(bytes=lambda x: _gated_bytes(x))
+gelu_and_mul.cost(bytes=_gated_bytes)

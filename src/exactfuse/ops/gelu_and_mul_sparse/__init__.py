@@ -1,0 +1,72 @@
+"""Declaration of ``gelu_and_mul_sparse`` (Gemma3n's sparse GELU).
+
+Spec in ``native.py``, kernels in ``triton.py``, their launch choice in ``heuristics.py``; inputs,
+warmup, benchmark grids and cost in ``inputs.py``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from exactfuse.ops.act_and_mul import native as gated_native
+from exactfuse.ops.gelu_and_mul_sparse import heuristics, native
+from exactfuse.ops.gelu_and_mul_sparse import triton as _triton
+from exactfuse.registry import op, platform
+from exactfuse.registry.contracts import RowBitwise, ZeroMaskTolerance
+
+# fp16/bf16: whole rows bitwise equal to eager on >= 99.9% of rows, on every row
+# up to d = 128. The row mean and std are fp32 sums in another order than ATen's,
+# so in rare rows a statistic rounds to the neighbouring fp16/bf16 value and the
+# cutoff moves by one ulp (a probe on the H200 saw 0-1 such rows in 2048 per
+# width). fp32: the statistics are not rounded, so every row differs by fp32 ulps:
+# Tolerance, with the exact zero mask on narrow rows.
+CONTRACT = {
+    torch.float16: RowBitwise(),
+    torch.bfloat16: RowBitwise(),
+    torch.float32: ZeroMaskTolerance(up_to_d=128),
+}
+# Under the interpreter the reference is the CPU's: ``mean`` divides the fp32 sum
+# by d (CUDA multiplies by rows/numel), ``std`` is a float64 Welford, numpy sums
+# pairwise. Measured (fp16, 2048 rows each at d = 31 and 128, 1024 at d = 2048,
+# randn and randn + 3 gates): no row differs, so the same contract holds there.
+INTERPRETER_CONTRACT = CONTRACT
+GEMMA3N_SPARSITY = 0.95
+STD_MULTIPLIER = native.normal_quantile(GEMMA3N_SPARSITY)  # 1.6448536
+
+
+def _check(x: torch.Tensor, std_multiplier: float, approximate: str) -> None:
+    gated_native.check_gated_input(native.OP_NAME, x)
+    native.check_std_multiplier(native.OP_NAME, std_multiplier)
+    gated_native.check_approximate(native.OP_NAME, approximate)
+
+
+def triton_supports(x: torch.Tensor, std_multiplier: float, approximate: str) -> bool | str:
+    """A tensor Triton can read, d <= 32768, 2-D rows with unit last stride or contiguous."""
+    if not x.is_cuda and (reason := platform.triton_reads("x", x)) is not True:
+        return reason
+    if x.shape[-1] // 2 > heuristics.MAX_D:
+        return f"x's rows have d = {x.shape[-1] // 2} outputs; the kernels take d <= {heuristics.MAX_D}"
+    if (x.dim() == 2 and x.stride(-1) == 1) or x.is_contiguous():
+        return True
+    return f"x has strides {tuple(x.stride())}: the kernels read contiguous x, or 2-D rows with unit last stride"
+
+
+gelu_and_mul_sparse = op(
+    native.gelu_and_mul_sparse, contract=CONTRACT, interpreter_contract=INTERPRETER_CONTRACT, check=_check
+)
+
+
+gelu_and_mul_sparse.provider(
+    "triton",
+    supported=platform.triton_available,
+    supports_args=triton_supports,
+    kernels=[
+        _triton.gelu_and_mul_sparse_kernel,
+        _triton.gelu_and_mul_sparse_looped_kernel,
+        _triton.gelu_and_mul_sparse_split_stats_kernel,
+        _triton.gelu_and_mul_sparse_split_apply_kernel,
+    ],
+)(_triton.gelu_and_mul_sparse_triton)
+
+
+from exactfuse.ops.gelu_and_mul_sparse import inputs  # noqa: E402, F401  (inputs, grids, warmup, cost)

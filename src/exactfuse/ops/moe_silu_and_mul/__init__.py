@@ -1,0 +1,57 @@
+"""Declaration of ``moe_silu_and_mul``: the MoE expert activation ``silu(gate) * up [* w]``.
+
+Spec in ``native.py``, kernel in ``triton.py``, its launch rule in ``heuristics.py``; inputs, warmup,
+benchmark grids and cost in ``inputs.py``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from exactfuse.ops.moe_silu_and_mul import native
+from exactfuse.ops.moe_silu_and_mul import triton as _triton
+from exactfuse.registry import Tolerance, Ulp, op, platform
+
+# fp16/bf16 outputs: Ulp(1). Spec and kernel compute the same fp32 expression
+# in the same order and round once; the only freedom is the fp32 exp (on CUDA
+# both call the same expf, so we expect bitwise equality there: the numerics
+# line of the MoE sweep reports it). fp32 outputs: within 1e-6
+# relative; absolute differences up to 1.2e-38 (the smallest normal fp32 is
+# 1.18e-38) are accepted, as subnormal results carry fewer than 24 bits.
+# The same contract holds under the Triton interpreter (numpy exp vs the CPU's
+# SLEEF/libm exp): measured over the full input set minus the two largest
+# shapes, seeds 0-2: fp16 at most 1 ulp, fp32 at most 6 fp32 ulp (< 1e-6 relative).
+FP32_TOLERANCE = Tolerance(atol=1.2e-38, rtol=1e-6)
+CONTRACT = {torch.float16: Ulp(1), torch.bfloat16: Ulp(1), torch.float32: FP32_TOLERANCE}
+
+
+def triton_supports(
+    gateup: torch.Tensor,
+    row_weights: torch.Tensor | None = None,
+    interleaved: bool = False,
+    out_dtype: torch.dtype | None = None,
+) -> bool | str:
+    """A gateup Triton can read (no bf16 anywhere under the interpreter), its last dim contiguous."""
+    if not gateup.is_cuda and (reason := platform.triton_reads("gateup", gateup)) is not True:
+        return reason
+    if gateup.is_cpu and torch.bfloat16 in (out_dtype, None if row_weights is None else row_weights.dtype):
+        return "bfloat16 row_weights or out_dtype on the CPU: the Triton interpreter has no bf16 arithmetic"
+    if gateup.stride(1) == 1 or gateup.numel() == 0:
+        return True
+    return f"gateup has strides {tuple(gateup.stride())}: the kernel reads rows with unit last stride"
+
+
+moe_silu_and_mul = op(
+    native.moe_silu_and_mul,
+    contract=CONTRACT,
+    check=native.check_moe_silu_and_mul,
+)
+moe_silu_and_mul.provider(
+    "triton",
+    supported=platform.triton_available,
+    supports_args=triton_supports,
+    kernels=[_triton.moe_silu_and_mul_kernel],
+)(_triton.moe_silu_and_mul_triton)
+
+
+from exactfuse.ops.moe_silu_and_mul import inputs  # noqa: E402, F401  (inputs, grids, warmup, cost)

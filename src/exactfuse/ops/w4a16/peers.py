@@ -1,0 +1,63 @@
+"""Baselines timed beside w4a16_gemm by ``exactfuse bench``: cuBLAS on the dequantized weight (the
+dense-GEMM bound) and torch's int4 kernel (tinygemm)."""
+
+from __future__ import annotations
+
+import torch
+
+from exactfuse.bench.peers import PeerAdapter, PreparedCall, cuda_only, register_peer
+from exactfuse.ops.w4a16 import w4a16_gemm
+from exactfuse.ops.w4a16.native import dense_weight
+from exactfuse.ops.w4a16.packing import unpack_rows
+
+
+def _w4a16_args(args: tuple, kwargs: dict) -> dict:
+    """The op's arguments by name, defaults filled in (the native spec's signature)."""
+    bound = w4a16_gemm.signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    return bound.arguments
+
+
+def _w4a16_cublas_dense(args: tuple, kwargs: dict) -> PreparedCall:
+    """cuBLAS on the weight dequantized once, outside the timed region: the dense-GEMM bound."""
+    x = _w4a16_args(args, kwargs)
+    a, bias = x["a"], x["bias"]
+    w = dense_weight(x["qweight"], x["scales"], x["zeros"], x["perm"], x["group_size"], a.dtype)
+    if bias is None:
+        return lambda: torch.matmul(a, w)
+    return lambda: torch.addmm(bias, a, w)
+
+
+def _int4pack_accepts(*args, **kwargs) -> bool:
+    # tinygemm: bf16, groups of 32..256 along K, K a multiple of 1024 (8 inner K tiles of 16 pairs)
+    x = _w4a16_args(args, kwargs)
+    return (
+        hasattr(torch, "_weight_int4pack_mm")
+        and x["a"].dtype == torch.bfloat16
+        and x["zeros"] is None
+        and x["perm"] is None
+        and x["group_size"] in (32, 64, 128, 256)
+        and x["a"].shape[1] % 1024 == 0
+    )
+
+
+def _w4a16_torch_int4(args: tuple, kwargs: dict) -> PreparedCall:
+    """``torch._weight_int4pack_mm`` (tinygemm) on the same 4-bit codes and scales, zero offset 0.
+
+    Its dequantization is ``(q - 8) * scale + zero`` per group, so the symmetric
+    GPTQ weight ``(q - 8) * scale`` is ``zero = 0``. Weights are repacked with
+    ``_convert_weight_to_int4pack`` (``[N, K/2]`` uint8, even k in the high
+    nibble) outside the timed region.
+    """
+    x = _w4a16_args(args, kwargs)
+    a, scales, bias, group_size = x["a"], x["scales"], x["bias"], x["group_size"]
+    q = unpack_rows(x["qweight"]).t().contiguous()  # [N, K] codes 0..15
+    packed = torch._convert_weight_to_int4pack(((q[:, ::2] << 4) | q[:, 1::2]).to(torch.uint8), 8)
+    scales_zeros = torch.stack([scales, torch.zeros_like(scales)], dim=2).contiguous()  # [K/G, N, 2]
+    if bias is None:
+        return lambda: torch._weight_int4pack_mm(a, packed, group_size, scales_zeros)
+    return lambda: torch._weight_int4pack_mm(a, packed, group_size, scales_zeros) + bias
+
+
+register_peer(PeerAdapter("cublas-dense", "w4a16_gemm", cuda_only, _w4a16_cublas_dense))
+register_peer(PeerAdapter("torch-int4", "w4a16_gemm", cuda_only, _w4a16_torch_int4, accepts=_int4pack_accepts))
