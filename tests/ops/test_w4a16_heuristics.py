@@ -28,7 +28,7 @@ def test_split_rule_by_programs_per_sm_and_dense_above_m128():
     assert bucket_config("decode", 1, 4096, 14336).split_k == 8
     assert bucket_config("decode", 1, 28672, 4096).split_k == 1
     assert select_config(32, 14336, 4096, 128).split_k == 1
-    # split-K sums in the GEMM's launch for decode only (session 4: 2.6% faster at M <= 4, 15-19% slower at M 64-128)
+    # split-K sums in the GEMM's launch for decode only (0.97x the time at M <= 4, 1.15-1.19x at M 64-128)
     assert select_config(1, 4096, 4096, 128).fixup and not select_config(64, 4096, 4096, 128).fixup
     for M in (129, 1024, 4096):
         cfg = select_config(M, 4096, 4096, 128)
@@ -40,5 +40,5 @@ def test_split_rule_by_programs_per_sm_and_dense_above_m128():
     with pytest.raises(ValueError, match="gemv1 bucket takes M <= 1"):
         bucket_config("gemv1", 2, 4096, 4096)
     # gemv1 aims at 16 programs per SM in one wave: K = 14336 at N = 4096 splits 28 ways (above the decode
-    # bucket's 16; session 8's sweep measured that split)
+    # bucket's 16; the gemv1 tile sweep measured that split)
     assert [bucket_config("gemv1", 1, N, K).split_k for K, N in ((14336, 4096), (4096, 28672))] == [28, 4]

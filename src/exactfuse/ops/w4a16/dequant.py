@@ -44,8 +44,8 @@ def dequant_kn_tile(
     # [BK/8, 1, BN] words -> [BK/8, 8, BN] nibbles -> [BK, BN]: row 8r + j is nibble j of word r. The
     # words are loaded as a 3-D tile so that the load's layout (consecutive columns per thread) carries
     # through the unpack to the shared-memory stores of the MMA operand: vector stores, 38 STS against
-    # 133 for a 2-D load broadcast to 3-D (decode tile, Triton 3.6, sweeps/sass_w4a16_s6a.txt); side by
-    # side 0.93 the time at M <= 16, 0.74 at M = 32, 0.84-0.86 at M 64-128 (sweeps/sweep_w4a16_load3d_s6a.txt).
+    # 133 for a 2-D load broadcast to 3-D (decode tile, Triton 3.6, sweeps/sass_w4a16_load3d_swap_ab.txt);
+    # side by side 0.93 the time at M <= 16, 0.74 at M = 32, 0.84-0.86 at M 64-128 (sweeps/w4a16_load3d_ab.txt).
     p_q = p_qw + (k0 // 8 + o_j)[:, None, None] * N + o_n[None, None, :]
     b_q = tl.load(p_q, mask=m_q[:, None, :], other=0)
     b_q = tl.reshape((b_q >> (tl.arange(0, 8) * 4)[None, :, None]) & 0xF, (BK, BN))

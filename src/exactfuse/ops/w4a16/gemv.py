@@ -236,7 +236,7 @@ def w4a16_gemv_kernel(
     # The columns again, with their contiguity capped at 4 (16 bytes of packed words, 8 of scales): Triton then
     # loads the [BK / 8, BN] scale tile in the packed words' layout, so the loop needs no shared-memory
     # conversion of the scales (SCALE_TILE; Triton 3.6, bf16, M = 1: 6 barriers in the kernel against 9,
-    # sweeps/sass_w4a16_s8a.txt).
+    # sweeps/sass_w4a16_gemv_loads.txt).
     o_c = (o_n // 4) * 4 + o_n % 4
     if INT64_INDEX:
         stride_am = stride_am.to(tl.int64)

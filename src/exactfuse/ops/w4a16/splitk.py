@@ -125,7 +125,7 @@ def arrival_counters(device: torch.device, tiles: int) -> torch.Tensor:
     (a tensor's device: it carries its index)."""
     # The raw handle, as Triton's launcher reads it: 0.13 against 3.0 µs of host time per call for
     # torch.cuda.current_stream(device).cuda_stream, which builds a Stream object (H200 machine,
-    # scripts/gpu/probe_stream_lookup.py, benchmarks/results/h200/sweeps/probe_stream_lookup_s5.txt).
+    # scripts/gpu/probe_stream_lookup.py, benchmarks/results/h200/sweeps/w4a16_stream_lookup.txt).
     stream = torch._C._cuda_getCurrentRawStream(device.index) if device.type == "cuda" else 0
     buffers = _COUNTERS.setdefault((device, stream), [])
     if not buffers or buffers[-1].numel() < tiles:
