@@ -6,11 +6,13 @@ pool, slot 0 included, so a write to the null slot or to a position the spec kee
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import torch
 
-from exactfuse.ops.short_conv import _short_conv
+from exactfuse.ops.short_conv import _causal_conv1d, _causal_conv1d_update, _short_conv
+from exactfuse.ops.short_conv import triton as _triton
 from exactfuse.registry import Case
 from exactfuse.testing.inputs import make_generator, randn
 from exactfuse.utils import DTYPE_NAMES
@@ -172,3 +174,234 @@ def short_conv_inputs(device: torch.device, dtype: torch.dtype, *, quick: bool =
     for layout in LAYOUTS:
         yield from upstream_cases(device, dtype, gen, quick=quick, layout=layout)
     yield from sweep_cases(device, dtype, gen, quick=quick)
+
+
+def causal_case(case_id, lengths, *, C, K, D, dtype, device, gen, bias=True, activation="silu", state=True,
+                layout="cw", pad=(), init=True, one_sequence=False) -> Case:  # fmt: skip
+    """One ``causal_conv1d`` call over sequences of ``lengths`` (``one_sequence``: no query_start_loc)."""
+    T, R, SL = sum(lengths), len(lengths), (K - 1) * D
+    x = randn((T, C), dtype, device, gen)
+    args = (x, randn((C, K), dtype, device, gen, 0.5), randn((C,), dtype, device, gen) if bias else None)
+    kwargs = {"activation": activation, "dilation": D}
+    if not one_sequence:
+        kwargs["query_start_loc"] = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+        kwargs["query_start_loc"] = kwargs["query_start_loc"].to(device)
+    if state:
+        slots = R + 3
+        kwargs["conv_state"] = make_state(slots, C, SL + (layout == "wc"), layout, dtype, device, gen)
+        sid = torch.randperm(slots, generator=gen)[:R].to(torch.int32)
+        for i in pad:
+            sid[i] = -1
+        kwargs["state_indices"] = sid.to(device)
+        if init:
+            kwargs["has_initial_state"] = (torch.arange(R) % 2 == 1).to(device)
+    return Case(case_id, args, kwargs)
+
+
+@_causal_conv1d.inputs
+def causal_conv1d_inputs(device: torch.device, dtype: torch.dtype, *, quick: bool = False, seed: int = 0):
+    gen = make_generator(seed)
+    short = DTYPE_NAMES[dtype]
+    C = 200 if device.type == "cpu" else 2000
+    for layout in LAYOUTS:
+        kw = {"dtype": dtype, "device": device, "gen": gen, "layout": layout, "C": C}
+        for K, D in ((2, 1), (4, 1), (4, 2), (5, 3)) if not quick else ((4, 1), (3, 2)):
+            tag = f"K{K}-D{D}-{layout}-{short}"
+            yield causal_case(f"varlen-{tag}", (7, 0, 1, 12), pad=(2,), K=K, D=D, **kw)
+            yield causal_case(f"varlen-nobias-noact-{tag}", (3, 5), bias=False, activation=None, K=K, D=D, **kw)
+            yield causal_case(f"varlen-no-init-{tag}", (4, 9), init=False, K=K, D=D, **kw)
+        yield causal_case(f"one-sequence-{layout}-{short}", (11,), one_sequence=True, K=4, D=1, **kw)
+        yield causal_case(f"R0-{layout}-{short}", (), K=4, D=1, **kw)
+    yield causal_case(f"stateless-{short}", (6, 2), state=False, K=4, D=2, dtype=dtype, device=device, gen=gen, C=C)
+
+
+def update_case(case_id, B, Lq, *, C, K, D, dtype, device, gen, spec=False, layout="cw", pad=(), bias=True) -> Case:
+    """One ``causal_conv1d_update`` call: ``[B, C]`` when ``Lq`` is None, else ``[B, Lq, C]``."""
+    SL = (K - 1) * D
+    W = SL + ((Lq or 1) - 1 if spec else 0) + (layout == "wc")
+    slots = B + 2
+    x = randn((B, C) if Lq is None else (B, Lq, C), dtype, device, gen)
+    state = make_state(slots, C, W, layout, dtype, device, gen)
+    args = (x, state, randn((C, K), dtype, device, gen, 0.5), randn((C,), dtype, device, gen) if bias else None)
+    sid = torch.randperm(slots, generator=gen)[:B].to(torch.int32)
+    for i in pad:
+        sid[i] = -1
+    kwargs = {"dilation": D, "state_indices": sid.to(device)}
+    if spec:
+        kwargs["num_accepted_tokens"] = torch.randint(0, Lq + 1, (B,), generator=gen, dtype=torch.int32).to(device)
+    return Case(case_id, args, kwargs)
+
+
+@_causal_conv1d_update.inputs
+def causal_conv1d_update_inputs(device: torch.device, dtype: torch.dtype, *, quick: bool = False, seed: int = 0):
+    gen = make_generator(seed)
+    short = DTYPE_NAMES[dtype]
+    C = 200 if device.type == "cpu" else 2000
+    for layout in LAYOUTS:
+        kw = {"dtype": dtype, "device": device, "gen": gen, "layout": layout, "C": C}
+        for K, D in ((2, 1), (4, 1), (4, 3)) if not quick else ((4, 1), (3, 2)):
+            tag = f"K{K}-D{D}-{layout}-{short}"
+            yield update_case(f"decode-{tag}", 5, None, pad=(1,), K=K, D=D, **kw)
+            yield update_case(f"chunk-Lq3-{tag}", 4, 3, pad=(0,), K=K, D=D, **kw)
+            yield update_case(f"spec-Lq4-{tag}", 4, 4, spec=True, pad=(2,), K=K, D=D, bias=False, **kw)
+        yield update_case(f"B0-{layout}-{short}", 0, None, K=4, D=1, **kw)
+
+
+# ------------------------------------------------------------------ warmup
+@_short_conv.warmup
+def short_conv_warmup(
+    device: torch.device,
+    dtype: torch.dtype,
+    *,
+    channels=(10240,),
+    kernel_sizes=(4,),
+    dilations=(3,),
+    spec_query_lens=(4,),
+    layouts=LAYOUTS,
+    **other_ops_options,
+) -> None:
+    """Compile every specialization ``short_conv`` can launch for these model constants, through the
+    real launcher: mode x layout x (outer residual or not) x (token map or not), decode with and without
+    ``has_initial_state``. Row, request and slot counts are not specialized, so any batch is covered."""
+    gen = make_generator(0)
+    for C, K, D, sql, layout, outer, extra in itertools.product(
+        channels, kernel_sizes, dilations, spec_query_lens, layouts, (True, False), (0, 1)
+    ):
+        kw = {"C": C, "K": K, "D": D, "dtype": dtype, "device": device, "gen": gen, "layout": layout}
+        kw.update(outer=outer, extra_rows=extra, slots=3)
+        for case in (
+            short_conv_case("w", "decode", decodes=1, **kw),
+            short_conv_case("w", "decode", decodes=1, init=False, **kw),
+            short_conv_case("w", "spec", (1,), accepted=(1,), sql=sql, **kw),
+            short_conv_case("w", "prefill", (1,), **kw),
+        ):
+            _triton.short_conv_triton(*case.args, **case.kwargs)
+
+
+@_causal_conv1d.warmup
+def causal_conv1d_warmup(
+    device, dtype, *, channels=(10240,), kernel_sizes=(4,), dilations=(1,), layouts=LAYOUTS, **other_ops_options
+) -> None:
+    """Every ``causal_conv1d`` specialization for these constants: bias or not, SiLU or none, a state
+    with or without initial states, or none."""
+    gen = make_generator(0)
+    for C, K, D, layout, bias, act in itertools.product(
+        channels, kernel_sizes, dilations, layouts, (True, False), ("silu", None)
+    ):
+        kw = {"C": C, "K": K, "D": D, "dtype": dtype, "device": device, "gen": gen, "layout": layout}
+        for state, init in ((True, True), (True, False), (False, False)):
+            case = causal_case("w", (1,), bias=bias, activation=act, state=state, init=init, **kw)
+            _triton.causal_conv1d_triton(*case.args, **case.kwargs)
+
+
+@_causal_conv1d_update.warmup
+def causal_conv1d_update_warmup(
+    device, dtype, *, channels=(10240,), kernel_sizes=(4,), dilations=(1,), spec_query_lens=(4,),
+    layouts=LAYOUTS, **other_ops_options,
+) -> None:  # fmt: skip
+    """Every ``causal_conv1d_update`` specialization: ``[B, C]``, ``[B, Lq, C]``, speculative, bias or
+    not, SiLU or none."""
+    gen = make_generator(0)
+    for C, K, D, sql, layout, bias, act in itertools.product(
+        channels, kernel_sizes, dilations, spec_query_lens, layouts, (True, False), ("silu", None)
+    ):
+        kw = {"C": C, "K": K, "D": D, "dtype": dtype, "device": device, "gen": gen, "layout": layout}
+        for Lq, spec in ((None, False), (sql, False), (sql, True)):
+            case = update_case("w", 1, Lq, spec=spec, bias=bias, **kw)
+            _triton.causal_conv1d_update_triton(*case.args, activation=act, **case.kwargs)
+
+
+# ------------------------------------------------------------- bench grids
+# The issue's anchors: PLE decode R = 256, C = 10240, K = 4, D = 3; PLE prefill L = 8192; causal conv
+# B·L = 8192, C = 10240, K = 4 with SiLU.
+PLE_C, PLE_K, PLE_D, PLE_SQL = 10240, 4, 3, 4
+DECODE_R = (1, 8, 64, 256, 1024)
+PREFILL_L = ((1024,), (4096,), (8192,), (1024,) * 8)
+SPEC_R = (8, 64, 256)
+
+
+def _short_conv_grid(device, dtype, only=None):
+    gen = make_generator(0)
+    kw = {"C": PLE_C, "K": PLE_K, "D": PLE_D, "dtype": dtype, "device": device, "gen": gen}
+    specs = [(f"decode-R{R}-{lay}", "decode", (), {"decodes": R, "slots": R + 1, "layout": lay})
+             for R in DECODE_R for lay in LAYOUTS]  # fmt: skip
+    specs += [(f"prefill-L{sum(ls)}x{len(ls)}", "prefill", ls, {"slots": len(ls) + 1}) for ls in PREFILL_L]
+    specs += [(f"spec-R{R}-SQL{PLE_SQL}", "spec", (PLE_SQL,) * R, {"accepted": (2,) * R, "sql": PLE_SQL,
+               "slots": R + 1}) for R in SPEC_R]  # fmt: skip
+    for case_id, mode, lengths, extra in specs:
+        if only is None or case_id in only:
+            yield short_conv_case(case_id, mode, lengths, **kw, **extra)
+
+
+CAUSAL_SHAPES = ((1, 8192), (8, 1024), (64, 128), (4, 8192), (16, 4096))  # (B, L): T·C from 2^23 to 2^29
+
+
+def _causal_grid(device, dtype, only=None):
+    gen = make_generator(0)
+    for B, L in CAUSAL_SHAPES:
+        case_id = f"B{B}-L{L}-C{PLE_C}-K4"
+        if only is None or case_id in only:
+            yield causal_case(case_id, (L,) * B, C=PLE_C, K=4, D=1, dtype=dtype, device=device, gen=gen, init=True)
+
+
+def _update_grid(device, dtype, only=None):
+    gen = make_generator(0)
+    for B in (1, 8, 64, 256, 1024):
+        case_id = f"B{B}-C{PLE_C}-K4"
+        if only is None or case_id in only:
+            yield update_case(case_id, B, None, C=PLE_C, K=4, D=1, dtype=dtype, device=device, gen=gen)
+
+
+_short_conv.grid("default")(_short_conv_grid)
+_short_conv.grid("quick")(lambda d, t: _short_conv_grid(d, t, ("decode-R256-cw", "prefill-L8192x1", "spec-R64-SQL4")))
+_causal_conv1d.grid("default")(_causal_grid)
+_causal_conv1d.grid("quick")(lambda d, t: _causal_grid(d, t, ("B8-L1024-C10240-K4",)))
+_causal_conv1d_update.grid("default")(_update_grid)
+_causal_conv1d_update.grid("quick")(lambda d, t: _update_grid(d, t, ("B256-C10240-K4",)))
+
+
+# ------------------------------------------------------------------- cost
+def _state_bytes(conv_state, R: int, K: int, dilation: int, write: int) -> int:
+    """``R`` windows of ``SL`` positions read and ``write`` positions written, over ``C`` channels."""
+    if conv_state is None:
+        return 0
+    C = conv_state.shape[1]
+    return R * C * ((K - 1) * dilation + write) * conv_state.element_size()
+
+
+def _short_conv_bytes(x, residual, conv_state, weight, state_indices, mode, dilation=1, query_start_loc=None,
+                      num_accepted_tokens=None, has_initial_state=None, spec_query_len=1, token_indices=None,
+                      outer_residual=None) -> int:  # fmt: skip
+    """Rows of x and outer_residual read, residual read and written, each once; every request's
+    history read and its new window written; the weights."""
+    L = token_indices.shape[0] if token_indices is not None else x.shape[0]
+    row = x.shape[1] * x.element_size()
+    rows = L * row * (3 + (outer_residual is not None))
+    SL = (weight.shape[1] - 1) * dilation
+    R = state_indices.shape[0]
+    write = SL + (spec_query_len - 1 if mode == "spec" else 0)
+    return rows + _state_bytes(conv_state, R, weight.shape[1], dilation, write) + weight.numel() * weight.element_size()
+
+
+def _causal_bytes(x, weight, bias=None, activation="silu", dilation=1, conv_state=None, query_start_loc=None,
+                  state_indices=None, has_initial_state=None, pad_slot_id=-1) -> int:  # fmt: skip
+    """x read and the output written once; each sequence's state read and written; weights, bias."""
+    R = query_start_loc.shape[0] - 1 if query_start_loc is not None else 1
+    SL = (weight.shape[1] - 1) * dilation
+    params = weight.numel() * weight.element_size() + (0 if bias is None else bias.numel() * bias.element_size())
+    return 2 * x.numel() * x.element_size() + _state_bytes(conv_state, R, weight.shape[1], dilation, SL) + params
+
+
+def _update_bytes(x, conv_state, weight, bias=None, activation="silu", dilation=1, state_indices=None,
+                  num_accepted_tokens=None, pad_slot_id=-1) -> int:  # fmt: skip
+    B = x.shape[0]
+    Lq = 1 if x.dim() == 2 else x.shape[1]
+    SL = (weight.shape[1] - 1) * dilation
+    write = SL + (Lq - 1 if num_accepted_tokens is not None else 0)
+    params = weight.numel() * weight.element_size() + (0 if bias is None else bias.numel() * bias.element_size())
+    return 2 * x.numel() * x.element_size() + _state_bytes(conv_state, B, weight.shape[1], dilation, write) + params
+
+
+_short_conv.cost(bytes=_short_conv_bytes)
+_causal_conv1d.cost(bytes=_causal_bytes)
+_causal_conv1d_update.cost(bytes=_update_bytes)
