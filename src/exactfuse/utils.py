@@ -71,3 +71,12 @@ def needs_int64(rows, row_elements) -> bool:
     if is_symbolic(rows) or is_symbolic(row_elements):
         return True
     return rows * row_elements >= 2**31
+
+
+def sizes_equal(a, b) -> bool:
+    """``a == b`` for two sizes. When either is symbolic the equality becomes a run-time assertion of the
+    trace (``torch._check``), not a guard or a data-dependent branch, and this returns ``True``."""
+    if is_symbolic(a) or is_symbolic(b):
+        torch._check(a == b, lambda: f"sizes {a} and {b} must be equal")
+        return True
+    return a == b

@@ -1,11 +1,16 @@
 """Registration of every op as ``torch.ops.exactfuse.<name>``.
 
-``compiler="visible"``: ``torch.library.triton_op``. Inductor traces into the
-body, and the kernels it launches through ``wrap_triton`` become graph nodes
-it can schedule. ``compiler="opaque"``: ``torch.library.custom_op`` with a fake
-(the native spec by default, run on fake tensors), so compiled graphs hold one
-opaque node and the Python launch logic (tile or split choice) runs per call.
-Either way the registered body is the registry's own dispatch; the opaque op's body always runs on
+``compiler="visible"``: ``torch.library.triton_op``. Inductor traces into the body, and the kernels it
+launches through ``wrap_triton`` become graph nodes it can schedule. ``compiler="opaque"``:
+``torch.library.custom_op`` with a fake (the native spec by default, run on fake tensors), so compiled
+graphs hold one opaque node and the Python launch logic (tile or split choice) runs per call.
+
+Under the Triton interpreter (``TRITON_INTERPRET=1``, CPU) every op registers as opaque: ``wrap_triton``
+hands an interpreted kernel back unwrapped (no higher-order op), so a traced ``triton_op`` body would
+try to run it on fake tensors; as an opaque op with a fake, compile and export trace on the CPU and the
+interpreted kernels run when the graph runs.
+
+Either way the registered body is the registry's own dispatch. The opaque op's body always runs on
 plain tensors, so its kernels launch directly (``direct_triton_launches``), as ``triton_op`` does for
 plain tensors itself.
 """
@@ -17,6 +22,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
+
+from exactfuse.registry.platform import interpreter_enabled
 
 if TYPE_CHECKING:
     from exactfuse.registry.op import Op
@@ -37,11 +44,16 @@ def _with_signature(fn: Callable, op: Op) -> Callable:
     return wrapper
 
 
+def registers_opaque(op: Op) -> bool:
+    """Whether ``op`` registers as an opaque ``custom_op`` here (its own kind, or any op under the interpreter)."""
+    return op.compiler == "opaque" or interpreter_enabled()
+
+
 def register_torch_op(op: Op):
     from exactfuse.registry.op import direct_triton_launches
 
     qualname = f"{NAMESPACE}::{op.name}"
-    if op.compiler == "visible":
+    if not registers_opaque(op):
         torch.library.triton_op(qualname, _with_signature(op.dispatch, op), mutates_args=op.mutates_args)
     else:
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import torch
 
+from exactfuse.utils import sizes_equal
+
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 OP = "moe_silu_and_mul"
@@ -51,7 +53,7 @@ def check_moe_silu_and_mul(
     if not isinstance(row_weights, torch.Tensor):
         raise TypeError(f"{OP}: row_weights must be a torch.Tensor or None, got {type(row_weights).__name__}")
     M = gateup.shape[0]
-    if row_weights.dim() != 1 or row_weights.shape[0] != M:
+    if row_weights.dim() != 1 or not sizes_equal(row_weights.shape[0], M):
         raise ValueError(f"{OP}: row_weights must be [M] = [{M}], got {list(row_weights.shape)}")
     if row_weights.dtype not in (torch.float32, gateup.dtype):
         raise TypeError(
