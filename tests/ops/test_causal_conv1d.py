@@ -1,0 +1,135 @@
+"""causal_conv1d / causal_conv1d_update: the spec against Dao's definition, the kernel bit for bit, layers."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from exactfuse.layers.conv import CausalConv1d, ShortConv, allocate_conv_state
+from exactfuse.ops.short_conv import causal_conv1d, causal_conv1d_update, native
+from exactfuse.testing import check_provider, clone_args, make_generator
+from exactfuse.utils import DTYPE_NAMES
+
+INTERP_DTYPES = [torch.float16, torch.float32]
+INT_VIEW = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32}
+OPS = {"causal_conv1d": causal_conv1d, "causal_conv1d_update": causal_conv1d_update}
+
+
+def bits(t):
+    return t.contiguous().view(INT_VIEW[t.dtype])
+
+
+def interpreter_silu(conv):
+    c = conv.float().numpy()
+    return torch.from_numpy(c / (np.float32(1) + np.exp(-c)))
+
+
+def test_native_one_sequence_is_conv1d_then_silu():
+    """Without a state: eager ``silu(conv1d(x, padding=K-1)[:T] + bias)`` (fp64 conv of fp16 operands:
+    exact products, one rounding, as the fp32 ascending sum is for K <= 4 taps of this size)."""
+    gen = make_generator(0)
+    T, C, K = 17, 12, 4
+    x, w, b = (torch.randn(s, generator=gen).half() for s in ((T, C), (C, K), (C,)))
+    ref = F.conv1d(x.T[None].double(), w.double()[:, None], b.double(), padding=K - 1, groups=C)[0, :, :T]
+    expected = F.silu(ref.T.float().half())
+    out = native.causal_conv1d(x, w, b)
+    assert torch.equal(bits(out), bits(expected))
+
+
+def test_native_update_shifts_like_dao():
+    gen = make_generator(1)
+    B, C, K = 3, 8, 4
+    x, w = torch.randn(B, C, generator=gen), torch.randn(C, K, generator=gen)
+    state = torch.randn(B, C, K - 1, generator=gen)
+    new = torch.cat([state, x[:, :, None]], dim=2)
+    out = native.causal_conv1d_update(x, state, w, None, "silu", 1, None, None, -1)
+    assert torch.equal(state, new[:, :, 1:])
+    acc = torch.zeros(B, C)
+    for k in range(K):
+        acc = acc + w[:, k] * new[:, :, k]
+    assert torch.equal(out, F.silu(acc))
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dtype", INTERP_DTYPES, ids=DTYPE_NAMES.get)
+@pytest.mark.parametrize("name", list(OPS))
+def test_interpreter_bitwise_every_case(name, dtype, monkeypatch):
+    op = OPS[name]
+    failures = []
+    for case in op.cases("cpu", dtype):
+        t_args, t_kw = clone_args(case.args, case.kwargs)
+        out = op.run_provider("triton", *t_args, **t_kw)
+        with monkeypatch.context() as m:
+            m.setattr(native, "silu", interpreter_silu)
+            e_args, e_kw = clone_args(case.args, case.kwargs)
+            expected = op.run_provider("native", *e_args, **e_kw)
+        state = t_kw.get("conv_state", t_args[1] if name == "causal_conv1d_update" else None)
+        e_state = e_kw.get("conv_state", e_args[1] if name == "causal_conv1d_update" else None)
+        ok = torch.equal(bits(out), bits(expected))
+        ok &= state is None or torch.equal(bits(state), bits(e_state))
+        if not ok or not check_provider(op.op, "triton", case).passed:
+            failures.append(case.id)
+    assert not failures, failures
+
+
+def test_pad_slot_rows_are_zero_and_their_state_untouched():
+    gen = make_generator(2)
+    C, K = 16, 3
+    x, w = torch.randn(6, C, generator=gen), torch.randn(C, K, generator=gen)
+    state = torch.randn(4, C, K - 1, generator=gen)
+    before = state.clone()
+    qsl = torch.tensor([0, 2, 6], dtype=torch.int32)
+    sid = torch.tensor([-1, 3], dtype=torch.int32)
+    out = causal_conv1d(x, w, conv_state=state, query_start_loc=qsl, state_indices=sid)
+    assert torch.equal(out[:2], torch.zeros(2, C)) and torch.equal(state[:3], before[:3])
+    assert torch.equal(state[3], x[4:].T)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda x, w, s: causal_conv1d(x, w, state_indices=torch.zeros(1, dtype=torch.int32)), "needs a conv_state"),
+        (lambda x, w, s: causal_conv1d(x, w, activation="gelu"), "activation must be None or 'silu'"),
+        (lambda x, w, s: causal_conv1d_update(x, s[:, :, :1], w, dilation=2), r"W >= \(K-1\)\*dilation"),
+        (
+            lambda x, w, s: causal_conv1d_update(x, s, w, state_indices=torch.tensor([0, 9], dtype=torch.int32)[:2]),
+            "state_indices must lie in",
+        ),
+    ],
+)
+def test_bad_input_is_a_named_error(call, message):
+    x, w, s = torch.randn(2, 8), torch.randn(8, 3), torch.randn(3, 8, 2)
+    before = s.clone()
+    with pytest.raises((ValueError, TypeError), match=message):
+        call(x, w, s)
+    assert torch.equal(s, before)
+
+
+def test_layers_call_the_ops():
+    torch.manual_seed(0)
+    layer = ShortConv(16, 4, dilation=2)
+    state = allocate_conv_state(3, 16, layer.state_len, torch.float32, "wc", "cpu")
+    assert state.shape == (3, 16, 6) and state.stride(2) == 16
+    x, res, outer = torch.randn(2, 16), torch.randn(2, 16), torch.randn(2, 16)
+    sid = torch.tensor([1, 2], dtype=torch.int32)
+    expected_res, expected_state = res.clone(), state.clone()
+    native.short_conv(x, expected_res, expected_state, layer.weight.detach(), sid, "decode", 2, outer_residual=outer)
+    with torch.no_grad():
+        got = layer(x, res, state, sid, mode="decode", outer_residual=outer)
+    assert got is res and torch.equal(res, expected_res) and torch.equal(state, expected_state)
+    conv = CausalConv1d(16, 4)
+    with torch.no_grad():
+        y = conv(torch.randn(5, 16))
+        z = conv.step(torch.randn(2, 16), allocate_conv_state(2, 16, 3, torch.float32, "cw", "cpu"))
+    assert y.shape == (5, 16) and z.shape == (2, 16)
+    with pytest.raises(ValueError, match="layout must be"):
+        allocate_conv_state(1, 2, 3, torch.float32, "sd", "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=DTYPE_NAMES.get)
+@pytest.mark.parametrize("name", list(OPS))
+def test_gpu_bitwise_every_case(name, dtype):
+    op = OPS[name]
+    failures = [c.id for c in op.cases("cuda", dtype) if not check_provider(op.op, "triton", c).passed]
+    assert not failures, failures
