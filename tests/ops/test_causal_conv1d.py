@@ -63,8 +63,9 @@ def test_interpreter_bitwise_every_case(name, dtype, monkeypatch):
             m.setattr(native, "silu", interpreter_silu)
             e_args, e_kw = clone_args(case.args, case.kwargs)
             expected = op.run_provider("native", *e_args, **e_kw)
-        state = t_kw.get("conv_state", t_args[1] if name == "causal_conv1d_update" else None)
-        e_state = e_kw.get("conv_state", e_args[1] if name == "causal_conv1d_update" else None)
+        names = list(op.op.signature.parameters)
+        state = dict(zip(names, t_args, strict=True))["conv_state"]
+        e_state = dict(zip(names, e_args, strict=True))["conv_state"]
         ok = torch.equal(bits(out), bits(expected))
         ok &= state is None or torch.equal(bits(state), bits(e_state))
         if not ok or not check_provider(op.op, "triton", case).passed:

@@ -37,12 +37,14 @@ def run(provider: str, case, op=short_conv):
     return args, kwargs
 
 
-def case_ids(dtype, device="cpu"):
-    return [c.id for c in short_conv.cases(device, dtype)]
+NAMES = list(short_conv.op.signature.parameters)
 
 
-def cases_by_id(dtype, device="cpu"):
-    return {c.id: c for c in short_conv.cases(device, dtype)}
+def split(args: tuple) -> tuple[list, dict]:
+    """A positional case as the public API takes it: five tensors, then keywords."""
+    named = dict(zip(NAMES, args, strict=True))
+    named["mode"] = named.pop("conv_mode")
+    return [named[n] for n in NAMES[:5]], {n: v for n, v in named.items() if n not in NAMES[:5]}
 
 
 # --------------------------------------------------------------- the spec
@@ -91,8 +93,7 @@ def test_native_equals_the_per_request_loop(dtype, monkeypatch):
     for case in short_conv.cases("cpu", dtype, quick=True):
         n_args, n_kwargs = clone_args(case.args, case.kwargs)
         native.short_conv(*n_args, **n_kwargs)
-        l_args, kw = clone_args(case.args, case.kwargs)
-        x, residual, state, weight, sid = l_args
+        (x, residual, state, weight, sid), kw = split(clone_args(case.args, {})[0])
         loop_reference(
             x, residual, state, weight, sid, kw["mode"], kw["dilation"], kw.get("query_start_loc"),
             kw.get("num_accepted_tokens"), kw.get("has_initial_state"), kw.get("spec_query_len", 1),
@@ -106,16 +107,16 @@ def test_native_is_the_unfused_eager_sequence():
     """One prefill sequence: ``residual.add_(silu(conv1d(hist)))`` then ``outer + residual`` in fp16."""
     gen = make_generator(3)
     case = short_conv_case("p", "prefill", (9,), C=24, K=3, D=2, dtype=torch.float32, device="cpu", gen=gen)
-    x, residual, state, weight, sid = clone_args(case.args, case.kwargs)[0]
+    (x, residual, state, weight, sid), kw = split(clone_args(case.args, {})[0])
     x, residual, weight = x.half(), residual.half(), weight.half()
-    state, outer = state.half(), case.kwargs["outer_residual"].half()
-    kw = {**case.kwargs, "outer_residual": outer}
+    state, outer = state.half(), kw["outer_residual"].half()
+    kw["outer_residual"] = outer
     expected_res = residual.clone()
     hist = torch.cat([state[int(sid[0]), :, :4], x.T], dim=1).float()  # has_initial_state[0] is True
     conv = F.conv1d(hist[None].double(), weight.double()[:, None, :], groups=24, dilation=2)[0].T
     expected_res.add_(F.silu(conv.float().half()))  # fp16 products are exact, so fp64 conv rounds as fp32 sums do
     expected = outer + expected_res
-    native.short_conv(x, residual, state, weight, sid, **kw)
+    native.short_conv(x, residual, state, weight, sid, kw.pop("mode"), **kw)
     assert_bitwise(residual, expected, "residual")
 
 
@@ -163,7 +164,8 @@ def test_interpreter_mixed_batch_through_token_maps(monkeypatch):
     for mode, lengths, extra in parts:
         case = short_conv_case("m", mode, lengths, extra_rows=0, **kw, **extra)
         L, R = case.args[0].shape[0], case.args[4].shape[0]
-        kwargs = {**case.kwargs, "token_indices": order[used : used + L], "outer_residual": outer}
+        kwargs = {**split(case.args)[1], "token_indices": order[used : used + L], "outer_residual": outer}
+        kwargs["conv_mode"] = kwargs.pop("mode")  # run_provider takes the registered schema's names
         calls.append((torch.where(case.args[4] == 0, 0, torch.arange(base, base + R)).int(), kwargs))
         used, base = used + L, base + R
     assert used == N
@@ -187,11 +189,11 @@ def _base(mode="prefill", **kw):
 
 
 def _edit(case, index=None, value=None, **kwargs):
-    args, kw = clone_args(case.args, case.kwargs)
+    args, kw = split(clone_args(case.args, {})[0])
     if index is not None:
-        args = (*args[:index], value, *args[index + 1 :])
+        args[index] = value
     kw.update(kwargs)
-    return args, {k: v for k, v in kw.items() if v is not None or k in kwargs}
+    return args, kw
 
 
 def _bad_cases():
@@ -315,7 +317,7 @@ def test_gpu_warmup_then_one_graph_of_all_modes_replays_as_eager():
     short_conv.op.warmup_fn(torch.device("cuda"), dtype, channels=(2048,), kernel_sizes=(4,), dilations=(3,))
     kernels = (sc_triton.conv_rows_kernel, sc_triton.conv_state_kernel)
     before = [_compiled_count(k) for k in kernels]
-    static = [clone_args(c.args, c.kwargs) for c in _ple_batch("cuda", dtype)]
+    static = [split(clone_args(c.args, {})[0]) for c in _ple_batch("cuda", dtype)]
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -325,7 +327,7 @@ def test_gpu_warmup_then_one_graph_of_all_modes_replays_as_eager():
     for seed in (1, 2):
         fresh = _ple_batch("cuda", dtype, seed=seed)
         for (args, kwargs), case in zip(static, fresh, strict=True):
-            for a, b in zip((*args, *kwargs.values()), (*case.args, *case.kwargs.values()), strict=True):
+            for a, b in zip((*args, *kwargs.values()), case.args, strict=True):
                 if isinstance(a, torch.Tensor):
                     a.copy_(b)
         graph.replay()
@@ -351,7 +353,7 @@ def test_gpu_compile_dynamic_no_recompiles():
     for R in (8, 7, 64, 333, 2, 1024):
         case = short_conv_case("d", "decode", decodes=R, null=(0,), C=2048, dtype=torch.bfloat16, device="cuda",
                                gen=gen, slots=1100, init=False)  # fmt: skip
-        c_args, c_kw = clone_args(case.args, case.kwargs)
+        c_args, c_kw = split(clone_args(case.args, {})[0])
         compiled(*c_args, c_kw["outer_residual"])
         e_args, _ = run("native", case)
         assert torch.equal(bits(c_args[1]), bits(e_args[1])) and torch.equal(bits(c_args[2]), bits(e_args[2]))

@@ -33,16 +33,16 @@ def _supports(*named: tuple[str, torch.Tensor | None]) -> bool | str:
     return True
 
 
-def short_conv_supports(x, residual, conv_state, weight, state_indices, **_) -> bool | str:
+def short_conv_supports(x, residual, conv_state, *_, **__) -> bool | str:
     """CUDA tensors (or CPU ones under the interpreter, not bf16); any state strides."""
     return _supports(("x", x), ("conv_state", conv_state))
 
 
-def causal_conv1d_supports(x, weight, bias=None, *, conv_state=None, **_) -> bool | str:
+def causal_conv1d_supports(x, weight, bias=None, activation="silu", dilation=1, conv_state=None, *_, **__):
     return _supports(("x", x), ("conv_state", conv_state))
 
 
-def causal_conv1d_update_supports(x, conv_state, weight, bias=None, **_) -> bool | str:
+def causal_conv1d_update_supports(x, conv_state, *_, **__) -> bool | str:
     return _supports(("x", x), ("conv_state", conv_state))
 
 
@@ -88,8 +88,9 @@ class KeywordOp:
 
     ``torch.library.custom_op`` (under ``triton_op``) rejects keyword-only tensor arguments, so the
     registered op and its ``torch.ops.exactfuse`` schema take every argument positionally; this
-    wrapper gives the issue's signature (``call``) and otherwise is the op (``priority``, ``select``,
-    ``providers``, ``cases``, ...).
+    wrapper gives the issue's signature (``call``; ``short_conv``'s ``mode`` is the schema's ``conv_mode``,
+    as an argument named ``mode`` collides with torch's functionalization handler) and otherwise is the
+    op (``priority``, ``select``, ``providers``, ``cases``, ...).
     """
 
     def __init__(self, registered: Op, call):

@@ -20,6 +20,15 @@ from exactfuse.utils import DTYPE_NAMES
 LAYOUTS = ("cw", "wc")  # storage [slot, C, W] / [slot, W, C], both viewed as logical [slot, C, W]
 
 
+def positional(op, case_id: str, args: tuple, kwargs: dict) -> Case:
+    """A case with every argument positional, in the registered schema's order: ``torch.ops.exactfuse``
+    schemas here are positional (``custom_op`` rejects keyword-only tensors), and tracing tools fake
+    only positional tensors."""
+    bound = op.signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    return Case(case_id, tuple(bound.args))
+
+
 def make_state(slots: int, C: int, W: int, layout: str, dtype, device, gen) -> torch.Tensor:
     """A random state pool, logical ``[slots, C, W]``, stored as ``layout``."""
     if layout == "cw":
@@ -77,7 +86,7 @@ def short_conv_case(
         sid = table.to(device)[:, 0]
     else:
         sid = sid.to(device)
-    kwargs = {"mode": mode, "dilation": D}
+    kwargs = {"conv_mode": mode, "dilation": D}
     if mode != "decode":
         kwargs["query_start_loc"] = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
         kwargs["query_start_loc"] = kwargs["query_start_loc"].to(device)
@@ -90,7 +99,7 @@ def short_conv_case(
         kwargs["token_indices"] = torch.randperm(N, generator=gen)[:L].to(device)
     if outer_residual is not None:
         kwargs["outer_residual"] = outer_residual
-    return Case(case_id, (x, residual, state, weight, sid), kwargs)
+    return positional(_short_conv, case_id, (x, residual, state, weight, sid), kwargs)
 
 
 def _sized(quick: bool, device) -> tuple[int, int]:
@@ -195,7 +204,7 @@ def causal_case(case_id, lengths, *, C, K, D, dtype, device, gen, bias=True, act
         kwargs["state_indices"] = sid.to(device)
         if init:
             kwargs["has_initial_state"] = (torch.arange(R) % 2 == 1).to(device)
-    return Case(case_id, args, kwargs)
+    return positional(_causal_conv1d, case_id, args, kwargs)
 
 
 @_causal_conv1d.inputs
@@ -215,7 +224,9 @@ def causal_conv1d_inputs(device: torch.device, dtype: torch.dtype, *, quick: boo
     yield causal_case(f"stateless-{short}", (6, 2), state=False, K=4, D=2, dtype=dtype, device=device, gen=gen, C=C)
 
 
-def update_case(case_id, B, Lq, *, C, K, D, dtype, device, gen, spec=False, layout="cw", pad=(), bias=True) -> Case:
+def update_case(
+    case_id, B, Lq, *, C, K, D, dtype, device, gen, spec=False, layout="cw", pad=(), bias=True, activation="silu"
+) -> Case:
     """One ``causal_conv1d_update`` call: ``[B, C]`` when ``Lq`` is None, else ``[B, Lq, C]``."""
     SL = (K - 1) * D
     W = SL + ((Lq or 1) - 1 if spec else 0) + (layout == "wc")
@@ -226,10 +237,10 @@ def update_case(case_id, B, Lq, *, C, K, D, dtype, device, gen, spec=False, layo
     sid = torch.randperm(slots, generator=gen)[:B].to(torch.int32)
     for i in pad:
         sid[i] = -1
-    kwargs = {"dilation": D, "state_indices": sid.to(device)}
+    kwargs = {"dilation": D, "state_indices": sid.to(device), "activation": activation}
     if spec:
         kwargs["num_accepted_tokens"] = torch.randint(0, Lq + 1, (B,), generator=gen, dtype=torch.int32).to(device)
-    return Case(case_id, args, kwargs)
+    return positional(_causal_conv1d_update, case_id, args, kwargs)
 
 
 @_causal_conv1d_update.inputs
@@ -275,7 +286,7 @@ def short_conv_warmup(
             short_conv_case("w", "spec", (1,), accepted=(1,), sql=sql, **kw),
             short_conv_case("w", "prefill", (1,), **kw),
         ):
-            _triton.short_conv_triton(*case.args, **case.kwargs)
+            _triton.short_conv_triton(*case.args)
 
 
 @_causal_conv1d.warmup
@@ -291,7 +302,7 @@ def causal_conv1d_warmup(
         kw = {"C": C, "K": K, "D": D, "dtype": dtype, "device": device, "gen": gen, "layout": layout}
         for state, init in ((True, True), (True, False), (False, False)):
             case = causal_case("w", (1,), bias=bias, activation=act, state=state, init=init, **kw)
-            _triton.causal_conv1d_triton(*case.args, **case.kwargs)
+            _triton.causal_conv1d_triton(*case.args)
 
 
 @_causal_conv1d_update.warmup
@@ -307,8 +318,8 @@ def causal_conv1d_update_warmup(
     ):
         kw = {"C": C, "K": K, "D": D, "dtype": dtype, "device": device, "gen": gen, "layout": layout}
         for Lq, spec in ((None, False), (sql, False), (sql, True)):
-            case = update_case("w", 1, Lq, spec=spec, bias=bias, **kw)
-            _triton.causal_conv1d_update_triton(*case.args, activation=act, **case.kwargs)
+            case = update_case("w", 1, Lq, spec=spec, bias=bias, activation=act, **kw)
+            _triton.causal_conv1d_update_triton(*case.args)
 
 
 # ------------------------------------------------------------- bench grids
@@ -369,7 +380,7 @@ def _state_bytes(conv_state, R: int, K: int, dilation: int, write: int) -> int:
     return R * C * ((K - 1) * dilation + write) * conv_state.element_size()
 
 
-def _short_conv_bytes(x, residual, conv_state, weight, state_indices, mode, dilation=1, query_start_loc=None,
+def _short_conv_bytes(x, residual, conv_state, weight, state_indices, conv_mode, dilation=1, query_start_loc=None,
                       num_accepted_tokens=None, has_initial_state=None, spec_query_len=1, token_indices=None,
                       outer_residual=None) -> int:  # fmt: skip
     """Rows of x and outer_residual read, residual read and written, each once; every request's
@@ -379,7 +390,7 @@ def _short_conv_bytes(x, residual, conv_state, weight, state_indices, mode, dila
     rows = L * row * (3 + (outer_residual is not None))
     SL = (weight.shape[1] - 1) * dilation
     R = state_indices.shape[0]
-    write = SL + (spec_query_len - 1 if mode == "spec" else 0)
+    write = SL + (spec_query_len - 1 if conv_mode == "spec" else 0)
     return rows + _state_bytes(conv_state, R, weight.shape[1], dilation, write) + weight.numel() * weight.element_size()
 
 

@@ -333,7 +333,7 @@ def short_conv_triton(
     conv_state: torch.Tensor,
     weight: torch.Tensor,
     state_indices: torch.Tensor,
-    mode: str,
+    conv_mode: str,
     dilation: int = 1,
     query_start_loc: torch.Tensor | None = None,
     num_accepted_tokens: torch.Tensor | None = None,
@@ -342,16 +342,16 @@ def short_conv_triton(
     token_indices: torch.Tensor | None = None,
     outer_residual: torch.Tensor | None = None,
 ) -> None:
-    init = "always" if has_initial_state is None or mode == "spec" else "tensor"
+    init = "always" if has_initial_state is None or conv_mode == "spec" else "tensor"
     launch_conv(
         x,
         weight,
-        mode=mode,
+        mode=conv_mode,
         dilation=dilation,
         conv_state=conv_state,
         state_indices=state_indices,
         query_start_loc=query_start_loc,
-        num_accepted_tokens=num_accepted_tokens if mode == "spec" else None,
+        num_accepted_tokens=num_accepted_tokens if conv_mode == "spec" else None,
         has_initial_state=has_initial_state if init == "tensor" else None,
         init=init,
         spec_query_len=spec_query_len,
