@@ -127,7 +127,13 @@ def arrival_counters(device: torch.device, tiles: int) -> torch.Tensor:
     # torch.cuda.current_stream(device).cuda_stream, which builds a Stream object (H200 machine,
     # scripts/gpu/probe_stream_lookup.py, benchmarks/results/h200/sweeps/w4a16_stream_lookup.txt).
     stream = torch._C._cuda_getCurrentRawStream(device.index) if device.type == "cuda" else 0
-    buffers = _COUNTERS.setdefault((device, stream), [])
-    if not buffers or buffers[-1].numel() < tiles:
+    buffers = _COUNTERS.get((device, stream))
+    if buffers is None or buffers[-1].numel() < tiles:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            # Capture on a stream without counters: the graph's own buffer, zeroed in the graph and kept
+            # alive by it, not cached (a cached capture-pool tensor would outlive the graph's outputs,
+            # which torch.compile's CUDA-graph trees refuse).
+            return torch.zeros(max(tiles, 4096), dtype=torch.int32, device=device)
+        buffers = _COUNTERS.setdefault((device, stream), [])
         buffers.append(torch.zeros(max(tiles, 4096), dtype=torch.int32, device=device))
     return buffers[-1]
