@@ -11,6 +11,8 @@ slices ``atomic_add`` into a zeroed ``[M, N]`` fp32 buffer and the second launch
 
 from __future__ import annotations
 
+import threading
+
 import torch
 import triton
 import triton.language as tl
@@ -135,5 +137,19 @@ def arrival_counters(device: torch.device, tiles: int) -> torch.Tensor:
             # which torch.compile's CUDA-graph trees refuse).
             return torch.zeros(max(tiles, 4096), dtype=torch.int32, device=device)
         buffers = _COUNTERS.setdefault((device, stream), [])
-        buffers.append(torch.zeros(max(tiles, 4096), dtype=torch.int32, device=device))
+        buffers.append(_zeros_outside_graph_pools(max(tiles, 4096), device))
     return buffers[-1]
+
+
+def _zeros_outside_graph_pools(n: int, device: torch.device) -> torch.Tensor:
+    """Zeroed int32 ``[n]`` from the default memory pool, also while torch.compile's CUDA-graph trees route
+    this thread's allocations to a graph's pool (their warm-up runs): allocated by another thread (on
+    the device's default stream), then ordered before the current stream's next work. Once per stream."""
+    if device.type != "cuda":
+        return torch.zeros(n, dtype=torch.int32, device=device)
+    made: list[torch.Tensor] = []
+    worker = threading.Thread(target=lambda: made.append(torch.zeros(n, dtype=torch.int32, device=device)))
+    worker.start()
+    worker.join()
+    torch.cuda.current_stream(device).wait_stream(torch.cuda.default_stream(device))
+    return made[0]
