@@ -11,6 +11,7 @@ import inspect
 import torch
 
 from exactfuse.ops.short_conv import checks, native
+from exactfuse.ops.short_conv import launch as _launch
 from exactfuse.ops.short_conv import triton as _triton
 from exactfuse.registry import Bitwise, Op, Tolerance, op, platform
 
@@ -55,7 +56,7 @@ _short_conv = op(
     compiler="visible",
 )
 _short_conv.provider("triton", supported=platform.triton_available, supports_args=short_conv_supports, kernels=KERNELS)(
-    _triton.short_conv_triton
+    _launch.short_conv_triton
 )
 
 _causal_conv1d = op(
@@ -68,7 +69,7 @@ _causal_conv1d = op(
 )
 _causal_conv1d.provider(
     "triton", supported=platform.triton_available, supports_args=causal_conv1d_supports, kernels=KERNELS
-)(_triton.causal_conv1d_triton)
+)(_launch.causal_conv1d_triton)
 
 _causal_conv1d_update = op(
     native.causal_conv1d_update,
@@ -80,7 +81,7 @@ _causal_conv1d_update = op(
 )
 _causal_conv1d_update.provider(
     "triton", supported=platform.triton_available, supports_args=causal_conv1d_update_supports, kernels=KERNELS
-)(_triton.causal_conv1d_update_triton)
+)(_launch.causal_conv1d_update_triton)
 
 
 class KeywordOp:
@@ -172,6 +173,6 @@ short_conv = KeywordOp(_short_conv, _short_conv_call)
 causal_conv1d = KeywordOp(_causal_conv1d, _causal_conv1d_call)
 causal_conv1d_update = KeywordOp(_causal_conv1d_update, _causal_conv1d_update_call)
 
-from exactfuse.ops.short_conv import inputs  # noqa: E402, F401  (inputs, grids, warmup, cost)
+from exactfuse.ops.short_conv import grids, inputs  # noqa: E402, F401  (inputs, warmup; grids, cost)
 
 __all__ = ["causal_conv1d", "causal_conv1d_update", "short_conv"]

@@ -1,6 +1,6 @@
 """Triton kernels of the conv family: ``short_conv``, ``causal_conv1d`` and ``causal_conv1d_update``.
 
-Two kernels, one per phase, with ``constexpr`` flags for the three ops and three modes:
+Two kernels, one per phase (launched by ``launch.py``), with ``constexpr`` flags for the three ops and three modes:
 
 - :func:`conv_rows_kernel`, one program per (logical row, channel block): finds the row's request
   (a binary search over ``query_start_loc`` in spec/prefill), sums the ``K`` taps in fp32 in ascending
@@ -22,14 +22,11 @@ under torch.compile and CUDA graphs it cannot read them). Row and slot base offs
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
 from exactfuse.ops.math import exact_exp
-from exactfuse.ops.short_conv import heuristics, native
 from exactfuse.registry.platform import interpreter_enabled
-from exactfuse.utils import empty
 
 MODE_CODES = {"decode": 0, "spec": 1, "prefill": 2}
 INIT_CODES = {"never": 0, "tensor": 1, "always": 2}
@@ -251,185 +248,3 @@ def conv_state_kernel(
         p_state + sid.to(tl.int64) * stride_s_slot, p_x, p_tok, o_c, m_c, q_start, shift, slot_off, count,
         write_ok, read_state, L, N, stride_x, stride_s_c, stride_s_w, SL, NW, BW, HAS_TOKEN_MAP,
     )  # fmt: skip
-
-
-def launch_conv(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    *,
-    mode: str,
-    dilation: int,
-    conv_state: torch.Tensor | None,
-    state_indices: torch.Tensor | None,
-    query_start_loc: torch.Tensor | None,
-    num_accepted_tokens: torch.Tensor | None,
-    has_initial_state: torch.Tensor | None,
-    init: str,
-    spec_query_len: int,
-    token_indices: torch.Tensor | None,
-    null_slot: int,
-    bias: torch.Tensor | None = None,
-    activation: str | None = "silu",
-    residual: torch.Tensor | None = None,
-    outer_residual: torch.Tensor | None = None,
-    out: torch.Tensor | None = None,
-) -> None:
-    """Launch the row kernel, then (spec, prefill, with a state) the write-back kernel.
-
-    Arguments as :func:`exactfuse.ops.short_conv.native.conv_reference`; ``out [L, C]`` receives the
-    conv output when there is no ``residual``. Nothing here branches on a row, request or slot count:
-    the grids are expressions in them, and an empty grid launches nothing.
-    """
-    N, C = x.shape
-    K = weight.shape[1]
-    SL = (K - 1) * dilation
-    SQL = spec_query_len if mode == "spec" else 1
-    L = token_indices.shape[0] if token_indices is not None else N
-    R = L if mode == "decode" else query_start_loc.shape[0] - 1
-    cfg = heuristics.conv_config(C, SL + SQL - 1, mode)
-    has_state = conv_state is not None
-    state = conv_state if has_state else x
-    s_strides = conv_state.stride() if has_state else (0, 0, 0)
-    slots = conv_state.shape[0] if has_state else 1
-    flags = dict(
-        MODE=MODE_CODES[mode],
-        K=K,
-        D=dilation,
-        SQL=SQL,
-        HAS_SID=state_indices is not None,
-        INIT=INIT_CODES[init],
-        HAS_TOKEN_MAP=token_indices is not None,
-    )
-    sid = state_indices if state_indices is not None else x
-    qsl = query_start_loc if query_start_loc is not None else x
-    acc = num_accepted_tokens if num_accepted_tokens is not None else x
-    hinit = has_initial_state if has_initial_state is not None else x
-    tok = token_indices if token_indices is not None else x
-    sid_stride = state_indices.stride(0) if state_indices is not None else 0
-    target = residual if residual is not None else out
-    torch.library.wrap_triton(conv_rows_kernel)[(L, triton.cdiv(C, cfg.BC))](
-        x, weight, bias if bias is not None else x, target, outer_residual if outer_residual is not None else x,
-        target, state, sid, qsl, acc, hinit, tok,
-        L, R, N, C, slots, null_slot,
-        x.stride(0), target.stride(0), outer_residual.stride(0) if outer_residual is not None else 0,
-        target.stride(0), weight.stride(0), weight.stride(1),
-        *s_strides, sid_stride,
-        HAS_STATE=has_state, HAS_RESIDUAL=residual is not None, HAS_OUTER=outer_residual is not None,
-        HAS_BIAS=bias is not None, SILU=activation == "silu", BC=cfg.BC, BW=cfg.BW,
-        num_warps=cfg.num_warps, **flags,
-    )  # fmt: skip
-    if mode != "decode" and has_state:
-        torch.library.wrap_triton(conv_state_kernel)[(R, triton.cdiv(C, cfg.BC_STATE))](
-            x, state, sid, qsl, acc, hinit, tok,
-            L, R, N, C, slots, null_slot,
-            x.stride(0), *s_strides, sid_stride,
-            BC=cfg.BC_STATE, BW=cfg.BW, num_warps=cfg.num_warps, **flags,
-        )  # fmt: skip
-
-
-def short_conv_triton(
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    conv_state: torch.Tensor,
-    weight: torch.Tensor,
-    state_indices: torch.Tensor,
-    conv_mode: str,
-    dilation: int = 1,
-    query_start_loc: torch.Tensor | None = None,
-    num_accepted_tokens: torch.Tensor | None = None,
-    has_initial_state: torch.Tensor | None = None,
-    spec_query_len: int = 1,
-    token_indices: torch.Tensor | None = None,
-    outer_residual: torch.Tensor | None = None,
-) -> None:
-    init = "always" if has_initial_state is None or conv_mode == "spec" else "tensor"
-    launch_conv(
-        x,
-        weight,
-        mode=conv_mode,
-        dilation=dilation,
-        conv_state=conv_state,
-        state_indices=state_indices,
-        query_start_loc=query_start_loc,
-        num_accepted_tokens=num_accepted_tokens if conv_mode == "spec" else None,
-        has_initial_state=has_initial_state if init == "tensor" else None,
-        init=init,
-        spec_query_len=spec_query_len,
-        token_indices=token_indices,
-        null_slot=0,
-        residual=residual,
-        outer_residual=outer_residual,
-    )
-
-
-def causal_conv1d_triton(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    activation: str | None = "silu",
-    dilation: int = 1,
-    conv_state: torch.Tensor | None = None,
-    query_start_loc: torch.Tensor | None = None,
-    state_indices: torch.Tensor | None = None,
-    has_initial_state: torch.Tensor | None = None,
-    pad_slot_id: int = -1,
-) -> torch.Tensor:
-    out = empty(x.shape, x.dtype, x.device)
-    launch_conv(
-        x,
-        weight,
-        mode="prefill",
-        dilation=dilation,
-        conv_state=conv_state,
-        state_indices=state_indices,
-        query_start_loc=native.one_sequence(x) if query_start_loc is None else query_start_loc,
-        num_accepted_tokens=None,
-        has_initial_state=has_initial_state,
-        init="never" if has_initial_state is None else "tensor",
-        spec_query_len=1,
-        token_indices=None,
-        null_slot=pad_slot_id,
-        bias=bias,
-        activation=activation,
-        out=out,
-    )
-    return out
-
-
-def causal_conv1d_update_triton(
-    x: torch.Tensor,
-    conv_state: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    activation: str | None = "silu",
-    dilation: int = 1,
-    state_indices: torch.Tensor | None = None,
-    num_accepted_tokens: torch.Tensor | None = None,
-    pad_slot_id: int = -1,
-) -> torch.Tensor:
-    out = empty(x.shape, x.dtype, x.device)
-    if x.dim() == 2:
-        mode, rows, qsl, sql = "decode", x, None, 1
-    else:
-        B, Lq, C = x.shape
-        rows, sql, qsl = x.reshape(B * Lq, C), Lq, native.uniform_starts(B, Lq, x.device)
-        mode = "prefill" if num_accepted_tokens is None else "spec"
-    launch_conv(
-        rows,
-        weight,
-        mode=mode,
-        dilation=dilation,
-        conv_state=conv_state,
-        state_indices=state_indices,
-        query_start_loc=qsl,
-        num_accepted_tokens=num_accepted_tokens if mode == "spec" else None,
-        has_initial_state=None,
-        init="always",
-        spec_query_len=sql,
-        token_indices=None,
-        null_slot=pad_slot_id,
-        bias=bias,
-        activation=activation,
-        out=out.view(rows.shape),
-    )
-    return out
