@@ -27,7 +27,13 @@ def _case(op, device):
 
 
 def _exactfuse_nodes(gm, name):
-    return [n for n in gm.graph.nodes if n.op == "call_function" and f"exactfuse.{name}" in str(n.target)]
+    """Calls of the op, also as the functionalized form of a mutating op (auto_functionalized(op, ...))."""
+
+    def calls_op(n):
+        target = n.args[0] if "auto_functionalized" in str(n.target) and n.args else n.target
+        return f"exactfuse.{name}." in f"{target}."  # the name whole: not a prefix of another op's
+
+    return [n for n in gm.graph.nodes if n.op == "call_function" and calls_op(n)]
 
 
 def _clone(case):
