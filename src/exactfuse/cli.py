@@ -39,10 +39,20 @@ def _device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def _ops(names: list[str] | None):
-    from exactfuse.registry import OPS, get
+class UnknownOpError(KeyError):
+    """``--op`` named no declared op."""
 
-    return [get(n) for n in names] if names else list(OPS.values())
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _ops(names: list[str] | None):
+    from exactfuse.registry import OPS
+
+    unknown = [n for n in names or () if n not in OPS]
+    if unknown:
+        raise UnknownOpError(f"unknown op {', '.join(map(repr, unknown))}; known ops: {', '.join(sorted(OPS))}")
+    return [OPS[n] for n in names] if names else list(OPS.values())
 
 
 def cmd_info(args, console: Console) -> int:
@@ -116,17 +126,22 @@ def cmd_verify(args, console: Console) -> int:
     table = Table(title=f"exactfuse verify on {torch.cuda.get_device_name(0) if on_gpu else 'CPU (interpreter)'}")
     for col in ("op", "provider", "dtype", "contract", "cases", "declined", "max abs err", "max ulp", "result"):
         table.add_column(col)
-    failures, notes = 0, []
+    failures, notes, skipped, rows = 0, [], [], 0
     for op in _ops(args.op):
         dtypes = [DTYPES[d] for d in args.dtype] if args.dtype else list(op.dtypes)
         for dtype in dtypes:
-            if dtype not in op.dtypes or (not on_gpu and dtype == torch.bfloat16):
-                continue  # the interpreter has no bf16 arithmetic
+            if dtype not in op.dtypes:
+                skipped.append(f"{op.name} takes no {SHORT[dtype]}")
+                continue
+            if not on_gpu and dtype == torch.bfloat16:
+                skipped.append(f"{op.name}/{SHORT[dtype]}: the Triton interpreter has no bf16 arithmetic")
+                continue
             for name, provider in op.providers.items():
                 if name == "native" or not provider.available:
                     continue
                 start = time.perf_counter()
                 row = verify_op(op, name, dtype, device, quick)
+                rows += 1
                 ok = row["failed"] == 0 and row["cases"] > 0
                 failures += not ok
                 if row["first_failure"]:
@@ -144,9 +159,14 @@ def cmd_verify(args, console: Console) -> int:
                     str(row["max_ulp"]),
                     f"[green]PASS[/] ({time.perf_counter() - start:.1f}s)" if ok else "[red]FAIL[/]",
                 )
+    if rows == 0:
+        console.print(f"[red]nothing was checked: {'; '.join(skipped) or 'no provider besides native here'}[/]")
+        return 2
     console.print(table)
     for note in notes:
         console.print(f"[red]{note}[/]")
+    for note in skipped:
+        console.print(f"[yellow]not checked: {note}[/]")
     console.print("[green]all contracts hold[/]" if failures == 0 else f"[red]{failures} row(s) failed[/]")
     return 1 if failures else 0
 
@@ -203,7 +223,11 @@ def main(argv: list[str] | None = None) -> int:
     _quiet_interpreter()
     args = build_parser().parse_args(argv)
     console = Console() if sys.stdout.isatty() else Console(width=160)
-    return args.fn(args, console)
+    try:
+        return args.fn(args, console)
+    except UnknownOpError as err:
+        console.print(f"[red]{err}[/]")
+        return 2
 
 
 if __name__ == "__main__":

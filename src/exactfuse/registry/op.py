@@ -352,3 +352,10 @@ def get(name: str) -> Op:
         return OPS[name]
     except KeyError:
         raise KeyError(f"unknown op {name!r}; known ops: {sorted(OPS)}") from None
+
+
+def check_env_priority() -> None:
+    """Raise if ``EXACTFUSE_PRIORITY`` names an op that is not declared (called once all ops are)."""
+    unknown = sorted(set(platform.env_priority()) - set(OPS))
+    if unknown:
+        raise ValueError(f"EXACTFUSE_PRIORITY names unknown ops {unknown}; known ops: {sorted(OPS)}")

@@ -1,0 +1,36 @@
+"""The CLI's answers to mistakes: an unknown op, a selection that checks nothing, a bad priority variable."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from exactfuse.cli import main
+
+
+@pytest.mark.parametrize("command", ["verify", "list"])
+def test_unknown_op_is_a_one_line_error(command, capsys):
+    assert main([command, "--op", "nosuch"]) == 2
+    out = capsys.readouterr().out
+    assert "unknown op 'nosuch'; known ops:" in out and "silu_and_mul" in out and "Traceback" not in out
+
+
+def test_verify_that_checks_nothing_fails(capsys):
+    assert main(["verify", "--op", "w4a16_gemm", "--dtype", "fp32"]) == 2
+    out = capsys.readouterr().out
+    assert "nothing was checked: w4a16_gemm takes no fp32" in out and "all contracts hold" not in out
+
+
+@pytest.mark.interpreter
+def test_verify_bf16_on_the_interpreter_checks_nothing(capsys):
+    assert main(["verify", "--op", "silu_and_mul", "--dtype", "bf16"]) == 2
+    assert "the Triton interpreter has no bf16 arithmetic" in capsys.readouterr().out
+
+
+def test_priority_naming_an_unknown_op_fails_at_import():
+    env = dict(os.environ, EXACTFUSE_PRIORITY="nosuch_op=native")
+    proc = subprocess.run([sys.executable, "-c", "import exactfuse"], env=env, capture_output=True, text=True)
+    assert proc.returncode != 0 and "EXACTFUSE_PRIORITY names unknown ops ['nosuch_op']" in proc.stderr
