@@ -1,4 +1,5 @@
-"""The CLI's answers to mistakes: an unknown op, a selection that checks nothing, a bad priority variable."""
+"""The CLI's and warmup's answers to mistakes: an unknown op, a selection that checks nothing, a bad priority
+variable, a warmup with nothing to compile for."""
 
 from __future__ import annotations
 
@@ -34,3 +35,17 @@ def test_priority_naming_an_unknown_op_fails_at_import():
     env = dict(os.environ, EXACTFUSE_PRIORITY="nosuch_op=native")
     proc = subprocess.run([sys.executable, "-c", "import exactfuse"], env=env, capture_output=True, text=True)
     assert proc.returncode != 0 and "EXACTFUSE_PRIORITY names unknown ops ['nosuch_op']" in proc.stderr
+
+
+def test_warmup_without_a_device_to_compile_for_says_so(monkeypatch):
+    import torch
+
+    import exactfuse
+    from exactfuse.registry import platform
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match="no CUDA GPU is available here"):
+        exactfuse.warmup(["silu_and_mul"])
+    monkeypatch.setattr(platform, "interpreter_enabled", lambda: False)
+    with pytest.raises(RuntimeError, match="runs Triton only under the interpreter"):
+        exactfuse.warmup(["silu_and_mul"], device="cpu")

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
+from exactfuse.registry import platform
 from exactfuse.registry.op import OPS, Op, get
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,13 @@ def warmup(
     else:
         selected = [o if isinstance(o, Op) else get(o) for o in ops]
     device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("exactfuse.warmup: device='cuda' but no CUDA GPU is available here (nothing to compile)")
+    if device.type == "cpu" and not platform.interpreter_enabled():
+        raise RuntimeError(
+            "exactfuse.warmup: device='cpu' runs Triton only under the interpreter; set TRITON_INTERPRET=1 "
+            "before importing triton, or warm up on a CUDA device"
+        )
     warmed = []
     for op in selected:
         if op.warmup_fn is None:
