@@ -102,9 +102,20 @@ def cmd_list(args, console: Console) -> int:
 
 def verify_op(op, provider: str, dtype: torch.dtype, device: torch.device, quick: bool) -> dict:
     """Check ``provider`` against native on every input case of ``op``; one summary row."""
+    row = {"cases": 0, "declined": 0, "failed": 0, "max_abs_err": 0.0, "max_ulp": 0, "first_failure": ""}
+    with warnings.catch_warnings():
+        # What the edge cases are built to provoke: NaN/Inf inputs in the interpreter's numpy reductions,
+        # the std of an empty batch in a native spec. The contract check reports what matters.
+        warnings.filterwarnings("ignore", message="invalid value encountered", category=RuntimeWarning)
+        warnings.filterwarnings("ignore", message="overflow encountered", category=RuntimeWarning)
+        warnings.filterwarnings("ignore", message=r"std\(\): degrees of freedom", category=UserWarning)
+        _verify_cases(op, provider, dtype, device, quick, row)
+    return row
+
+
+def _verify_cases(op, provider: str, dtype: torch.dtype, device: torch.device, quick: bool, row: dict) -> None:
     from exactfuse.testing import check_provider
 
-    row = {"cases": 0, "declined": 0, "failed": 0, "max_abs_err": 0.0, "max_ulp": 0, "first_failure": ""}
     for case in op.cases(device, dtype, quick=quick):
         if op.providers[provider].accepts(*case.args, **case.kwargs) is not True:
             row["declined"] += 1
@@ -116,7 +127,6 @@ def verify_op(op, provider: str, dtype: torch.dtype, device: torch.device, quick
         if not result.passed:
             row["failed"] += 1
             row["first_failure"] = row["first_failure"] or f"{case.id}: {result.summary()}"
-    return row
 
 
 def cmd_verify(args, console: Console) -> int:
