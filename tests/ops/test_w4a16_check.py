@@ -61,3 +61,31 @@ def test_triton_decline_names_the_argument_that_is_not_contiguous():
     transposed = qweight.t().contiguous().t()
     reason = w4a16_gemm.providers["triton"].accepts(a, transposed, *rest)
     assert reason.startswith("qweight has strides"), reason
+
+
+def test_perm_values_outside_k_are_an_error_on_the_cpu():
+    case = make_case("M2-K256-N64", 2, 256, 64, torch.float16, "cpu", make_generator(0), act_order=True)
+    a, qweight, scales, zeros, perm, bias, group_size = case.args
+    bad = perm.clone()
+    bad[3] = 256
+    with pytest.raises(ValueError, match=r"perm's values must be in \[0, K\) = \[0, 256\), got 0\.\.256"):
+        w4a16_gemm(a, qweight, scales, zeros, bad, bias, group_size)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("M", [1, 5, 200], ids=["gemv", "fused", "dense"])
+def test_kernels_read_zero_for_perm_entries_outside_k(M):
+    """Past the check (a GPU caller's perm is not range-checked per call): an entry outside [0, K) reads
+    an activation of 0 on every path, never memory outside a."""
+    from exactfuse.ops.w4a16 import native
+    from exactfuse.ops.w4a16 import triton as w4_triton
+
+    case = make_case(f"M{M}-K256-N64", M, 256, 64, torch.float16, "cpu", make_generator(1), act_order=True)
+    a, qweight, scales, zeros, perm, bias, group_size = case.args
+    bad = perm.clone()
+    bad[[3, 100]] = torch.tensor([256, -7], dtype=bad.dtype)
+    out = w4_triton.launch_w4a16_gemm(a, qweight, scales, zeros, bad, bias, group_size)
+    selected = a.index_select(1, bad.clamp(0, 255).long())
+    selected[:, [3, 100]] = 0
+    w = native.dequantize(qweight, scales, zeros, group_size, a.dtype)
+    torch.testing.assert_close(out, (selected.float() @ w.float()).to(a.dtype), atol=2e-3, rtol=2e-3)

@@ -137,7 +137,9 @@ def dense_gemm(
     ``torch.matmul`` (+ bias): bitwise equal to native, at the cost of ``2 * K * N`` transient bytes.
     """
     w = dequantize_dense(qweight, scales, zeros, G, cfg)
-    if perm is not None:
-        a = a.index_select(1, perm.to(torch.int64))
+    if perm is not None:  # an entry outside [0, K) selects 0, as the fused kernels read it
+        index = perm.to(torch.int64)
+        K = a.shape[1]
+        a = torch.where((index >= 0) & (index < K), a.index_select(1, index.clamp(0, K - 1)), 0)
     out = torch.matmul(a, w)
     return out if bias is None else out + bias

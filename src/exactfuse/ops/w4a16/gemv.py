@@ -107,9 +107,12 @@ def _dequant_words(b_q, b_s, b_z, PACKED_MATH: tl.constexpr):
 
 
 @triton.jit
-def _activation(p_a, p_perm, o_k, m_k, HAS_PERM: tl.constexpr, EVEN_K: tl.constexpr):
+def _activation(p_a, p_perm, o_k, m_k, K, HAS_PERM: tl.constexpr, EVEN_K: tl.constexpr):
     """Activations ``p_a[perm[o_k]]`` (``p_a[o_k]`` without HAS_PERM) of one row in fp32; 0 past K."""
-    o_ka = tl.load(p_perm + o_k, mask=m_k, other=0) if HAS_PERM else o_k
+    if HAS_PERM:  # a perm entry outside [0, K) reads 0, never outside a's row
+        o_ka = tl.load(p_perm + o_k, mask=m_k, other=0)
+        return tl.load(p_a + o_ka, mask=m_k & (o_ka >= 0) & (o_ka < K), other=0.0).to(tl.float32)
+    o_ka = o_k
     if EVEN_K:
         return tl.load(p_a + o_ka).to(tl.float32)
     return tl.load(p_a + o_ka, mask=m_k, other=0.0).to(tl.float32)
@@ -153,6 +156,7 @@ def _row_multiply_add(
     p_perm,
     m,
     M,
+    K,
     o_w,
     m_w,
     stride_am,
@@ -169,14 +173,14 @@ def _row_multiply_add(
         a4, a5, a6, a7 = _activation_quad(p_am, o_w * 2 + 1, m_w, EVEN_K)
     else:
         o_k = o_w * 8
-        a0 = _activation(p_am, p_perm, o_k, m_w, HAS_PERM, EVEN_K)
-        a1 = _activation(p_am, p_perm, o_k + 1, m_w, HAS_PERM, EVEN_K)
-        a2 = _activation(p_am, p_perm, o_k + 2, m_w, HAS_PERM, EVEN_K)
-        a3 = _activation(p_am, p_perm, o_k + 3, m_w, HAS_PERM, EVEN_K)
-        a4 = _activation(p_am, p_perm, o_k + 4, m_w, HAS_PERM, EVEN_K)
-        a5 = _activation(p_am, p_perm, o_k + 5, m_w, HAS_PERM, EVEN_K)
-        a6 = _activation(p_am, p_perm, o_k + 6, m_w, HAS_PERM, EVEN_K)
-        a7 = _activation(p_am, p_perm, o_k + 7, m_w, HAS_PERM, EVEN_K)
+        a0 = _activation(p_am, p_perm, o_k, m_w, K, HAS_PERM, EVEN_K)
+        a1 = _activation(p_am, p_perm, o_k + 1, m_w, K, HAS_PERM, EVEN_K)
+        a2 = _activation(p_am, p_perm, o_k + 2, m_w, K, HAS_PERM, EVEN_K)
+        a3 = _activation(p_am, p_perm, o_k + 3, m_w, K, HAS_PERM, EVEN_K)
+        a4 = _activation(p_am, p_perm, o_k + 4, m_w, K, HAS_PERM, EVEN_K)
+        a5 = _activation(p_am, p_perm, o_k + 5, m_w, K, HAS_PERM, EVEN_K)
+        a6 = _activation(p_am, p_perm, o_k + 6, m_w, K, HAS_PERM, EVEN_K)
+        a7 = _activation(p_am, p_perm, o_k + 7, m_w, K, HAS_PERM, EVEN_K)
     acc += a0[:, None] * w0
     acc += a1[:, None] * w1
     acc += a2[:, None] * w2
@@ -266,11 +270,30 @@ def w4a16_gemv_kernel(
             b_z = tl.load(p_z + o_g[:, None] * N + o_n[None, :], mask=m_g, other=0).to(tl.int32) if HAS_ZEROS else 8
         w0, w1, w2, w3, w4, w5, w6, w7 = _dequant_words(b_q, b_s, b_z, PACKED_MATH)
         acc0 = _row_multiply_add(
-            acc0, w0, w1, w2, w3, w4, w5, w6, w7, p_a, p_perm, 0, M, o_w, m_w, stride_am, HAS_PERM, EVEN_K, WIDE_A
+            acc0, w0, w1, w2, w3, w4, w5, w6, w7, p_a, p_perm, 0, M, K, o_w, m_w, stride_am, HAS_PERM, EVEN_K, WIDE_A
         )
         if BM > 1:
             acc1 = _row_multiply_add(
-                acc1, w0, w1, w2, w3, w4, w5, w6, w7, p_a, p_perm, 1, M, o_w, m_w, stride_am, HAS_PERM, EVEN_K, WIDE_A
+                acc1,
+                w0,
+                w1,
+                w2,
+                w3,
+                w4,
+                w5,
+                w6,
+                w7,
+                p_a,
+                p_perm,
+                1,
+                M,
+                K,
+                o_w,
+                m_w,
+                stride_am,
+                HAS_PERM,
+                EVEN_K,
+                WIDE_A,
             )
 
     # [BM, BN] from the rows' column sums (rows past BM are never selected)

@@ -40,8 +40,10 @@ def check_w4a16_args(
 ) -> None:
     """Validate shapes, dtypes and devices; errors name the argument and the expectation.
 
-    ``perm``'s values are not range-checked here (that would synchronize with
-    the GPU); :func:`~exactfuse.ops.w4a16.packing.prepare_gptq` produces it.
+    ``perm``'s values are range-checked when it is a CPU tensor; on a GPU that would synchronize every
+    call. There :func:`~exactfuse.ops.w4a16.packing.prepare_gptq` (and so ``W4A16Linear``) builds it as a
+    permutation (an argsort), and the Triton kernels read an activation of 0 for an entry outside
+    ``[0, K)`` instead of reading outside ``a``.
     """
     op = "w4a16_gemm"
     # The common path reads each attribute once, compares torch.Size with tuples (no lists) and builds
@@ -75,6 +77,8 @@ def check_w4a16_args(
         )
     if perm is not None and (perm.shape != (K,) or perm.dtype not in INDEX_DTYPES):
         raise ValueError(f"{op}: perm must be int32/int64 [K] = [{K}], got {_shape(perm)} {perm.dtype}")
+    if perm is not None and perm.is_cpu and perm.numel() and not bool(((perm >= 0) & (perm < K)).all()):
+        raise ValueError(f"{op}: perm's values must be in [0, K) = [0, {K}), got {int(perm.min())}..{int(perm.max())}")
     if bias is not None and (bias.shape != (N,) or bias.dtype != dtype):
         raise ValueError(f"{op}: bias must be [N] = [{N}] of a's dtype {a.dtype}, got {_shape(bias)} {bias.dtype}")
     device = a.device

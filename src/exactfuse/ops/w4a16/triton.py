@@ -109,7 +109,9 @@ def w4a16_gemm_kernel(
         m_k = o_k < K
         o_ka = tl.load(p_perm + o_k, mask=m_k, other=0) if HAS_PERM else o_k
         p_ab = p_a + o_m[:, None] * stride_am + o_ka[None, :]
-        if EVEN_K:
+        if HAS_PERM:  # a perm entry outside [0, K) reads 0, never outside a's row
+            b_a = tl.load(p_ab, mask=m_m[:, None] & (m_k & (o_ka >= 0) & (o_ka < K))[None, :], other=0.0)
+        elif EVEN_K:
             b_a = tl.load(p_ab, mask=m_m[:, None], other=0.0)
         else:
             b_a = tl.load(p_ab, mask=m_m[:, None] & m_k[None, :], other=0.0)
