@@ -67,20 +67,33 @@ SPECS = {
     "gelu_and_mul_sparse-d32768": Spec(
         "gelu_and_mul_sparse", _gated, (STD_MULTIPLIER, "tanh"), gpu_width=32768, dtypes=(torch.bfloat16,), cpu=False
     ),
-    # K = width; the weights are fixed per device and dtype (w4a16_weights)
+    # K = width; the weights are fixed per device and dtype (_fixed)
     "w4a16_gemm": Spec("w4a16_gemm", _activations, gpu_width=4096, cpu_width=256),
+    # x [T, C] as one sequence (query_start_loc None), K = 4 taps, weight and bias fixed. Not on the CPU:
+    # there the op is opaque (registry/library.py), and Inductor (torch 2.13) fails to lower the
+    # functionalized call of a custom op whose mutable argument (conv_state) is None.
+    "causal_conv1d": Spec("causal_conv1d", _activations, gpu_width=10240, cpu_width=64, cpu=False),
 }
-_WEIGHTS: dict = {}
+_FIXED: dict = {}
 
 
-def w4a16_weights(K: int, device: torch.device, dtype: torch.dtype) -> tuple:
-    key = (K, str(device), dtype)
-    if key not in _WEIGHTS:
-        w = random_weights(K, K if device.type == "cuda" else 64, dtype, device, make_generator(1))
-        for t in (w.qweight, w.scales):
-            torch._dynamo.mark_static(t)  # model weights: static under dynamic=True, as parameters are
-        _WEIGHTS[key] = (w.qweight, w.scales, w.zeros, w.perm, None, w.group_size)
-    return _WEIGHTS[key]
+def _fixed(spec: Spec, width: int, device: torch.device, dtype: torch.dtype) -> tuple:
+    """The model weights an op is called with, made once per device and dtype and static under
+    dynamic=True, as parameters are."""
+    key = (spec.op, width, str(device), dtype)
+    if key not in _FIXED:
+        gen = make_generator(1)
+        if spec.op == "w4a16_gemm":
+            w = random_weights(width, width if device.type == "cuda" else 64, dtype, device, gen)
+            tensors, extra = (w.qweight, w.scales), (w.qweight, w.scales, w.zeros, w.perm, None, w.group_size)
+        else:
+            weight = torch.randn(width, 4, generator=gen).to(device, dtype)
+            bias = torch.randn(width, generator=gen).to(device, dtype)
+            tensors = extra = (weight, bias)
+        for t in tensors:
+            torch._dynamo.mark_static(t)
+        _FIXED[key] = extra
+    return _FIXED[key]
 
 
 def _width(spec: Spec, device: torch.device) -> int:
@@ -88,7 +101,9 @@ def _width(spec: Spec, device: torch.device) -> int:
 
 
 def _extra(spec: Spec, device: torch.device, dtype: torch.dtype) -> tuple:
-    return w4a16_weights(_width(spec, device), device, dtype) if spec.op == "w4a16_gemm" else spec.extra
+    if spec.op in ("w4a16_gemm", "causal_conv1d"):
+        return _fixed(spec, _width(spec, device), device, dtype)
+    return spec.extra
 
 
 def _inputs(spec: Spec, T: int, device: torch.device, dtype: torch.dtype, seed: int = 0) -> tuple:
