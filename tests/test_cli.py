@@ -49,3 +49,14 @@ def test_warmup_without_a_device_to_compile_for_says_so(monkeypatch):
     monkeypatch.setattr(platform, "interpreter_enabled", lambda: False)
     with pytest.raises(RuntimeError, match="runs Triton only under the interpreter"):
         exactfuse.warmup(["silu_and_mul"], device="cpu")
+
+
+@pytest.mark.interpreter
+def test_list_and_verify_show_the_contract_checked_here(capsys):
+    assert main(["list", "--op", "silu_and_mul"]) == 0
+    out = capsys.readouterr().out
+    assert "contract on the CPU (interpreter)" in out and "Tolerance" in out and "Bitwise" not in out
+    assert main(["verify", "--op", "silu_and_mul", "--dtype", "fp16", "--quick"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "silu_and_mul" in line and "PASS" in line)
+    cells = [c.strip() for c in row.split("│") if c.strip()]
+    assert cells[3] == "Tolerance" and cells[7] == "-", cells  # no ulp count under a tolerance contract

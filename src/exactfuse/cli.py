@@ -17,6 +17,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from exactfuse.registry.contracts import Bitwise, RowBitwise, Ulp
 from exactfuse.utils import DTYPE_NAMES, DTYPES_BY_NAME
 
 DTYPES = DTYPES_BY_NAME
@@ -84,8 +85,9 @@ def cmd_list(args, console: Console) -> int:
     from exactfuse.registry.contracts import describe
 
     device = _device()
-    table = Table(title=f"exactfuse ops (selected for {device.type} inputs)")
-    for col in ("op", "providers", "compiler", "contract", "selected here"):
+    where = "CUDA" if device.type == "cuda" else "the CPU (interpreter)"
+    table = Table(title=f"exactfuse ops: contracts and providers for {where}")
+    for col in ("op", "providers", "compiler", f"contract on {where}", "selected here"):
         table.add_column(col)
     for op in _ops(args.op):
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float16
@@ -95,9 +97,15 @@ def cmd_list(args, console: Console) -> int:
             if any(isinstance(a, torch.Tensor) and a.numel() for a in case.args):
                 selected = op.select(*case.args, **case.kwargs).name
                 break
-        table.add_row(op.name, ", ".join(op.providers), op.compiler, describe(op.contract), selected)
+        contract = op.contract if device.type == "cuda" else op.interpreter_contract
+        table.add_row(op.name, ", ".join(op.providers), op.compiler, describe(contract), selected)
     console.print(table)
     return 0
+
+
+# Contracts stated in ulps of the output dtype: verify's "max ulp" column is theirs; under a tolerance
+# contract an ulp count (of tiny values near zero) says nothing, and the column shows "-".
+ULP_CONTRACTS = (Bitwise, Ulp, RowBitwise)
 
 
 def verify_op(op, provider: str, dtype: torch.dtype, device: torch.device, quick: bool) -> dict:
@@ -158,15 +166,16 @@ def cmd_verify(args, console: Console) -> int:
                     notes.append(f"{op.name}/{name}/{SHORT[dtype]}: {row['first_failure']}")
                 elif row["cases"] == 0:
                     notes.append(f"{op.name}/{name}/{SHORT[dtype]}: no case ran on this provider")
+                contract = op.contract_for(dtype, device.type)
                 table.add_row(
                     op.name,
                     name,
                     SHORT[dtype],
-                    op.contract_for(dtype, device.type).name,
+                    contract.name,
                     str(row["cases"]),
                     str(row["declined"]),
                     f"{row['max_abs_err']:.3g}",
-                    str(row["max_ulp"]),
+                    str(row["max_ulp"]) if isinstance(contract, ULP_CONTRACTS) else "-",
                     f"[green]PASS[/] ({time.perf_counter() - start:.1f}s)" if ok else "[red]FAIL[/]",
                 )
     if rows == 0:
