@@ -119,3 +119,25 @@ def test_bad_inputs_raise_named_errors(bad, seed):
         call, arg = (lambda: exactfuse.moe_silu_and_mul(torch.randn(4, 8, generator=gen), torch.rand(3))), "row_weights"
     with pytest.raises((ValueError, TypeError), match=arg):
         call()
+
+
+@SETTINGS
+@given(
+    M=st.sampled_from([0, 1, 2, 3, 5, 17]),
+    K=st.sampled_from([64, 256]),
+    N=st.sampled_from([8, 24, 64]),
+    group_size=st.sampled_from([32, 64, -1]),
+    symmetric=st.booleans(),
+    act_order=st.booleans(),
+    bias=st.booleans(),
+    layout=st.sampled_from(["contiguous", "column-slice", "transposed"]),
+    seed=st.integers(0, 2**16),
+)
+def test_w4a16_gemm(M, K, N, group_size, symmetric, act_order, bias, layout, seed):
+    from exactfuse.ops.w4a16 import random_weights
+
+    gen = torch.Generator().manual_seed(seed)
+    w = random_weights(K, N, torch.float16, "cpu", gen, group_size=group_size, symmetric=symmetric, act_order=act_order)
+    a = _tensor(M, K, torch.float16, layout, "none", seed)
+    b = torch.randn(N, generator=gen).to(torch.float16) if bias else None
+    _check("w4a16_gemm", (a, w.qweight, w.scales, w.zeros, w.perm, b, w.group_size), torch.float16)
