@@ -274,27 +274,9 @@ def w4a16_gemv_kernel(
         )
         if BM > 1:
             acc1 = _row_multiply_add(
-                acc1,
-                w0,
-                w1,
-                w2,
-                w3,
-                w4,
-                w5,
-                w6,
-                w7,
-                p_a,
-                p_perm,
-                1,
-                M,
-                K,
-                o_w,
-                m_w,
-                stride_am,
-                HAS_PERM,
-                EVEN_K,
-                WIDE_A,
-            )
+                acc1, w0, w1, w2, w3, w4, w5, w6, w7, p_a, p_perm, 1, M, K, o_w, m_w, stride_am,
+                HAS_PERM, EVEN_K, WIDE_A,
+            )  # fmt: skip
 
     # [BM, BN] from the rows' column sums (rows past BM are never selected)
     o_m = tl.arange(0, BM)
