@@ -5,7 +5,8 @@
 #   bash scripts/gpu/run.sh STEP [ARGS...] [-- STEP [ARGS...]]... [// STEP [ARGS...] [-- ...]]...
 #
 # Steps (run in the order given; "--" separates steps, so a step's own arguments cannot contain a bare "--"):
-#   tests [PYTEST_ARGS...]   python3 -m pytest -m gpu -q -rfE PYTEST_ARGS (default: the whole suite)
+#   tests [PYTEST_ARGS...]   python3 -m pytest -m gpu -q -rfE PYTEST_ARGS (default: the whole suite); each result
+#                            streams into logs/<label>.stream as it finishes (scripts/gpu/pytest_stream.py)
 #   verify [ARGS...]         python3 -m exactfuse verify ARGS            (e.g. --op w4a16_gemm --quick)
 #   bench OP [ARGS...]       python3 -m exactfuse bench --grid default --op OP ARGS, results into
 #                            $OUT/bench/<step label>/ (OP "all": every op); e.g. bench w4a16_gemm --case '/M(1|2)-'
@@ -66,7 +67,10 @@ step() {
     return
   fi
   case "$name" in
-    tests) timeout "$left" python3 -m pytest -m gpu -q -rfE -p no:cacheprovider "$@" >"$log" 2>&1 ;;
+    tests)
+      EXACTFUSE_STREAM=$LOGS/$label.stream PYTHONPATH=$PYTHONPATH:scripts/gpu timeout "$left" \
+        python3 -m pytest -m gpu -q -rfE -p no:cacheprovider -p pytest_stream "$@" >"$log" 2>&1
+      ;;
     verify) timeout "$left" python3 -m exactfuse verify "$@" >"$log" 2>&1 ;;
     bench)
       local op=${1:?bench needs an op name (or all)}
@@ -151,7 +155,17 @@ fi
     log="$LOGS/$label.log"
     [ -f "$log" ] || continue
     case "$label" in
-      *-tests*) grep -E "^(FAILED|ERROR)|passed|failed|error" "$log" | tail -6 ;;
+      *-tests*)
+        grep -E "passed|failed|error" "$log" | tail -1
+        stream="$LOGS/$label.stream"
+        [ -f "$stream" ] || continue
+        echo "   finished: $(grep -cvE '^(start| )' "$stream"); not passed:"
+        grep -E '^(failed|error|passed-in|failed-in)' "$stream" | sed 's/^/   /'
+        echo "   still running when stopped:"
+        awk '$1 == "start" { run[$2] = 1 } $1 != "start" && !/^ / { delete run[$3] } END { for (t in run) print "   " t }' "$stream"
+        echo "   slowest:"
+        grep -vE '^(start| )' "$stream" | sort -k2 -rn | head -8 | sed 's/^/   /'
+        ;;
       *-verify*) grep -E "FAIL|PASS|error" "$log" | grep -vc PASS | sed 's/^/   lines not PASS: /'; tail -3 "$log" ;;
       *-bench*) grep -E "wrote|time budget|geomean" "$log" | tail -8 ;;
       *) tail -8 "$log" ;;

@@ -142,6 +142,29 @@ def test_mutating_op_with_optional_tensor(compiler):
     assert any(o.name in str(n.target) for n in gm.graph.nodes)
 
 
+def test_traced_call_of_a_mutating_op_passes_every_argument_in_schema_order():
+    """torch 2.11 reads a mutable argument at its schema position from the arguments as given (an
+    IndexError when it was left to its default), so traced calls pass all of them."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    name = f"test_optional_state_{next(_names)}"
+
+    def native(x: torch.Tensor, scale: float = 2.0, state: torch.Tensor | None = None) -> torch.Tensor:
+        if state is not None:
+            state.copy_(x)
+        return x * scale
+
+    native.__name__ = name
+    o = op(native, contract=Bitwise(), mutates_args=("state",))
+    seen = []
+    o.torch_op = lambda *args, **kwargs: seen.append((args, kwargs))
+    with FakeTensorMode() as mode:
+        x = mode.from_tensor(torch.ones(3))
+        o(x)
+        o(x, state=x)
+    assert seen == [((x, 2.0, None), {}), ((x, 2.0, x), {})]
+
+
 @pytest.mark.parametrize("compiler", ["visible", "opaque"])
 def test_eager_calls_launch_triton_kernels_directly(compiler):
     """On plain tensors, providers run with wrap_triton's higher-order-op dispatch off (a direct launch);

@@ -161,6 +161,10 @@ class Op:
         self.interpreter_contract = interpreter_contract or contract
         self.check = check
         self.mutates_args = tuple(mutates_args)
+        # (name, default) of every parameter, for _schema_args; empty for an op that mutates nothing
+        self._schema_params = (
+            tuple((p.name, p.default) for p in self.signature.parameters.values()) if self.mutates_args else ()
+        )
         self.compiler = compiler
         self.fake = fake
         self.dtypes = tuple(dtypes)
@@ -300,6 +304,8 @@ class Op:
         # Compiling, or tracing with fake/functional tensors (make_fx, export):
         # go through torch.ops so the graph holds the op as the library declares it.
         if torch.compiler.is_compiling() or _has_tensor_subclass(args):
+            if self._schema_params:
+                return self.torch_op(*self._schema_args(args, kwargs))
             return self.torch_op(*args, **kwargs)
         if _WRAP_TRITON is None:  # pragma: no cover - older torch
             return self.dispatch(*args, **kwargs)
@@ -313,6 +319,15 @@ class Op:
             return self._select(args, kwargs).fn(*args, **kwargs)
         finally:
             _WRAP_TRITON.value = previous
+
+    def _schema_args(self, args: tuple, kwargs: dict) -> tuple:
+        """Every argument in schema order, defaults filled in. torch 2.11's custom-op version bump
+        (ADInplaceOrView) reads a mutable argument at its schema position from the arguments as given,
+        so a call that leaves one to its default raised IndexError while tracing; torch 2.13 fills them."""
+        return tuple(
+            args[i] if i < len(args) else kwargs.get(name, default)
+            for i, (name, default) in enumerate(self._schema_params)
+        )
 
     def run_provider(self, name: str, *args, **kwargs):
         """Run one named provider directly (after validation) on plain tensors; for tests and verify."""

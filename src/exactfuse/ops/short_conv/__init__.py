@@ -173,6 +173,6 @@ short_conv = KeywordOp(_short_conv, _short_conv_call)
 causal_conv1d = KeywordOp(_causal_conv1d, _causal_conv1d_call)
 causal_conv1d_update = KeywordOp(_causal_conv1d_update, _causal_conv1d_update_call)
 
-from exactfuse.ops.short_conv import grids, inputs  # noqa: E402, F401  (inputs, warmup; grids, cost)
+from exactfuse.ops.short_conv import grids, inputs, peers  # noqa: E402, F401  (inputs, warmup; grids, cost; peers)
 
 __all__ = ["causal_conv1d", "causal_conv1d_update", "short_conv"]

@@ -1,0 +1,75 @@
+"""FLA's varlen causal conv (``fla.modules.causal_conv1d``, Triton), timed beside ``causal_conv1d``.
+
+FLA keeps a conv state per sequence ``[N, C, K]`` (the last ``K`` inputs) and returns a new one; the
+op keeps a slot cache ``conv_state[slots, C, W]`` read and written in place at ``state_indices``. The
+adapter does what a server using FLA with a slot cache does each call: gather the histories (zeros
+where ``has_initial_state`` is False), run FLA, scatter the final states back. Those two copies are
+timed with FLA; the chunk indices FLA derives from ``cu_seqlens`` are built once, outside the timing.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from exactfuse.bench.peers import PeerAdapter, PreparedCall, importable_on_cuda, register_peer
+
+_FLA_CHUNK = 64  # causal_conv1d_fwd's default chunk of tokens, for which the chunk indices are built
+
+
+def _arguments(args: tuple, kwargs: dict) -> dict:
+    from exactfuse.ops.short_conv import _causal_conv1d
+
+    bound = _causal_conv1d.signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    return bound.arguments
+
+
+def _fla_accepts(*args, **kwargs) -> bool | str:
+    a = _arguments(args, kwargs)
+    if a["dilation"] != 1:
+        return "FLA's causal conv has no dilation"
+    if a["state_indices"] is not None and bool((a["state_indices"] == a["pad_slot_id"]).any()):
+        return "FLA's causal conv has no padded requests"
+    return True
+
+
+def _fla_causal_conv1d(args: tuple, kwargs: dict) -> PreparedCall:
+    from fla.modules.causal_conv1d import causal_conv1d
+    from fla.ops.utils.index import prepare_chunk_indices
+
+    a = _arguments(args, kwargs)
+    x, weight, state = a["x"], a["weight"], a["conv_state"]
+    C, K = weight.shape
+    qsl = a["query_start_loc"]
+    cu = (qsl if qsl is not None else torch.tensor([0, x.shape[0]], device=x.device)).long()
+    R = cu.shape[0] - 1
+    chunks = prepare_chunk_indices(cu, _FLA_CHUNK)
+    slots = a["state_indices"].long() if a["state_indices"] is not None else torch.arange(R, device=x.device)
+    initial = a["has_initial_state"][:R, None, None] if a["has_initial_state"] is not None else None
+
+    def call():
+        history = None
+        if state is not None and initial is not None:
+            past = torch.where(initial, state[slots, :, : K - 1], 0)
+            history = torch.cat([past.new_zeros(R, C, 1), past], dim=2)
+        y, final = causal_conv1d(
+            x[None], weight, a["bias"], initial_state=history, output_final_state=state is not None,
+            activation=a["activation"], cu_seqlens=cu, chunk_indices=chunks,
+        )  # fmt: skip
+        if state is not None:
+            state[slots, :, : K - 1] = final[:, :, 1:]
+        return y[0]
+
+    return call
+
+
+register_peer(
+    PeerAdapter(
+        "fla",
+        "causal_conv1d",
+        importable_on_cuda("fla.modules.causal_conv1d"),
+        _fla_causal_conv1d,
+        accepts=_fla_accepts,
+        distribution="fla-core",
+    )
+)
