@@ -18,6 +18,7 @@ plain tensors itself.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -31,15 +32,30 @@ if TYPE_CHECKING:
 NAMESPACE = "exactfuse"
 
 
+def schema_signature(op: Op) -> inspect.Signature:
+    """The op's signature as registered: a mutating op's parameters up to its last mutated one have no
+    default. The dispatcher drops trailing arguments equal to their defaults before it calls a Python
+    kernel, and torch 2.11's version bump of mutated arguments (custom_op's ADInplaceOrView kernel)
+    indexes them by schema position: ``causal_conv1d(x, weight, bias)`` traced with ``conv_state``
+    left to None raised IndexError. Traced calls pass every argument (``Op._schema_args``)."""
+    params = list(op.signature.parameters.values())
+    last = max((i for i, p in enumerate(params) if p.name in op.mutates_args), default=-1)
+    return op.signature.replace(
+        parameters=[p.replace(default=inspect.Parameter.empty) if i <= last else p for i, p in enumerate(params)]
+    )
+
+
 def _with_signature(fn: Callable, op: Op) -> Callable:
+    signature = schema_signature(op)
+
     @functools.wraps(op.native)
     def wrapper(*args, **kwargs):
         return fn(*args, **kwargs)
 
-    wrapper.__signature__ = op.signature
+    wrapper.__signature__ = signature
     wrapper.__annotations__ = {
-        **{p.name: p.annotation for p in op.signature.parameters.values()},
-        "return": op.signature.return_annotation,
+        **{p.name: p.annotation for p in signature.parameters.values()},
+        "return": signature.return_annotation,
     }
     return wrapper
 

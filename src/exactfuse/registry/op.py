@@ -117,6 +117,12 @@ class direct_triton_launches:  # noqa: N801 - used as a context manager, like a 
 _PLAIN_TYPES = frozenset({torch.Tensor, type(None), bool, int, float, str})
 
 
+# (name, default) of each parameter of each mutating op, for Op._schema_args. A module global, not an
+# attribute: torch.compile(dynamic=True) specializes ints read from a global, while an int read from a
+# local object becomes a SymInt, and a default such as dilation=1 is a kernel constant.
+_SCHEMA_DEFAULTS: dict[str, tuple[tuple[str, object], ...]] = {}
+
+
 def _has_tensor_subclass(args: Sequence) -> bool:
     # On w4a16_gemm's 7 arguments: 0.3 µs; any() over a generator 0.7; the former
     # `type(a) is not torch.Tensor` test in any() 1.5 (CPU machine, timeit).
@@ -161,10 +167,8 @@ class Op:
         self.interpreter_contract = interpreter_contract or contract
         self.check = check
         self.mutates_args = tuple(mutates_args)
-        # (name, default) of every parameter, for _schema_args; empty for an op that mutates nothing
-        self._schema_params = (
-            tuple((p.name, p.default) for p in self.signature.parameters.values()) if self.mutates_args else ()
-        )
+        if self.mutates_args:
+            _SCHEMA_DEFAULTS[self.name] = tuple((p.name, p.default) for p in self.signature.parameters.values())
         self.compiler = compiler
         self.fake = fake
         self.dtypes = tuple(dtypes)
@@ -304,7 +308,7 @@ class Op:
         # Compiling, or tracing with fake/functional tensors (make_fx, export):
         # go through torch.ops so the graph holds the op as the library declares it.
         if torch.compiler.is_compiling() or _has_tensor_subclass(args):
-            if self._schema_params:
+            if self.mutates_args:
                 return self.torch_op(*self._schema_args(args, kwargs))
             return self.torch_op(*args, **kwargs)
         if _WRAP_TRITON is None:  # pragma: no cover - older torch
@@ -321,12 +325,11 @@ class Op:
             _WRAP_TRITON.value = previous
 
     def _schema_args(self, args: tuple, kwargs: dict) -> tuple:
-        """Every argument in schema order, defaults filled in. torch 2.11's custom-op version bump
-        (ADInplaceOrView) reads a mutable argument at its schema position from the arguments as given,
-        so a call that leaves one to its default raised IndexError while tracing; torch 2.13 fills them."""
+        """Every argument in schema order, defaults filled in: the schema of a mutating op has no
+        default up to its last mutated argument (registry/library.schema_signature)."""
         return tuple(
             args[i] if i < len(args) else kwargs.get(name, default)
-            for i, (name, default) in enumerate(self._schema_params)
+            for i, (name, default) in enumerate(_SCHEMA_DEFAULTS[self.name])
         )
 
     def run_provider(self, name: str, *args, **kwargs):
