@@ -60,3 +60,57 @@ def test_list_and_verify_show_the_contract_checked_here(capsys):
     row = next(line for line in capsys.readouterr().out.splitlines() if "silu_and_mul" in line and "PASS" in line)
     cells = [c.strip() for c in row.split("│") if c.strip()]
     assert cells[3] == "Tolerance" and cells[7] == "-", cells  # no ulp count under a tolerance contract
+
+
+def test_help_and_usage_errors_import_no_torch():
+    """The parser is built before torch is imported: help and usage errors cost an argparse run."""
+    code = (
+        "import sys, exactfuse_cli\n"
+        "for argv in (['--help'], ['bench', '--help'], ['verify', '--dtype', 'int8']):\n"
+        "    try:\n"
+        "        exactfuse_cli.main(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'exactfuse', 'triton')))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_every_option_has_help_and_the_parser_knows_the_library_names():
+    import exactfuse_cli
+    from exactfuse.bench import runner
+    from exactfuse.registry import OPS
+    from exactfuse.utils import DTYPES_BY_NAME
+
+    assert tuple(sorted(DTYPES_BY_NAME)) == exactfuse_cli.DTYPE_CHOICES
+    assert (exactfuse_cli.NATIVE, exactfuse_cli.COMPILED) == (runner.NATIVE, runner.COMPILED)
+    assert {g for op in OPS.values() for g in op.grids} <= set(exactfuse_cli.BENCH_GRIDS)
+    parser = exactfuse_cli.build_parser()
+    (commands,) = [a for a in parser._actions if a.dest == "command"]
+    for name, sub in commands.choices.items():
+        for action in sub._actions:
+            assert action.help, f"exactfuse {name} {action.option_strings} has no help text"
+
+
+@pytest.mark.interpreter
+def test_verify_prints_each_row_as_it_finishes(capsys):
+    assert main(["verify", "--op", "silu_and_mul", "--dtype", "fp16", "--dtype", "fp32", "--quick"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    table = next(i for i, line in enumerate(lines) if line.lstrip().startswith("┏"))
+    progress = [i for i, line in enumerate(lines) if line.startswith("  checked silu_and_mul/triton/")]
+    assert len(progress) == 2 and max(progress) < table
+
+
+def test_the_command_turns_the_interpreter_on_in_its_own_process():
+    """Without a GPU the command sets TRITON_INTERPRET before exactfuse defines kernels (no second process)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = (
+        "import os, torch, exactfuse_cli\n"
+        "if torch.cuda.is_available(): raise SystemExit(0)\n"
+        "os.execve = lambda *a: (_ for _ in ()).throw(AssertionError('ran a second process'))\n"
+        "raise SystemExit(exactfuse_cli.main(['list', '--op', 'silu_and_mul']))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]

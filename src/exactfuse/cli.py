@@ -1,14 +1,9 @@
-"""Command line: ``exactfuse info | list | verify | warmup | bench``.
-
-Without a CUDA GPU the Triton providers run under the Triton interpreter: the
-CLI re-executes itself with ``TRITON_INTERPRET=1`` before any kernel is
-defined, since Triton reads that variable when a kernel is decorated.
+"""The commands of ``exactfuse`` (info, list, verify, warmup, bench), run on arguments that
+``exactfuse_cli`` parsed; without a CUDA GPU it has turned the Triton interpreter on before this import.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 import time
 import warnings
@@ -22,13 +17,6 @@ from exactfuse.utils import DTYPE_NAMES, DTYPES_BY_NAME
 
 DTYPES = DTYPES_BY_NAME
 SHORT = DTYPE_NAMES
-
-
-def _ensure_interpreter(argv: list[str]) -> None:
-    if torch.cuda.is_available() or "TRITON_INTERPRET" in os.environ:
-        return
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    os.execve(sys.executable, [sys.executable, "-m", "exactfuse", *argv], env)
 
 
 def _quiet_interpreter() -> None:
@@ -145,7 +133,9 @@ def cmd_verify(args, console: Console) -> int:
     for col in ("op", "provider", "dtype", "contract", "cases", "declined", "max abs err", "max ulp", "result"):
         table.add_column(col)
     failures, notes, skipped, rows = 0, [], [], 0
-    for op in _ops(args.op):
+    ops = _ops(args.op)
+    console.print(f"{table.title}: {len(ops)} op(s), {'quick' if quick else 'full'} case sets", highlight=False)
+    for op in ops:
         dtypes = [DTYPES[d] for d in args.dtype] if args.dtype else list(op.dtypes)
         for dtype in dtypes:
             if dtype not in op.dtypes:
@@ -166,6 +156,12 @@ def cmd_verify(args, console: Console) -> int:
                     notes.append(f"{op.name}/{name}/{SHORT[dtype]}: {row['first_failure']}")
                 elif row["cases"] == 0:
                     notes.append(f"{op.name}/{name}/{SHORT[dtype]}: no case ran on this provider")
+                seconds = time.perf_counter() - start
+                console.print(
+                    f"  checked {op.name}/{name}/{SHORT[dtype]}: {row['cases']} case(s), {row['failed']} failed, "
+                    f"{row['declined']} declined, {seconds:.1f}s",
+                    highlight=False,
+                )
                 contract = op.contract_for(dtype, device.type)
                 table.add_row(
                     op.name,
@@ -176,7 +172,7 @@ def cmd_verify(args, console: Console) -> int:
                     str(row["declined"]),
                     f"{row['max_abs_err']:.3g}",
                     str(row["max_ulp"]) if isinstance(contract, ULP_CONTRACTS) else "-",
-                    f"[green]PASS[/] ({time.perf_counter() - start:.1f}s)" if ok else "[red]FAIL[/]",
+                    f"[green]PASS[/] ({seconds:.1f}s)" if ok else "[red]FAIL[/]",
                 )
     if rows == 0:
         console.print(f"[red]nothing was checked: {'; '.join(skipped) or 'no provider besides native here'}[/]")
@@ -209,44 +205,25 @@ def cmd_bench(args, console: Console) -> int:
     return bench_cli.run(args, console)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="exactfuse", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("info", help="versions, device, provider priorities").set_defaults(fn=cmd_info)
-    p = sub.add_parser("list", help="ops x providers x contract x selected provider")
-    p.add_argument("--op", action="append")
-    p.set_defaults(fn=cmd_list)
-    p = sub.add_parser("verify", help="check every provider's contract against native")
-    p.add_argument("--op", action="append", help="op name (repeatable; default: all)")
-    p.add_argument("--dtype", action="append", choices=sorted(DTYPES), help="repeatable; default: all")
-    p.add_argument("--quick", action="store_true", help="small input set (always on without a GPU)")
-    p.set_defaults(fn=cmd_verify)
-    p = sub.add_parser("warmup", help="compile the Triton kernels ahead of use")
-    p.add_argument("--op", action="append")
-    p.add_argument("--dtype", action="append", choices=sorted(DTYPES))
-    p.set_defaults(fn=cmd_warmup)
-    try:
-        from exactfuse.bench import cli as bench_cli
-    except ImportError:
-        bench_cli = None
-    if bench_cli is not None:
-        p = sub.add_parser("bench", help="time providers against native, torch.compile, peers, roofline")
-        bench_cli.add_arguments(p)
-        p.set_defaults(fn=cmd_bench)
-    return parser
+COMMANDS = {"info": cmd_info, "list": cmd_list, "verify": cmd_verify, "warmup": cmd_warmup, "bench": cmd_bench}
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    _ensure_interpreter(argv)
+def run(args) -> int:
+    """Run the parsed command; an unknown ``--op`` is a one-line usage error (exit 2)."""
     _quiet_interpreter()
-    args = build_parser().parse_args(argv)
     console = Console() if sys.stdout.isatty() else Console(width=160)
     try:
-        return args.fn(args, console)
+        return COMMANDS[args.command](args, console)
     except UnknownOpError as err:
         console.print(f"[red]{err}[/]")
         return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``exactfuse ARGS`` in this process (``exactfuse_cli.main``)."""
+    from exactfuse_cli import main as cli_main
+
+    return cli_main(argv)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import pytest
 import torch
 from rich.console import Console
 
+import exactfuse_cli
 from bench_fakes import FAKE_KERNEL, ROOF, bench_config, fake_timer, run_rows
 from exactfuse.bench import cli as bench_cli
 from exactfuse.bench import results, runner
@@ -122,7 +123,7 @@ def test_shards_split_the_grid_and_merge_back(fake_op, tmp_path):
     shard0 = {r.shape for r in results.load_rows(paths[0])[0]}
     assert shard0 and shard0 != {r.shape for r in full}  # each shard ran part of the grid
     with pytest.raises(argparse.ArgumentTypeError, match="0 <= I < N"):
-        bench_cli._shard("2/2")
+        exactfuse_cli.shard("2/2")
 
 
 def test_resume_runs_the_cases_not_run_and_merges_into_one_complete_result(fake_op, tmp_path, monkeypatch):
@@ -211,9 +212,9 @@ def test_case_pattern_reruns_some_shapes_and_the_merge_keeps_the_newer_rows(fake
     document["meta"]["shards"][1]["command"] = "exactfuse bench --op x --shard 1/2"
     merged.write_text(json.dumps(document))
     assert {r.shard for r in results.merge_results([merged])[1]} == {None}  # a split grid: not guessed
-    assert bench_cli._case_pattern("d(12288|32768)$") == "d(12288|32768)$"
+    assert exactfuse_cli.case_pattern("d(12288|32768)$") == "d(12288|32768)$"
     with pytest.raises(argparse.ArgumentTypeError, match="regular expression"):
-        bench_cli._case_pattern("d(12288")
+        exactfuse_cli.case_pattern("d(12288")
 
 
 def test_gpu_slug():

@@ -7,7 +7,6 @@ contract or raised, 2 usage error or no CUDA GPU.
 from __future__ import annotations
 
 import argparse
-import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,80 +22,9 @@ from exactfuse.bench.runner import COMPILED, NATIVE, BenchConfig, Candidates, Re
 from exactfuse.bench.timing import Timer, cudagraph_timer, l2_cache_bytes, recompile_limits
 from exactfuse.registry import OPS, Op
 from exactfuse.utils import DTYPES_BY_NAME
+from exactfuse_cli import add_bench_arguments as add_arguments
 
 DTYPES = DTYPES_BY_NAME
-GRIDS = ("default", "quick")
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``exactfuse bench``."""
-    parser.add_argument("--op", action="append", dest="ops", metavar="NAME", help="op to run (repeatable; default all)")
-    parser.add_argument(
-        "--dtype", action="append", dest="dtypes", choices=sorted(DTYPES), help="dtype (repeatable; default bf16)"
-    )
-    parser.add_argument(
-        "--provider",
-        action="append",
-        dest="providers",
-        metavar="NAME",
-        help=f"time only these providers (repeatable): registry names, {NATIVE}, {COMPILED}, peers",
-    )
-    parser.add_argument("--grid", choices=GRIDS, default="default", help="shape grid (default: default)")
-    parser.add_argument("--quick", action="store_true", help="the quick grid (a few shapes, under a minute)")
-    parser.add_argument(
-        "--out", metavar="DIR", help="write <op>.csv and <op>.json here (default benchmarks/results/<gpu>/)"
-    )
-    parser.add_argument(
-        "--plot",
-        metavar="FILE.png",
-        help="draw speedup and %% of roofline per shape (matplotlib); '{op}' in the name: one file per op",
-    )
-    parser.add_argument("--no-compile", action="store_true", help=f"skip {COMPILED} (torch.compile of the spec)")
-    parser.add_argument(
-        "--rep-ms", type=float, help="ms of calls per CUDA graph replay (default 20; 10 with the quick grid)"
-    )
-    parser.add_argument(
-        "--shard",
-        type=_shard,
-        metavar="I/N",
-        help="run cases I, I+N, I+2N, ... of each grid (N processes, one per GPU; scripts/merge_results.py joins them)",
-    )
-    parser.add_argument(
-        "--case",
-        type=_case_pattern,
-        metavar="REGEX",
-        help="run only the cases whose 'dtype/case' name matches (re.search), e.g. 'd(12288|32768)$'",
-    )
-    parser.add_argument(
-        "--resume",
-        metavar="FILE.json",
-        help="run only the cases FILE (an earlier run's results, cut by --time-budget) lists as not run; "
-        "scripts/merge_results.py joins the two files",
-    )
-    parser.add_argument(
-        "--time-budget",
-        type=float,
-        metavar="SECONDS",
-        help="start no new case after this many seconds; the files keep the cases done and list the rest",
-    )
-
-
-def _shard(text: str) -> tuple[int, int]:
-    try:
-        i, n = (int(x) for x in text.split("/"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--shard takes I/N with integers, got {text!r}") from None
-    if not 0 <= i < n:
-        raise argparse.ArgumentTypeError(f"--shard I/N needs 0 <= I < N, got {text!r}")
-    return i, n
-
-
-def _case_pattern(text: str) -> str:
-    try:
-        re.compile(text)
-    except re.error as exc:
-        raise argparse.ArgumentTypeError(f"--case takes a regular expression, got {text!r} ({exc})") from None
-    return text
 
 
 class UsageError(ValueError):

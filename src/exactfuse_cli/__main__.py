@@ -1,0 +1,5 @@
+import sys
+
+from exactfuse_cli import main
+
+sys.exit(main())
