@@ -14,17 +14,20 @@ from exactfuse.utils import next_power_of_2
 # Elements of the [window, channels] state tile a program may hold (decode, write-back): 4096 keeps a
 # 12-position window (K = 5, D = 3) at 256 channels, 32 values a thread at 4 warps.
 STATE_TILE_ELEMENTS = 4096
-# Channels per program of the spec/prefill output kernel, which holds no state tile: 1024 channels
-# at 4 warps are 8 values a thread, one 16-byte access per bf16 operand.
-ROW_CHANNELS = 1024
+# The spec/prefill output tile, which holds no state: TILE_ROWS x TILE_CHANNELS = 4096 values, 32 a
+# thread at 4 warps, each tap's rows read as 256-byte channel runs; a program's rows share one search
+# of query_start_loc and its weights, and neighbouring rows' taps overlap in the L1.
+TILE_ROWS = 32
+TILE_CHANNELS = 128
 NUM_WARPS = 4
 
 
 @dataclass(frozen=True)
 class ConvConfig:
-    """``BC`` channels per program of the row kernel, ``BC_STATE`` of the write-back kernel, ``BW``
-    window positions (a power of two >= ``SL + SQL - 1``) and the warps of both."""
+    """``BT`` rows x ``BC`` channels per program of the row kernel, ``BC_STATE`` channels of the
+    write-back kernel, ``BW`` window positions (a power of two >= ``SL + SQL - 1``) and the warps of both."""
 
+    BT: int
     BC: int
     BC_STATE: int
     BW: int
@@ -34,12 +37,16 @@ class ConvConfig:
 def conv_config(C: int, window: int, mode: str) -> ConvConfig:
     """Static launch parameters for ``C`` channels and a written window of ``window`` positions.
 
-    Decode rows also write the state, so their block is the state tile's; spec and prefill rows hold
-    only ``K`` taps and take :data:`ROW_CHANNELS`. Not yet swept on the H200: these are the
-    first-principles choices above, to be replaced by a measured rule (``exactfuse bench short_conv``).
+    Decode rows (one a program) also write the state, so their block is the state tile's; spec and
+    prefill rows hold only ``K`` taps and take the :data:`TILE_ROWS` x :data:`TILE_CHANNELS` tile. Not
+    yet swept on the H200: these are the first-principles choices above, to be replaced by a measured
+    rule (``exactfuse bench short_conv``).
     """
     BW = next_power_of_2(max(window, 1))
     c_block = next_power_of_2(max(C, 1))
     BC_STATE = max(16, min(c_block, STATE_TILE_ELEMENTS // BW, 1024))
-    BC = BC_STATE if mode == "decode" else min(c_block, ROW_CHANNELS)
-    return ConvConfig(BC=max(BC, 16), BC_STATE=BC_STATE, BW=BW, num_warps=NUM_WARPS)
+    if mode == "decode":
+        BT, BC = 1, BC_STATE
+    else:
+        BT, BC = TILE_ROWS, max(16, min(c_block, TILE_CHANNELS))
+    return ConvConfig(BT=BT, BC=BC, BC_STATE=BC_STATE, BW=BW, num_warps=NUM_WARPS)

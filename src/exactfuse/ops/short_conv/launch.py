@@ -66,7 +66,7 @@ def launch_conv(
     tok = token_indices if token_indices is not None else x
     sid_stride = state_indices.stride(0) if state_indices is not None else 0
     target = residual if residual is not None else out
-    torch.library.wrap_triton(conv_rows_kernel)[(L, triton.cdiv(C, cfg.BC))](
+    torch.library.wrap_triton(conv_rows_kernel)[(triton.cdiv(L, cfg.BT), triton.cdiv(C, cfg.BC))](
         x, weight, bias if bias is not None else x, target, outer_residual if outer_residual is not None else x,
         target, state, sid, qsl, acc, hinit, tok,
         L, R, N, C, slots, null_slot,
@@ -74,7 +74,7 @@ def launch_conv(
         target.stride(0), weight.stride(0), weight.stride(1),
         *s_strides, sid_stride,
         HAS_STATE=has_state, HAS_RESIDUAL=residual is not None, HAS_OUTER=outer_residual is not None,
-        HAS_BIAS=bias is not None, SILU=activation == "silu", BC=cfg.BC, BW=cfg.BW,
+        HAS_BIAS=bias is not None, SILU=activation == "silu", BC=cfg.BC, BW=cfg.BW, BT=cfg.BT,
         num_warps=cfg.num_warps, **flags,
     )  # fmt: skip
     if mode != "decode" and has_state:

@@ -2,11 +2,12 @@
 
 Two kernels, one per phase (launched by ``launch.py``), with ``constexpr`` flags for the three ops and three modes:
 
-- :func:`conv_rows_kernel`, one program per (logical row, channel block): finds the row's request
-  (a binary search over ``query_start_loc`` in spec/prefill), sums the ``K`` taps in fp32 in ascending
-  ``k``, rounds as the spec does (``native.py``) and stores the residual (``short_conv``) or the output
-  (``causal_conv1d*``). In decode mode it also shifts the row's state window (each request is one row,
-  so nothing else reads that slot).
+- :func:`conv_rows_kernel`, one program per (row block, channel block): one row in decode, a
+  ``[BT, BC]`` tile in spec/prefill, each row's request found by a binary search over
+  ``query_start_loc``. Sums the ``K`` taps in fp32 in ascending ``k``, rounds as the spec does
+  (``native.py``) and stores the residual (``short_conv``) or the output (``causal_conv1d*``). In
+  decode mode it also shifts the row's state window (each request is one row, so nothing else reads
+  that slot).
 - :func:`conv_state_kernel`, one program per (request, channel block), launched after the first in
   spec and prefill mode so that every row has read the old state: writes the new window.
 
@@ -107,60 +108,39 @@ def _write_window(
     tl.store(p_slot + o_i[:, None] * stride_s_w + o_c[None, :] * stride_s_c, b_new, mask=m_w[:, None] & m_c[None, :])
 
 
-@triton.jit(do_not_specialize=["L", "R", "N", "slots", "null_slot"])
-def conv_rows_kernel(
-    p_x, p_w, p_b, p_res, p_outer, p_out, p_state, p_sid, p_qsl, p_acc, p_init, p_tok,
-    L, R, N, C, slots, null_slot,
-    stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k,
-    stride_s_slot, stride_s_c, stride_s_w, stride_sid,
-    MODE: tl.constexpr, K: tl.constexpr, D: tl.constexpr, SQL: tl.constexpr,
-    HAS_STATE: tl.constexpr, HAS_SID: tl.constexpr, INIT: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr,
-    HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, SILU: tl.constexpr,
-    BC: tl.constexpr, BW: tl.constexpr,
-):  # fmt: skip
-    """One (logical row, channel block) of the conv output; in decode also the row's state shift.
+@triton.jit
+def _find_request(rows, R, p_qsl):
+    """The last request starting at or before each of ``rows`` (ties: the last, non-empty one): a
+    binary search over ``query_start_loc``, one gather per step, ``bit_length(R)`` steps."""
+    lo = rows * 0
+    hi = lo + R - 1
+    span = R
+    while span > 0:  # each step halves [lo, hi]; once lo == hi, mid == lo and nothing changes
+        mid = (lo + hi + 1) // 2
+        starts_before = tl.load(p_qsl + mid, mask=mid <= hi, other=0) <= rows
+        lo = tl.where(starts_before, mid, lo)
+        hi = tl.where(starts_before, hi, mid - 1)
+        span = span // 2
+    return lo
 
-    p_x: ``[N, C]`` rows ``stride_x`` apart, unit channel stride. p_w: ``[C, K]`` (strides
-    ``stride_w_c, stride_w_k``); p_b: ``[C]`` (HAS_BIAS). p_res / p_outer: ``[N, C]`` rows
-    ``stride_res`` / ``stride_outer`` apart, unit channel stride (HAS_RESIDUAL / HAS_OUTER); p_res is
-    read and written. p_out: ``[L, C]`` rows ``stride_out`` apart (without a residual). p_state:
-    logical ``[slots, C, W]`` with strides ``stride_s_slot, stride_s_c, stride_s_w`` (HAS_STATE).
-    p_sid: ``[R]`` int32 ``stride_sid`` apart (HAS_SID; else request ``r`` uses slot ``r``). p_qsl:
-    ``[R + 1]`` int32 (spec, prefill). p_acc: ``[>= R]`` int32 (spec). p_init: ``[>= R]`` bool (INIT 1).
-    p_tok: ``[L]`` int32/int64 logical -> physical rows (HAS_TOKEN_MAP). constexpr: MODE (0 decode,
-    1 spec, 2 prefill), K, D (dilation), SQL, INIT (0 never, 1 tensor, 2 always), the HAS_* flags,
-    SILU, BC (channels per program), BW (``next_power_of_2(SL + SQL - 1)``). L, R, N, slots and
-    null_slot are runtime values, not specialized: one compile serves every batch.
+
+@triton.jit
+def _conv_rows(
+    p_x, p_w, p_b, p_res, p_outer, p_out, p_slot, p_tok, o_t, o_c, m_c, q_start, out_ok, read_state, slot_off,
+    L, N, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_s_c, stride_s_w,
+    K: tl.constexpr, D: tl.constexpr, HAS_STATE: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, SILU: tl.constexpr,
+):  # fmt: skip
+    """The conv output of logical rows ``o_t`` over channels ``o_c``, stored as residual or output.
+
+    Row values (``o_t``, ``q_start``, ``out_ok``, ``read_state``, ``slot_off`` and the slot pointers
+    ``p_slot``) are scalars with ``o_c`` a vector (one row), or ``[BT, 1]`` columns with ``o_c`` a
+    ``[1, BC]`` row (a tile): every expression broadcasts, and each output element is the same
+    sequence of roundings either way.
     """
     SL: tl.constexpr = (K - 1) * D
-    i_t = tl.program_id(0)
-    i_c = tl.program_id(1)
-    o_c = i_c * BC + tl.arange(0, BC)
-    m_c = o_c < C
-
-    if MODE == 0:
-        r = i_t
-        q_start = i_t
-        in_range = i_t < L
-    else:
-        lo = R * 0
-        hi = R - 1
-        while lo < hi:  # the last request starting at or before row i_t (ties: the last, non-empty one)
-            mid = (lo + hi + 1) // 2
-            starts_before = tl.load(p_qsl + mid) <= i_t
-            lo = tl.where(starts_before, mid, lo)
-            hi = tl.where(starts_before, hi, mid - 1)
-        r = lo
-        q_start = tl.load(p_qsl + r)
-        in_range = (q_start <= i_t) & (i_t < tl.load(p_qsl + R))
-    sid, state_ok, read_state, slot_off = _request(
-        r, R, p_sid, p_acc, p_init, slots, null_slot, stride_sid, MODE, SQL, HAS_STATE, HAS_SID, INIT
-    )
-    out_ok = in_range if MODE == 1 or not HAS_STATE else in_range & state_ok
-    p_slot = p_state + sid.to(tl.int64) * stride_s_slot
-
-    j = i_t - q_start
-    acc = tl.zeros([BC], dtype=tl.float32)
+    j = o_t - q_start
+    acc = tl.zeros_like(o_t * o_c).to(tl.float32)
     for k in tl.static_range(K):
         h = j + D * k
         b_w = tl.load(p_w + o_c * stride_w_c + k * stride_w_k, mask=m_c).to(tl.float32)
@@ -169,7 +149,7 @@ def conv_rows_kernel(
             b_s = tl.load(p_slot + (h + slot_off) * stride_s_w + o_c * stride_s_c, mask=m_s, other=0.0)
             b_s = b_s.to(tl.float32)
         else:
-            b_s = tl.zeros([BC], dtype=tl.float32)
+            b_s = tl.zeros_like(acc)
         o_row = q_start + h - SL
         m_x = (h >= SL) & out_ok & (o_row >= 0) & (o_row < L)
         if HAS_TOKEN_MAP:
@@ -184,14 +164,11 @@ def conv_rows_kernel(
         c = conv.to(tl.float32)
         conv = tl.div_rn(c, 1.0 + exact_exp(-c)).to(p_x.dtype.element_ty)
     conv_out = tl.where(out_ok, conv, tl.zeros_like(conv))
+    row_ok = (o_t >= 0) & (o_t < L)
 
     if HAS_RESIDUAL:
-        if HAS_TOKEN_MAP:
-            o_out = tl.load(p_tok + i_t)
-            m_out = _and(m_c, (o_out >= 0) & (o_out < N))
-        else:
-            o_out = i_t
-            m_out = m_c
+        o_out = tl.load(p_tok + o_t, mask=row_ok, other=-1) if HAS_TOKEN_MAP else o_t
+        m_out = _and(m_c, row_ok & (o_out >= 0) & (o_out < N))
         o_out = o_out.to(tl.int64)
         p_r = p_res + o_out * stride_res + o_c
         b_r = tl.load(p_r, mask=m_out)
@@ -201,12 +178,75 @@ def conv_rows_kernel(
             b_y = (b_o.to(tl.float32) + b_y.to(tl.float32)).to(p_res.dtype.element_ty)
         tl.store(p_r, b_y, mask=m_out)
     else:
-        tl.store(p_out + i_t.to(tl.int64) * stride_out + o_c, conv_out, mask=m_c)
+        tl.store(p_out + o_t.to(tl.int64) * stride_out + o_c, conv_out, mask=_and(m_c, row_ok))
 
-    if MODE == 0 and HAS_STATE:
-        _write_window(
-            p_slot, p_x, p_tok, o_c, m_c, i_t, 1, 0, SL, state_ok, read_state, L, N,
-            stride_x, stride_s_c, stride_s_w, SL, SL, BW, HAS_TOKEN_MAP,
+
+@triton.jit(do_not_specialize=["L", "R", "N", "slots", "null_slot"])
+def conv_rows_kernel(
+    p_x, p_w, p_b, p_res, p_outer, p_out, p_state, p_sid, p_qsl, p_acc, p_init, p_tok,
+    L, R, N, C, slots, null_slot,
+    stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k,
+    stride_s_slot, stride_s_c, stride_s_w, stride_sid,
+    MODE: tl.constexpr, K: tl.constexpr, D: tl.constexpr, SQL: tl.constexpr,
+    HAS_STATE: tl.constexpr, HAS_SID: tl.constexpr, INIT: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, SILU: tl.constexpr,
+    BC: tl.constexpr, BW: tl.constexpr, BT: tl.constexpr,
+):  # fmt: skip
+    """``BT`` logical rows x ``BC`` channels of the conv output; in decode also the row's state shift.
+
+    p_x: ``[N, C]`` rows ``stride_x`` apart, unit channel stride. p_w: ``[C, K]`` (strides
+    ``stride_w_c, stride_w_k``); p_b: ``[C]`` (HAS_BIAS). p_res / p_outer: ``[N, C]`` rows
+    ``stride_res`` / ``stride_outer`` apart, unit channel stride (HAS_RESIDUAL / HAS_OUTER); p_res is
+    read and written. p_out: ``[L, C]`` rows ``stride_out`` apart (without a residual). p_state:
+    logical ``[slots, C, W]`` with strides ``stride_s_slot, stride_s_c, stride_s_w`` (HAS_STATE).
+    p_sid: ``[R]`` int32 ``stride_sid`` apart (HAS_SID; else request ``r`` uses slot ``r``). p_qsl:
+    ``[R + 1]`` int32 (spec, prefill). p_acc: ``[>= R]`` int32 (spec). p_init: ``[>= R]`` bool (INIT 1).
+    p_tok: ``[L]`` int32/int64 logical -> physical rows (HAS_TOKEN_MAP). constexpr: MODE (0 decode,
+    1 spec, 2 prefill), K, D (dilation), SQL, INIT (0 never, 1 tensor, 2 always), the HAS_* flags,
+    SILU, BC (channels per program), BW (``next_power_of_2(SL + SQL - 1)``), BT (rows per program:
+    1 in decode, where each row is a request and shifts its own window). L, R, N, slots and null_slot
+    are runtime values, not specialized: one compile serves every batch.
+    """
+    SL: tl.constexpr = (K - 1) * D
+    i_t = tl.program_id(0)
+    i_c = tl.program_id(1)
+    if MODE == 0:  # one row, one request
+        o_c = i_c * BC + tl.arange(0, BC)
+        m_c = o_c < C
+        sid, state_ok, read_state, slot_off = _request(
+            i_t, R, p_sid, p_acc, p_init, slots, null_slot, stride_sid, MODE, SQL, HAS_STATE, HAS_SID, INIT
+        )
+        out_ok = i_t < L
+        if HAS_STATE:
+            out_ok = out_ok & state_ok
+        p_slot = p_state + sid.to(tl.int64) * stride_s_slot
+        _conv_rows(
+            p_x, p_w, p_b, p_res, p_outer, p_out, p_slot, p_tok, i_t, o_c, m_c, i_t, out_ok, read_state, slot_off,
+            L, N, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_s_c, stride_s_w,
+            K, D, HAS_STATE, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, SILU,
+        )  # fmt: skip
+        if HAS_STATE:
+            _write_window(
+                p_slot, p_x, p_tok, o_c, m_c, i_t, 1, 0, SL, state_ok, read_state, L, N,
+                stride_x, stride_s_c, stride_s_w, SL, SL, BW, HAS_TOKEN_MAP,
+            )  # fmt: skip
+    else:  # a [BT, BC] tile of rows, each row's request found by its own search
+        o_t = i_t * BT + tl.arange(0, BT)
+        o_c = (i_c * BC + tl.arange(0, BC))[None, :]
+        m_c = o_c < C
+        r = _find_request(o_t, R, p_qsl)
+        q_start = tl.load(p_qsl + r)
+        in_range = (q_start <= o_t) & (o_t < tl.load(p_qsl + R))
+        sid, state_ok, read_state, slot_off = _request(
+            r, R, p_sid, p_acc, p_init, slots, null_slot, stride_sid, MODE, SQL, HAS_STATE, HAS_SID, INIT
+        )
+        out_ok = in_range if MODE == 1 or not HAS_STATE else in_range & state_ok
+        p_slot = p_state + sid.to(tl.int64) * stride_s_slot
+        _conv_rows(
+            p_x, p_w, p_b, p_res, p_outer, p_out, p_slot[:, None], p_tok, o_t[:, None], o_c, m_c, q_start[:, None],
+            out_ok[:, None], read_state[:, None], slot_off[:, None],
+            L, N, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_s_c, stride_s_w,
+            K, D, HAS_STATE, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, SILU,
         )  # fmt: skip
 
 
