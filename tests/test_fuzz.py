@@ -7,6 +7,8 @@ Bounded (few examples each) so CI stays quick.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -141,3 +143,104 @@ def test_w4a16_gemm(M, K, N, group_size, symmetric, act_order, bias, layout, see
     a = _tensor(M, K, torch.float16, layout, "none", seed)
     b = torch.randn(N, generator=gen).to(torch.float16) if bias else None
     _check("w4a16_gemm", (a, w.qweight, w.scales, w.zeros, w.perm, b, w.group_size), torch.float16)
+
+
+# ------------------------------------------------------------------------ the conv family
+def _check_case(name: str, case, special: str, where: str) -> None:
+    """As :func:`_check` for an op that may mutate its arguments: every output (the result and the
+    mutated state or residual) meets the contract against native's on a copy of the arguments.
+    ``special`` goes into one element of ``x`` or of the conv state (``where``)."""
+    from exactfuse.testing.calls import clone_args, collect_outputs
+
+    op = exactfuse.get(name)
+    bound = op.signature.bind(*case.args, **case.kwargs)
+    target = bound.arguments["x" if where == "x" else "conv_state"]
+    if target is not None and target.numel() and special != "none":
+        value = {"nan": float("nan"), "inf": float("inf"), "subnormal": torch.finfo(target.dtype).tiny / 4}[special]
+        target[tuple(n // 2 for n in target.shape)] = value
+    try:  # arguments the op's check rejects (the spec may be laxer): the call raises that error
+        op.check(*case.args, **case.kwargs)
+    except (ValueError, TypeError) as check_error:
+        with pytest.raises(type(check_error), match=re.escape(str(check_error))), op.priority(["triton", "native"]):
+            op(*case.args, **case.kwargs)
+        return
+    n_args, n_kwargs = clone_args(case.args, case.kwargs)
+    try:
+        expected = collect_outputs(op, op.native(*n_args, **n_kwargs), n_args, n_kwargs)
+    except (ValueError, TypeError, RuntimeError, IndexError) as native_error:
+        errors = (ValueError, TypeError, RuntimeError, IndexError, NoProviderError)
+        with pytest.raises(errors), op.priority(["triton", "native"]):
+            op(*case.args, **case.kwargs)
+        assert str(native_error)
+        return
+    p_args, p_kwargs = clone_args(case.args, case.kwargs)
+    with op.priority(["triton", "native"]), exactfuse.poison_outputs():
+        provider = op.select(*p_args, **p_kwargs)
+        actual = collect_outputs(op, op(*p_args, **p_kwargs), p_args, p_kwargs)
+    if provider.name == "native":
+        assert op.providers["triton"].accepts(*case.args, **case.kwargs) is not True
+        return
+    assert len(actual) == len(expected)
+    contract = op.contract_for(actual[0].dtype, "cpu")
+    for a, e in zip(actual, expected, strict=True):
+        result = contract.check(a, e, args=p_args, kwargs=p_kwargs, op=op)
+        assert result.passed, f"{name} {case.id}: {result.summary()}"
+
+
+CONV_SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+CHANNELS = st.sampled_from([1, 3, 31, 64, 130])
+TAPS = st.sampled_from([(2, 1), (3, 2), (4, 1), (4, 3), (5, 2)])  # (K, dilation)
+LENGTHS = st.lists(st.sampled_from([0, 1, 2, 5, 13]), min_size=0, max_size=4)
+STATE_LAYOUTS = st.sampled_from(["cw", "wc"])
+WHERE = st.sampled_from(["x", "state"])
+
+
+@CONV_SETTINGS
+@given(lengths=LENGTHS, C=CHANNELS, taps=TAPS, dtype=DTYPES, layout=STATE_LAYOUTS, bias=st.booleans(),
+       silu=st.booleans(), state=st.booleans(), init=st.booleans(), pad=st.booleans(), special=SPECIALS,
+       where=WHERE, seed=st.integers(0, 2**16))  # fmt: skip
+def test_causal_conv1d(lengths, C, taps, dtype, layout, bias, silu, state, init, pad, special, where, seed):
+    from exactfuse.ops.short_conv.inputs import causal_case
+
+    K, D = taps
+    case = causal_case("fuzz", tuple(lengths), C=C, K=K, D=D, dtype=dtype, device=torch.device("cpu"),
+                       gen=torch.Generator().manual_seed(seed), bias=bias, activation="silu" if silu else None,
+                       state=state, layout=layout, pad=(0,) if pad and lengths and state else (),
+                       init=init)  # fmt: skip
+    _check_case("causal_conv1d", case, special, where)
+
+
+@CONV_SETTINGS
+@given(B=st.sampled_from([0, 1, 3, 7]), Lq=st.sampled_from([None, 1, 3]), spec=st.booleans(), C=CHANNELS,
+       taps=TAPS, dtype=DTYPES, layout=STATE_LAYOUTS, bias=st.booleans(), pad=st.booleans(), special=SPECIALS,
+       where=WHERE, seed=st.integers(0, 2**16))  # fmt: skip
+def test_causal_conv1d_update(B, Lq, spec, C, taps, dtype, layout, bias, pad, special, where, seed):
+    from exactfuse.ops.short_conv.inputs import update_case
+
+    K, D = taps
+    case = update_case("fuzz", B, Lq, C=C, K=K, D=D, dtype=dtype, device=torch.device("cpu"),
+                       gen=torch.Generator().manual_seed(seed), spec=spec and Lq is not None, layout=layout,
+                       pad=(0,) if pad and B else (), bias=bias)  # fmt: skip
+    _check_case("causal_conv1d_update", case, special, where)
+
+
+@CONV_SETTINGS
+@given(mode=st.sampled_from(["decode", "spec", "prefill"]), lengths=LENGTHS, rows=st.sampled_from([0, 1, 5]),
+       C=CHANNELS, taps=TAPS, dtype=DTYPES, layout=STATE_LAYOUTS, outer=st.booleans(), init=st.booleans(),
+       extra_rows=st.sampled_from([0, 3]), padding=st.sampled_from([0, 2]), special=SPECIALS, where=WHERE,
+       seed=st.integers(0, 2**16))  # fmt: skip
+def test_short_conv(mode, lengths, rows, C, taps, dtype, layout, outer, init, extra_rows, padding, special, where,
+                    seed):  # fmt: skip
+    from exactfuse.ops.short_conv.inputs import short_conv_case
+
+    K, D = taps
+    sql = 3
+    if mode == "spec":
+        lengths = [min(n, sql) for n in lengths]
+    gen = torch.Generator().manual_seed(seed)
+    accepted = [int(torch.randint(1, sql + 1, (), generator=gen)) for _ in lengths] if mode == "spec" else None
+    case = short_conv_case("fuzz", mode, tuple(lengths), C=C, K=K, D=D, dtype=dtype, device=torch.device("cpu"),
+                           gen=gen, decodes=rows if mode == "decode" else 0, accepted=accepted, sql=sql,
+                           padding=padding if mode != "decode" else 0, layout=layout, slots=12, outer=outer,
+                           init=init, extra_rows=extra_rows)  # fmt: skip
+    _check_case("short_conv", case, special, where)
