@@ -1,0 +1,1 @@
+"""Integrations of exactfuse into model libraries: ``exactfuse.integrations.transformers``."""
