@@ -88,6 +88,8 @@ def conv_reference(
     L = token_indices.shape[0] if token_indices is not None else N
     t = torch.arange(L, device=device)
     phys = token_indices.long() if token_indices is not None else t
+    # x and a zero row at index N, which every masked-out gather reads (there may be no row at all)
+    x_ext = torch.cat([x, x.new_zeros((1, C))])
 
     # Row -> request.
     if mode == "decode":
@@ -139,7 +141,7 @@ def conv_reference(
         else:
             s_val = torch.zeros(L, C, dtype=torch.float32, device=device)
         x_row = (q_start + h - SL).clamp(max=L - 1).clamp(min=0)
-        x_val = x[_gather_or(phys, x_row, 0)].float()
+        x_val = x_ext[_gather_or(phys, x_row, N)].float()
         tap = torch.where(
             from_state[:, None],
             torch.where(row_read[:, None], s_val, 0.0),
@@ -167,7 +169,7 @@ def conv_reference(
             pos = (slot_off + m).clamp(0, conv_state.shape[2] - 1)
             s_val = torch.where(read_state[:, None], old[req, :, pos], torch.zeros((), dtype=old.dtype, device=device))
             x_row = (req_start + m - SL).clamp(max=L - 1).clamp(min=0)
-            x_val = x[_gather_or(phys, x_row, 0)].to(old.dtype)
+            x_val = x_ext[_gather_or(phys, x_row, N)].to(old.dtype)
             value = torch.where((m <= SL - 1)[:, None], s_val, x_val)
             new[:, :, i] = torch.where((write_ok & (i < count))[:, None], value, old[:, :, i])
         # Requests without a state write their slot's final value (so duplicates agree).
