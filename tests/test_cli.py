@@ -114,3 +114,25 @@ def test_the_command_turns_the_interpreter_on_in_its_own_process():
     )
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def _verify_table(*extra: str) -> list[list[str]]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "exactfuse_cli", "verify", "--op", "silu_and_mul", "--op", "gelu_and_mul", *extra],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [[c.strip() for c in line.split("│") if c.strip()] for line in proc.stdout.splitlines() if "│" in line]
+    return [[*row[:-1], row[-1].split()[0]] for row in rows]  # the result cell without its seconds
+
+
+@pytest.mark.interpreter
+def test_verify_in_worker_processes_checks_the_same_rows():
+    one, two = _verify_table("--jobs", "1"), _verify_table("--jobs", "2")
+    assert len(one) == 4 and one == two  # 2 ops x fp16, fp32, in declaration order either way
+
+
+def test_jobs_must_be_positive(capsys):
+    with pytest.raises(SystemExit):
+        main(["verify", "--jobs", "0"])
+    assert "takes an integer >= 1, got '0'" in capsys.readouterr().err

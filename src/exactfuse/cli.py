@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import warnings
@@ -12,6 +13,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from exactfuse.registry import get
 from exactfuse.registry.contracts import Bitwise, RowBitwise, Ulp
 from exactfuse.utils import DTYPE_NAMES, DTYPES_BY_NAME
 
@@ -125,58 +127,92 @@ def _verify_cases(op, provider: str, dtype: torch.dtype, device: torch.device, q
             row["first_failure"] = row["first_failure"] or f"{case.id}: {result.summary()}"
 
 
+def _verify_task(op_name: str, provider: str, dtype_name: str, quick: bool) -> tuple[dict, float]:
+    """One verify row (in a worker process under ``--jobs``): the row and its seconds."""
+    from exactfuse.registry import OPS
+
+    start = time.perf_counter()
+    row = verify_op(OPS[op_name], provider, DTYPES[dtype_name], _device(), quick)
+    return row, time.perf_counter() - start
+
+
+def _verify_rows(tasks: list[tuple[str, str, str]], quick: bool, jobs: int):
+    """Yield ``(task, row, seconds)`` as each finishes: here, or in ``jobs`` worker processes (each
+    compiles its own kernels; the Triton disk cache is shared)."""
+    if jobs <= 1 or len(tasks) <= 1:
+        for task in tasks:
+            yield (task, *_verify_task(*task, quick))
+        return
+    import concurrent.futures
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")  # a forked CUDA context is unusable
+    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = {pool.submit(_verify_task, *task, quick): task for task in tasks}
+        for future in concurrent.futures.as_completed(futures):
+            yield (futures[future], *future.result())
+
+
+def default_jobs() -> int:
+    """``verify --jobs`` default: 4 worker processes on a CUDA machine with 8 or more cores, else 1."""
+    return 4 if torch.cuda.is_available() and (os.cpu_count() or 1) >= 8 else 1
+
+
 def cmd_verify(args, console: Console) -> int:
     device = _device()
     on_gpu = device.type == "cuda"
     quick = args.quick or not on_gpu
+    jobs = args.jobs if args.jobs is not None else default_jobs()
     table = Table(title=f"exactfuse verify on {torch.cuda.get_device_name(0) if on_gpu else 'CPU (interpreter)'}")
     for col in ("op", "provider", "dtype", "contract", "cases", "declined", "max abs err", "max ulp", "result"):
         table.add_column(col)
-    failures, notes, skipped, rows = 0, [], [], 0
     ops = _ops(args.op)
-    console.print(f"{table.title}: {len(ops)} op(s), {'quick' if quick else 'full'} case sets", highlight=False)
+    tasks, skipped = [], []
     for op in ops:
-        dtypes = [DTYPES[d] for d in args.dtype] if args.dtype else list(op.dtypes)
-        for dtype in dtypes:
+        for dtype in [DTYPES[d] for d in args.dtype] if args.dtype else list(op.dtypes):
             if dtype not in op.dtypes:
                 skipped.append(f"{op.name} takes no {SHORT[dtype]}")
-                continue
-            if not on_gpu and dtype == torch.bfloat16:
+            elif not on_gpu and dtype == torch.bfloat16:
                 skipped.append(f"{op.name}/{SHORT[dtype]}: the Triton interpreter has no bf16 arithmetic")
-                continue
-            for name, provider in op.providers.items():
-                if name == "native" or not provider.available:
-                    continue
-                start = time.perf_counter()
-                row = verify_op(op, name, dtype, device, quick)
-                rows += 1
-                ok = row["failed"] == 0 and row["cases"] > 0
-                failures += not ok
-                if row["first_failure"]:
-                    notes.append(f"{op.name}/{name}/{SHORT[dtype]}: {row['first_failure']}")
-                elif row["cases"] == 0:
-                    notes.append(f"{op.name}/{name}/{SHORT[dtype]}: no case ran on this provider")
-                seconds = time.perf_counter() - start
-                console.print(
-                    f"  checked {op.name}/{name}/{SHORT[dtype]}: {row['cases']} case(s), {row['failed']} failed, "
-                    f"{row['declined']} declined, {seconds:.1f}s",
-                    highlight=False,
-                )
-                contract = op.contract_for(dtype, device.type)
-                table.add_row(
-                    op.name,
-                    name,
-                    SHORT[dtype],
-                    contract.name,
-                    str(row["cases"]),
-                    str(row["declined"]),
-                    f"{row['max_abs_err']:.3g}",
-                    str(row["max_ulp"]) if isinstance(contract, ULP_CONTRACTS) else "-",
-                    f"[green]PASS[/] ({seconds:.1f}s)" if ok else "[red]FAIL[/]",
-                )
-    if rows == 0:
+            else:
+                tasks += [(op.name, n, SHORT[dtype]) for n, p in op.providers.items() if n != "native" and p.available]
+    if not tasks:
         console.print(f"[red]nothing was checked: {'; '.join(skipped) or 'no provider besides native here'}[/]")
         return 2
+    console.print(
+        f"{table.title}: {len(ops)} op(s), {len(tasks)} row(s), {'quick' if quick else 'full'} case sets, "
+        f"{jobs} process(es)",
+        highlight=False,
+    )
+    done = {}
+    for (op_name, name, dtype_name), row, seconds in _verify_rows(tasks, quick, jobs):
+        done[op_name, name, dtype_name] = row, seconds
+        console.print(
+            f"  checked {op_name}/{name}/{dtype_name}: {row['cases']} case(s), {row['failed']} failed, "
+            f"{row['declined']} declined, {seconds:.1f}s",
+            highlight=False,
+        )
+    failures, notes = 0, []
+    for task in tasks:  # the table in declaration order, whatever order the rows finished in
+        (op_name, name, dtype_name), (row, seconds) = task, done[task]
+        ok = row["failed"] == 0 and row["cases"] > 0
+        failures += not ok
+        if row["first_failure"]:
+            notes.append(f"{op_name}/{name}/{dtype_name}: {row['first_failure']}")
+        elif row["cases"] == 0:
+            notes.append(f"{op_name}/{name}/{dtype_name}: no case ran on this provider")
+        contract = get(op_name).contract_for(DTYPES[dtype_name], device.type)
+        table.add_row(
+            op_name,
+            name,
+            dtype_name,
+            contract.name,
+            str(row["cases"]),
+            str(row["declined"]),
+            f"{row['max_abs_err']:.3g}",
+            str(row["max_ulp"]) if isinstance(contract, ULP_CONTRACTS) else "-",
+            f"[green]PASS[/] ({seconds:.1f}s)" if ok else "[red]FAIL[/]",
+        )
     console.print(table)
     for note in notes:
         console.print(f"[red]{note}[/]")
