@@ -134,3 +134,19 @@ def test_gpu_bitwise_every_case(name, dtype):
     op = OPS[name]
     failures = [c.id for c in op.cases("cuda", dtype) if not check_provider(op.op, "triton", c).passed]
     assert not failures, failures
+
+
+@pytest.mark.gpu
+@torch.no_grad()
+def test_gpu_int64_offsets():
+    """More than 2^31 elements in x and the output (two sequences, the second ending past the int32 range;
+    a state read and written): bit for bit against native."""
+    from exactfuse.ops.short_conv.inputs import causal_case
+
+    C = 4096
+    T = 2**31 // C + 37
+    case = causal_case("int64", (T - 5000, 5000), C=C, K=4, D=1, dtype=torch.bfloat16, device=torch.device("cuda"),
+                       gen=make_generator(3))  # fmt: skip
+    assert case.args[0].numel() >= 2**31
+    result = check_provider(causal_conv1d.op, "triton", case)
+    assert result.passed, result.summary()
