@@ -14,6 +14,10 @@
 #   probe NAME [ARGS...]     python3 scripts/gpu/probe_NAME.py ARGS       (e.g. probe read_floor)
 #   ncu NAME [ARGS...]       Nsight Compute over python3 scripts/gpu/ncu_NAME.py ARGS (CSV), then
 #                            that script's --summary of it                (e.g. ncu w4a16_m1)
+#   sanitize TOOL verify|tests [ARGS...]
+#                            compute-sanitizer --tool TOOL (memcheck, racecheck, ...) over exactfuse verify
+#                            (one process) or pytest -m gpu; fails on any error it reports
+#                            (e.g. sanitize memcheck verify --quick; sanitize racecheck tests -k split_fixup)
 #
 # "//" starts another lane: lanes run at the same time, lane i on GPU i (CUDA_VISIBLE_DEVICES=i), for the
 # machines with several GPUs; with one lane the GPUs are left as they are. Example (two GPUs):
@@ -95,8 +99,15 @@ step() {
       python3 "$script" --summary "$OUT/results/$label.csv" >>"$log" 2>&1
       (exit $rc)
       ;;
+    sanitize)
+      local tool=${1:?sanitize needs a tool (memcheck, racecheck, ...)} what=${2:?sanitize needs verify or tests}
+      shift 2
+      local cmd=(python3 -m exactfuse verify --jobs 1 "$@")
+      [ "$what" = tests ] && cmd=(python3 -m pytest -m gpu -q -rfE -p no:cacheprovider "$@")
+      timeout "$left" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 50 "${cmd[@]}" >"$log" 2>&1
+      ;;
     *)
-      echo "run.sh: unknown step '$name' (tests, verify, bench, sweep, probe, ncu)" >"$log"
+      echo "run.sh: unknown step '$name' (tests, verify, bench, sweep, probe, ncu, sanitize)" >"$log"
       false
       ;;
   esac
@@ -167,6 +178,7 @@ fi
         grep -vE '^(start| )' "$stream" | sort -k2 -rn | head -8 | sed 's/^/   /'
         ;;
       *-verify*) grep -E "FAIL|PASS|error" "$log" | grep -vc PASS | sed 's/^/   lines not PASS: /'; tail -3 "$log" ;;
+      *-sanitize*) grep -E "ERROR SUMMARY|passed|failed|all contracts hold|row\(s\) failed" "$log" | tail -4 ;;
       *-bench*) grep -E "wrote|time budget|geomean" "$log" | tail -8 ;;
       *) tail -8 "$log" ;;
     esac | cut -c1-200
