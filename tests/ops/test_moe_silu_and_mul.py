@@ -9,7 +9,7 @@ from exactfuse.ops.moe_silu_and_mul import inputs as moe_ops
 from exactfuse.ops.moe_silu_and_mul import moe_silu_and_mul
 from exactfuse.ops.moe_silu_and_mul import triton as mt
 from exactfuse.registry import contracts
-from exactfuse.testing import check_output, check_provider, make_generator, randn
+from exactfuse.testing import check_on_device, check_provider, make_generator, randn
 from exactfuse.utils import needs_int64
 
 SHORT = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
@@ -37,7 +37,8 @@ def _assert_contract(M, N, interleaved, dtype, device, w_dtype=torch.float32, ou
     x = inter if interleaved else split
     out = _triton(x, w, interleaved, out_dtype)
     ref = moe_silu_and_mul.native(x, w, interleaved, out_dtype)
-    result = check_output(moe_silu_and_mul.contract_for(ref.dtype, x.device.type), out, ref, (), {}, moe_silu_and_mul)
+    contract = moe_silu_and_mul.contract_for(ref.dtype, x.device.type)
+    result = check_on_device(contract, out, ref, (), {}, moe_silu_and_mul)
     assert result.passed, result.summary()
     assert torch.isfinite(out).all()
     return out
@@ -344,7 +345,8 @@ def test_gpu_int64_offsets(interleaved):
     contract = moe_silu_and_mul.contract_for(torch.bfloat16)
     for start in range(0, M, 2**18):
         rows = slice(start, min(start + 2**18, M))
-        result = check_output(contract, out[rows], moe_silu_and_mul.native(x[rows], w[rows], interleaved), (), {}, None)
+        expected = moe_silu_and_mul.native(x[rows], w[rows], interleaved)
+        result = check_on_device(contract, out[rows], expected, (), {}, None)
         assert result.passed, f"rows {rows}: {result.summary()}"
 
 

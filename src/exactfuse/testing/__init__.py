@@ -21,7 +21,7 @@ from exactfuse.registry.contracts import (
 from exactfuse.registry.op import Case, Op
 from exactfuse.testing.calls import clone_args, collect_outputs
 from exactfuse.testing.inputs import make_generator, randn, randn_with_specials
-from exactfuse.testing.on_device import check_output, device_check
+from exactfuse.testing.on_device import check_on_device, device_check
 from exactfuse.utils import empty, poison_outputs
 
 
@@ -38,7 +38,7 @@ def check_provider(op: Op, provider: str, case: Case, contract: Contract | None 
         contract = op.contract_for(dtype, first.device.type if first is not None else "cuda")
     if len(actual) != len(expected):
         return CheckResult(False, contract.name, 0, detail=f"{len(actual)} outputs, expected {len(expected)}")
-    results = [check_output(contract, a, e, p_args, p_kwargs, op) for a, e in zip(actual, expected, strict=True)]
+    results = [check_on_device(contract, a, e, p_args, p_kwargs, op) for a, e in zip(actual, expected, strict=True)]
     failed = [r for r in results if not r.passed]
     return failed[0] if failed else max(results, key=lambda r: r.max_ulp, default=CheckResult(True, contract.name, 0))
 
@@ -50,7 +50,7 @@ __all__ = [
     "Contract",
     "Tolerance",
     "Ulp",
-    "check_output",
+    "check_on_device",
     "check_provider",
     "clone_args",
     "collect_outputs",

@@ -18,7 +18,7 @@ from exactfuse.registry.op import Op
 
 CHUNK = 1 << 26
 _FLOATS = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
-_STANDARD = (Bitwise, Ulp, Tolerance)
+STANDARD = (Bitwise, Ulp, Tolerance)  # the contracts device_check evaluates
 
 
 def bit_identical(actual: torch.Tensor, expected: torch.Tensor) -> bool:
@@ -88,12 +88,22 @@ def device_check(contract: Contract, actual: torch.Tensor, expected: torch.Tenso
     return result
 
 
+def check_on_device(
+    contract: Contract, actual: torch.Tensor, expected: torch.Tensor, args: tuple, kwargs: dict, op: Op | None
+) -> CheckResult:
+    """``contract.check`` with its full result: on the device for the standard contracts (no copy to the
+    host), the contract's own ``check`` otherwise (whose result may carry more, e.g. row counts)."""
+    if type(contract) in STANDARD:
+        return check_output(contract, actual, expected, args, kwargs, op)
+    return contract.check(actual, expected, args=args, kwargs=kwargs, op=op)
+
+
 def check_output(
     contract: Contract, actual: torch.Tensor, expected: torch.Tensor, args: tuple, kwargs: dict, op: Op
 ) -> CheckResult:
     """One output against the reference by the cheapest exact route (see the module doc)."""
     if bit_identical(actual, expected):
         return CheckResult(True, contract.name, expected.numel())
-    if type(contract) in _STANDARD:
+    if type(contract) in STANDARD:
         return device_check(contract, actual, expected)
     return contract.check(actual, expected, args=args, kwargs=kwargs, op=op)
