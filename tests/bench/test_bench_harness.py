@@ -178,3 +178,38 @@ def test_cli_option_errors_name_what_is_known(fake_op):
     with pytest.raises(bench_cli.UsageError, match="unknown provider\\(s\\) \\['tritonx'\\]"):
         bench_cli.check_providers(["tritonx"], [fake_op])
     bench_cli.check_providers(["good", "native-compiled", "fakepeer"], [fake_op])
+
+
+def test_every_candidate_of_a_mutating_op_is_gated_on_the_original_arguments():
+    """Timing a mutating op changes its arguments; each later candidate (here "picky", timed after
+    "good") must still be checked on the case as it was, not on what the timing left behind."""
+    import uuid
+
+    from bench_fakes import LAST, ROOF, bench_config, fake_timer
+    from exactfuse.bench.runner import bench_op
+    from exactfuse.registry import OPS, Bitwise, Case, op
+
+    def accumulate(x: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        LAST[0] = "native"
+        state.add_(x)
+        return state * 2
+
+    def provider(name):
+        def run(x: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+            LAST[0] = name
+            state.add_(x)
+            return state * 2
+
+        return run
+
+    name = f"bench_mutating_{uuid.uuid4().hex[:8]}"
+    o = op(accumulate, name=name, contract=Bitwise(), mutates_args=("state",), dtypes=(torch.float32,))
+    o.provider("good")(provider("good"))
+    o.provider("picky")(provider("picky"))
+    o.grid("default")(lambda device, dtype: [Case("s", (torch.ones(4, 4), torch.zeros(4, 4)))])
+    try:
+        rows = bench_op(o, torch.float32, bench_config(max_buffers=1), timer=fake_timer, roofline=ROOF)
+    finally:
+        OPS.pop(name, None)
+    status = {r.provider: r.status for r in rows}
+    assert status == {"good": "ok", "picky": "ok", "native": "reference"}, [(r.provider, r.note) for r in rows]

@@ -192,10 +192,12 @@ class CaseBench:
         self._buffers: list[tuple[tuple, dict]] | None = None
 
     def buffers(self) -> list[tuple[tuple, dict]]:
-        """Buffer set 0 is the case itself; 1..k-1 are copies at other addresses."""
+        """The timed argument sets: the case itself and copies at other addresses; for an op that
+        mutates its arguments only copies, so that the case stays as it was for each candidate's gate."""
         if self._buffers is None:
             first = (self.case.args, self.case.kwargs)
-            self._buffers = [first] + [gate.clone_args(*first) for _ in range(self.n_buffers - 1)]
+            copies = self.n_buffers - (0 if self.op.mutates_args else 1)
+            self._buffers = ([] if self.op.mutates_args else [first]) + [gate.clone_args(*first) for _ in range(copies)]
         return self._buffers
 
     def row(self, cand: Candidate) -> Row:
