@@ -1,0 +1,81 @@
+"""Tensor-parallel ops over ``torch.distributed`` (NCCL on GPUs, gloo on the CPU).
+
+``gelu_and_mul_sparse`` on a column-parallel shard: serving engines threshold each shard of the gate by
+its own row statistics, so a sharded Gemma3n thresholds differently from the single-device model. Here
+the row statistics are the whole row's: each rank computes ``(count, mean, M2)`` of its shard in fp64,
+one ``all_gather`` brings every rank's partials, and every rank merges them in rank order by Chan's
+formula (the same merge on every rank, so all ranks agree bit for bit). The threshold, GELU and product
+then follow the native spec's roundings (``ops/gelu_and_mul_sparse/native.py``) with those statistics
+rounded to the activation dtype. The single-device spec accumulates in fp32, this merge in fp64: the
+rounded statistics, and so the outputs, agree on all but a rare row whose statistic lies within an
+fp32 error of a rounding boundary (``tests/test_distributed.py`` counts them).
+
+These are torch operations, not a fused kernel: one collective of ``3 x rows`` doubles a call, no host
+synchronization, capturable in a CUDA graph.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from exactfuse.ops.act_and_mul.native import check_approximate
+from exactfuse.ops.gelu_and_mul_sparse.native import check_std_multiplier
+
+
+def merged_row_stats(gate: torch.Tensor, group=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(mean, std)`` ``[T, 1]`` fp64 of the whole rows whose shards ``gate [T, d_local]`` the ranks of
+    ``group`` hold, in rank order; ``std`` is the population std (``unbiased=False``)."""
+    g = gate.double()
+    count = torch.full((gate.shape[0], 1), float(gate.shape[-1]), dtype=torch.float64, device=gate.device)
+    mean = g.mean(dim=-1, keepdim=True)
+    m2 = ((g - mean) ** 2).sum(dim=-1, keepdim=True)
+    partial = torch.cat([count, mean, m2], dim=1)
+    parts = [torch.empty_like(partial) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, partial.contiguous(), group=group)
+    n, mu, M2 = parts[0][:, :1], parts[0][:, 1:2], parts[0][:, 2:]
+    for p in parts[1:]:  # Chan et al.: pairwise merge of (count, mean, M2), in rank order
+        nb, mub, M2b = p[:, :1], p[:, 1:2], p[:, 2:]
+        total = n + nb
+        delta = mub - mu
+        mu = mu + delta * (nb / total)
+        M2 = M2 + M2b + delta * delta * (n * nb / total)
+        n = total
+    return mu, torch.sqrt(M2 / n)
+
+
+def gelu_and_mul_sparse(
+    x_local: torch.Tensor,
+    std_multiplier: float,
+    approximate: str = "tanh",
+    group=None,
+    *,
+    local_stats: bool = False,
+) -> torch.Tensor:
+    """``gelu(relu(gate - (mean + std * m))) * up`` on this rank's shard, with the whole row's statistics.
+
+    ``x_local [T, 2 * d_local]``: this rank's columns of the gate, then its columns of the up
+    projection (what a merged column-parallel gate/up projection produces); the full row's gate is the
+    ranks' gate shards in rank order. ``local_stats=True``: the shard's own statistics, as vLLM and
+    SGLang compute them (for comparison). Returns ``[T, d_local]`` in ``x_local``'s dtype.
+    """
+    check_std_multiplier("distributed.gelu_and_mul_sparse", std_multiplier)
+    check_approximate("distributed.gelu_and_mul_sparse", approximate)
+    if x_local.dim() != 2 or x_local.shape[-1] % 2:
+        raise ValueError(
+            f"distributed.gelu_and_mul_sparse: x_local must be [T, 2 * d_local], got {list(x_local.shape)}"
+        )
+    d = x_local.shape[-1] // 2
+    gate, up = x_local[:, :d], x_local[:, d:]
+    if local_stats:
+        mean = gate.mean(dim=-1, keepdim=True)
+        std = gate.std(dim=-1, keepdim=True, unbiased=False)
+    else:
+        mean64, std64 = merged_row_stats(gate, group)
+        mean, std = mean64.to(gate.dtype), std64.to(gate.dtype)
+    cutoff = mean + std * std_multiplier
+    return F.gelu(F.relu(gate - cutoff), approximate=approximate) * up
+
+
+__all__ = ["gelu_and_mul_sparse", "merged_row_stats"]
