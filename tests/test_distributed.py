@@ -70,3 +70,49 @@ def test_bad_input_names_the_argument():
         distributed.gelu_and_mul_sparse(torch.ones(3, 5), STD_MULTIPLIER)
     with pytest.raises(TypeError, match="std_multiplier"):
         distributed.gelu_and_mul_sparse(torch.ones(3, 4), torch.tensor(1.0))
+
+
+def _w4a16_layer(group_size: int, symmetric: bool, bias: bool):
+    from exactfuse.layers import W4A16Linear
+
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(256, 64, bias=bias).half()
+    return W4A16Linear.from_linear(linear, group_size=group_size, symmetric=symmetric)
+
+
+def _relative_error(out: torch.Tensor, reference: torch.Tensor) -> float:
+    return float((out.double() - reference).norm() / reference.norm())
+
+
+@pytest.mark.parametrize(("group_size", "symmetric", "bias"), [(32, True, True), (64, False, False), (-1, True, True)])
+def test_w4a16_shards_reassemble_to_the_layer(group_size, symmetric, bias):
+    from exactfuse import distributed
+
+    layer = _w4a16_layer(group_size, symmetric, bias)
+    x = torch.randn(5, 256, generator=torch.Generator().manual_seed(1)).half()
+    with torch.no_grad():
+        full = layer(x)
+        reference = x.double() @ layer.dense_weight().double() + (layer.bias.double() if bias else 0)
+        columns = torch.cat([distributed.shard_column(layer, r, 2)(x) for r in range(2)], dim=1)
+        shards = [distributed.shard_row(layer, r, 2) for r in range(2)]
+        rows = sum(s(x[:, r * 128 : (r + 1) * 128]).float() for r, s in enumerate(shards)).half()
+    assert torch.equal(columns, full)  # each output column is computed alone either way
+    assert (shards[1].bias is None) and (shards[0].bias is not None) == bias
+    assert _relative_error(rows, reference) <= 2 * _relative_error(full, reference)
+
+
+def test_w4a16_sharding_errors_name_the_argument():
+    from exactfuse import distributed
+    from exactfuse.layers import W4A16Linear
+
+    layer = _w4a16_layer(32, True, False)
+    with pytest.raises(ValueError, match="out_features: 64 does not split into 3 shards"):
+        distributed.shard_column(layer, 0, 3)
+    with pytest.raises(ValueError, match="in_features: 256 does not split into 16 shards of a multiple of 32"):
+        distributed.shard_row(layer, 0, 16)
+    with pytest.raises(ValueError, match="rank=2, world=2"):
+        distributed.shard_row(layer, 2, 2)
+    ordered = W4A16Linear(256, 64, group_size=32, act_order=True, dtype=torch.float16)
+    with pytest.raises(NotImplementedError, match="act_order"):
+        distributed.shard_row(ordered, 0, 2)
+    assert distributed.shard_column(ordered, 1, 2).perm is not None

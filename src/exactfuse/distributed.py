@@ -78,4 +78,65 @@ def gelu_and_mul_sparse(
     return F.gelu(F.relu(gate - cutoff), approximate=approximate) * up
 
 
-__all__ = ["gelu_and_mul_sparse", "merged_row_stats"]
+# ------------------------------------------------------------------------------- sharded W4A16 layers
+def _sharded_like(layer, K: int, N: int, *, group_size: int, bias: bool):
+    from exactfuse.layers.w4a16 import W4A16Linear
+
+    return W4A16Linear(
+        K, N, group_size=group_size, symmetric=layer.symmetric, act_order=layer.act_order, bias=bias,
+        dtype=layer.scales.dtype, device=layer.qweight.device, source_format=layer.source_format,
+        deterministic=layer.deterministic,
+    )  # fmt: skip
+
+
+def _check_world(what: str, size: int, rank: int, world: int, multiple: int) -> int:
+    if not (isinstance(world, int) and world >= 1 and isinstance(rank, int) and 0 <= rank < world):
+        raise ValueError(f"{what}: need 0 <= rank < world, got rank={rank!r}, world={world!r}")
+    if size % world or (size // world) % multiple:
+        raise ValueError(f"{what}: {size} does not split into {world} shards of a multiple of {multiple}")
+    return size // world
+
+
+def shard_column(layer, rank: int, world: int):
+    """Rank ``rank``'s column-parallel shard of a ``W4A16Linear``: output features
+    ``[rank * N / world, (rank + 1) * N / world)``; the shards' outputs concatenated are the layer's."""
+    n = _check_world("shard_column: out_features", layer.out_features, rank, world, 8)
+    cols = slice(rank * n, (rank + 1) * n)
+    shard = _sharded_like(layer, layer.in_features, n, group_size=layer.group_size, bias=layer.bias is not None)
+    with torch.no_grad():
+        shard.qweight.copy_(layer.qweight[:, cols])
+        shard.scales.copy_(layer.scales[:, cols])
+        if layer.zeros is not None:
+            shard.zeros.copy_(layer.zeros[:, cols])
+        if layer.perm is not None:
+            shard.perm.copy_(layer.perm)
+        if layer.bias is not None:
+            shard.bias.copy_(layer.bias[cols])
+    return shard
+
+
+def shard_row(layer, rank: int, world: int):
+    """Rank ``rank``'s row-parallel shard of a ``W4A16Linear``: input features
+    ``[rank * K / world, (rank + 1) * K / world)`` (whole groups); the caller's all-reduce sums the
+    shards' outputs, and only rank 0 keeps the bias. Act-order layers are refused: a shard's rows
+    would belong to groups spread over the whole prepared weight."""
+    if layer.perm is not None:
+        raise NotImplementedError(
+            "shard_row: act_order (g_idx) layers cannot be row-sharded yet; each shard would need its own groups"
+        )
+    G = layer.group_size
+    k = _check_world("shard_row: in_features", layer.in_features, rank, world, 8 if G == -1 else max(G, 8))
+    rows = slice(rank * k, (rank + 1) * k)
+    groups = slice(None) if G == -1 else slice(rank * k // G, (rank + 1) * k // G)
+    shard = _sharded_like(layer, k, layer.out_features, group_size=G, bias=layer.bias is not None and rank == 0)
+    with torch.no_grad():
+        shard.qweight.copy_(layer.qweight[rows.start // 8 : rows.stop // 8])
+        shard.scales.copy_(layer.scales[groups])
+        if layer.zeros is not None:
+            shard.zeros.copy_(layer.zeros[groups])
+        if shard.bias is not None:
+            shard.bias.copy_(layer.bias)
+    return shard
+
+
+__all__ = ["gelu_and_mul_sparse", "merged_row_stats", "shard_column", "shard_row"]
