@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from exactfuse.ops.act_and_mul.native import check_approximate
+from exactfuse.ops.gelu_and_mul_sparse import native as sparse_native
 from exactfuse.ops.gelu_and_mul_sparse.native import check_std_multiplier
 
 
@@ -66,16 +66,12 @@ def gelu_and_mul_sparse(
         raise ValueError(
             f"distributed.gelu_and_mul_sparse: x_local must be [T, 2 * d_local], got {list(x_local.shape)}"
         )
+    if local_stats:
+        return sparse_native.gelu_and_mul_sparse(x_local, std_multiplier, approximate)
     d = x_local.shape[-1] // 2
     gate, up = x_local[:, :d], x_local[:, d:]
-    if local_stats:
-        mean = gate.mean(dim=-1, keepdim=True)
-        std = gate.std(dim=-1, keepdim=True, unbiased=False)
-    else:
-        mean64, std64 = merged_row_stats(gate, group)
-        mean, std = mean64.to(gate.dtype), std64.to(gate.dtype)
-    cutoff = mean + std * std_multiplier
-    return F.gelu(F.relu(gate - cutoff), approximate=approximate) * up
+    mean, std = merged_row_stats(gate, group)
+    return sparse_native.thresholded(gate, up, mean.to(gate.dtype), std.to(gate.dtype), std_multiplier, approximate)
 
 
 # ------------------------------------------------------------------------------- sharded W4A16 layers

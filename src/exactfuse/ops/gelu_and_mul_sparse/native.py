@@ -51,6 +51,14 @@ def gelu_and_mul_sparse(x: torch.Tensor, std_multiplier: float, approximate: str
     gate, up = x[..., :d], x[..., d:]
     mean = gate.mean(dim=-1, keepdim=True)
     std = gate.std(dim=-1, keepdim=True, unbiased=False)
+    return thresholded(gate, up, mean, std, std_multiplier, approximate)
+
+
+def thresholded(
+    gate: torch.Tensor, up: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, std_multiplier: float, approximate: str
+) -> torch.Tensor:
+    """Steps 3-8 of the spec given the row statistics ``mean``, ``std`` (``[..., 1]``, the gate's dtype):
+    also what the tensor-parallel op (``exactfuse.distributed``) applies with the whole row's statistics."""
     cutoff = mean + std * std_multiplier
     gate = F.relu(gate - cutoff)
     return F.gelu(gate, approximate=approximate) * up
