@@ -8,6 +8,7 @@ from exactfuse.registry.contracts import (
     Ulp,
     ulp_distance,
 )
+from exactfuse.registry.keyword import KeywordOp
 from exactfuse.registry.op import OPS, Case, NoProviderError, Op, Provider, get, op
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "Case",
     "CheckResult",
     "Contract",
+    "KeywordOp",
     "NoProviderError",
     "Op",
     "Provider",

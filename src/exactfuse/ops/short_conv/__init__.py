@@ -6,14 +6,12 @@ launch rule in ``heuristics.py``; inputs, warmup, benchmark grids and cost in ``
 
 from __future__ import annotations
 
-import inspect
-
 import torch
 
 from exactfuse.ops.short_conv import checks, native
 from exactfuse.ops.short_conv import launch as _launch
 from exactfuse.ops.short_conv import triton as _triton
-from exactfuse.registry import Bitwise, Op, Tolerance, op, platform
+from exactfuse.registry import Bitwise, KeywordOp, Tolerance, op, platform
 
 # Bitwise on CUDA: outputs and every slot of the state. The kernel sums the taps in the spec's order
 # with the spec's roundings and evaluates SiLU as ATen's CUDA kernel does (libdevice exp, IEEE
@@ -82,33 +80,6 @@ _causal_conv1d_update = op(
 _causal_conv1d_update.provider(
     "triton", supported=platform.triton_available, supports_args=causal_conv1d_update_supports, kernels=KERNELS
 )(_launch.causal_conv1d_update_triton)
-
-
-class KeywordOp:
-    """The public callable of an op whose API is keyword-only after ``*``.
-
-    ``torch.library.custom_op`` (under ``triton_op``) rejects keyword-only tensor arguments, so the
-    registered op and its ``torch.ops.exactfuse`` schema take every argument positionally; this
-    wrapper gives the issue's signature (``call``; ``short_conv``'s ``mode`` is the schema's ``conv_mode``,
-    as an argument named ``mode`` collides with torch's functionalization handler) and otherwise is the
-    op (``priority``, ``select``, ``providers``, ``cases``, ...).
-    """
-
-    def __init__(self, registered: Op, call):
-        self.op = registered
-        self._call = call
-        self.__doc__ = registered.native.__doc__
-        self.__signature__ = inspect.signature(call)
-        self.__name__ = registered.name
-
-    def __call__(self, *args, **kwargs):
-        return self._call(*args, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self.op, name)
-
-    def __repr__(self) -> str:
-        return repr(self.op)
 
 
 def _short_conv_call(

@@ -1,0 +1,100 @@
+"""Declaration of ``sparse_paged_attention``: top-k sparse paged GQA attention with a sigmoid output gate
+(seed 004's QSA).
+
+Spec in ``native.py``, kernels and launcher in ``triton.py``, the launch rule in ``heuristics.py``;
+inputs, warmup, benchmark grids and cost in ``inputs.py``; baselines in ``peers.py``. The op is *opaque*
+to torch.compile (``custom_op`` + fake): its split count depends on the row count. It writes ``out``;
+``exactfuse.sparse_paged_attention`` allocates ``out`` when the caller passes none and returns it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from exactfuse.ops.sparse_paged_attention import native
+from exactfuse.ops.sparse_paged_attention import triton as _triton
+from exactfuse.registry import KeywordOp, op, platform
+from exactfuse.registry.contracts import Float64Relative
+from exactfuse.utils import empty
+
+# By DESIGN's float64 rule: relative Frobenius error against the float64 reference at most twice the
+# native path's own (native: fp32 scores and softmax, one rounding; the kernel also rounds P to the
+# V dtype for the P @ V dot and sums splits through their LSE). fp8 caches: against the dequantized
+# float64 reference, the same rule. The gate stage is bit for bit the declared formula on the op's own
+# ungated output (tests/ops/test_sparse_paged_attention.py).
+CONTRACT = Float64Relative(native.reference64, factor=2.0)
+MAX_GROUP = 16  # query heads per KV head the kernel takes (one [16, D] dot tile)
+MAX_HEAD_DIM = 256
+
+
+def triton_supports(
+    out, q, k_cache, v_cache, logical_indices, block_table, token_to_req, counts=None, scale=None,
+    output_gate=None, gate_rounding="fused", k_scale=None, v_scale=None,
+) -> bool | str:  # fmt: skip
+    """True, or why the kernels cannot take these arguments."""
+    for name, t in (("q", q), ("k_cache", k_cache)):
+        if (reason := platform.triton_reads(name, t)) is not True:
+            return reason
+    if k_cache.is_cpu and k_cache.dtype in native.FP8_DTYPES:
+        return "float8 caches on the CPU: the Triton interpreter has no float8 arithmetic"
+    if (
+        k_cache.dtype == torch.float8_e4m3fn
+        and k_cache.is_cuda
+        and torch.cuda.get_device_capability(k_cache.device) < (8, 9)
+    ):
+        return "float8_e4m3fn caches need an SM 8.9+ GPU (use float8_e5m2)"
+    G = q.shape[1] // k_cache.shape[2]
+    if G > MAX_GROUP:
+        return f"{G} query heads per KV head: the kernel takes at most {MAX_GROUP}"
+    if q.shape[2] > MAX_HEAD_DIM:
+        return f"head size {q.shape[2]}: the kernel takes at most {MAX_HEAD_DIM}"
+    return True
+
+
+_sparse_paged_attention = op(
+    native.sparse_paged_attention,
+    contract=CONTRACT,
+    check=native.check_sparse_paged_attention,
+    mutates_args=("out",),
+    compiler="opaque",
+    fake=native.sparse_paged_attention_fake,
+    dtypes=(torch.bfloat16, torch.float16),
+)
+_sparse_paged_attention.provider(
+    "triton",
+    supported=platform.triton_available,
+    supports_args=triton_supports,
+    kernels=[_triton.sparse_attention_partial_kernel, _triton.sparse_attention_merge_kernel],
+)(_triton.sparse_paged_attention_triton)
+
+
+def _sparse_paged_attention_call(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    logical_indices: torch.Tensor,
+    block_table: torch.Tensor,
+    token_to_req: torch.Tensor,
+    *,
+    counts: torch.Tensor | None = None,
+    scale: float | None = None,
+    output_gate: torch.Tensor | None = None,
+    gate_rounding: str = "fused",
+    k_scale: float | None = None,
+    v_scale: float | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    if out is None:
+        out = empty(q.shape, q.dtype, q.device)
+    _sparse_paged_attention(
+        out, q, k_cache, v_cache, logical_indices, block_table, token_to_req, counts, scale, output_gate,
+        gate_rounding, k_scale, v_scale,
+    )  # fmt: skip
+    return out
+
+
+sparse_paged_attention = KeywordOp(_sparse_paged_attention, _sparse_paged_attention_call)
+
+from exactfuse.ops.sparse_paged_attention import inputs, peers  # noqa: E402, F401  (inputs, warmup, grids, cost; peers)
+
+__all__ = ["CONTRACT", "sparse_paged_attention"]

@@ -1,0 +1,56 @@
+"""Launch choice of ``sparse_paged_attention``: token tile, split count and warps.
+
+The split count depends on the row count, so the op is opaque to torch.compile (its launcher runs per
+call; ``docs/compiler.md``). Nothing here is autotuned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from exactfuse.utils import next_power_of_2
+
+MAX_SPLITS = 64
+PROGRAMS_PER_SM = 4  # programs wanted in flight per SM before a row is split
+BLOCK_N_SMALL_D, BLOCK_N_LARGE_D = 64, 32  # tokens a tile for D <= 128 and D = 256
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    """``block_n`` tokens a tile, ``num_splits`` programs per (row, KV head), ``num_warps`` per program."""
+
+    block_n: int
+    num_splits: int
+    num_warps: int = 4
+    num_stages: int = 2
+
+    def __post_init__(self):
+        if self.block_n < 16 or self.block_n & (self.block_n - 1):
+            raise ValueError(f"block_n must be a power of two >= 16, got {self.block_n}")
+        if not 1 <= self.num_splits <= MAX_SPLITS:
+            raise ValueError(f"num_splits must be in [1, {MAX_SPLITS}], got {self.num_splits}")
+
+
+def block_m(group: int) -> int:
+    """Query heads per program as a dot's M: the group rounded up to a power of two, at least 16."""
+    return max(16, next_power_of_2(group))
+
+
+def attention_config(rows: int, kv_heads: int, head_dim: int, width: int, num_sms: int) -> AttentionConfig:
+    """Split a row's tiles over programs until about ``PROGRAMS_PER_SM * num_sms`` programs run."""
+    block_n = BLOCK_N_SMALL_D if head_dim <= 128 else BLOCK_N_LARGE_D
+    tiles = max(1, -(-width // block_n))
+    programs = max(1, rows * kv_heads)
+    want = PROGRAMS_PER_SM * num_sms
+    splits = 1 if programs >= want else next_power_of_2(-(-want // programs))
+    return AttentionConfig(block_n, max(1, min(splits, tiles, MAX_SPLITS)))
+
+
+def reachable_configs(kv_heads: int, head_dim: int, width: int, num_sms: int, max_rows: int = 1 << 16):
+    """Every configuration :func:`attention_config` chooses for 1..max_rows rows (for warmup and tests)."""
+    seen: dict[AttentionConfig, None] = {}
+    rows = 1
+    while rows <= max_rows:  # the choice changes only where rows * kv_heads crosses want / 2**i
+        seen[attention_config(rows, kv_heads, head_dim, width, num_sms)] = None
+        rows += 1 if rows < 4096 else 4096
+    return list(seen)

@@ -1,0 +1,273 @@
+"""Inputs of sparse_paged_attention (shared by tests, ``verify`` and ``bench``), its warmup, benchmark
+grids and roofline cost."""
+
+from __future__ import annotations
+
+import torch
+
+from exactfuse.ops.sparse_paged_attention import _sparse_paged_attention as op
+from exactfuse.ops.sparse_paged_attention import heuristics
+from exactfuse.ops.sparse_paged_attention import triton as _triton
+from exactfuse.ops.sparse_paged_attention.native import FP8_DTYPES, physical_slots
+from exactfuse.registry import Case
+from exactfuse.testing.inputs import make_generator
+from exactfuse.utils import num_sms
+
+FP8_SCALES = (0.5, 2.0)  # k_scale, v_scale: unequal, so a k/v swap fails the contract
+_KV_NAMES = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
+
+
+def _randn(shape, gen, scale=1.0) -> torch.Tensor:
+    return torch.randn(tuple(shape), generator=gen, dtype=torch.float32) * scale
+
+
+def _split_rows(rows: int, reqs: int, empty_last: bool) -> list[int]:
+    """Rows per request, in order; with ``empty_last`` the last request gets none."""
+    takers = reqs - 1 if empty_last and reqs > 1 else reqs
+    base, extra = divmod(rows, takers)
+    sizes = [base + (i < extra) for i in range(takers)]
+    return sizes + [0] * (reqs - takers)
+
+
+def attention_case(
+    case_id: str,
+    rows: int,
+    Hq: int,
+    Hkv: int,
+    D: int,
+    page_size: int,
+    W: int,
+    *,
+    dtype: torch.dtype,
+    device,
+    gen: torch.Generator,
+    kv_dtype: torch.dtype | None = None,
+    reqs: int | None = None,
+    pages_per_req: int = 4,
+    short_every: int = 3,
+    empty_last: bool = True,
+    padding: int = 0,
+    holes: float = 0.1,
+    overlap: float = 0.875,
+    gate: str | None = "fused",
+    counts: bool = False,
+    kv_halves: bool = True,
+    scale: float | None = None,
+) -> Case:
+    """One call in the shape of a serving batch (seed 004's test layout, ``../shared/specs`` §3.2).
+
+    ``reqs`` requests (default ``max(2, rows // 64)``) own ``pages_per_req`` pages each, every
+    ``short_every``-th request only its rows + 8 tokens, the last none with ``empty_last``; pages are a
+    random permutation of the cache plus out-of-range and ``-1`` table entries past each request's
+    pages. Each row selects ``W`` positions: ``overlap`` of them shared with its request's other rows,
+    ``holes`` of them ``-1`` anywhere, a few past the block table. ``padding`` rows at the end map to an
+    out-of-range request. K and V are the two halves of one ``[pages, page, Hkv, 2D]`` tensor with
+    ``kv_halves``; ``kv_dtype`` float8 stores them as e4m3/e5m2 with ``FP8_SCALES``.
+    """
+    kv_dtype = kv_dtype or dtype
+    reqs = reqs or max(2, rows // 64)
+    sizes = _split_rows(rows, reqs, empty_last)
+    contexts = [s + 8 if short_every and i % short_every == short_every - 1 else pages_per_req * page_size
+                for i, s in enumerate(sizes)]  # fmt: skip
+    req_pages = [-(-c // page_size) for c in contexts]
+    num_pages = sum(req_pages) + 1  # one spare page nobody's table names
+    max_pages = max(req_pages) + 2
+    perm = torch.randperm(num_pages, generator=gen)
+    table = torch.full((reqs, max_pages), -1, dtype=torch.int32)
+    used = 0
+    for r, n in enumerate(req_pages):
+        table[r, :n] = perm[used : used + n].to(torch.int32)
+        table[r, n] = num_pages + 3 + r  # past the cache: entries landing there are no token
+        used += n
+    idx = torch.full((rows + padding, W), -1, dtype=torch.int32)
+    token_to_req = torch.full((rows + padding,), reqs, dtype=torch.int32)  # padding: out of range
+    row = 0
+    for r, n in enumerate(sizes):
+        shared = torch.randint(0, contexts[r], (W,), generator=gen)
+        for _ in range(n):
+            own = torch.randint(0, contexts[r], (W,), generator=gen)
+            pick = torch.where(torch.rand((W,), generator=gen) < overlap, shared, own)
+            pick = torch.where(torch.rand((W,), generator=gen) < holes, torch.full_like(pick, -1), pick)
+            past = torch.rand((W,), generator=gen) < 0.01  # past the request's table: no token
+            pick = torch.where(past, torch.full_like(pick, max_pages * page_size + 5), pick)
+            idx[row], token_to_req[row] = pick.to(torch.int32), r
+            row += 1
+    if padding:
+        token_to_req[rows::2] = -1  # both kinds of out-of-range request
+        idx[rows:] = torch.randint(0, page_size, (padding, W), generator=gen).to(torch.int32)
+    total = rows + padding
+    q = _randn((total, Hq, D), gen).to(dtype)
+    fp8 = kv_dtype in FP8_DTYPES
+    scale_kv = 4.0 if fp8 else 1.0  # fp8 values spread over their range
+    kv = _randn((num_pages, page_size, Hkv, 2 * D), gen, scale_kv).to(kv_dtype)
+    if kv_halves:
+        k_cache, v_cache = kv[..., :D], kv[..., D:]
+    else:
+        k_cache, v_cache = kv[..., :D].contiguous(), kv[..., D:].contiguous()
+    kwargs = {}
+    args = [torch.full((total, Hq, D), float("nan"), dtype=dtype), q, k_cache, v_cache, idx, table, token_to_req]
+    cnt = None
+    if counts:
+        cnt = torch.randint(0, W + 1, (total,), generator=gen).to(torch.int32)
+        cnt[:2] = torch.tensor([0, W], dtype=torch.int32)[: min(2, total)]
+    g = _randn((total, Hq, D), gen, 2.0).to(dtype) if gate else None
+    args += [cnt, scale, g, gate or "fused", *(FP8_SCALES if fp8 else (None, None))]
+    args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
+    if kv_halves:  # .to(device) of a view copies only the view: rebuild the halves on the device
+        kv = kv.to(device)
+        args = (*args[:2], kv[..., :D], kv[..., D:], *args[4:])
+    return Case(case_id, args, kwargs)
+
+
+def _id(rows, Hq, Hkv, D, page, W, kv_dtype, extra="") -> str:
+    kv = f"-{_KV_NAMES[kv_dtype]}" if kv_dtype in _KV_NAMES else ""
+    return f"R{rows}-H{Hq}x{Hkv}-D{D}-P{page}-W{W}{kv}{extra}"
+
+
+# (rows, Hq, Hkv, page): seed 004's cases; W = 2048 + 3, D = 256 there.
+UPSTREAM = ((1, 24, 2, 1600), (16, 12, 1, 1600), (32, 6, 1, 800), (128, 24, 2, 1568), (257, 6, 1, 800),
+            (513, 6, 1, 784), (700, 6, 1, 800), (1024, 24, 2, 1600), (2048, 24, 2, 1600))  # fmt: skip
+UPSTREAM_FP8 = (1, 128, 2048)
+
+
+def _cuda_cases(device, dtype, gen, quick):
+    upstream = UPSTREAM[:2] + UPSTREAM[-2:-1] if quick else UPSTREAM
+    for rows, Hq, Hkv, page in upstream:
+        yield attention_case(_id(rows, Hq, Hkv, 256, page, 2051, dtype), rows, Hq, Hkv, 256, page, 2051,
+                             dtype=dtype, device=device, gen=gen, padding=3 if rows in (16, 513) else 0)  # fmt: skip
+    for rows in () if quick else UPSTREAM_FP8:
+        for kv_dtype in FP8_DTYPES:
+            yield attention_case(_id(rows, 24, 2, 256, 1600, 2051, kv_dtype), rows, 24, 2, 256, 1600, 2051,
+                                 dtype=dtype, device=device, gen=gen, kv_dtype=kv_dtype)  # fmt: skip
+    for D in (64, 128):
+        yield attention_case(_id(64, 32, 4, D, 64, 1000, dtype, "-eager"), 64, 32, 4, D, 64, 1000, dtype=dtype,
+                             device=device, gen=gen, gate="eager", counts=True, kv_halves=False)  # fmt: skip
+    if not quick:
+        yield attention_case("R48-H16x1-D128-P16-W300-nogate-counts", 48, 16, 1, 128, 16, 300, dtype=dtype,
+                             device=device, gen=gen, gate=None, counts=True)  # fmt: skip
+        yield attention_case("R5-H8x8-D32-P5-W21-padding", 5, 8, 8, 32, 5, 21, dtype=dtype, device=device,
+                             gen=gen, padding=4, scale=0.3)  # fmt: skip
+
+
+def _small_cases(device, dtype, gen, quick):
+    """Shapes the interpreter runs in seconds: every group size class, holes, counts, padding, gates."""
+    shapes = [
+        ("R1-H4x1-D16-P7-W37", 1, 4, 1, 16, 7, 37, {}),
+        ("R9-H6x1-D32-P16-W70-eager-counts", 9, 6, 1, 32, 16, 70, {"gate": "eager", "counts": True}),
+        ("R12-H8x2-D64-P5-W40-nogate-pad", 12, 8, 2, 64, 5, 40, {"gate": None, "padding": 3}),
+        ("R40-H16x1-D16-P8-W33-counts", 40, 16, 1, 16, 8, 33, {"counts": True, "kv_halves": False}),
+    ]
+    for case_id, rows, Hq, Hkv, D, page, W, kw in shapes[:2] if quick else shapes:
+        yield attention_case(case_id, rows, Hq, Hkv, D, page, W, dtype=dtype, device=device, gen=gen, **kw)
+    if not quick:
+        yield attention_case("R0-H4x1-D16-P4-W8", 0, 4, 1, 16, 4, 8, dtype=dtype, device=device, gen=gen, reqs=1)
+
+
+@op.inputs
+def _inputs(device: torch.device, dtype: torch.dtype, *, quick: bool = False, seed: int = 0):
+    gen = make_generator(seed)
+    if device.type == "cuda":
+        yield from _cuda_cases(device, dtype, gen, quick)
+    yield from _small_cases(device, dtype, gen, quick)
+
+
+# ------------------------------------------------------------------ warmup
+DEFAULT_LAYER = {"num_heads": 24, "num_kv_heads": 2, "head_dim": 256, "width": 2051}
+
+
+def warmup_layer(
+    device,
+    dtype,
+    *,
+    num_heads,
+    num_kv_heads,
+    head_dim,
+    width,
+    kv_dtype=None,
+    k_cache=None,
+    v_cache=None,
+    output_gate=True,
+    gate_rounding="fused",
+    counts=False,
+) -> list:
+    """Compile every configuration ``heuristics.attention_config`` reaches for one attention layer.
+
+    Launches the real launcher with each configuration on placeholder rows; ``k_cache``/``v_cache`` (the
+    layer's real cache views) give the cache strides, else a K/V-halves cache of one page is used.
+    Returns the configurations warmed.
+    """  # fmt: skip
+    if k_cache is None:
+        kv = torch.zeros((2, 16, num_kv_heads, 2 * head_dim), dtype=kv_dtype or dtype, device=device)
+        k_cache, v_cache = kv[..., :head_dim], kv[..., head_dim:]
+    fp8 = k_cache.dtype in FP8_DTYPES
+    rows = 16
+    q = torch.zeros((rows, num_heads, head_dim), dtype=dtype, device=device)
+    out = torch.empty_like(q)
+    gate = torch.zeros_like(q) if output_gate else None
+    idx = torch.zeros((rows, width), dtype=torch.int32, device=device)
+    table = torch.zeros((1, 2), dtype=torch.int32, device=device)
+    req = torch.zeros((rows,), dtype=torch.int32, device=device)
+    cnt = torch.full((rows,), width, dtype=torch.int32, device=device) if counts else None
+    configs = heuristics.reachable_configs(num_kv_heads, head_dim, width, num_sms(torch.device(device)))
+    for config in configs:
+        _triton.launch_sparse_paged_attention(
+            out, q, k_cache, v_cache, idx, table, req, cnt, None, gate, gate_rounding,
+            *((1.0, 1.0) if fp8 else (None, None)), config=config,
+        )  # fmt: skip
+    return configs
+
+
+@op.warmup
+def _warmup(device, dtype, *, attention_layers=(DEFAULT_LAYER,), **other_ops_options):
+    """``attention_layers``: dicts of :func:`warmup_layer`'s keywords, one per distinct layer shape."""
+    if dtype not in (torch.bfloat16, torch.float16):
+        return
+    for layer in attention_layers:
+        warmup_layer(device, dtype, **layer)
+
+
+# ------------------------------------------------------------- bench grids
+GRID_ROWS = (1, 16, 64, 256, 1024, 4096)
+GRID_HEADS = ((24, 2), (64, 4))
+CONTEXT, GRID_PAGE = 32768, 1024
+MAX_BENCH_REQS = 16
+
+
+def _grid_case(device, dtype, rows, Hq, Hkv, D, W, kv_dtype, gen):
+    return attention_case(
+        _id(rows, Hq, Hkv, D, GRID_PAGE, W, kv_dtype), rows, Hq, Hkv, D, GRID_PAGE, W, dtype=dtype,
+        device=device, gen=gen, kv_dtype=kv_dtype, reqs=min(rows, MAX_BENCH_REQS),
+        pages_per_req=CONTEXT // GRID_PAGE, short_every=0, empty_last=False, holes=0.0, overlap=0.0,
+    )  # fmt: skip
+
+
+def _grid(device, dtype, points):
+    gen = make_generator(0)
+    for rows, Hq, Hkv, D, W, kv_dtype in points:
+        yield _grid_case(device, dtype, rows, Hq, Hkv, D, W, kv_dtype, gen)
+
+
+op.grid("default")(lambda device, dtype: _grid(device, dtype, [
+    (rows, Hq, Hkv, D, W, kv)
+    for kv in (dtype, torch.float8_e4m3fn) for Hq, Hkv in GRID_HEADS for D in (128, 256) for W in (512, 2048)
+    for rows in GRID_ROWS
+]))  # fmt: skip
+op.grid("quick")(lambda device, dtype: _grid(device, dtype, [
+    (1, 24, 2, 256, 2048, dtype), (64, 24, 2, 256, 2048, dtype), (1024, 24, 2, 256, 2048, dtype),
+    (64, 24, 2, 256, 2048, torch.float8_e4m3fn),
+]))  # fmt: skip
+
+
+def _bytes(out, q, k_cache, v_cache, logical_indices, block_table, token_to_req, counts=None, scale=None,
+           output_gate=None, gate_rounding="fused", k_scale=None, v_scale=None) -> int:  # fmt: skip
+    """Q, the gate and the output once; every distinct cache slot a call reads, K and V, once; the indices."""
+    page, slot, valid = physical_slots(logical_indices, block_table, token_to_req, counts, k_cache.shape[1],
+                                       k_cache.shape[0])  # fmt: skip
+    distinct = int(torch.unique((page * k_cache.shape[1] + slot)[valid]).numel())
+    Hkv, D = k_cache.shape[2], k_cache.shape[3]
+    moved = distinct * Hkv * D * k_cache.element_size() * 2
+    moved += q.numel() * q.element_size() * (3 if output_gate is not None else 2)
+    return moved + logical_indices.numel() * 4 + token_to_req.numel() * 4
+
+
+op.cost(bytes=_bytes)

@@ -1,0 +1,1 @@
+"""Baselines for ``sparse_paged_attention``: added in the bench step."""

@@ -1,0 +1,233 @@
+"""Triton kernels of ``sparse_paged_attention``: a split-K partial kernel and an LSE merge.
+
+Partial kernel, grid ``(rows, Hkv, num_splits)``: program ``(row, g, s)`` takes the ``G = Hq // Hkv``
+query heads of KV head ``g`` as one ``[BLOCK_M, D]`` tile (heads past ``G`` masked) and the row's token
+tiles ``s, s + num_splits, ...`` of ``BLOCK_N`` entries each. Per tile it maps entries to cache slots
+(``native.physical_slots``' rule), gathers ``K``, ``V`` ``[BLOCK_N, D]`` (invalid entries read as zeros
+and are masked out of the softmax) and runs an online softmax in the log2 domain: ``m`` starts at the
+finite ``-1e20``, so a tile without a valid entry leaves the state as it was, never NaN. ``P`` is rounded
+to ``V``'s compute dtype (``q``'s; fp16 for fp8 ``V``) for the ``P @ V`` dot, ``l`` sums the fp32 ``P``.
+
+- ``num_splits == 1`` (``SPLIT`` off): the program normalizes, rounds to ``q``'s dtype, applies the gate
+  and stores ``out``.
+- ``SPLIT``: it stores ``O = acc / l * v_scale`` (fp32) and ``lse2 = m + log2(l)`` (``-inf`` without a
+  valid token) into ``partial_out [num_splits, rows, Hq, D]`` and ``partial_lse [num_splits, rows, Hq]``;
+  every split writes its slot. The merge kernel, grid ``(rows, Hq)``, weights split ``s`` by
+  ``exp2(lse2_s - max lse2)`` in split order (deterministic), rounds, applies the gate and stores.
+
+Gate (``GATE``: 0 none, 1 fused, 2 eager): ``sigmoid_fp32(g) = 1 / (1 + exp(-g))`` with libdevice ``exp``
+and an IEEE division, the expression eager PyTorch's CUDA sigmoid evaluates, so the gate stage is bit
+for bit the declared formula on the rounded attention. Offsets into the caches and the partials are
+int64; ``rows``, request, page and split counts are runtime arguments (not specialized).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from exactfuse.ops.math import exact_exp
+from exactfuse.ops.sparse_paged_attention import heuristics
+from exactfuse.ops.sparse_paged_attention.heuristics import AttentionConfig
+from exactfuse.ops.sparse_paged_attention.native import FP8_DTYPES
+from exactfuse.utils import empty, num_sms
+
+LOG2E = 1.4426950408889634
+GATES = {None: 0, "fused": 1, "eager": 2}
+
+
+@triton.jit
+def _gate(attn, g_ptrs, mask, GATE: tl.constexpr):
+    """``attn`` (fp32) rounded to the output dtype, times the gate as ``GATE`` declares, still fp32."""
+    a = attn.to(g_ptrs.dtype.element_ty).to(tl.float32)
+    if GATE == 0:
+        return a
+    g = tl.load(g_ptrs, mask=mask, other=0.0).to(tl.float32)
+    sig = tl.div_rn(1.0, 1.0 + exact_exp(-g))
+    if GATE == 2:
+        sig = sig.to(g_ptrs.dtype.element_ty).to(tl.float32)
+    return a * sig
+
+
+@triton.jit(do_not_specialize=["num_requests", "max_pages", "num_pages", "rows", "num_splits"])
+def sparse_attention_partial_kernel(
+    q_ptr, k_ptr, v_ptr, idx_ptr, counts_ptr, table_ptr, req_ptr, gate_ptr, out_ptr, part_ptr, lse_ptr,
+    rows, num_requests, max_pages, num_pages, page_size, W, num_splits,
+    s_q_row, s_q_head, s_k_page, s_k_slot, s_k_head, s_v_page, s_v_slot, s_v_head,
+    s_idx_row, s_table_row, s_g_row, s_g_head, s_o_row, s_o_head,
+    qk_scale, out_scale,
+    G: tl.constexpr, HQ: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    HAS_COUNTS: tl.constexpr, GATE: tl.constexpr, SPLIT: tl.constexpr, PV_DTYPE: tl.constexpr,
+):  # fmt: skip
+    """Pointers: q/gate/out ``[rows, Hq, D]``, k/v ``[pages, page_size, Hkv, D]`` (last strides 1),
+    idx ``[rows, W]``, counts ``[rows]``, table ``[requests, max_pages]``, req ``[rows]`` (int32);
+    part/lse the fp32 partials (``SPLIT``). ``qk_scale = scale * log2(e) [* k_scale]``, ``out_scale`` =
+    ``v_scale`` (1 for bf16/fp16 caches)."""
+    row = tl.program_id(0)
+    g = tl.program_id(1)
+    s = tl.program_id(2)
+    row64 = row.to(tl.int64)
+    m_off = tl.arange(0, BLOCK_M)
+    heads = g * G + m_off
+    hmask = m_off < G
+    d = tl.arange(0, D)
+    q = tl.load(q_ptr + row64 * s_q_row + heads[:, None] * s_q_head + d[None, :], mask=hmask[:, None], other=0.0)
+
+    req = tl.load(req_ptr + row)
+    table_row = table_ptr + tl.minimum(tl.maximum(req, 0), num_requests - 1).to(tl.int64) * s_table_row
+    limit = W
+    if HAS_COUNTS:
+        limit = tl.minimum(tl.maximum(tl.load(counts_ptr + row), 0), W)
+    num_tiles = tl.cdiv(limit, BLOCK_N)
+
+    m = tl.full((BLOCK_M,), -1.0e20, tl.float32)
+    l_sum = tl.zeros((BLOCK_M,), tl.float32)
+    acc = tl.zeros((BLOCK_M, D), tl.float32)
+    k_head = k_ptr + g.to(tl.int64) * s_k_head
+    v_head = v_ptr + g.to(tl.int64) * s_v_head
+    for t in range(s, num_tiles, num_splits):
+        cols = t * BLOCK_N + tl.arange(0, BLOCK_N)
+        tok = tl.load(idx_ptr + row64 * s_idx_row + cols, mask=cols < limit, other=-1)
+        pos = tl.maximum(tok, 0)
+        lpage = pos // page_size
+        req_v = tl.zeros_like(tok) + req  # a vector: a scalar mask term breaks the interpreter's masked load
+        valid = (req_v >= 0) & (req_v < num_requests) & (tok >= 0) & (lpage < max_pages)
+        page = tl.load(table_row + tl.minimum(lpage, max_pages - 1), mask=valid, other=-1)
+        valid = valid & (page >= 0) & (page < num_pages)
+        page64 = tl.where(valid, page, 0).to(tl.int64)
+        slot64 = tl.where(valid, pos - lpage * page_size, 0).to(tl.int64)
+        k = tl.load(
+            k_head + (page64 * s_k_page + slot64 * s_k_slot)[:, None] + d[None, :], mask=valid[:, None], other=0.0
+        )
+        scores = tl.dot(q, tl.trans(k.to(q.dtype))) * qk_scale
+        scores = tl.where(valid[None, :], scores, -1.0e20)
+        m_new = tl.maximum(m, tl.max(scores, 1))
+        alpha = tl.exp2(m - m_new)
+        p = tl.where(valid[None, :], tl.exp2(scores - m_new[:, None]), 0.0)
+        v = tl.load(
+            v_head + (page64 * s_v_page + slot64 * s_v_slot)[:, None] + d[None, :], mask=valid[:, None], other=0.0
+        )
+        acc = acc * alpha[:, None] + tl.dot(p.to(PV_DTYPE), v.to(PV_DTYPE))
+        l_sum = l_sum * alpha + tl.sum(p, 1)
+        m = m_new
+
+    has = l_sum > 0.0
+    o = tl.where(has[:, None], acc * (out_scale / tl.maximum(l_sum, 1.0e-20))[:, None], 0.0)
+    if SPLIT:
+        part_row = (s * rows + row64) * HQ + heads
+        tl.store(part_ptr + part_row[:, None] * D + d[None, :], o, mask=hmask[:, None])
+        lse = tl.where(has, m + tl.log2(tl.maximum(l_sum, 1.0e-20)), float("-inf"))
+        tl.store(lse_ptr + part_row, lse, mask=hmask)
+    else:
+        g_ptrs = gate_ptr + row64 * s_g_row + heads[:, None] * s_g_head + d[None, :]
+        y = _gate(o, g_ptrs, hmask[:, None], GATE)
+        o_ptrs = out_ptr + row64 * s_o_row + heads[:, None] * s_o_head + d[None, :]
+        tl.store(o_ptrs, y.to(out_ptr.dtype.element_ty), mask=hmask[:, None])
+
+
+@triton.jit(do_not_specialize=["rows", "num_splits"])
+def sparse_attention_merge_kernel(
+    part_ptr, lse_ptr, gate_ptr, out_ptr, rows, num_splits, s_g_row, s_g_head, s_o_row, s_o_head,
+    HQ: tl.constexpr, D: tl.constexpr, GATE: tl.constexpr,
+):  # fmt: skip
+    """One (row, head): the splits' fp32 partials weighted by their base-2 LSE, in split order."""
+    row = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1)
+    d = tl.arange(0, D)
+    lse0 = tl.load(lse_ptr + row * HQ + h)
+    top = lse0
+    for s in range(1, num_splits):
+        top = tl.maximum(top, tl.load(lse_ptr + (s * rows + row) * HQ + h))
+    top = tl.where(top == float("-inf"), 0.0, top)
+    w = tl.where(lse0 == float("-inf"), 0.0, tl.exp2(lse0 - top))
+    acc = w * tl.load(part_ptr + (row * HQ + h) * D + d)
+    total = w
+    for s in range(1, num_splits):
+        lse = tl.load(lse_ptr + (s * rows + row) * HQ + h)
+        w = tl.where(lse == float("-inf"), 0.0, tl.exp2(lse - top))
+        acc += w * tl.load(part_ptr + ((s * rows + row) * HQ + h) * D + d)
+        total += w
+    merged = tl.where(total > 0.0, acc / tl.maximum(total, 1.0e-30), 0.0)
+    y = _gate(merged, gate_ptr + row * s_g_row + h * s_g_head + d, d < D, GATE)
+    tl.store(out_ptr + row * s_o_row + h * s_o_head + d, y.to(out_ptr.dtype.element_ty))
+
+
+_TL_DTYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
+
+
+def launch_sparse_paged_attention(
+    out: torch.Tensor,
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    logical_indices: torch.Tensor,
+    block_table: torch.Tensor,
+    token_to_req: torch.Tensor,
+    counts: torch.Tensor | None,
+    scale: float | None,
+    output_gate: torch.Tensor | None,
+    gate_rounding: str,
+    k_scale: float | None,
+    v_scale: float | None,
+    config: AttentionConfig | None = None,
+) -> None:
+    """Launch the kernels with ``config`` (default: ``heuristics.attention_config``) into ``out``."""
+    rows, Hq, D = q.shape
+    if rows == 0:
+        return
+    num_pages, page_size, Hkv, _ = k_cache.shape
+    W = logical_indices.shape[1]
+    if config is None:
+        config = heuristics.attention_config(rows, Hkv, D, W, num_sms(q.device))
+    fp8 = k_cache.dtype in FP8_DTYPES
+    qk_scale = (D**-0.5 if scale is None else scale) * LOG2E * (k_scale if fp8 else 1.0)
+    out_scale = v_scale if fp8 else 1.0
+    splits = config.num_splits
+    if splits > 1:
+        part = empty((splits, rows, Hq, D), torch.float32, q.device)
+        lse = empty((splits, rows, Hq), torch.float32, q.device)
+    else:
+        part, lse = out, out  # not read: the SPLIT branch is compiled out
+    gate = q if output_gate is None else output_gate  # a placeholder pointer with q's dtype when GATE = 0
+    gate_code = GATES[None if output_gate is None else gate_rounding]
+    G = Hq // Hkv
+    torch.library.wrap_triton(sparse_attention_partial_kernel)[(rows, Hkv, splits)](
+        q, k_cache, v_cache, logical_indices, logical_indices if counts is None else counts, block_table,
+        token_to_req, gate, out, part, lse,
+        rows, block_table.shape[0], block_table.shape[1], num_pages, page_size, W, splits,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        logical_indices.stride(0), block_table.stride(0), gate.stride(0), gate.stride(1),
+        out.stride(0), out.stride(1), qk_scale, out_scale,
+        G=G, HQ=Hq, D=D, BLOCK_M=heuristics.block_m(G), BLOCK_N=config.block_n,
+        HAS_COUNTS=counts is not None, GATE=0 if splits > 1 else gate_code,
+        SPLIT=splits > 1, PV_DTYPE=tl.float16 if fp8 else _TL_DTYPES[q.dtype],
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )  # fmt: skip
+    if splits > 1:
+        torch.library.wrap_triton(sparse_attention_merge_kernel)[(rows, Hq)](
+            part, lse, gate, out, rows, splits, gate.stride(0), gate.stride(1), out.stride(0), out.stride(1),
+            HQ=Hq, D=D, GATE=gate_code, num_warps=2,
+        )  # fmt: skip
+
+
+def sparse_paged_attention_triton(
+    out: torch.Tensor,
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    logical_indices: torch.Tensor,
+    block_table: torch.Tensor,
+    token_to_req: torch.Tensor,
+    counts: torch.Tensor | None = None,
+    scale: float | None = None,
+    output_gate: torch.Tensor | None = None,
+    gate_rounding: str = "fused",
+    k_scale: float | None = None,
+    v_scale: float | None = None,
+) -> None:
+    launch_sparse_paged_attention(
+        out, q, k_cache, v_cache, logical_indices, block_table, token_to_req, counts, scale, output_gate,
+        gate_rounding, k_scale, v_scale,
+    )  # fmt: skip

@@ -1,0 +1,459 @@
+"""sparse_paged_attention: spec, slot mapping, gate stage, contract matrix, every split configuration,
+errors, fallback, warmup, CUDA graphs, torch.compile / export (the op is opaque)."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch._dynamo.decorators import mark_unbacked
+from torch._dynamo.testing import CompileCounterWithBackend
+
+import exactfuse
+from exactfuse.ops.sparse_paged_attention import CONTRACT, _sparse_paged_attention, heuristics, native
+from exactfuse.ops.sparse_paged_attention import inputs as attn_inputs
+from exactfuse.ops.sparse_paged_attention import triton as at
+from exactfuse.ops.sparse_paged_attention.heuristics import AttentionConfig
+from exactfuse.testing import check_provider, make_generator
+from exactfuse.utils import num_sms
+
+op = _sparse_paged_attention
+CUDA = torch.device("cuda")
+CPU = torch.device("cpu")
+
+
+def _case(rows=9, Hq=6, Hkv=1, D=32, page=16, W=70, dtype=torch.float16, device=CPU, seed=0, **kw):
+    gen = make_generator(seed)
+    return attn_inputs.attention_case("c", rows, Hq, Hkv, D, page, W, dtype=dtype, device=device, gen=gen, **kw).args
+
+
+def _named(args: tuple) -> SimpleNamespace:
+    """A call's arguments by name (``a.q``, ``a.k_cache``, ...)."""
+    return SimpleNamespace(**dict(zip(op.signature.parameters, args, strict=True)))
+
+
+def _with(args: tuple, **changes) -> tuple:
+    names = list(op.signature.parameters)
+    out = list(args)
+    for name, value in changes.items():
+        out[names.index(name)] = value
+    return tuple(out)
+
+
+def _run(args: tuple, config: AttentionConfig | None = None, provider: str = "triton") -> torch.Tensor:
+    """The op's output for ``args`` into a fresh NaN-filled ``out``."""
+    out = torch.full_like(args[0], float("nan"))
+    args = (out, *args[1:])
+    if provider == "native":
+        op.native(*args)
+    elif config is None:
+        op.run_provider("triton", *args)
+    else:
+        op.check(*args)
+        at.launch_sparse_paged_attention(*args, config=config)
+    return out
+
+
+def _assert_contract(args: tuple, out: torch.Tensor, where: str = "") -> None:
+    expected = _run(args, provider="native")
+    result = CONTRACT.check(out, expected, args=args)
+    assert result.passed, f"{where}: {result.summary()}"
+    assert not torch.isnan(out).any(), f"{where}: unwritten elements"
+
+
+def _loop_reference(args: tuple) -> torch.Tensor:
+    """The spec written as the obvious per-row loop (fp32): gather the valid tokens, softmax, GQA, round."""
+    a = _named(args)
+    q, k, v, idx, table, t2r, counts, scale = (a.q, a.k_cache, a.v_cache, a.logical_indices, a.block_table,
+                                               a.token_to_req, a.counts, a.scale)  # fmt: skip
+    rows, Hq, D = q.shape
+    pages, page_size, Hkv, _ = k.shape
+    result = torch.zeros_like(q)
+    for r in range(rows):
+        req = int(t2r[r])
+        toks = []
+        for col in range(idx.shape[1] if counts is None else max(0, min(int(counts[r]), idx.shape[1]))):
+            p = int(idx[r, col])
+            if p < 0 or not 0 <= req < table.shape[0] or p // page_size >= table.shape[1]:
+                continue
+            phys = int(table[req, p // page_size])
+            if 0 <= phys < pages:
+                toks.append((phys, p % page_size))
+        if not toks:
+            continue
+        kk = torch.stack([k[a, b] for a, b in toks]).float().repeat_interleave(Hq // Hkv, dim=1)  # [n, Hq, D]
+        vv = torch.stack([v[a, b] for a, b in toks]).float().repeat_interleave(Hq // Hkv, dim=1)
+        s = torch.einsum("hd,nhd->hn", q[r].float(), kk) * (D**-0.5 if scale is None else scale)
+        result[r] = torch.einsum("hn,nhd->hd", torch.softmax(s, -1), vv).to(q.dtype)
+    return native.apply_gate(result, a.output_gate, a.gate_rounding)
+
+
+# ------------------------------------------------------------------ the spec
+@pytest.mark.parametrize("kw", [{}, {"counts": True, "gate": "eager"}, {"padding": 3, "gate": None}],
+                         ids=["fused", "counts-eager", "padding-nogate"])  # fmt: skip
+def test_native_is_the_per_row_loop(kw):
+    args = _case(dtype=torch.bfloat16, **kw)
+    got, expected = _run(args, provider="native"), _loop_reference(args)
+    # fp32 sums in another order, then one rounding: at most one bf16 ulp apart, mostly equal
+    assert torch.allclose(got.float(), expected.float(), rtol=2**-7, atol=1e-6)
+    assert (got == expected).float().mean() > 0.95
+
+
+def test_physical_slots_rules():
+    idx = torch.tensor([[0, 5, 9, -1, 12, 3]], dtype=torch.int32)  # page size 4
+    table = torch.tensor([[2, 7, 9]], dtype=torch.int32)  # 3 logical pages; 9 >= num_pages = 8
+    page, slot, valid = native.physical_slots(idx, table, torch.tensor([0], dtype=torch.int32), None, 4, 8)
+    assert valid.tolist() == [[True, True, False, False, False, True]]  # 9 -> page 9 out; 12 -> past table
+    assert page[valid].tolist() == [2, 7, 2] and slot[valid].tolist() == [0, 1, 3]
+    for req in (-1, 1):  # padding rows: a request out of range has no token
+        _, _, valid = native.physical_slots(idx, table, torch.tensor([req], dtype=torch.int32), None, 4, 8)
+        assert not valid.any()
+    _, _, valid = native.physical_slots(idx, table, torch.tensor([0], dtype=torch.int32),
+                                        torch.tensor([2], dtype=torch.int32), 4, 8)  # fmt: skip
+    assert valid.tolist() == [[True, True, False, False, False, False]]
+
+
+def test_rows_without_a_token_are_zero_and_padding_rows_too():
+    args = _case(dtype=torch.bfloat16, padding=4, counts=True)
+    counts = args[7].clone()
+    counts[3] = 0
+    out = _run(_with(args, counts=counts), provider="native")
+    assert (out[3] == 0).all() and (out[-4:] == 0).all()
+
+
+def test_the_two_gate_roundings_differ_on_random_gates():
+    """So the bitwise gate-stage tests can tell them apart (a 2e-2 tolerance could not)."""
+    gen = make_generator(0)
+    attn = torch.randn(64, 24, 256, generator=gen).to(torch.bfloat16)
+    gate = (torch.randn(64, 24, 256, generator=gen) * 2).to(torch.bfloat16)
+    fused, eager = native.apply_gate(attn, gate, "fused"), native.apply_gate(attn, gate, "eager")
+    differ = (fused != eager).float().mean()
+    assert 0.05 < differ < 0.5, differ
+    assert torch.allclose(fused.float(), eager.float(), rtol=2e-2, atol=2e-2)  # upstream's check passes both
+
+
+def test_fp8_scales_are_not_interchangeable():
+    args = _case(dtype=torch.bfloat16, kv_dtype=torch.float8_e4m3fn)
+    right = _run(args, provider="native")
+    swapped = _run(_with(args, k_scale=args[12], v_scale=args[11]), provider="native")
+    assert not CONTRACT.check(swapped, right, args=args).passed
+
+
+def test_rows_zero_leaves_out_untouched():
+    args = _case(rows=0, reqs=1)
+    out = torch.full_like(args[0], 7.0)
+    op.run_provider("native", out, *args[1:])
+    assert out.shape[0] == 0
+
+
+# ------------------------------------------------------------------ errors
+def _bad(name):
+    args = _case()
+    q, k = args[1], args[2]
+    return {
+        "q": _with(args, q=q.float()),
+        "k_cache": _with(args, k_cache=k.to(torch.bfloat16), v_cache=args[3].to(torch.bfloat16)),
+        "v_cache": _with(args, v_cache=args[3][:, :, :, :16]),
+        "logical_indices": _with(args, logical_indices=args[4].long()),
+        "block_table": _with(args, block_table=args[5].long()),
+        "token_to_req": _with(args, token_to_req=args[6][:-1]),
+        "counts": _with(args, counts=torch.zeros(3, dtype=torch.int32)),
+        "Hkv": _with(_case(Hq=4, Hkv=2), q=torch.zeros(9, 5, 32, dtype=torch.float16), out=torch.zeros(9, 5, 32,
+                     dtype=torch.float16), output_gate=torch.zeros(9, 5, 32, dtype=torch.float16)),
+        "power of two": _with(args, q=q[..., :24], out=args[0][..., :24], output_gate=args[9][..., :24],
+                              k_cache=k[..., :24], v_cache=args[3][..., :24]),
+        "output_gate": _with(args, output_gate=args[9].float()),
+        "gate_rounding": _with(args, gate_rounding="fast"),
+        "k_scale": _with(args, k_scale=0.5),
+        "out": _with(args, out=args[0][:, :, :16]),
+    }[name]  # fmt: skip
+
+
+BAD = ["q", "k_cache", "v_cache", "logical_indices", "block_table", "token_to_req", "counts", "Hkv", "power of two",
+       "output_gate", "gate_rounding", "k_scale", "out"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", BAD)
+def test_bad_input_is_an_error_naming_the_argument(name):
+    with pytest.raises((ValueError, TypeError), match=name):
+        op(*_bad(name))
+
+
+def test_fp8_without_scales_is_an_error():
+    args = _case(dtype=torch.bfloat16, kv_dtype=torch.float8_e5m2)
+    with pytest.raises(ValueError, match="v_scale is required"):
+        op(*_with(args, v_scale=None))
+
+
+def test_public_call_allocates_and_returns_out():
+    args = _case(dtype=torch.bfloat16)
+    a = _named(args)
+    call = (a.q, a.k_cache, a.v_cache, a.logical_indices, a.block_table, a.token_to_req)
+    got = exactfuse.sparse_paged_attention(*call, output_gate=a.output_gate)
+    assert torch.equal(got, _run(args, provider="native"))
+    mine = torch.empty_like(a.q)
+    assert exactfuse.sparse_paged_attention(*call, output_gate=a.output_gate, out=mine) is mine
+
+
+# ------------------------------------------------------------------ heuristics
+def test_attention_config_splits_until_the_gpu_is_full():
+    sms = 132
+    assert heuristics.attention_config(1, 2, 256, 2051, sms).num_splits == heuristics.MAX_SPLITS
+    assert heuristics.attention_config(4096, 2, 256, 2051, sms).num_splits == 1
+    assert heuristics.attention_config(1, 2, 128, 40, sms).num_splits == 1  # one tile: nothing to split
+    for rows in (1, 16, 64, 256, 1024):
+        c = heuristics.attention_config(rows, 2, 256, 2051, sms)
+        assert c.num_splits <= -(-2051 // c.block_n)
+    with pytest.raises(ValueError, match="num_splits"):
+        AttentionConfig(32, 0)
+    with pytest.raises(ValueError, match="block_n"):
+        AttentionConfig(24, 1)
+
+
+def test_reachable_configs_cover_every_row_count():
+    configs = set(heuristics.reachable_configs(2, 256, 2051, 132, max_rows=20000))
+    for rows in (1, 2, 3, 100, 263, 264, 265, 4095, 5000, 20000):
+        assert heuristics.attention_config(rows, 2, 256, 2051, 132) in configs
+
+
+def _forced_configs(Hkv, D, W, device):
+    """Every configuration the heuristic reaches, plus both tiles at 1, 2 and 3 splits."""
+    configs = set(heuristics.reachable_configs(Hkv, D, W, num_sms(device)))
+    tiles = {16, 64} if device.type == "cpu" else {32, 64}
+    configs |= {AttentionConfig(b, s) for b in tiles for s in (1, 2, 3) if s <= -(-W // b)}
+    return sorted(configs, key=lambda c: (c.block_n, c.num_splits, c.num_warps))
+
+
+# ------------------------------------------------------------------ interpreter
+@pytest.mark.interpreter
+def test_interpreter_contract_matrix():
+    failures = []
+    for case in op.cases("cpu", torch.float16):
+        result = check_provider(op, "triton", case)
+        if not result.passed:
+            failures.append(f"{case.id}: {result.summary()}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.interpreter
+def test_interpreter_every_split_configuration_meets_the_contract_and_repeats():
+    args = _case(rows=5, Hq=8, Hkv=2, D=16, page=7, W=100, counts=True)
+    for config in _forced_configs(2, 16, 100, CPU):
+        out = _run(args, config)
+        _assert_contract(args, out, str(config))
+        assert torch.equal(out, _run(args, config)), f"{config}: not deterministic"
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("rounding", ["fused", "eager"])
+@pytest.mark.parametrize("splits", [1, 3])
+def test_interpreter_gate_stage_is_the_formula_bit_for_bit(rounding, splits):
+    args = _with(_case(rows=6, Hq=4, Hkv=1, D=32, W=50), gate_rounding=rounding)
+    config = AttentionConfig(16, splits)
+    plain = _run(_with(args, output_gate=None), config)
+    gated = _run(args, config)
+    assert torch.equal(gated, native.apply_gate(plain, args[9], rounding))
+
+
+@pytest.mark.interpreter
+def test_interpreter_declines_bf16_and_fp8_and_wide_groups_to_native():
+    for args in (_case(dtype=torch.bfloat16), _case(dtype=torch.bfloat16, kv_dtype=torch.float8_e5m2),
+                 _case(Hq=32, Hkv=1)):  # fmt: skip
+        assert op.select(*args).name == "native"
+        assert op.providers["triton"].accepts(*args) is not True
+    with op.priority(["triton", "native"]):
+        assert op.select(*_case()).name == "triton"
+
+
+@pytest.mark.interpreter
+def test_interpreter_warmup_launches_every_reachable_configuration():
+    layer = {"num_heads": 4, "num_kv_heads": 1, "head_dim": 16, "width": 40}
+    warmed = attn_inputs.warmup_layer(CPU, torch.float16, **layer)
+    assert set(warmed) == set(heuristics.reachable_configs(1, 16, 40, num_sms(CPU)))
+
+
+@pytest.mark.interpreter
+def test_interpreter_opcheck():
+    args = _with(_case(rows=3, Hq=4, Hkv=1, D=16, W=20), out=torch.empty(3, 4, 16, dtype=torch.float16))
+    with op.priority(["triton"]):
+        torch.library.opcheck(op.torch_op, args)
+
+
+def _public(args):
+    """The op as a model calls it: rows (q, indices, requests, gate) vary, the cache and table are the layer's."""
+    a = _named(args)
+    k, v, table = a.k_cache, a.v_cache, a.block_table
+    return lambda q, idx, t2r, gate: exactfuse.sparse_paged_attention(q, k, v, idx, table, t2r, output_gate=gate)
+
+
+def _row_inputs(args):
+    return args[1], args[4], args[6], args[9]
+
+
+def _assert_public_contract(args, fn_inputs, got, where):
+    q, idx, t2r, gate = fn_inputs
+    full = _with(args, q=q, logical_indices=idx, token_to_req=t2r, output_gate=gate, out=torch.empty_like(q))
+    _assert_contract(full, got, where)
+
+
+def _rows_cases(rows_list, device, dtype, **kw):
+    """Calls of one layer (one cache) at several row counts: the first case's cache and table, fresh rows."""
+    base = _case(rows=max(rows_list), dtype=dtype, device=device, seed=11, **kw)
+    for rows in rows_list:
+        yield rows, tuple(t[:rows] for t in _row_inputs(base)), base
+
+
+def _assert_no_recompile(cases, compiled, counter):
+    frames = None
+    for rows, inputs, base in cases:
+        for t in inputs:
+            mark_unbacked(t, 0)  # no 0/1 specialization: rows = 1 must not recompile
+        _assert_public_contract(base, inputs, compiled(*inputs), f"compiled, rows = {rows}")
+        # the first trace may restart once (a float argument specialized); no later call compiles
+        frames = frames or counter.frame_count
+        assert counter.frame_count == frames, f"recompiled at rows = {rows}"
+
+
+@pytest.mark.interpreter
+def test_interpreter_compile_dynamic_rows_never_recompiles_and_exports():
+    rows_list = (8, 1, 5, 13, 20)
+    cases = list(_rows_cases(rows_list, CPU, torch.float16, Hq=4, Hkv=1, D=16, W=40))
+    fn = _public(cases[0][2])
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("inductor")
+    with _sparse_paged_attention.priority(["triton"]):
+        compiled = torch.compile(fn, dynamic=True, fullgraph=True, backend=counter)
+        _assert_no_recompile(cases, compiled, counter)
+        exported = torch.export.export(_Module(fn), cases[0][1],
+                                       dynamic_shapes=(tuple({0: torch.export.Dim("rows", min=1, max=65536)}
+                                                             for _ in range(4)),))  # fmt: skip
+        for rows, inputs, base in cases:
+            _assert_public_contract(base, inputs, exported.module()(*inputs), f"exported, rows = {rows}")
+
+
+class _Module(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *inputs):
+        return self.fn(*inputs)
+
+
+def test_declared_with_cost_grids_and_warmup():
+    assert "sparse_paged_attention" in exactfuse.OPS and op.compiler == "opaque"
+    assert {"default", "quick"} <= set(op.grids) and op.warmup_fn is not None
+    args = _case()
+    assert op.bytes_fn(*args) > args[1].numel() * 2
+
+
+# ------------------------------------------------------------------ GPU
+GPU_DTYPES = pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+
+
+@pytest.mark.gpu
+@GPU_DTYPES
+def test_gpu_contract_matrix(dtype):
+    """seed 004's cases (D 256, W 2051, pages 784-1600, fp8 with k_scale 0.5 / v_scale 2), D 64/128, edges."""
+    failures, ran = [], 0
+    for case in op.cases("cuda", dtype):
+        assert op.select(*case.args).name == "triton", case.id
+        result = check_provider(op, "triton", case)
+        ran += 1
+        if not result.passed:
+            failures.append(f"{case.id}: {result.summary()}")
+    assert ran and not failures, "\n".join(failures)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv", ["bf16", "e4m3"])
+def test_gpu_every_split_configuration_meets_the_contract_and_repeats(kv):
+    kv_dtype = torch.bfloat16 if kv == "bf16" else torch.float8_e4m3fn
+    for Hkv, D, rows in ((2, 256, 64), (4, 128, 16)):
+        args = _case(rows=rows, Hq=12 * Hkv, Hkv=Hkv, D=D, page=1600, W=2051, dtype=torch.bfloat16, device=CUDA,
+                     kv_dtype=kv_dtype, counts=True)  # fmt: skip
+        single = _run(args, AttentionConfig(32, 1))
+        for config in _forced_configs(Hkv, D, 2051, CUDA):
+            out = _run(args, config)
+            _assert_contract(args, out, f"Hkv {Hkv} D {D} {config}")
+            assert CONTRACT.check(out, single, args=args).passed, f"{config} against one split"
+            assert torch.equal(out, _run(args, config)), f"{config}: not deterministic"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rounding", ["fused", "eager"])
+def test_gpu_gate_stage_is_the_formula_bit_for_bit(rounding):
+    args = _with(_case(rows=64, Hq=24, Hkv=2, D=256, page=1600, W=2051, dtype=torch.bfloat16, device=CUDA),
+                 gate_rounding=rounding)  # fmt: skip
+    for config in (AttentionConfig(32, 1), AttentionConfig(32, 8)):
+        plain = _run(_with(args, output_gate=None), config)
+        gated = _run(args, config)
+        assert torch.equal(gated, native.apply_gate(plain, args[9], rounding)), config
+        other = "eager" if rounding == "fused" else "fused"
+        assert not torch.equal(gated, native.apply_gate(plain, args[9], other)), config
+
+
+def _compiled_count(kernel) -> int:
+    return sum(len(entry[0]) for entry in getattr(kernel, "device_caches", {}).values())
+
+
+@pytest.mark.gpu
+@torch.no_grad()
+def test_gpu_warmup_then_cuda_graphs_compile_nothing_and_replay_eager():
+    base = _case(rows=1024, Hq=24, Hkv=2, D=256, page=1600, W=2051, dtype=torch.bfloat16, device=CUDA, seed=5)
+    fresh = _case(rows=1024, Hq=24, Hkv=2, D=256, page=1600, W=2051, dtype=torch.bfloat16, device=CUDA, seed=6)
+    a = _named(base)
+    layer = {"num_heads": 24, "num_kv_heads": 2, "head_dim": 256, "width": 2051, "k_cache": a.k_cache,
+             "v_cache": a.v_cache}  # fmt: skip
+    exactfuse.warmup(["sparse_paged_attention"], attention_layers=(layer,))
+    kernels = (at.sparse_attention_partial_kernel, at.sparse_attention_merge_kernel)
+    before = [_compiled_count(kern) for kern in kernels]
+    fn = _public(base)
+    for rows in (1, 64, 1024):
+        inputs = [t[:rows].clone() for t in _row_inputs(base)]
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            result = fn(*inputs)
+        for t, new in zip(inputs, _row_inputs(fresh), strict=True):
+            t.copy_(new[:rows])
+        graph.replay()
+        assert torch.equal(result, fn(*inputs)), f"rows = {rows}"
+    assert [_compiled_count(kern) for kern in kernels] == before, "compiled during capture"
+
+
+@pytest.mark.gpu
+def test_gpu_compile_dynamic_rows_guard_free_and_export():
+    rows_list = (8, 1, 7, 64, 257, 1024, 2048)
+    cases = list(_rows_cases(rows_list, CUDA, torch.bfloat16, Hq=24, Hkv=2, D=256, page=1600, W=2051))
+    fn = _public(cases[0][2])
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("inductor")
+    compiled = torch.compile(fn, dynamic=True, fullgraph=True, backend=counter)
+    _assert_no_recompile(cases, compiled, counter)
+    for traced in (cases[1], cases[-1]):
+        torch._dynamo.reset()
+        free = torch.compile(fn, dynamic=True, fullgraph=True,
+                             options={"guard_filter_fn": torch.compiler.skip_all_guards_unsafe})  # fmt: skip
+        free(*traced[1])
+        for rows, inputs, base in cases:
+            _assert_public_contract(base, inputs, free(*inputs), f"guard-free from {traced[0]}, rows = {rows}")
+    dims = tuple({0: torch.export.Dim("rows", min=1, max=65536)} for _ in range(4))
+    exported = torch.export.export(_Module(fn), cases[0][1], dynamic_shapes=(dims,)).module()
+    for rows, inputs, base in cases:
+        _assert_public_contract(base, inputs, exported(*inputs), f"exported, rows = {rows}")
+
+
+@pytest.mark.gpu
+def test_gpu_int64_cache_offsets():
+    """A cache of more than 2**31 elements: the pages past the 2**31st element read right."""
+    D, Hkv, page = 256, 8, 1024
+    pages = 2**31 // (page * Hkv * D) + 4
+    gen = make_generator(3)
+    k = torch.randn((pages, page, Hkv, D), dtype=torch.bfloat16, device=CUDA)
+    v = torch.randn((pages, page, Hkv, D), dtype=torch.bfloat16, device=CUDA)
+    rows, W = 4, 512
+    table = torch.arange(pages - 3, pages, dtype=torch.int32, device=CUDA)[None]  # the last pages only
+    idx = torch.randint(0, 3 * page, (rows, W), generator=gen).to(torch.int32).to(CUDA)
+    q = torch.randn((rows, 16 * Hkv, D), dtype=torch.bfloat16, device=CUDA)
+    args = (torch.empty_like(q), q, k, v, idx, table, torch.zeros(rows, dtype=torch.int32, device=CUDA),
+            None, None, None, "fused", None, None)  # fmt: skip
+    _assert_contract(args, _run(args), "int64 offsets")
