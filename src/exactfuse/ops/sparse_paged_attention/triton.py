@@ -58,7 +58,7 @@ def sparse_attention_partial_kernel(
     s_idx_row, s_table_row, s_g_row, s_g_head, s_o_row, s_o_head,
     qk_scale, out_scale,
     G: tl.constexpr, HQ: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    HAS_COUNTS: tl.constexpr, GATE: tl.constexpr, SPLIT: tl.constexpr, PV_DTYPE: tl.constexpr,
+    HAS_COUNTS: tl.constexpr, GATE: tl.constexpr, SPLIT: tl.constexpr, PV_FP16: tl.constexpr,
 ):  # fmt: skip
     """Pointers: q/gate/out ``[rows, Hq, D]``, k/v ``[pages, page_size, Hkv, D]`` (last strides 1),
     idx ``[rows, W]``, counts ``[rows]``, table ``[requests, max_pages]``, req ``[rows]`` (int32);
@@ -108,7 +108,10 @@ def sparse_attention_partial_kernel(
         v = tl.load(
             v_head + (page64 * s_v_page + slot64 * s_v_slot)[:, None] + d[None, :], mask=valid[:, None], other=0.0
         )
-        acc = acc * alpha[:, None] + tl.dot(p.to(PV_DTYPE), v.to(PV_DTYPE))
+        if PV_FP16:  # fp8 V: fp16 holds it exactly
+            acc = acc * alpha[:, None] + tl.dot(p.to(tl.float16), v.to(tl.float16))
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype))
         l_sum = l_sum * alpha + tl.sum(p, 1)
         m = m_new
 
@@ -151,9 +154,6 @@ def sparse_attention_merge_kernel(
     merged = tl.where(total > 0.0, acc / tl.maximum(total, 1.0e-30), 0.0)
     y = _gate(merged, gate_ptr + row * s_g_row + h * s_g_head + d, d < D, GATE)
     tl.store(out_ptr + row * s_o_row + h * s_o_head + d, y.to(out_ptr.dtype.element_ty))
-
-
-_TL_DTYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 
 
 def launch_sparse_paged_attention(
@@ -202,7 +202,7 @@ def launch_sparse_paged_attention(
         out.stride(0), out.stride(1), qk_scale, out_scale,
         G=G, HQ=Hq, D=D, BLOCK_M=heuristics.block_m(G), BLOCK_N=config.block_n,
         HAS_COUNTS=counts is not None, GATE=0 if splits > 1 else gate_code,
-        SPLIT=splits > 1, PV_DTYPE=tl.float16 if fp8 else _TL_DTYPES[q.dtype],
+        SPLIT=splits > 1, PV_FP16=fp8,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     if splits > 1:
