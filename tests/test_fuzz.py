@@ -149,12 +149,12 @@ def test_w4a16_gemm(M, K, N, group_size, symmetric, act_order, bias, layout, see
 def _check_case(name: str, case, special: str, where: str) -> None:
     """As :func:`_check` for an op that may mutate its arguments: every output (the result and the
     mutated state or residual) meets the contract against native's on a copy of the arguments.
-    ``special`` goes into one element of ``x`` or of the conv state (``where``)."""
+    ``special`` goes into the middle element of argument ``where`` (``"state"``: the conv state)."""
     from exactfuse.testing.calls import clone_args, collect_outputs
 
     op = exactfuse.get(name)
     bound = op.signature.bind(*case.args, **case.kwargs)
-    target = bound.arguments["x" if where == "x" else "conv_state"]
+    target = bound.arguments["conv_state" if where == "state" else where]
     if target is not None and target.numel() and special != "none":
         value = {"nan": float("nan"), "inf": float("inf"), "subnormal": torch.finfo(target.dtype).tiny / 4}[special]
         target[tuple(n // 2 for n in target.shape)] = value
@@ -244,3 +244,24 @@ def test_short_conv(mode, lengths, rows, C, taps, dtype, layout, outer, init, ex
                            padding=padding if mode != "decode" else 0, layout=layout, slots=12, outer=outer,
                            init=init, extra_rows=extra_rows)  # fmt: skip
     _check_case("short_conv", case, special, where)
+
+
+# ------------------------------------------------------------------------ sparse paged attention
+@CONV_SETTINGS
+@given(rows=st.sampled_from([0, 1, 3, 9]), heads=st.sampled_from([(1, 1), (4, 1), (6, 2), (8, 8), (34, 2)]),
+       D=st.sampled_from([16, 32, 24]), page=st.sampled_from([1, 3, 7, 16]), W=st.sampled_from([1, 5, 33]),
+       dtype=st.sampled_from([torch.float16, torch.float32]), gate=st.sampled_from([None, "fused", "eager"]),
+       counts=st.booleans(), padding=st.sampled_from([0, 2]), kv_halves=st.booleans(), special=SPECIALS,
+       where=st.sampled_from(["q", "k_cache", "v_cache", "output_gate"]), seed=st.integers(0, 2**16))  # fmt: skip
+def test_sparse_paged_attention(rows, heads, D, page, W, dtype, gate, counts, padding, kv_halves, special, where,
+                                seed):  # fmt: skip
+    from exactfuse.ops.sparse_paged_attention.inputs import attention_case
+
+    Hq, Hkv = heads
+    gen = torch.Generator().manual_seed(seed)
+    case = attention_case("fuzz", rows, Hq, Hkv, D, page, W, dtype=dtype, device=torch.device("cpu"), gen=gen,
+                          reqs=max(1, rows // 2), pages_per_req=2, gate=gate, counts=counts, padding=padding,
+                          kv_halves=kv_halves)  # fmt: skip
+    if where == "output_gate" and gate is None:
+        where = "q"
+    _check_case("sparse_paged_attention", case, special, where)

@@ -255,6 +255,53 @@ def test_interpreter_gate_stage_is_the_formula_bit_for_bit(rounding, splits):
     assert torch.equal(gated, native.apply_gate(plain, args[9], rounding))
 
 
+def _specials_cases():
+    """(what, args): NaN in one selected K row, Inf in one V, NaN in cache slots no valid entry reads
+    (the page-0 slot masked entries stand for), and a row whose only token scores -inf."""
+    base = _case(rows=4, Hq=4, Hkv=1, D=16, page=4, W=12, seed=7, holes=0.3)
+    a = _named(base)
+    page, slot, valid = native.physical_slots(a.logical_indices, a.block_table, a.token_to_req, None, 4,
+                                              a.k_cache.shape[0])  # fmt: skip
+    out = []
+    k = a.k_cache.clone()
+    k[page[1, valid[1]][0], slot[1, valid[1]][0], 0, 3] = float("nan")
+    out.append(("nan-k", _with(base, k_cache=k)))
+    v = a.v_cache.clone()
+    v[page[2, valid[2]][0], slot[2, valid[2]][0], 0, 5] = float("inf")
+    out.append(("inf-v", _with(base, v_cache=v)))
+    used = set(zip(page[valid].tolist(), slot[valid].tolist(), strict=True))
+    k, v = a.k_cache.clone(), a.v_cache.clone()
+    for p_ in range(k.shape[0]):
+        for s_ in range(k.shape[1]):
+            if (p_, s_) not in used:
+                k[p_, s_], v[p_, s_] = float("nan"), float("nan")
+    out.append(("nan-unread", _with(base, k_cache=k, v_cache=v)))
+    idx = a.logical_indices.clone()
+    idx[0] = -1
+    idx[0, 5] = a.logical_indices[1, valid[1]][0]  # one token, its score -inf through q
+    q = a.q.clone()
+    k0 = a.k_cache[page[1, valid[1]][0], slot[1, valid[1]][0], 0].float()
+    q[0, 0] = torch.where(k0 > 0, -torch.inf, torch.inf).to(q.dtype)  # -inf * k[d] on every d
+    out.append(("neg-inf-row", _with(base, q=q, logical_indices=idx)))
+    return out
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("config", [AttentionConfig(16, 1), AttentionConfig(16, 3)], ids=["single", "split"])
+def test_interpreter_nan_and_inf_positions_are_native_s(config):
+    for what, args in _specials_cases():
+        expected = _run(args, provider="native")
+        got = _run(args, config)
+        assert torch.equal(torch.isnan(got), torch.isnan(expected)), what
+        assert torch.equal(torch.isinf(got), torch.isinf(expected)), what
+        finite = torch.isfinite(expected)
+        assert CONTRACT.check(got, expected, args=args).passed, what
+        if what == "nan-unread":
+            assert finite.all(), "a slot no valid entry names leaked into the spec"
+        if what == "neg-inf-row":
+            assert torch.isnan(expected[0, 0]).all() and finite[0, 1:].all()
+
+
 @pytest.mark.interpreter
 def test_interpreter_declines_bf16_and_fp8_and_wide_groups_to_native():
     for args in (_case(dtype=torch.bfloat16), _case(dtype=torch.bfloat16, kv_dtype=torch.float8_e5m2),

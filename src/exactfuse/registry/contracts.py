@@ -216,8 +216,10 @@ class Float64Relative(Contract):
     where ``ref64 = reference(*args, **kwargs)`` is computed in float64 from the
     call's arguments and ``native`` is the ``expected`` output. The floor keeps an
     exact native (integer-valued data, one-hot inputs) from demanding exactness.
-    NaN or Inf where the reference is finite fails; an all-zero reference is
-    judged by absolute error instead. For GEMM and attention (DESIGN.md).
+    NaN or Inf where the reference is finite fails; where the reference is NaN
+    or infinite (special inputs) the output must hold the same value, and the
+    norms are taken over the finite positions; an all-zero reference is judged
+    by absolute error instead. For GEMM and attention (DESIGN.md).
     """
 
     def __init__(self, reference, factor: float = 2.0, floor: float = 1e-6):
@@ -229,20 +231,29 @@ class Float64Relative(Contract):
             return res
         ref = self.reference(*args, **(kwargs or {})).detach().to(device="cpu", dtype=torch.float64)
         a, e = actual.detach().cpu().double(), expected.detach().cpu().double()
-        scale = float(torch.linalg.vector_norm(ref)) or 1.0
-        err = float(torch.linalg.vector_norm(torch.nan_to_num(a - ref, nan=float("inf")))) / scale
-        native_err = float(torch.linalg.vector_norm(e - ref)) / scale
+        # where the reference is NaN or infinite (special inputs) the output must be the same special
+        finite = torch.isfinite(ref)
+        special_bad = ~finite & ~((a == ref) | (torch.isnan(a) & torch.isnan(ref)))
+        ref_f = torch.where(finite, ref, 0.0)
+        a_f, e_f = torch.where(finite, a, 0.0), torch.where(finite, torch.nan_to_num(e), 0.0)
+        scale = float(torch.linalg.vector_norm(ref_f)) or 1.0
+        err = float(torch.linalg.vector_norm(torch.nan_to_num(a_f - ref_f, nan=float("inf")))) / scale
+        native_err = float(torch.linalg.vector_norm(e_f - ref_f)) / scale
         bound = self.factor * max(native_err, self.floor)
-        passed = a.numel() == 0 or err <= bound
-        abs_err = (a - ref).abs().nan_to_num(nan=float("inf"))
+        n_special = int(special_bad.sum())
+        passed = a.numel() == 0 or (err <= bound and n_special == 0)
+        abs_err = torch.where(finite, (a - ref).abs().nan_to_num(nan=float("inf")), special_bad.double() * float("inf"))
+        detail = f"rel err {err:.3g} vs native {native_err:.3g} (bound {bound:.3g})"
+        if n_special:
+            detail += f"; {n_special} outputs differ where the reference is NaN or infinite"
         return CheckResult(
             passed=passed,
             contract=self.name,
             numel=a.numel(),
-            mismatches=0 if passed else 1,
+            mismatches=0 if passed else max(1, n_special),
             max_abs_err=float(abs_err.max()) if abs_err.numel() else 0.0,
             worst_index=_worst(abs_err, a.shape),
-            detail=f"rel err {err:.3g} vs native {native_err:.3g} (bound {bound:.3g})",
+            detail=detail,
             extra={"rel_err": err, "native_rel_err": native_err},
         )
 

@@ -97,13 +97,16 @@ def attention_rows(
             logical_indices[r], block_table, token_to_req[r], None if counts is None else counts[r],
             page_size, num_pages,
         )  # fmt: skip
-        k, v = _gather(k_cache, page, slot).to(compute), _gather(v_cache, page, slot).to(compute)  # [r, W, Hkv, D]
+        keep = valid[:, :, None, None]  # entries without a token read zeros (never the slot 0 stands for)
+        k = torch.where(keep, _gather(k_cache, page, slot).to(compute), 0.0)  # [r, W, Hkv, D]
+        v = torch.where(keep, _gather(v_cache, page, slot).to(compute), 0.0)
         if fp8:
             k, v = k * k_scale, v * v_scale
         qr = q[r].to(compute).reshape(-1, Hkv, G, D)
         s = torch.einsum("rhgd,rwhd->rhgw", qr, k) * scale
         s = s.masked_fill(~valid[:, None, None, :], float("-inf"))
-        p = torch.softmax(s, dim=-1).nan_to_num(0.0)  # a row without a valid token: all -inf -> zeros
+        # a row without a valid token gives zeros (its softmax is all NaN); NaN from the data stays NaN
+        p = torch.where(valid.any(-1)[:, None, None, None], torch.softmax(s, dim=-1), 0.0)
         out[r] = torch.einsum("rhgw,rwhd->rhgd", p, v).reshape(-1, Hq, D)
     return out
 

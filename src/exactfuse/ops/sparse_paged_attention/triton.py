@@ -11,8 +11,9 @@ to ``V``'s compute dtype (``q``'s; fp16 for fp8 ``V``) for the ``P @ V`` dot, ``
 - ``num_splits == 1`` (``SPLIT`` off): the program normalizes, rounds to ``q``'s dtype, applies the gate
   and stores ``out``.
 - ``SPLIT``: it stores ``O = acc / l * v_scale`` (fp32) and ``lse2 = m + log2(l)`` (``-inf`` without a
-  valid token) into ``partial_out [num_splits, rows, Hq, D]`` and ``partial_lse [num_splits, rows, Hq]``;
-  every split writes its slot. The merge kernel, grid ``(rows, Hq)``, weights split ``s`` by
+  valid token or when all of them score ``-inf``; ``O`` is then 0, or NaN) into
+  ``partial_out [num_splits, rows, Hq, D]`` and ``partial_lse [num_splits, rows, Hq]``; every split
+  writes its slot. The merge kernel, grid ``(rows, Hq)``, weights split ``s`` by
   ``exp2(lse2_s - max lse2)`` in split order (deterministic), rounds, applies the gate and stores.
 
 Gate (``GATE``: 0 none, 1 fused, 2 eager): ``sigmoid_fp32(g) = 1 / (1 + exp(-g))`` with libdevice ``exp``
@@ -84,6 +85,7 @@ def sparse_attention_partial_kernel(
     m = tl.full((BLOCK_M,), -1.0e20, tl.float32)
     l_sum = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, D), tl.float32)
+    n_valid = tl.zeros((), tl.int32)
     k_head = k_ptr + g.to(tl.int64) * s_k_head
     v_head = v_ptr + g.to(tl.int64) * s_v_head
     for t in range(s, num_tiles, num_splits):
@@ -95,6 +97,7 @@ def sparse_attention_partial_kernel(
         valid = (req_v >= 0) & (req_v < num_requests) & (tok >= 0) & (lpage < max_pages)
         page = tl.load(table_row + tl.minimum(lpage, max_pages - 1), mask=valid, other=-1)
         valid = valid & (page >= 0) & (page < num_pages)
+        n_valid += tl.sum(valid.to(tl.int32), 0)
         page64 = tl.where(valid, page, 0).to(tl.int64)
         slot64 = tl.where(valid, pos - lpage * page_size, 0).to(tl.int64)
         k = tl.load(
@@ -115,12 +118,14 @@ def sparse_attention_partial_kernel(
         l_sum = l_sum * alpha + tl.sum(p, 1)
         m = m_new
 
-    has = l_sum > 0.0
-    o = tl.where(has[:, None], acc * (out_scale / tl.maximum(l_sum, 1.0e-20))[:, None], 0.0)
+    # l = 0: no valid token (zeros), or only scores of -inf (NaN, as eager softmax gives); NaN stays NaN
+    empty = l_sum == 0.0
+    none = tl.where(n_valid > 0, float("nan"), 0.0)
+    o = tl.where(empty[:, None], none, acc * (out_scale / tl.where(empty, 1.0, l_sum))[:, None])
     if SPLIT:
         part_row = (s * rows + row64) * HQ + heads
         tl.store(part_ptr + part_row[:, None] * D + d[None, :], o, mask=hmask[:, None])
-        lse = tl.where(has, m + tl.log2(tl.maximum(l_sum, 1.0e-20)), float("-inf"))
+        lse = tl.where(empty, float("-inf"), m + tl.log2(l_sum))  # its O tells no token (0) from all -inf (NaN)
         tl.store(lse_ptr + part_row, lse, mask=hmask)
     else:
         g_ptrs = gate_ptr + row64 * s_g_row + heads[:, None] * s_g_head + d[None, :]
@@ -138,20 +143,26 @@ def sparse_attention_merge_kernel(
     row = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     d = tl.arange(0, D)
-    lse0 = tl.load(lse_ptr + row * HQ + h)
-    top = lse0
+    top = tl.load(lse_ptr + row * HQ + h)
     for s in range(1, num_splits):
         top = tl.maximum(top, tl.load(lse_ptr + (s * rows + row) * HQ + h))
     top = tl.where(top == float("-inf"), 0.0, top)
-    w = tl.where(lse0 == float("-inf"), 0.0, tl.exp2(lse0 - top))
-    acc = w * tl.load(part_ptr + (row * HQ + h) * D + d)
-    total = w
-    for s in range(1, num_splits):
-        lse = tl.load(lse_ptr + (s * rows + row) * HQ + h)
-        w = tl.where(lse == float("-inf"), 0.0, tl.exp2(lse - top))
-        acc += w * tl.load(part_ptr + ((s * rows + row) * HQ + h) * D + d)
+    acc = tl.zeros((D,), tl.float32)
+    total = tl.zeros((), tl.float32)
+    nan = tl.zeros((), tl.int1)  # a split's NaN from the data: the row is NaN
+    only_neg_inf = tl.zeros((), tl.int1)  # a split had tokens, all scored -inf (its O is NaN)
+    for s in range(num_splits):
+        base = (s * rows + row) * HQ + h
+        lse = tl.load(lse_ptr + base)
+        o = tl.load(part_ptr + base * D + d)
+        finite = lse > float("-inf")  # False for NaN too
+        w = tl.where(finite, tl.exp2(lse - top), 0.0)
+        acc += tl.where(finite, w * o, 0.0)
         total += w
-    merged = tl.where(total > 0.0, acc / tl.maximum(total, 1.0e-30), 0.0)
+        nan = nan | (lse != lse)
+        only_neg_inf = only_neg_inf | ((lse == float("-inf")) & (tl.sum((o != o).to(tl.int32), 0) > 0))
+    merged = tl.where(total > 0.0, acc / tl.where(total > 0.0, total, 1.0), tl.where(only_neg_inf, float("nan"), 0.0))
+    merged = tl.where(nan, float("nan"), merged)
     y = _gate(merged, gate_ptr + row * s_g_row + h * s_g_head + d, d < D, GATE)
     tl.store(out_ptr + row * s_o_row + h * s_o_head + d, y.to(out_ptr.dtype.element_ty))
 
