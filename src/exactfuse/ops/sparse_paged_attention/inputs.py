@@ -54,6 +54,7 @@ def attention_case(
     counts: bool = False,
     kv_halves: bool = True,
     scale: float | None = None,
+    distinct: bool = False,
 ) -> Case:
     """One call in the shape of a serving batch (seed 004's test layout, ``../shared/specs`` §3.2).
 
@@ -62,8 +63,10 @@ def attention_case(
     random permutation of the cache plus out-of-range and ``-1`` table entries past each request's
     pages. Each row selects ``W`` positions: ``overlap`` of them shared with its request's other rows,
     ``holes`` of them ``-1`` anywhere, a few past the block table. ``padding`` rows at the end map to an
-    out-of-range request. K and V are the two halves of one ``[pages, page, Hkv, 2D]`` tensor with
-    ``kv_halves``; ``kv_dtype`` float8 stores them as e4m3/e5m2 with ``FP8_SCALES``.
+    out-of-range request; with ``distinct`` a row's own positions are distinct, as a top-k selection's
+    are (else drawn with repeats, which the op counts each time). K and V are the two halves of one
+    ``[pages, page, Hkv, 2D]`` tensor with ``kv_halves``; ``kv_dtype`` float8 stores them as e4m3/e5m2
+    with ``FP8_SCALES``.
     """
     kv_dtype = kv_dtype or dtype
     reqs = reqs or max(2, rows // 64)
@@ -86,7 +89,10 @@ def attention_case(
     for r, n in enumerate(sizes):
         shared = torch.randint(0, contexts[r], (W,), generator=gen)
         for _ in range(n):
-            own = torch.randint(0, contexts[r], (W,), generator=gen)
+            if distinct and contexts[r] >= W:
+                own = torch.randperm(contexts[r], generator=gen)[:W]
+            else:
+                own = torch.randint(0, contexts[r], (W,), generator=gen)
             pick = torch.where(torch.rand((W,), generator=gen) < overlap, shared, own)
             pick = torch.where(torch.rand((W,), generator=gen) < holes, torch.full_like(pick, -1), pick)
             past = torch.rand((W,), generator=gen) < 0.01  # past the request's table: no token
@@ -239,7 +245,7 @@ def _grid_case(device, dtype, rows, Hq, Hkv, D, W, kv_dtype, gen):
     return attention_case(
         _id(rows, Hq, Hkv, D, GRID_PAGE, W, kv_dtype), rows, Hq, Hkv, D, GRID_PAGE, W, dtype=dtype,
         device=device, gen=gen, kv_dtype=kv_dtype, reqs=min(rows, MAX_BENCH_REQS),
-        pages_per_req=CONTEXT // GRID_PAGE, short_every=0, empty_last=False, holes=0.0, overlap=0.0,
+        pages_per_req=CONTEXT // GRID_PAGE, short_every=0, empty_last=False, holes=0.0, overlap=0.0, distinct=True,
     )  # fmt: skip
 
 
