@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 import torch
 
 from exactfuse.registry import platform
-from exactfuse.registry.op import OPS, Op, get
+from exactfuse.registry.op import OPS, Op, direct_triton_launches, get
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +42,17 @@ def warmup(
             "before importing triton, or warm up on a CUDA device"
         )
     warmed = []
-    for op in selected:
-        if op.warmup_fn is None:
-            continue
-        for dtype in dtypes:
-            log.debug("warmup %s %s on %s", op.name, dtype, device)
-            op.warmup_fn(device, dtype, **options)
-        warmed.append(op.name)
+    # The launch path of an eager call (Op.__call__): through wrap_triton's higher-order op a launch with
+    # num_warps / num_stages becomes a one-config autotuner whose compile options differ, so its
+    # specializations would not be the ones a call looks up.
+    with direct_triton_launches():
+        for op in selected:
+            if op.warmup_fn is None:
+                continue
+            for dtype in dtypes:
+                log.debug("warmup %s %s on %s", op.name, dtype, device)
+                op.warmup_fn(device, dtype, **options)
+            warmed.append(op.name)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return warmed

@@ -10,7 +10,6 @@ from exactfuse.ops.sparse_paged_attention import heuristics
 from exactfuse.ops.sparse_paged_attention import triton as _triton
 from exactfuse.ops.sparse_paged_attention.native import FP8_DTYPES, physical_slots
 from exactfuse.registry import Case
-from exactfuse.registry.op import direct_triton_launches
 from exactfuse.testing.inputs import make_generator
 from exactfuse.utils import num_sms
 
@@ -216,12 +215,11 @@ def warmup_layer(
     req = torch.zeros((rows,), dtype=torch.int32, device=device)
     cnt = torch.full((rows,), width, dtype=torch.int32, device=device) if counts else None
     configs = heuristics.reachable_configs(num_kv_heads, head_dim, width, num_sms(torch.device(device)))
-    with direct_triton_launches():  # the launch path of a call (Op.dispatch), so the same specializations
-        for config in configs:
-            _triton.launch_sparse_paged_attention(
-                out, q, k_cache, v_cache, idx, table, req, cnt, None, gate, gate_rounding,
-                *((1.0, 1.0) if fp8 else (None, None)), config=config,
-            )  # fmt: skip
+    for config in configs:
+        _triton.launch_sparse_paged_attention(
+            out, q, k_cache, v_cache, idx, table, req, cnt, None, gate, gate_rounding,
+            *((1.0, 1.0) if fp8 else (None, None)), config=config,
+        )  # fmt: skip
     return configs
 
 
