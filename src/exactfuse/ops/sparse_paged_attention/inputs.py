@@ -167,6 +167,23 @@ def _small_cases(device, dtype, gen, quick):
         yield attention_case(case_id, rows, Hq, Hkv, D, page, W, dtype=dtype, device=device, gen=gen, **kw)
     if not quick:
         yield attention_case("R0-H4x1-D16-P4-W8", 0, 4, 1, 16, 4, 8, dtype=dtype, device=device, gen=gen, reqs=1)
+        yield from _edge_cases(device, dtype, gen)
+
+
+def _edge_cases(device, dtype, gen):
+    """Arguments a kernel must survive: no entries (W = 0), a table of no requests (every row padding),
+    indices at the int32 limit, counts below 0 and past W."""
+    base = attention_case("edge", 3, 4, 1, 16, 4, 8, dtype=dtype, device=device, gen=gen, counts=True).args
+    int32 = {"dtype": torch.int32, "device": device}
+    for case_id, position, value in (
+        ("edge-W0", 4, torch.zeros((3, 0), **int32)),
+        ("edge-no-requests", 5, torch.zeros((0, 3), **int32)),
+        ("edge-int32-max-index", 4, torch.full((3, 8), 2**31 - 1, **int32)),
+        ("edge-counts-out-of-range", 7, torch.tensor([-5, 100, 3], **int32)),
+    ):
+        args = list(base)
+        args[position] = value
+        yield Case(case_id, tuple(args))
 
 
 @op.inputs
