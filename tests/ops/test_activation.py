@@ -8,21 +8,14 @@ from exactfuse.ops.act_and_mul import gelu_and_mul, silu_and_mul
 from exactfuse.ops.act_and_mul import heuristics as act_heuristics
 from exactfuse.ops.act_and_mul import triton as act_triton
 from exactfuse.registry import NoProviderError, platform
-from exactfuse.testing import check_provider
+from exactfuse.testing import assert_contract_matrix
 
 OPS = {"silu_and_mul": silu_and_mul, "gelu_and_mul": gelu_and_mul}
 SHORT = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 
 
 def _assert_cases_pass(op, device, dtype, quick):
-    failures, ran = [], 0
-    for case in op.cases(device, dtype, quick=quick):
-        assert op.providers["triton"].accepts(*case.args, **case.kwargs) is True, case.id
-        result = check_provider(op, "triton", case)
-        ran += 1
-        if not result.passed:
-            failures.append(f"{case.id}: {result.summary()}")
-    assert ran and not failures, "\n".join(failures)
+    assert_contract_matrix(op, device, dtype, quick=quick)
 
 
 @pytest.mark.interpreter

@@ -13,7 +13,7 @@ from exactfuse.ops.sparse_paged_attention import CONTRACT, _sparse_paged_attenti
 from exactfuse.ops.sparse_paged_attention import inputs as attn_inputs
 from exactfuse.ops.sparse_paged_attention import triton as at
 from exactfuse.ops.sparse_paged_attention.heuristics import AttentionConfig
-from exactfuse.testing import check_provider, make_generator
+from exactfuse.testing import assert_contract_matrix, make_generator
 from exactfuse.utils import num_sms
 
 op = _sparse_paged_attention
@@ -227,12 +227,7 @@ def _forced_configs(Hkv, D, W, device):
 # ------------------------------------------------------------------ interpreter
 @pytest.mark.interpreter
 def test_interpreter_contract_matrix():
-    failures = []
-    for case in op.cases("cpu", torch.float16):
-        result = check_provider(op, "triton", case)
-        if not result.passed:
-            failures.append(f"{case.id}: {result.summary()}")
-    assert not failures, "\n".join(failures)
+    assert_contract_matrix(op, "cpu", torch.float16)
 
 
 @pytest.mark.interpreter
@@ -402,14 +397,8 @@ GPU_DTYPES = pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], i
 @GPU_DTYPES
 def test_gpu_contract_matrix(dtype):
     """seed 004's cases (D 256, W 2051, pages 784-1600, fp8 with k_scale 0.5 / v_scale 2), D 64/128, edges."""
-    failures, ran = [], 0
-    for case in op.cases("cuda", dtype):
-        assert op.select(*case.args).name == "triton", case.id
-        result = check_provider(op, "triton", case)
-        ran += 1
-        if not result.passed:
-            failures.append(f"{case.id}: {result.summary()}")
-    assert ran and not failures, "\n".join(failures)
+    assert op.select(*_case(device=CUDA, dtype=dtype)).name == "triton"
+    assert_contract_matrix(op, "cuda", dtype)
 
 
 @pytest.mark.gpu

@@ -43,6 +43,19 @@ def check_provider(op: Op, provider: str, case: Case, contract: Contract | None 
     return failed[0] if failed else max(results, key=lambda r: r.max_ulp, default=CheckResult(True, contract.name, 0))
 
 
+def assert_contract_matrix(op: Op, device, dtype: torch.dtype, *, quick: bool = False, provider: str = "triton"):
+    """Every declared case of ``op`` on ``device``: ``provider`` accepts it and meets the contract; the
+    failures are listed together."""
+    failures, ran = [], 0
+    for case in op.cases(device, dtype, quick=quick):
+        assert op.providers[provider].accepts(*case.args, **case.kwargs) is True, case.id
+        result = check_provider(op, provider, case)
+        ran += 1
+        if not result.passed:
+            failures.append(f"{case.id}: {result.summary()}")
+    assert ran and not failures, "\n".join(failures)
+
+
 __all__ = [
     "TOLERANCES",
     "Bitwise",
@@ -50,6 +63,7 @@ __all__ = [
     "Contract",
     "Tolerance",
     "Ulp",
+    "assert_contract_matrix",
     "check_on_device",
     "check_provider",
     "clone_args",
