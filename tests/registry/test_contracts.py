@@ -67,3 +67,38 @@ def test_tolerance_table_and_override():
     assert not Tolerance().check(e + 5e-3, e).passed
     assert Tolerance(atol=1e-2).check(e + 5e-3, e).passed
     assert not Tolerance().check(torch.full_like(e, float("nan")), e).passed
+
+
+# ------------------------------------------------------------------ Float64Relative
+def _f64_check(actual, expected, reference):
+    from exactfuse.registry.contracts import Float64Relative
+
+    return Float64Relative(lambda: reference).check(actual, expected, args=())
+
+
+def test_float64_relative_compares_special_positions_exactly():
+    ref = torch.tensor([1.0, float("nan"), float("inf"), 2.0], dtype=torch.float64)
+    native = torch.tensor([1.0, float("nan"), float("inf"), 2.0], dtype=torch.float32)
+    assert _f64_check(native.clone(), native, ref).passed
+    for position, value in ((1, 0.5), (2, 3.0), (2, float("-inf"))):  # a special replaced
+        wrong = native.clone()
+        wrong[position] = value
+        result = _f64_check(wrong, native, ref)
+        assert not result.passed and "NaN or infinite" in result.detail
+    wrong = native.clone()
+    wrong[0] = float("nan")  # NaN where the reference is finite
+    assert not _f64_check(wrong, native, ref).passed
+
+
+def test_float64_relative_norms_over_finite_positions():
+    ref = torch.tensor([1.0, 2.0, float("nan"), 4.0], dtype=torch.float64)
+    native = torch.tensor([1.001, 2.0, float("nan"), 4.0])
+    assert _f64_check(torch.tensor([1.0015, 2.0, float("nan"), 4.0]), native, ref).passed  # 1.5x native's error
+    assert not _f64_check(torch.tensor([1.003, 2.0, float("nan"), 4.0]), native, ref).passed  # 3x
+
+
+def test_float64_relative_overflow_like_native_passes():
+    """native infinite where the float64 reference is finite (fp16 overflow): the same overflow passes"""
+    ref = torch.tensor([1.0, 70000.0], dtype=torch.float64)
+    native = torch.tensor([1.0, float("inf")], dtype=torch.float16)
+    assert _f64_check(native.clone(), native, ref).passed

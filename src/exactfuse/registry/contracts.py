@@ -235,7 +235,7 @@ class Float64Relative(Contract):
         finite = torch.isfinite(ref)
         special_bad = ~finite & ~((a == ref) | (torch.isnan(a) & torch.isnan(ref)))
         ref_f = torch.where(finite, ref, 0.0)
-        a_f, e_f = torch.where(finite, a, 0.0), torch.where(finite, torch.nan_to_num(e), 0.0)
+        a_f, e_f = torch.where(finite, a, 0.0), torch.where(finite, e, 0.0)
         scale = float(torch.linalg.vector_norm(ref_f)) or 1.0
         err = float(torch.linalg.vector_norm(torch.nan_to_num(a_f - ref_f, nan=float("inf")))) / scale
         native_err = float(torch.linalg.vector_norm(e_f - ref_f)) / scale
