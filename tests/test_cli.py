@@ -37,6 +37,17 @@ def test_priority_naming_an_unknown_op_fails_at_import():
     assert proc.returncode != 0 and "EXACTFUSE_PRIORITY names unknown ops ['nosuch_op']" in proc.stderr
 
 
+@pytest.mark.parametrize(
+    ("priority", "message"),
+    [("nosuch_op=native", "names unknown ops ['nosuch_op']"), ("silu_and_mul=cuda", "silu_and_mul has no providers"),
+     ("silu_and_mul", "expected 'op=provider")],
+)  # fmt: skip
+def test_a_bad_priority_is_a_usage_error_of_the_cli(priority, message):
+    env = dict(os.environ, EXACTFUSE_PRIORITY=priority)
+    proc = subprocess.run([sys.executable, "-m", "exactfuse_cli", "list"], env=env, capture_output=True, text=True)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_warmup_without_a_device_to_compile_for_says_so(monkeypatch):
     import torch
 

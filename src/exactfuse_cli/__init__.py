@@ -118,6 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     _kernel_environment(argv)
-    from exactfuse import cli
-
+    try:
+        from exactfuse import cli
+    except ValueError as error:  # registry.platform.PriorityError: a usage error, not a crash
+        if not str(error).startswith("EXACTFUSE_PRIORITY"):
+            raise
+        print(f"exactfuse: error: {error}", file=sys.stderr)
+        return 2
     return cli.run(args)

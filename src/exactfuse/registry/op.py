@@ -373,7 +373,14 @@ def get(name: str) -> Op:
 
 
 def check_env_priority() -> None:
-    """Raise if ``EXACTFUSE_PRIORITY`` names an op that is not declared (called once all ops are)."""
-    unknown = sorted(set(platform.env_priority()) - set(OPS))
+    """Raise :class:`platform.PriorityError` if ``EXACTFUSE_PRIORITY`` names an op that is not declared or
+    a provider its op does not have (called once all ops are)."""
+    priority = platform.env_priority()
+    unknown = sorted(set(priority) - set(OPS))
     if unknown:
-        raise ValueError(f"EXACTFUSE_PRIORITY names unknown ops {unknown}; known ops: {sorted(OPS)}")
+        raise platform.PriorityError(f"EXACTFUSE_PRIORITY names unknown ops {unknown}; known ops: {sorted(OPS)}")
+    for name, order in priority.items():
+        if missing := [p for p in order if p not in OPS[name].providers]:
+            raise platform.PriorityError(
+                f"EXACTFUSE_PRIORITY: {name} has no providers {missing}; it has {list(OPS[name].providers)}"
+            )

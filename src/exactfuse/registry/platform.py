@@ -24,6 +24,10 @@ def default_priority(device_type: str) -> tuple[str, ...]:
     return DEFAULT_PRIORITY.get(device_type, _FALLBACK)
 
 
+class PriorityError(ValueError):
+    """``EXACTFUSE_PRIORITY`` is malformed or names an op or provider that is not declared."""
+
+
 def parse_priority_env(text: str) -> dict[str, tuple[str, ...]]:
     """Parse ``"op=prov,prov;op2=prov"`` into ``{"op": ("prov", "prov"), ...}``."""
     result: dict[str, tuple[str, ...]] = {}
@@ -34,7 +38,7 @@ def parse_priority_env(text: str) -> dict[str, tuple[str, ...]]:
         name, sep, providers = entry.partition("=")
         order = tuple(p.strip() for p in providers.split(",") if p.strip())
         if not sep or not name.strip() or not order:
-            raise ValueError(
+            raise PriorityError(
                 f"EXACTFUSE_PRIORITY: expected 'op=provider[,provider...]' entries separated by ';', got {entry!r}"
             )
         result[name.strip()] = order
