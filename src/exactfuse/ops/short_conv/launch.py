@@ -32,11 +32,13 @@ def launch_conv(
     residual: torch.Tensor | None = None,
     outer_residual: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
+    config: heuristics.ConvConfig | None = None,
 ) -> None:
     """Launch the row kernel, then (spec, prefill, with a state) the write-back kernel.
 
     Arguments as :func:`exactfuse.ops.short_conv.native.conv_reference`; ``out [L, C]`` receives the
-    conv output when there is no ``residual``. Nothing here branches on a row, request or slot count:
+    conv output when there is no ``residual``; ``config`` (sweeps, tests) replaces
+    ``heuristics.conv_config``'s choice. Nothing here branches on a row, request or slot count:
     the grids are expressions in them, and an empty grid launches nothing.
     """
     N, C = x.shape
@@ -45,7 +47,7 @@ def launch_conv(
     SQL = spec_query_len if mode == "spec" else 1
     L = token_indices.shape[0] if token_indices is not None else N
     R = L if mode == "decode" else query_start_loc.shape[0] - 1
-    cfg = heuristics.conv_config(C, SL + SQL - 1, mode)
+    cfg = config or heuristics.conv_config(C, SL + SQL - 1, mode)
     has_state = conv_state is not None
     state = conv_state if has_state else x
     s_strides = conv_state.stride() if has_state else (0, 0, 0)

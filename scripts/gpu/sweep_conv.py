@@ -1,0 +1,92 @@
+"""Sweep the conv family's spec/prefill tile on the GPU: rows x channels a program, and warps.
+
+Usage: PYTHONPATH=src python scripts/gpu/sweep_conv.py [--tiles 8x128,16x128,...] [--warps 4,8]
+
+On the bench grid's causal_conv1d shapes (B x L in {1 x 8192, 8 x 1024, 64 x 128, 4 x 8192, 16 x 4096},
+C = 10240, K = 4, SiLU, slot cache with initial states) it times the row and write-back kernels with
+each ``ConvConfig(BT, BC)`` x warps, after checking the output and the state bit for bit against the
+shipped configuration's (which the GPU tests hold bitwise to the spec), and prints µs, % of the copy
+roofline (``exactfuse bench``'s cost) and the geomean against the shipped tile. Times: median of
+CUDA-graph replays on copies of the case (the op writes its state). Result:
+benchmarks/results/h200/sweeps/conv_tiles.txt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+
+import torch
+from sweep_io import emit
+
+from exactfuse.bench.results import geomean
+from exactfuse.bench.roofline import measure_copy_bandwidth
+from exactfuse.bench.timing import cudagraph_timer
+from exactfuse.ops.short_conv import _causal_conv1d, heuristics, native
+from exactfuse.ops.short_conv.grids import _causal_grid
+from exactfuse.ops.short_conv.launch import launch_conv
+from exactfuse.testing import clone_args
+
+TIMER = cudagraph_timer(rep_ms=10)
+DEFAULT_TILES = "8x128,16x128,32x128,64x128,16x256,32x256,32x64,64x64"
+
+
+def run(case, config):
+    """causal_conv1d's launch on a copy of ``case`` with ``config``: (output, state)."""
+    args, kwargs = clone_args(case.args, case.kwargs)
+    a = _causal_conv1d.signature.bind(*args, **kwargs)
+    a.apply_defaults()
+    a = a.arguments
+    out = torch.empty_like(a["x"])
+    launch = dict(
+        mode="prefill", dilation=a["dilation"], conv_state=a["conv_state"], state_indices=a["state_indices"],
+        query_start_loc=a["query_start_loc"] if a["query_start_loc"] is not None else native.one_sequence(a["x"]),
+        num_accepted_tokens=None, has_initial_state=a["has_initial_state"],
+        init="never" if a["has_initial_state"] is None else "tensor", spec_query_len=1, token_indices=None,
+        null_slot=a["pad_slot_id"], bias=a["bias"], activation=a["activation"], out=out, config=config,
+    )  # fmt: skip
+    return (lambda: launch_conv(a["x"], a["weight"], **launch)), out, a["conv_state"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tiles", default=DEFAULT_TILES)
+    parser.add_argument("--warps", default="4,8")
+    opts = parser.parse_args()
+    copy = measure_copy_bandwidth(torch.device("cuda"))
+    tiles = [tuple(map(int, t.split("x"))) for t in opts.tiles.split(",")]
+    warps = [int(w) for w in opts.warps.split(",")]
+    lines = [f"copy {copy / 1e9:,.0f} GB/s; shipped tile {heuristics.TILE_ROWS}x{heuristics.TILE_CHANNELS}, "
+             f"{heuristics.NUM_WARPS} warps", "shape | BTxBC/warps: µs (% roofline) ..."]  # fmt: skip
+    ratios: dict[tuple, list[float]] = {}
+    for case in _causal_grid(torch.device("cuda"), torch.bfloat16):
+        a = _causal_conv1d.signature.bind(*case.args, **case.kwargs).arguments
+        C, K = a["weight"].shape
+        shipped = heuristics.conv_config(C, K - 1, "prefill")
+        call, ref_out, ref_state = run(case, shipped)
+        call()
+        roof = _causal_conv1d.bytes_fn(*case.args, **case.kwargs) / copy * 1e6
+        row, times = [], {}
+        for (bt, bc), w in itertools.product(tiles, warps):
+            cfg = heuristics.ConvConfig(BT=bt, BC=bc, BC_STATE=shipped.BC_STATE, BW=shipped.BW, num_warps=w)
+            call, out, state = run(case, cfg)
+            call()
+            if not (torch.equal(out, ref_out) and torch.equal(state, ref_state)):
+                row.append(f"{bt}x{bc}/{w}: DIFFERS")
+                continue
+            times[(bt, bc, w)] = TIMER(call) * 1e3
+        base = times.get((shipped.BT, shipped.BC, shipped.num_warps))
+        for key, us in sorted(times.items(), key=lambda kv: kv[1]):
+            row.append(f"{key[0]}x{key[1]}/{key[2]}: {us:.1f} ({100 * roof / us:.0f}%)")
+            if base:
+                ratios.setdefault(key, []).append(base / us)
+        lines.append(f"{case.id} | " + " ".join(row))
+        print(lines[-1], flush=True)
+    ranked = sorted(ratios.items(), key=lambda kv: -geomean(kv[1]))
+    lines.append("geomean speedup over the shipped tile: " + ", ".join(f"{k[0]}x{k[1]}/{k[2]} {geomean(v):.2f}"
+                                                                       for k, v in ranked))  # fmt: skip
+    emit("conv_tiles.txt", lines)
+
+
+if __name__ == "__main__":
+    main()
