@@ -165,11 +165,12 @@ def _bad(name):
         "gate_rounding": _with(args, gate_rounding="fast"),
         "k_scale": _with(args, k_scale=0.5),
         "out": _with(args, out=args[0][:, :, :16]),
+        "one device": _with(args, output_gate=args[9].to("meta")),
     }[name]  # fmt: skip
 
 
 BAD = ["q", "k_cache", "v_cache", "logical_indices", "block_table", "token_to_req", "counts", "Hkv", "power of two",
-       "output_gate", "gate_rounding", "k_scale", "out"]  # fmt: skip
+       "output_gate", "gate_rounding", "k_scale", "out", "one device"]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", BAD)
