@@ -1,68 +1,21 @@
 """sparse_paged_attention: spec, slot mapping, gate stage, contract matrix, every split configuration,
-errors, fallback, warmup, CUDA graphs, torch.compile / export (the op is opaque)."""
-
-from types import SimpleNamespace
+special values, errors, fallback, warmup (compile, export and CUDA graphs: test_sparse_paged_attention_compile.py)."""
 
 import pytest
 import torch
-from torch._dynamo.decorators import mark_unbacked
-from torch._dynamo.testing import CompileCounterWithBackend
 
 import exactfuse
-from exactfuse.ops.sparse_paged_attention import CONTRACT, _sparse_paged_attention, heuristics, native
+from attention_support import CPU, CUDA, assert_contract, case_args, named, op, run, with_args
+from exactfuse.ops.sparse_paged_attention import CONTRACT, heuristics, native
 from exactfuse.ops.sparse_paged_attention import inputs as attn_inputs
-from exactfuse.ops.sparse_paged_attention import triton as at
 from exactfuse.ops.sparse_paged_attention.heuristics import AttentionConfig
 from exactfuse.testing import assert_contract_matrix, make_generator
 from exactfuse.utils import num_sms
 
-op = _sparse_paged_attention
-CUDA = torch.device("cuda")
-CPU = torch.device("cpu")
-
-
-def _case(rows=9, Hq=6, Hkv=1, D=32, page=16, W=70, dtype=torch.float16, device=CPU, seed=0, **kw):
-    gen = make_generator(seed)
-    return attn_inputs.attention_case("c", rows, Hq, Hkv, D, page, W, dtype=dtype, device=device, gen=gen, **kw).args
-
-
-def _named(args: tuple) -> SimpleNamespace:
-    """A call's arguments by name (``a.q``, ``a.k_cache``, ...)."""
-    return SimpleNamespace(**dict(zip(op.signature.parameters, args, strict=True)))
-
-
-def _with(args: tuple, **changes) -> tuple:
-    names = list(op.signature.parameters)
-    out = list(args)
-    for name, value in changes.items():
-        out[names.index(name)] = value
-    return tuple(out)
-
-
-def _run(args: tuple, config: AttentionConfig | None = None, provider: str = "triton") -> torch.Tensor:
-    """The op's output for ``args`` into a fresh NaN-filled ``out``."""
-    out = torch.full_like(args[0], float("nan"))
-    args = (out, *args[1:])
-    if provider == "native":
-        op.native(*args)
-    elif config is None:
-        op.run_provider("triton", *args)
-    else:
-        op.check(*args)
-        at.launch_sparse_paged_attention(*args, config=config)
-    return out
-
-
-def _assert_contract(args: tuple, out: torch.Tensor, where: str = "") -> None:
-    expected = _run(args, provider="native")
-    result = CONTRACT.check(out, expected, args=args)
-    assert result.passed, f"{where}: {result.summary()}"
-    assert not torch.isnan(out).any(), f"{where}: unwritten elements"
-
 
 def _loop_reference(args: tuple) -> torch.Tensor:
     """The spec written as the obvious per-row loop (fp32): gather the valid tokens, softmax, GQA, round."""
-    a = _named(args)
+    a = named(args)
     q, k, v, idx, table, t2r, counts, scale = (a.q, a.k_cache, a.v_cache, a.logical_indices, a.block_table,
                                                a.token_to_req, a.counts, a.scale)  # fmt: skip
     rows, Hq, D = q.shape
@@ -91,8 +44,8 @@ def _loop_reference(args: tuple) -> torch.Tensor:
 @pytest.mark.parametrize("kw", [{}, {"counts": True, "gate": "eager"}, {"padding": 3, "gate": None}],
                          ids=["fused", "counts-eager", "padding-nogate"])  # fmt: skip
 def test_native_is_the_per_row_loop(kw):
-    args = _case(dtype=torch.bfloat16, **kw)
-    got, expected = _run(args, provider="native"), _loop_reference(args)
+    args = case_args(dtype=torch.bfloat16, **kw)
+    got, expected = run(args, provider="native"), _loop_reference(args)
     # fp32 sums in another order, then one rounding: at most one bf16 ulp apart, mostly equal
     assert torch.allclose(got.float(), expected.float(), rtol=2**-7, atol=1e-6)
     assert (got == expected).float().mean() > 0.95
@@ -113,10 +66,10 @@ def test_physical_slots_rules():
 
 
 def test_rows_without_a_token_are_zero_and_padding_rows_too():
-    args = _case(dtype=torch.bfloat16, padding=4, counts=True)
+    args = case_args(dtype=torch.bfloat16, padding=4, counts=True)
     counts = args[7].clone()
     counts[3] = 0
-    out = _run(_with(args, counts=counts), provider="native")
+    out = run(with_args(args, counts=counts), provider="native")
     assert (out[3] == 0).all() and (out[-4:] == 0).all()
 
 
@@ -132,14 +85,14 @@ def test_the_two_gate_roundings_differ_on_random_gates():
 
 
 def test_fp8_scales_are_not_interchangeable():
-    args = _case(dtype=torch.bfloat16, kv_dtype=torch.float8_e4m3fn)
-    right = _run(args, provider="native")
-    swapped = _run(_with(args, k_scale=args[12], v_scale=args[11]), provider="native")
+    args = case_args(dtype=torch.bfloat16, kv_dtype=torch.float8_e4m3fn)
+    right = run(args, provider="native")
+    swapped = run(with_args(args, k_scale=args[12], v_scale=args[11]), provider="native")
     assert not CONTRACT.check(swapped, right, args=args).passed
 
 
 def test_rows_zero_leaves_out_untouched():
-    args = _case(rows=0, reqs=1)
+    args = case_args(rows=0, reqs=1)
     out = torch.full_like(args[0], 7.0)
     op.run_provider("native", out, *args[1:])
     assert out.shape[0] == 0
@@ -147,25 +100,25 @@ def test_rows_zero_leaves_out_untouched():
 
 # ------------------------------------------------------------------ errors
 def _bad(name):
-    args = _case()
+    args = case_args()
     q, k = args[1], args[2]
     return {
-        "q": _with(args, q=q.float()),
-        "k_cache": _with(args, k_cache=k.to(torch.bfloat16), v_cache=args[3].to(torch.bfloat16)),
-        "v_cache": _with(args, v_cache=args[3][:, :, :, :16]),
-        "logical_indices": _with(args, logical_indices=args[4].long()),
-        "block_table": _with(args, block_table=args[5].long()),
-        "token_to_req": _with(args, token_to_req=args[6][:-1]),
-        "counts": _with(args, counts=torch.zeros(3, dtype=torch.int32)),
-        "Hkv": _with(_case(Hq=4, Hkv=2), q=torch.zeros(9, 5, 32, dtype=torch.float16), out=torch.zeros(9, 5, 32,
+        "q": with_args(args, q=q.float()),
+        "k_cache": with_args(args, k_cache=k.to(torch.bfloat16), v_cache=args[3].to(torch.bfloat16)),
+        "v_cache": with_args(args, v_cache=args[3][:, :, :, :16]),
+        "logical_indices": with_args(args, logical_indices=args[4].long()),
+        "block_table": with_args(args, block_table=args[5].long()),
+        "token_to_req": with_args(args, token_to_req=args[6][:-1]),
+        "counts": with_args(args, counts=torch.zeros(3, dtype=torch.int32)),
+        "Hkv": with_args(case_args(Hq=4, Hkv=2), q=torch.zeros(9, 5, 32, dtype=torch.float16), out=torch.zeros(9, 5, 32,
                      dtype=torch.float16), output_gate=torch.zeros(9, 5, 32, dtype=torch.float16)),
-        "power of two": _with(args, q=q[..., :24], out=args[0][..., :24], output_gate=args[9][..., :24],
+        "power of two": with_args(args, q=q[..., :24], out=args[0][..., :24], output_gate=args[9][..., :24],
                               k_cache=k[..., :24], v_cache=args[3][..., :24]),
-        "output_gate": _with(args, output_gate=args[9].float()),
-        "gate_rounding": _with(args, gate_rounding="fast"),
-        "k_scale": _with(args, k_scale=0.5),
-        "out": _with(args, out=args[0][:, :, :16]),
-        "one device": _with(args, output_gate=args[9].to("meta")),
+        "output_gate": with_args(args, output_gate=args[9].float()),
+        "gate_rounding": with_args(args, gate_rounding="fast"),
+        "k_scale": with_args(args, k_scale=0.5),
+        "out": with_args(args, out=args[0][:, :, :16]),
+        "one device": with_args(args, output_gate=args[9].to("meta")),
     }[name]  # fmt: skip
 
 
@@ -180,17 +133,17 @@ def test_bad_input_is_an_error_naming_the_argument(name):
 
 
 def test_fp8_without_scales_is_an_error():
-    args = _case(dtype=torch.bfloat16, kv_dtype=torch.float8_e5m2)
+    args = case_args(dtype=torch.bfloat16, kv_dtype=torch.float8_e5m2)
     with pytest.raises(ValueError, match="v_scale is required"):
-        op(*_with(args, v_scale=None))
+        op(*with_args(args, v_scale=None))
 
 
 def test_public_call_allocates_and_returns_out():
-    args = _case(dtype=torch.bfloat16)
-    a = _named(args)
+    args = case_args(dtype=torch.bfloat16)
+    a = named(args)
     call = (a.q, a.k_cache, a.v_cache, a.logical_indices, a.block_table, a.token_to_req)
     got = exactfuse.sparse_paged_attention(*call, output_gate=a.output_gate)
-    assert torch.equal(got, _run(args, provider="native"))
+    assert torch.equal(got, run(args, provider="native"))
     mine = torch.empty_like(a.q)
     assert exactfuse.sparse_paged_attention(*call, output_gate=a.output_gate, out=mine) is mine
 
@@ -233,52 +186,52 @@ def test_interpreter_contract_matrix():
 
 @pytest.mark.interpreter
 def test_interpreter_every_split_configuration_meets_the_contract_and_repeats():
-    args = _case(rows=5, Hq=8, Hkv=2, D=16, page=7, W=100, counts=True)
+    args = case_args(rows=5, Hq=8, Hkv=2, D=16, page=7, W=100, counts=True)
     for config in _forced_configs(2, 16, 100, CPU):
-        out = _run(args, config)
-        _assert_contract(args, out, str(config))
-        assert torch.equal(out, _run(args, config)), f"{config}: not deterministic"
+        out = run(args, config)
+        assert_contract(args, out, str(config))
+        assert torch.equal(out, run(args, config)), f"{config}: not deterministic"
 
 
 @pytest.mark.interpreter
 @pytest.mark.parametrize("rounding", ["fused", "eager"])
 @pytest.mark.parametrize("splits", [1, 3])
 def test_interpreter_gate_stage_is_the_formula_bit_for_bit(rounding, splits):
-    args = _with(_case(rows=6, Hq=4, Hkv=1, D=32, W=50), gate_rounding=rounding)
+    args = with_args(case_args(rows=6, Hq=4, Hkv=1, D=32, W=50), gate_rounding=rounding)
     config = AttentionConfig(16, splits)
-    plain = _run(_with(args, output_gate=None), config)
-    gated = _run(args, config)
+    plain = run(with_args(args, output_gate=None), config)
+    gated = run(args, config)
     assert torch.equal(gated, native.apply_gate(plain, args[9], rounding))
 
 
 def _specials_cases():
     """(what, args): NaN in one selected K row, Inf in one V, NaN in cache slots no valid entry reads
     (the page-0 slot masked entries stand for), and a row whose only token scores -inf."""
-    base = _case(rows=4, Hq=4, Hkv=1, D=16, page=4, W=12, seed=7, holes=0.3)
-    a = _named(base)
+    base = case_args(rows=4, Hq=4, Hkv=1, D=16, page=4, W=12, seed=7, holes=0.3)
+    a = named(base)
     page, slot, valid = native.physical_slots(a.logical_indices, a.block_table, a.token_to_req, None, 4,
                                               a.k_cache.shape[0])  # fmt: skip
     out = []
     k = a.k_cache.clone()
     k[page[1, valid[1]][0], slot[1, valid[1]][0], 0, 3] = float("nan")
-    out.append(("nan-k", _with(base, k_cache=k)))
+    out.append(("nan-k", with_args(base, k_cache=k)))
     v = a.v_cache.clone()
     v[page[2, valid[2]][0], slot[2, valid[2]][0], 0, 5] = float("inf")
-    out.append(("inf-v", _with(base, v_cache=v)))
+    out.append(("inf-v", with_args(base, v_cache=v)))
     used = set(zip(page[valid].tolist(), slot[valid].tolist(), strict=True))
     k, v = a.k_cache.clone(), a.v_cache.clone()
     for p_ in range(k.shape[0]):
         for s_ in range(k.shape[1]):
             if (p_, s_) not in used:
                 k[p_, s_], v[p_, s_] = float("nan"), float("nan")
-    out.append(("nan-unread", _with(base, k_cache=k, v_cache=v)))
+    out.append(("nan-unread", with_args(base, k_cache=k, v_cache=v)))
     idx = a.logical_indices.clone()
     idx[0] = -1
     idx[0, 5] = a.logical_indices[1, valid[1]][0]  # one token, its score -inf through q
     q = a.q.clone()
     k0 = a.k_cache[page[1, valid[1]][0], slot[1, valid[1]][0], 0].float()
     q[0, 0] = torch.where(k0 > 0, -torch.inf, torch.inf).to(q.dtype)  # -inf * k[d] on every d
-    out.append(("neg-inf-row", _with(base, q=q, logical_indices=idx)))
+    out.append(("neg-inf-row", with_args(base, q=q, logical_indices=idx)))
     return out
 
 
@@ -286,8 +239,8 @@ def _specials_cases():
 @pytest.mark.parametrize("config", [AttentionConfig(16, 1), AttentionConfig(16, 3)], ids=["single", "split"])
 def test_interpreter_nan_and_inf_positions_are_native_s(config):
     for what, args in _specials_cases():
-        expected = _run(args, provider="native")
-        got = _run(args, config)
+        expected = run(args, provider="native")
+        got = run(args, config)
         assert torch.equal(torch.isnan(got), torch.isnan(expected)), what
         assert torch.equal(torch.isinf(got), torch.isinf(expected)), what
         finite = torch.isfinite(expected)
@@ -300,12 +253,12 @@ def test_interpreter_nan_and_inf_positions_are_native_s(config):
 
 @pytest.mark.interpreter
 def test_interpreter_declines_bf16_and_fp8_and_wide_groups_to_native():
-    for args in (_case(dtype=torch.bfloat16), _case(dtype=torch.bfloat16, kv_dtype=torch.float8_e5m2),
-                 _case(Hq=32, Hkv=1)):  # fmt: skip
+    for args in (case_args(dtype=torch.bfloat16), case_args(dtype=torch.bfloat16, kv_dtype=torch.float8_e5m2),
+                 case_args(Hq=32, Hkv=1)):  # fmt: skip
         assert op.select(*args).name == "native"
         assert op.providers["triton"].accepts(*args) is not True
     with op.priority(["triton", "native"]):
-        assert op.select(*_case()).name == "triton"
+        assert op.select(*case_args()).name == "triton"
 
 
 @pytest.mark.interpreter
@@ -317,76 +270,15 @@ def test_interpreter_warmup_launches_every_reachable_configuration():
 
 @pytest.mark.interpreter
 def test_interpreter_opcheck():
-    args = _with(_case(rows=3, Hq=4, Hkv=1, D=16, W=20), out=torch.empty(3, 4, 16, dtype=torch.float16))
+    args = with_args(case_args(rows=3, Hq=4, Hkv=1, D=16, W=20), out=torch.empty(3, 4, 16, dtype=torch.float16))
     with op.priority(["triton"]):
         torch.library.opcheck(op.torch_op, args)
-
-
-def _public(args):
-    """The op as a model calls it: rows (q, indices, requests, gate) vary, the cache and table are the layer's."""
-    a = _named(args)
-    k, v, table = a.k_cache, a.v_cache, a.block_table
-    return lambda q, idx, t2r, gate: exactfuse.sparse_paged_attention(q, k, v, idx, table, t2r, output_gate=gate)
-
-
-def _row_inputs(args):
-    return args[1], args[4], args[6], args[9]
-
-
-def _assert_public_contract(args, fn_inputs, got, where):
-    q, idx, t2r, gate = fn_inputs
-    full = _with(args, q=q, logical_indices=idx, token_to_req=t2r, output_gate=gate, out=torch.empty_like(q))
-    _assert_contract(full, got, where)
-
-
-def _rows_cases(rows_list, device, dtype, **kw):
-    """Calls of one layer (one cache) at several row counts: the first case's cache and table, fresh rows."""
-    base = _case(rows=max(rows_list), dtype=dtype, device=device, seed=11, **kw)
-    for rows in rows_list:
-        yield rows, tuple(t[:rows] for t in _row_inputs(base)), base
-
-
-def _assert_no_recompile(cases, compiled, counter):
-    frames = None
-    for rows, inputs, base in cases:
-        for t in inputs:
-            mark_unbacked(t, 0)  # no 0/1 specialization: rows = 1 must not recompile
-        _assert_public_contract(base, inputs, compiled(*inputs), f"compiled, rows = {rows}")
-        # the first trace may restart once (a float argument specialized); no later call compiles
-        frames = frames or counter.frame_count
-        assert counter.frame_count == frames, f"recompiled at rows = {rows}"
-
-
-@pytest.mark.interpreter
-def test_interpreter_compile_dynamic_rows_never_recompiles_and_exports():
-    rows_list = (8, 1, 5, 13, 20)
-    cases = list(_rows_cases(rows_list, CPU, torch.float16, Hq=4, Hkv=1, D=16, W=40))
-    fn = _public(cases[0][2])
-    torch._dynamo.reset()
-    counter = CompileCounterWithBackend("inductor")
-    with _sparse_paged_attention.priority(["triton"]):
-        compiled = torch.compile(fn, dynamic=True, fullgraph=True, backend=counter)
-        _assert_no_recompile(cases, compiled, counter)
-        exported = torch.export.export(_Module(fn), cases[0][1],
-                                       dynamic_shapes=(tuple({0: torch.export.Dim("rows", min=1, max=65536)}
-                                                             for _ in range(4)),))  # fmt: skip
-        for rows, inputs, base in cases:
-            _assert_public_contract(base, inputs, exported.module()(*inputs), f"exported, rows = {rows}")
-
-
-class _Module(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *inputs):
-        return self.fn(*inputs)
 
 
 def test_declared_with_cost_grids_and_warmup():
     assert "sparse_paged_attention" in exactfuse.OPS and op.compiler == "opaque"
     assert {"default", "quick"} <= set(op.grids) and op.warmup_fn is not None
-    args = _case()
+    args = case_args()
     assert op.bytes_fn(*args) > args[1].numel() * 2
 
 
@@ -398,7 +290,7 @@ GPU_DTYPES = pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], i
 @GPU_DTYPES
 def test_gpu_contract_matrix(dtype):
     """seed 004's cases (D 256, W 2051, pages 784-1600, fp8 with k_scale 0.5 / v_scale 2), D 64/128, edges."""
-    assert op.select(*_case(device=CUDA, dtype=dtype)).name == "triton"
+    assert op.select(*case_args(device=CUDA, dtype=dtype)).name == "triton"
     assert_contract_matrix(op, "cuda", dtype)
 
 
@@ -407,79 +299,27 @@ def test_gpu_contract_matrix(dtype):
 def test_gpu_every_split_configuration_meets_the_contract_and_repeats(kv):
     kv_dtype = torch.bfloat16 if kv == "bf16" else torch.float8_e4m3fn
     for Hkv, D, rows in ((2, 256, 64), (4, 128, 16)):
-        args = _case(rows=rows, Hq=12 * Hkv, Hkv=Hkv, D=D, page=1600, W=2051, dtype=torch.bfloat16, device=CUDA,
+        args = case_args(rows=rows, Hq=12 * Hkv, Hkv=Hkv, D=D, page=1600, W=2051, dtype=torch.bfloat16, device=CUDA,
                      kv_dtype=kv_dtype, counts=True)  # fmt: skip
-        single = _run(args, AttentionConfig(32, 1))
+        single = run(args, AttentionConfig(32, 1))
         for config in _forced_configs(Hkv, D, 2051, CUDA):
-            out = _run(args, config)
-            _assert_contract(args, out, f"Hkv {Hkv} D {D} {config}")
+            out = run(args, config)
+            assert_contract(args, out, f"Hkv {Hkv} D {D} {config}")
             assert CONTRACT.check(out, single, args=args).passed, f"{config} against one split"
-            assert torch.equal(out, _run(args, config)), f"{config}: not deterministic"
+            assert torch.equal(out, run(args, config)), f"{config}: not deterministic"
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("rounding", ["fused", "eager"])
 def test_gpu_gate_stage_is_the_formula_bit_for_bit(rounding):
-    args = _with(_case(rows=64, Hq=24, Hkv=2, D=256, page=1600, W=2051, dtype=torch.bfloat16, device=CUDA),
+    args = with_args(case_args(rows=64, Hq=24, Hkv=2, D=256, page=1600, W=2051, dtype=torch.bfloat16, device=CUDA),
                  gate_rounding=rounding)  # fmt: skip
     for config in (AttentionConfig(32, 1), AttentionConfig(32, 8)):
-        plain = _run(_with(args, output_gate=None), config)
-        gated = _run(args, config)
+        plain = run(with_args(args, output_gate=None), config)
+        gated = run(args, config)
         assert torch.equal(gated, native.apply_gate(plain, args[9], rounding)), config
         other = "eager" if rounding == "fused" else "fused"
         assert not torch.equal(gated, native.apply_gate(plain, args[9], other)), config
-
-
-def _compiled_keys(kernel) -> set:
-    """The specializations ``kernel`` has compiled (Triton's per-device kernel caches)."""
-    return {key for entry in getattr(kernel, "device_caches", {}).values() for key in entry[0]}
-
-
-@pytest.mark.gpu
-@torch.no_grad()
-def test_gpu_warmup_then_cuda_graphs_compile_nothing_and_replay_eager():
-    base = _case(rows=1024, Hq=24, Hkv=2, D=256, page=1600, W=2051, dtype=torch.bfloat16, device=CUDA, seed=5)
-    fresh = _case(rows=1024, Hq=24, Hkv=2, D=256, page=1600, W=2051, dtype=torch.bfloat16, device=CUDA, seed=6)
-    a = _named(base)
-    layer = {"num_heads": 24, "num_kv_heads": 2, "head_dim": 256, "width": 2051, "k_cache": a.k_cache,
-             "v_cache": a.v_cache}  # fmt: skip
-    exactfuse.warmup(["sparse_paged_attention"], attention_layers=(layer,))
-    kernels = (at.sparse_attention_partial_kernel, at.sparse_attention_merge_kernel)
-    before = [_compiled_keys(kern) for kern in kernels]
-    fn = _public(base)
-    for rows in (1, 64, 1024):
-        inputs = [t[:rows].clone() for t in _row_inputs(base)]
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            result = fn(*inputs)
-        for t, new in zip(inputs, _row_inputs(fresh), strict=True):
-            t.copy_(new[:rows])
-        graph.replay()
-        assert torch.equal(result, fn(*inputs)), f"rows = {rows}"
-    new = [sorted(map(str, _compiled_keys(kern) - seen)) for kern, seen in zip(kernels, before, strict=True)]
-    assert new == [[], []], f"compiled during capture: {new}"
-
-
-@pytest.mark.gpu
-def test_gpu_compile_dynamic_rows_guard_free_and_export():
-    rows_list = (8, 1, 7, 64, 257, 1024, 2048)
-    cases = list(_rows_cases(rows_list, CUDA, torch.bfloat16, Hq=24, Hkv=2, D=256, page=1600, W=2051))
-    fn = _public(cases[0][2])
-    torch._dynamo.reset()
-    counter = CompileCounterWithBackend("inductor")
-    compiled = torch.compile(fn, dynamic=True, fullgraph=True, backend=counter)
-    _assert_no_recompile(cases, compiled, counter)
-    for traced in (cases[1], cases[-1]):
-        torch._dynamo.reset()
-        free = torch.compile(fn, dynamic=True, fullgraph=True,
-                             options={"guard_filter_fn": torch.compiler.skip_all_guards_unsafe})  # fmt: skip
-        free(*traced[1])
-        for rows, inputs, base in cases:
-            _assert_public_contract(base, inputs, free(*inputs), f"guard-free from {traced[0]}, rows = {rows}")
-    dims = tuple({0: torch.export.Dim("rows", min=1, max=65536)} for _ in range(4))
-    exported = torch.export.export(_Module(fn), cases[0][1], dynamic_shapes=(dims,)).module()
-    for rows, inputs, base in cases:
-        _assert_public_contract(base, inputs, exported(*inputs), f"exported, rows = {rows}")
 
 
 @pytest.mark.gpu
@@ -496,4 +336,4 @@ def test_gpu_int64_cache_offsets():
     q = torch.randn((rows, 16 * Hkv, D), dtype=torch.bfloat16, device=CUDA)
     args = (torch.empty_like(q), q, k, v, idx, table, torch.zeros(rows, dtype=torch.int32, device=CUDA),
             None, None, None, "fused", None, None)  # fmt: skip
-    _assert_contract(args, _run(args), "int64 offsets")
+    assert_contract(args, run(args), "int64 offsets")
