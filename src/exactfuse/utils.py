@@ -54,6 +54,12 @@ def num_sms(device: torch.device) -> int:
     return 132
 
 
+@functools.cache
+def compute_capability(device: torch.device) -> tuple[int, int]:
+    """``(major, minor)`` of a CUDA ``device`` (cached: the driver query is microseconds a call)."""
+    return torch.cuda.get_device_capability(device)
+
+
 def is_symbolic(n) -> bool:
     """Whether ``n`` is a symbolic size (a ``torch.SymInt`` of a trace) rather than a concrete ``int``.
 

@@ -15,7 +15,7 @@ from exactfuse.ops.sparse_paged_attention import native
 from exactfuse.ops.sparse_paged_attention import triton as _triton
 from exactfuse.registry import KeywordOp, op, platform
 from exactfuse.registry.contracts import Float64Relative
-from exactfuse.utils import empty
+from exactfuse.utils import compute_capability, empty
 
 # By DESIGN's float64 rule: relative Frobenius error against the float64 reference at most twice the
 # native path's own (native: fp32 scores and softmax, one rounding; the kernel also rounds P to the
@@ -37,11 +37,7 @@ def triton_supports(
             return reason
     if k_cache.is_cpu and k_cache.dtype in native.FP8_DTYPES:
         return "float8 caches on the CPU: the Triton interpreter has no float8 arithmetic"
-    if (
-        k_cache.dtype == torch.float8_e4m3fn
-        and k_cache.is_cuda
-        and torch.cuda.get_device_capability(k_cache.device) < (8, 9)
-    ):
+    if k_cache.dtype == torch.float8_e4m3fn and k_cache.is_cuda and compute_capability(k_cache.device) < (8, 9):
         return "float8_e4m3fn caches need an SM 8.9+ GPU (use float8_e5m2)"
     G = q.shape[1] // k_cache.shape[2]
     if G > MAX_GROUP:

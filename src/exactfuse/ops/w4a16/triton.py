@@ -26,8 +26,6 @@ CUDA-graph capturable once its kernels are compiled (``exactfuse.warmup``).
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
@@ -37,7 +35,7 @@ from exactfuse.ops.w4a16.gemv import w4a16_gemv_kernel
 from exactfuse.ops.w4a16.heuristics import RECORDERS, TileConfig, select_config
 from exactfuse.ops.w4a16.splitk import REDUCE_BLOCK, arrival_counters, finish_tile, w4a16_splitk_reduce_kernel
 from exactfuse.registry import platform
-from exactfuse.utils import empty, next_power_of_2, num_sms
+from exactfuse.utils import compute_capability, empty, next_power_of_2, num_sms
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -126,9 +124,8 @@ def w4a16_gemm_kernel(
 GROUP_M = 8
 
 
-@functools.cache
 def _packed_math_device(device: torch.device) -> bool:
-    return torch.cuda.get_device_capability(device) >= (9, 0)
+    return compute_capability(device) >= (9, 0)
 
 
 def packed_math(a: torch.Tensor) -> bool:
