@@ -8,7 +8,9 @@ import csv
 import dataclasses
 import io
 import json
+import os
 import re
+import signal
 import time
 
 import pytest
@@ -99,6 +101,39 @@ def test_time_budget_keeps_the_cases_done_and_lists_the_rest(fake_op, tmp_path, 
     )
     assert {r.shape for r in rows} == {cases[0]}
     assert not_run == [f"fp32/{c}" for c in cases[1:]]
+
+
+def test_an_interrupted_run_writes_the_cases_done_and_lists_the_rest_for_resume(fake_op, tmp_path):
+    all_rows = bench_op(fake_op, torch.float32, bench_config(), timer=fake_timer, roofline=ROOF)
+    cases = list(dict.fromkeys(r.shape for r in all_rows))
+    per_case = len(all_rows) // len(cases)
+    calls = iter(range(10**6))
+
+    def interrupting_timer(body):  # SIGINT, or SIGTERM under the CLI, while the second case is timed
+        if next(calls) >= per_case:
+            raise KeyboardInterrupt
+        return fake_timer(body)
+
+    console = Console(file=io.StringIO(), width=150)
+    with pytest.raises(runner.BenchInterruptedError) as info:
+        bench_cli.bench_and_write(
+            [fake_op], bench_config(), timer=interrupting_timer, roofline=ROOF, meta={"gpu": "cpu"},
+            out_dir=tmp_path, console=console, reporter=RichReporter(console),
+        )  # fmt: skip
+    assert info.value.not_run == [f"fp32/{c}" for c in cases[1:]]
+    rows, meta = results.load_rows(tmp_path / f"{fake_op.name}.json")
+    assert {r.shape for r in rows} == {cases[0]} and meta["incomplete"]["cases_not_run"] == info.value.not_run
+    text = console.file.getvalue()
+    assert f"[1/{len(cases)}] {cases[0]}" in text and "interrupted" in text  # one line a case in a log file
+    assert bench_cli.resume_cases(str(tmp_path / f"{fake_op.name}.json"), [fake_op]) == set(info.value.not_run)
+
+
+def test_sigterm_interrupts_like_sigint():
+    before = signal.getsignal(signal.SIGTERM)
+    with bench_cli.sigterm_interrupts(), pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+    assert signal.getsignal(signal.SIGTERM) is before
 
 
 def test_shards_split_the_grid_and_merge_back(fake_op, tmp_path):

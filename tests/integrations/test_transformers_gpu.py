@@ -71,11 +71,21 @@ def test_gpu_exact_mode_keeps_logits_and_greedy_tokens(family):
 def test_gpu_patched_model_under_torch_compile():
     model = _model("llama")
     ids = torch.randint(0, 4096, (4, 32), device="cuda", generator=torch.Generator("cuda").manual_seed(2))
-    apply(model)
+
+    def compiled_logits(backend):
+        torch._dynamo.reset()
+        return torch.compile(model, backend=backend)(input_ids=ids).logits
+
     with torch.no_grad():
         eager = model(input_ids=ids).logits
-        torch._dynamo.reset()
-        compiled = torch.compile(model, fullgraph=False)
-        # Inductor may fuse the projections' epilogues differently from eager: the MLP op stays exact, the
-        # logits are held to the bf16 tolerance of two roundings
-        torch.testing.assert_close(compiled(input_ids=ids).logits, eager, rtol=1.6e-2, atol=1e-2)
+        drift = (compiled_logits("inductor") - eager).abs().mean()  # Inductor's own fusions, unpatched
+        apply(model)
+        traced = compiled_logits("aot_eager")
+        fused = compiled_logits("inductor")
+    # traced by dynamo and AOTAutograd but run op by op: the patched model's eager logits, bit for bit
+    assert torch.equal(traced, eager)
+    # under Inductor the rest of the model is fused as it is without exactfuse: no more drift from eager than
+    # the unpatched model's own (mean |Δ| of each, bf16 logits)
+    patched_drift = (fused - eager).abs().mean()
+    assert patched_drift <= 1.5 * drift, (float(patched_drift), float(drift))
+    revert(model)

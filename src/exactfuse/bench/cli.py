@@ -1,12 +1,16 @@
 """``exactfuse bench``: arguments and the run (called by ``exactfuse.cli``).
 
 Exit codes: 0 every exactfuse provider passed its gate, 1 one failed its
-contract or raised, 2 usage error or no CUDA GPU.
+contract or raised, 2 usage error or no CUDA GPU, 130 interrupted (SIGINT or
+SIGTERM, e.g. from ``timeout``): the rows of the cases done are written, with
+the cases left under ``meta.incomplete.cases_not_run`` for ``--resume``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,7 +22,7 @@ from exactfuse.bench import results
 from exactfuse.bench.display import RichReporter, summary_table
 from exactfuse.bench.peers import PEERS, peers_for
 from exactfuse.bench.roofline import Roofline, measure_roofline
-from exactfuse.bench.runner import COMPILED, NATIVE, BenchConfig, Candidates, Reporter, bench_op
+from exactfuse.bench.runner import COMPILED, NATIVE, BenchConfig, BenchInterruptedError, Candidates, Reporter, bench_op
 from exactfuse.bench.timing import Timer, cudagraph_timer, l2_cache_bytes, recompile_limits
 from exactfuse.registry import OPS, Op
 from exactfuse.utils import DTYPES_BY_NAME
@@ -94,21 +98,29 @@ def bench_and_write(
         for op in ops:
             rows: list[results.Row] = []
             not_run: list[str] = []
+            interrupted = None
             for dtype in config.dtypes:
                 if dtype not in op.dtypes:
                     console.print(f"[dim]{op.name}: {dtype} is not one of its dtypes, skipped[/]")
                     continue
-                rows += bench_op(
-                    op,
-                    dtype,
-                    config,
-                    timer=timer,
-                    roofline=roofline,
-                    candidates=candidates,
-                    reporter=reporter,
-                    not_run=not_run,
-                )
-            if not_run:
+                try:
+                    rows += bench_op(
+                        op,
+                        dtype,
+                        config,
+                        timer=timer,
+                        roofline=roofline,
+                        candidates=candidates,
+                        reporter=reporter,
+                        not_run=not_run,
+                    )
+                except BenchInterruptedError as exc:
+                    rows += exc.rows
+                    interrupted = exc
+                    break
+            if interrupted is not None:
+                console.print(f"[yellow]{op.name}: interrupted, {len(not_run)} case(s) not run[/]")
+            elif not_run:
                 console.print(f"[yellow]{op.name}: time budget reached, {len(not_run)} case(s) not run[/]")
             if not rows:
                 continue
@@ -120,6 +132,8 @@ def bench_and_write(
                 op_meta = dict(meta, incomplete={"cases_not_run": not_run}) if not_run else meta
                 csv_path, json_path = results.write_op_results(out_dir, op.name, rows, op_meta)
                 console.print(f"[dim]wrote {csv_path} and {json_path}[/]")
+            if interrupted is not None:
+                raise interrupted
     return all_rows
 
 
@@ -140,6 +154,21 @@ def draw_plots(target: str, all_rows: dict[str, list[results.Row]], title: str, 
             console.print(f"[dim]plot: {plot(rows, path, title=title)}[/]")
         except (PlotUnavailableError, ValueError) as exc:
             console.print(f"[yellow]no plot {path}: {exc}[/]")
+
+
+@contextlib.contextmanager
+def sigterm_interrupts():
+    """SIGTERM (``timeout``, a job scheduler) raises ``KeyboardInterrupt`` as SIGINT does, so that a stopped
+    run still writes what it measured."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def bench_device() -> torch.device:
@@ -205,16 +234,20 @@ def run(args: argparse.Namespace, console: Console) -> int:
     out_dir = Path(args.out) if args.out else Path("benchmarks/results") / meta["gpu_slug"]
     reporter = RichReporter(console)
     try:
-        all_rows = bench_and_write(
-            ops,
-            config,
-            timer=cudagraph_timer(rep_ms),
-            roofline=roofline,
-            meta=meta,
-            out_dir=out_dir,
-            console=console,
-            reporter=reporter,
-        )
+        with sigterm_interrupts():
+            all_rows = bench_and_write(
+                ops,
+                config,
+                timer=cudagraph_timer(rep_ms),
+                roofline=roofline,
+                meta=meta,
+                out_dir=out_dir,
+                console=console,
+                reporter=reporter,
+            )
+    except BenchInterruptedError:
+        console.print(f"[yellow]interrupted; rerun with --resume {out_dir}/<op>.json for the cases left[/]")
+        return 130
     finally:
         reporter.close()
     if args.plot:

@@ -41,7 +41,8 @@ def _resources(rows: list[Row]) -> str:
 
 
 class RichReporter(Reporter):
-    """Draws the rows of the current (op, dtype) as they finish, under a progress bar over shapes."""
+    """Draws the rows of the current (op, dtype) as they finish, under a progress bar over shapes; where the
+    console is not a terminal (a log file), one line a case as it finishes instead."""
 
     def __init__(self, console: Console):
         self.console = console
@@ -64,16 +65,24 @@ class RichReporter(Reporter):
             console=self.console,
         )
         self.task = self.progress.add_task("", total=n_cases)
-        self.live = Live(Group(self.table, self.progress), console=self.console, refresh_per_second=4)
-        self.live.start()
+        self.n_cases, self.n_done = n_cases, 0
+        if self.console.is_terminal:
+            self.live = Live(Group(self.table, self.progress), console=self.console, refresh_per_second=4)
+            self.live.start()
 
     def case_done(self, op: Op, dtype: torch.dtype, case: Case, rows: list[Row]) -> None:
         by_provider = {r.provider: r for r in rows}
         roof = ", ".join(
             f"{r.provider} {r.pct_roofline:.0f}%" for r in rows if r.kind == "exactfuse" and r.pct_roofline is not None
         )
-        self.table.add_row(case.id, *(_cell(by_provider.get(p)) for p in self.providers), roof, _resources(rows))
+        cells = [_cell(by_provider.get(p)) for p in self.providers]
+        self.table.add_row(case.id, *cells, roof, _resources(rows))
         self.progress.update(self.task, advance=1, description=case.id)
+        self.n_done += 1
+        if self.live is None:
+            named = "  ".join(f"{p} {c}" for p, c in zip(self.providers, cells, strict=True) if c)
+            where = f"{op.name} {DTYPE_NAMES.get(dtype, dtype)} [{self.n_done}/{self.n_cases}] {case.id}"
+            self.console.print(f"{where}: {named}  {roof}  [dim]{_resources(rows)}[/]")
 
     def done(self, op: Op, dtype: torch.dtype, rows: list[Row]) -> None:
         if self.live is not None:

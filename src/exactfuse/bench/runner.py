@@ -67,6 +67,14 @@ class Candidate:
     kernels: tuple = ()
 
 
+class BenchInterruptedError(Exception):
+    """A bench stopped by SIGINT or SIGTERM: ``rows`` were measured before it, ``not_run`` names the cases left."""
+
+    def __init__(self, rows: list[Row], not_run: list[str]):
+        super().__init__(f"interrupted with {len(not_run)} case(s) not run")
+        self.rows, self.not_run = rows, not_run
+
+
 class Reporter:
     """Progress callbacks; the CLI draws with rich, tests use this no-op."""
 
@@ -279,7 +287,9 @@ def bench_op(
     """Every case of ``op``'s grid for ``dtype``: one row per (case, candidate).
 
     Past ``config.deadline`` no new case starts; the ids of the cases left are
-    appended to ``not_run`` (when given).
+    appended to ``not_run`` (when given). A ``KeyboardInterrupt`` (SIGINT, or
+    SIGTERM under ``exactfuse bench``) ends the loop with ``BenchInterruptedError``,
+    which carries the rows of the cases done.
     """
     reporter = reporter or Reporter()
     candidates = candidates or Candidates(config)
@@ -294,24 +304,31 @@ def bench_op(
         cases = cases[config.shard[0] :: config.shard[1]]
     reporter.start(op, dtype, [c.name for c in cands], len(cases))
     rows: list[Row] = []
+    not_run = [] if not_run is None else not_run
     with torch.no_grad():
         while cases:
             if config.deadline is not None and time.monotonic() > config.deadline:
-                if not_run is not None:
-                    not_run += [case_key(name, c.id) for c in cases]
+                not_run += [case_key(name, c.id) for c in cases]
                 break
-            case = cases.pop(0)  # drop each case's tensors once it is done
+            case = cases[0]
             try:
-                bench = CaseBench(op, dtype, case, config, timer, roofline)
-            except Exception as exc:  # the reference or the cost raised: every candidate errs
-                note = f"reference failed: {_error_note(exc)}"
-                case_rows = [
-                    Row(op.name, DTYPE_NAMES.get(dtype, str(dtype)), case.id, c.name, c.kind, "error", note=note)
-                    for c in cands
-                ]
-            else:
-                case_rows = bench.run(cands)
+                case_rows = _bench_case(op, dtype, case, config, timer, roofline, cands)
+            except KeyboardInterrupt:
+                not_run += [case_key(name, c.id) for c in cases]
+                reporter.done(op, dtype, rows)
+                raise BenchInterruptedError(rows, not_run) from None
+            cases.pop(0)  # drop each case's tensors once it is done
             rows += case_rows
             reporter.case_done(op, dtype, case, case_rows)
     reporter.done(op, dtype, rows)
     return rows
+
+
+def _bench_case(op, dtype, case, config, timer, roofline, cands) -> list[Row]:
+    try:
+        bench = CaseBench(op, dtype, case, config, timer, roofline)
+    except Exception as exc:  # the reference or the cost raised: every candidate errs
+        note = f"reference failed: {_error_note(exc)}"
+        name = DTYPE_NAMES.get(dtype, str(dtype))
+        return [Row(op.name, name, case.id, c.name, c.kind, "error", note=note) for c in cands]
+    return bench.run(cands)
