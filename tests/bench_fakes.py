@@ -17,7 +17,7 @@ from exactfuse.bench import results
 from exactfuse.bench.peers import PeerAdapter, register_peer, unregister_peer
 from exactfuse.bench.roofline import Roofline
 from exactfuse.bench.runner import BenchConfig, bench_op
-from exactfuse.registry import OPS, Bitwise, Case, op
+from exactfuse.registry import OPS, Bitwise, Case, LazyCase, op
 
 # Fake times (ms per call) by the provider that ran last.
 TIMES = {"native": 2.0, "good": 1.0, "picky": 1.0, "fakepeer": 4.0}
@@ -86,6 +86,17 @@ FAKE_KERNEL = FakeJit()
 SHAPES = {"n8": (2, 4), "n64": (8, 8), "n512": (16, 32)}
 
 
+BUILT: list[str] = []
+
+
+def _lazy(case: Case) -> LazyCase:
+    def build() -> Case:
+        BUILT.append(case.id)
+        return case
+
+    return LazyCase(case.id, build)
+
+
 def _grid(device, dtype):
     for name, shape in SHAPES.items():
         yield Case(name, (torch.arange(math.prod(shape), dtype=dtype, device=device).reshape(shape) / 7,))
@@ -102,6 +113,7 @@ def registered_fake_op():
     fake.grid("default")(_grid)
     fake.grid("quick")(lambda device, dtype: (c for c in _grid(device, dtype) if c.id == "n8"))
     fake.grid("badref")(lambda device, dtype: [Case("str", ("not a tensor",))])
+    fake.grid("lazy")(lambda device, dtype: [_lazy(c) for c in _grid(device, dtype)])
     fake.grid("dup")(lambda device, dtype: [Case("a", (torch.ones(2),)), Case("a", (torch.ones(3),))])
     fake.cost(bytes=lambda x: 2 * x.numel() * x.element_size())
 

@@ -10,12 +10,12 @@ import pytest
 import torch
 from rich.console import Console
 
-from bench_fakes import CALLS, FAKE_KERNEL, SEEN_PTRS, SHAPES, rows_by_case
+from bench_fakes import BUILT, CALLS, FAKE_KERNEL, ROOF, SEEN_PTRS, SHAPES, bench_config, fake_timer, rows_by_case
 from exactfuse.bench import cli as bench_cli
 from exactfuse.bench import gate, resources
-from exactfuse.bench.runner import expand_grid
+from exactfuse.bench.runner import bench_op, expand_grid
 from exactfuse.bench.timing import recompile_limits, rotation_count
-from exactfuse.registry import OPS, Bitwise, Tolerance, Ulp
+from exactfuse.registry import OPS, Bitwise, Case, LazyCase, Tolerance, Ulp
 
 
 # ------------------------------------------------------------------ grids
@@ -28,11 +28,31 @@ def test_expand_grid_gives_the_declared_cases_in_the_dtype(fake_op):
 
 def test_expand_grid_errors_name_the_grid(fake_op):
     with pytest.raises(
-        KeyError, match="no bench grid 'huge'; declared grids: \\['badref', 'default', 'dup', 'quick'\\]"
+        KeyError, match="no bench grid 'huge'; declared grids: \\['badref', 'default', 'dup', 'lazy', 'quick'\\]"
     ):
         expand_grid(fake_op, "huge", "cpu", torch.float32)
     with pytest.raises(ValueError, match="repeats case id 'a'"):
         expand_grid(fake_op, "dup", "cpu", torch.float32)
+
+
+def test_lazy_cases_are_built_one_at_a_time_and_only_when_selected(fake_op):
+    BUILT.clear()
+    assert [c.id for c in expand_grid(fake_op, "lazy", "cpu", torch.float32)] == list(SHAPES) and not BUILT
+    rows = bench_op(fake_op, torch.float32, bench_config(grid="lazy", case_pattern="/n8$"), timer=fake_timer,
+                    roofline=ROOF)  # fmt: skip
+    assert (
+        BUILT == ["n8"]
+        and {r.shape for r in rows} == {"n8"}
+        and not any(r.note.startswith("reference failed") for r in rows)
+    )
+    wrong = LazyCase("a", lambda: Case("b", ()))
+    with pytest.raises(ValueError, match="lazy case 'a' built a case with id 'b'"):
+        wrong.materialize()
+
+
+def test_the_attention_grid_names_its_cases_without_building_them():
+    cases = expand_grid(OPS["sparse_paged_attention"], "default", "cpu", torch.bfloat16)
+    assert all(isinstance(c, LazyCase) for c in cases) and len(cases) == 30
 
 
 @pytest.mark.parametrize("name", ["silu_and_mul", "gelu_and_mul"])

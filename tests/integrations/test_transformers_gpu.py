@@ -78,12 +78,13 @@ def test_gpu_patched_model_under_torch_compile():
 
     with torch.no_grad():
         eager = model(input_ids=ids).logits
+        traced_before = compiled_logits("aot_eager")
         drift = (compiled_logits("inductor") - eager).abs().mean()  # Inductor's own fusions, unpatched
         apply(model)
         traced = compiled_logits("aot_eager")
         fused = compiled_logits("inductor")
-    # traced by dynamo and AOTAutograd but run op by op: the patched model's eager logits, bit for bit
-    assert torch.equal(traced, eager)
+    # traced by dynamo and AOTAutograd, run op by op: exact mode changes nothing there either
+    assert torch.equal(traced, traced_before)
     # under Inductor the rest of the model is fused as it is without exactfuse: no more drift from eager than
     # the unpatched model's own (mean |Δ| of each, bf16 logits)
     patched_drift = (fused - eager).abs().mean()

@@ -19,7 +19,7 @@ from exactfuse.bench.peers import PeerAdapter, peers_for
 from exactfuse.bench.results import Row, case_key
 from exactfuse.bench.roofline import Roofline
 from exactfuse.bench.timing import MAX_BUFFERS, Timer, rotation_count
-from exactfuse.registry import Case, Contract, Op, Tolerance
+from exactfuse.registry import Case, Contract, LazyCase, Op, Tolerance
 from exactfuse.registry.op import direct_triton_launches
 from exactfuse.utils import DTYPE_NAMES
 
@@ -156,8 +156,9 @@ class Candidates:
         return Candidate(peer.name, "peer", peer.prepare, peer.accepts, contract=_baseline_contract, gated=False)
 
 
-def expand_grid(op: Op, grid: str, device: torch.device | str, dtype: torch.dtype) -> list[Case]:
-    """The cases of ``op``'s bench grid ``grid`` for ``dtype`` on ``device``; ids must be unique."""
+def expand_grid(op: Op, grid: str, device: torch.device | str, dtype: torch.dtype) -> list[Case | LazyCase]:
+    """The cases of ``op``'s bench grid ``grid`` for ``dtype`` on ``device``; ids must be unique. A
+    ``LazyCase`` stays unbuilt here: ``bench_op`` builds each as it runs it."""
     if grid not in op.grids:
         raise KeyError(f"{op.name}: no bench grid {grid!r}; declared grids: {sorted(op.grids)}")
     cases = list(op.grids[grid](torch.device(device), dtype))
@@ -326,7 +327,8 @@ def bench_op(
 
 def _bench_case(op, dtype, case, config, timer, roofline, cands) -> list[Row]:
     try:
-        bench = CaseBench(op, dtype, case, config, timer, roofline)
+        built = case.materialize() if isinstance(case, LazyCase) else case
+        bench = CaseBench(op, dtype, built, config, timer, roofline)
     except Exception as exc:  # the reference or the cost raised: every candidate errs
         note = f"reference failed: {_error_note(exc)}"
         name = DTYPE_NAMES.get(dtype, str(dtype))

@@ -9,7 +9,7 @@ from exactfuse.registry.contracts import (
     ulp_distance,
 )
 from exactfuse.registry.keyword import KeywordOp
-from exactfuse.registry.op import OPS, Case, NoProviderError, Op, Provider, get, op
+from exactfuse.registry.op import OPS, Case, LazyCase, NoProviderError, Op, Provider, get, op
 
 __all__ = [
     "OPS",
@@ -18,6 +18,7 @@ __all__ = [
     "CheckResult",
     "Contract",
     "KeywordOp",
+    "LazyCase",
     "NoProviderError",
     "Op",
     "Provider",

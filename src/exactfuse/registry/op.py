@@ -32,6 +32,22 @@ class Case:
     kwargs: dict = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class LazyCase:
+    """A bench-grid case whose tensors are built only when it runs: ``build()`` returns the :class:`Case`
+    of this ``id``. Grids of large inputs yield these, so that a run builds one case at a time and a
+    selection (``--case``, ``--shard``, ``--resume``) builds only the cases it keeps."""
+
+    id: str
+    build: Callable[[], Case]
+
+    def materialize(self) -> Case:
+        case = self.build()
+        if case.id != self.id:
+            raise ValueError(f"lazy case {self.id!r} built a case with id {case.id!r}")
+        return case
+
+
 @dataclass(slots=True)
 class Provider:
     """An implementation of an op.
@@ -227,7 +243,7 @@ class Op:
         return fn
 
     def grid(self, grid_name: str) -> Callable[[Callable], Callable]:
-        """Register a named benchmark grid ``fn(device, dtype) -> Iterable[Case]``."""
+        """Register a named benchmark grid ``fn(device, dtype) -> Iterable[Case | LazyCase]``."""
 
         def register(fn: Callable[..., Iterable[Case]]) -> Callable:
             self.grids[grid_name] = fn

@@ -3,13 +3,15 @@ grids and roofline cost."""
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from exactfuse.ops.sparse_paged_attention import _sparse_paged_attention as op
 from exactfuse.ops.sparse_paged_attention import heuristics
 from exactfuse.ops.sparse_paged_attention import triton as _triton
 from exactfuse.ops.sparse_paged_attention.native import FP8_DTYPES, physical_slots
-from exactfuse.registry import Case
+from exactfuse.registry import Case, LazyCase
 from exactfuse.testing.inputs import make_generator
 from exactfuse.utils import num_sms
 
@@ -105,7 +107,10 @@ def attention_case(
     q = _randn((total, Hq, D), gen).to(dtype)
     fp8 = kv_dtype in FP8_DTYPES
     scale_kv = 4.0 if fp8 else 1.0  # fp8 values spread over their range
-    kv = _randn((num_pages, page_size, Hkv, 2 * D), gen, scale_kv).to(kv_dtype)
+    # the cache, the one large tensor (GBs at bench sizes), is drawn where it lives, seeded from ``gen``
+    kv_gen = torch.Generator(device).manual_seed(int(torch.randint(2**62, (), generator=gen)))
+    kv = torch.randn((num_pages, page_size, Hkv, 2 * D), generator=kv_gen, device=device)
+    kv = (kv * scale_kv).to(kv_dtype)
     if kv_halves:
         k_cache, v_cache = kv[..., :D], kv[..., D:]
     else:
@@ -256,24 +261,26 @@ CONTEXT, GRID_PAGE = 32768, 1024
 MAX_BENCH_REQS = 16
 
 
-def _grid_case(device, dtype, rows, Hq, Hkv, D, W, kv_dtype, gen):
+def _grid_case(device, dtype, seed, rows, Hq, Hkv, D, W, kv_dtype) -> Case:
     return attention_case(
         _id(rows, Hq, Hkv, D, GRID_PAGE, W, kv_dtype), rows, Hq, Hkv, D, GRID_PAGE, W, dtype=dtype,
-        device=device, gen=gen, kv_dtype=kv_dtype, reqs=min(rows, MAX_BENCH_REQS),
+        device=device, gen=make_generator(seed), kv_dtype=kv_dtype, reqs=min(rows, MAX_BENCH_REQS),
         pages_per_req=CONTEXT // GRID_PAGE, short_every=0, empty_last=False, holes=0.0, overlap=0.0, distinct=True,
     )  # fmt: skip
 
 
 def _grid(device, dtype, points):
-    gen = make_generator(0)
-    for rows, Hq, Hkv, D, W, kv_dtype in points:
-        yield _grid_case(device, dtype, rows, Hq, Hkv, D, W, kv_dtype, gen)
+    """Lazy cases (a bench case holds a 32k-token cache of up to 2 GiB), each seeded by its place."""
+    for seed, (rows, Hq, Hkv, D, W, kv) in enumerate(points):
+        yield LazyCase(_id(rows, Hq, Hkv, D, GRID_PAGE, W, kv),
+                       functools.partial(_grid_case, device, dtype, seed, rows, Hq, Hkv, D, W, kv))  # fmt: skip
 
 
+# every row count at both head layouts and both head sizes, fp8 e4m3 at three row counts; W 2048 only (a
+# smaller selection runs the same kernel over fewer bytes)
 op.grid("default")(lambda device, dtype: _grid(device, dtype, [
-    (rows, Hq, Hkv, D, W, kv)
-    for kv in (dtype, torch.float8_e4m3fn) for Hq, Hkv in GRID_HEADS for D in (128, 256) for W in (512, 2048)
-    for rows in GRID_ROWS
+    *((rows, Hq, Hkv, D, 2048, dtype) for Hq, Hkv in GRID_HEADS for D in (128, 256) for rows in GRID_ROWS),
+    *((rows, 24, 2, D, 2048, torch.float8_e4m3fn) for D in (128, 256) for rows in (1, 64, 1024)),
 ]))  # fmt: skip
 op.grid("quick")(lambda device, dtype: _grid(device, dtype, [
     (1, 24, 2, 256, 2048, dtype), (64, 24, 2, 256, 2048, dtype), (1024, 24, 2, 256, 2048, dtype),
