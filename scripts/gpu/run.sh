@@ -31,7 +31,8 @@
 #                      and the sweeps' own files (results/).
 #   RUN_BUDGET_S       seconds for the whole run (default 570): each step is stopped when the budget is spent,
 #                      so the summary and the packing always happen.
-#   EXACTFUSE_GIT_REV  recorded in bench results; set it in the command when the tree has no .git.
+#   EXACTFUSE_GIT_REV  recorded in bench results; set it in the command when the tree has no .git or a copy of
+#                      one that may lag the work tree (a lent machine's): EXACTFUSE_GIT_REV=$(git rev-parse ...).
 # Wheels in .whl/ (carried from a machine with network) are installed into /tmp/site first.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
