@@ -123,8 +123,43 @@ def test_what_cannot_be_patched_is_left_with_a_reason():
     )
     with pytest.raises(ValueError, match="unknown op"):
         apply(model, ops=["nosuch"])
-    with pytest.raises(NotImplementedError, match="exact=False"):
-        apply(model, exact=False)
+    with pytest.raises(TypeError, match="exact must be True or False"):
+        apply(model, exact="fast")
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3n", "qwen2_moe"])
+def test_fast_mode_fuses_gate_and_up_into_one_gemm_over_the_same_parameters(family):
+    model = _model(family)
+    ids = torch.randint(0, 96, (2, 9), generator=torch.Generator().manual_seed(1))
+    before = _logits(model, ids)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    params = dict(model.named_parameters())
+    report = apply(model, exact=False)
+    mlps = [m for m in model.modules() if isinstance(m, GatedMLP)]
+    assert mlps and all(m.fused for m in mlps)
+    assert all("fused gate+up GEMM" in report.replaced[p] for p, m in model.named_modules() if m in mlps)
+    for m in mlps:  # the projections' parameters are views of the one weight the GEMM reads
+        weight = m._gate_up[0]
+        assert m.gate_proj.weight.data_ptr() == weight.data_ptr() and weight.shape[0] == 2 * m.gate_proj.out_features
+        assert m.up_proj.weight.data_ptr() == weight[m.gate_proj.out_features :].data_ptr()
+    assert dict(model.named_parameters()) == params  # the same objects
+    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+    # one GEMM over the concatenated weight: the same products, within the GEMM's rounding
+    torch.testing.assert_close(_logits(model, ids), before, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():  # load_state_dict copies into the views: the fused weight follows
+        model.load_state_dict({k: v * 0.5 if "gate_proj.weight" in k else v for k, v in state.items()})
+    assert torch.equal(mlps[0]._gate_up[0][: mlps[0].gate_proj.out_features], mlps[0].gate_proj.weight)
+    revert(model)
+    assert not any(isinstance(m, GatedMLP) for m in model.modules())
+
+
+def test_fast_mode_trains_through_the_two_projections():
+    model = _model("llama")
+    apply(model, exact=False)
+    mlp = model.model.layers[0].mlp
+    x = torch.randn(3, 64, requires_grad=False)
+    mlp(x).sum().backward()
+    assert mlp.gate_proj.weight.grad is not None and mlp.up_proj.weight.grad is not None
 
 
 def test_a_changed_forward_is_caught_by_the_probe():

@@ -11,8 +11,10 @@ report says why. ``revert(model)`` puts the original module objects back.
 
 ``exact=True`` keeps the model's numerics: the gate and up projections stay two GEMMs (their outputs
 are joined for the fused activation), and the activation op is bit-equal to the eager expression on
-CUDA. Fusing the two projections into one GEMM (``exact=False``) is not offered yet: whether one
-``[2I, H]`` GEMM is bit-equal to two is to be measured on the GPU first. See ``docs/transformers.md``.
+CUDA. ``exact=False`` also fuses the two projections into one ``[2I, H]`` GEMM whose output feeds the
+activation without the join: the same products, in the GEMM library's order for the wider matrix, so
+within a GEMM's rounding of the model's (bit-equal on the shapes measured, not promised). See
+``docs/transformers.md``.
 """
 
 from __future__ import annotations
@@ -95,6 +97,28 @@ class GatedMLP(nn.Module):
         quantile = normal_quantile(sparsity) if sparsity > 0.0 else 0.0
         self._multipliers = {dt: float(torch.tensor(quantile, dtype=dt)) for dt in (torch.float16, torch.bfloat16)}
         self._multipliers[torch.float32] = quantile
+        self._gate_up: tuple[torch.Tensor, torch.Tensor | None] | None = None
+
+    @torch.no_grad()
+    def fuse_projections(self) -> None:
+        """One ``[2I, H]`` weight (and bias) for the gate and up GEMMs. The two projections' parameters stay
+        the same objects with the same values and become views of it (``.data``), so ``state_dict()``, an
+        optimizer's references and ``load_state_dict`` (which copies into them) all reach the fused weight;
+        assigning a new parameter object to a projection afterwards is not seen (apply again)."""
+        gate, up = self.gate_proj, self.up_proj
+        if (gate.bias is None) != (up.bias is None):
+            raise ValueError("fuse_projections: gate_proj and up_proj must both have a bias or neither")
+        weight = torch.cat([gate.weight, up.weight])
+        gate.weight.data, up.weight.data = weight[: gate.out_features], weight[gate.out_features :]
+        bias = None
+        if gate.bias is not None:
+            bias = torch.cat([gate.bias, up.bias])
+            gate.bias.data, up.bias.data = bias[: gate.out_features], bias[gate.out_features :]
+        self._gate_up = (weight, bias)
+
+    @property
+    def fused(self) -> bool:
+        return self._gate_up is not None
 
     def _act(self, h: torch.Tensor) -> torch.Tensor:
         if self.sparsity > 0.0:
@@ -104,10 +128,15 @@ class GatedMLP(nn.Module):
         return gelu_and_mul(h, "tanh" if self.activation == "gelu_tanh" else "none")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self._act(torch.cat([self.gate_proj(x), self.up_proj(x)], dim=-1)))
+        if self._gate_up is not None and not (torch.is_grad_enabled() and self.gate_proj.weight.requires_grad):
+            h = F.linear(x, *self._gate_up)  # inference: the fused weight is not a parameter, it has no grad
+        else:
+            h = torch.cat([self.gate_proj(x), self.up_proj(x)], dim=-1)
+        return self.down_proj(self._act(h))
 
     def extra_repr(self) -> str:
-        return f"activation={self.activation!r}" + (f", sparsity={self.sparsity}" if self.sparsity else "")
+        return (f"activation={self.activation!r}" + (f", sparsity={self.sparsity}" if self.sparsity else "")
+                + (", fused gate+up" if self.fused else ""))  # fmt: skip
 
 
 class GatedExperts(nn.Module):
@@ -234,14 +263,13 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 def apply(model: nn.Module, *, exact: bool = True, ops: Iterable[str] | None = None) -> Report:
     """Swap ``model``'s gated MLPs and MoE experts for exactfuse modules, in place; returns the report.
 
-    ``exact``: keep the model's numerics (see the module docstring; ``False`` is not offered yet).
-    ``ops``: the exactfuse ops that may be used (default: all of :data:`OPS`). Applying twice is an
-    error; :func:`revert` first.
+    ``exact``: keep the model's numerics bit for bit (two projections); ``False``: gated MLPs also fuse
+    gate and up into one GEMM (:meth:`GatedMLP.fuse_projections`; the module docstring says what that
+    changes). ``ops``: the exactfuse ops that may be used (default: all of :data:`OPS`). Applying twice
+    is an error; :func:`revert` first.
     """
-    if exact is not True:
-        raise NotImplementedError(
-            "apply: exact=False (one fused gate+up GEMM) is not offered yet; exact=True keeps two projections"
-        )
+    if not isinstance(exact, bool):
+        raise TypeError(f"apply: exact must be True or False, got {exact!r}")
     selected = set(OPS if ops is None else ops)
     unknown = selected - set(OPS)
     if unknown:
@@ -254,10 +282,13 @@ def apply(model: nn.Module, *, exact: bool = True, ops: Iterable[str] | None = N
         if new is None:
             report.left[path] = what
             continue
-        why = _same_output(module, new)
+        why = _same_output(module, new)  # before any fusion: the structure is the module's own
         if why is not None:
             report.left[path] = why
             continue
+        if not exact and isinstance(new, GatedMLP):
+            new.fuse_projections()
+            what += ", fused gate+up GEMM"
         object.__setattr__(new, _ORIGINAL, module)
         new.train(module.training)
         setattr(parent, attr, new)
