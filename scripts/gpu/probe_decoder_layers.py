@@ -1,0 +1,195 @@
+"""A Llama-shaped model's decoder layers with and without exactfuse, bf16 and W4A16, under CUDA graphs.
+
+Usage: PYTHONPATH=src python scripts/gpu/probe_decoder_layers.py [--tiny] [--generate]
+
+Model: hidden 4096, intermediate 14336, 32 query / 8 KV heads, 4 decoder layers, vocab 32000, random
+weights (``--tiny``: a small one, for a check on the CPU). Variants, each checked before it is timed:
+
+- ``bf16``: the model as transformers builds it; ``exact``: ``apply(model)`` (logits bit-equal);
+  ``fast``: ``apply(model, exact=False)`` (fused gate+up GEMM; within a GEMM's rounding);
+- ``w4a16``: every decoder ``nn.Linear`` a ``W4A16Linear`` (group 128, symmetric, round to nearest);
+  ``dequant``: the same model with each ``W4A16Linear`` replaced by an ``nn.Linear`` of its dequantized
+  weight, the baseline W4A16 is measured against (W4A16 must be within the GEMM contract of it).
+
+Rows: the decoder layers' forward (rotary embedding given, no final norm or head) at batch 1 and 64 as
+one decode step over a 1024-token context (a fixed KV buffer of 1025 slots per layer, the new token
+written into the last), and at 2048 prefill tokens (batch 1, causal, no cache); the median of CUDA-graph
+replays. ``mlp %``: the four MLPs alone (the same inputs) over the layers. With ``--generate``: eager
+``generate`` tokens/s (32 new tokens after 16 prompt tokens) at batch 1 and 64, bf16, exact and fast.
+Result: benchmarks/results/h200/transformers_decoder_layers.txt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import time
+
+import torch
+import transformers
+from sweep_io import emit
+from torch import nn
+
+from exactfuse.integrations.transformers import apply
+from exactfuse.layers import W4A16Linear
+
+DECODE_CONTEXT = 1024
+PREFILL = 2048
+
+
+class FixedContext:
+    """A KV cache of ``context + 1`` slots per layer: each step writes its one token into the last slot,
+    so a captured decode step replays over the same context."""
+
+    def __init__(self, config, batch: int, context: int, device, dtype, gen):
+        kv, d = config.num_key_value_heads, config.hidden_size // config.num_attention_heads
+        shape = (batch, kv, context + 1, d)
+        self.keys = [
+            torch.randn(shape, device=device, dtype=dtype, generator=gen) for _ in range(config.num_hidden_layers)
+        ]
+        self.values = [
+            torch.randn(shape, device=device, dtype=dtype, generator=gen) for _ in range(config.num_hidden_layers)
+        ]
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        self.keys[layer_idx][:, :, -1:].copy_(key_states)
+        self.values[layer_idx][:, :, -1:].copy_(value_states)
+        return self.keys[layer_idx], self.values[layer_idx]
+
+
+def build(tiny: bool, device, dtype):
+    sizes = dict(hidden_size=256, intermediate_size=512, num_attention_heads=8, num_key_value_heads=2,
+                 vocab_size=512) if tiny else dict(hidden_size=4096, intermediate_size=14336,
+                 num_attention_heads=32, num_key_value_heads=8, vocab_size=32000)  # fmt: skip
+    config = transformers.LlamaConfig(**sizes, num_hidden_layers=4, max_position_embeddings=4096)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).to(device, dtype).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.02)
+            else:  # norms: around their init
+                p.add_(torch.randn_like(p) * 0.02)
+    return model
+
+
+def quantized(model: nn.Module) -> tuple[nn.Module, nn.Module]:
+    """(the W4A16 model, the same with every W4A16Linear as an nn.Linear of its dequantized weight)."""
+    w4, dense = copy.deepcopy(model), copy.deepcopy(model)
+    for name, linear in [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear) and ".layers." in n]:
+        layer = W4A16Linear.from_linear(linear).to(linear.weight.device)
+        parent, attr = name.rsplit(".", 1)
+        setattr(w4.get_submodule(parent), attr, layer)
+        plain = nn.Linear(linear.in_features, linear.out_features, bias=linear.bias is not None)
+        plain = plain.to(linear.weight.device, linear.weight.dtype)
+        with torch.no_grad():
+            plain.weight.copy_(layer.dense_weight().t())
+            if linear.bias is not None:
+                plain.bias.copy_(layer.bias)
+        setattr(dense.get_submodule(parent), attr, plain)
+    return w4, dense
+
+
+def layers_call(model, hidden, cache):
+    """The decoder layers over ``hidden`` [B, S, H]: decode (one token after the cache's context) or prefill."""
+    inner = model.model
+    B, S, _ = hidden.shape
+    start = DECODE_CONTEXT if cache is not None else 0
+    position_ids = torch.arange(start, start + S, device=hidden.device).expand(B, S)
+    embeddings = inner.rotary_emb(hidden, position_ids)
+
+    def run(mlp_only: bool = False):
+        h = hidden
+        for layer in inner.layers:
+            if mlp_only:
+                h = layer.mlp(h)
+            else:
+                h = layer(h, position_ids=position_ids, past_key_values=cache, position_embeddings=embeddings)
+        return h
+
+    return run
+
+
+def timer(device):
+    if device == "cuda":
+        from exactfuse.bench.timing import cudagraph_timer
+
+        return cudagraph_timer(rep_ms=50)
+
+    def cpu(fn):
+        fn()
+        start = time.perf_counter()
+        for _ in range(3):
+            fn()
+        return (time.perf_counter() - start) / 3 * 1e3
+
+    return cpu
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tiny", action="store_true", help="a small model (a check on the CPU)")
+    parser.add_argument("--generate", action="store_true", help="also eager generate tokens/s")
+    args = parser.parse_args()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16  # W4A16 takes fp16 or bf16 activations; the CPU runs bf16 too
+    base = build(args.tiny, device, dtype)
+    config = base.config
+    exact, fast = copy.deepcopy(base), copy.deepcopy(base)
+    apply(exact)
+    apply(fast, exact=False)
+    w4, dense = quantized(base)
+    models = {"bf16": base, "exact": exact, "fast": fast, "dequant": dense, "w4a16": w4}
+    time_ms = timer(device)
+    gen = torch.Generator(device=device).manual_seed(1)
+    shapes = [("decode B1", 1, 1), ("decode B64", 64, 1), (f"prefill {PREFILL}", 1, PREFILL)]
+    lines = [f"{torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}, torch {torch.__version__}, "
+             f"transformers {transformers.__version__}; hidden {config.hidden_size}, intermediate "
+             f"{config.intermediate_size}, {config.num_hidden_layers} layers, {dtype}",
+             "shape | variant | layers µs | mlp µs | mlp % | vs its baseline | check"]  # fmt: skip
+    with torch.no_grad():
+        for label, B, S in shapes:
+            hidden = torch.randn((B, S, config.hidden_size), device=device, dtype=dtype, generator=gen)
+            cache = FixedContext(config, B, DECODE_CONTEXT, device, dtype, gen) if S == 1 else None
+            calls = {name: layers_call(m, hidden, cache) for name, m in models.items()}
+            outs = {name: call() for name, call in calls.items()}
+            checks = {
+                "bf16": "",
+                "exact": "bit-equal" if torch.equal(outs["exact"], outs["bf16"]) else "DIFFERS",
+                "fast": f"max |d| {float((outs['fast'] - outs['bf16']).abs().max()):.2g} vs bf16",
+                "dequant": "",
+                "w4a16": f"max |d| {float((outs['w4a16'] - outs['dequant']).abs().max()):.2g} vs dequant",
+            }
+            if checks["exact"] != "bit-equal":
+                raise SystemExit(f"{label}: exact mode changed the layers' output")
+            times = {name: time_ms(call) * 1e3 for name, call in calls.items()}
+            mlps = {name: time_ms(lambda c=call: c(mlp_only=True)) * 1e3 for name, call in calls.items()}
+            baseline = {"exact": "bf16", "fast": "bf16", "w4a16": "dequant", "dequant": "bf16"}
+            for name in models:
+                ref = baseline.get(name)
+                ratio = f"{times[ref] / times[name]:.3f}x {ref}" if ref else ""
+                lines.append(f"{label} | {name} | {times[name]:.1f} | {mlps[name]:.1f} | "
+                             f"{100 * mlps[name] / times[name]:.0f}% | {ratio} | {checks[name]}")  # fmt: skip
+                print(lines[-1], flush=True)
+        if args.generate:
+            for B in (1, 64):
+                ids = torch.randint(0, config.vocab_size, (B, 16), device=device, generator=gen)
+                kw = dict(attention_mask=torch.ones_like(ids), pad_token_id=0, do_sample=False)
+                for name in ("bf16", "exact", "fast"):
+                    m = models[name]
+                    m.generate(ids, max_new_tokens=4, min_new_tokens=4, **kw)
+                    if device == "cuda":
+                        torch.cuda.synchronize()
+                    start = time.perf_counter()
+                    m.generate(ids, max_new_tokens=32, min_new_tokens=32, **kw)
+                    if device == "cuda":
+                        torch.cuda.synchronize()
+                    rate = 32 * B / (time.perf_counter() - start)
+                    lines.append(f"generate B{B} eager | {name} | {rate:,.0f} tokens/s")
+                    print(lines[-1], flush=True)
+    emit("transformers_decoder_layers.txt", lines)
+
+
+if __name__ == "__main__":
+    main()
