@@ -1,10 +1,13 @@
 """Sweep the conv family's spec/prefill tile on the GPU: rows x channels a program, and warps.
 
-Usage: PYTHONPATH=src python scripts/gpu/sweep_conv.py [--tiles 8x128,16x128,...] [--warps 4,8]
+Usage: PYTHONPATH=src python scripts/gpu/sweep_conv.py [--tiles 16x128,32x128u8,...] [--warps 4,8]
+
+A tile is ``BTxBC`` (each tap's rows loaded) or ``BTxBCuU`` (runs of ``U`` rows over a register window,
+``ConvConfig.unroll``).
 
 On the bench grid's causal_conv1d shapes (B x L in {1 x 8192, 8 x 1024, 64 x 128, 4 x 8192, 16 x 4096},
 C = 10240, K = 4, SiLU, slot cache with initial states) it times the row and write-back kernels with
-each ``ConvConfig(BT, BC)`` x warps, after checking the output and the state bit for bit against the
+each ``ConvConfig(BT, BC, unroll)`` x warps, after checking the output and the state bit for bit against the
 shipped configuration's (which the GPU tests hold bitwise to the spec), and prints µs, % of the copy
 roofline (``exactfuse bench``'s cost) and the geomean against the shipped tile. Times: median of
 CUDA-graph replays on copies of the case (the op writes its state). Result:
@@ -28,7 +31,21 @@ from exactfuse.ops.short_conv.launch import launch_conv
 from exactfuse.testing import clone_args
 
 TIMER = cudagraph_timer(rep_ms=10)
-DEFAULT_TILES = "8x128,16x128,32x128,64x128,16x256,32x256,32x64,64x64"
+DEFAULT_TILES = (
+    "16x128,32x128,32x64,16x128u4,16x128u8,16x128u16,32x128u8,32x128u16,32x128u32,64x128u16,"
+    "64x128u32,32x64u8,64x64u16,32x256u8"
+)
+
+
+def parse_tile(text: str) -> tuple[int, int, int]:
+    """``"32x128u8"`` -> (32, 128, 8); ``"32x128"`` -> (32, 128, 1)."""
+    dims, _, unroll = text.partition("u")
+    bt, bc = dims.split("x")
+    return int(bt), int(bc), int(unroll or 1)
+
+
+def label(bt: int, bc: int, unroll: int, warps: int) -> str:
+    return f"{bt}x{bc}" + (f"u{unroll}" if unroll > 1 else "") + f"/{warps}"
 
 
 def run(case, config):
@@ -54,7 +71,7 @@ def main() -> None:
     parser.add_argument("--warps", default="4,8")
     opts = parser.parse_args()
     copy = measure_copy_bandwidth(torch.device("cuda"))
-    tiles = [tuple(map(int, t.split("x"))) for t in opts.tiles.split(",")]
+    tiles = [parse_tile(t) for t in opts.tiles.split(",")]
     warps = [int(w) for w in opts.warps.split(",")]
     lines = [f"copy {copy / 1e9:,.0f} GB/s; shipped tile {heuristics.TILE_ROWS}x{heuristics.TILE_CHANNELS}, "
              f"{heuristics.NUM_WARPS} warps", "shape | BTxBC/warps: µs (% roofline) ..."]  # fmt: skip
@@ -67,23 +84,23 @@ def main() -> None:
         call()
         roof = _causal_conv1d.bytes_fn(*case.args, **case.kwargs) / copy * 1e6
         row, times = [], {}
-        for (bt, bc), w in itertools.product(tiles, warps):
-            cfg = heuristics.ConvConfig(BT=bt, BC=bc, BC_STATE=shipped.BC_STATE, BW=shipped.BW, num_warps=w)
+        for (bt, bc, u), w in itertools.product(tiles, warps):
+            cfg = heuristics.ConvConfig(BT=bt, BC=bc, BC_STATE=shipped.BC_STATE, BW=shipped.BW, num_warps=w, unroll=u)
             call, out, state = run(case, cfg)
             call()
             if not (torch.equal(out, ref_out) and torch.equal(state, ref_state)):
-                row.append(f"{bt}x{bc}/{w}: DIFFERS")
+                row.append(f"{label(bt, bc, u, w)}: DIFFERS")
                 continue
-            times[(bt, bc, w)] = TIMER(call) * 1e3
-        base = times.get((shipped.BT, shipped.BC, shipped.num_warps))
+            times[(bt, bc, u, w)] = TIMER(call) * 1e3
+        base = times.get((shipped.BT, shipped.BC, shipped.unroll, shipped.num_warps))
         for key, us in sorted(times.items(), key=lambda kv: kv[1]):
-            row.append(f"{key[0]}x{key[1]}/{key[2]}: {us:.1f} ({100 * roof / us:.0f}%)")
+            row.append(f"{label(*key)}: {us:.1f} ({100 * roof / us:.0f}%)")
             if base:
                 ratios.setdefault(key, []).append(base / us)
         lines.append(f"{case.id} | " + " ".join(row))
         print(lines[-1], flush=True)
     ranked = sorted(ratios.items(), key=lambda kv: -geomean(kv[1]))
-    lines.append("geomean speedup over the shipped tile: " + ", ".join(f"{k[0]}x{k[1]}/{k[2]} {geomean(v):.2f}"
+    lines.append("geomean speedup over the shipped tile: " + ", ".join(f"{label(*k)} {geomean(v):.2f}"
                                                                        for k, v in ranked))  # fmt: skip
     emit("conv_tiles.txt", lines)
 

@@ -25,13 +25,19 @@ NUM_WARPS = 4
 @dataclass(frozen=True)
 class ConvConfig:
     """``BT`` rows x ``BC`` channels per program of the row kernel, ``BC_STATE`` channels of the
-    write-back kernel, ``BW`` window positions (a power of two >= ``SL + SQL - 1``) and the warps of both."""
+    write-back kernel, ``BW`` window positions (a power of two >= ``SL + SQL - 1``), the warps of both,
+    and ``unroll``."""
 
     BT: int
     BC: int
     BC_STATE: int
     BW: int
     num_warps: int
+    unroll: int = 1  # spec/prefill rows a register window serves (triton.conv_rows_kernel's UNROLL)
+
+    def __post_init__(self):
+        if self.unroll < 1 or self.unroll & (self.unroll - 1) or self.BT % self.unroll:
+            raise ValueError(f"unroll must be a power of two dividing BT = {self.BT}, got {self.unroll}")
 
 
 def conv_config(C: int, window: int, mode: str) -> ConvConfig:

@@ -77,7 +77,7 @@ def launch_conv(
         *s_strides, sid_stride,
         HAS_STATE=has_state, HAS_RESIDUAL=residual is not None, HAS_OUTER=outer_residual is not None,
         HAS_BIAS=bias is not None, SILU=activation == "silu", BC=cfg.BC, BW=cfg.BW, BT=cfg.BT,
-        num_warps=cfg.num_warps, **flags,
+        UNROLL=cfg.unroll if mode != "decode" else 1, num_warps=cfg.num_warps, **flags,
     )  # fmt: skip
     if mode != "decode" and has_state:
         torch.library.wrap_triton(conv_state_kernel)[(R, triton.cdiv(C, cfg.BC_STATE))](

@@ -3,11 +3,11 @@
 Two kernels, one per phase (launched by ``launch.py``), with ``constexpr`` flags for the three ops and three modes:
 
 - :func:`conv_rows_kernel`, one program per (row block, channel block): one row in decode, a
-  ``[BT, BC]`` tile in spec/prefill, each row's request found by a binary search over
-  ``query_start_loc``. Sums the ``K`` taps in fp32 in ascending ``k``, rounds as the spec does
-  (``native.py``) and stores the residual (``short_conv``) or the output (``causal_conv1d*``). In
-  decode mode it also shifts the row's state window (each request is one row, so nothing else reads
-  that slot).
+  ``[BT, BC]`` tile in spec/prefill (each tap's rows loaded, or runs of rows over a register window:
+  ``UNROLL``), each row's request found by a binary search over ``query_start_loc``. Sums the ``K``
+  taps in fp32 in ascending ``k``, rounds as the spec does (``native.py``) and stores the residual
+  (``short_conv``) or the output (``causal_conv1d*``). In decode mode it also shifts the row's state
+  window (each request is one row, so nothing else reads that slot).
 - :func:`conv_state_kernel`, one program per (request, channel block), launched after the first in
   spec and prefill mode so that every row has read the old state: writes the new window.
 
@@ -157,6 +157,19 @@ def _conv_rows(
             m_x = m_x & (o_row >= 0) & (o_row < N)
         b_x = tl.load(p_x + o_row.to(tl.int64) * stride_x + o_c, mask=_and(m_c, m_x), other=0.0).to(tl.float32)
         acc = acc + mul_rn(b_w, tl.where(h < SL, b_s, b_x))
+    _finish(
+        acc, p_x, p_b, p_res, p_outer, p_out, p_tok, o_t, o_c, m_c, out_ok, L, N, stride_res, stride_outer,
+        stride_out, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, SILU,
+    )  # fmt: skip
+
+
+@triton.jit
+def _finish(
+    acc, p_x, p_b, p_res, p_outer, p_out, p_tok, o_t, o_c, m_c, out_ok, L, N, stride_res, stride_outer, stride_out,
+    HAS_TOKEN_MAP: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr,
+    SILU: tl.constexpr,
+):  # fmt: skip
+    """The tap sum ``acc`` (fp32) of rows ``o_t``: bias, rounding, SiLU, then the residual update or the store."""
     if HAS_BIAS:
         acc = acc + tl.load(p_b + o_c, mask=m_c).to(tl.float32)
     conv = acc.to(p_x.dtype.element_ty)
@@ -181,6 +194,63 @@ def _conv_rows(
         tl.store(p_out + o_t.to(tl.int64) * stride_out + o_c, conv_out, mask=_and(m_c, row_ok))
 
 
+@triton.jit
+def _conv_runs(
+    p_x, p_w, p_b, p_res, p_outer, p_out, p_state, p_sid, p_qsl, p_acc, p_init, p_tok, i_t, o_c, m_c,
+    L, R, N, slots, null_slot, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k,
+    stride_s_slot, stride_s_c, stride_s_w, stride_sid,
+    MODE: tl.constexpr, K: tl.constexpr, D: tl.constexpr, SQL: tl.constexpr, HAS_STATE: tl.constexpr,
+    HAS_SID: tl.constexpr, INIT: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+    HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, SILU: tl.constexpr, BT: tl.constexpr, UNROLL: tl.constexpr,
+):  # fmt: skip
+    """Rows ``i_t * BT ...`` as ``BT // UNROLL`` runs of ``UNROLL`` consecutive rows (spec, prefill).
+
+    The ``UNROLL + SL`` input rows a run's taps touch are loaded once into a register window and each
+    output row takes its taps from it, ``(UNROLL + SL) / UNROLL`` loads an output row instead of ``K``.
+    A tap that reaches before the row's request reads the state as in :func:`_conv_rows`, and the
+    sums are the same sequence of roundings, so the two paths give the same bits.
+    """
+    SL: tl.constexpr = (K - 1) * D
+    start = i_t * BT + tl.arange(0, BT // UNROLL) * UNROLL
+    window = ()
+    for i in tl.static_range(UNROLL + SL):
+        g = start + (i - SL)
+        m_g = (g >= 0) & (g < L)
+        if HAS_TOKEN_MAP:
+            g = tl.load(p_tok + g, mask=m_g, other=0)
+            m_g = m_g & (g >= 0) & (g < N)
+        b_x = tl.load(p_x + g.to(tl.int64)[:, None] * stride_x + o_c, mask=m_g[:, None] & m_c, other=0.0)
+        window += (b_x.to(tl.float32),)
+    weights = ()
+    for k in tl.static_range(K):
+        weights += (tl.load(p_w + o_c * stride_w_c + k * stride_w_k, mask=m_c).to(tl.float32),)
+    for i_r in tl.static_range(UNROLL):
+        o_t = start + i_r
+        r = _find_request(o_t, R, p_qsl)
+        q_start = tl.load(p_qsl + r)
+        in_range = (q_start <= o_t) & (o_t < tl.load(p_qsl + R))
+        sid, state_ok, read_state, slot_off = _request(
+            r, R, p_sid, p_acc, p_init, slots, null_slot, stride_sid, MODE, SQL, HAS_STATE, HAS_SID, INIT
+        )
+        out_ok = in_range if MODE == 1 or not HAS_STATE else in_range & state_ok
+        p_slot = (p_state + sid.to(tl.int64) * stride_s_slot)[:, None]
+        j = (o_t - q_start)[:, None]
+        acc = tl.zeros_like(j * o_c).to(tl.float32)
+        for k in tl.static_range(K):
+            h = j + D * k
+            if HAS_STATE:
+                m_s = _and(m_c, (h < SL) & read_state[:, None])
+                b_s = tl.load(p_slot + (h + slot_off[:, None]) * stride_s_w + o_c * stride_s_c, mask=m_s, other=0.0)
+                b_s = b_s.to(tl.float32)
+            else:
+                b_s = tl.zeros_like(acc)
+            acc = acc + mul_rn(weights[k], tl.where(h < SL, b_s, window[i_r + D * k]))
+        _finish(
+            acc, p_x, p_b, p_res, p_outer, p_out, p_tok, o_t[:, None], o_c, m_c, out_ok[:, None], L, N,
+            stride_res, stride_outer, stride_out, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, SILU,
+        )  # fmt: skip
+
+
 @triton.jit(do_not_specialize=["L", "R", "N", "slots", "null_slot"])
 def conv_rows_kernel(
     p_x, p_w, p_b, p_res, p_outer, p_out, p_state, p_sid, p_qsl, p_acc, p_init, p_tok,
@@ -190,7 +260,7 @@ def conv_rows_kernel(
     MODE: tl.constexpr, K: tl.constexpr, D: tl.constexpr, SQL: tl.constexpr,
     HAS_STATE: tl.constexpr, HAS_SID: tl.constexpr, INIT: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, SILU: tl.constexpr,
-    BC: tl.constexpr, BW: tl.constexpr, BT: tl.constexpr,
+    BC: tl.constexpr, BW: tl.constexpr, BT: tl.constexpr, UNROLL: tl.constexpr,
 ):  # fmt: skip
     """``BT`` logical rows x ``BC`` channels of the conv output; in decode also the row's state shift.
 
@@ -204,7 +274,9 @@ def conv_rows_kernel(
     p_tok: ``[L]`` int32/int64 logical -> physical rows (HAS_TOKEN_MAP). constexpr: MODE (0 decode,
     1 spec, 2 prefill), K, D (dilation), SQL, INIT (0 never, 1 tensor, 2 always), the HAS_* flags,
     SILU, BC (channels per program), BW (``next_power_of_2(SL + SQL - 1)``), BT (rows per program:
-    1 in decode, where each row is a request and shifts its own window). L, R, N, slots and null_slot
+    1 in decode, where each row is a request and shifts its own window), UNROLL (spec, prefill: 1 loads
+    each tap's rows, more takes runs of UNROLL rows from a register window, :func:`_conv_runs`; a power
+    of two dividing BT). L, R, N, slots and null_slot
     are runtime values, not specialized: one compile serves every batch.
     """
     SL: tl.constexpr = (K - 1) * D
@@ -230,6 +302,15 @@ def conv_rows_kernel(
                 p_slot, p_x, p_tok, o_c, m_c, i_t, 1, 0, SL, state_ok, read_state, L, N,
                 stride_x, stride_s_c, stride_s_w, SL, SL, BW, HAS_TOKEN_MAP,
             )  # fmt: skip
+    elif UNROLL > 1:  # runs of UNROLL rows over a register window
+        o_c = (i_c * BC + tl.arange(0, BC))[None, :]
+        _conv_runs(
+            p_x, p_w, p_b, p_res, p_outer, p_out, p_state, p_sid, p_qsl, p_acc, p_init, p_tok, i_t, o_c, o_c < C,
+            L, R, N, slots, null_slot, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k,
+            stride_s_slot, stride_s_c, stride_s_w, stride_sid,
+            MODE, K, D, SQL, HAS_STATE, HAS_SID, INIT, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, SILU,
+            BT, UNROLL,
+        )  # fmt: skip
     else:  # a [BT, BC] tile of rows, each row's request found by its own search
         o_t = i_t * BT + tl.arange(0, BT)
         o_c = (i_c * BC + tl.arange(0, BC))[None, :]
