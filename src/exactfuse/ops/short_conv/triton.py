@@ -224,14 +224,27 @@ def _conv_runs(
     weights = ()
     for k in tl.static_range(K):
         weights += (tl.load(p_w + o_c * stride_w_c + k * stride_w_k, mask=m_c).to(tl.float32),)
+    # a run's request: found once, for its first row; only a program with a run that crosses a request
+    # boundary (rare in long sequences) searches again for every row
+    r_first = _find_request(start, R, p_qsl)
+    straddles = tl.max(_find_request(start + UNROLL - 1, R, p_qsl) - r_first, 0) > 0
+    q_first = tl.load(p_qsl + r_first)
+    first = _request(
+        r_first, R, p_sid, p_acc, p_init, slots, null_slot, stride_sid, MODE, SQL, HAS_STATE, HAS_SID, INIT
+    )
+    q_end = tl.load(p_qsl + R)
     for i_r in tl.static_range(UNROLL):
         o_t = start + i_r
-        r = _find_request(o_t, R, p_qsl)
-        q_start = tl.load(p_qsl + r)
-        in_range = (q_start <= o_t) & (o_t < tl.load(p_qsl + R))
-        sid, state_ok, read_state, slot_off = _request(
-            r, R, p_sid, p_acc, p_init, slots, null_slot, stride_sid, MODE, SQL, HAS_STATE, HAS_SID, INIT
-        )
+        if straddles:
+            r = _find_request(o_t, R, p_qsl)
+            q_start = tl.load(p_qsl + r)
+            sid, state_ok, read_state, slot_off = _request(
+                r, R, p_sid, p_acc, p_init, slots, null_slot, stride_sid, MODE, SQL, HAS_STATE, HAS_SID, INIT
+            )
+        else:
+            q_start = q_first
+            sid, state_ok, read_state, slot_off = first
+        in_range = (q_start <= o_t) & (o_t < q_end)
         out_ok = in_range if MODE == 1 or not HAS_STATE else in_range & state_ok
         p_slot = (p_state + sid.to(tl.int64) * stride_s_slot)[:, None]
         j = (o_t - q_start)[:, None]
