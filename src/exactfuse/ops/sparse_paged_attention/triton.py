@@ -105,7 +105,7 @@ def sparse_attention_partial_kernel(
         )
         if PV_FP16 and q.dtype == tl.bfloat16:
             # fp8 -> fp16 -> fp32 -> bf16, each step exact: the direct fp16 -> bf16 conversion (F2F.BF16.F16)
-            # runs on the quarter-rate conversion pipe, 64 a thread a tile at block_n 64, D 128 (sm_90a SASS)
+            # runs on the narrow conversion pipe, 64 a thread a tile at block_n 64, D 128 (sm_90a SASS)
             k = k.to(tl.float16).to(tl.float32)
         scores = tl.dot(q, tl.trans(k.to(q.dtype))) * qk_scale
         scores = tl.where(valid[None, :], scores, -1.0e20)
