@@ -164,6 +164,14 @@ def _conv_rows(
 
 
 @triton.jit
+def _needs_state(j, read_state, SL: tl.constexpr):
+    """Whether any of the rows ``j`` (row minus its request's start, a vector) has a tap in the state: a
+    scalar, so that rows past their requests' first ``SL`` skip the state loads, every one of which
+    would be masked off (in long prefill sequences, nearly every run)."""
+    return tl.max(tl.where((j < SL) & read_state, 1, 0), 0) > 0
+
+
+@triton.jit
 def _finish(
     acc, p_x, p_b, p_res, p_outer, p_out, p_tok, o_t, o_c, m_c, out_ok, L, N, stride_res, stride_outer, stride_out,
     HAS_TOKEN_MAP: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr,
@@ -249,14 +257,15 @@ def _conv_runs(
         p_slot = (p_state + sid.to(tl.int64) * stride_s_slot)[:, None]
         j = (o_t - q_start)[:, None]
         acc = tl.zeros_like(j * o_c).to(tl.float32)
+        need_state = _needs_state(o_t - q_start, read_state, SL)
         for k in tl.static_range(K):
             h = j + D * k
-            if HAS_STATE:
-                m_s = _and(m_c, (h < SL) & read_state[:, None])
-                b_s = tl.load(p_slot + (h + slot_off[:, None]) * stride_s_w + o_c * stride_s_c, mask=m_s, other=0.0)
-                b_s = b_s.to(tl.float32)
-            else:
-                b_s = tl.zeros_like(acc)
+            b_s = tl.zeros_like(acc)
+            if HAS_STATE:  # noqa: SIM102 (a constexpr, then a runtime scalar)
+                if need_state:
+                    m_s = _and(m_c, (h < SL) & read_state[:, None])
+                    p_s = p_slot + (h + slot_off[:, None]) * stride_s_w + o_c * stride_s_c
+                    b_s = tl.load(p_s, mask=m_s, other=0.0).to(tl.float32)
             acc = acc + mul_rn(weights[k], tl.where(h < SL, b_s, window[i_r + D * k]))
         _finish(
             acc, p_x, p_b, p_res, p_outer, p_out, p_tok, o_t[:, None], o_c, m_c, out_ok[:, None], L, N,
