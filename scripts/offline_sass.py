@@ -1,7 +1,7 @@
 """Compile a kernel for sm_90a without a GPU and print its registers, shared memory and SASS op mix.
 
 Usage: PYTHONPATH=src python scripts/offline_sass.py conv [--tiles 32x128,32x128u8 ...] [--warps 4]
-       PYTHONPATH=src python scripts/offline_sass.py attention [--kv bf16,fp8e4nv,fp8e5] [--q bf16]
+       PYTHONPATH=src python scripts/offline_sass.py attention [--kv bf16,fp8e4nv,fp8e5] [--q bf16] [--fixup]
        ... [--op F2F,F2FP,LDG,LDGSTS,LDS,HMMA] [--sass DIR]   (count these ops; write each kernel's SASS)
 
 Triton compiles to PTX and ptxas / nvdisasm (shipped in the Triton wheel) to SASS on the CPU machine, so
@@ -71,16 +71,18 @@ def _conv(tile: str, warps: int) -> tuple[str, dict]:
     return f"conv {tile}/{warps}", compile_sass(conv_rows_kernel, types, consts, div16, ones, warps)
 
 
-def _attention(q: str, kv: str, warps: int) -> tuple[str, dict]:
+def _attention(q: str, kv: str, warps: int, fixup: bool) -> tuple[str, dict]:
     from exactfuse.ops.sparse_paged_attention.triton import sparse_attention_partial_kernel as kernel
 
     types = {"q_ptr": f"*{q}", "k_ptr": f"*{kv}", "v_ptr": f"*{kv}", "gate_ptr": f"*{q}", "out_ptr": f"*{q}",
-             "part_ptr": "*fp32", "lse_ptr": "*fp32", "qk_scale": "fp32", "out_scale": "fp32"}  # fmt: skip
+             "part_ptr": "*fp32", "lse_ptr": "*fp32", "count_ptr": "*i32", "qk_scale": "fp32",
+             "out_scale": "fp32"}  # fmt: skip
     types |= {n: "*i32" for n in ("idx_ptr", "counts_ptr", "table_ptr", "req_ptr")}
     consts = dict(G=12, HQ=24, D=128, BLOCK_M=16, BLOCK_N=64, HAS_COUNTS=False, GATE=1, SPLIT=True,
-                  PV_FP16=kv.startswith("fp8"))  # fmt: skip
+                  FIXUP=fixup, PV_FP16=kv.startswith("fp8"))  # fmt: skip
     div16 = [n for n in kernel.arg_names if n.endswith("_ptr") or n.startswith("s_")] + ["W"]
-    return f"attention q {q} kv {kv}/{warps}", compile_sass(kernel, types, consts, div16, (), warps, 2)
+    label = f"attention q {q} kv {kv}{' fixup' if fixup else ''}/{warps}"
+    return label, compile_sass(kernel, types, consts, div16, (), warps, 2)
 
 
 def main() -> None:
@@ -90,6 +92,7 @@ def main() -> None:
     parser.add_argument("--kv", default="bf16,fp8e4nv", help="attention: cache dtypes (Triton names)")
     parser.add_argument("--q", default="bf16", help="attention: q dtype (Triton name)")
     parser.add_argument("--warps", type=int, default=4, help="num_warps")
+    parser.add_argument("--fixup", action="store_true", help="attention: merge in the launch (FIXUP)")
     parser.add_argument("--op", default="F2F,F2FP,HADD2,LDG,LDGSTS,LDS,STS,HMMA,FFMA,IMAD",
                         help="SASS op prefixes to count (comma-separated)")  # fmt: skip
     parser.add_argument("--sass", help="a folder to write each kernel's SASS into")
@@ -97,7 +100,7 @@ def main() -> None:
     if args.preset == "conv":
         jobs = [lambda t=t: _conv(t, args.warps) for t in args.tiles.split(",")]
     else:
-        jobs = [lambda kv=kv: _attention(args.q, kv, args.warps) for kv in args.kv.split(",")]
+        jobs = [lambda kv=kv: _attention(args.q, kv, args.warps, args.fixup) for kv in args.kv.split(",")]
     prefixes = args.op.split(",")
     print(f"Triton {triton.__version__}, sm_90a; static SASS counts")
     for job in jobs:

@@ -21,7 +21,6 @@ from sweep_io import emit
 
 from exactfuse.bench.timing import cudagraph_timer
 from exactfuse.ops.sparse_paged_attention import _sparse_paged_attention, inputs
-from exactfuse.testing import make_generator
 
 TIMER = cudagraph_timer(rep_ms=4)
 
@@ -73,9 +72,8 @@ def read(args, block_n: int, splits: int):
 
 def main() -> None:
     lines = ["shape | read floor µs (block_n, splits) | op µs | op / floor"]
-    gen = make_generator(0)
-    for (Hq, Hkv), D, rows in itertools.product(inputs.GRID_HEADS, (128, 256), (1, 16)):
-        case = inputs._grid_case(torch.device("cuda"), torch.bfloat16, rows, Hq, Hkv, D, 2048, torch.bfloat16, gen)
+    for seed, ((Hq, Hkv), D, rows) in enumerate(itertools.product(inputs.GRID_HEADS, (128, 256), (1, 16))):
+        case = inputs._grid_case(torch.device("cuda"), torch.bfloat16, seed, rows, Hq, Hkv, D, 2048, torch.bfloat16)
         floors = {}
         for block_n, splits in itertools.product((32, 64), (1, 2, 4, 8, 16, 32, 64)):
             call = read(case.args, block_n, splits)

@@ -1,6 +1,7 @@
 """Sweep sparse_paged_attention's launch choice on the GPU: token tile, split count, warps.
 
-Usage: PYTHONPATH=src python scripts/gpu/sweep_sparse_attention.py [--rows 1,16,64,256,1024,4096]
+Usage: PYTHONPATH=src python scripts/gpu/sweep_sparse_attention.py [--rows 1,16,64,256,1024,4096] [--kv e4m3]
+       [--fixup] [--out NAME.txt]
 
 For each bench-grid shape (W = 2048, context 32k, page 1024, bf16 cache; (Hq, Hkv) in {(24, 2),
 (64, 4)}, D in {128, 256}) it times every (block_n, num_splits, num_warps) with block_n in {32, 64},
@@ -8,7 +9,8 @@ warps in {4, 8} and splits a power of two up to 64 (not more programs than 16 wa
 checks each against the float64 reference under the contract's rule, and prints per shape the best
 configuration, the heuristic's, their ratio and the heuristic's % of the roofline (distinct cache
 bytes + q, gate, out at the measured copy rate). Times: median of CUDA-graph replays (the bench's
-timer). Result: benchmarks/results/h200/sweeps/sparse_attention_config.txt.
+timer). ``--fixup`` also times every split with the merge in the same launch (``AttentionConfig.fixup``,
+marked ``f``); ``--kv e4m3`` uses an fp8 cache. Result: benchmarks/results/h200/sweeps/sparse_attention_config.txt.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from exactfuse.bench.timing import cudagraph_timer
 from exactfuse.ops.sparse_paged_attention import _sparse_paged_attention, heuristics, inputs, native
 from exactfuse.ops.sparse_paged_attention import triton as at
 from exactfuse.ops.sparse_paged_attention.heuristics import AttentionConfig
-from exactfuse.testing import make_generator
 from exactfuse.utils import num_sms
 
 TIMER = cudagraph_timer(rep_ms=4)
@@ -36,7 +37,11 @@ def time_us(args: tuple, config: AttentionConfig) -> float:
     return TIMER(lambda: at.launch_sparse_paged_attention(*args, config=config)) * 1e3
 
 
-def sweep_shape(args: tuple, rows: int, Hkv: int, W: int, sms: int, lines: list[str]) -> dict:
+def label(c: AttentionConfig) -> str:
+    return f"({c.block_n}, {c.num_splits}, {c.num_warps}{', f' if c.fixup else ''})"
+
+
+def sweep_shape(args: tuple, rows: int, Hkv: int, W: int, sms: int, lines: list[str], fixups=(False,)) -> dict:
     """Every candidate's µs on one case (after its contract check)."""
     expected = torch.empty_like(args[0])
     _sparse_paged_attention.native(expected, *args[1:])
@@ -44,10 +49,10 @@ def sweep_shape(args: tuple, rows: int, Hkv: int, W: int, sms: int, lines: list[
     scale = float(torch.linalg.vector_norm(ref))
     bound = 2 * float(torch.linalg.vector_norm(expected.double() - ref)) / scale  # CONTRACT's rule, on the device
     times = {}
-    for block_n, warps, splits in itertools.product((32, 64), (4, 8), (1, 2, 4, 8, 16, 32, 64)):
-        if splits > -(-W // block_n) or (splits > 1 and rows * Hkv * splits > 16 * 4 * sms):
+    for block_n, warps, splits, fixup in itertools.product((32, 64), (4, 8), (1, 2, 4, 8, 16, 32, 64), fixups):
+        if splits > -(-W // block_n) or (splits > 1 and rows * Hkv * splits > 16 * 4 * sms) or (fixup and splits == 1):
             continue
-        config = AttentionConfig(block_n, splits, warps)
+        config = AttentionConfig(block_n, splits, warps, fixup=fixup)
         at.launch_sparse_paged_attention(*args, config=config)
         err = float(torch.linalg.vector_norm(args[0].double() - ref)) / scale
         if not err <= bound:
@@ -61,19 +66,25 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", default="1,16,64,256,1024,4096")
     parser.add_argument("--width", type=int, default=2048)
+    parser.add_argument("--kv", choices=["bf16", "e4m3"], default="bf16")
+    parser.add_argument("--fixup", action="store_true", help="also the merge in the same launch")
+    parser.add_argument("--out", default="sparse_attention_config.txt")
     opts = parser.parse_args()
+    kv = torch.float8_e4m3fn if opts.kv == "e4m3" else torch.bfloat16
     dev = torch.device("cuda")
     sms = num_sms(dev)
     copy = measure_copy_bandwidth(dev)
-    lines = [f"{torch.cuda.get_device_name()}: {sms} SMs, copy {copy / 1e9:,.0f} GB/s; W = {opts.width}, bf16 cache"]
+    lines = [
+        f"{torch.cuda.get_device_name()}: {sms} SMs, copy {copy / 1e9:,.0f} GB/s; W = {opts.width}, {opts.kv} cache"
+    ]
     lines.append(HEADER)
     ratios = []
-    gen = make_generator(0)
     W = opts.width
-    for (Hq, Hkv), D, rows in itertools.product(inputs.GRID_HEADS, (128, 256), map(int, opts.rows.split(","))):
-        case = inputs._grid_case(dev, torch.bfloat16, rows, Hq, Hkv, D, W, torch.bfloat16, gen)
+    shapes = itertools.product(inputs.GRID_HEADS, (128, 256), map(int, opts.rows.split(",")))
+    for seed, ((Hq, Hkv), D, rows) in enumerate(shapes):
+        case = inputs._grid_case(dev, torch.bfloat16, seed, rows, Hq, Hkv, D, W, kv)
         args = case.args
-        times = sweep_shape(args, rows, Hkv, W, sms, lines)
+        times = sweep_shape(args, rows, Hkv, W, sms, lines, (False, True) if opts.fixup else (False,))
         mine = heuristics.attention_config(rows, Hkv, D, W, sms)
         if mine not in times:
             times[mine] = time_us(args, mine)
@@ -81,17 +92,17 @@ def main() -> None:
         roof = _sparse_paged_attention.bytes_fn(*args) / copy * 1e6
         ratios.append(times[mine] / times[best])
         lines.append(
-            f"{case.id} | ({best.block_n}, {best.num_splits}, {best.num_warps}) {times[best]:.1f} | "
-            f"({mine.block_n}, {mine.num_splits}, {mine.num_warps}) {times[mine]:.1f} | {ratios[-1]:.2f} | "
+            f"{case.id} | {label(best)} {times[best]:.1f} | {label(mine)} {times[mine]:.1f} | {ratios[-1]:.2f} | "
             f"{100 * roof / times[mine]:.0f}%"
         )
-        lines.append("   " + " ".join(f"{c.block_n}/{c.num_splits}/{c.num_warps}:{t:.0f}" for c, t in sorted(
-            times.items(), key=lambda kv: kv[1])[:8]))  # fmt: skip
+        lines.append(
+            "   " + " ".join(f"{label(c)}:{t:.1f}" for c, t in sorted(times.items(), key=lambda kv: kv[1])[:8])
+        )
         print(lines[-2], flush=True)
         del case, args
         torch.cuda.empty_cache()
     lines.append(f"heuristic / best: geomean {geomean(ratios):.3f}, max {max(ratios):.2f}")
-    emit("sparse_attention_config.txt", lines)
+    emit(opts.out, lines)
 
 
 if __name__ == "__main__":

@@ -171,11 +171,13 @@ def test_reachable_configs_cover_every_row_count():
 
 
 def _forced_configs(Hkv, D, W, device):
-    """Every configuration the heuristic reaches, plus both tiles at 1, 2 and 3 splits."""
+    """Every configuration the heuristic reaches, plus both tiles at 1, 2 and 3 splits, merged by a second
+    launch and in the same launch."""
     configs = set(heuristics.reachable_configs(Hkv, D, W, num_sms(device)))
     tiles = {16, 64} if device.type == "cpu" else {32, 64}
-    configs |= {AttentionConfig(b, s) for b in tiles for s in (1, 2, 3) if s <= -(-W // b)}
-    return sorted(configs, key=lambda c: (c.block_n, c.num_splits, c.num_warps))
+    configs |= {AttentionConfig(b, s, fixup=f) for b in tiles for s in (1, 2, 3) for f in (False, True)
+                if s <= -(-W // b)}  # fmt: skip
+    return sorted(configs, key=lambda c: (c.block_n, c.num_splits, c.num_warps, c.fixup))
 
 
 # ------------------------------------------------------------------ interpreter
@@ -194,11 +196,27 @@ def test_interpreter_every_split_configuration_meets_the_contract_and_repeats():
 
 
 @pytest.mark.interpreter
+def test_interpreter_the_merge_in_the_launch_is_the_merge_kernel_bit_for_bit():
+    """The last split to arrive merges with the merge kernel's arithmetic (one helper), gate included,
+    and leaves the arrival counters zero."""
+    from exactfuse.ops.splitk import arrival_counters
+
+    for gate in ("fused", "eager", None):
+        args = with_args(case_args(rows=7, Hq=8, Hkv=2, D=16, page=5, W=90, counts=True, seed=3),
+                         **({"output_gate": None} if gate is None else {"gate_rounding": gate}))  # fmt: skip
+        for splits in (2, 3):
+            two = run(args, AttentionConfig(16, splits))
+            one = run(args, AttentionConfig(16, splits, fixup=True))
+            assert torch.equal(one.view(torch.int16), two.view(torch.int16)), (gate, splits)
+    assert not arrival_counters(CPU, 7 * 2).any()
+
+
+@pytest.mark.interpreter
 @pytest.mark.parametrize("rounding", ["fused", "eager"])
 @pytest.mark.parametrize("splits", [1, 3])
 def test_interpreter_gate_stage_is_the_formula_bit_for_bit(rounding, splits):
     args = with_args(case_args(rows=6, Hq=4, Hkv=1, D=32, W=50), gate_rounding=rounding)
-    config = AttentionConfig(16, splits)
+    config = AttentionConfig(16, splits, fixup=splits > 1)
     plain = run(with_args(args, output_gate=None), config)
     gated = run(args, config)
     assert torch.equal(gated, native.apply_gate(plain, args[9], rounding))
@@ -236,7 +254,11 @@ def _specials_cases():
 
 
 @pytest.mark.interpreter
-@pytest.mark.parametrize("config", [AttentionConfig(16, 1), AttentionConfig(16, 3)], ids=["single", "split"])
+@pytest.mark.parametrize(
+    "config",
+    [AttentionConfig(16, 1), AttentionConfig(16, 3), AttentionConfig(16, 3, fixup=True)],
+    ids=["single", "split", "split-fixup"],
+)
 def test_interpreter_nan_and_inf_positions_are_native_s(config):
     for what, args in _specials_cases():
         expected = run(args, provider="native")

@@ -17,12 +17,14 @@ BLOCK_N_SMALL_D, BLOCK_N_LARGE_D = 64, 32  # tokens a tile for D <= 128 and D = 
 
 @dataclass(frozen=True)
 class AttentionConfig:
-    """``block_n`` tokens a tile, ``num_splits`` programs per (row, KV head), ``num_warps`` per program."""
+    """``block_n`` tokens a tile, ``num_splits`` programs per (row, KV head), ``num_warps`` per program;
+    ``fixup``: the last split to arrive merges in the same launch (else a second launch merges)."""
 
     block_n: int
     num_splits: int
     num_warps: int = 4
     num_stages: int = 2
+    fixup: bool = False
 
     def __post_init__(self):
         if self.block_n < 16 or self.block_n & (self.block_n - 1):

@@ -14,7 +14,9 @@ to ``V``'s compute dtype (``q``'s; fp16 for fp8 ``V``) for the ``P @ V`` dot, ``
   valid token or when all of them score ``-inf``; ``O`` is then 0, or NaN) into
   ``partial_out [num_splits, rows, Hq, D]`` and ``partial_lse [num_splits, rows, Hq]``; every split
   writes its slot. The merge kernel, grid ``(rows, Hq)``, weights split ``s`` by
-  ``exp2(lse2_s - max lse2)`` in split order (deterministic), rounds, applies the gate and stores.
+  ``exp2(lse2_s - max lse2)`` in split order (deterministic), rounds, applies the gate and stores;
+  with ``FIXUP`` the last split of each (row, KV head) to arrive does that merge for its heads in the
+  same launch (arrival counters, as W4A16's split-K), and there is no second launch.
 
 Gate (``GATE``: 0 none, 1 fused, 2 eager): ``sigmoid_fp32(g) = 1 / (1 + exp(-g))`` with libdevice ``exp``
 and an IEEE division, the expression eager PyTorch's CUDA sigmoid evaluates, so the gate stage is bit
@@ -32,6 +34,7 @@ from exactfuse.ops.math import exact_exp
 from exactfuse.ops.sparse_paged_attention import heuristics
 from exactfuse.ops.sparse_paged_attention.heuristics import AttentionConfig
 from exactfuse.ops.sparse_paged_attention.native import FP8_DTYPES
+from exactfuse.ops.splitk import arrival_counters
 from exactfuse.utils import empty, num_sms
 
 LOG2E = 1.4426950408889634
@@ -53,17 +56,19 @@ def _gate(attn, g_ptrs, mask, GATE: tl.constexpr):
 
 @triton.jit(do_not_specialize=["num_requests", "max_pages", "num_pages", "rows", "num_splits"])
 def sparse_attention_partial_kernel(
-    q_ptr, k_ptr, v_ptr, idx_ptr, counts_ptr, table_ptr, req_ptr, gate_ptr, out_ptr, part_ptr, lse_ptr,
+    q_ptr, k_ptr, v_ptr, idx_ptr, counts_ptr, table_ptr, req_ptr, gate_ptr, out_ptr, part_ptr, lse_ptr, count_ptr,
     rows, num_requests, max_pages, num_pages, page_size, W, num_splits,
     s_q_row, s_q_head, s_k_page, s_k_slot, s_k_head, s_v_page, s_v_slot, s_v_head,
     s_idx_row, s_table_row, s_g_row, s_g_head, s_o_row, s_o_head,
     qk_scale, out_scale,
     G: tl.constexpr, HQ: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    HAS_COUNTS: tl.constexpr, GATE: tl.constexpr, SPLIT: tl.constexpr, PV_FP16: tl.constexpr,
+    HAS_COUNTS: tl.constexpr, GATE: tl.constexpr, SPLIT: tl.constexpr, FIXUP: tl.constexpr,
+    PV_FP16: tl.constexpr,
 ):  # fmt: skip
     """Pointers: q/gate/out ``[rows, Hq, D]``, k/v ``[pages, page_size, Hkv, D]`` (last strides 1),
     idx ``[rows, W]``, counts ``[rows]``, table ``[requests, max_pages]``, req ``[rows]`` (int32);
-    part/lse the fp32 partials (``SPLIT``). ``qk_scale = scale * log2(e) [* k_scale]``, ``out_scale`` =
+    part/lse the fp32 partials (``SPLIT``); count ``[rows * Hkv]`` int32 arrival counters, zero on entry
+    and left zero (``FIXUP``). ``qk_scale = scale * log2(e) [* k_scale]``, ``out_scale`` =
     ``v_scale`` (1 for bf16/fp16 caches)."""
     row = tl.program_id(0)
     g = tl.program_id(1)
@@ -131,11 +136,60 @@ def sparse_attention_partial_kernel(
         tl.store(part_ptr + part_row[:, None] * D + d[None, :], o, mask=hmask[:, None])
         lse = tl.where(empty, float("-inf"), m + tl.log2(l_sum))  # its O tells no token (0) from all -inf (NaN)
         tl.store(lse_ptr + part_row, lse, mask=hmask)
+        if FIXUP:
+            # The merge in this launch: the last of the (row, KV head)'s splits to arrive merges them all,
+            # in split order, so the result does not depend on which one arrives last. The barrier
+            # orders every thread's partial before the arrival (released at GPU scope); the partials
+            # are read past L1 (.cg) after the acquire.
+            tl.debug_barrier()
+            counter = count_ptr + row * tl.num_programs(1) + g
+            arrived = tl.atomic_add(counter, 1, sem="acq_rel")
+            if arrived == num_splits - 1:
+                o = _merge_splits(part_ptr, lse_ptr, row64, heads, hmask, rows, num_splits, HQ, D)
+                tl.atomic_xchg(counter, 0)  # zero for the next launch
+                _store_heads(o, gate_ptr, out_ptr, row64, heads, hmask, s_g_row, s_g_head, s_o_row, s_o_head, GATE)
     else:
-        g_ptrs = gate_ptr + row64 * s_g_row + heads[:, None] * s_g_head + d[None, :]
-        y = _gate(o, g_ptrs, hmask[:, None], GATE)
-        o_ptrs = out_ptr + row64 * s_o_row + heads[:, None] * s_o_head + d[None, :]
-        tl.store(o_ptrs, y.to(out_ptr.dtype.element_ty), mask=hmask[:, None])
+        _store_heads(o, gate_ptr, out_ptr, row64, heads, hmask, s_g_row, s_g_head, s_o_row, s_o_head, GATE)
+
+
+@triton.jit
+def _store_heads(o, gate_ptr, out_ptr, row, heads, hmask, s_g_row, s_g_head, s_o_row, s_o_head, GATE: tl.constexpr):
+    """Heads ``heads`` (``[M]``, ``hmask`` in range) of row ``row``: ``o`` (fp32 ``[M, D]``) rounded, gated,
+    stored."""
+    d = tl.arange(0, o.shape[1])
+    y = _gate(o, gate_ptr + row * s_g_row + heads[:, None] * s_g_head + d[None, :], hmask[:, None], GATE)
+    tl.store(out_ptr + row * s_o_row + heads[:, None] * s_o_head + d[None, :], y.to(out_ptr.dtype.element_ty),
+             mask=hmask[:, None])  # fmt: skip
+
+
+@triton.jit
+def _merge_splits(part_ptr, lse_ptr, row, heads, hmask, rows, num_splits, HQ: tl.constexpr, D: tl.constexpr):
+    """The splits' fp32 partials of heads ``heads`` (``[M]``) of row ``row``, weighted by their base-2 LSE
+    in split order: ``[M, D]`` fp32 (rows past ``hmask`` are 0). Read past L1 (another program of the
+    launch may have written them)."""
+    d = tl.arange(0, D)
+    top = tl.load(lse_ptr + row * HQ + heads, mask=hmask, other=0.0, cache_modifier=".cg")
+    for s in range(1, num_splits):
+        top = tl.maximum(top, tl.load(lse_ptr + (s * rows + row) * HQ + heads, mask=hmask, other=0.0,
+                                      cache_modifier=".cg"))  # fmt: skip
+    top = tl.where(top == float("-inf"), 0.0, top)
+    acc = tl.zeros((heads.shape[0], D), tl.float32)
+    total = tl.zeros(heads.shape, tl.float32)
+    nan = tl.zeros(heads.shape, tl.int1)  # a split's NaN from the data: the head is NaN
+    only_neg_inf = tl.zeros(heads.shape, tl.int1)  # a split had tokens, all scored -inf (its O is NaN)
+    for s in range(num_splits):
+        base = (s * rows + row) * HQ + heads
+        lse = tl.load(lse_ptr + base, mask=hmask, other=float("-inf"), cache_modifier=".cg")
+        o = tl.load(part_ptr + base[:, None] * D + d[None, :], mask=hmask[:, None], other=0.0, cache_modifier=".cg")
+        finite = lse > float("-inf")  # False for NaN too
+        w = tl.where(finite, tl.exp2(lse - top), 0.0)
+        acc += tl.where(finite[:, None], w[:, None] * o, 0.0)
+        total += w
+        nan = nan | (lse != lse)
+        only_neg_inf = only_neg_inf | ((lse == float("-inf")) & (tl.sum((o != o).to(tl.int32), 1) > 0))
+    empty = tl.where(only_neg_inf, float("nan"), 0.0)
+    merged = tl.where((total > 0.0)[:, None], acc / tl.where(total > 0.0, total, 1.0)[:, None], empty[:, None])
+    return tl.where(nan[:, None], float("nan"), merged)
 
 
 @triton.jit(do_not_specialize=["rows", "num_splits"])
@@ -143,32 +197,12 @@ def sparse_attention_merge_kernel(
     part_ptr, lse_ptr, gate_ptr, out_ptr, rows, num_splits, s_g_row, s_g_head, s_o_row, s_o_head,
     HQ: tl.constexpr, D: tl.constexpr, GATE: tl.constexpr,
 ):  # fmt: skip
-    """One (row, head): the splits' fp32 partials weighted by their base-2 LSE, in split order."""
+    """The second launch of a split without ``FIXUP``: one (row, head), :func:`_merge_splits`."""
     row = tl.program_id(0).to(tl.int64)
-    h = tl.program_id(1)
-    d = tl.arange(0, D)
-    top = tl.load(lse_ptr + row * HQ + h)
-    for s in range(1, num_splits):
-        top = tl.maximum(top, tl.load(lse_ptr + (s * rows + row) * HQ + h))
-    top = tl.where(top == float("-inf"), 0.0, top)
-    acc = tl.zeros((D,), tl.float32)
-    total = tl.zeros((), tl.float32)
-    nan = tl.zeros((), tl.int1)  # a split's NaN from the data: the row is NaN
-    only_neg_inf = tl.zeros((), tl.int1)  # a split had tokens, all scored -inf (its O is NaN)
-    for s in range(num_splits):
-        base = (s * rows + row) * HQ + h
-        lse = tl.load(lse_ptr + base)
-        o = tl.load(part_ptr + base * D + d)
-        finite = lse > float("-inf")  # False for NaN too
-        w = tl.where(finite, tl.exp2(lse - top), 0.0)
-        acc += tl.where(finite, w * o, 0.0)
-        total += w
-        nan = nan | (lse != lse)
-        only_neg_inf = only_neg_inf | ((lse == float("-inf")) & (tl.sum((o != o).to(tl.int32), 0) > 0))
-    merged = tl.where(total > 0.0, acc / tl.where(total > 0.0, total, 1.0), tl.where(only_neg_inf, float("nan"), 0.0))
-    merged = tl.where(nan, float("nan"), merged)
-    y = _gate(merged, gate_ptr + row * s_g_row + h * s_g_head + d, d < D, GATE)
-    tl.store(out_ptr + row * s_o_row + h * s_o_head + d, y.to(out_ptr.dtype.element_ty))
+    heads = tl.program_id(1) + tl.arange(0, 1)
+    hmask = heads < HQ
+    o = _merge_splits(part_ptr, lse_ptr, row, heads, hmask, rows, num_splits, HQ, D)
+    _store_heads(o, gate_ptr, out_ptr, row, heads, hmask, s_g_row, s_g_head, s_o_row, s_o_head, GATE)
 
 
 def launch_sparse_paged_attention(
@@ -199,28 +233,30 @@ def launch_sparse_paged_attention(
     qk_scale = (D**-0.5 if scale is None else scale) * LOG2E * (k_scale if fp8 else 1.0)
     out_scale = v_scale if fp8 else 1.0
     splits = config.num_splits
+    fixup = splits > 1 and config.fixup
     if splits > 1:
         part = empty((splits, rows, Hq, D), torch.float32, q.device)
         lse = empty((splits, rows, Hq), torch.float32, q.device)
     else:
         part, lse = out, out  # not read: the SPLIT branch is compiled out
+    counters = arrival_counters(q.device, rows * Hkv) if fixup else lse  # placeholder when not FIXUP
     gate = q if output_gate is None else output_gate  # a placeholder pointer with q's dtype when GATE = 0
     gate_code = GATES[None if output_gate is None else gate_rounding]
     G = Hq // Hkv
     torch.library.wrap_triton(sparse_attention_partial_kernel)[(rows, Hkv, splits)](
         q, k_cache, v_cache, logical_indices, logical_indices if counts is None else counts, block_table,
-        token_to_req, gate, out, part, lse,
+        token_to_req, gate, out, part, lse, counters,
         rows, block_table.shape[0], block_table.shape[1], num_pages, page_size, W, splits,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         logical_indices.stride(0), block_table.stride(0), gate.stride(0), gate.stride(1),
         out.stride(0), out.stride(1), qk_scale, out_scale,
         G=G, HQ=Hq, D=D, BLOCK_M=heuristics.block_m(G), BLOCK_N=config.block_n,
-        HAS_COUNTS=counts is not None, GATE=0 if splits > 1 else gate_code,
-        SPLIT=splits > 1, PV_FP16=fp8,
+        HAS_COUNTS=counts is not None, GATE=0 if splits > 1 and not fixup else gate_code,
+        SPLIT=splits > 1, FIXUP=fixup, PV_FP16=fp8,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
-    if splits > 1:
+    if splits > 1 and not fixup:
         torch.library.wrap_triton(sparse_attention_merge_kernel)[(rows, Hq)](
             part, lse, gate, out, rows, splits, gate.stride(0), gate.stride(1), out.stride(0), out.stride(1),
             HQ=Hq, D=D, GATE=gate_code, num_warps=2,

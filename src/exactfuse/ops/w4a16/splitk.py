@@ -11,9 +11,6 @@ slices ``atomic_add`` into a zeroed ``[M, N]`` fp32 buffer and the second launch
 
 from __future__ import annotations
 
-import threading
-
-import torch
 import triton
 import triton.language as tl
 
@@ -114,42 +111,3 @@ def w4a16_splitk_reduce_kernel(p_ws, p_bias, p_out, M, N, S, HAS_BIAS: tl.conste
 
 
 REDUCE_BLOCK = 1024
-
-
-# Arrival counters of the deterministic split-K fixup, per (device, stream): every launch leaves
-# them zero, so one buffer serves all launches on a stream. A grown buffer does not replace the old
-# one, which a captured CUDA graph may still point at: all stay alive.
-_COUNTERS: dict[tuple[torch.device, int], list[torch.Tensor]] = {}
-
-
-def arrival_counters(device: torch.device, tiles: int) -> torch.Tensor:
-    """Zeroed int32 counters, at least ``tiles`` of them, for launches on the current stream of ``device``
-    (a tensor's device: it carries its index)."""
-    # The raw handle, as Triton's launcher reads it: 0.13 against 3.0 µs of host time per call for
-    # torch.cuda.current_stream(device).cuda_stream, which builds a Stream object (H200 machine,
-    # scripts/gpu/probe_stream_lookup.py, benchmarks/results/h200/sweeps/w4a16_stream_lookup.txt).
-    stream = torch._C._cuda_getCurrentRawStream(device.index) if device.type == "cuda" else 0
-    buffers = _COUNTERS.get((device, stream))
-    if buffers is None or buffers[-1].numel() < tiles:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            # Capture on a stream without counters: the graph's own buffer, zeroed in the graph and kept
-            # alive by it, not cached (a cached capture-pool tensor would outlive the graph's outputs,
-            # which torch.compile's CUDA-graph trees refuse).
-            return torch.zeros(max(tiles, 4096), dtype=torch.int32, device=device)
-        buffers = _COUNTERS.setdefault((device, stream), [])
-        buffers.append(_zeros_outside_graph_pools(max(tiles, 4096), device))
-    return buffers[-1]
-
-
-def _zeros_outside_graph_pools(n: int, device: torch.device) -> torch.Tensor:
-    """Zeroed int32 ``[n]`` from the default memory pool, also while torch.compile's CUDA-graph trees route
-    this thread's allocations to a graph's pool (their warm-up runs): allocated by another thread (on
-    the device's default stream), then ordered before the current stream's next work. Once per stream."""
-    if device.type != "cuda":
-        return torch.zeros(n, dtype=torch.int32, device=device)
-    made: list[torch.Tensor] = []
-    worker = threading.Thread(target=lambda: made.append(torch.zeros(n, dtype=torch.int32, device=device)))
-    worker.start()
-    worker.join()
-    torch.cuda.current_stream(device).wait_stream(torch.cuda.default_stream(device))
-    return made[0]

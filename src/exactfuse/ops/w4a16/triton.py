@@ -30,10 +30,11 @@ import torch
 import triton
 import triton.language as tl
 
+from exactfuse.ops.splitk import arrival_counters
 from exactfuse.ops.w4a16.dequant import dense_gemm, dequant_kn_tile
 from exactfuse.ops.w4a16.gemv import w4a16_gemv_kernel
 from exactfuse.ops.w4a16.heuristics import RECORDERS, TileConfig, select_config
-from exactfuse.ops.w4a16.splitk import REDUCE_BLOCK, arrival_counters, finish_tile, w4a16_splitk_reduce_kernel
+from exactfuse.ops.w4a16.splitk import REDUCE_BLOCK, finish_tile, w4a16_splitk_reduce_kernel
 from exactfuse.registry import platform
 from exactfuse.utils import compute_capability, empty, next_power_of_2, num_sms
 
