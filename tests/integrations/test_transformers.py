@@ -76,12 +76,16 @@ def _logits(model, ids):
         return model(input_ids=ids).logits
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_apply_replaces_every_gated_mlp_and_keeps_the_logits(family):
+def _before(family: str):
+    """(model, ids, its logits, a copy of its state dict) before any patch."""
     model = _model(family)
     ids = torch.randint(0, 96, (2, 9), generator=torch.Generator().manual_seed(1))
-    before = _logits(model, ids)
-    state = {k: v.clone() for k, v in model.state_dict().items()}
+    return model, ids, _logits(model, ids), {k: v.clone() for k, v in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_apply_replaces_every_gated_mlp_and_keeps_the_logits(family):
+    model, ids, before, state = _before(family)
     originals = dict(model.named_modules())
     report = apply(model)
     layers = [p.rsplit(".", 1)[0] for p in originals if p.endswith(".mlp") and ".layers." in p]
@@ -129,10 +133,7 @@ def test_what_cannot_be_patched_is_left_with_a_reason():
 
 @pytest.mark.parametrize("family", ["llama", "gemma3n", "qwen2_moe"])
 def test_fast_mode_fuses_gate_and_up_into_one_gemm_over_the_same_parameters(family):
-    model = _model(family)
-    ids = torch.randint(0, 96, (2, 9), generator=torch.Generator().manual_seed(1))
-    before = _logits(model, ids)
-    state = {k: v.clone() for k, v in model.state_dict().items()}
+    model, ids, before, state = _before(family)
     params = dict(model.named_parameters())
     report = apply(model, exact=False)
     mlps = [m for m in model.modules() if isinstance(m, GatedMLP)]
