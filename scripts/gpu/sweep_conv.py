@@ -76,7 +76,8 @@ def main() -> None:
     lines = [f"copy {copy / 1e9:,.0f} GB/s; shipped tile {heuristics.TILE_ROWS}x{heuristics.TILE_CHANNELS}, "
              f"{heuristics.NUM_WARPS} warps", "shape | BTxBC/warps: µs (% roofline) ..."]  # fmt: skip
     ratios: dict[tuple, list[float]] = {}
-    for case in _causal_grid(torch.device("cuda"), torch.bfloat16):
+    for lazy in _causal_grid(torch.device("cuda"), torch.bfloat16):
+        case = lazy.materialize()
         a = _causal_conv1d.signature.bind(*case.args, **case.kwargs).arguments
         C, K = a["weight"].shape
         shipped = heuristics.conv_config(C, K - 1, "prefill")

@@ -1,10 +1,22 @@
-"""Benchmark grids and roofline cost of the conv family."""
+"""Benchmark grids and roofline cost of the conv family. Cases are lazy (``registry.LazyCase``, up to
+1.3 GiB each), each drawn from a generator seeded by its place in the grid."""
 
 from __future__ import annotations
 
 from exactfuse.ops.short_conv import _causal_conv1d, _causal_conv1d_update, _short_conv
 from exactfuse.ops.short_conv.inputs import LAYOUTS, causal_case, short_conv_case, update_case
+from exactfuse.registry import LazyCase
 from exactfuse.testing.inputs import make_generator
+
+
+def _lazy(case_id: str, make, seed: int, *args, **kwargs) -> LazyCase:
+    """``make(case_id, *args, gen=..., **kwargs)`` when the case runs, with a fresh generator each time."""
+
+    def build():
+        return make(case_id, *args, gen=make_generator(seed), **kwargs)
+
+    return LazyCase(case_id, build)
+
 
 # ------------------------------------------------------------- bench grids
 # The issue's anchors: PLE decode R = 256, C = 10240, K = 4, D = 3; PLE prefill L = 8192; causal conv
@@ -16,35 +28,33 @@ SPEC_R = (8, 64, 256)
 
 
 def _short_conv_grid(device, dtype, only=None):
-    gen = make_generator(0)
-    kw = {"C": PLE_C, "K": PLE_K, "D": PLE_D, "dtype": dtype, "device": device, "gen": gen}
+    kw = {"C": PLE_C, "K": PLE_K, "D": PLE_D, "dtype": dtype, "device": device}
     specs = [(f"decode-R{R}-{lay}", "decode", (), {"decodes": R, "slots": R + 1, "layout": lay})
              for R in DECODE_R for lay in LAYOUTS]  # fmt: skip
     specs += [(f"prefill-L{sum(ls)}x{len(ls)}", "prefill", ls, {"slots": len(ls) + 1}) for ls in PREFILL_L]
     specs += [(f"spec-R{R}-SQL{PLE_SQL}", "spec", (PLE_SQL,) * R, {"accepted": (2,) * R, "sql": PLE_SQL,
                "slots": R + 1}) for R in SPEC_R]  # fmt: skip
-    for case_id, mode, lengths, extra in specs:
+    for seed, (case_id, mode, lengths, extra) in enumerate(specs):
         if only is None or case_id in only:
-            yield short_conv_case(case_id, mode, lengths, **kw, **extra)
+            yield _lazy(case_id, short_conv_case, seed, mode, lengths, **kw, **extra)
 
 
 CAUSAL_SHAPES = ((1, 8192), (8, 1024), (64, 128), (4, 8192), (16, 4096))  # (B, L): T·C from 2^23 to 2^29
 
 
 def _causal_grid(device, dtype, only=None):
-    gen = make_generator(0)
-    for B, L in CAUSAL_SHAPES:
+    for seed, (B, L) in enumerate(CAUSAL_SHAPES):
         case_id = f"B{B}-L{L}-C{PLE_C}-K4"
         if only is None or case_id in only:
-            yield causal_case(case_id, (L,) * B, C=PLE_C, K=4, D=1, dtype=dtype, device=device, gen=gen, init=True)
+            yield _lazy(case_id, causal_case, seed, (L,) * B, C=PLE_C, K=4, D=1, dtype=dtype, device=device,
+                        init=True)  # fmt: skip
 
 
 def _update_grid(device, dtype, only=None):
-    gen = make_generator(0)
-    for B in (1, 8, 64, 256, 1024):
+    for seed, B in enumerate((1, 8, 64, 256, 1024)):
         case_id = f"B{B}-C{PLE_C}-K4"
         if only is None or case_id in only:
-            yield update_case(case_id, B, None, C=PLE_C, K=4, D=1, dtype=dtype, device=device, gen=gen)
+            yield _lazy(case_id, update_case, seed, B, None, C=PLE_C, K=4, D=1, dtype=dtype, device=device)
 
 
 _short_conv.grid("default")(_short_conv_grid)
