@@ -50,9 +50,11 @@ def test_lazy_cases_are_built_one_at_a_time_and_only_when_selected(fake_op):
         wrong.materialize()
 
 
-def test_the_attention_grid_names_its_cases_without_building_them():
-    cases = expand_grid(OPS["sparse_paged_attention"], "default", "cpu", torch.bfloat16)
-    assert all(isinstance(c, LazyCase) for c in cases) and len(cases) == 30
+@pytest.mark.parametrize(("name", "count"), [("sparse_paged_attention", 30), ("short_conv", 17),
+                                           ("causal_conv1d", 5), ("causal_conv1d_update", 5)])  # fmt: skip
+def test_large_grids_name_their_cases_without_building_them(name, count):
+    cases = expand_grid(OPS[name], "default", "cpu", torch.bfloat16)
+    assert all(isinstance(c, LazyCase) for c in cases) and len(cases) == count
 
 
 @pytest.mark.parametrize("name", ["silu_and_mul", "gelu_and_mul"])
