@@ -1,6 +1,8 @@
 """sparse_paged_attention: spec, slot mapping, gate stage, contract matrix, every split configuration,
 special values, errors, fallback, warmup (compile, export and CUDA graphs: test_sparse_paged_attention_compile.py)."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -324,11 +326,16 @@ def test_gpu_every_split_configuration_meets_the_contract_and_repeats(kv):
         args = case_args(rows=rows, Hq=12 * Hkv, Hkv=Hkv, D=D, page=1600, W=2051, dtype=torch.bfloat16, device=CUDA,
                      kv_dtype=kv_dtype, counts=True)  # fmt: skip
         single = run(args, AttentionConfig(32, 1))
+        outs = {}
         for config in _forced_configs(Hkv, D, 2051, CUDA):
-            out = run(args, config)
+            out = outs[config] = run(args, config)
             assert_contract(args, out, f"Hkv {Hkv} D {D} {config}")
             assert CONTRACT.check(out, single, args=args).passed, f"{config} against one split"
             assert torch.equal(out, run(args, config)), f"{config}: not deterministic"
+        for config, out in outs.items():  # the merge in the launch is the second launch's, bit for bit
+            if config.fixup:
+                twin = dataclasses.replace(config, fixup=False)
+                assert torch.equal(out.view(torch.int16), outs[twin].view(torch.int16)), config
 
 
 @pytest.mark.gpu
