@@ -5,7 +5,9 @@ Each ``exactfuse.ops`` line below imports one op package, which declares its ops
 
 from exactfuse.layers import *  # noqa: F403  (the nn.Modules in exactfuse.layers.__all__)
 from exactfuse.ops.act_and_mul import gelu_and_mul as gelu_and_mul
+from exactfuse.ops.act_and_mul import gelu_mul as gelu_mul
 from exactfuse.ops.act_and_mul import silu_and_mul as silu_and_mul
+from exactfuse.ops.act_and_mul import silu_mul as silu_mul
 from exactfuse.ops.gelu_and_mul_sparse import gelu_and_mul_sparse as gelu_and_mul_sparse
 from exactfuse.ops.moe_silu_and_mul import moe_silu_and_mul as moe_silu_and_mul
 from exactfuse.ops.short_conv import causal_conv1d as causal_conv1d

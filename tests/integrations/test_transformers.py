@@ -50,8 +50,8 @@ FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "
 # what each family's decoder layers hold: (attribute path under the layer, exactfuse module, op)
 EXPECTED = {
     "mixtral": [("mlp.experts", GatedExperts, "silu_and_mul")],
-    "qwen2_moe": [("mlp.experts", GatedExperts, "silu_and_mul"), ("mlp.shared_expert", GatedMLP, "silu_and_mul")],
-    "gemma3n": [("mlp", GatedMLP, "gelu_and_mul_sparse"), ("mlp", GatedMLP, "gelu_and_mul")],
+    "qwen2_moe": [("mlp.experts", GatedExperts, "silu_and_mul"), ("mlp.shared_expert", GatedMLP, "silu_mul")],
+    "gemma3n": [("mlp", GatedMLP, "gelu_and_mul_sparse"), ("mlp", GatedMLP, "gelu_mul")],
 }
 
 
@@ -89,7 +89,7 @@ def test_apply_replaces_every_gated_mlp_and_keeps_the_logits(family):
     originals = dict(model.named_modules())
     report = apply(model)
     layers = [p.rsplit(".", 1)[0] for p in originals if p.endswith(".mlp") and ".layers." in p]
-    expected = EXPECTED.get(family, [("mlp", GatedMLP, "silu_and_mul" if "gemma" not in family else "gelu_and_mul")])
+    expected = EXPECTED.get(family, [("mlp", GatedMLP, "silu_mul" if "gemma" not in family else "gelu_mul")])
     for i, layer in enumerate(layers):
         # gemma3n: layer 0 is activation-sparse, layer 1 dense (activation_sparsity_pattern)
         for sub, cls, op in [expected[i]] if family == "gemma3n" else expected:
@@ -117,14 +117,11 @@ def test_report_is_a_context_manager_and_apply_twice_is_an_error():
 def test_what_cannot_be_patched_is_left_with_a_reason():
     model = _model("llama")
     model.model.layers[0].mlp.act_fn = torch.nn.ReLU()
-    report = apply(model, ops=["silu_and_mul"])
+    report = apply(model, ops=["silu_mul"])
     assert "model.layers.0.mlp" in report.left and "ReLU" in report.left["model.layers.0.mlp"]
     assert "model.layers.1.mlp" in report.replaced
     revert(model)
-    assert (
-        "gelu_and_mul not among the selected ops"
-        in apply(_model("gemma"), ops=["silu_and_mul"]).left["model.layers.0.mlp"]
-    )
+    assert "gelu_mul not among the selected ops" in apply(_model("gemma"), ops=["silu_mul"]).left["model.layers.0.mlp"]
     with pytest.raises(ValueError, match="unknown op"):
         apply(model, ops=["nosuch"])
     with pytest.raises(TypeError, match="exact must be True or False"):
@@ -138,7 +135,8 @@ def test_fast_mode_fuses_gate_and_up_into_one_gemm_over_the_same_parameters(fami
     report = apply(model, exact=False)
     mlps = [m for m in model.modules() if isinstance(m, GatedMLP)]
     assert mlps and all(m.fused for m in mlps)
-    assert all("fused gate+up GEMM" in report.replaced[p] for p, m in model.named_modules() if m in mlps)
+    fused = [report.replaced[p] for p, m in model.named_modules() if m in mlps]
+    assert all("fused gate+up GEMM" in what and ("_and_mul" in what) for what in fused), fused
     for m in mlps:  # the projections' parameters are views of the one weight the GEMM reads
         weight = m._gate_up[0]
         assert m.gate_proj.weight.data_ptr() == weight.data_ptr() and weight.shape[0] == 2 * m.gate_proj.out_features
@@ -191,7 +189,7 @@ def test_the_triton_providers_run_in_the_patched_model(family, monkeypatch):
     before = _logits(model, ids)
     calls = []
     with contextlib.ExitStack() as stack:
-        for name in ("silu_and_mul", "gelu_and_mul", "gelu_and_mul_sparse"):
+        for name in ("silu_mul", "gelu_mul", "silu_and_mul", "gelu_and_mul", "gelu_and_mul_sparse"):
             op = exactfuse.get(name)
             provider = op.providers["triton"]
             monkeypatch.setattr(

@@ -1,16 +1,19 @@
-"""silu_and_mul / gelu_and_mul: contract matrix, bad inputs, fallbacks, layers, CUDA graphs."""
+"""silu_and_mul / gelu_and_mul and silu_mul / gelu_mul: contract matrix, bad inputs, fallbacks, layers,
+CUDA graphs."""
 
 import pytest
 import torch
 
 import exactfuse
-from exactfuse.ops.act_and_mul import gelu_and_mul, silu_and_mul
+from exactfuse.ops.act_and_mul import gelu_and_mul, gelu_mul, silu_and_mul, silu_mul
 from exactfuse.ops.act_and_mul import heuristics as act_heuristics
 from exactfuse.ops.act_and_mul import triton as act_triton
 from exactfuse.registry import NoProviderError, platform
 from exactfuse.testing import assert_contract_matrix
 
-OPS = {"silu_and_mul": silu_and_mul, "gelu_and_mul": gelu_and_mul}
+X_OPS = {"silu_and_mul": silu_and_mul, "gelu_and_mul": gelu_and_mul}  # x [..., 2d]
+PAIR_OPS = {"silu_mul": silu_mul, "gelu_mul": gelu_mul}  # gate, up [..., d]
+OPS = X_OPS | PAIR_OPS
 SHORT = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 
 
@@ -46,25 +49,56 @@ def test_gpu_int64_offsets():
     head = slice(0, 64)
     assert torch.equal(out[head], silu_and_mul.native(x[head]))
     assert not torch.isnan(out).any()
+    with exactfuse.poison_outputs():  # the two-tensor path over the halves: the same rows
+        pair = act_triton.silu_mul_triton(x[:, :d], x[:, d:])
+    assert torch.equal(pair, out)
 
 
 # ----------------------------------------------------------------- bad input
-@pytest.mark.parametrize("name", sorted(OPS))
+@pytest.mark.parametrize("name", sorted(X_OPS))
 def test_odd_last_dim_is_an_error(name):
     with pytest.raises(ValueError, match=r"x's last dimension must be even \(2\*d\), got 7"):
-        OPS[name](torch.randn(3, 7))
+        X_OPS[name](torch.randn(3, 7))
 
 
-@pytest.mark.parametrize("name", sorted(OPS))
+@pytest.mark.parametrize("name", sorted(X_OPS))
 def test_wrong_dtype_is_an_error(name):
     with pytest.raises(TypeError, match="x must be float16, bfloat16 or float32, got torch.int32"):
-        OPS[name](torch.ones(3, 8, dtype=torch.int32))
+        X_OPS[name](torch.ones(3, 8, dtype=torch.int32))
 
 
-@pytest.mark.parametrize("name", sorted(OPS))
+@pytest.mark.parametrize("name", sorted(X_OPS))
 def test_zero_dim_is_an_error(name):
     with pytest.raises(ValueError, match="x must have at least 1 dimension"):
-        OPS[name](torch.tensor(1.0))
+        X_OPS[name](torch.tensor(1.0))
+
+
+@pytest.mark.parametrize("name", sorted(PAIR_OPS))
+def test_gate_and_up_errors_name_the_argument(name):
+    g = torch.randn(3, 8)
+    bad = [
+        ((g, torch.randn(3, 7)), ValueError, r"up must have gate's shape \[3, 8\], got \[3, 7\]"),
+        ((g, torch.randn(3, 8).double()), TypeError, "up must be float16, bfloat16 or float32, got torch.float64"),
+        ((g, g.half()), TypeError, "up must have gate's dtype torch.float32, got torch.float16"),
+        ((torch.ones(3, 8, dtype=torch.int32), g), TypeError, "gate must be float16, bfloat16 or float32"),
+        ((torch.tensor(1.0), g), ValueError, "gate must have at least 1 dimension"),
+        ((g, g.tolist()), TypeError, "up must be a torch.Tensor, got list"),
+    ]
+    for args, error, match in bad:
+        with pytest.raises(error, match=match):
+            PAIR_OPS[name](*args)
+
+
+@pytest.mark.interpreter
+def test_the_halves_of_one_tensor_run_the_kernel_as_two_tensors():
+    x = torch.randn(6, 80)
+    gate, up = x[:, :40], x[:, 40:]  # rows 80 apart
+    with silu_mul.priority(["triton"]), silu_and_mul.priority(["triton"]):
+        assert silu_mul.select(gate, up).name == "triton"
+        assert torch.equal(silu_mul(gate, up), silu_and_mul(x))
+    transposed = torch.randn(3, 4, 40).transpose(0, 1)
+    with silu_mul.priority(["triton", "native"]):
+        assert silu_mul.select(transposed, transposed).name == "native"  # rows not viewable as 2-D
 
 
 def test_bad_approximate_is_an_error():

@@ -51,6 +51,12 @@ def _gated(T, width, device, dtype, gen):
     return (torch.randn(T, 2 * width, generator=gen).to(device, dtype),)
 
 
+def _pair(T, width, device, dtype, gen):
+    return torch.randn(T, width, generator=gen).to(device, dtype), torch.randn(T, width, generator=gen).to(
+        device, dtype
+    )
+
+
 def _moe(T, width, device, dtype, gen):
     return torch.randn(T, 2 * width, generator=gen).to(device, dtype), torch.rand(T, generator=gen).to(device)
 
@@ -62,6 +68,7 @@ def _activations(T, width, device, dtype, gen):
 SPECS = {
     "silu_and_mul": Spec("silu_and_mul", _gated),
     "gelu_and_mul": Spec("gelu_and_mul", _gated, ("tanh",)),
+    "silu_mul": Spec("silu_mul", _pair),
     "moe_silu_and_mul": Spec("moe_silu_and_mul", _moe, (True,), gpu_width=1024),
     "gelu_and_mul_sparse-d4096": Spec("gelu_and_mul_sparse", _gated, (STD_MULTIPLIER, "tanh")),
     # wider than 16384: the traced plan is the split kernels (heuristics.traced_plan)
@@ -196,7 +203,13 @@ def test_guard_free_compile_is_right_for_every_token_count(name, device, dtype, 
         fullgraph=True,
         options={"guard_filter_fn": torch.compiler.skip_all_guards_unsafe},
     )
-    compiled(*_inputs(spec, 8 if traced_at == "small" else max(token_counts), device, dtype))
+    traced = _inputs(spec, 8 if traced_at == "small" else max(token_counts), device, dtype)
+    # as vLLM marks them: the token dimension dynamic, the widths static (a width equal to the traced T
+    # would otherwise share its symbol, with no guard left to catch the difference)
+    for t in traced:
+        for dim in range(1, t.dim()):
+            torch._dynamo.mark_static(t, dim)
+    compiled(*traced)
     for T in token_counts:
         inputs = _inputs(spec, T, device, dtype, seed=3)
         _assert_contract(spec, compiled(*inputs), inputs, device, dtype, f"guard-free ({traced_at}), T = {T}")

@@ -9,12 +9,13 @@ beside the original on two rows and must give the same bits; a module that does 
 release that changed the forward, an experts backend other than the eager loop) is left, and the
 report says why. ``revert(model)`` puts the original module objects back.
 
-``exact=True`` keeps the model's numerics: the gate and up projections stay two GEMMs (their outputs
-are joined for the fused activation), and the activation op is bit-equal to the eager expression on
-CUDA. ``exact=False`` also fuses the two projections into one ``[2I, H]`` GEMM whose output feeds the
-activation without the join: the same products, in the GEMM library's order for the wider matrix, so
-within a GEMM's rounding of the model's (bit-equal on the shapes measured, not promised). See
-``docs/transformers.md``.
+``exact=True`` keeps the model's numerics: the gate and up projections stay two GEMMs whose outputs
+feed ``silu_mul`` / ``gelu_mul`` as two tensors (no join copy; Gemma3n's activation-sparse layers join
+them for ``gelu_and_mul_sparse``), and the activation op is bit-equal to the eager expression on CUDA.
+``exact=False`` also fuses the two projections into one ``[2I, H]`` GEMM whose output feeds
+``silu_and_mul`` / ``gelu_and_mul``: the same products, in the GEMM library's order for the wider
+matrix, so within a GEMM's rounding of the model's (bit-equal on the shapes measured, not promised).
+See ``docs/transformers.md``.
 """
 
 from __future__ import annotations
@@ -28,12 +29,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from exactfuse.ops.act_and_mul import gelu_and_mul, silu_and_mul
+from exactfuse.ops.act_and_mul import gelu_and_mul, gelu_mul, silu_and_mul, silu_mul
 from exactfuse.ops.gelu_and_mul_sparse import gelu_and_mul_sparse
 from exactfuse.ops.gelu_and_mul_sparse.native import normal_quantile
 from exactfuse.registry import get
 
-OPS = ("silu_and_mul", "gelu_and_mul", "gelu_and_mul_sparse")
+OPS = ("silu_mul", "gelu_mul", "silu_and_mul", "gelu_and_mul", "gelu_and_mul_sparse")
 _ORIGINAL = "_exactfuse_original"  # the replaced module, kept outside the module tree (no state_dict entry)
 
 
@@ -120,19 +121,33 @@ class GatedMLP(nn.Module):
     def fused(self) -> bool:
         return self._gate_up is not None
 
-    def _act(self, h: torch.Tensor) -> torch.Tensor:
+    @property
+    def _approximate(self) -> str:
+        return "tanh" if self.activation == "gelu_tanh" else "none"
+
+    def op_name(self, fused: bool) -> str:
+        """The exactfuse op this module calls: on one fused gate+up output, or on two projections."""
+        if self.sparsity > 0.0:
+            return "gelu_and_mul_sparse"
+        return ("silu" if self.activation == "silu" else "gelu") + ("_and_mul" if fused else "_mul")
+
+    def _joined(self, h: torch.Tensor) -> torch.Tensor:
         if self.sparsity > 0.0:
             return gelu_and_mul_sparse(h, self._multipliers[h.dtype], "tanh")
         if self.activation == "silu":
             return silu_and_mul(h)
-        return gelu_and_mul(h, "tanh" if self.activation == "gelu_tanh" else "none")
+        return gelu_and_mul(h, self._approximate)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self._gate_up is not None and not (torch.is_grad_enabled() and self.gate_proj.weight.requires_grad):
-            h = F.linear(x, *self._gate_up)  # inference: the fused weight is not a parameter, it has no grad
-        else:
-            h = torch.cat([self.gate_proj(x), self.up_proj(x)], dim=-1)
-        return self.down_proj(self._act(h))
+            # inference: the fused weight is not a parameter, it has no grad
+            return self.down_proj(self._joined(F.linear(x, *self._gate_up)))
+        gate, up = self.gate_proj(x), self.up_proj(x)
+        if self.sparsity > 0.0:  # the sparse op's statistics read the gate rows of one [..., 2I] tensor
+            return self.down_proj(self._joined(torch.cat([gate, up], dim=-1)))
+        if self.activation == "silu":
+            return self.down_proj(silu_mul(gate, up))
+        return self.down_proj(gelu_mul(gate, up, self._approximate))
 
     def extra_repr(self) -> str:
         return (f"activation={self.activation!r}" + (f", sparsity={self.sparsity}" if self.sparsity else "")
@@ -194,7 +209,7 @@ def _candidates(model: nn.Module) -> Iterable[tuple[str, nn.Module, nn.Module, s
                 yield path, child, parent, attr
 
 
-def _replacement(m: nn.Module, ops: set[str]) -> tuple[nn.Module | None, str]:
+def _replacement(m: nn.Module, ops: set[str], exact: bool) -> tuple[nn.Module | None, str]:
     """The exactfuse module for ``m`` and what it is, or None and why not."""
     activation = _activation(getattr(m, "act_fn", None))
     if _is_experts(m):
@@ -224,10 +239,11 @@ def _replacement(m: nn.Module, ops: set[str]) -> tuple[nn.Module | None, str]:
     sparsity = float(getattr(m, "activation_sparsity", 0.0) or 0.0)
     if sparsity > 0.0 and activation != "gelu_tanh":
         return None, f"activation-sparse layer with activation {activation}, not tanh-GELU"
-    op = "gelu_and_mul_sparse" if sparsity > 0.0 else "silu_and_mul" if activation == "silu" else "gelu_and_mul"
+    new = GatedMLP(m, activation, sparsity)
+    op = new.op_name(fused=not exact)
     if op not in ops:
         return None, f"{op} not among the selected ops"
-    return GatedMLP(m, activation, sparsity), f"GatedMLP ({op})"
+    return new, f"GatedMLP ({op})"
 
 
 def _same_output(original: nn.Module, new: nn.Module) -> str | None:
@@ -278,7 +294,7 @@ def apply(model: nn.Module, *, exact: bool = True, ops: Iterable[str] | None = N
     for path, module, parent, attr in list(_candidates(model)):
         if hasattr(module, _ORIGINAL):
             raise RuntimeError(f"apply: {path} is patched already; call revert(model) first")
-        new, what = _replacement(module, selected)
+        new, what = _replacement(module, selected, exact)
         if new is None:
             report.left[path] = what
             continue

@@ -1,4 +1,5 @@
-"""Gated activations ``act(x[..., :d]) * x[..., d:]``: declarations of silu_and_mul and gelu_and_mul.
+"""Gated activations ``act(gate) * up``: declarations of silu_and_mul and gelu_and_mul (``x [..., 2d]``,
+gate and up its halves) and of silu_mul and gelu_mul (``gate, up [..., d]``, two tensors), one kernel.
 
 Spec in ``native.py``, kernel in ``triton.py``, its launch rule in ``heuristics.py``; inputs, warmup,
 benchmark grids and cost in ``inputs.py``; the Liger peers in ``peers.py``.
@@ -37,19 +38,40 @@ def _check_gelu(x: torch.Tensor, approximate: str = "none") -> None:
     native.check_approximate("gelu_and_mul", approximate)
 
 
-def triton_supports(x: torch.Tensor, approximate: str = "none") -> bool | str:
+def _check_silu_mul(gate: torch.Tensor, up: torch.Tensor) -> None:
+    native.check_gate_up("silu_mul", gate, up)
+
+
+def _check_gelu_mul(gate: torch.Tensor, up: torch.Tensor, approximate: str = "none") -> None:
+    native.check_gate_up("gelu_mul", gate, up)
+    native.check_approximate("gelu_mul", approximate)
+
+
+def _reads(name: str, t: torch.Tensor) -> bool | str:
     """Rows the kernel reads: a tensor Triton can read, 2-D with unit last stride or contiguous."""
-    if not x.is_cuda and (reason := platform.triton_reads("x", x)) is not True:
+    if not t.is_cuda and (reason := platform.triton_reads(name, t)) is not True:
         return reason
-    if (x.dim() == 2 and x.stride(-1) == 1) or x.is_contiguous():
+    if (t.dim() == 2 and t.stride(-1) == 1) or t.is_contiguous():
         return True
-    return f"x has strides {tuple(x.stride())}: the kernel reads contiguous x, or 2-D rows with unit last stride"
+    return (f"{name} has strides {tuple(t.stride())}: the kernel reads contiguous {name}, or 2-D rows with "
+            "unit last stride")  # fmt: skip
+
+
+def triton_supports(x: torch.Tensor, approximate: str = "none") -> bool | str:
+    return _reads("x", x)
+
+
+def triton_supports_gate_up(gate: torch.Tensor, up: torch.Tensor, approximate: str = "none") -> bool | str:
+    reason = _reads("gate", gate)
+    return _reads("up", up) if reason is True else reason
 
 
 silu_and_mul = op(native.silu_and_mul, contract=CONTRACT, interpreter_contract=INTERPRETER_CONTRACT, check=_check_silu)
 gelu_and_mul = op(
     native.gelu_and_mul, contract=CONTRACT, interpreter_contract=GELU_INTERPRETER_CONTRACT, check=_check_gelu
 )
+silu_mul = op(native.silu_mul, contract=CONTRACT, interpreter_contract=INTERPRETER_CONTRACT, check=_check_silu_mul)
+gelu_mul = op(native.gelu_mul, contract=CONTRACT, interpreter_contract=GELU_INTERPRETER_CONTRACT, check=_check_gelu_mul)
 silu_and_mul.provider(
     "triton",
     supported=platform.triton_available,
@@ -62,5 +84,17 @@ gelu_and_mul.provider(
     supports_args=triton_supports,
     kernels=[_triton.act_and_mul_kernel],
 )(_triton.gelu_and_mul_triton)
+silu_mul.provider(
+    "triton",
+    supported=platform.triton_available,
+    supports_args=triton_supports_gate_up,
+    kernels=[_triton.act_and_mul_kernel],
+)(_triton.silu_mul_triton)
+gelu_mul.provider(
+    "triton",
+    supported=platform.triton_available,
+    supports_args=triton_supports_gate_up,
+    kernels=[_triton.act_and_mul_kernel],
+)(_triton.gelu_mul_triton)
 
 from exactfuse.ops.act_and_mul import inputs, peers  # noqa: E402, F401  (inputs, grids, warmup, cost; peers)

@@ -1,15 +1,19 @@
 """Native specs of the gated activations: plain PyTorch, as eager computes it.
 
-``x`` is ``[..., 2d]``: the gate is ``x[..., :d]``, the up projection
-``x[..., d:]``. Each function rounds where eager PyTorch rounds: the activation
-is computed in fp32 (PyTorch's opmath for fp16/bf16) and rounded to the input
-dtype, then multiplied by ``up`` and rounded again.
+``silu_and_mul`` / ``gelu_and_mul`` take ``x [..., 2d]``: the gate is ``x[..., :d]``, the up
+projection ``x[..., d:]`` (one fused gate+up projection's output). ``silu_mul`` / ``gelu_mul`` take
+the two as separate ``[..., d]`` tensors (two projections' outputs, as Hugging Face MLPs compute them),
+with no join copy. Each function rounds where eager PyTorch rounds: the activation is computed in fp32
+(PyTorch's opmath for fp16/bf16) and rounded to the input dtype, then multiplied by ``up`` and rounded
+again.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from exactfuse.utils import sizes_equal
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 GELU_APPROXIMATIONS = ("none", "tanh")
@@ -25,6 +29,23 @@ def check_gated_input(op: str, x: torch.Tensor) -> None:
         raise ValueError(f"{op}: x's last dimension must be even (2*d), got {x.shape[-1]} (shape {list(x.shape)})")
     if x.dtype not in FLOAT_DTYPES:
         raise TypeError(f"{op}: x must be float16, bfloat16 or float32, got {x.dtype}")
+
+
+def check_gate_up(op: str, gate: torch.Tensor, up: torch.Tensor) -> None:
+    """Validate ``gate, up: [..., d]`` (one shape, dtype and device); errors name the argument."""
+    for name, t in (("gate", gate), ("up", up)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() < 1:
+            raise ValueError(f"{op}: {name} must have at least 1 dimension [..., d], got a 0-d tensor")
+        if t.dtype not in FLOAT_DTYPES:
+            raise TypeError(f"{op}: {name} must be float16, bfloat16 or float32, got {t.dtype}")
+    if up.dim() != gate.dim() or not all(sizes_equal(a, b) for a, b in zip(up.shape, gate.shape, strict=True)):
+        raise ValueError(f"{op}: up must have gate's shape {list(gate.shape)}, got {list(up.shape)}")
+    if up.dtype != gate.dtype:
+        raise TypeError(f"{op}: up must have gate's dtype {gate.dtype}, got {up.dtype}")
+    if up.device != gate.device:
+        raise ValueError(f"{op}: up must be on gate's device {gate.device}, got {up.device}")
 
 
 def check_approximate(op: str, approximate: str) -> None:
@@ -45,3 +66,16 @@ def gelu_and_mul(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     """
     d = x.shape[-1] // 2
     return F.gelu(x[..., :d], approximate=approximate) * x[..., d:]
+
+
+def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """``silu(gate) * up``: two ``[..., d]`` tensors -> ``[..., d]``, fp16/bf16/fp32."""
+    return F.silu(gate) * up
+
+
+def gelu_mul(gate: torch.Tensor, up: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    """``gelu(gate, approximate) * up``: two ``[..., d]`` tensors -> ``[..., d]``.
+
+    ``approximate`` is ``"none"`` (erf form) or ``"tanh"``.
+    """
+    return F.gelu(gate, approximate=approximate) * up

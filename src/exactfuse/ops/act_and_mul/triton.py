@@ -1,4 +1,5 @@
-"""Triton kernel for the gated activations ``act(x[..., :d]) * x[..., d:]``.
+"""Triton kernel for the gated activations ``act(gate) * up``: ``gate, up = x[..., :d], x[..., d:]``
+(``silu_and_mul``, ``gelu_and_mul``) or two tensors (``silu_mul``, ``gelu_mul``), one kernel for both.
 
 Bitwise parity with eager PyTorch on CUDA needs the same math PyTorch's CUDA
 kernels evaluate (ATen ``ActivationSiluKernel.cu`` / ``ActivationGeluKernel.cu``):
@@ -44,11 +45,13 @@ def _activation(x, ACTIVATION: tl.constexpr):
 
 @triton.jit(do_not_specialize=["T"])
 def act_and_mul_kernel(
-    p_x,
+    p_g,
+    p_u,
     p_y,
     T,
     D,
-    stride_x,
+    stride_g,
+    stride_u,
     stride_y,
     ACTIVATION: tl.constexpr,
     BT: tl.constexpr,
@@ -57,11 +60,11 @@ def act_and_mul_kernel(
 ):
     """One ``[BT, BD]`` tile of ``y = act(gate) * up``.
 
-    p_x: ``[T, 2D]`` rows ``stride_x`` apart, last dim contiguous.
-    p_y: ``[T, D]`` rows ``stride_y`` apart, last dim contiguous.
-    constexpr: ACTIVATION, BT, BD, INT64_INDEX (offsets may reach 2**31). T and D are
-    runtime values (D is specialized on divisibility by 16 for wide loads), so
-    one compile serves every batch size of a width class.
+    p_g, p_u: ``[T, D]`` gate and up, rows ``stride_g`` / ``stride_u`` apart, last dim contiguous (the
+    two halves of one ``[T, 2D]`` tensor, or two tensors). p_y: ``[T, D]`` rows ``stride_y`` apart.
+    constexpr: ACTIVATION, BT, BD, INT64_INDEX (offsets may reach 2**31). T and D are runtime values (D
+    is specialized on divisibility by 16 for wide loads), so one compile serves every batch size of a
+    width class.
     """
     i_t = tl.program_id(0)
     i_d = tl.program_id(1)
@@ -70,42 +73,56 @@ def act_and_mul_kernel(
     o_t = i_t * BT + tl.arange(0, BT)
     o_d = i_d * BD + tl.arange(0, BD)
     m_td = (o_t[:, None] < T) & (o_d[None, :] < D)
-    p_g = p_x + o_t[:, None] * stride_x + o_d[None, :]
-    b_g = tl.load(p_g, mask=m_td).to(tl.float32)
-    b_u = tl.load(p_g + D, mask=m_td).to(tl.float32)
+    b_g = tl.load(p_g + o_t[:, None] * stride_g + o_d[None, :], mask=m_td).to(tl.float32)
+    b_u = tl.load(p_u + o_t[:, None] * stride_u + o_d[None, :], mask=m_td).to(tl.float32)
     b_a = _activation(b_g, ACTIVATION).to(p_y.dtype.element_ty).to(tl.float32)
     b_y = (b_a * b_u).to(p_y.dtype.element_ty)
     tl.store(p_y + o_t[:, None] * stride_y + o_d[None, :], b_y, mask=m_td)
 
 
-def launch_act_and_mul(x: torch.Tensor, activation: str) -> torch.Tensor:
-    """Launch :func:`act_and_mul_kernel` on ``x: [..., 2d]`` -> ``[..., d]``.
+def _launch(gate: torch.Tensor, up: torch.Tensor, out_shape, activation: str) -> torch.Tensor:
+    """``act(gate) * up`` over 2-D ``[T, D]`` row views with unit last stride -> a new ``out_shape`` tensor.
 
-    A traced call (symbolic row count) takes the configuration of ``d`` alone and int64 offsets, so one
+    A traced call (symbolic row count) takes the configuration of ``D`` alone and int64 offsets, so one
     trace is correct for every T; eager calls choose num_warps and offsets by the sizes.
     """
-    D = x.shape[-1] // 2
-    y = empty((*x.shape[:-1], D), x.dtype, x.device)
-    x2 = x if x.dim() == 2 else x.reshape(-1, 2 * D)
-    T = x2.shape[0]
+    T, D = gate.shape
+    y = empty(out_shape, gate.dtype, gate.device)
     if not is_symbolic(T) and T * D == 0:
         return y
     BT, BD, num_warps = act_and_mul_config(D, None if is_symbolic(T) else T)
     grid = (triton.cdiv(T, BT), triton.cdiv(D, BD))
     torch.library.wrap_triton(act_and_mul_kernel)[grid](
-        x2,
+        gate,
+        up,
         y,
         T,
         D,
-        x2.stride(0),
+        gate.stride(0),
+        up.stride(0),
         D,
         ACTIVATION=ACTIVATIONS[activation],
         BT=BT,
         BD=BD,
-        INT64_INDEX=needs_int64(T, max(x2.stride(0), 2 * D)),
+        INT64_INDEX=needs_int64(T, max(gate.stride(0), up.stride(0), D)),
         num_warps=num_warps,
     )
     return y
+
+
+def launch_act_and_mul(x: torch.Tensor, activation: str) -> torch.Tensor:
+    """``x: [..., 2d]`` -> ``[..., d]``: the kernel over its two halves."""
+    D = x.shape[-1] // 2
+    x2 = x if x.dim() == 2 else x.reshape(-1, 2 * D)
+    return _launch(x2[:, :D], x2[:, D:], (*x.shape[:-1], D), activation)
+
+
+def launch_gate_up(gate: torch.Tensor, up: torch.Tensor, activation: str) -> torch.Tensor:
+    """``gate, up: [..., d]`` -> ``[..., d]``."""
+    D = gate.shape[-1]
+    g2 = gate if gate.dim() == 2 else gate.reshape(-1, D)
+    u2 = up if up.dim() == 2 else up.reshape(-1, D)
+    return _launch(g2, u2, gate.shape, activation)
 
 
 def silu_and_mul_triton(x: torch.Tensor) -> torch.Tensor:
@@ -114,3 +131,11 @@ def silu_and_mul_triton(x: torch.Tensor) -> torch.Tensor:
 
 def gelu_and_mul_triton(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     return launch_act_and_mul(x, "gelu_tanh" if approximate == "tanh" else "gelu_none")
+
+
+def silu_mul_triton(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    return launch_gate_up(gate, up, "silu")
+
+
+def gelu_mul_triton(gate: torch.Tensor, up: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    return launch_gate_up(gate, up, "gelu_tanh" if approximate == "tanh" else "gelu_none")
