@@ -80,3 +80,27 @@ def test_a_checkpoint_for_another_model_is_refused(tmp_path):
         load_gptq(other, tmp_path)
     with pytest.raises(FileNotFoundError, match="no quantize_config.json"):
         load_gptq(other, tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_apply_feeds_the_w4a16_projections_to_one_activation_op(tmp_path, exact):
+    """A GPTQ-loaded model's MLPs (W4A16Linear projections) are patched too: the two projections' outputs
+    go to silu_mul, never fused, and the logits stay the loaded model's."""
+    from exactfuse.integrations.transformers import GatedMLP, apply, revert
+
+    save_gptq(_llama(0), tmp_path, group_size=32)
+    model = _llama(1)
+    load_gptq(model, tmp_path)
+    ids = torch.randint(0, 96, (2, 7), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        before = model(input_ids=ids).logits
+        report = apply(model, exact=exact)
+        after = model(input_ids=ids).logits
+    mlps = [p for p in report.replaced if p.endswith(".mlp")]
+    assert len(mlps) == CONFIG_KW["num_hidden_layers"], str(report)
+    for p in mlps:
+        assert "GatedMLP (silu_mul)" in report.replaced[p] and isinstance(model.get_submodule(p), GatedMLP)
+        assert exact or "W4A16 projections not fused" in report.replaced[p]
+        assert isinstance(model.get_submodule(p).gate_proj, W4A16Linear) and not model.get_submodule(p).fused
+    assert torch.equal(after, before)
+    revert(model)

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from exactfuse.layers import W4A16Linear
 from exactfuse.ops.act_and_mul import gelu_and_mul, gelu_mul, silu_and_mul, silu_mul
 from exactfuse.ops.gelu_and_mul_sparse import gelu_and_mul_sparse
 from exactfuse.ops.gelu_and_mul_sparse.native import normal_quantile
@@ -56,9 +57,12 @@ def _activation(act: nn.Module | None) -> str | None:
     return None
 
 
+PROJECTIONS = (nn.Linear, W4A16Linear)  # the projection modules a gated MLP may hold
+
+
 def _is_linear(m, in_features: int | None = None, out_features: int | None = None) -> bool:
     return (
-        isinstance(m, nn.Linear)
+        isinstance(m, PROJECTIONS)
         and (in_features is None or m.in_features == in_features)
         and (out_features is None or m.out_features == out_features)
     )
@@ -70,9 +74,9 @@ def _gated_mlp_parts(m: nn.Module) -> str | None:
     if not all(isinstance(p, nn.Module) for p in (gate, up, down)):
         return "no gate_proj / up_proj / down_proj"
     if not (_is_linear(gate) and _is_linear(up, gate.in_features, gate.out_features)):
-        return "gate_proj and up_proj are not nn.Linear of one shape (quantized or sharded projections)"
+        return "gate_proj and up_proj are not nn.Linear or W4A16Linear of one shape (sharded or other projections)"
     if not _is_linear(down, gate.out_features, gate.in_features):
-        return "down_proj is not an nn.Linear from the intermediate size back"
+        return "down_proj is not an nn.Linear or W4A16Linear from the intermediate size back"
     return None
 
 
@@ -107,6 +111,8 @@ class GatedMLP(nn.Module):
         optimizer's references and ``load_state_dict`` (which copies into them) all reach the fused weight;
         assigning a new parameter object to a projection afterwards is not seen (apply again)."""
         gate, up = self.gate_proj, self.up_proj
+        if not self.fusable:
+            raise TypeError(f"fuse_projections: gate_proj and up_proj must be nn.Linear, got {type(gate).__name__}")
         if (gate.bias is None) != (up.bias is None):
             raise ValueError("fuse_projections: gate_proj and up_proj must both have a bias or neither")
         weight = torch.cat([gate.weight, up.weight])
@@ -120,6 +126,12 @@ class GatedMLP(nn.Module):
     @property
     def fused(self) -> bool:
         return self._gate_up is not None
+
+    @property
+    def fusable(self) -> bool:
+        """Whether :meth:`fuse_projections` applies: both projections ``nn.Linear`` (W4A16Linear ones stay
+        two GEMMs, and ``silu_mul`` / ``gelu_mul`` read both outputs)."""
+        return isinstance(self.gate_proj, nn.Linear) and isinstance(self.up_proj, nn.Linear)
 
     @property
     def _approximate(self) -> str:
@@ -240,7 +252,7 @@ def _replacement(m: nn.Module, ops: set[str], exact: bool) -> tuple[nn.Module | 
     if sparsity > 0.0 and activation != "gelu_tanh":
         return None, f"activation-sparse layer with activation {activation}, not tanh-GELU"
     new = GatedMLP(m, activation, sparsity)
-    op = new.op_name(fused=not exact)
+    op = new.op_name(fused=not exact and new.fusable)
     if op not in ops:
         return None, f"{op} not among the selected ops"
     return new, f"GatedMLP ({op})"
@@ -303,8 +315,11 @@ def apply(model: nn.Module, *, exact: bool = True, ops: Iterable[str] | None = N
             report.left[path] = why
             continue
         if not exact and isinstance(new, GatedMLP):
-            new.fuse_projections()
-            what += ", fused gate+up GEMM"
+            if new.fusable:
+                new.fuse_projections()
+                what += ", fused gate+up GEMM"
+            else:
+                what += ", W4A16 projections not fused"
         object.__setattr__(new, _ORIGINAL, module)
         new.train(module.training)
         setattr(parent, attr, new)
