@@ -72,29 +72,13 @@ gelu_and_mul = op(
 )
 silu_mul = op(native.silu_mul, contract=CONTRACT, interpreter_contract=INTERPRETER_CONTRACT, check=_check_silu_mul)
 gelu_mul = op(native.gelu_mul, contract=CONTRACT, interpreter_contract=GELU_INTERPRETER_CONTRACT, check=_check_gelu_mul)
-silu_and_mul.provider(
-    "triton",
-    supported=platform.triton_available,
-    supports_args=triton_supports,
-    kernels=[_triton.act_and_mul_kernel],
-)(_triton.silu_and_mul_triton)
-gelu_and_mul.provider(
-    "triton",
-    supported=platform.triton_available,
-    supports_args=triton_supports,
-    kernels=[_triton.act_and_mul_kernel],
-)(_triton.gelu_and_mul_triton)
-silu_mul.provider(
-    "triton",
-    supported=platform.triton_available,
-    supports_args=triton_supports_gate_up,
-    kernels=[_triton.act_and_mul_kernel],
-)(_triton.silu_mul_triton)
-gelu_mul.provider(
-    "triton",
-    supported=platform.triton_available,
-    supports_args=triton_supports_gate_up,
-    kernels=[_triton.act_and_mul_kernel],
-)(_triton.gelu_mul_triton)
+for _op, _fn, _supports in (
+    (silu_and_mul, _triton.silu_and_mul_triton, triton_supports),
+    (gelu_and_mul, _triton.gelu_and_mul_triton, triton_supports),
+    (silu_mul, _triton.silu_mul_triton, triton_supports_gate_up),
+    (gelu_mul, _triton.gelu_mul_triton, triton_supports_gate_up),
+):
+    _op.provider("triton", supported=platform.triton_available, supports_args=_supports,
+                 kernels=[_triton.act_and_mul_kernel])(_fn)  # fmt: skip
 
 from exactfuse.ops.act_and_mul import inputs, peers  # noqa: E402, F401  (inputs, grids, warmup, cost; peers)

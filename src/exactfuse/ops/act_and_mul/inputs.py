@@ -3,6 +3,8 @@ their warmup, benchmark grids and roofline cost."""
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from exactfuse.ops.act_and_mul import gelu_and_mul, gelu_mul, native, silu_and_mul, silu_mul
@@ -17,7 +19,7 @@ QUICK_T = (0, 1, 7)
 QUICK_D = (1, 31, 64, 768)
 
 
-def _gated_cases(device: torch.device, dtype: torch.dtype, *, quick: bool, seed: int):
+def _gated_cases(device: torch.device, dtype: torch.dtype, *, quick: bool = False, seed: int = 0):
     gen = make_generator(seed)
     for T in QUICK_T if quick else FULL_T:
         for d in QUICK_D if quick else FULL_D:
@@ -29,19 +31,7 @@ def _gated_cases(device: torch.device, dtype: torch.dtype, *, quick: bool, seed:
     yield Case("wide-range-T8-d256", (big,))
 
 
-@silu_and_mul.inputs
-def _silu_inputs(device, dtype, *, quick=False, seed=0):
-    return _gated_cases(device, dtype, quick=quick, seed=seed)
-
-
-@gelu_and_mul.inputs
-def _gelu_inputs(device, dtype, *, quick=False, seed=0):
-    for approximate in native.GELU_APPROXIMATIONS:
-        for case in _gated_cases(device, dtype, quick=quick, seed=seed):
-            yield Case(f"{approximate}-{case.id}", case.args, {"approximate": approximate})
-
-
-def _pair_cases(device: torch.device, dtype: torch.dtype, *, quick: bool, seed: int):
+def _pair_cases(device: torch.device, dtype: torch.dtype, *, quick: bool = False, seed: int = 0):
     """Each gated case as ``(gate, up)``: two tensors, and (``-halves``) the two halves of ``x``, whose
     rows are ``2d`` apart, as a fused projection's output viewed in two."""
     for case in _gated_cases(device, dtype, quick=quick, seed=seed):
@@ -56,31 +46,32 @@ def _pair_cases(device: torch.device, dtype: torch.dtype, *, quick: bool, seed: 
             yield Case(f"{case.id}-halves", (x[:, :d], x[:, d:]))
 
 
-@silu_mul.inputs
-def _silu_mul_inputs(device, dtype, *, quick=False, seed=0):
-    return _pair_cases(device, dtype, quick=quick, seed=seed)
+def _with_approximations(cases):
+    """The GELU ops' cases: each case once per approximation."""
+
+    def inputs(device, dtype, *, quick=False, seed=0):
+        for approximate in native.GELU_APPROXIMATIONS:
+            for case in cases(device, dtype, quick=quick, seed=seed):
+                yield Case(f"{approximate}-{case.id}", case.args, {"approximate": approximate})
+
+    return inputs
 
 
-@gelu_mul.inputs
-def _gelu_mul_inputs(device, dtype, *, quick=False, seed=0):
-    for approximate in native.GELU_APPROXIMATIONS:
-        for case in _pair_cases(device, dtype, quick=quick, seed=seed):
-            yield Case(f"{approximate}-{case.id}", case.args, {"approximate": approximate})
+silu_and_mul.inputs(_gated_cases)
+gelu_and_mul.inputs(_with_approximations(_gated_cases))
+silu_mul.inputs(_pair_cases)
+gelu_mul.inputs(_with_approximations(_pair_cases))
 
 
 # ------------------------------------------------------------------ warmup
-def _warm(launch, device, dtype, widths, **kwargs):
-    # one small and one large launch per width: the heuristic's two num_warps
+def _warm(launch, device, dtype, widths, approximations=(None,), pair=False):
+    """One small and one large launch per width (the heuristic's two num_warps) and approximation:
+    ``x [T, 2d]``, or with ``pair`` ``gate, up [T, d]``."""
     for d in widths:
-        for T in (1, -(-SMALL_TILE_ELEMENTS // d)):
-            launch(torch.ones((T, 2 * d), dtype=dtype, device=device), **kwargs)
-
-
-def _warm_pair(launch, device, dtype, widths, **kwargs):
-    for d in widths:
-        for T in (1, -(-SMALL_TILE_ELEMENTS // d)):
-            launch(torch.ones((T, d), dtype=dtype, device=device), torch.ones((T, d), dtype=dtype, device=device),
-                   **kwargs)  # fmt: skip
+        for a, T in itertools.product(approximations, (1, -(-SMALL_TILE_ELEMENTS // d))):
+            shape = (T, d) if pair else (T, 2 * d)
+            inputs = [torch.ones(shape, dtype=dtype, device=device) for _ in range(2 if pair else 1)]
+            launch(*inputs, **({} if a is None else {"approximate": a}))
 
 
 def _approximations(approximate) -> tuple:
@@ -96,21 +87,19 @@ def _silu_warmup(device, dtype, *, widths=(4096,), **_other_ops_options):
 @gelu_and_mul.warmup
 def _gelu_warmup(device, dtype, *, widths=(4096,), approximate=native.GELU_APPROXIMATIONS, **_other_ops_options):
     """Compile the kernel for each ``d`` in ``widths`` and each approximation."""
-    for a in _approximations(approximate):
-        _warm(_triton.gelu_and_mul_triton, device, dtype, widths, approximate=a)
+    _warm(_triton.gelu_and_mul_triton, device, dtype, widths, _approximations(approximate))
 
 
 @silu_mul.warmup
 def _silu_mul_warmup(device, dtype, *, widths=(4096,), **_other_ops_options):
     """Compile the kernel for two ``[T, d]`` tensors, each ``d`` in ``widths``."""
-    _warm_pair(_triton.silu_mul_triton, device, dtype, widths)
+    _warm(_triton.silu_mul_triton, device, dtype, widths, pair=True)
 
 
 @gelu_mul.warmup
 def _gelu_mul_warmup(device, dtype, *, widths=(4096,), approximate=native.GELU_APPROXIMATIONS, **_other_ops_options):
     """Compile the kernel for two ``[T, d]`` tensors, each ``d`` in ``widths`` and each approximation."""
-    for a in _approximations(approximate):
-        _warm_pair(_triton.gelu_mul_triton, device, dtype, widths, approximate=a)
+    _warm(_triton.gelu_mul_triton, device, dtype, widths, _approximations(approximate), pair=True)
 
 
 # ------------------------------------------------------------- bench grids
