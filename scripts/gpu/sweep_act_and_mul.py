@@ -51,7 +51,20 @@ def run(x, y, T, D, bd, tile, w):
     bt = max(1, tile // bd)
     grid = (triton.cdiv(T, bt), triton.cdiv(D, bd))
     act.act_and_mul_kernel[grid](
-        x, x[:, D:], y, T, D, x.stride(0), x.stride(0), D, ACTIVATION=0, BT=bt, BD=bd, INT64_INDEX=False, num_warps=w
+        x,
+        x,
+        y,
+        T,
+        D,
+        x.stride(0),
+        x.stride(0),
+        D,
+        ACTIVATION=0,
+        BT=bt,
+        BD=bd,
+        INT64_INDEX=False,
+        JOINED=True,
+        num_warps=w,
     )
 
 
