@@ -1,5 +1,6 @@
 """The op registry: declare ops from native specs, add providers, dispatch."""
 
+from exactfuse.registry.case import Case, LazyCase
 from exactfuse.registry.contracts import (
     Bitwise,
     CheckResult,
@@ -9,7 +10,7 @@ from exactfuse.registry.contracts import (
     ulp_distance,
 )
 from exactfuse.registry.keyword import KeywordOp
-from exactfuse.registry.op import OPS, Case, LazyCase, NoProviderError, Op, Provider, get, op
+from exactfuse.registry.op import OPS, NoProviderError, Op, Provider, get, op
 
 __all__ = [
     "OPS",

@@ -12,40 +12,16 @@ import contextlib
 import inspect
 import typing
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from exactfuse.registry import platform
+from exactfuse.registry.case import Case
 from exactfuse.registry.contracts import Contract, contract_for
 
 DEFAULT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-
-
-@dataclass
-class Case:
-    """One set of arguments for an op, with a readable id (``T7-d13824``)."""
-
-    id: str
-    args: tuple
-    kwargs: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class LazyCase:
-    """A bench-grid case whose tensors are built only when it runs: ``build()`` returns the :class:`Case`
-    of this ``id``. Grids of large inputs yield these, so that a run builds one case at a time and a
-    selection (``--case``, ``--shard``, ``--resume``) builds only the cases it keeps."""
-
-    id: str
-    build: Callable[[], Case]
-
-    def materialize(self) -> Case:
-        case = self.build()
-        if case.id != self.id:
-            raise ValueError(f"lazy case {self.id!r} built a case with id {case.id!r}")
-        return case
 
 
 @dataclass(slots=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from exactfuse.registry.case import Case
 from exactfuse.registry.contracts import (
     TOLERANCES,
     Bitwise,
@@ -18,7 +19,7 @@ from exactfuse.registry.contracts import (
     ordered_bits,
     ulp_distance,
 )
-from exactfuse.registry.op import Case, Op
+from exactfuse.registry.op import Op
 from exactfuse.testing.calls import clone_args, collect_outputs
 from exactfuse.testing.inputs import make_generator, randn, randn_with_specials
 from exactfuse.testing.on_device import check_on_device, device_check
