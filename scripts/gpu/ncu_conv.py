@@ -8,7 +8,7 @@ issue-slot use and the largest warp-stall reasons.
 
 from ncu_summary import main, profile_calls
 
-WINDOWED = {"BT": 32, "BC": 128, "unroll": 8}
+WINDOWED = {"unroll": 4}
 
 
 def profile() -> None:

@@ -1,6 +1,6 @@
 """Sweep the conv family's spec/prefill tile on the GPU: rows x channels a program, and warps.
 
-Usage: PYTHONPATH=src python scripts/gpu/sweep_conv.py [--tiles 16x128,32x128u8,...] [--warps 4,8]
+Usage: PYTHONPATH=src python scripts/gpu/sweep_conv.py [--tiles 16x128,32x128u8,...] [--warps 4,8] [--floor]
 
 A tile is ``BTxBC`` (each tap's rows loaded) or ``BTxBCuU`` (runs of ``U`` rows over a register window,
 ``ConvConfig.unroll``).
@@ -12,6 +12,11 @@ shipped configuration's (which the GPU tests hold bitwise to the spec), and prin
 roofline (``exactfuse bench``'s cost) and the geomean against the shipped tile. Times: median of
 CUDA-graph replays on copies of the case (the op writes its state). Result:
 benchmarks/results/h200/sweeps/conv_tiles.txt.
+
+``--floor`` also times, per shape, the shipped tile and fla-core's ``causal_conv1d`` each with the SiLU
+and without an activation: what the exact SiLU (``libdevice`` ``expf`` and an IEEE division, as ATen
+evaluates it, where FLA takes ``x * sigmoid(x)``) costs a kernel that issues more instructions than the
+memory system needs. Result: sweeps/conv_floor.txt.
 """
 
 from __future__ import annotations
@@ -65,10 +70,34 @@ def run(case, config):
     return (lambda: launch_conv(a["x"], a["weight"], **launch)), out, a["conv_state"]
 
 
+def floor(case, copy: float) -> str:
+    """One line: the shipped tile and FLA on ``case``, with the SiLU and without an activation."""
+    from exactfuse.ops.short_conv.peers import _fla_causal_conv1d
+
+    roof = _causal_conv1d.bytes_fn(*case.args, **case.kwargs) / copy * 1e6
+    a = _causal_conv1d.signature.bind(*case.args, **case.kwargs).arguments
+    C, K = a["weight"].shape
+    shipped = heuristics.conv_config(C, K - 1, "prefill")
+    cells = []
+    for activation in ("silu", None):
+        variant = type(case)(case.id, case.args, {**case.kwargs, "activation": activation})
+        ours, out, _ = run(variant, shipped)
+        ours()
+        fla = _fla_causal_conv1d(*clone_args(variant.args, variant.kwargs))
+        fla_out = fla()
+        close = torch.allclose(fla_out.float(), out.float(), atol=2e-2, rtol=2e-2)
+        for name, call in (("exactfuse", ours), ("fla", fla)):
+            us = TIMER(call) * 1e3
+            cells.append(f"{name} {activation or 'none'} {us:.1f} ({100 * roof / us:.0f}%)")
+        cells[-1] += "" if close else " (FLA's output is not within 2e-2)"
+    return f"{case.id} | roofline {roof:.1f} | " + " | ".join(cells)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tiles", default=DEFAULT_TILES)
     parser.add_argument("--warps", default="4,8")
+    parser.add_argument("--floor", action="store_true", help="also the SiLU's cost, beside FLA (conv_floor.txt)")
     opts = parser.parse_args()
     copy = measure_copy_bandwidth(torch.device("cuda"))
     tiles = [parse_tile(t) for t in opts.tiles.split(",")]
@@ -76,8 +105,13 @@ def main() -> None:
     lines = [f"copy {copy / 1e9:,.0f} GB/s; shipped tile {heuristics.TILE_ROWS}x{heuristics.TILE_CHANNELS}, "
              f"{heuristics.NUM_WARPS} warps", "shape | BTxBC/warps: µs (% roofline) ..."]  # fmt: skip
     ratios: dict[tuple, list[float]] = {}
+    floors = [f"copy {copy / 1e9:,.0f} GB/s; shipped tile, causal_conv1d prefill, bf16, slot cache",
+              "shape | copy roofline µs | provider activation µs (% roofline) ..."]  # fmt: skip
     for lazy in _causal_grid(torch.device("cuda"), torch.bfloat16):
         case = lazy.materialize()
+        if opts.floor:
+            floors.append(floor(case, copy))
+            print(floors[-1], flush=True)
         a = _causal_conv1d.signature.bind(*case.args, **case.kwargs).arguments
         C, K = a["weight"].shape
         shipped = heuristics.conv_config(C, K - 1, "prefill")
@@ -104,6 +138,8 @@ def main() -> None:
     lines.append("geomean speedup over the shipped tile: " + ", ".join(f"{label(*k)} {geomean(v):.2f}"
                                                                        for k, v in ranked))  # fmt: skip
     emit("conv_tiles.txt", lines)
+    if opts.floor:
+        emit("conv_floor.txt", floors)
 
 
 if __name__ == "__main__":

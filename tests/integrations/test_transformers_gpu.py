@@ -146,7 +146,8 @@ def test_gpu_w4a16_model_against_its_dequantized_model(tmp_path):
 def _assert_same_greedy_tokens_but_at_a_tie(model, reference, ids, steps=32):
     """The greedy tokens agree; a first difference is allowed only where the reference's top two logits are
     closer than the two models' logits differ (a tie the rounding decides), and is reported."""
-    kw = dict(max_new_tokens=steps, min_new_tokens=steps, do_sample=False, output_scores=True,
+    # the raw logits, not the processed scores: min_new_tokens sets EOS to -inf in both, and -inf - -inf is NaN
+    kw = dict(max_new_tokens=steps, min_new_tokens=steps, do_sample=False, output_logits=True,
               return_dict_in_generate=True)  # fmt: skip
     with torch.no_grad():
         a, b = model.generate(ids, **kw), reference.generate(ids, **kw)
@@ -154,7 +155,7 @@ def _assert_same_greedy_tokens_but_at_a_tie(model, reference, ids, steps=32):
     if differ.numel() == 0:
         return
     step = int(differ[0, 1]) - ids.shape[1]
-    top2 = b.scores[step][0].float().topk(2).values
-    gap, delta = float(top2[0] - top2[1]), float((a.scores[step][0].float() - b.scores[step][0].float()).abs().max())
+    top2 = b.logits[step][0].float().topk(2).values
+    gap, delta = float(top2[0] - top2[1]), float((a.logits[step][0].float() - b.logits[step][0].float()).abs().max())
     assert gap <= 2 * delta, f"greedy tokens differ at step {step}: top-2 gap {gap:.3g}, logits differ by {delta:.3g}"
     print(f"greedy tokens differ from step {step}, a tie: top-2 gap {gap:.3g} <= 2 x {delta:.3g}")

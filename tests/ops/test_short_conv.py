@@ -257,7 +257,7 @@ def test_keyword_only_api():
 def test_heuristic_depends_on_model_constants_only():
     cfg = conv_config(10240, 9, "decode")
     assert (cfg.BT, cfg.BC, cfg.BW, cfg.BC_STATE) == (1, 256, 16, 256)
-    assert (conv_config(10240, 9, "prefill").BT, conv_config(10240, 9, "prefill").BC) == (32, 128)
+    assert (conv_config(10240, 9, "prefill").BT, conv_config(10240, 9, "prefill").BC) == (16, 128)
     assert conv_config(200, 12, "spec").BC == 128 and conv_config(200, 12, "spec").BC_STATE == 256
     assert conv_config(7, 1, "decode").BC == 16 and conv_config(7, 1, "prefill").BC == 16
 

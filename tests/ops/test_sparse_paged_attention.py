@@ -153,7 +153,11 @@ def test_public_call_allocates_and_returns_out():
 # ------------------------------------------------------------------ heuristics
 def test_attention_config_splits_until_the_gpu_is_full():
     sms = 132
-    assert heuristics.attention_config(1, 2, 256, 2051, sms).num_splits == 32  # 65 tiles of 32: two a split
+    assert heuristics.attention_config(4, 2, 256, 2051, sms).num_splits == 32  # 65 tiles of 32: two a split
+    # one row: 2 x 32 programs would leave SMs idle, so 64-token tiles at 8 warps, 33 tiles: 16 splits
+    assert heuristics.attention_config(1, 2, 256, 2051, sms) == AttentionConfig(64, 16, num_warps=8)
+    assert heuristics.attention_config(1, 4, 128, 2048, sms) == AttentionConfig(64, 16, num_warps=8)
+    assert heuristics.attention_config(16, 2, 128, 2048, sms) == AttentionConfig(64, 16)
     assert heuristics.attention_config(64, 2, 256, 2051, sms).num_splits == 4  # 528 // 128 programs
     assert heuristics.attention_config(4096, 2, 256, 2051, sms).num_splits == 1
     assert heuristics.attention_config(1, 2, 128, 40, sms).num_splits == 1  # one tile: nothing to split

@@ -14,10 +14,11 @@ from exactfuse.utils import next_power_of_2
 # Elements of the [window, channels] state tile a program may hold (decode, write-back): 4096 keeps a
 # 12-position window (K = 5, D = 3) at 256 channels, 32 values a thread at 4 warps.
 STATE_TILE_ELEMENTS = 4096
-# The spec/prefill output tile, which holds no state: TILE_ROWS x TILE_CHANNELS = 4096 values, 32 a
+# The spec/prefill output tile, which holds no state: TILE_ROWS x TILE_CHANNELS = 2048 values, 16 a
 # thread at 4 warps, each tap's rows read as 256-byte channel runs; a program's rows share one search
-# of query_start_loc and its weights, and neighbouring rows' taps overlap in the L1.
-TILE_ROWS = 32
+# of query_start_loc and its weights, and neighbouring rows' taps overlap in the L1. 16 x 128 at 4 warps,
+# unroll 1: 1.16x the 32 x 128 tile, geomean of five prefill shapes (sweeps/conv_tiles.txt).
+TILE_ROWS = 16
 TILE_CHANNELS = 128
 NUM_WARPS = 4
 
@@ -44,9 +45,8 @@ def conv_config(C: int, window: int, mode: str) -> ConvConfig:
     """Static launch parameters for ``C`` channels and a written window of ``window`` positions.
 
     Decode rows (one a program) also write the state, so their block is the state tile's; spec and
-    prefill rows hold only ``K`` taps and take the :data:`TILE_ROWS` x :data:`TILE_CHANNELS` tile. Not
-    yet swept on the H200: these are the first-principles choices above, to be replaced by a measured
-    rule (``exactfuse bench short_conv``).
+    prefill rows hold only ``K`` taps and take the :data:`TILE_ROWS` x :data:`TILE_CHANNELS` tile, the
+    fastest of ``scripts/gpu/sweep_conv.py``'s tiles on the H200.
     """
     BW = next_power_of_2(max(window, 1))
     c_block = next_power_of_2(max(C, 1))

@@ -125,9 +125,38 @@ def _find_request(rows, R, p_qsl):
 
 
 @triton.jit
+def _tap_sum(
+    p_x, p_w, p_slot, p_tok, j, o_c, m_c, q_start, out_ok, read_state, slot_off, L, N,
+    stride_x, stride_w_c, stride_w_k, stride_s_c, stride_s_w,
+    K: tl.constexpr, D: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr, READ_STATE: tl.constexpr,
+):  # fmt: skip
+    """The fp32 sum over taps ``k`` ascending of ``w[k] * (state or input)`` for rows ``j`` past their
+    request's start; without READ_STATE every tap is an input row (no row's tap reaches the state)."""
+    SL: tl.constexpr = (K - 1) * D
+    acc = tl.zeros_like(j * o_c).to(tl.float32)
+    for k in tl.static_range(K):
+        h = j + D * k
+        b_w = tl.load(p_w + o_c * stride_w_c + k * stride_w_k, mask=m_c).to(tl.float32)
+        o_row = q_start + h - SL
+        m_x = (h >= SL) & out_ok & (o_row >= 0) & (o_row < L)
+        if HAS_TOKEN_MAP:
+            o_row = tl.load(p_tok + o_row, mask=m_x, other=0)
+            m_x = m_x & (o_row >= 0) & (o_row < N)
+        b_x = tl.load(p_x + o_row.to(tl.int64) * stride_x + o_c, mask=_and(m_c, m_x), other=0.0).to(tl.float32)
+        if READ_STATE:
+            m_s = _and(m_c, (h < SL) & read_state)
+            b_s = tl.load(p_slot + (h + slot_off) * stride_s_w + o_c * stride_s_c, mask=m_s, other=0.0)
+            b_x = tl.where(h < SL, b_s.to(tl.float32), b_x)
+        else:
+            b_x = tl.where(h < SL, 0.0, b_x)
+        acc = acc + mul_rn(b_w, b_x)
+    return acc
+
+
+@triton.jit
 def _conv_rows(
     p_x, p_w, p_b, p_res, p_outer, p_out, p_slot, p_tok, o_t, o_c, m_c, q_start, out_ok, read_state, slot_off,
-    L, N, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_s_c, stride_s_w,
+    need_state, L, N, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_s_c, stride_s_w,
     K: tl.constexpr, D: tl.constexpr, HAS_STATE: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, SILU: tl.constexpr,
 ):  # fmt: skip
@@ -136,27 +165,23 @@ def _conv_rows(
     Row values (``o_t``, ``q_start``, ``out_ok``, ``read_state``, ``slot_off`` and the slot pointers
     ``p_slot``) are scalars with ``o_c`` a vector (one row), or ``[BT, 1]`` columns with ``o_c`` a
     ``[1, BC]`` row (a tile): every expression broadcasts, and each output element is the same
-    sequence of roundings either way.
+    sequence of roundings either way. ``need_state`` (a scalar: whether any of the rows has a tap in the
+    state) chooses the tap sum with state loads, so that the rows of a long prefill past their request's
+    first ``SL`` issue none of them, every one of which would be masked off.
     """
-    SL: tl.constexpr = (K - 1) * D
-    j = o_t - q_start
-    acc = tl.zeros_like(o_t * o_c).to(tl.float32)
-    for k in tl.static_range(K):
-        h = j + D * k
-        b_w = tl.load(p_w + o_c * stride_w_c + k * stride_w_k, mask=m_c).to(tl.float32)
-        if HAS_STATE:
-            m_s = _and(m_c, (h < SL) & read_state)
-            b_s = tl.load(p_slot + (h + slot_off) * stride_s_w + o_c * stride_s_c, mask=m_s, other=0.0)
-            b_s = b_s.to(tl.float32)
-        else:
-            b_s = tl.zeros_like(acc)
-        o_row = q_start + h - SL
-        m_x = (h >= SL) & out_ok & (o_row >= 0) & (o_row < L)
-        if HAS_TOKEN_MAP:
-            o_row = tl.load(p_tok + o_row, mask=m_x, other=0)
-            m_x = m_x & (o_row >= 0) & (o_row < N)
-        b_x = tl.load(p_x + o_row.to(tl.int64) * stride_x + o_c, mask=_and(m_c, m_x), other=0.0).to(tl.float32)
-        acc = acc + mul_rn(b_w, tl.where(h < SL, b_s, b_x))
+    read = HAS_STATE  # constexpr: a slot cache; then at run time, whether any row reads it
+    if read:
+        read = need_state
+    if read:
+        acc = _tap_sum(
+                p_x, p_w, p_slot, p_tok, o_t - q_start, o_c, m_c, q_start, out_ok, read_state, slot_off, L, N,
+                stride_x, stride_w_c, stride_w_k, stride_s_c, stride_s_w, K, D, HAS_TOKEN_MAP, True,
+            )  # fmt: skip
+    else:
+        acc = _tap_sum(
+                p_x, p_w, p_slot, p_tok, o_t - q_start, o_c, m_c, q_start, out_ok, read_state, slot_off, L, N,
+                stride_x, stride_w_c, stride_w_k, stride_s_c, stride_s_w, K, D, HAS_TOKEN_MAP, False,
+            )  # fmt: skip
     _finish(
         acc, p_x, p_b, p_res, p_outer, p_out, p_tok, o_t, o_c, m_c, out_ok, L, N, stride_res, stride_outer,
         stride_out, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, SILU,
@@ -316,8 +341,8 @@ def conv_rows_kernel(
         p_slot = p_state + sid.to(tl.int64) * stride_s_slot
         _conv_rows(
             p_x, p_w, p_b, p_res, p_outer, p_out, p_slot, p_tok, i_t, o_c, m_c, i_t, out_ok, read_state, slot_off,
-            L, N, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_s_c, stride_s_w,
-            K, D, HAS_STATE, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, SILU,
+            read_state, L, N, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_s_c,
+            stride_s_w, K, D, HAS_STATE, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, SILU,
         )  # fmt: skip
         if HAS_STATE:
             _write_window(
@@ -347,7 +372,7 @@ def conv_rows_kernel(
         p_slot = p_state + sid.to(tl.int64) * stride_s_slot
         _conv_rows(
             p_x, p_w, p_b, p_res, p_outer, p_out, p_slot[:, None], p_tok, o_t[:, None], o_c, m_c, q_start[:, None],
-            out_ok[:, None], read_state[:, None], slot_off[:, None],
+            out_ok[:, None], read_state[:, None], slot_off[:, None], _needs_state(o_t - q_start, read_state, SL),
             L, N, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_s_c, stride_s_w,
             K, D, HAS_STATE, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, SILU,
         )  # fmt: skip

@@ -13,6 +13,7 @@ from exactfuse.utils import next_power_of_2
 MAX_SPLITS = 64
 PROGRAMS_PER_SM = 4  # programs wanted in flight per SM before a row is split
 BLOCK_N_SMALL_D, BLOCK_N_LARGE_D = 64, 32  # tokens a tile for D <= 128 and D = 256
+FEW_PROGRAMS_BLOCK_N = 64  # tokens a tile when the launch has fewer programs than SMs (8 warps)
 
 
 @dataclass(frozen=True)
@@ -42,16 +43,28 @@ def attention_config(rows: int, kv_heads: int, head_dim: int, width: int, num_sm
     """Split a row's tiles over programs until about ``PROGRAMS_PER_SM * num_sms`` programs run, keeping
     at least two tiles a split.
 
+    Where even that leaves fewer programs than SMs (a decode of one or a few rows), each program takes
+    64-token tiles at 8 warps: more of the cache in flight a program is what such a launch lacks.
+
     Sweep over the bench grid's shapes (W = 2048; rows 1-4096, (Hq, Hkv) (24, 2) and (64, 4), D 128 and
     256): this rule is within 1.14x of the best (block_n, splits, warps) on every shape, 1.02x geomean
-    (benchmarks/results/h200/sweeps/sparse_attention_config.txt).
+    (benchmarks/results/h200/sweeps/sparse_attention_config.txt); at one row, 64 tokens and 8 warps are
+    each shape's best, 1.09-1.20x the 4-warp rule (sweeps/sparse_attention_fixup.txt).
     """
-    block_n = BLOCK_N_SMALL_D if head_dim <= 128 else BLOCK_N_LARGE_D
-    tiles = max(1, -(-width // block_n))
     programs = max(1, rows * kv_heads)
+    block_n = BLOCK_N_SMALL_D if head_dim <= 128 else BLOCK_N_LARGE_D
+    splits = _splits(programs, width, block_n, num_sms)
+    if programs * splits >= num_sms:
+        return AttentionConfig(block_n, splits)
+    return AttentionConfig(FEW_PROGRAMS_BLOCK_N, _splits(programs, width, FEW_PROGRAMS_BLOCK_N, num_sms), 8)
+
+
+def _splits(programs: int, width: int, block_n: int, num_sms: int) -> int:
+    """The largest power of two with ``programs * splits <= PROGRAMS_PER_SM * num_sms``, two tiles a split
+    at least, at most :data:`MAX_SPLITS`."""
     want = PROGRAMS_PER_SM * num_sms
     splits = 1 if programs >= want else 1 << ((want // programs).bit_length() - 1)  # a power of two, rounded down
-    return AttentionConfig(block_n, max(1, min(splits, tiles // 2, MAX_SPLITS)))
+    return max(1, min(splits, max(1, -(-width // block_n)) // 2, MAX_SPLITS))
 
 
 def reachable_configs(kv_heads: int, head_dim: int, width: int, num_sms: int, max_rows: int = 1 << 16):
