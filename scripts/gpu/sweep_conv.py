@@ -80,7 +80,9 @@ def floor(case, copy: float) -> str:
     shipped = heuristics.conv_config(C, K - 1, "prefill")
     cells = []
     for activation in ("silu", None):
-        variant = type(case)(case.id, case.args, {**case.kwargs, "activation": activation})
+        bound = _causal_conv1d.signature.bind(*case.args, **case.kwargs)
+        bound.arguments["activation"] = activation
+        variant = type(case)(case.id, bound.args, bound.kwargs)
         ours, out, _ = run(variant, shipped)
         ours()
         fla = _fla_causal_conv1d(*clone_args(variant.args, variant.kwargs))

@@ -9,7 +9,7 @@ from exactfuse.ops.act_and_mul import gelu_and_mul, gelu_mul, silu_and_mul, silu
 from exactfuse.ops.act_and_mul import heuristics as act_heuristics
 from exactfuse.ops.act_and_mul import triton as act_triton
 from exactfuse.registry import NoProviderError, platform
-from exactfuse.testing import assert_contract_matrix
+from exactfuse.testing import CompileWatch, assert_contract_matrix
 
 X_OPS = {"silu_and_mul": silu_and_mul, "gelu_and_mul": gelu_and_mul}  # x [..., 2d]
 PAIR_OPS = {"silu_mul": silu_mul, "gelu_mul": gelu_mul}  # gate, up [..., d]
@@ -165,11 +165,6 @@ def test_layers_match_native(approximate):
 
 
 # ------------------------------------------------------ warmup and CUDA graphs
-def _compiled_count(kernel) -> int:
-    caches = getattr(kernel, "device_caches", {})
-    return sum(len(entry[0]) for entry in caches.values())
-
-
 class _Mlp(torch.nn.Module):
     def __init__(self, hidden, inter):
         super().__init__()
@@ -191,7 +186,7 @@ def test_warmup_then_cuda_graph_replay_matches_eager():
     torch.manual_seed(0)
     model = _Mlp(256, 352).cuda().to(torch.bfloat16)
     exactfuse.warmup(["silu_and_mul", "gelu_and_mul"], dtypes=(torch.bfloat16,), widths=(352,))
-    compiled_before = _compiled_count(act_triton.act_and_mul_kernel)
+    watch = CompileWatch(act_triton.act_and_mul_kernel)
     static_x = torch.randn(8, 256, device="cuda", dtype=torch.bfloat16)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -201,7 +196,7 @@ def test_warmup_then_cuda_graph_replay_matches_eager():
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         static_y = model(static_x)
-    assert _compiled_count(act_triton.act_and_mul_kernel) == compiled_before, "a kernel compiled during capture"
+    assert watch.new() == [[]], f"compiled during capture: {watch.new()}"
     for _ in range(3):
         x = torch.randn(8, 256, device="cuda", dtype=torch.bfloat16)
         static_x.copy_(x)
@@ -210,7 +205,7 @@ def test_warmup_then_cuda_graph_replay_matches_eager():
         assert torch.equal(static_y, eager)
     # a prefill-sized batch (T * d >= 2^20: the heuristic's other num_warps) was warmed up too
     model(torch.randn(4096, 256, device="cuda", dtype=torch.bfloat16))
-    assert _compiled_count(act_triton.act_and_mul_kernel) == compiled_before, "warmup missed the large-batch config"
+    assert watch.new() == [[]], f"warmup missed the large-batch config: {watch.new()}"
 
 
 @pytest.mark.interpreter

@@ -9,7 +9,7 @@ from exactfuse.ops.short_conv import native, short_conv
 from exactfuse.ops.short_conv import triton as sc_triton
 from exactfuse.ops.short_conv.heuristics import conv_config
 from exactfuse.ops.short_conv.inputs import make_state, short_conv_case
-from exactfuse.testing import check_provider, clone_args, make_generator
+from exactfuse.testing import CompileWatch, check_provider, clone_args, make_generator
 from exactfuse.utils import DTYPE_NAMES
 
 INTERP_DTYPES = [torch.float16, torch.float32]
@@ -318,24 +318,19 @@ def _ple_batch(device, dtype, R=24, C=2048, seed=0):
     ]
 
 
-def _compiled_count(kernel) -> int:
-    return sum(len(entry[0]) for entry in getattr(kernel, "device_caches", {}).values())
-
-
 @pytest.mark.gpu
 @torch.no_grad()
 def test_gpu_warmup_then_one_graph_of_all_modes_replays_as_eager():
     dtype = torch.bfloat16
     short_conv.op.warmup_fn(torch.device("cuda"), dtype, channels=(2048,), kernel_sizes=(4,), dilations=(3,))
-    kernels = (sc_triton.conv_rows_kernel, sc_triton.conv_state_kernel)
-    before = [_compiled_count(k) for k in kernels]
+    watch = CompileWatch(sc_triton.conv_rows_kernel, sc_triton.conv_state_kernel)
     static = [split(clone_args(c.args, {})[0]) for c in _ple_batch("cuda", dtype)]
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         for args, kwargs in static:
             short_conv(*args, **kwargs)
-    assert [_compiled_count(k) for k in kernels] == before, "a Triton kernel compiled during capture"
+    assert watch.new() == [[], []], f"compiled during capture: {watch.new()}"
     for seed in (1, 2):
         fresh = _ple_batch("cuda", dtype, seed=seed)
         for (args, kwargs), case in zip(static, fresh, strict=True):

@@ -9,6 +9,7 @@ from torch._dynamo.testing import CompileCounterWithBackend
 import exactfuse
 from attention_support import CPU, CUDA, assert_contract, case_args, named, op, with_args
 from exactfuse.ops.sparse_paged_attention import triton as at
+from exactfuse.testing import CompileWatch
 
 
 def _public(args):
@@ -72,11 +73,6 @@ class _Module(torch.nn.Module):
         return self.fn(*inputs)
 
 
-def _compiled_keys(kernel) -> set:
-    """The specializations ``kernel`` has compiled (Triton's per-device kernel caches)."""
-    return {key for entry in getattr(kernel, "device_caches", {}).values() for key in entry[0]}
-
-
 @pytest.mark.gpu
 @torch.no_grad()
 def test_gpu_warmup_then_cuda_graphs_compile_nothing_and_replay_eager():
@@ -86,8 +82,7 @@ def test_gpu_warmup_then_cuda_graphs_compile_nothing_and_replay_eager():
     layer = {"num_heads": 24, "num_kv_heads": 2, "head_dim": 256, "width": 2051, "k_cache": a.k_cache,
              "v_cache": a.v_cache}  # fmt: skip
     exactfuse.warmup(["sparse_paged_attention"], attention_layers=(layer,))
-    kernels = (at.sparse_attention_partial_kernel, at.sparse_attention_merge_kernel)
-    before = [_compiled_keys(kern) for kern in kernels]
+    watch = CompileWatch(at.sparse_attention_partial_kernel, at.sparse_attention_merge_kernel)
     fn = _public(base)
     for rows in (1, 64, 1024):
         inputs = [t[:rows].clone() for t in _row_inputs(base)]
@@ -98,8 +93,7 @@ def test_gpu_warmup_then_cuda_graphs_compile_nothing_and_replay_eager():
             t.copy_(new[:rows])
         graph.replay()
         assert torch.equal(result, fn(*inputs)), f"rows = {rows}"
-    new = [sorted(map(str, _compiled_keys(kern) - seen)) for kern, seen in zip(kernels, before, strict=True)]
-    assert new == [[], []], f"compiled during capture: {new}"
+    assert watch.new() == [[], []], f"compiled during capture: {watch.new()}"
 
 
 @pytest.mark.gpu

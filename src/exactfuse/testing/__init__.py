@@ -20,7 +20,7 @@ from exactfuse.registry.contracts import (
     ulp_distance,
 )
 from exactfuse.registry.op import Op
-from exactfuse.testing.calls import clone_args, collect_outputs
+from exactfuse.testing.calls import CompileWatch, clone_args, collect_outputs
 from exactfuse.testing.inputs import make_generator, randn, randn_with_specials
 from exactfuse.testing.on_device import check_on_device, device_check
 from exactfuse.utils import empty, poison_outputs
@@ -61,6 +61,7 @@ __all__ = [
     "TOLERANCES",
     "Bitwise",
     "CheckResult",
+    "CompileWatch",
     "Contract",
     "Tolerance",
     "Ulp",

@@ -32,3 +32,20 @@ def collect_outputs(op: Op, result, args: tuple, kwargs: dict) -> list[torch.Ten
         bound = op.signature.bind(*args, **kwargs)
         outs += [bound.arguments[n] for n in op.mutates_args if bound.arguments.get(n) is not None]
     return outs
+
+
+class CompileWatch:
+    """The Triton specializations compiled since it was made, per kernel: ``watch.new()`` is ``[[], ...]``
+    when nothing compiled (what a warmup promises a CUDA-graph capture), else each kernel's new cache keys,
+    which name the argument that was specialized differently."""
+
+    def __init__(self, *kernels):
+        self.kernels = kernels
+        self.before = [self._keys(k) for k in kernels]
+
+    @staticmethod
+    def _keys(kernel) -> set:
+        return {key for entry in getattr(kernel, "device_caches", {}).values() for key in entry[0]}
+
+    def new(self) -> list[list[str]]:
+        return [sorted(map(str, self._keys(k) - seen)) for k, seen in zip(self.kernels, self.before, strict=True)]
