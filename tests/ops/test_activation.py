@@ -196,7 +196,7 @@ def test_warmup_then_cuda_graph_replay_matches_eager():
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         static_y = model(static_x)
-    assert watch.new() == [[]], f"compiled during capture: {watch.new()}"
+    assert watch.new() == [[]], f"compiled during capture:\n{watch}"
     for _ in range(3):
         x = torch.randn(8, 256, device="cuda", dtype=torch.bfloat16)
         static_x.copy_(x)
@@ -205,7 +205,7 @@ def test_warmup_then_cuda_graph_replay_matches_eager():
         assert torch.equal(static_y, eager)
     # a prefill-sized batch (T * d >= 2^20: the heuristic's other num_warps) was warmed up too
     model(torch.randn(4096, 256, device="cuda", dtype=torch.bfloat16))
-    assert watch.new() == [[]], f"warmup missed the large-batch config: {watch.new()}"
+    assert watch.new() == [[]], f"warmup missed the large-batch config:\n{watch}"
 
 
 @pytest.mark.interpreter

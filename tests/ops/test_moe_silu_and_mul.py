@@ -381,7 +381,7 @@ def test_gpu_warmup_then_cuda_graph_replay(interleaved):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             static_y = layer(static_x, static_w)
-        assert watch.new() == [[]], f"compiled during capture: {watch.new()}"
+        assert watch.new() == [[]], f"compiled during capture:\n{watch}"
         for seed in range(3):
             _, inter, w = _pair(M, N, torch.bfloat16, "cuda", seed=seed)
             split = torch.cat([inter[:, 0::2], inter[:, 1::2]], dim=1)

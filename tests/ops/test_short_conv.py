@@ -330,7 +330,7 @@ def test_gpu_warmup_then_one_graph_of_all_modes_replays_as_eager():
     with torch.cuda.graph(graph):
         for args, kwargs in static:
             short_conv(*args, **kwargs)
-    assert watch.new() == [[], []], f"compiled during capture: {watch.new()}"
+    assert watch.new() == [[], []], f"compiled during capture:\n{watch}"
     for seed in (1, 2):
         fresh = _ple_batch("cuda", dtype, seed=seed)
         for (args, kwargs), case in zip(static, fresh, strict=True):

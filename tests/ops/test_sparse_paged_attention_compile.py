@@ -93,7 +93,7 @@ def test_gpu_warmup_then_cuda_graphs_compile_nothing_and_replay_eager():
             t.copy_(new[:rows])
         graph.replay()
         assert torch.equal(result, fn(*inputs)), f"rows = {rows}"
-    assert watch.new() == [[], []], f"compiled during capture: {watch.new()}"
+    assert watch.new() == [[], []], f"compiled during capture:\n{watch}"
 
 
 @pytest.mark.gpu

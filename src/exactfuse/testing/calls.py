@@ -36,8 +36,8 @@ def collect_outputs(op: Op, result, args: tuple, kwargs: dict) -> list[torch.Ten
 
 class CompileWatch:
     """The Triton specializations compiled since it was made, per kernel: ``watch.new()`` is ``[[], ...]``
-    when nothing compiled (what a warmup promises a CUDA-graph capture), else each kernel's new cache keys,
-    which name the argument that was specialized differently."""
+    when nothing compiled (what a warmup promises a CUDA-graph capture); else ``str(watch)`` names, for
+    each new specialization, the arguments where it differs from the nearest one compiled before."""
 
     def __init__(self, *kernels):
         self.kernels = kernels
@@ -49,3 +49,25 @@ class CompileWatch:
 
     def new(self) -> list[list[str]]:
         return [sorted(map(str, self._keys(k) - seen)) for k, seen in zip(self.kernels, self.before, strict=True)]
+
+    def __str__(self) -> str:
+        lines = []
+        for kernel, seen, new in zip(self.kernels, self.before, self.new(), strict=True):
+            names = list(getattr(kernel, "arg_names", ()))
+            for key in new:
+                parts = _key_parts(key)
+                nearest = min((_key_parts(str(k)) for k in seen), default=None,
+                              key=lambda old: sum(a != b for a, b in zip(old, parts, strict=False)))  # fmt: skip
+                if nearest is None:
+                    lines.append(f"{getattr(kernel, '__name__', kernel)}: {key} (nothing compiled before)")
+                    continue
+                diff = [f"{names[i] if i < len(names) else i}: {a} -> {b}"
+                        for i, (a, b) in enumerate(zip(nearest, parts, strict=False)) if a != b]  # fmt: skip
+                lines.append(f"{getattr(kernel, '__name__', kernel)}: new specialization, {'; '.join(diff) or key}")
+        return "\n".join(lines) or "nothing compiled"
+
+
+def _key_parts(key: str) -> list[str]:
+    """A Triton cache key's per-argument entries (``"('*bf16', 'D')"``, ...) and its options, as strings."""
+    spec, _, options = key.rpartition("]")
+    return [*spec.lstrip("[").split("), ("), options]
