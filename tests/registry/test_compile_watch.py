@@ -5,7 +5,7 @@ class _Kernel:
     """The part of a Triton JITFunction CompileWatch reads: arg_names and per-device kernel caches."""
 
     __name__ = "fake_kernel"
-    arg_names = ["p_x", "L", "C"]
+    arg_names = ("p_x", "L", "C")
 
     def __init__(self, *keys):
         self.device_caches = {0: ({key: None for key in keys}, {}, None, None, None)}
