@@ -5,6 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import exactfuse
 from exactfuse.ops.short_conv import native, short_conv
 from exactfuse.ops.short_conv import triton as sc_triton
 from exactfuse.ops.short_conv.heuristics import conv_config
@@ -322,7 +323,9 @@ def _ple_batch(device, dtype, R=24, C=2048, seed=0):
 @torch.no_grad()
 def test_gpu_warmup_then_one_graph_of_all_modes_replays_as_eager():
     dtype = torch.bfloat16
-    short_conv.op.warmup_fn(torch.device("cuda"), dtype, channels=(2048,), kernel_sizes=(4,), dilations=(3,))
+    # the public warmup: it launches as an eager call does (the hook alone, through wrap_triton's higher-order
+    # op, compiles other specializations than the ones a call looks up)
+    exactfuse.warmup("short_conv", dtypes=(dtype,), channels=(2048,), kernel_sizes=(4,), dilations=(3,))
     watch = CompileWatch(sc_triton.conv_rows_kernel, sc_triton.conv_state_kernel)
     static = [split(clone_args(c.args, {})[0]) for c in _ple_batch("cuda", dtype)]
     torch.cuda.synchronize()
