@@ -15,8 +15,10 @@ weights (``--tiny``: a small one, for a check on the CPU). Variants, each checke
 Rows: the decoder layers' forward (rotary embedding given, no final norm or head) at batch 1 and 64 as
 one decode step over a 1024-token context (a fixed KV buffer of 1025 slots per layer, the new token
 written into the last), and at 2048 prefill tokens (batch 1, causal, no cache); the median of CUDA-graph
-replays. ``mlp %``: the four MLPs alone (the same inputs) over the layers. With ``--generate``: eager
-``generate`` tokens/s (32 new tokens after 16 prompt tokens) at batch 1 and 64, bf16, exact and fast.
+replays. ``mlp %``: the four MLPs alone (the same inputs) over the layers. With ``--generate``:
+``generate`` tokens/s (32 new tokens after 16 prompt tokens) at batch 1 and 64, bf16, exact and fast,
+eager (a dynamic cache) and compiled (``cache_implementation="static"``: transformers compiles the decode
+step on a CUDA device); each after a call of the same length, in two rounds.
 Result: benchmarks/results/h200/transformers_decoder_layers.txt.
 """
 
@@ -112,6 +114,33 @@ def layers_call(model, hidden, cache):
     return run
 
 
+def generate_rates(models: dict, config, device, gen) -> list[str]:
+    """``generate`` tokens/s of bf16, exact and fast, eager and compiled, at batch 1 and 64."""
+    torch._dynamo.config.cache_size_limit = 64  # three models x two batch sizes share the forward's code
+    lines = []
+    for mode, extra in (("eager", {}), ("compiled", {"cache_implementation": "static"})):
+        for B in (1, 64):
+            ids = torch.randint(0, config.vocab_size, (B, 16), device=device, generator=gen)
+            kw = dict(attention_mask=torch.ones_like(ids), pad_token_id=0, do_sample=False, max_new_tokens=32,
+                      min_new_tokens=32, **extra)  # fmt: skip
+            rates: dict[str, list[float]] = {}
+            for name in ("bf16", "exact", "fast") * 2:  # two rounds, the faster kept: no order effect
+                m = models[name]
+                m.generate(ids, **kw)  # the same length: a static cache of the same size, compiled once
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                start = time.perf_counter()
+                m.generate(ids, **kw)
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                rates.setdefault(name, []).append(32 * B / (time.perf_counter() - start))
+            for name, both in rates.items():
+                lines.append(f"generate B{B} {mode} | {name} | {max(both):,.0f} tokens/s (rounds: "
+                             f"{', '.join(f'{r:,.0f}' for r in both)})")  # fmt: skip
+                print(lines[-1], flush=True)
+    return lines
+
+
 def _same(a: torch.Tensor, b: torch.Tensor) -> str:
     if torch.equal(a, b):
         return "bit-equal"
@@ -137,7 +166,7 @@ def timer(device):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tiny", action="store_true", help="a small model (a check on the CPU)")
-    parser.add_argument("--generate", action="store_true", help="also eager generate tokens/s")
+    parser.add_argument("--generate", action="store_true", help="also generate tokens/s, eager and compiled")
     args = parser.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16  # W4A16 takes fp16 or bf16 activations; the CPU runs bf16 too
@@ -188,24 +217,7 @@ def main() -> None:
                              f"{100 * mlps[name] / times[name]:.0f}% | {ratio} | {checks[name]}")  # fmt: skip
                 print(lines[-1], flush=True)
         if args.generate:
-            for B in (1, 64):
-                ids = torch.randint(0, config.vocab_size, (B, 16), device=device, generator=gen)
-                kw = dict(attention_mask=torch.ones_like(ids), pad_token_id=0, do_sample=False)
-                rates = {}
-                for name in ("bf16", "exact", "fast") * 2:  # two rounds, the faster kept: no order effect
-                    m = models[name]
-                    m.generate(ids, max_new_tokens=4, min_new_tokens=4, **kw)
-                    if device == "cuda":
-                        torch.cuda.synchronize()
-                    start = time.perf_counter()
-                    m.generate(ids, max_new_tokens=32, min_new_tokens=32, **kw)
-                    if device == "cuda":
-                        torch.cuda.synchronize()
-                    rates.setdefault(name, []).append(32 * B / (time.perf_counter() - start))
-                for name, both in rates.items():
-                    lines.append(f"generate B{B} eager | {name} | {max(both):,.0f} tokens/s (rounds: "
-                                 f"{', '.join(f'{r:,.0f}' for r in both)})")  # fmt: skip
-                    print(lines[-1], flush=True)
+            lines += generate_rates(models, config, device, gen)
     emit("transformers_decoder_layers.txt", lines + failed)
     if failed:
         raise SystemExit("\n".join(failed))
