@@ -111,6 +111,21 @@ def layers_call(model, hidden, cache):
                 h = layer(h, position_ids=position_ids, past_key_values=cache, position_embeddings=embeddings)
         return h
 
+    def parts() -> str:
+        """Which of the first layer's parts, run twice on the same input, differ: where a baseline that
+        does not repeat itself loses its bits."""
+        layer = inner.layers[0]
+        normed = layer.input_layernorm(hidden)
+        pieces = {
+            "input_layernorm": lambda: layer.input_layernorm(hidden),
+            "self_attn": lambda: layer.self_attn(
+                normed, position_embeddings=embeddings, attention_mask=None, past_key_values=cache
+            )[0],
+            "mlp": lambda: layer.mlp(normed),
+        }
+        return ", ".join(f"{n} {'repeats' if torch.equal(f(), f()) else 'DIFFERS'}" for n, f in pieces.items())
+
+    run.parts = parts
     return run
 
 
@@ -195,7 +210,9 @@ def main() -> None:
             outs = {name: call() for name, call in calls.items()}
             repeat = {name: calls[name]() for name in ("bf16", "w4a16")}  # is the baseline itself repeatable?
             checks = {
-                "bf16": "repeats bit for bit" if torch.equal(repeat["bf16"], outs["bf16"]) else "NOT REPEATABLE",
+                "bf16": "repeats bit for bit"
+                if torch.equal(repeat["bf16"], outs["bf16"])
+                else f"NOT REPEATABLE (layer 0: {calls['bf16'].parts()})",
                 "exact": _same(outs["exact"], outs["bf16"]),
                 "fast": f"max |d| {float((outs['fast'] - outs['bf16']).abs().max()):.2g} vs bf16",
                 "dequant": "",
