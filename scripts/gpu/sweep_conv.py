@@ -30,9 +30,9 @@ from sweep_io import emit
 from exactfuse.bench.results import geomean
 from exactfuse.bench.roofline import measure_copy_bandwidth
 from exactfuse.bench.timing import cudagraph_timer
-from exactfuse.ops.short_conv import _causal_conv1d, heuristics, native
+from exactfuse.ops.short_conv import _causal_conv1d, heuristics
 from exactfuse.ops.short_conv.grids import _causal_grid
-from exactfuse.ops.short_conv.launch import launch_conv
+from exactfuse.ops.short_conv.launch import launch_causal
 from exactfuse.testing import clone_args
 
 TIMER = cudagraph_timer(rep_ms=10)
@@ -54,20 +54,13 @@ def label(bt: int, bc: int, unroll: int, warps: int) -> str:
 
 
 def run(case, config):
-    """causal_conv1d's launch on a copy of ``case`` with ``config``: (output, state)."""
+    """causal_conv1d's launch on a copy of ``case`` with ``config``: (call, output, state)."""
     args, kwargs = clone_args(case.args, case.kwargs)
-    a = _causal_conv1d.signature.bind(*args, **kwargs)
-    a.apply_defaults()
-    a = a.arguments
+    bound = _causal_conv1d.signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    a = bound.arguments
     out = torch.empty_like(a["x"])
-    launch = dict(
-        mode="prefill", dilation=a["dilation"], conv_state=a["conv_state"], state_indices=a["state_indices"],
-        query_start_loc=a["query_start_loc"] if a["query_start_loc"] is not None else native.one_sequence(a["x"]),
-        num_accepted_tokens=None, has_initial_state=a["has_initial_state"],
-        init="never" if a["has_initial_state"] is None else "tensor", spec_query_len=1, token_indices=None,
-        null_slot=a["pad_slot_id"], bias=a["bias"], activation=a["activation"], out=out, config=config,
-    )  # fmt: skip
-    return (lambda: launch_conv(a["x"], a["weight"], **launch)), out, a["conv_state"]
+    return (lambda: launch_causal(*a.values(), out, config)), out, a["conv_state"]
 
 
 def floor(case, copy: float) -> str:

@@ -136,6 +136,18 @@ def causal_conv1d_triton(
     pad_slot_id: int = -1,
 ) -> torch.Tensor:
     out = empty(x.shape, x.dtype, x.device)
+    launch_causal(
+        x, weight, bias, activation, dilation, conv_state, query_start_loc, state_indices, has_initial_state,
+        pad_slot_id, out,
+    )  # fmt: skip
+    return out
+
+
+def launch_causal(
+    x, weight, bias, activation, dilation, conv_state, query_start_loc, state_indices, has_initial_state,
+    pad_slot_id, out: torch.Tensor, config: heuristics.ConvConfig | None = None,
+) -> None:  # fmt: skip
+    """causal_conv1d's launch into ``out`` (arguments as the op's); ``config`` for the tile sweep."""
     launch_conv(
         x,
         weight,
@@ -153,8 +165,8 @@ def causal_conv1d_triton(
         bias=bias,
         activation=activation,
         out=out,
+        config=config,
     )
-    return out
 
 
 def causal_conv1d_update_triton(
