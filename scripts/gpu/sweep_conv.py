@@ -1,6 +1,7 @@
 """Sweep the conv family's spec/prefill tile on the GPU: rows x channels a program, and warps.
 
 Usage: PYTHONPATH=src python scripts/gpu/sweep_conv.py [--tiles 16x128,32x128u8,...] [--warps 4,8] [--floor]
+       PYTHONPATH=src python scripts/gpu/sweep_conv.py --decode [--channels 64,128,...] [--warps 1,2,4,8]
 
 A tile is ``BTxBC`` (each tap's rows loaded) or ``BTxBCuU`` (runs of ``U`` rows over a register window,
 ``ConvConfig.unroll``).
@@ -17,6 +18,11 @@ benchmarks/results/h200/sweeps/conv_tiles.txt.
 and without an activation: what the exact SiLU (``libdevice`` ``expf`` and an IEEE division, as ATen
 evaluates it, where FLA takes ``x * sigmoid(x)``) costs a kernel that issues more instructions than the
 memory system needs. Result: sweeps/conv_floor.txt.
+
+``--decode`` times short_conv's decode launch instead, on the bench grid's decode shapes (R rows of
+C = 10240, K = 4, D = 3, both state layouts) with ``BC`` channels a program (each program also shifts
+its request's ``[BW, BC]`` state window) x warps, each checked bit for bit (residual and state) against
+the shipped rule's first. Result: sweeps/conv_decode.txt.
 """
 
 from __future__ import annotations
@@ -30,9 +36,9 @@ from sweep_io import emit
 from exactfuse.bench.results import geomean
 from exactfuse.bench.roofline import measure_copy_bandwidth
 from exactfuse.bench.timing import cudagraph_timer
-from exactfuse.ops.short_conv import _causal_conv1d, heuristics
-from exactfuse.ops.short_conv.grids import _causal_grid
-from exactfuse.ops.short_conv.launch import launch_causal
+from exactfuse.ops.short_conv import _causal_conv1d, _short_conv, heuristics
+from exactfuse.ops.short_conv.grids import _causal_grid, _short_conv_grid
+from exactfuse.ops.short_conv.launch import launch_causal, launch_short
 from exactfuse.testing import clone_args
 
 TIMER = cudagraph_timer(rep_ms=10)
@@ -63,6 +69,51 @@ def run(case, config):
     return (lambda: launch_causal(*a.values(), out, config)), out, a["conv_state"]
 
 
+def run_decode(case, config):
+    """short_conv's launch on a copy of ``case`` with ``config``: (call, residual, state)."""
+    args, kwargs = clone_args(case.args, case.kwargs)
+    bound = _short_conv.signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    a = bound.arguments
+    return (lambda: launch_short(*a.values(), config=config)), a["residual"], a["conv_state"]
+
+
+def sweep_decode(channels: list[int], warps: list[int], copy: float) -> None:
+    """``--decode``: channels a program x warps on the decode shapes (sweeps/conv_decode.txt)."""
+    lines = [f"copy {copy / 1e9:,.0f} GB/s; short_conv decode, bf16; shipped rule: heuristics.conv_config",
+             "shape | BC/warps: µs (% roofline) ..., fastest first"]  # fmt: skip
+    ratios: dict[tuple, list[float]] = {}
+    decode = [f"decode-R{R}-{lay}" for R in (8, 64, 256, 1024) for lay in ("cw", "wc")]
+    for lazy in _short_conv_grid(torch.device("cuda"), torch.bfloat16, decode):
+        case = lazy.materialize()
+        a = _short_conv.signature.bind(*case.args, **case.kwargs).arguments
+        C, K = a["weight"].shape
+        shipped = heuristics.conv_config(C, (K - 1) * a["dilation"], "decode")
+        call, ref_res, ref_state = run_decode(case, shipped)
+        call()
+        roof = _short_conv.bytes_fn(*case.args, **case.kwargs) / copy * 1e6
+        row, times = [], {}
+        for bc, w in itertools.product(channels, warps):
+            cfg = heuristics.ConvConfig(BT=1, BC=bc, BC_STATE=bc, BW=shipped.BW, num_warps=w)
+            call, res, state = run_decode(case, cfg)
+            call()
+            if not (torch.equal(res, ref_res) and torch.equal(state, ref_state)):
+                row.append(f"{bc}/{w}: DIFFERS")
+                continue
+            times[(bc, w)] = TIMER(call) * 1e3
+        base = times.get((shipped.BC, shipped.num_warps))
+        for (bc, w), us in sorted(times.items(), key=lambda kv: kv[1]):
+            row.append(f"{bc}/{w}: {us:.1f} ({100 * roof / us:.0f}%)")
+            if base:
+                ratios.setdefault((bc, w), []).append(base / us)
+        lines.append(f"{case.id} (shipped {shipped.BC}/{shipped.num_warps}) | " + " ".join(row))
+        print(lines[-1], flush=True)
+    ranked = sorted(ratios.items(), key=lambda kv: -geomean(kv[1]))
+    lines.append("geomean speedup over the shipped rule: " + ", ".join(f"{bc}/{w} {geomean(v):.2f}"
+                                                                      for (bc, w), v in ranked))  # fmt: skip
+    emit("conv_decode.txt", lines)
+
+
 def floor(case, copy: float) -> str:
     """One line: the shipped tile and FLA on ``case``, with the SiLU and without an activation."""
     from exactfuse.ops.short_conv.peers import _fla_causal_conv1d
@@ -91,12 +142,18 @@ def floor(case, copy: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tiles", default=DEFAULT_TILES)
-    parser.add_argument("--warps", default="4,8")
+    parser.add_argument("--warps", help="warps to time (default 4,8; with --decode 1,2,4,8)")
     parser.add_argument("--floor", action="store_true", help="also the SiLU's cost, beside FLA (conv_floor.txt)")
+    parser.add_argument("--decode", action="store_true", help="short_conv decode: channels x warps (conv_decode.txt)")
+    parser.add_argument("--channels", default="64,128,256,512,1024", help="--decode: channels a program")
     opts = parser.parse_args()
     copy = measure_copy_bandwidth(torch.device("cuda"))
+    if opts.decode:
+        warps = [int(w) for w in (opts.warps or "1,2,4,8").split(",")]
+        sweep_decode([int(c) for c in opts.channels.split(",")], warps, copy)
+        return
     tiles = [parse_tile(t) for t in opts.tiles.split(",")]
-    warps = [int(w) for w in opts.warps.split(",")]
+    warps = [int(w) for w in (opts.warps or "4,8").split(",")]
     lines = [f"copy {copy / 1e9:,.0f} GB/s; shipped tile {heuristics.TILE_ROWS}x{heuristics.TILE_CHANNELS}, "
              f"{heuristics.NUM_WARPS} warps", "shape | BTxBC/warps: µs (% roofline) ..."]  # fmt: skip
     ratios: dict[tuple, list[float]] = {}

@@ -103,6 +103,17 @@ def short_conv_triton(
     token_indices: torch.Tensor | None = None,
     outer_residual: torch.Tensor | None = None,
 ) -> None:
+    launch_short(
+        x, residual, conv_state, weight, state_indices, conv_mode, dilation, query_start_loc, num_accepted_tokens,
+        has_initial_state, spec_query_len, token_indices, outer_residual,
+    )  # fmt: skip
+
+
+def launch_short(
+    x, residual, conv_state, weight, state_indices, conv_mode, dilation, query_start_loc, num_accepted_tokens,
+    has_initial_state, spec_query_len, token_indices, outer_residual, config: heuristics.ConvConfig | None = None,
+) -> None:  # fmt: skip
+    """short_conv's launch (arguments as the op's); ``config`` for the decode sweep."""
     init = "always" if has_initial_state is None or conv_mode == "spec" else "tensor"
     launch_conv(
         x,
@@ -120,6 +131,7 @@ def short_conv_triton(
         null_slot=0,
         residual=residual,
         outer_residual=outer_residual,
+        config=config,
     )
 
 
