@@ -22,7 +22,8 @@ memory system needs. Result: sweeps/conv_floor.txt.
 ``--decode`` times short_conv's decode launch instead, on the bench grid's decode shapes (R rows of
 C = 10240, K = 4, D = 3, both state layouts) with ``BC`` channels a program (each program also shifts
 its request's ``[BW, BC]`` state window) x warps, each checked bit for bit (residual and state) against
-the shipped rule's first. Result: sweeps/conv_decode.txt.
+the shipped rule's first; at R <= 8 also a plain copy of the same bytes (half read, half written), the
+issue's small-batch reference. Result: sweeps/conv_decode.txt.
 """
 
 from __future__ import annotations
@@ -83,12 +84,12 @@ def sweep_decode(channels: list[int], warps: list[int], copy: float) -> None:
     lines = [f"copy {copy / 1e9:,.0f} GB/s; short_conv decode, bf16; shipped rule: heuristics.conv_config",
              "shape | BC/warps: µs (% roofline) ..., fastest first"]  # fmt: skip
     ratios: dict[tuple, list[float]] = {}
-    decode = [f"decode-R{R}-{lay}" for R in (8, 64, 256, 1024) for lay in ("cw", "wc")]
+    decode = [f"decode-R{R}-{lay}" for R in (1, 8, 64, 256, 1024) for lay in ("cw", "wc")]
     for lazy in _short_conv_grid(torch.device("cuda"), torch.bfloat16, decode):
         case = lazy.materialize()
         a = _short_conv.signature.bind(*case.args, **case.kwargs).arguments
         C, K = a["weight"].shape
-        shipped = heuristics.conv_config(C, (K - 1) * a["dilation"], "decode")
+        shipped = heuristics.conv_config(C, (K - 1) * a["dilation"], "decode", a["conv_state"].stride(1) == 1)
         call, ref_res, ref_state = run_decode(case, shipped)
         call()
         roof = _short_conv.bytes_fn(*case.args, **case.kwargs) / copy * 1e6
@@ -106,6 +107,11 @@ def sweep_decode(channels: list[int], warps: list[int], copy: float) -> None:
             row.append(f"{bc}/{w}: {us:.1f} ({100 * roof / us:.0f}%)")
             if base:
                 ratios.setdefault((bc, w), []).append(base / us)
+        nbytes = _short_conv.bytes_fn(*case.args, **case.kwargs)
+        if a["state_indices"].shape[0] <= 8:  # the small-batch target: a plain copy moving the same bytes
+            src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
+            dst = torch.empty_like(src)
+            row.append(f"| copy of the same bytes: {TIMER(lambda d=dst, s=src: d.copy_(s)) * 1e3:.1f}")
         lines.append(f"{case.id} (shipped {shipped.BC}/{shipped.num_warps}) | " + " ".join(row))
         print(lines[-1], flush=True)
     ranked = sorted(ratios.items(), key=lambda kv: -geomean(kv[1]))

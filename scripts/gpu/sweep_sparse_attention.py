@@ -85,7 +85,7 @@ def main() -> None:
         case = inputs._grid_case(dev, torch.bfloat16, seed, rows, Hq, Hkv, D, W, kv)
         args = case.args
         times = sweep_shape(args, rows, Hkv, W, sms, lines, (False, True) if opts.fixup else (False,))
-        mine = heuristics.attention_config(rows, Hkv, D, W, sms)
+        mine = heuristics.attention_config(rows, Hkv, D, W, sms, args[1].element_size())
         if mine not in times:
             times[mine] = time_us(args, mine)
         best = min(times, key=times.get)

@@ -217,3 +217,20 @@ def test_no_provider_error_says_why_each_provider_declined():
     strided = torch.randn(2, 3, 32)[:, :, :16]
     reason = silu_and_mul.providers["triton"].accepts(strided)
     assert reason.startswith("x has strides (96, 32, 1)"), reason
+
+
+def test_gate_up_check_on_unbacked_sizes_asserts_instead_of_guarding():
+    """The fake kernel runs the check with unbacked sizes and outside Dynamo's frame (is_compiling() is
+    False there on torch 2.11): equal sizes become a run-time assertion, not a data-dependent guard."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    from exactfuse.ops.act_and_mul.native import check_gate_up
+
+    shape_env = ShapeEnv()
+    with FakeTensorMode(shape_env=shape_env):
+        t0, t1 = shape_env.create_unbacked_symint(), shape_env.create_unbacked_symint()
+        gate, up = torch.empty(t0, 8), torch.empty(t1, 8)
+        check_gate_up("silu_mul", gate, up)
+        with pytest.raises(ValueError, match="up must have gate's shape"):
+            check_gate_up("silu_mul", gate, torch.empty(t1, 6))

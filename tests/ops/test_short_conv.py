@@ -257,7 +257,9 @@ def test_keyword_only_api():
 
 def test_heuristic_depends_on_model_constants_only():
     cfg = conv_config(10240, 9, "decode")
-    assert (cfg.BT, cfg.BC, cfg.BW, cfg.BC_STATE) == (1, 256, 16, 256)
+    assert (cfg.BT, cfg.BC, cfg.BW, cfg.BC_STATE, cfg.num_warps) == (1, 64, 16, 256, 1)
+    assert conv_config(10240, 9, "decode", channels_contiguous=True).BC == 128
+    assert conv_config(10240, 20, "decode", channels_contiguous=True).BC == 64  # at most 2048 state values
     assert (conv_config(10240, 9, "prefill").BT, conv_config(10240, 9, "prefill").BC) == (16, 128)
     assert conv_config(200, 12, "spec").BC == 128 and conv_config(200, 12, "spec").BC_STATE == 256
     assert conv_config(7, 1, "decode").BC == 16 and conv_config(7, 1, "prefill").BC == 16

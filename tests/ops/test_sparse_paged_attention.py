@@ -160,6 +160,8 @@ def test_attention_config_splits_until_the_gpu_is_full():
     assert heuristics.attention_config(16, 2, 128, 2048, sms) == AttentionConfig(64, 16)
     assert heuristics.attention_config(64, 2, 256, 2051, sms).num_splits == 4  # 528 // 128 programs
     assert heuristics.attention_config(4096, 2, 256, 2051, sms).num_splits == 1
+    assert heuristics.attention_config(64, 2, 256, 2051, sms).block_n == 32
+    assert heuristics.attention_config(64, 2, 256, 2051, sms, kv_bytes=1).block_n == 64  # an fp8 cache row: 256 B
     assert heuristics.attention_config(1, 2, 128, 40, sms).num_splits == 1  # one tile: nothing to split
     for rows in (1, 16, 64, 256, 1024):
         c = heuristics.attention_config(rows, 2, 256, 2051, sms)

@@ -38,7 +38,9 @@ def check_gate_up(op: str, gate: torch.Tensor, up: torch.Tensor) -> None:
     tensors = isinstance(gate, torch.Tensor) and isinstance(up, torch.Tensor)
     if not (tensors and gate.dim() and up.dim() and gate.dtype in FLOAT_DTYPES and up.dtype in FLOAT_DTYPES):
         _gate_up_kind_error(op, gate, up)
-    if torch.compiler.is_compiling():  # symbolic sizes: run-time assertions of the trace, not guards
+    # symbolic sizes (a Dynamo frame, or a fake kernel, which runs outside one): run-time assertions of
+    # the trace, not guards; an eager call holds plain tensors and takes the one comparison
+    if type(gate) is not torch.Tensor or type(up) is not torch.Tensor or torch.compiler.is_compiling():
         same = up.dim() == gate.dim() and all(sizes_equal(a, b) for a, b in zip(up.shape, gate.shape, strict=True))
     else:
         same = up.shape == gate.shape

@@ -21,6 +21,13 @@ STATE_TILE_ELEMENTS = 4096
 TILE_ROWS = 16
 TILE_CHANNELS = 128
 NUM_WARPS = 4
+# Decode: channels a program and warps. One warp over 128 channels ([slot, W, C] storage) or 64 ([slot, C,
+# W]) is 1.60x / 1.15x the four-warp 256-channel block at R = 256, C = 10240, K = 4, D = 3: 92% and 53%
+# of the roofline (sweeps/conv_decode.txt).
+DECODE_CHANNELS_CONTIGUOUS = 128
+DECODE_CHANNELS_STRIDED = 64
+DECODE_TILE_ELEMENTS = 2048
+DECODE_WARPS = 1
 
 
 @dataclass(frozen=True)
@@ -41,18 +48,23 @@ class ConvConfig:
             raise ValueError(f"unroll must be a power of two dividing BT = {self.BT}, got {self.unroll}")
 
 
-def conv_config(C: int, window: int, mode: str) -> ConvConfig:
-    """Static launch parameters for ``C`` channels and a written window of ``window`` positions.
+def conv_config(C: int, window: int, mode: str, channels_contiguous: bool = False) -> ConvConfig:
+    """Static launch parameters for ``C`` channels and a written window of ``window`` positions;
+    ``channels_contiguous``: the state's channel stride is 1 (``[slot, W, C]`` storage), a cache constant.
 
-    Decode rows (one a program) also write the state, so their block is the state tile's; spec and
-    prefill rows hold only ``K`` taps and take the :data:`TILE_ROWS` x :data:`TILE_CHANNELS` tile, the
-    fastest of ``scripts/gpu/sweep_conv.py``'s tiles on the H200.
+    Decode rows (one a program) also shift their state window: one warp a program, over
+    :data:`DECODE_CHANNELS_CONTIGUOUS` channels (``[slot, W, C]`` storage, each window position a
+    contiguous run) or :data:`DECODE_CHANNELS_STRIDED` (``[slot, C, W]``, whose channels lie ``W``
+    elements apart), at most :data:`DECODE_TILE_ELEMENTS` state values a program. Spec and prefill rows
+    hold only ``K`` taps and take the :data:`TILE_ROWS` x :data:`TILE_CHANNELS` tile; their write-back
+    kernel a ``[BW, BC_STATE]`` state tile. All from ``scripts/gpu/sweep_conv.py`` on the H200.
     """
     BW = next_power_of_2(max(window, 1))
     c_block = next_power_of_2(max(C, 1))
     BC_STATE = max(16, min(c_block, STATE_TILE_ELEMENTS // BW, 1024))
     if mode == "decode":
-        BT, BC = 1, BC_STATE
-    else:
-        BT, BC = TILE_ROWS, max(16, min(c_block, TILE_CHANNELS))
+        want = DECODE_CHANNELS_CONTIGUOUS if channels_contiguous else DECODE_CHANNELS_STRIDED
+        BC = max(16, min(c_block, want, DECODE_TILE_ELEMENTS // BW))
+        return ConvConfig(BT=1, BC=BC, BC_STATE=BC_STATE, BW=BW, num_warps=DECODE_WARPS)
+    BT, BC = TILE_ROWS, max(16, min(c_block, TILE_CHANNELS))
     return ConvConfig(BT=BT, BC=BC, BC_STATE=BC_STATE, BW=BW, num_warps=NUM_WARPS)

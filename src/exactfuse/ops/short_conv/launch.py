@@ -9,7 +9,7 @@ import triton
 
 from exactfuse.ops.short_conv import heuristics, native
 from exactfuse.ops.short_conv.triton import INIT_CODES, MODE_CODES, conv_rows_kernel, conv_state_kernel
-from exactfuse.utils import empty
+from exactfuse.utils import empty, is_symbolic
 
 
 def launch_conv(
@@ -47,10 +47,11 @@ def launch_conv(
     SQL = spec_query_len if mode == "spec" else 1
     L = token_indices.shape[0] if token_indices is not None else N
     R = L if mode == "decode" else query_start_loc.shape[0] - 1
-    cfg = config or heuristics.conv_config(C, SL + SQL - 1, mode)
     has_state = conv_state is not None
     state = conv_state if has_state else x
     s_strides = conv_state.stride() if has_state else (0, 0, 0)
+    contiguous = not is_symbolic(s_strides[1]) and s_strides[1] == 1  # a symbolic stride is not 1
+    cfg = config or heuristics.conv_config(C, SL + SQL - 1, mode, contiguous)
     slots = conv_state.shape[0] if has_state else 1
     flags = dict(
         MODE=MODE_CODES[mode],

@@ -12,7 +12,11 @@ from exactfuse.utils import next_power_of_2
 
 MAX_SPLITS = 64
 PROGRAMS_PER_SM = 4  # programs wanted in flight per SM before a row is split
-BLOCK_N_SMALL_D, BLOCK_N_LARGE_D = 64, 32  # tokens a tile for D <= 128 and D = 256
+# Tokens a tile: 64 while a cache row (D x the cache's element size) is at most 256 bytes, else 32. For
+# bf16 that is D <= 128; an fp8 cache at D = 256 takes 64 tokens too, 1.14-1.17x the 32-token tile at rows
+# 64 and 1024 (sweeps/sparse_attention_config_e4m3.txt).
+BLOCK_N_SMALL_ROW, BLOCK_N_LARGE_ROW = 64, 32
+SMALL_ROW_BYTES = 256
 FEW_PROGRAMS_BLOCK_N = 64  # tokens a tile when the launch has fewer programs than SMs (8 warps)
 
 
@@ -39,9 +43,11 @@ def block_m(group: int) -> int:
     return max(16, next_power_of_2(group))
 
 
-def attention_config(rows: int, kv_heads: int, head_dim: int, width: int, num_sms: int) -> AttentionConfig:
+def attention_config(
+    rows: int, kv_heads: int, head_dim: int, width: int, num_sms: int, kv_bytes: int = 2
+) -> AttentionConfig:
     """Split a row's tiles over programs until about ``PROGRAMS_PER_SM * num_sms`` programs run, keeping
-    at least two tiles a split.
+    at least two tiles a split. ``kv_bytes``: the cache's element size (1 for fp8).
 
     Where even that leaves fewer programs than SMs (a decode of one or a few rows), each program takes
     64-token tiles at 8 warps: more of the cache in flight a program is what such a launch lacks.
@@ -52,7 +58,7 @@ def attention_config(rows: int, kv_heads: int, head_dim: int, width: int, num_sm
     each shape's best, 1.09-1.20x the 4-warp rule (sweeps/sparse_attention_fixup.txt).
     """
     programs = max(1, rows * kv_heads)
-    block_n = BLOCK_N_SMALL_D if head_dim <= 128 else BLOCK_N_LARGE_D
+    block_n = BLOCK_N_SMALL_ROW if head_dim * kv_bytes <= SMALL_ROW_BYTES else BLOCK_N_LARGE_ROW
     splits = _splits(programs, width, block_n, num_sms)
     if programs * splits >= num_sms:
         return AttentionConfig(block_n, splits)
@@ -67,11 +73,13 @@ def _splits(programs: int, width: int, block_n: int, num_sms: int) -> int:
     return max(1, min(splits, max(1, -(-width // block_n)) // 2, MAX_SPLITS))
 
 
-def reachable_configs(kv_heads: int, head_dim: int, width: int, num_sms: int, max_rows: int = 1 << 16):
+def reachable_configs(
+    kv_heads: int, head_dim: int, width: int, num_sms: int, max_rows: int = 1 << 16, kv_bytes: int = 2
+):
     """Every configuration :func:`attention_config` chooses for 1..max_rows rows (for warmup and tests)."""
     seen: dict[AttentionConfig, None] = {}
     rows = 1
     while rows <= max_rows:  # the choice changes only where rows * kv_heads crosses want / 2**i
-        seen[attention_config(rows, kv_heads, head_dim, width, num_sms)] = None
+        seen[attention_config(rows, kv_heads, head_dim, width, num_sms, kv_bytes)] = None
         rows += 1 if rows < 4096 else 4096
     return list(seen)

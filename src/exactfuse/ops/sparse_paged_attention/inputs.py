@@ -236,7 +236,9 @@ def warmup_layer(
     table = torch.zeros((1, 2), dtype=torch.int32, device=device)
     req = torch.zeros((rows,), dtype=torch.int32, device=device)
     cnt = torch.full((rows,), width, dtype=torch.int32, device=device) if counts else None
-    configs = heuristics.reachable_configs(num_kv_heads, head_dim, width, num_sms(torch.device(device)))
+    configs = heuristics.reachable_configs(
+        num_kv_heads, head_dim, width, num_sms(torch.device(device)), kv_bytes=k_cache.element_size()
+    )
     for config in configs:
         _triton.launch_sparse_paged_attention(
             out, q, k_cache, v_cache, idx, table, req, cnt, None, gate, gate_rounding,

@@ -162,31 +162,41 @@ def _store_heads(o, gate_ptr, out_ptr, row, heads, hmask, s_g_row, s_g_head, s_o
              mask=hmask[:, None])  # fmt: skip
 
 
+# Splits the merge reads in one unrolled group: their loads are independent, so they are in flight together
+# instead of one L2 round trip a split (64 splits, one after another, were 12 µs of a 22 µs decode).
+MERGE_GROUP = tl.constexpr(8)
+
+
 @triton.jit
 def _merge_splits(part_ptr, lse_ptr, row, heads, hmask, rows, num_splits, HQ: tl.constexpr, D: tl.constexpr):
     """The splits' fp32 partials of heads ``heads`` (``[M]``) of row ``row``, weighted by their base-2 LSE
     in split order: ``[M, D]`` fp32 (rows past ``hmask`` are 0). Read past L1 (another program of the
-    launch may have written them)."""
+    launch may have written them). Splits are taken :data:`MERGE_GROUP` at a time, each group's loads
+    issued together; the sums keep split order, and a split past ``num_splits`` changes nothing."""
     d = tl.arange(0, D)
-    top = tl.load(lse_ptr + row * HQ + heads, mask=hmask, other=0.0, cache_modifier=".cg")
-    for s in range(1, num_splits):
-        top = tl.maximum(top, tl.load(lse_ptr + (s * rows + row) * HQ + heads, mask=hmask, other=0.0,
-                                      cache_modifier=".cg"))  # fmt: skip
+    top = tl.full(heads.shape, float("-inf"), tl.float32)
+    for s0 in range(0, num_splits, MERGE_GROUP):
+        for i in tl.static_range(MERGE_GROUP):
+            m = tl.where(s0 + i < num_splits, hmask, False)  # a vector mask (& a scalar: int32 in the interpreter)
+            lse = tl.load(lse_ptr + ((s0 + i) * rows + row) * HQ + heads, mask=m, other=0.0, cache_modifier=".cg")
+            top = tl.where(m, tl.maximum(top, lse), tl.where(hmask, top, 0.0))
     top = tl.where(top == float("-inf"), 0.0, top)
     acc = tl.zeros((heads.shape[0], D), tl.float32)
     total = tl.zeros(heads.shape, tl.float32)
     nan = tl.zeros(heads.shape, tl.int1)  # a split's NaN from the data: the head is NaN
     only_neg_inf = tl.zeros(heads.shape, tl.int1)  # a split had tokens, all scored -inf (its O is NaN)
-    for s in range(num_splits):
-        base = (s * rows + row) * HQ + heads
-        lse = tl.load(lse_ptr + base, mask=hmask, other=float("-inf"), cache_modifier=".cg")
-        o = tl.load(part_ptr + base[:, None] * D + d[None, :], mask=hmask[:, None], other=0.0, cache_modifier=".cg")
-        finite = lse > float("-inf")  # False for NaN too
-        w = tl.where(finite, tl.exp2(lse - top), 0.0)
-        acc += tl.where(finite[:, None], w[:, None] * o, 0.0)
-        total += w
-        nan = nan | (lse != lse)
-        only_neg_inf = only_neg_inf | ((lse == float("-inf")) & (tl.sum((o != o).to(tl.int32), 1) > 0))
+    for s0 in range(0, num_splits, MERGE_GROUP):
+        for i in tl.static_range(MERGE_GROUP):
+            m = tl.where(s0 + i < num_splits, hmask, False)  # a vector mask (& a scalar: int32 in the interpreter)
+            base = ((s0 + i) * rows + row) * HQ + heads
+            lse = tl.load(lse_ptr + base, mask=m, other=float("-inf"), cache_modifier=".cg")
+            o = tl.load(part_ptr + base[:, None] * D + d[None, :], mask=m[:, None], other=0.0, cache_modifier=".cg")
+            finite = lse > float("-inf")  # False for NaN too
+            w = tl.where(finite, tl.exp2(lse - top), 0.0)
+            acc += tl.where(finite[:, None], w[:, None] * o, 0.0)
+            total += w
+            nan = nan | (lse != lse)
+            only_neg_inf = only_neg_inf | ((lse == float("-inf")) & (tl.sum((o != o).to(tl.int32), 1) > 0))
     empty = tl.where(only_neg_inf, float("nan"), 0.0)
     merged = tl.where((total > 0.0)[:, None], acc / tl.where(total > 0.0, total, 1.0)[:, None], empty[:, None])
     return tl.where(nan[:, None], float("nan"), merged)
@@ -228,7 +238,7 @@ def launch_sparse_paged_attention(
     num_pages, page_size, Hkv, _ = k_cache.shape
     W = logical_indices.shape[1]
     if config is None:
-        config = heuristics.attention_config(rows, Hkv, D, W, num_sms(q.device))
+        config = heuristics.attention_config(rows, Hkv, D, W, num_sms(q.device), k_cache.element_size())
     fp8 = k_cache.dtype in FP8_DTYPES
     qk_scale = (D**-0.5 if scale is None else scale) * LOG2E * (k_scale if fp8 else 1.0)
     out_scale = v_scale if fp8 else 1.0
