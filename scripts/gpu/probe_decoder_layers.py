@@ -1,6 +1,6 @@
 """A Llama-shaped model's decoder layers with and without exactfuse, bf16 and W4A16, under CUDA graphs.
 
-Usage: PYTHONPATH=src python scripts/gpu/probe_decoder_layers.py [--tiny] [--generate]
+Usage: PYTHONPATH=src python scripts/gpu/probe_decoder_layers.py [--tiny] [--generate [eager,compiled]] [--no-layers]
 
 Model: hidden 4096, intermediate 14336, 32 query / 8 KV heads, 4 decoder layers, vocab 32000, random
 weights (``--tiny``: a small one, for a check on the CPU). Variants, each checked before it is timed:
@@ -18,8 +18,9 @@ written into the last), and at 2048 prefill tokens (batch 1, causal, no cache); 
 replays. ``mlp %``: the four MLPs alone (the same inputs) over the layers. With ``--generate``:
 ``generate`` tokens/s (32 new tokens after 16 prompt tokens) at batch 1 and 64, bf16, exact and fast,
 eager (a dynamic cache) and compiled (``cache_implementation="static"``: transformers compiles the decode
-step on a CUDA device); each after a call of the same length, in two rounds.
-Result: benchmarks/results/h200/transformers_decoder_layers.txt.
+step on a CUDA device); each after a call of the same length, in two rounds. ``--no-layers`` skips
+the layer rows (generate only).
+Result: benchmarks/results/h200/transformers_decoder_layers.txt (``--no-layers``: transformers_generate.txt).
 """
 
 from __future__ import annotations
@@ -129,11 +130,15 @@ def layers_call(model, hidden, cache):
     return run
 
 
-def generate_rates(models: dict, config, device, gen) -> list[str]:
-    """``generate`` tokens/s of bf16, exact and fast, eager and compiled, at batch 1 and 64."""
+GENERATE_MODES = {"eager": {}, "compiled": {"cache_implementation": "static"}}
+
+
+def generate_rates(models: dict, config, device, gen, modes=tuple(GENERATE_MODES)) -> list[str]:
+    """``generate`` tokens/s of bf16, exact and fast in each of ``modes``, at batch 1 and 64."""
     torch._dynamo.config.cache_size_limit = 64  # three models x two batch sizes share the forward's code
     lines = []
-    for mode, extra in (("eager", {}), ("compiled", {"cache_implementation": "static"})):
+    for mode in modes:
+        extra = GENERATE_MODES[mode]
         for B in (1, 64):
             ids = torch.randint(0, config.vocab_size, (B, 16), device=device, generator=gen)
             kw = dict(attention_mask=torch.ones_like(ids), pad_token_id=0, do_sample=False, max_new_tokens=32,
@@ -181,8 +186,15 @@ def timer(device):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tiny", action="store_true", help="a small model (a check on the CPU)")
-    parser.add_argument("--generate", action="store_true", help="also generate tokens/s, eager and compiled")
+    parser.add_argument("--generate", nargs="?", const="eager,compiled", metavar="MODES",
+                        help="also generate tokens/s in these modes (default eager,compiled)")  # fmt: skip
+    parser.add_argument("--no-layers", action="store_true", help="skip the layer rows (with --generate)")
     args = parser.parse_args()
+    modes = tuple(args.generate.split(",")) if args.generate else ()
+    if any(m not in GENERATE_MODES for m in modes):
+        parser.error(f"--generate: modes are {', '.join(GENERATE_MODES)}, got {args.generate}")
+    if args.no_layers and not modes:
+        parser.error("--no-layers needs --generate")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16  # W4A16 takes fp16 or bf16 activations; the CPU runs bf16 too
     base = build(args.tiny, device, dtype)
@@ -199,11 +211,12 @@ def main() -> None:
     shapes = [("decode B1", 1, 1), ("decode B64", 64, 1), (f"prefill {PREFILL}", 1, PREFILL)]
     lines = [f"{torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}, torch {torch.__version__}, "
              f"transformers {transformers.__version__}; hidden {config.hidden_size}, intermediate "
-             f"{config.intermediate_size}, {config.num_hidden_layers} layers, {dtype}",
-             "shape | variant | layers µs | mlp µs | mlp % | vs its baseline | check"]  # fmt: skip
+             f"{config.intermediate_size}, {config.num_hidden_layers} layers, {dtype}"]  # fmt: skip
+    if not args.no_layers:
+        lines.append("shape | variant | layers µs | mlp µs | mlp % | vs its baseline | check")
     failed = []
     with torch.no_grad():
-        for label, B, S in shapes:
+        for label, B, S in shapes if not args.no_layers else ():
             hidden = torch.randn((B, S, config.hidden_size), device=device, dtype=dtype, generator=gen)
             cache = FixedContext(config, B, DECODE_CONTEXT, device, dtype, gen) if S == 1 else None
             calls = {name: layers_call(m, hidden, cache) for name, m in models.items()}
@@ -233,9 +246,9 @@ def main() -> None:
                 lines.append(f"{label} | {name} | {times[name]:.1f} | {mlps[name]:.1f} | "
                              f"{100 * mlps[name] / times[name]:.0f}% | {ratio} | {checks[name]}")  # fmt: skip
                 print(lines[-1], flush=True)
-        if args.generate:
-            lines += generate_rates(models, config, device, gen)
-    emit("transformers_decoder_layers.txt", lines + failed)
+        if modes:
+            lines += generate_rates(models, config, device, gen, modes)
+    emit("transformers_generate.txt" if args.no_layers else "transformers_decoder_layers.txt", lines + failed)
     if failed:
         raise SystemExit("\n".join(failed))
 
