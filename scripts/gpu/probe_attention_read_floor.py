@@ -7,7 +7,7 @@ W = 2048, bf16 cache) a streaming kernel maps the row's entries to cache slots e
 loads the same K and V rows for each KV head and sums them (so the loads stay), with every split count
 1-64 and tile 32/64; the fastest is the read floor. The op (its heuristic) is timed beside it, both by
 the bench's timer (median of CUDA-graph replays). The issue's rows = 1 target: the op within 1.5x of
-the floor. Result: benchmarks/results/h200/sweeps/attention_read_floor.txt.
+the floor. Result: benchmarks/results/h200/sweeps/sparse_attention_read_floor.txt.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def main() -> None:
         op_us = TIMER(lambda: _sparse_paged_attention.providers["triton"].fn(*case.args)) * 1e3  # noqa: B023
         lines.append(f"{case.id} | {floors[best]:.1f} {best} | {op_us:.1f} | {op_us / floors[best]:.2f}")
         print(lines[-1], flush=True)
-    emit("attention_read_floor.txt", lines)
+    emit("sparse_attention_read_floor.txt", lines)
 
 
 if __name__ == "__main__":
