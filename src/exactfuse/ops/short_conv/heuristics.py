@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from exactfuse.utils import next_power_of_2
 
-# Elements of the [window, channels] state tile a program may hold (decode, write-back): 4096 keeps a
+# Elements of the write-back kernel's [window, channels] state tile (spec, prefill): 4096 keeps a
 # 12-position window (K = 5, D = 3) at 256 channels, 32 values a thread at 4 warps.
 STATE_TILE_ELEMENTS = 4096
 # The spec/prefill output tile, which holds no state: TILE_ROWS x TILE_CHANNELS = 2048 values, 16 a
