@@ -10,7 +10,8 @@ checks each against the float64 reference under the contract's rule, and prints 
 configuration, the heuristic's, their ratio and the heuristic's % of the roofline (distinct cache
 bytes + q, gate, out at the measured copy rate). Times: median of CUDA-graph replays (the bench's
 timer). ``--fixup`` also times every split with the merge in the same launch (``AttentionConfig.fixup``,
-marked ``f``); ``--kv e4m3`` uses an fp8 cache. Result: benchmarks/results/h200/sweeps/sparse_attention_config.txt.
+marked ``f``); ``--stages 2,3`` also times other software-pipeline depths (marked ``s3``); ``--kv e4m3``
+uses an fp8 cache. Result: benchmarks/results/h200/sweeps/sparse_attention_config.txt.
 """
 
 from __future__ import annotations
@@ -38,10 +39,13 @@ def time_us(args: tuple, config: AttentionConfig) -> float:
 
 
 def label(c: AttentionConfig) -> str:
-    return f"({c.block_n}, {c.num_splits}, {c.num_warps}{', f' if c.fixup else ''})"
+    stages = f", s{c.num_stages}" if c.num_stages != AttentionConfig.num_stages else ""
+    return f"({c.block_n}, {c.num_splits}, {c.num_warps}{', f' if c.fixup else ''}{stages})"
 
 
-def sweep_shape(args: tuple, rows: int, Hkv: int, W: int, sms: int, lines: list[str], fixups=(False,)) -> dict:
+def sweep_shape(
+    args: tuple, rows: int, Hkv: int, W: int, sms: int, lines: list[str], fixups=(False,), stages=(2,)
+) -> dict:
     """Every candidate's µs on one case (after its contract check)."""
     expected = torch.empty_like(args[0])
     _sparse_paged_attention.native(expected, *args[1:])
@@ -49,10 +53,11 @@ def sweep_shape(args: tuple, rows: int, Hkv: int, W: int, sms: int, lines: list[
     scale = float(torch.linalg.vector_norm(ref))
     bound = 2 * float(torch.linalg.vector_norm(expected.double() - ref)) / scale  # CONTRACT's rule, on the device
     times = {}
-    for block_n, warps, splits, fixup in itertools.product((32, 64), (4, 8), (1, 2, 4, 8, 16, 32, 64), fixups):
+    candidates = itertools.product((32, 64), (4, 8), (1, 2, 4, 8, 16, 32, 64), fixups, stages)
+    for block_n, warps, splits, fixup, num_stages in candidates:
         if splits > -(-W // block_n) or (splits > 1 and rows * Hkv * splits > 16 * 4 * sms) or (fixup and splits == 1):
             continue
-        config = AttentionConfig(block_n, splits, warps, fixup=fixup)
+        config = AttentionConfig(block_n, splits, warps, num_stages, fixup)
         at.launch_sparse_paged_attention(*args, config=config)
         err = float(torch.linalg.vector_norm(args[0].double() - ref)) / scale
         if not err <= bound:
@@ -68,6 +73,7 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=2048)
     parser.add_argument("--kv", choices=["bf16", "e4m3"], default="bf16")
     parser.add_argument("--fixup", action="store_true", help="also the merge in the same launch")
+    parser.add_argument("--stages", default="2", help="software-pipeline stages to time (e.g. 2,3,4), marked s3 ...")
     parser.add_argument("--out", default="sparse_attention_config.txt")
     opts = parser.parse_args()
     kv = torch.float8_e4m3fn if opts.kv == "e4m3" else torch.bfloat16
@@ -84,7 +90,8 @@ def main() -> None:
     for seed, ((Hq, Hkv), D, rows) in enumerate(shapes):
         case = inputs._grid_case(dev, torch.bfloat16, seed, rows, Hq, Hkv, D, W, kv)
         args = case.args
-        times = sweep_shape(args, rows, Hkv, W, sms, lines, (False, True) if opts.fixup else (False,))
+        stages = tuple(int(n) for n in opts.stages.split(","))
+        times = sweep_shape(args, rows, Hkv, W, sms, lines, (False, True) if opts.fixup else (False,), stages)
         mine = heuristics.attention_config(rows, Hkv, D, W, sms, args[1].element_size())
         if mine not in times:
             times[mine] = time_us(args, mine)
