@@ -316,6 +316,7 @@ def _ple_batch(device, dtype, R=24, C=2048, seed=0):
     kw = {"C": C, "K": 4, "D": 3, "dtype": dtype, "device": device, "gen": gen}
     return [
         short_conv_case("d", "decode", decodes=R, null=(R - 1,), **kw),
+        short_conv_case("dw", "decode", decodes=R, layout="wc", **kw),  # a [slot, W, C] state: its own block
         short_conv_case("s", "spec", (1, 4, 4, 0), accepted=(1, 2, 4, 1), sql=4, padding=4, null=(1,), **kw),
         short_conv_case("p", "prefill", (37, 0, 5, 128), null=(1,), **kw),
     ]
