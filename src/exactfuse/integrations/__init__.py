@@ -1,1 +1,2 @@
-"""Integrations of exactfuse into model libraries: ``exactfuse.integrations.transformers``."""
+"""Integrations of exactfuse into model libraries: ``exactfuse.integrations.transformers`` (module patches),
+``exactfuse.integrations.gptq`` (checkpoints), ``exactfuse.integrations.hub`` (Hugging Face ``kernels``)."""

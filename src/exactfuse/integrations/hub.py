@@ -1,0 +1,100 @@
+"""exactfuse's conv kernels for Hugging Face's hub-kernel mechanism (``kernels``: ``use_kernel_mapping`` +
+``kernelize``).
+
+transformers wraps each model's ``causal_conv1d_fn`` and ``causal_conv1d_update`` (Mamba, Mamba2, Jamba,
+Bamba, LFM2, Qwen3-Next and the other conv mixers) with ``use_kernel_func_from_hub_with_fallback``, so
+``kernelize`` can replace them by a layer of a kernel repository. :func:`kernel_mapping` maps both names
+to the layers below, in the local repository ``hub_kernel/`` shipped inside this package::
+
+    from kernels import Mode, kernelize, use_kernel_mapping
+    from exactfuse.integrations.hub import kernel_mapping
+
+    with use_kernel_mapping(kernel_mapping()):
+        model = kernelize(model, mode=Mode.INFERENCE, device="cuda")
+
+Each layer computes what transformers' PyTorch function computes, as exactfuse's ``causal_conv1d`` /
+``causal_conv1d_update`` (conv summed in fp32 over taps in ascending order, one rounding, the SiLU and
+a second rounding), and leaves ``conv_state`` as the PyTorch function does, bit for bit. Where eager
+``F.conv1d`` equals the ascending tap sum (cuDNN on the H200: docs/short_conv.md), the outputs are the
+PyTorch path's bits too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+import exactfuse
+
+REPOSITORY = Path(__file__).parent / "hub_kernel"
+LAYERS = {"causal_conv1d_fn": "CausalConv1dFn", "causal_conv1d_update": "CausalConv1dUpdate"}
+_ACTIVATIONS = {None: None, "silu": "silu", "swish": "silu"}  # transformers' ACT2FN names for SiLU
+
+
+def kernel_mapping(device: str = "cuda") -> dict:
+    """``{name: {device: LocalLayerRepository}}`` for ``kernels.use_kernel_mapping``: transformers'
+    ``causal_conv1d_fn`` and ``causal_conv1d_update`` to :class:`CausalConv1dFn` and
+    :class:`CausalConv1dUpdate`. Needs the ``kernels`` package (``pip install 'exactfuse[hub]'``)."""
+    try:
+        from kernels import LocalLayerRepository
+    except ImportError as e:
+        raise ImportError("kernel_mapping needs the `kernels` package: pip install 'exactfuse[hub]'") from e
+    return {
+        name: {device: LocalLayerRepository(repo_path=REPOSITORY, layer_name=layer)} for name, layer in LAYERS.items()
+    }
+
+
+def _activation(activation) -> str | None:
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"activation must be None, 'silu' or 'swish' (the conv's SiLU), got {activation!r}")
+    return _ACTIVATIONS[activation]
+
+
+class CausalConv1dFn(nn.Module):
+    """``causal_conv1d_fn(hidden_states [B, C, L], weight [C, K], bias [C] | None, activation)`` -> ``[B, C, L]``:
+    each of the ``B`` rows one sequence with no history, as exactfuse's ``causal_conv1d`` over the
+    channel-last view (no copy when the channels are the unit stride, as a projection's output is)."""
+
+    can_torch_compile = True
+    has_backward = False
+
+    def forward(self, hidden_states, weight, bias=None, activation=None, **kwargs):
+        if kwargs.get("seq_idx") is not None:
+            raise NotImplementedError("causal_conv1d_fn: seq_idx (packed sequences in one row) is not supported")
+        B, C, L = hidden_states.shape
+        x = hidden_states.to(weight.dtype).transpose(1, 2).reshape(B * L, C)
+        starts = torch.arange(0, B * L + 1, L, dtype=torch.int32, device=x.device)
+        out = exactfuse.causal_conv1d(x, weight, bias, activation=_activation(activation), query_start_loc=starts)
+        return out.view(B, L, C).transpose(1, 2).to(hidden_states.dtype)
+
+
+class CausalConv1dUpdate(nn.Module):
+    """``causal_conv1d_update(hidden_states [B, C, L], conv_state [B, C, W], weight [C, K], bias, activation)``
+    -> ``[B, C, L]``, with ``W >= K - 1``: the conv over the last ``K - 1`` state columns and the ``L`` new
+    inputs; ``conv_state`` becomes the last ``W`` columns of ``conv_state ‖ hidden_states``, as the
+    PyTorch function leaves it. exactfuse's ``causal_conv1d_update`` runs on the last ``K - 1`` columns
+    (the history the conv reads); the first ``W - K + 1``, which no output reads, are shifted here."""
+
+    can_torch_compile = True
+    has_backward = False
+
+    def forward(self, hidden_states, conv_state, weight, bias=None, activation=None):
+        L = hidden_states.shape[-1]
+        W, SL = conv_state.shape[-1], weight.shape[-1] - 1
+        if W < SL:
+            raise ValueError(f"conv_state must hold at least K - 1 = {SL} columns, got {W}")
+        x = hidden_states.to(conv_state.dtype)
+        if W > SL:  # the columns before the conv's history, which no output reads: as the new state's
+            conv_state[..., : W - SL].copy_(torch.cat([conv_state, x], -1)[..., -W:][..., : W - SL])
+        history = conv_state[..., W - SL :]
+        act = _activation(activation)
+        if L == 1:
+            out = exactfuse.causal_conv1d_update(x[..., 0], history, weight, bias, activation=act).unsqueeze(-1)
+        else:
+            # exactfuse takes a sequence's rows adjacent (transformers calls this with L = 1 only)
+            rows = x.transpose(1, 2).contiguous()
+            out = exactfuse.causal_conv1d_update(rows, history, weight, bias, activation=act)
+            out = out.transpose(1, 2)
+        return out.to(hidden_states.dtype)

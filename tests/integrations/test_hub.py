@@ -1,0 +1,126 @@
+"""exactfuse.integrations.hub: the conv layers Hugging Face's ``kernels`` maps transformers'
+``causal_conv1d_fn`` / ``causal_conv1d_update`` to, loaded from the local repository inside the package."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+kernels = pytest.importorskip("kernels")
+
+from kernels.layer.layer import _validate_layer  # noqa: E402
+
+from exactfuse.integrations.hub import LAYERS, CausalConv1dFn, CausalConv1dUpdate, kernel_mapping  # noqa: E402
+
+# conv mixers of the installed transformers that wrap both functions for the hub (same names, one interface)
+MODELS = ["mamba", "mamba2", "falcon_mamba", "jamba", "bamba", "lfm2", "qwen3_next", "granitemoehybrid"]
+
+
+def _module(name: str):
+    return importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+
+
+def _projection_chunk(B, C, L, dtype, seed=0):
+    """``[B, C, L]`` as a mixer sees it: half of a ``[B, L, 2C]`` projection, transposed (channels unit stride)."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(B, L, 2 * C, generator=gen).to(dtype).transpose(1, 2).chunk(2, dim=1)[0]
+
+
+def _weights(C, K, dtype, seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(C, K, generator=gen).to(dtype), torch.randn(C, generator=gen).to(dtype)
+
+
+def test_mapping_loads_the_packaged_layers():
+    mapping = kernel_mapping()
+    assert set(mapping) == set(LAYERS)
+    assert mapping["causal_conv1d_fn"]["cuda"].load() is CausalConv1dFn
+    assert mapping["causal_conv1d_update"]["cuda"].load() is CausalConv1dUpdate
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_kernels_accepts_the_layers_in_place_of_each_mixers_functions(model):
+    """``kernelize`` validates a layer against the function it replaces (stateless, same forward arguments)."""
+    mod = _module(model)
+    mapping = kernel_mapping()
+    for name in LAYERS:
+        wrapped = getattr(mod, name)
+        assert type(wrapped).kernel_layer_name == name
+        repo = mapping[name]["cuda"]
+        _validate_layer(check_cls=type(wrapped), cls=repo.load(), repo=repo)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("activation", ["silu", None])
+def test_fn_equals_transformers_torch_path(dtype, activation):
+    h = _projection_chunk(3, 40, 7, dtype)
+    w, b = _weights(40, 4, dtype)
+    ref = _module("mamba").causal_conv1d_fn(h, w, b, activation=activation)
+    assert torch.equal(CausalConv1dFn()(h, w, b, activation=activation), ref)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("width", [3, 4, 6])
+@pytest.mark.parametrize("L", [1, 3])
+def test_update_equals_transformers_torch_path_state_included(dtype, width, L):
+    """Outputs and every state column as the PyTorch function leaves them (transformers keeps W = K)."""
+    h = _projection_chunk(3, 40, L, dtype, seed=2)
+    w, b = _weights(40, 4, dtype)
+    state = torch.randn(3, 40, width, generator=torch.Generator().manual_seed(3)).to(dtype)
+    ref_state, got_state = state.clone(), state.clone()
+    ref = _module("mamba").causal_conv1d_update(h, ref_state, w, b, activation="silu")
+    got = CausalConv1dUpdate()(h, got_state, w, b, activation="silu")
+    assert torch.equal(got, ref)
+    assert torch.equal(got_state, ref_state)
+
+
+def test_bad_arguments_name_them():
+    h = _projection_chunk(1, 8, 2, torch.float16)
+    w, b = _weights(8, 4, torch.float16)
+    with pytest.raises(ValueError, match="activation"):
+        CausalConv1dFn()(h, w, b, activation="gelu")
+    with pytest.raises(NotImplementedError, match="seq_idx"):
+        CausalConv1dFn()(h, w, b, activation="silu", seq_idx=torch.zeros(1, 2, dtype=torch.int32))
+    with pytest.raises(ValueError, match="conv_state"):
+        CausalConv1dUpdate()(h[..., :1], torch.zeros(1, 8, 2, dtype=torch.float16), w, b)
+
+
+@pytest.mark.gpu
+@torch.no_grad()
+def test_gpu_kernelized_mamba_keeps_logits_and_greedy_tokens():
+    """A small Mamba model (hidden 1024, 2 layers, bf16): kernelized with the mapping, its logits over a
+    prompt and 16 greedy tokens equal the unpatched model's (cuDNN's conv equals the ascending tap sum)."""
+    config = transformers.MambaConfig(hidden_size=1024, state_size=16, num_hidden_layers=2, vocab_size=4096)
+    torch.manual_seed(0)
+    model = transformers.MambaForCausalLM(config).to("cuda", torch.bfloat16).eval()
+    ids = torch.randint(0, config.vocab_size, (2, 24), device="cuda")
+    ref_logits = model(ids).logits
+    ref_tokens = model.generate(ids, max_new_tokens=16, min_new_tokens=16, do_sample=False)
+    with kernels.use_kernel_mapping(kernel_mapping()):
+        patched = kernels.kernelize(model, mode=kernels.Mode.INFERENCE, device="cuda")
+    assert torch.equal(patched(ids).logits, ref_logits)
+    assert torch.equal(patched.generate(ids, max_new_tokens=16, min_new_tokens=16, do_sample=False), ref_tokens)
+
+
+@pytest.mark.interpreter
+def test_interpreter_layers_run_the_triton_kernels():
+    """With Triton first (the interpreter here) the layers launch exactfuse's kernels on the mixer's
+    strided views: the states bit for bit as transformers leaves them, outputs within the interpreter's
+    fp16 SiLU (numpy's exp, not the CPU's)."""
+    from exactfuse.ops.short_conv import _causal_conv1d, _causal_conv1d_update
+
+    h = _projection_chunk(2, 24, 5, torch.float16)
+    w, b = _weights(24, 4, torch.float16)
+    state = torch.randn(2, 24, 4, generator=torch.Generator().manual_seed(4)).to(torch.float16)
+    ref_state, got_state = state.clone(), state.clone()
+    mod = _module("mamba")
+    with _causal_conv1d.priority(["triton"]), _causal_conv1d_update.priority(["triton"]):
+        out = CausalConv1dFn()(h, w, b, activation="silu")
+        step = CausalConv1dUpdate()(h[..., :1], got_state, w, b, activation="silu")
+    torch.testing.assert_close(out, mod.causal_conv1d_fn(h, w, b, activation="silu"), rtol=2e-3, atol=2e-3)
+    torch.testing.assert_close(step, mod.causal_conv1d_update(h[..., :1], ref_state, w, b, activation="silu"),
+                               rtol=2e-3, atol=2e-3)  # fmt: skip
+    assert torch.equal(got_state, ref_state)
