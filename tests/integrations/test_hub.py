@@ -41,6 +41,17 @@ def test_mapping_loads_the_packaged_layers():
     assert mapping["causal_conv1d_update"]["cuda"].load() is CausalConv1dUpdate
 
 
+def test_a_kernels_release_transformers_does_not_take_is_a_clear_error(monkeypatch):
+    from transformers.utils import import_utils
+
+    monkeypatch.setattr(import_utils, "is_kernels_available", lambda *a, **k: False)
+    with pytest.raises(RuntimeError, match=r"takes kernels >= .*; kernels .* is installed"):
+        kernel_mapping()
+    monkeypatch.setenv("USE_HUB_KERNELS", "0")
+    with pytest.raises(RuntimeError, match="USE_HUB_KERNELS"):
+        kernel_mapping()
+
+
 @pytest.mark.parametrize("model", MODELS)
 def test_kernels_accepts_the_layers_in_place_of_each_mixers_functions(model):
     """``kernelize`` validates a layer against the function it replaces (stateless, same forward arguments)."""
@@ -98,11 +109,15 @@ def test_gpu_kernelized_mamba_keeps_logits_and_greedy_tokens():
     model = transformers.MambaForCausalLM(config).to("cuda", torch.bfloat16).eval()
     ids = torch.randint(0, config.vocab_size, (2, 24), device="cuda")
     ref_logits = model(ids).logits
-    ref_tokens = model.generate(ids, max_new_tokens=16, min_new_tokens=16, do_sample=False)
-    with kernels.use_kernel_mapping(kernel_mapping()):
-        patched = kernels.kernelize(model, mode=kernels.Mode.INFERENCE, device="cuda")
-    assert torch.equal(patched(ids).logits, ref_logits)
-    assert torch.equal(patched.generate(ids, max_new_tokens=16, min_new_tokens=16, do_sample=False), ref_tokens)
+    ref_tokens = model.generate(ids, max_new_tokens=16, min_new_tokens=16, do_sample=False)  # no padding
+    try:
+        with kernels.use_kernel_mapping(kernel_mapping()):
+            patched = kernels.kernelize(model, mode=kernels.Mode.INFERENCE, device="cuda")
+        assert torch.equal(patched(ids).logits, ref_logits)
+        assert torch.equal(patched.generate(ids, max_new_tokens=16, min_new_tokens=16, do_sample=False), ref_tokens)
+    finally:
+        with kernels.use_kernel_mapping({}, inherit_mapping=False):
+            kernels.kernelize(model, mode=kernels.Mode.INFERENCE, device="cuda")
 
 
 @pytest.mark.interpreter
@@ -124,3 +139,44 @@ def test_interpreter_layers_run_the_triton_kernels():
     torch.testing.assert_close(step, mod.causal_conv1d_update(h[..., :1], ref_state, w, b, activation="silu"),
                                rtol=2e-3, atol=2e-3)  # fmt: skip
     assert torch.equal(got_state, ref_state)
+
+
+@torch.no_grad()
+def test_kernelize_on_a_mamba_model_keeps_logits_and_greedy_tokens(monkeypatch):
+    """kernelize with the mapping (the device capability it asks CUDA for is given, so the flow runs on
+    the CPU): the layers serve the model's prefill and decode steps, logits and 6 greedy tokens (bf16)
+    equal the unpatched model's, and kernelize under an empty mapping gives the PyTorch path back."""
+    import kernels.layer.repos
+
+    import exactfuse
+
+    monkeypatch.setattr(kernels.layer.repos, "_find_capability", lambda: 90)
+    calls = {"causal_conv1d": 0, "causal_conv1d_update": 0}
+    for name in calls:
+        original = getattr(exactfuse, name)
+
+        def counted(*args, _original=original, _name=name, **kwargs):
+            calls[_name] += 1
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(exactfuse, name, counted)
+    config = transformers.MambaConfig(hidden_size=64, state_size=8, num_hidden_layers=2, vocab_size=96)
+    torch.manual_seed(0)
+    model = transformers.MambaForCausalLM(config).to(torch.bfloat16).eval()
+    ids = torch.randint(0, config.vocab_size, (2, 12))
+    mask = torch.ones_like(ids)
+    ref_logits = model(ids).logits
+    ref_tokens = model.generate(ids, attention_mask=mask, max_new_tokens=6, min_new_tokens=6, do_sample=False)
+    try:
+        with kernels.use_kernel_mapping(kernel_mapping()):
+            kernels.kernelize(model, mode=kernels.Mode.INFERENCE, device="cuda")
+        assert torch.equal(model(ids).logits, ref_logits)
+        tokens = model.generate(ids, attention_mask=mask, max_new_tokens=6, min_new_tokens=6, do_sample=False)
+        assert torch.equal(tokens, ref_tokens)
+        assert calls["causal_conv1d"] >= 2 and calls["causal_conv1d_update"] >= 2 * 5, calls
+    finally:  # transformers' function objects are shared by every Mamba model in the process
+        with kernels.use_kernel_mapping({}, inherit_mapping=False):
+            kernels.kernelize(model, mode=kernels.Mode.INFERENCE, device="cuda")
+    before = dict(calls)
+    model(ids)
+    assert calls == before, "an empty mapping left exactfuse's layers in place"

@@ -41,9 +41,29 @@ def kernel_mapping(device: str = "cuda") -> dict:
         from kernels import LocalLayerRepository
     except ImportError as e:
         raise ImportError("kernel_mapping needs the `kernels` package: pip install 'exactfuse[hub]'") from e
+    _check_transformers_takes_kernels()
     return {
         name: {device: LocalLayerRepository(repo_path=REPOSITORY, layer_name=layer)} for name, layer in LAYERS.items()
     }
+
+
+def _check_transformers_takes_kernels() -> None:
+    """transformers wraps its functions for ``kernelize`` only with a ``kernels`` release in the range it
+    pins, and not under ``USE_HUB_KERNELS=0``; otherwise a mapping would replace nothing, silently."""
+    import importlib.metadata
+    import os
+
+    from transformers.utils import import_utils
+
+    if os.environ.get("USE_HUB_KERNELS", "YES").upper() not in import_utils.ENV_VARS_TRUE_VALUES:
+        raise RuntimeError("kernel_mapping: USE_HUB_KERNELS is off, so transformers wraps no function for kernelize")
+    if not import_utils.is_kernels_available():
+        low, high = import_utils.KERNELS_MIN_VERSION, import_utils.KERNELS_MAX_VERSION
+        raise RuntimeError(
+            f"kernel_mapping: transformers {importlib.metadata.version('transformers')} takes kernels >= {low}, "
+            f"< {high}; kernels {importlib.metadata.version('kernels')} is installed, so transformers wraps no "
+            "function for kernelize"
+        )
 
 
 def _activation(activation) -> str | None:
