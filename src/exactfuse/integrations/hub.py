@@ -21,6 +21,8 @@ PyTorch path's bits too.
 
 from __future__ import annotations
 
+import importlib.metadata
+import os
 from pathlib import Path
 
 import torch
@@ -50,9 +52,6 @@ def kernel_mapping(device: str = "cuda") -> dict:
 def _check_transformers_takes_kernels() -> None:
     """transformers wraps its functions for ``kernelize`` only with a ``kernels`` release in the range it
     pins, and not under ``USE_HUB_KERNELS=0``; otherwise a mapping would replace nothing, silently."""
-    import importlib.metadata
-    import os
-
     from transformers.utils import import_utils
 
     if os.environ.get("USE_HUB_KERNELS", "YES").upper() not in import_utils.ENV_VARS_TRUE_VALUES:
