@@ -66,8 +66,9 @@ def test_kernels_accepts_the_layers_in_place_of_each_mixers_functions(model):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("activation", ["silu", None])
-def test_fn_equals_transformers_torch_path(dtype, activation):
-    h = _projection_chunk(3, 40, 7, dtype)
+@pytest.mark.parametrize("B", [1, 3])
+def test_fn_equals_transformers_torch_path(dtype, activation, B):
+    h = _projection_chunk(B, 40, 7, dtype)
     w, b = _weights(40, 4, dtype)
     ref = _module("mamba").causal_conv1d_fn(h, w, b, activation=activation)
     assert torch.equal(CausalConv1dFn()(h, w, b, activation=activation), ref)

@@ -84,7 +84,8 @@ class CausalConv1dFn(nn.Module):
             raise NotImplementedError("causal_conv1d_fn: seq_idx (packed sequences in one row) is not supported")
         B, C, L = hidden_states.shape
         x = hidden_states.to(weight.dtype).transpose(1, 2).reshape(B * L, C)
-        starts = torch.arange(0, B * L + 1, L, dtype=torch.int32, device=x.device)
+        # one row is one sequence without a start table (no extra launch); rows of a batch need one
+        starts = None if B == 1 else torch.arange(0, B * L + 1, L, dtype=torch.int32, device=x.device)
         out = exactfuse.causal_conv1d(x, weight, bias, activation=_activation(activation), query_start_loc=starts)
         return out.view(B, L, C).transpose(1, 2).to(hidden_states.dtype)
 
@@ -105,8 +106,11 @@ class CausalConv1dUpdate(nn.Module):
         if W < SL:
             raise ValueError(f"conv_state must hold at least K - 1 = {SL} columns, got {W}")
         x = hidden_states.to(conv_state.dtype)
-        if W > SL:  # the columns before the conv's history, which no output reads: as the new state's
-            conv_state[..., : W - SL].copy_(torch.cat([conv_state, x], -1)[..., -W:][..., : W - SL])
+        keep = W - SL  # the columns before the conv's history, which no output reads: as the new state's
+        if keep and L <= SL and keep <= L:  # old columns L .. L + keep - 1, no overlap (transformers: W = K, L = 1)
+            conv_state[..., :keep].copy_(conv_state[..., L : L + keep])
+        elif keep:
+            conv_state[..., :keep].copy_(torch.cat([conv_state, x], -1)[..., -W:][..., :keep])
         history = conv_state[..., W - SL :]
         act = _activation(activation)
         if L == 1:
