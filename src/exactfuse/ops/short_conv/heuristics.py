@@ -22,7 +22,7 @@ TILE_ROWS = 16
 TILE_CHANNELS = 128
 NUM_WARPS = 4
 # Decode: channels a program and warps. One warp over 128 channels ([slot, W, C] storage) or 64 ([slot, C,
-# W]) is 1.60x / 1.15x the four-warp 256-channel block at R = 256, C = 10240, K = 4, D = 3: 92% and 53%
+# W]) is 1.66x / 1.17x the four-warp 256-channel block at R = 256, C = 10240, K = 4, D = 3: 95% and 54%
 # of the roofline (sweeps/conv_decode.txt).
 DECODE_CHANNELS_CONTIGUOUS = 128
 DECODE_CHANNELS_STRIDED = 64
