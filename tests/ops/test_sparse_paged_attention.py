@@ -372,3 +372,44 @@ def test_gpu_int64_cache_offsets():
     args = (torch.empty_like(q), q, k, v, idx, table, torch.zeros(rows, dtype=torch.int32, device=CUDA),
             None, None, None, "fused", None, None)  # fmt: skip
     assert_contract(args, run(args), "int64 offsets")
+
+
+def _odd_copy(cache: torch.Tensor) -> torch.Tensor:
+    """``cache``'s values in a view one byte past an even address: fp8 rows read a byte at a time."""
+    pages, page_size, Hkv, D = cache.shape
+    flat = torch.zeros(cache.numel() + 1, dtype=torch.uint8, device=cache.device)
+    odd = flat[1:].view(cache.dtype).view(pages, page_size, Hkv, D)
+    odd.copy_(cache)
+    return odd
+
+
+def _pairs_and_bytes(kv, device):
+    """Outputs of one fp8 call with V at an even address (16-bit pairs) and at an odd one (bytes), NaN in
+    a few V slots, and the native output."""
+    from exactfuse.ops.sparse_paged_attention.triton import _even
+
+    args = case_args(dtype=torch.float16, kv_dtype=kv, W=70, device=device)
+    v = named(args).v_cache.clone()
+    v.view(torch.uint8)[0, 0, 0, :2] = 0x7F if kv == torch.float8_e4m3fn else 0x7E  # NaN in two columns of a slot
+    odd = _odd_copy(v)
+    assert _even(v) and not _even(odd)
+    args = with_args(args, v_cache=v)
+    return run(args), run(with_args(args, v_cache=odd)), run(args, provider="native")
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("kv", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_interpreter_fp8_v_read_as_pairs_equals_bytes(kv):
+    """An fp8 V cache at an even address is read as 16-bit pairs (`_fp8_pairs_as_fp16`), one at an odd
+    address a byte at a time; both widen exactly, so the outputs are the same bits. (The interpreter's
+    e4m3 widening loses NaN on both paths; the GPU test below checks NaN positions.)"""
+    pairs, single, _ = _pairs_and_bytes(kv, CPU)
+    assert torch.equal(pairs.nan_to_num(7.0), single.nan_to_num(7.0))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_gpu_fp8_v_read_as_pairs_equals_bytes_and_keeps_nan(kv):
+    pairs, single, native_out = _pairs_and_bytes(kv, CUDA)
+    assert torch.equal(torch.isnan(pairs), torch.isnan(native_out)) and torch.isnan(pairs).any()
+    assert torch.equal(pairs.nan_to_num(7.0), single.nan_to_num(7.0))

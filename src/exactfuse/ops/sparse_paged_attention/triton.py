@@ -54,6 +54,26 @@ def _gate(attn, g_ptrs, mask, GATE: tl.constexpr):
     return a * sig
 
 
+@triton.jit
+def _fp8_pairs_as_fp16(head, rows, valid, BLOCK_N: tl.constexpr, D: tl.constexpr):
+    """The fp8 ``[BLOCK_N, D]`` tile at element offsets ``rows`` (even) from ``head`` (even), read as
+    ``D // 2`` 16-bit pairs a row and widened to fp16 (exact) in the load's own layout.
+
+    ``P @ V`` takes ``V`` as its B operand, whose K dimension (tokens) is not the contiguous one: a 16-bit
+    tile goes through shared memory to ``ldmatrix`` (transposing), but an fp8 tile loaded as such is
+    widened after that copy and read back a byte at a time (64 ``LDS.U8`` a thread a tile at block_n 64,
+    D 128, against none here; 154 registers against 128, sm_90a SASS). The join of the two halves is
+    what keeps the compiler from moving the widening past the copy."""
+    fp8 = head.dtype.element_ty
+    w = tl.arange(0, D // 2)
+    pairs = tl.load(
+        head.to(tl.pointer_type(tl.uint16)) + (rows // 2)[:, None] + w[None, :], mask=valid[:, None], other=0
+    )
+    lo = (pairs & 0xFF).to(tl.uint8).to(fp8, bitcast=True).to(tl.float16)
+    hi = (pairs >> 8).to(tl.uint8).to(fp8, bitcast=True).to(tl.float16)
+    return tl.reshape(tl.join(lo, hi), (BLOCK_N, D))
+
+
 @triton.jit(do_not_specialize=["num_requests", "max_pages", "num_pages", "rows", "num_splits"])
 def sparse_attention_partial_kernel(
     q_ptr, k_ptr, v_ptr, idx_ptr, counts_ptr, table_ptr, req_ptr, gate_ptr, out_ptr, part_ptr, lse_ptr, count_ptr,
@@ -63,7 +83,7 @@ def sparse_attention_partial_kernel(
     qk_scale, out_scale,
     G: tl.constexpr, HQ: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_COUNTS: tl.constexpr, GATE: tl.constexpr, SPLIT: tl.constexpr, FIXUP: tl.constexpr,
-    PV_FP16: tl.constexpr,
+    PV_FP16: tl.constexpr, V_PAIRS: tl.constexpr,
 ):  # fmt: skip
     """Pointers: q/gate/out ``[rows, Hq, D]``, k/v ``[pages, page_size, Hkv, D]`` (last strides 1),
     idx ``[rows, W]``, counts ``[rows]``, table ``[requests, max_pages]``, req ``[rows]`` (int32);
@@ -117,13 +137,15 @@ def sparse_attention_partial_kernel(
         m_new = tl.maximum(m, tl.max(scores, 1))
         alpha = tl.exp2(m - m_new)
         p = tl.where(valid[None, :], tl.exp2(scores - m_new[:, None]), 0.0)
-        v = tl.load(
-            v_head + (page64 * s_v_page + slot64 * s_v_slot)[:, None] + d[None, :], mask=valid[:, None], other=0.0
-        )
-        if PV_FP16:  # fp8 V: fp16 holds it exactly
-            acc = acc * alpha[:, None] + tl.dot(p.to(tl.float16), v.to(tl.float16))
+        v_rows = page64 * s_v_page + slot64 * s_v_slot
+        if PV_FP16 and V_PAIRS:  # fp8 V, widened in the load's layout
+            acc = acc * alpha[:, None] + tl.dot(p.to(tl.float16), _fp8_pairs_as_fp16(v_head, v_rows, valid, BLOCK_N, D))
         else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype))
+            v = tl.load(v_head + v_rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
+            if PV_FP16:  # fp8 V: fp16 holds it exactly
+                acc = acc * alpha[:, None] + tl.dot(p.to(tl.float16), v.to(tl.float16))
+            else:
+                acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype))
         l_sum = l_sum * alpha + tl.sum(p, 1)
         m = m_new
 
@@ -215,6 +237,12 @@ def sparse_attention_merge_kernel(
     _store_heads(o, gate_ptr, out_ptr, row, heads, hmask, s_g_row, s_g_head, s_o_row, s_o_head, GATE)
 
 
+def _even(t: torch.Tensor) -> bool:
+    """Whether ``t``'s address and its page, slot and head strides are even: its fp8 rows can be read as
+    16-bit pairs (``_fp8_pairs_as_fp16``)."""
+    return t.data_ptr() % 2 == 0 and all(s % 2 == 0 for s in t.stride()[:3])
+
+
 def launch_sparse_paged_attention(
     out: torch.Tensor,
     q: torch.Tensor,
@@ -263,7 +291,7 @@ def launch_sparse_paged_attention(
         out.stride(0), out.stride(1), qk_scale, out_scale,
         G=G, HQ=Hq, D=D, BLOCK_M=heuristics.block_m(G), BLOCK_N=config.block_n,
         HAS_COUNTS=counts is not None, GATE=0 if splits > 1 and not fixup else gate_code,
-        SPLIT=splits > 1, FIXUP=fixup, PV_FP16=fp8,
+        SPLIT=splits > 1, FIXUP=fixup, PV_FP16=fp8, V_PAIRS=fp8 and _even(v_cache),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     if splits > 1 and not fixup:
