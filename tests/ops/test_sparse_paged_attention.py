@@ -161,7 +161,12 @@ def test_attention_config_splits_until_the_gpu_is_full():
     assert heuristics.attention_config(64, 2, 256, 2051, sms).num_splits == 4  # 528 // 128 programs
     assert heuristics.attention_config(4096, 2, 256, 2051, sms).num_splits == 1
     assert heuristics.attention_config(64, 2, 256, 2051, sms).block_n == 32
-    assert heuristics.attention_config(64, 2, 256, 2051, sms, kv_bytes=1).block_n == 64  # an fp8 cache row: 256 B
+    # an fp8 cache row of 256 B: 64 tokens over several waves, 32 where one wave of split rows runs
+    assert heuristics.attention_config(1024, 2, 256, 2051, sms, kv_bytes=1) == AttentionConfig(64, 1)
+    assert heuristics.attention_config(64, 2, 256, 2051, sms, kv_bytes=1) == AttentionConfig(32, 4)
+    assert heuristics.attention_config(64, 4, 256, 2048, sms, kv_bytes=1) == AttentionConfig(32, 2)
+    assert heuristics.attention_config(64, 2, 128, 2048, sms, kv_bytes=1) == AttentionConfig(64, 4)
+    assert heuristics.attention_config(1, 2, 256, 2048, sms, kv_bytes=1) == AttentionConfig(64, 16, num_warps=8)
     assert heuristics.attention_config(1, 2, 128, 40, sms).num_splits == 1  # one tile: nothing to split
     for rows in (1, 16, 64, 256, 1024):
         c = heuristics.attention_config(rows, 2, 256, 2051, sms)

@@ -13,10 +13,12 @@ from exactfuse.utils import next_power_of_2
 MAX_SPLITS = 64
 PROGRAMS_PER_SM = 4  # programs wanted in flight per SM before a row is split
 # Tokens a tile: 64 while a cache row (D x the cache's element size) is at most 256 bytes, else 32. For
-# bf16 that is D <= 128; an fp8 cache at D = 256 takes 64 tokens too, 1.14-1.17x the 32-token tile at rows
-# 64 and 1024 (sweeps/sparse_attention_config_e4m3.txt).
+# bf16 that is D <= 128. An fp8 cache at D = 256 takes 64 tokens where rows run in several waves (no
+# split: 1.14x the 32-token tile at rows 1024) and 32 where the rows are split over one wave (1.20x at
+# rows 64, (24, 2); sweeps/sparse_attention_config_e4m3_pairs.txt).
 BLOCK_N_SMALL_ROW, BLOCK_N_LARGE_ROW = 64, 32
 SMALL_ROW_BYTES = 256
+WIDE_HEAD_DIM = 128  # above it, a split fp8 row takes BLOCK_N_LARGE_ROW
 FEW_PROGRAMS_BLOCK_N = 64  # tokens a tile when the launch has fewer programs than SMs (8 warps)
 
 
@@ -47,7 +49,8 @@ def attention_config(
     rows: int, kv_heads: int, head_dim: int, width: int, num_sms: int, kv_bytes: int = 2
 ) -> AttentionConfig:
     """Split a row's tiles over programs until about ``PROGRAMS_PER_SM * num_sms`` programs run, keeping
-    at least two tiles a split. ``kv_bytes``: the cache's element size (1 for fp8).
+    at least two tiles a split. ``kv_bytes``: the cache's element size (1 for fp8). Tiles: 64 tokens
+    while a cache row is at most 256 bytes, else 32; a split fp8 row wider than 128 takes 32 too.
 
     Where even that leaves fewer programs than SMs (a decode of one or a few rows), each program takes
     64-token tiles at 8 warps: more of the cache in flight a program is what such a launch lacks.
@@ -60,6 +63,9 @@ def attention_config(
     programs = max(1, rows * kv_heads)
     block_n = BLOCK_N_SMALL_ROW if head_dim * kv_bytes <= SMALL_ROW_BYTES else BLOCK_N_LARGE_ROW
     splits = _splits(programs, width, block_n, num_sms)
+    if head_dim > WIDE_HEAD_DIM and block_n != BLOCK_N_LARGE_ROW and splits > 1:  # fp8, D 256, one wave
+        block_n = BLOCK_N_LARGE_ROW
+        splits = _splits(programs, width, block_n, num_sms)
     if programs * splits >= num_sms:
         return AttentionConfig(block_n, splits)
     return AttentionConfig(FEW_PROGRAMS_BLOCK_N, _splits(programs, width, FEW_PROGRAMS_BLOCK_N, num_sms), 8)
