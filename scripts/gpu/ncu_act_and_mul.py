@@ -6,7 +6,8 @@ compiled spec is ahead (``T1-d768``: launch-bound; ``T32768-d14336``: 641 agains
 kernel above the measured copy rate) and prints, per kernel, time, DRAM throughput, occupancy,
 registers, issue-slot use and the largest warp-stall reasons. Inductor's generated code for each shape
 is written beside the logs (``inductor_silu_and_mul_<shape>.py``), for its grid, block and eviction
-choices. Both outputs are checked equal first.
+choices. Checked first: exactfuse's output equals eager's bit for bit (its contract) and the compiled
+spec's is within a bf16 rounding of it (Inductor's exp and division are not ATen's).
 """
 
 from ncu_summary import main, profile_calls
@@ -25,10 +26,11 @@ def profile() -> None:
     for T, d in SHAPES:
         x = torch.randn((T, 2 * d), dtype=torch.bfloat16, device="cuda")
         compiled = torch.compile(native.silu_and_mul, dynamic=False)
-        expected, code = run_and_get_code(compiled, x)
+        inductor, code = run_and_get_code(compiled, x)
         emit(f"inductor_silu_and_mul_T{T}-d{d}.py", code)
         ours = silu_and_mul.run_provider("triton", x)
-        assert torch.equal(ours, expected), f"T{T}-d{d}: exactfuse and the compiled spec differ"
+        assert torch.equal(ours, native.silu_and_mul(x)), f"T{T}-d{d}: exactfuse and eager differ"
+        torch.testing.assert_close(inductor, ours, rtol=1.6e-2, atol=1e-5)
         calls += [lambda x=x: silu_and_mul.run_provider("triton", x), lambda x=x, c=compiled: c(x)]
     profile_calls(calls)
 
