@@ -16,16 +16,16 @@ Result: benchmarks/results/h200/sweeps/act_and_mul_grid_order.txt.
 import torch
 import triton
 import triton.language as tl
+from probe_small_t_gap import time_us  # the same timer, per call over rotated inputs
 from sweep_io import emit
 
 from exactfuse.bench.results import geomean
-from exactfuse.bench.timing import cudagraph_timer, recompile_limits
+from exactfuse.bench.timing import recompile_limits
 from exactfuse.ops.act_and_mul import gelu_and_mul, native, silu_and_mul
 from exactfuse.ops.act_and_mul.heuristics import act_and_mul_config
 from exactfuse.ops.act_and_mul.triton import ACTIVATIONS, _activation
 
 SHAPES = [(256, 14336), (4096, 768), (4096, 4096), (4096, 14336), (32768, 768), (32768, 4096), (32768, 14336)]
-TIMER = cudagraph_timer(rep_ms=20)
 COPIES = 4
 
 
@@ -50,15 +50,6 @@ def flat(x, activation):
     grid = (triton.cdiv(T, BT) * triton.cdiv(D, BD),)
     flat_kernel[grid](x, y, T, D, x.stride(0), ACTIVATION=ACTIVATIONS[activation], BT=BT, BD=BD, num_warps=warps)
     return y
-
-
-def time_us(fn, xs) -> float:
-    def body():
-        for x in xs:
-            fn(x)
-
-    body()
-    return TIMER(body) * 1e3 / len(xs)
 
 
 def main() -> None:
