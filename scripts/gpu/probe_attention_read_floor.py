@@ -7,7 +7,10 @@ W = 2048, bf16 cache) a streaming kernel maps the row's entries to cache slots e
 loads the same K and V rows for each KV head and sums them (so the loads stay), with every split count
 1-64 and tile 32/64; the fastest is the read floor. The op (its heuristic) is timed beside it, both by
 the bench's timer (median of CUDA-graph replays). The issue's rows = 1 target: the op within 1.5x of
-the floor. Result: benchmarks/results/h200/sweeps/sparse_attention_read_floor.txt.
+the floor. Where the op's time goes: ``op, empty merge`` is the op with its merge launch replaced by an
+empty kernel of the same arguments (the partial kernel plus one launch), ``empty`` that empty kernel
+alone; so the partial kernel takes about ``op, empty merge - empty`` and the merge ``op - op, empty
+merge + empty``. Result: benchmarks/results/h200/sweeps/sparse_attention_read_floor.txt.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from sweep_io import emit
 
 from exactfuse.bench.timing import cudagraph_timer
 from exactfuse.ops.sparse_paged_attention import _sparse_paged_attention, inputs
+from exactfuse.ops.sparse_paged_attention import triton as at
 
 TIMER = cudagraph_timer(rep_ms=4)
 
@@ -54,6 +58,37 @@ def gather_read_kernel(
     tl.store(out_ptr + ((row * HKV + g) * num_splits + s) * D + d, acc)
 
 
+@triton.jit
+def empty_merge_kernel(
+    part_ptr, lse_ptr, gate_ptr, out_ptr, rows, num_splits, s_g_row, s_g_head, s_o_row, s_o_head,
+    HQ: tl.constexpr, D: tl.constexpr, GATE: tl.constexpr,
+):  # fmt: skip
+    pass
+
+
+MERGE = at.sparse_attention_merge_kernel
+
+
+def op_time_us(args, merge=MERGE) -> float:
+    """The op (its heuristic) by the bench's timer, with ``merge`` as its merge kernel."""
+    at.sparse_attention_merge_kernel = merge
+    try:
+        return TIMER(lambda: _sparse_paged_attention.providers["triton"].fn(*args)) * 1e3
+    finally:
+        at.sparse_attention_merge_kernel = MERGE
+
+
+def empty_time_us(args) -> float:
+    out, q = args[0], args[1]
+    rows, Hq, D = q.shape
+
+    def call():
+        empty_merge_kernel[(rows, Hq)](out, out, out, out, rows, 1, 0, 0, 0, 0, HQ=Hq, D=D, GATE=0, num_warps=2)
+
+    call()
+    return TIMER(call) * 1e3
+
+
 def read(args, block_n: int, splits: int):
     _, q, k, v, idx, table, req = args[:7]
     rows, Hkv, D = q.shape[0], k.shape[2], k.shape[3]
@@ -71,7 +106,7 @@ def read(args, block_n: int, splits: int):
 
 
 def main() -> None:
-    lines = ["shape | read floor µs (block_n, splits) | op µs | op / floor"]
+    lines = ["shape | read floor µs (block_n, splits) | op µs | op / floor | op, empty merge µs | empty µs"]
     for seed, ((Hq, Hkv), D, rows) in enumerate(itertools.product(inputs.GRID_HEADS, (128, 256), (1, 16))):
         case = inputs._grid_case(torch.device("cuda"), torch.bfloat16, seed, rows, Hq, Hkv, D, 2048, torch.bfloat16)
         floors = {}
@@ -80,8 +115,9 @@ def main() -> None:
             call()
             floors[(block_n, splits)] = TIMER(call) * 1e3
         best = min(floors, key=floors.get)
-        op_us = TIMER(lambda: _sparse_paged_attention.providers["triton"].fn(*case.args)) * 1e3  # noqa: B023
-        lines.append(f"{case.id} | {floors[best]:.1f} {best} | {op_us:.1f} | {op_us / floors[best]:.2f}")
+        op_us = op_time_us(case.args)
+        parts = f"{op_time_us(case.args, empty_merge_kernel):.1f} | {empty_time_us(case.args):.1f}"
+        lines.append(f"{case.id} | {floors[best]:.1f} {best} | {op_us:.1f} | {op_us / floors[best]:.2f} | {parts}")
         print(lines[-1], flush=True)
     emit("sparse_attention_read_floor.txt", lines)
 
