@@ -71,7 +71,7 @@ def _conv(tile: str, warps: int) -> tuple[str, dict]:
     return f"conv {tile}/{warps}", compile_sass(conv_rows_kernel, types, consts, div16, ones, warps)
 
 
-def _attention(q: str, kv: str, warps: int, fixup: bool) -> tuple[str, dict]:
+def _attention(q: str, kv: str, warps: int, fixup: bool, prefetch: bool = False) -> tuple[str, dict]:
     from exactfuse.ops.sparse_paged_attention.triton import sparse_attention_partial_kernel as kernel
 
     types = {"q_ptr": f"*{q}", "k_ptr": f"*{kv}", "v_ptr": f"*{kv}", "gate_ptr": f"*{q}", "out_ptr": f"*{q}",
@@ -79,9 +79,10 @@ def _attention(q: str, kv: str, warps: int, fixup: bool) -> tuple[str, dict]:
              "out_scale": "fp32"}  # fmt: skip
     types |= {n: "*i32" for n in ("idx_ptr", "counts_ptr", "table_ptr", "req_ptr")}
     consts = dict(G=12, HQ=24, D=128, BLOCK_M=16, BLOCK_N=64, HAS_COUNTS=False, GATE=1, SPLIT=True,
-                  FIXUP=fixup, PV_FP16=kv.startswith("fp8"), V_PAIRS=kv.startswith("fp8"))  # fmt: skip
+                  FIXUP=fixup, PV_FP16=kv.startswith("fp8"), V_PAIRS=kv.startswith("fp8"),
+                  PREFETCH_SLOTS=prefetch)  # fmt: skip
     div16 = [n for n in kernel.arg_names if n.endswith("_ptr") or n.startswith("s_")] + ["W"]
-    label = f"attention q {q} kv {kv}{' fixup' if fixup else ''}/{warps}"
+    label = f"attention q {q} kv {kv}{' fixup' if fixup else ''}{' prefetch' if prefetch else ''}/{warps}"
     return label, compile_sass(kernel, types, consts, div16, (), warps, 2)
 
 
@@ -93,6 +94,7 @@ def main() -> None:
     parser.add_argument("--q", default="bf16", help="attention: q dtype (Triton name)")
     parser.add_argument("--warps", type=int, default=4, help="num_warps")
     parser.add_argument("--fixup", action="store_true", help="attention: merge in the launch (FIXUP)")
+    parser.add_argument("--prefetch-slots", action="store_true", help="attention: also with PREFETCH_SLOTS")
     parser.add_argument("--op", default="F2F,F2FP,HADD2,LDG,LDGSTS,LDS,STS,HMMA,FFMA,IMAD",
                         help="SASS op prefixes to count (comma-separated)")  # fmt: skip
     parser.add_argument("--sass", help="a folder to write each kernel's SASS into")
@@ -100,7 +102,9 @@ def main() -> None:
     if args.preset == "conv":
         jobs = [lambda t=t: _conv(t, args.warps) for t in args.tiles.split(",")]
     else:
-        jobs = [lambda kv=kv: _attention(args.q, kv, args.warps, args.fixup) for kv in args.kv.split(",")]
+        prefetch = (False, True) if args.prefetch_slots else (False,)
+        jobs = [lambda kv=kv, p=p: _attention(args.q, kv, args.warps, args.fixup, p)
+                for kv in args.kv.split(",") for p in prefetch]  # fmt: skip
     prefixes = args.op.split(",")
     print(f"Triton {triton.__version__}, sm_90a; static SASS counts")
     for job in jobs:

@@ -1,7 +1,7 @@
 """Sweep sparse_paged_attention's launch choice on the GPU: token tile, split count, warps.
 
 Usage: PYTHONPATH=src python scripts/gpu/sweep_sparse_attention.py [--rows 1,16,64,256,1024,4096] [--kv e4m3]
-       [--fixup] [--stages 2,3] [--v-bytes] [--out NAME.txt]
+       [--fixup] [--stages 2,3] [--v-bytes] [--prefetch-slots] [--out NAME.txt]
 
 For each bench-grid shape (W = 2048, context 32k, page 1024, bf16 cache; (Hq, Hkv) in {(24, 2),
 (64, 4)}, D in {128, 256}) it times every (block_n, num_splits, num_warps) with block_n in {32, 64},
@@ -12,7 +12,8 @@ bytes + q, gate, out at the measured copy rate). Times: median of CUDA-graph rep
 timer). ``--fixup`` also times every split with the merge in the same launch (``AttentionConfig.fixup``,
 marked ``f``); ``--stages 2,3`` also times other software-pipeline depths (marked ``s3``); ``--kv e4m3``
 uses an fp8 cache; ``--v-bytes`` (fp8) also times every configuration with ``V`` read a byte at a time
-instead of as 16-bit pairs (marked ``b``), side by side.
+instead of as 16-bit pairs (marked ``b``), side by side; ``--prefetch-slots`` also times every configuration
+with the next tile's slots loaded ahead (``triton.PREFETCH_SLOTS``, marked ``p``).
 Result: benchmarks/results/h200/sweeps/sparse_attention_config.txt.
 """
 
@@ -39,48 +40,53 @@ HEADER = "shape | best (block_n, splits, warps) us | heuristic us | heuristic / 
 PAIRS_RULE = at._even
 
 
-def read_v_bytes(on: bool) -> None:
-    """Make the launcher read an fp8 ``V`` a byte at a time (``on``) or by its own rule."""
-    at._even = (lambda t: False) if on else PAIRS_RULE
+def kernel_variant(v_bytes: bool = False, prefetch: bool = False) -> None:
+    """Make the launcher read an fp8 ``V`` a byte at a time (``v_bytes``, else by its own rule) and load
+    the next tile's slots ahead (``prefetch``: ``triton.PREFETCH_SLOTS``); both False restores the default."""
+    at._even = (lambda t: False) if v_bytes else PAIRS_RULE
+    at.PREFETCH_SLOTS = prefetch
 
 
-def time_us(args: tuple, config: AttentionConfig, v_bytes: bool = False) -> float:
-    read_v_bytes(v_bytes)
+def time_us(args: tuple, config: AttentionConfig, v_bytes: bool = False, prefetch: bool = False) -> float:
+    kernel_variant(v_bytes, prefetch)
     try:
         return TIMER(lambda: at.launch_sparse_paged_attention(*args, config=config)) * 1e3
     finally:
-        read_v_bytes(False)
+        kernel_variant()
 
 
 def label(key) -> str:
-    c, v_bytes = key
+    c, v_bytes, prefetch = key
     stages = f", s{c.num_stages}" if c.num_stages != AttentionConfig.num_stages else ""
-    return f"({c.block_n}, {c.num_splits}, {c.num_warps}{', f' if c.fixup else ''}{stages}{', b' if v_bytes else ''})"
+    marks = (", f" if c.fixup else "") + stages + (", b" if v_bytes else "") + (", p" if prefetch else "")
+    return f"({c.block_n}, {c.num_splits}, {c.num_warps}{marks})"
 
 
 def sweep_shape(
-    args: tuple, rows: int, Hkv: int, W: int, sms: int, lines: list[str], fixups=(False,), stages=(2,), reads=(False,)
-) -> dict:
-    """Every candidate's µs on one case (after its contract check), keyed by (config, V read by bytes)."""
+    args: tuple, rows: int, Hkv: int, W: int, sms: int, lines: list[str], fixups=(False,), stages=(2,), reads=(False,),
+    prefetches=(False,),
+) -> dict:  # fmt: skip
+    """Every candidate's µs on one case (after its contract check), keyed by (config, V read by bytes,
+    slots prefetched)."""
     expected = torch.empty_like(args[0])
     _sparse_paged_attention.native(expected, *args[1:])
     ref = native.reference64(*args)
     scale = float(torch.linalg.vector_norm(ref))
     bound = 2 * float(torch.linalg.vector_norm(expected.double() - ref)) / scale  # CONTRACT's rule, on the device
     times = {}
-    candidates = itertools.product((32, 64), (4, 8), (1, 2, 4, 8, 16, 32, 64), fixups, stages, reads)
-    for block_n, warps, splits, fixup, num_stages, v_bytes in candidates:
+    candidates = itertools.product((32, 64), (4, 8), (1, 2, 4, 8, 16, 32, 64), fixups, stages, reads, prefetches)
+    for block_n, warps, splits, fixup, num_stages, v_bytes, prefetch in candidates:
         if splits > -(-W // block_n) or (splits > 1 and rows * Hkv * splits > 16 * 4 * sms) or (fixup and splits == 1):
             continue
         config = AttentionConfig(block_n, splits, warps, num_stages, fixup)
-        read_v_bytes(v_bytes)
+        kernel_variant(v_bytes, prefetch)
         at.launch_sparse_paged_attention(*args, config=config)
-        read_v_bytes(False)
+        kernel_variant()
         err = float(torch.linalg.vector_norm(args[0].double() - ref)) / scale
         if not err <= bound:
-            lines.append(f"  {label((config, v_bytes))}: FAILS, rel err {err:.3g} > {bound:.3g}")
+            lines.append(f"  {label((config, v_bytes, prefetch))}: FAILS, rel err {err:.3g} > {bound:.3g}")
             continue
-        times[config, v_bytes] = time_us(args, config, v_bytes)
+        times[config, v_bytes, prefetch] = time_us(args, config, v_bytes, prefetch)
     return times
 
 
@@ -92,6 +98,9 @@ def main() -> None:
     parser.add_argument("--fixup", action="store_true", help="also the merge in the same launch")
     parser.add_argument("--stages", default="2", help="software-pipeline stages to time (e.g. 2,3,4), marked s3 ...")
     parser.add_argument("--v-bytes", action="store_true", help="fp8: also V read a byte at a time, marked b")
+    parser.add_argument(
+        "--prefetch-slots", action="store_true", help="also the next tile's slots loaded ahead, marked p"
+    )
     parser.add_argument("--out", default="sparse_attention_config.txt")
     opts = parser.parse_args()
     kv = torch.float8_e4m3fn if opts.kv == "e4m3" else torch.bfloat16
@@ -102,7 +111,7 @@ def main() -> None:
         f"{torch.cuda.get_device_name()}: {sms} SMs, copy {copy / 1e9:,.0f} GB/s; W = {opts.width}, {opts.kv} cache"
     ]
     lines.append(HEADER)
-    ratios, pair_ratios = [], []
+    ratios, variant_ratios = [], {}
     W = opts.width
     shapes = itertools.product(inputs.GRID_HEADS, (128, 256), map(int, opts.rows.split(",")))
     for seed, ((Hq, Hkv), D, rows) in enumerate(shapes):
@@ -111,8 +120,9 @@ def main() -> None:
         stages = tuple(int(n) for n in opts.stages.split(","))
         fixups = (False, True) if opts.fixup else (False,)
         reads = (False, True) if opts.v_bytes else (False,)
-        times = sweep_shape(args, rows, Hkv, W, sms, lines, fixups, stages, reads)
-        mine = heuristics.attention_config(rows, Hkv, D, W, sms, args[2].element_size()), False
+        prefetches = (False, True) if opts.prefetch_slots else (False,)
+        times = sweep_shape(args, rows, Hkv, W, sms, lines, fixups, stages, reads, prefetches)
+        mine = heuristics.attention_config(rows, Hkv, D, W, sms, args[2].element_size()), False, False
         if mine not in times:
             times[mine] = time_us(args, mine[0])
         best = min(times, key=times.get)
@@ -126,16 +136,18 @@ def main() -> None:
         lines.append(
             "   " + " ".join(f"{label(c)}:{t:.1f}" for c, t in sorted(times.items(), key=lambda kv: kv[1])[:8])
         )
-        if opts.v_bytes:
-            by_bytes = times.get((mine[0], True)) or time_us(args, mine[0], True)
-            lines.append(f"   heuristic, V as pairs / V by bytes: {times[mine]:.1f} / {by_bytes:.1f} us")
-            pair_ratios.append(times[mine] / by_bytes)
+        for on, flags, name in ((opts.v_bytes, (True, False), "V by bytes"), (opts.prefetch_slots, (False, True),
+                                 "slots prefetched")):  # fmt: skip
+            if on:
+                other = times.get((mine[0], *flags)) or time_us(args, mine[0], *flags)
+                lines.append(f"   heuristic, default / {name}: {times[mine]:.1f} / {other:.1f} us")
+                variant_ratios.setdefault(name, []).append(times[mine] / other)
         print(summary, flush=True)
         del case, args
         torch.cuda.empty_cache()
     lines.append(f"heuristic / best: geomean {geomean(ratios):.3f}, max {max(ratios):.2f}")
-    if pair_ratios:
-        lines.append(f"V as pairs / V by bytes at the heuristic: geomean {geomean(pair_ratios):.3f}")
+    for name, r in variant_ratios.items():
+        lines.append(f"default / {name} at the heuristic: geomean {geomean(r):.3f}, min {min(r):.3f}, max {max(r):.3f}")
     emit(opts.out, lines)
 
 

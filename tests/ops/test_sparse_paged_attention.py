@@ -418,3 +418,41 @@ def test_gpu_fp8_v_read_as_pairs_equals_bytes_and_keeps_nan(kv):
     pairs, single, native_out = _pairs_and_bytes(kv, CUDA)
     assert torch.equal(torch.isnan(pairs), torch.isnan(native_out)) and torch.isnan(pairs).any()
     assert torch.equal(pairs.nan_to_num(7.0), single.nan_to_num(7.0))
+
+
+def _prefetch_and_default(args: tuple, configs, monkeypatch) -> list[tuple]:
+    """(config, default output, output with the next tile's slots loaded ahead) for each config."""
+    from exactfuse.ops.sparse_paged_attention import triton as at
+
+    pairs = []
+    for config in configs:
+        monkeypatch.setattr(at, "PREFETCH_SLOTS", False)
+        default = run(args, config)
+        monkeypatch.setattr(at, "PREFETCH_SLOTS", True)
+        pairs.append((config, default, run(args, config)))
+    return pairs
+
+
+@pytest.mark.interpreter
+def test_interpreter_prefetched_slots_are_the_default_bit_for_bit(monkeypatch):
+    """``PREFETCH_SLOTS`` loads tile ``t + splits``'s slots while tile ``t`` is computed (masked past the
+    end): the same tokens in the same order, so the same bits, on every split configuration, with
+    counts, holes and the special values."""
+    cases = [("counts", case_args(rows=5, Hq=8, Hkv=2, D=16, page=7, W=100, counts=True))]
+    cases += [c for c in _specials_cases() if c[0] in ("nan-k", "neg-inf-row")]
+    for what, args in cases:
+        configs = (
+            _forced_configs(2, 16, 100, CPU) if what == "counts" else [AttentionConfig(16, 1), AttentionConfig(16, 2)]
+        )
+        for config, default, prefetched in _prefetch_and_default(args, configs, monkeypatch):
+            assert torch.equal(default.view(torch.int16), prefetched.view(torch.int16)), (what, config)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv", [torch.bfloat16, torch.float8_e4m3fn], ids=["bf16", "e4m3"])
+def test_gpu_prefetched_slots_are_the_default_bit_for_bit(kv, monkeypatch):
+    args = case_args(rows=33, Hq=12, Hkv=2, D=128, page=96, W=515, dtype=torch.bfloat16, kv_dtype=kv, device=CUDA,
+                     counts=True)  # fmt: skip
+    configs = _forced_configs(2, 128, 515, CUDA)
+    for config, default, prefetched in _prefetch_and_default(args, configs, monkeypatch):
+        assert torch.equal(default.view(torch.int16), prefetched.view(torch.int16)), config

@@ -74,6 +74,25 @@ def _fp8_pairs_as_fp16(head, rows, valid, BLOCK_N: tl.constexpr, D: tl.constexpr
     return tl.reshape(tl.join(lo, hi), (BLOCK_N, D))
 
 
+@triton.jit
+def _tile_slots(idx_row, table_row, t, limit, req, num_requests, max_pages, num_pages, page_size,
+                BLOCK_N: tl.constexpr):  # fmt: skip
+    """Tile ``t``'s entries of a row (``idx_row``: its logical indices, ``table_row``: its request's page
+    table row) -> ``(page, slot)`` as int64 (0 where not valid) and which entries are valid tokens. A tile
+    past ``limit`` is all invalid and reads nothing."""
+    cols = t * BLOCK_N + tl.arange(0, BLOCK_N)
+    tok = tl.load(idx_row + cols, mask=cols < limit, other=-1)
+    pos = tl.maximum(tok, 0)
+    lpage = pos // page_size
+    req_v = tl.zeros_like(tok) + req  # a vector: a scalar mask term breaks the interpreter's masked load
+    valid = (req_v >= 0) & (req_v < num_requests) & (tok >= 0) & (lpage < max_pages)
+    page = tl.load(table_row + tl.minimum(lpage, max_pages - 1), mask=valid, other=-1)
+    valid = valid & (page >= 0) & (page < num_pages)
+    page64 = tl.where(valid, page, 0).to(tl.int64)
+    slot64 = tl.where(valid, pos - lpage * page_size, 0).to(tl.int64)
+    return page64, slot64, valid
+
+
 @triton.jit(do_not_specialize=["num_requests", "max_pages", "num_pages", "rows", "num_splits"])
 def sparse_attention_partial_kernel(
     q_ptr, k_ptr, v_ptr, idx_ptr, counts_ptr, table_ptr, req_ptr, gate_ptr, out_ptr, part_ptr, lse_ptr, count_ptr,
@@ -83,7 +102,7 @@ def sparse_attention_partial_kernel(
     qk_scale, out_scale,
     G: tl.constexpr, HQ: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_COUNTS: tl.constexpr, GATE: tl.constexpr, SPLIT: tl.constexpr, FIXUP: tl.constexpr,
-    PV_FP16: tl.constexpr, V_PAIRS: tl.constexpr,
+    PV_FP16: tl.constexpr, V_PAIRS: tl.constexpr, PREFETCH_SLOTS: tl.constexpr,
 ):  # fmt: skip
     """Pointers: q/gate/out ``[rows, Hq, D]``, k/v ``[pages, page_size, Hkv, D]`` (last strides 1),
     idx ``[rows, W]``, counts ``[rows]``, table ``[requests, max_pages]``, req ``[rows]`` (int32);
@@ -113,18 +132,19 @@ def sparse_attention_partial_kernel(
     n_valid = tl.zeros((), tl.int32)
     k_head = k_ptr + g.to(tl.int64) * s_k_head
     v_head = v_ptr + g.to(tl.int64) * s_v_head
+    idx_row = idx_ptr + row64 * s_idx_row
+    if PREFETCH_SLOTS:
+        page64, slot64, valid = _tile_slots(idx_row, table_row, s, limit, req, num_requests, max_pages, num_pages,
+                                            page_size, BLOCK_N)  # fmt: skip
     for t in range(s, num_tiles, num_splits):
-        cols = t * BLOCK_N + tl.arange(0, BLOCK_N)
-        tok = tl.load(idx_ptr + row64 * s_idx_row + cols, mask=cols < limit, other=-1)
-        pos = tl.maximum(tok, 0)
-        lpage = pos // page_size
-        req_v = tl.zeros_like(tok) + req  # a vector: a scalar mask term breaks the interpreter's masked load
-        valid = (req_v >= 0) & (req_v < num_requests) & (tok >= 0) & (lpage < max_pages)
-        page = tl.load(table_row + tl.minimum(lpage, max_pages - 1), mask=valid, other=-1)
-        valid = valid & (page >= 0) & (page < num_pages)
+        if PREFETCH_SLOTS:  # the next tile's slots, loaded while this one is computed (all masked past the end)
+            page_next, slot_next, valid_next = _tile_slots(
+                idx_row, table_row, t + num_splits, limit, req, num_requests, max_pages, num_pages, page_size, BLOCK_N
+            )
+        else:
+            page64, slot64, valid = _tile_slots(idx_row, table_row, t, limit, req, num_requests, max_pages,
+                                                num_pages, page_size, BLOCK_N)  # fmt: skip
         n_valid += tl.sum(valid.to(tl.int32), 0)
-        page64 = tl.where(valid, page, 0).to(tl.int64)
-        slot64 = tl.where(valid, pos - lpage * page_size, 0).to(tl.int64)
         k = tl.load(
             k_head + (page64 * s_k_page + slot64 * s_k_slot)[:, None] + d[None, :], mask=valid[:, None], other=0.0
         )
@@ -148,6 +168,8 @@ def sparse_attention_partial_kernel(
                 acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype))
         l_sum = l_sum * alpha + tl.sum(p, 1)
         m = m_new
+        if PREFETCH_SLOTS:
+            page64, slot64, valid = page_next, slot_next, valid_next
 
     # l = 0: no valid token (zeros), or only scores of -inf (NaN, as eager softmax gives); NaN stays NaN
     empty = l_sum == 0.0
@@ -237,6 +259,12 @@ def sparse_attention_merge_kernel(
     _store_heads(o, gate_ptr, out_ptr, row, heads, hmask, s_g_row, s_g_head, s_o_row, s_o_head, GATE)
 
 
+# Load the next tile's slots (its indices, then their page-table entries) while a tile is computed, so the
+# two dependent loads a tile leave the token loop's critical path. Off by default;
+# `sweep sparse_attention --prefetch-slots` times it beside the default, configuration by configuration.
+PREFETCH_SLOTS = False
+
+
 def _even(t: torch.Tensor) -> bool:
     """Whether ``t``'s address and its page, slot and head strides are even: its fp8 rows can be read as
     16-bit pairs (``_fp8_pairs_as_fp16``)."""
@@ -291,7 +319,7 @@ def launch_sparse_paged_attention(
         out.stride(0), out.stride(1), qk_scale, out_scale,
         G=G, HQ=Hq, D=D, BLOCK_M=heuristics.block_m(G), BLOCK_N=config.block_n,
         HAS_COUNTS=counts is not None, GATE=0 if splits > 1 and not fixup else gate_code,
-        SPLIT=splits > 1, FIXUP=fixup, PV_FP16=fp8, V_PAIRS=fp8 and _even(v_cache),
+        SPLIT=splits > 1, FIXUP=fixup, PV_FP16=fp8, V_PAIRS=fp8 and _even(v_cache), PREFETCH_SLOTS=PREFETCH_SLOTS,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     if splits > 1 and not fixup:
