@@ -11,7 +11,7 @@ from exactfuse.registry import Case
 from exactfuse.testing.inputs import make_generator, randn_with_specials
 from exactfuse.utils import DTYPE_NAMES
 
-# (M, N): the edge and model shapes; N = 7 and 33 are odd widths, the
+# (M, N): edge and model shapes; N = 7 and 33 are odd widths, the
 # (7, 384), (33, 960), (5, 512) trio mixes odd M with widths that are not
 # powers of two, and M = 1..16 x N = 768/1024/1536 is the small shared-expert
 # batch family (seed 003).
