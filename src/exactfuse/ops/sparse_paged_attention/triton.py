@@ -209,21 +209,22 @@ def _store_heads(o, gate_ptr, out_ptr, row, heads, hmask, s_g_row, s_g_head, s_o
 # Splits the merge reads in one unrolled group: their loads are independent, so they are in flight together
 # instead of one L2 round trip a split (64 splits, one after another, were 12 µs of a 22 µs decode).
 MERGE_GROUP = tl.constexpr(8)
+MAX_SPLITS = tl.constexpr(heuristics.MAX_SPLITS)
 
 
 @triton.jit
 def _merge_splits(part_ptr, lse_ptr, row, heads, hmask, rows, num_splits, HQ: tl.constexpr, D: tl.constexpr):
     """The splits' fp32 partials of heads ``heads`` (``[M]``) of row ``row``, weighted by their base-2 LSE
     in split order: ``[M, D]`` fp32 (rows past ``hmask`` are 0). Read past L1 (another program of the
-    launch may have written them). Splits are taken :data:`MERGE_GROUP` at a time, each group's loads
-    issued together; the sums keep split order, and a split past ``num_splits`` changes nothing."""
+    launch may have written them). The maximum LSE reads every split's in one load; the sums take
+    :data:`MERGE_GROUP` splits at a time, each group's loads issued together, in split order, and a split
+    past ``num_splits`` changes nothing."""
     d = tl.arange(0, D)
-    top = tl.full(heads.shape, float("-inf"), tl.float32)
-    for s0 in range(0, num_splits, MERGE_GROUP):
-        for i in tl.static_range(MERGE_GROUP):
-            m = tl.where(s0 + i < num_splits, hmask, False)  # a vector mask (& a scalar: int32 in the interpreter)
-            lse = tl.load(lse_ptr + ((s0 + i) * rows + row) * HQ + heads, mask=m, other=0.0, cache_modifier=".cg")
-            top = tl.where(m, tl.maximum(top, lse), tl.where(hmask, top, 0.0))
+    every = tl.arange(0, MAX_SPLITS)  # all splits' LSE in one load: one L2 round trip for the maximum
+    m_all = (every[:, None] < num_splits) & hmask[None, :]
+    lse_all = tl.load(lse_ptr + ((every[:, None] * rows + row) * HQ + heads[None, :]), mask=m_all,
+                      other=float("-inf"), cache_modifier=".cg")  # fmt: skip
+    top = tl.max(lse_all, 0)
     top = tl.where(top == float("-inf"), 0.0, top)
     acc = tl.zeros((heads.shape[0], D), tl.float32)
     total = tl.zeros(heads.shape, tl.float32)
