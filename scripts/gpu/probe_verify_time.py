@@ -65,11 +65,12 @@ def main() -> None:
     ):
         wall, _ = timed([sys.executable, *cmd])
         lines.append(f"{what} | {wall:.2f} |")
-    from exactfuse.cli import main as cli_main
+    from exactfuse import cli
+    from exactfuse_cli import build_parser
 
     profile = cProfile.Profile()
     start = time.perf_counter()
-    profile.runcall(cli_main, ["verify", "--quick", "--jobs", "1"])
+    profile.runcall(cli.run, build_parser().parse_args(["verify", "--quick", "--jobs", "1"]))
     lines.append(f"verify --quick --jobs 1 in this process, profiled | {time.perf_counter() - start:.1f} |")
     text = io.StringIO()
     pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(40)
