@@ -14,8 +14,10 @@ both commands below.
 
 The program compiles and warms every provider first, then profiles one call of each between
 ``cudaProfilerStart`` / ``cudaProfilerStop`` (bf16, group 128, symmetric, M = 1, (K, N) from
-``SHAPES``). ``--summary`` prints, per kernel: time, DRAM throughput, achieved occupancy,
-registers, issue-slot use and the largest warp-stall reasons (cycles per issued instruction).
+``SHAPES``); other row counts as arguments, ``ncu_w4a16_m1.py M [M ...]`` (``ncu w4a16_m1 64`` through
+run.sh: the fused tl.dot tile and its split-K reduction). ``--summary`` prints, per kernel: time, DRAM
+throughput, achieved occupancy, registers, issue-slot use and the largest warp-stall reasons (cycles per
+issued instruction).
 """
 
 from ncu_summary import main, profile_calls
@@ -24,16 +26,19 @@ SHAPES = ((4096, 4096), (4096, 14336))
 
 
 def profile() -> None:
+    import sys
+
     import torch
 
     from exactfuse.ops.w4a16 import w4a16_gemm
     from exactfuse.ops.w4a16.inputs import _random_prepared
     from exactfuse.ops.w4a16.peers import _w4a16_cublas_dense, _w4a16_torch_int4
 
+    rows = [int(m) for m in sys.argv[1:]] or [1]
     calls = []
-    for K, N in SHAPES:
+    for (K, N), M in ((shape, M) for shape in SHAPES for M in rows):
         w = _random_prepared(K, N, torch.bfloat16, "cuda")
-        a = torch.randn((1, K), dtype=torch.bfloat16, device="cuda")
+        a = torch.randn((M, K), dtype=torch.bfloat16, device="cuda")
         args = (a, w.qweight, w.scales, w.zeros, w.perm, None, w.group_size)
         calls += [lambda args=args: w4a16_gemm(*args), _w4a16_torch_int4(args, {}), _w4a16_cublas_dense(args, {})]
     profile_calls(calls)
