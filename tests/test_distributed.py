@@ -113,6 +113,48 @@ def test_w4a16_sharding_errors_name_the_argument():
     with pytest.raises(ValueError, match="rank=2, world=2"):
         distributed.shard_row(layer, 2, 2)
     ordered = W4A16Linear(256, 64, group_size=32, act_order=True, dtype=torch.float16)
-    with pytest.raises(NotImplementedError, match="act_order"):
-        distributed.shard_row(ordered, 0, 2)
     assert distributed.shard_column(ordered, 1, 2).perm is not None
+    with pytest.raises(ValueError, match="in_features: 256 does not split into 64 shards of a multiple of 8"):
+        distributed.shard_row(ordered, 0, 64)
+    with pytest.raises(ValueError, match="a group per row already"):
+        distributed.shard_row(distributed.shard_row(ordered, 0, 2), 0, 2)
+
+
+def _act_order_layer(symmetric: bool, bias: bool, group_size: int = 32):
+    from exactfuse.layers import W4A16Linear
+    from exactfuse.ops.w4a16.packing import quantize_rtn
+
+    gen = torch.Generator().manual_seed(3)
+    w = torch.randn(64, 256, generator=gen) / 16
+    t = quantize_rtn(w, group_size, symmetric, order=torch.randperm(256, generator=gen), scale_dtype=torch.float16)
+    b = torch.randn(64, generator=gen).half() if bias else None
+    return W4A16Linear.from_gptq(t.qweight, t.qzeros, t.scales, t.g_idx, b, sym=symmetric)
+
+
+@pytest.mark.parametrize(("symmetric", "bias", "world"), [(True, True, 2), (False, False, 4)])
+def test_w4a16_act_order_row_shards_are_the_layer_s_rows(symmetric, bias, world):
+    """A row shard of an act-order layer keeps its checkpoint rows with a group per row: the shards'
+    dense weights stacked are the layer's bit for bit, each shard's GEMM is the spec's, and the shards'
+    outputs summed meet the GEMM rule against the layer's float64 product."""
+    from exactfuse import distributed
+    from exactfuse.ops.w4a16 import w4a16_gemm
+
+    layer = _act_order_layer(symmetric, bias)
+    assert layer.perm is not None and torch.unique(layer.perm).numel() == 256
+    x = torch.randn(5, 256, generator=torch.Generator().manual_seed(4)).half()
+    k = 256 // world
+    with torch.no_grad():
+        shards = [distributed.shard_row(layer, r, world) for r in range(world)]
+        assert torch.equal(torch.cat([s.dense_weight() for s in shards]), layer.dense_weight())
+        for r, s in enumerate(shards):
+            assert s.perm is None and s.group_index is not None and s.in_features == k
+            assert (s.bias is not None) == (bias and r == 0)
+            args = (x[:, r * k : (r + 1) * k].contiguous(), s.qweight, s.scales, s.zeros, None, s.bias,
+                    s.group_size, True, s.group_index)  # fmt: skip
+            assert torch.equal(s(args[0]), w4a16_gemm.run_provider("native", *args))
+        full = layer(x)
+        reference = x.double() @ layer.dense_weight().double() + (layer.bias.double() if bias else 0)
+        rows = sum(s(x[:, r * k : (r + 1) * k]).float() for r, s in enumerate(shards)).half()
+    assert _relative_error(rows, reference) <= 2 * _relative_error(full, reference)
+    state = shards[0].state_dict()
+    assert state["group_index"].dtype == torch.int32 and state["scales"].shape == layer.scales.shape

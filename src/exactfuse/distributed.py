@@ -114,12 +114,16 @@ def shard_column(layer, rank: int, world: int):
 def shard_row(layer, rank: int, world: int):
     """Rank ``rank``'s row-parallel shard of a ``W4A16Linear``: input features
     ``[rank * K / world, (rank + 1) * K / world)`` (whole groups); the caller's all-reduce sums the
-    shards' outputs, and only rank 0 keeps the bias. Act-order layers are refused: a shard's rows
-    would belong to groups spread over the whole prepared weight."""
+    shards' outputs, and only rank 0 keeps the bias.
+
+    An act-order layer's groups are spread over all of K, so its shard keeps its rows in checkpoint
+    order with a group per row (``W4A16Linear(groups=...)``: every group's scales, each row's group in
+    ``group_index``); K / world need then be a multiple of 8 only, and the shard dequantizes its weight
+    at every M (the fused kernels read one group per run of rows)."""
+    if layer.group_index is not None:
+        raise ValueError("shard_row: the layer has a group per row already (a shard); shard the full layer")
     if layer.perm is not None:
-        raise NotImplementedError(
-            "shard_row: act_order (g_idx) layers cannot be row-sharded yet; each shard would need its own groups"
-        )
+        return _shard_rows_by_group(layer, rank, world)
     G = layer.group_size
     k = _check_world("shard_row: in_features", layer.in_features, rank, world, 8 if G == -1 else max(G, 8))
     rows = slice(rank * k, (rank + 1) * k)
@@ -130,6 +134,36 @@ def shard_row(layer, rank: int, world: int):
         shard.scales.copy_(layer.scales[groups])
         if layer.zeros is not None:
             shard.zeros.copy_(layer.zeros[groups])
+        if shard.bias is not None:
+            shard.bias.copy_(layer.bias)
+    return shard
+
+
+def _shard_rows_by_group(layer, rank: int, world: int):
+    """:func:`shard_row` of an act-order layer: checkpoint rows ``[rank * k, (rank + 1) * k)`` in that
+    order, each row's codes moved from its prepared (group-sorted) place, its group the prepared
+    place // G."""
+    from exactfuse.layers.w4a16 import W4A16Linear
+    from exactfuse.ops.w4a16.packing import pack_rows, unpack_rows
+
+    K, N = layer.in_features, layer.out_features
+    k = _check_world("shard_row: in_features", K, rank, world, 8)
+    G = K if layer.group_size == -1 else layer.group_size
+    perm = layer.perm.to(torch.int64)
+    place = torch.empty_like(perm)
+    place[perm] = torch.arange(K, device=perm.device)  # checkpoint row -> prepared row
+    mine = place[rank * k : (rank + 1) * k]
+    shard = W4A16Linear(
+        k, N, group_size=layer.group_size, symmetric=layer.symmetric, bias=layer.bias is not None and rank == 0,
+        dtype=layer.scales.dtype, device=layer.qweight.device, source_format=layer.source_format,
+        deterministic=layer.deterministic, groups=layer.scales.shape[0],
+    )  # fmt: skip
+    with torch.no_grad():
+        shard.qweight.copy_(pack_rows(unpack_rows(layer.qweight).index_select(0, mine)))
+        shard.scales.copy_(layer.scales)
+        if layer.zeros is not None:
+            shard.zeros.copy_(layer.zeros)
+        shard.group_index.copy_(mine // G)
         if shard.bias is not None:
             shard.bias.copy_(layer.bias)
     return shard

@@ -89,3 +89,47 @@ def test_kernels_read_zero_for_perm_entries_outside_k(M):
     selected[:, [3, 100]] = 0
     w = native.dequantize(qweight, scales, zeros, group_size, a.dtype)
     torch.testing.assert_close(out, (selected.float() @ w.float()).to(a.dtype), atol=2e-3, rtol=2e-3)
+
+
+def _row_group_args():
+    args = _args()
+    args.update(scales=torch.zeros(5, N, dtype=torch.float16), zeros=torch.zeros(5, N, dtype=torch.uint8), perm=None,
+                group_index=torch.randint(0, 5, (K,), dtype=torch.int32), group_size=-7)  # fmt: skip
+    return args
+
+
+def test_group_index_arguments_name_the_argument():
+    check_w4a16_args(**_row_group_args())  # any number of scale rows; group_size is not read
+    i32, f16, u8 = torch.int32, torch.float16, torch.uint8
+    cases = [
+        ({"group_index": torch.zeros(K - 8, dtype=i32)}, r"group_index must be int32/int64 \[K\] = \[256\]"),
+        ({"group_index": torch.zeros(K)}, r"group_index must be int32/int64 \[K\] = \[256\], got \[256\] torch.float"),
+        ({"group_index": torch.full((K,), 5, dtype=i32)},
+         r"group_index's values must be in \[0, scales.shape\[0\]\) = \[0, 5\), got 5..5"),
+        ({"scales": torch.zeros(5, N + 8, dtype=f16)},
+         r"scales must be \[groups, N\] = \[groups >= 1, 64\] with group_index, got \[5, 72\]"),
+        ({"zeros": torch.zeros(4, N, dtype=u8)}, r"zeros must be uint8 scales' shape \[5, 64\], got \[4, 64\]"),
+        ({"group_index": torch.zeros(K, dtype=i32, device="meta")}, r"group_index must be on a's device cpu, got meta"),
+    ]  # fmt: skip
+    for change, message in cases:
+        with pytest.raises(ValueError, match=message):
+            check_w4a16_args(**{**_row_group_args(), **change})
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("M", [1, 200])
+def test_kernels_read_a_zero_weight_for_group_index_entries_outside_the_scales(M):
+    """Past the check (a GPU caller's group_index is not range-checked per call): a row whose group is
+    outside the scales' rows has weight 0 on the kernel path, never a read outside scales or zeros."""
+    from exactfuse.ops.w4a16 import native
+    from exactfuse.ops.w4a16 import triton as w4_triton
+    from exactfuse.ops.w4a16.inputs import row_group_case
+
+    case = row_group_case("c", M, 256, 64, 6, torch.float16, "cpu", make_generator(2), symmetric=False)
+    a, qweight, scales, zeros, perm, bias, group_size, _, group_index = case.args
+    bad = group_index.clone()
+    bad[[3, 100]] = torch.tensor([6, -1], dtype=bad.dtype)
+    out = w4_triton.launch_w4a16_gemm(a, qweight, scales, zeros, perm, bias, group_size, True, bad)
+    w = native.dequantize(qweight, scales, zeros, group_size, a.dtype, bad.clamp(0, 5))
+    w[[3, 100]] = 0
+    torch.testing.assert_close(out, (a.float() @ w.float()).to(a.dtype), atol=2e-3, rtol=2e-3)

@@ -14,7 +14,11 @@ class W4A16Linear(nn.Module):
 
     Buffers (all in ``state_dict``): ``qweight [K/8, N]`` int32, ``scales [K/G, N]``
     (the activation dtype), ``zeros [K/G, N]`` uint8 when asymmetric, ``perm [K]``
-    int32 when act-order, ``bias [N]`` when present. Build one with
+    int32 when act-order, ``bias [N]`` when present. With ``groups``, each row has its own
+    group: ``group_index [K]`` int32 names its row of ``scales [groups, N]`` (and ``zeros``),
+    rows stay in checkpoint order (no ``perm``) and ``group_size`` is the source's, for the
+    record (a row-parallel shard of an act-order layer, ``exactfuse.distributed.shard_row``);
+    such a layer dequantizes ``W`` at every M. Build one with
     :meth:`from_gptq` or :meth:`from_linear`; the constructor makes empty
     buffers of the right shapes for ``load_state_dict``. ``x`` is ``[..., K]``
     in the scales' dtype; ``.to(dtype)`` converts scales and bias only.
@@ -37,23 +41,35 @@ class W4A16Linear(nn.Module):
         device: torch.device | str | None = None,
         source_format: str = "v1",
         deterministic: bool = True,
+        groups: int | None = None,
     ):
         super().__init__()
         K, N = in_features, out_features
-        G = K if group_size == -1 else group_size
-        if K % PACK or G <= 0 or K % G:
-            raise ValueError(
-                f"W4A16Linear: in_features = {K} must be a multiple of {PACK} and of group_size = {group_size}"
-            )
+        if groups is None:
+            G = K if group_size == -1 else group_size
+            if K % PACK or G <= 0 or K % G:
+                raise ValueError(
+                    f"W4A16Linear: in_features = {K} must be a multiple of {PACK} and of group_size = {group_size}"
+                )
+            groups = K // G
+            per_row = None
+        else:
+            if K % PACK or not (isinstance(groups, int) and groups >= 1) or act_order:
+                raise ValueError(
+                    f"W4A16Linear: with groups (= {groups!r}, an int >= 1), in_features = {K} must be a multiple of "
+                    f"{PACK} and act_order False (rows in checkpoint order), got act_order={act_order}"
+                )
+            per_row = torch.zeros((K,), dtype=torch.int32, device=device)
         self.in_features, self.out_features = K, N
         self.group_size, self.symmetric, self.act_order = group_size, symmetric, act_order
         self.source_format, self.deterministic = source_format, deterministic
         self.register_buffer("qweight", torch.zeros((K // PACK, N), dtype=torch.int32, device=device))
-        self.register_buffer("scales", torch.ones((K // G, N), dtype=dtype, device=device))
-        zeros = None if symmetric else torch.full((K // G, N), 8, dtype=torch.uint8, device=device)
+        self.register_buffer("scales", torch.ones((groups, N), dtype=dtype, device=device))
+        zeros = None if symmetric else torch.full((groups, N), 8, dtype=torch.uint8, device=device)
         self.register_buffer("zeros", zeros)
         self.register_buffer("perm", torch.arange(K, dtype=torch.int32, device=device) if act_order else None)
         self.register_buffer("bias", torch.zeros((N,), dtype=dtype, device=device) if bias else None)
+        self.register_buffer("group_index", per_row)
 
     @classmethod
     def from_gptq(
@@ -111,14 +127,17 @@ class W4A16Linear(nn.Module):
 
     def dense_weight(self) -> torch.Tensor:
         """The dequantized ``[K, N]`` weight in the activation dtype (for dense baselines)."""
-        return dense_weight(self.qweight, self.scales, self.zeros, self.perm, self.group_size)
+        return dense_weight(
+            self.qweight, self.scales, self.zeros, self.perm, self.group_size, group_index=self.group_index
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x [..., K]`` -> ``[..., N]`` in ``x``'s dtype."""
         x2 = x.reshape(-1, self.in_features)
         y = w4a16_gemm(
-            x2, self.qweight, self.scales, self.zeros, self.perm, self.bias, self.group_size, self.deterministic
-        )
+            x2, self.qweight, self.scales, self.zeros, self.perm, self.bias, self.group_size, self.deterministic,
+            self.group_index,
+        )  # fmt: skip
         return y.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
@@ -126,4 +145,5 @@ class W4A16Linear(nn.Module):
             f"in_features={self.in_features}, out_features={self.out_features}, "
             f"format='gptq-{self.source_format}', group_size={self.group_size}, symmetric={self.symmetric}, "
             f"act_order={self.act_order}, bias={self.bias is not None}"
+            + ("" if self.group_index is None else f", groups={self.scales.shape[0]} (a group per row)")
         )

@@ -18,9 +18,11 @@ from exactfuse.registry import op, platform
 from exactfuse.registry.contracts import Float64Relative
 
 
-def reference64(a, qweight, scales, zeros=None, perm=None, bias=None, group_size=128, deterministic=True):
+def reference64(
+    a, qweight, scales, zeros=None, perm=None, bias=None, group_size=128, deterministic=True, group_index=None
+):
     """float64 ``a[:, perm] @ W (+ bias)`` with ``W`` dequantized exactly as the spec does."""
-    w = dequantize(qweight, scales, zeros, group_size, a.dtype).double()
+    w = dequantize(qweight, scales, zeros, group_size, a.dtype, group_index).double()
     a64 = a.double() if perm is None else a.double().index_select(1, perm.to(torch.int64))
     out = a64 @ w
     return out if bias is None else out + bias.double()

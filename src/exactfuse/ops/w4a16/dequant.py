@@ -17,6 +17,23 @@ from exactfuse.utils import empty
 
 
 @triton.jit
+def _unpack_kn_tile(p_qw, k0, o_n, m_n, N, K, EVEN_K: tl.constexpr, BK: tl.constexpr, BN: tl.constexpr):
+    """The 4-bit codes of prepared rows ``k0 .. k0 + BK`` and columns ``o_n``: ``[BK, BN]`` int32 (0 past K
+    when not EVEN_K, and outside ``m_n``)."""
+    o_j = tl.arange(0, BK // 8)
+    m_r = (k0 // 8 + o_j) < K // 8
+    m_q = m_n[None, :] if EVEN_K else m_r[:, None] & m_n[None, :]
+    # [BK/8, 1, BN] words -> [BK/8, 8, BN] nibbles -> [BK, BN]: row 8r + j is nibble j of word r. The
+    # words are loaded as a 3-D tile so that the load's layout (consecutive columns per thread) carries
+    # through the unpack to the shared-memory stores of the MMA operand: vector stores, 38 STS against
+    # 133 for a 2-D load broadcast to 3-D (decode tile, Triton 3.6, sweeps/sass_w4a16_load3d_swap_ab.txt);
+    # side by side 0.93 the time at M <= 16, 0.74 at M = 32, 0.84-0.86 at M 64-128 (sweeps/w4a16_load3d_ab.txt).
+    p_q = p_qw + (k0 // 8 + o_j)[:, None, None] * N + o_n[None, None, :]
+    b_q = tl.load(p_q, mask=m_q[:, None, :], other=0)
+    return tl.reshape((b_q >> (tl.arange(0, 8) * 4)[None, :, None]) & 0xF, (BK, BN))
+
+
+@triton.jit
 def dequant_kn_tile(
     p_qw,
     p_s,
@@ -38,17 +55,7 @@ def dequant_kn_tile(
     Rounding it to the activation dtype gives the spec's dequantized weight. Words past K (not EVEN_K)
     and columns outside ``m_n`` read as 0. Pointers and the constexprs as in :func:`w4a16_gemm_kernel`.
     """
-    o_j = tl.arange(0, BK // 8)
-    m_r = (k0 // 8 + o_j) < K // 8
-    m_q = m_n[None, :] if EVEN_K else m_r[:, None] & m_n[None, :]
-    # [BK/8, 1, BN] words -> [BK/8, 8, BN] nibbles -> [BK, BN]: row 8r + j is nibble j of word r. The
-    # words are loaded as a 3-D tile so that the load's layout (consecutive columns per thread) carries
-    # through the unpack to the shared-memory stores of the MMA operand: vector stores, 38 STS against
-    # 133 for a 2-D load broadcast to 3-D (decode tile, Triton 3.6, sweeps/sass_w4a16_load3d_swap_ab.txt);
-    # side by side 0.93 the time at M <= 16, 0.74 at M = 32, 0.84-0.86 at M 64-128 (sweeps/w4a16_load3d_ab.txt).
-    p_q = p_qw + (k0 // 8 + o_j)[:, None, None] * N + o_n[None, None, :]
-    b_q = tl.load(p_q, mask=m_q[:, None, :], other=0)
-    b_q = tl.reshape((b_q >> (tl.arange(0, 8) * 4)[None, :, None]) & 0xF, (BK, BN))
+    b_q = _unpack_kn_tile(p_qw, k0, o_n, m_n, N, K, EVEN_K, BK, BN)
     if GROUPS_PER_TILE == 1:
         o_g = k0 // GROUP
         b_s = tl.load(p_s + o_g * N + o_n, mask=m_n, other=0.0).to(tl.float32)[None, :]
@@ -96,14 +103,72 @@ def w4a16_dequant_kernel(
     tl.store(p_w + o_k[:, None] * N + o_n[None, :], b_w.to(p_w.dtype.element_ty), mask=m_w)
 
 
+@triton.jit
+def w4a16_dequant_rows_kernel(
+    p_qw,
+    p_s,
+    p_z,
+    p_gi,
+    p_w,
+    N,
+    K,
+    groups,
+    HAS_ZEROS: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    INT64_INDEX: tl.constexpr,
+    BK: tl.constexpr,
+    BN: tl.constexpr,
+):
+    """:func:`w4a16_dequant_kernel` with a group per row: prepared row ``k`` takes scale (and zero) row
+    ``p_gi[k]`` (``[K]`` int32/int64) of ``groups``; an entry outside ``[0, groups)`` reads a scale of 0."""
+    k0 = tl.program_id(0) * BK
+    if INT64_INDEX:
+        k0 = k0.to(tl.int64)
+    o_n = tl.program_id(1) * BN + tl.arange(0, BN)
+    m_n = o_n < N
+    o_k = k0 + tl.arange(0, BK)
+    m_k = o_k < K
+    b_q = _unpack_kn_tile(p_qw, k0, o_n, m_n, N, K, EVEN_K, BK, BN)
+    o_g = tl.load(p_gi + o_k, mask=m_k, other=-1).to(tl.int64)
+    m_g = ((o_g >= 0) & (o_g < groups))[:, None] & m_n[None, :]
+    p_g = tl.where(m_g, o_g[:, None] * N + o_n[None, :], 0)
+    b_s = tl.load(p_s + p_g, mask=m_g, other=0.0).to(tl.float32)
+    b_z = tl.load(p_z + p_g, mask=m_g, other=8).to(tl.int32) if HAS_ZEROS else 8
+    b_w = (b_q - b_z).to(tl.float32) * b_s
+    tl.store(p_w + o_k[:, None] * N + o_n[None, :], b_w.to(p_w.dtype.element_ty), mask=m_k[:, None] & m_n[None, :])
+
+
 def dequantize_dense(
-    qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, G: int, cfg: TileConfig
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor | None,
+    G: int,
+    cfg: TileConfig,
+    group_index: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The spec's dense ``[K, N]`` weight in the scales' dtype (prepared row order), one ``[cfg.BK, cfg.BN]``
-    tile per program."""
+    tile per program; with ``group_index``, each row's group from it."""
     K, N = qweight.shape[0] * 8, qweight.shape[1]
     w = empty((K, N), scales.dtype, scales.device)
     grid = (triton.cdiv(K, cfg.BK), triton.cdiv(N, cfg.BN))
+    if group_index is not None:
+        torch.library.wrap_triton(w4a16_dequant_rows_kernel)[grid](
+            qweight,
+            scales,
+            zeros if zeros is not None else qweight,
+            group_index,
+            w,
+            N,
+            K,
+            scales.shape[0],
+            HAS_ZEROS=zeros is not None,
+            EVEN_K=K % cfg.BK == 0,
+            INT64_INDEX=max(K, scales.shape[0]) * N >= 2**31,
+            BK=cfg.BK,
+            BN=cfg.BN,
+            num_warps=cfg.num_warps,
+        )
+        return w
     torch.library.wrap_triton(w4a16_dequant_kernel)[grid](
         qweight,
         scales,
@@ -132,11 +197,12 @@ def dense_gemm(
     bias: torch.Tensor | None,
     G: int,
     cfg: TileConfig,
+    group_index: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The ``dense`` configuration: dequantize W into a ``[K, N]`` buffer, then the spec's own
     ``torch.matmul`` (+ bias): bitwise equal to native, at the cost of ``2 * K * N`` transient bytes.
     """
-    w = dequantize_dense(qweight, scales, zeros, G, cfg)
+    w = dequantize_dense(qweight, scales, zeros, G, cfg, group_index)
     if perm is not None:  # an entry outside [0, K) selects 0, as the fused kernels read it
         index = perm.to(torch.int64)
         K = a.shape[1]

@@ -7,7 +7,7 @@ import torch
 
 from exactfuse.ops.w4a16 import triton as _triton
 from exactfuse.ops.w4a16 import w4a16_gemm
-from exactfuse.ops.w4a16.packing import PreparedW4A16, prepare_gptq, quantize_rtn
+from exactfuse.ops.w4a16.packing import PreparedW4A16, pack_rows, prepare_gptq, quantize_rtn
 from exactfuse.registry import Case
 from exactfuse.testing.inputs import make_generator
 
@@ -39,6 +39,20 @@ def make_case(case_id, M, K, N, dtype, device, gen, *, bias=False, **weight_opti
     return Case(case_id, (a, w.qweight, w.scales, w.zeros, w.perm, b, w.group_size))
 
 
+def row_group_case(case_id, M, K, N, groups, dtype, device, gen, *, symmetric=True, bias=False) -> Case:
+    """A weight with a group per row (``group_index``: random rows of ``groups`` scale rows, some unused,
+    rows in no order), as a row-parallel shard of an act-order layer has."""
+    codes = torch.randint(0, 16, (K, N), generator=gen, dtype=torch.int32)
+    scales = (torch.rand((groups, N), generator=gen) + 0.5) / (8 * K**0.5)
+    zeros = None if symmetric else torch.randint(0, 16, (groups, N), generator=gen).to(torch.uint8).to(device)
+    group_index = torch.randint(0, max(1, groups - 1), (K,), generator=gen, dtype=torch.int32)
+    a = torch.randn((M, K), generator=gen).to(dtype).to(device)
+    b = (torch.randn((N,), generator=gen) * 0.1).to(dtype).to(device) if bias else None
+    args = (a, pack_rows(codes).to(device), scales.to(dtype).to(device), zeros, None, b, 128, True,
+            group_index.to(device))  # fmt: skip
+    return Case(case_id, args)
+
+
 GROUP_SIZES = (32, 64, 128, 256, -1)
 QUICK_M = (1, 0, 3, 17)
 
@@ -63,8 +77,14 @@ def _inputs(device: torch.device, dtype: torch.dtype, *, quick: bool = False, se
             yield make_case(
                 f"M{M}-K{K}-N{N}-{_group_id(g)}-asym", M, K, N, dtype, device, gen, group_size=g, symmetric=False
             )
+    for M in (1, 17) if quick else (0, 1, 17, 200):
+        for sym in (True, False):
+            s = "sym" if sym else "asym"
+            yield row_group_case(f"M{M}-K{K}-N{N}-rowgroups-{s}", M, K, N, 6, dtype, device, gen, symmetric=sym,
+                                 bias=M == 17)  # fmt: skip
     if quick or device.type != "cuda":
         return
+    yield row_group_case("M64-K7168-N4096-rowgroups-asym", 64, 7168, 4096, 112, dtype, device, gen, symmetric=False)
     for (K, N), M in [((4096, 4096), 1), ((4096, 4096), 16), ((4096, 14336), 8), ((14336, 4096), 64)]:
         yield make_case(f"M{M}-K{K}-N{N}-g128-sym", M, K, N, dtype, device, gen)
     for M in (200, 1024):
@@ -139,9 +159,12 @@ w4a16_gemm.grid("default")(
 w4a16_gemm.grid("quick")(lambda device, dtype: _bench_cases(device, dtype, QUICK_GRID))
 
 
-def _bytes(a, qweight, scales, zeros=None, perm=None, bias=None, group_size=128, deterministic=True) -> int:
-    """Packed weights + scales (+ zeros, perm, bias) + activations + output, each read or written once."""
-    tensors = (qweight, scales, zeros, perm, bias, a)
+def _bytes(
+    a, qweight, scales, zeros=None, perm=None, bias=None, group_size=128, deterministic=True, group_index=None
+) -> int:
+    """Packed weights + scales (+ zeros, perm, bias, group index) + activations + output, each read or
+    written once."""
+    tensors = (qweight, scales, zeros, perm, bias, group_index, a)
     moved = sum(t.numel() * t.element_size() for t in tensors if t is not None)
     return moved + a.shape[0] * qweight.shape[1] * a.element_size()
 

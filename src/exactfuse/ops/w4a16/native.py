@@ -10,6 +10,10 @@ Arguments are the prepared layout of :mod:`exactfuse.ops.w4a16.packing`:
 - ``bias [N]`` in ``a``'s dtype, or ``None``.
 - ``group_size`` G (``-1``: one group of all K rows).
 - ``deterministic``: providers must not use atomics (native always is).
+- ``group_index [K]`` int32/int64 or ``None``: prepared row ``i`` takes scale (and zero) row
+  ``group_index[i]``, any of ``scales``' rows in any order, instead of ``i // G`` (GPTQ's ``g_idx``,
+  e.g. a row-parallel shard of an act-order layer: rows in checkpoint order, groups spread over the
+  layer). ``scales``/``zeros`` may then have any number of rows and ``group_size`` is not used.
 
 Rounding: ``W = (q - z).to(dtype) * scale`` (one rounding: the product of an
 integer below 2^5 and an fp16/bf16 scale is exact in fp32), then
@@ -37,13 +41,15 @@ def check_w4a16_args(
     bias: torch.Tensor | None = None,
     group_size: int = 128,
     deterministic: bool = True,
+    group_index: torch.Tensor | None = None,
 ) -> None:
     """Validate shapes, dtypes and devices; errors name the argument and the expectation.
 
     ``perm``'s values are range-checked when it is a CPU tensor; on a GPU that would synchronize every
     call. There :func:`~exactfuse.ops.w4a16.packing.prepare_gptq` (and so ``W4A16Linear``) builds it as a
     permutation (an argsort), and the Triton kernels read an activation of 0 for an entry outside
-    ``[0, K)`` instead of reading outside ``a``.
+    ``[0, K)`` instead of reading outside ``a``. ``group_index`` likewise: range-checked on the CPU; the
+    Triton kernels read a scale of 0 (a weight of 0) for an entry outside ``scales``' rows.
     """
     op = "w4a16_gemm"
     # The common path reads each attribute once, compares torch.Size with tuples (no lists) and builds
@@ -63,18 +69,21 @@ def check_w4a16_args(
     dtype = a.dtype
     if dtype not in FLOAT_DTYPES:
         raise TypeError(f"{op}: a must be float16 or bfloat16, got {a.dtype}")
-    G = K if group_size == -1 else group_size
-    if G <= 0 or (K and K % G):
-        raise ValueError(f"{op}: group_size must be -1 or a positive divisor of K = {K}, got {group_size}")
-    groups = K // G if K else 0
-    if scales.shape != (groups, N):
-        raise ValueError(f"{op}: scales must be [K // group_size, N] = [{groups}, {N}], got {_shape(scales)}")
+    if group_index is None:
+        G = K if group_size == -1 else group_size
+        if G <= 0 or (K and K % G):
+            raise ValueError(f"{op}: group_size must be -1 or a positive divisor of K = {K}, got {group_size}")
+        groups = K // G if K else 0
+        if scales.shape != (groups, N):
+            raise ValueError(f"{op}: scales must be [K // group_size, N] = [{groups}, {N}], got {_shape(scales)}")
+    else:
+        _check_group_index(group_index, K, N, scales)
+        groups = scales.shape[0]
     if scales.dtype != dtype:
         raise TypeError(f"{op}: scales must have a's dtype {a.dtype}, got {scales.dtype}")
     if zeros is not None and (zeros.shape != (groups, N) or zeros.dtype != torch.uint8):
-        raise ValueError(
-            f"{op}: zeros must be uint8 [K // group_size, N] = [{groups}, {N}], got {_shape(zeros)} {zeros.dtype}"
-        )
+        shape = f"[K // group_size, N] = [{groups}, {N}]" if group_index is None else f"scales' shape [{groups}, {N}]"
+        raise ValueError(f"{op}: zeros must be uint8 {shape}, got {_shape(zeros)} {zeros.dtype}")
     if perm is not None and (perm.shape != (K,) or perm.dtype not in INDEX_DTYPES):
         raise ValueError(f"{op}: perm must be int32/int64 [K] = [{K}], got {_shape(perm)} {perm.dtype}")
     if perm is not None and perm.is_cpu and perm.numel() and not bool(((perm >= 0) & (perm < K)).all()):
@@ -88,10 +97,31 @@ def check_w4a16_args(
         or (zeros is not None and zeros.device != device)
         or (perm is not None and perm.device != device)
         or (bias is not None and bias.device != device)
+        or (group_index is not None and group_index.device != device)
     ):
-        for name, t in (("qweight", qweight), ("scales", scales), ("zeros", zeros), ("perm", perm), ("bias", bias)):
+        named = (("qweight", qweight), ("scales", scales), ("zeros", zeros), ("perm", perm), ("bias", bias),
+                 ("group_index", group_index))  # fmt: skip
+        for name, t in named:
             if t is not None and t.device != a.device:
                 raise ValueError(f"{op}: {name} must be on a's device {a.device}, got {t.device}")
+
+
+def _check_group_index(group_index, K: int, N: int, scales: torch.Tensor) -> None:
+    op = "w4a16_gemm"
+    if not isinstance(group_index, torch.Tensor) or group_index.shape != (K,) or group_index.dtype not in INDEX_DTYPES:
+        got = (
+            f"{_shape(group_index)} {group_index.dtype}" if isinstance(group_index, torch.Tensor) else type(group_index)
+        )
+        raise ValueError(f"{op}: group_index must be int32/int64 [K] = [{K}], got {got}")
+    if scales.dim() != 2 or scales.shape[1] != N or (K and scales.shape[0] == 0):
+        raise ValueError(
+            f"{op}: scales must be [groups, N] = [groups >= 1, {N}] with group_index, got {_shape(scales)}"
+        )
+    if group_index.is_cpu and K and not bool(((group_index >= 0) & (group_index < scales.shape[0])).all()):
+        raise ValueError(
+            f"{op}: group_index's values must be in [0, scales.shape[0]) = [0, {scales.shape[0]}), "
+            f"got {int(group_index.min())}..{int(group_index.max())}"
+        )
 
 
 def dequantize(
@@ -100,13 +130,25 @@ def dequantize(
     zeros: torch.Tensor | None,
     group_size: int,
     dtype: torch.dtype,
+    group_index: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Prepared weight -> dense ``[K, N]`` in ``dtype``, rows in prepared (group-sorted) order."""
+    """Prepared weight -> dense ``[K, N]`` in ``dtype``, rows in prepared order (group-sorted, or as
+    ``group_index`` maps them)."""
     K = qweight.shape[0] * PACK
-    G = K if group_size == -1 else group_size
     q = unpack_rows(qweight)
-    z = torch.full_like(q, SYMMETRIC_ZERO) if zeros is None else zeros.to(torch.int32).repeat_interleave(G, dim=0)
-    return (q - z).to(dtype) * scales.to(dtype).repeat_interleave(G, dim=0)
+    if group_index is None:
+        G = K if group_size == -1 else group_size
+
+        def rows(t: torch.Tensor) -> torch.Tensor:
+            return t.repeat_interleave(G, dim=0)
+    else:
+        index = group_index.to(torch.int64)
+
+        def rows(t: torch.Tensor) -> torch.Tensor:
+            return t.index_select(0, index)
+
+    z = torch.full_like(q, SYMMETRIC_ZERO) if zeros is None else rows(zeros.to(torch.int32))
+    return (q - z).to(dtype) * rows(scales.to(dtype))
 
 
 def dense_weight(
@@ -116,12 +158,13 @@ def dense_weight(
     perm: torch.Tensor | None = None,
     group_size: int = 128,
     dtype: torch.dtype | None = None,
+    group_index: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Dense ``[K, N]`` weight in checkpoint row order: ``a @ dense_weight(...)`` is the GEMM.
 
     For dense (cuBLAS) baselines and tests; ``dtype`` defaults to ``scales``'.
     """
-    w = dequantize(qweight, scales, zeros, group_size, dtype or scales.dtype)
+    w = dequantize(qweight, scales, zeros, group_size, dtype or scales.dtype, group_index)
     if perm is None:
         return w
     out = torch.empty_like(w)
@@ -138,12 +181,13 @@ def w4a16_gemm(
     bias: torch.Tensor | None = None,
     group_size: int = 128,
     deterministic: bool = True,
+    group_index: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``a[:, perm] @ dequantize(qweight, scales, zeros) (+ bias)``: ``[M, K] -> [M, N]`` in ``a.dtype``.
 
     4-bit weights with group-wise scales; see the module docstring for layouts.
     """
-    w = dequantize(qweight, scales, zeros, group_size, a.dtype)
+    w = dequantize(qweight, scales, zeros, group_size, a.dtype, group_index)
     if perm is not None:
         a = a.index_select(1, perm.to(torch.int64))
     out = torch.matmul(a, w)
@@ -159,6 +203,7 @@ def w4a16_gemm_fake(
     bias: torch.Tensor | None = None,
     group_size: int = 128,
     deterministic: bool = True,
+    group_index: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Output metadata only: ``[M, N]`` in ``a.dtype`` on ``a.device``."""
     return a.new_empty((a.shape[0], qweight.shape[1]))

@@ -33,7 +33,7 @@ import triton.language as tl
 from exactfuse.ops.splitk import arrival_counters
 from exactfuse.ops.w4a16.dequant import dense_gemm, dequant_kn_tile
 from exactfuse.ops.w4a16.gemv import w4a16_gemv_kernel
-from exactfuse.ops.w4a16.heuristics import RECORDERS, TileConfig, select_config
+from exactfuse.ops.w4a16.heuristics import RECORDERS, TileConfig, dense_config, select_config
 from exactfuse.ops.w4a16.splitk import REDUCE_BLOCK, finish_tile, w4a16_splitk_reduce_kernel
 from exactfuse.registry import platform
 from exactfuse.utils import compute_capability, empty, next_power_of_2, num_sms
@@ -159,12 +159,14 @@ def launch_w4a16_gemm(
     bias: torch.Tensor | None,
     group_size: int,
     deterministic: bool = True,
+    group_index: torch.Tensor | None = None,
     config: TileConfig | None = None,
 ) -> torch.Tensor:
     """Launch the GEMM (and the split-K reduction) on validated prepared tensors -> ``[M, N]``.
 
     ``config`` overrides the heuristic (tests and sweeps); :func:`heuristics.record_configs` shows
-    which configuration ran.
+    which configuration ran. A ``group_index`` takes the dense path at every M (the fused kernels read
+    one group per run of ``group_size`` rows).
     """
     M, K = a.shape
     N = qweight.shape[1]
@@ -173,13 +175,17 @@ def launch_w4a16_gemm(
         return out
     if K == 0:
         return out.zero_() if bias is None else out.copy_(bias.expand(M, N))
-    G = kernel_group(K, group_size)
-    cfg = config or select_config(M, N, K, group_size, num_sms(a.device))
+    if group_index is not None:
+        cfg = config or dense_config()
+        G = 0  # unused: each row's group is group_index's
+    else:
+        G = kernel_group(K, group_size)
+        cfg = config or select_config(M, N, K, group_size, num_sms(a.device))
     if RECORDERS:
         for seen in RECORDERS:
             seen.append(cfg)
-    if cfg.dense:
-        return dense_gemm(a, qweight, scales, zeros, perm, bias, G, cfg)
+    if cfg.dense or group_index is not None:
+        return dense_gemm(a, qweight, scales, zeros, perm, bias, G, cfg, group_index)
     split = cfg.split_k > 1
     atomic = split and not deterministic
     fixup = split and not atomic and cfg.fixup
@@ -257,6 +263,7 @@ def triton_supports(
     bias: torch.Tensor | None = None,
     group_size: int = 128,
     deterministic: bool = True,
+    group_index: torch.Tensor | None = None,
 ) -> bool | str:
     """Tensors Triton can read (no bf16 under the interpreter), ``a`` with unit last stride, contiguous
     weights, a supported group size; otherwise the reason, naming the argument."""
@@ -264,11 +271,13 @@ def triton_supports(
         return reason
     if a.stride(1) != 1:
         return f"a has strides {tuple(a.stride())}: the kernels read rows of a with unit last stride"
-    for name, t in (("qweight", qweight), ("scales", scales), ("zeros", zeros), ("perm", perm), ("bias", bias)):
+    named = (("qweight", qweight), ("scales", scales), ("zeros", zeros), ("perm", perm), ("bias", bias),
+             ("group_index", group_index))  # fmt: skip
+    for name, t in named:
         if t is not None and not t.is_contiguous():
             return f"{name} has strides {tuple(t.stride())}: the kernels read it contiguous"
     K = a.shape[1]
-    if K and not supported_group(K, group_size):
+    if K and group_index is None and not supported_group(K, group_size):
         return f"group_size={group_size} with K={K}: the kernels take one group or a power of two >= 16"
     return True
 
@@ -282,5 +291,6 @@ def w4a16_gemm_triton(
     bias: torch.Tensor | None = None,
     group_size: int = 128,
     deterministic: bool = True,
+    group_index: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    return launch_w4a16_gemm(a, qweight, scales, zeros, perm, bias, group_size, deterministic)
+    return launch_w4a16_gemm(a, qweight, scales, zeros, perm, bias, group_size, deterministic, group_index)
