@@ -145,6 +145,25 @@ def test_w4a16_gemm(M, K, N, group_size, symmetric, act_order, bias, layout, see
     _check("w4a16_gemm", (a, w.qweight, w.scales, w.zeros, w.perm, b, w.group_size), torch.float16)
 
 
+@SETTINGS
+@given(
+    M=st.sampled_from([0, 1, 3, 17, 130]),
+    K=st.sampled_from([8, 64, 256]),
+    N=st.sampled_from([8, 24]),
+    groups=st.sampled_from([1, 3, 40]),
+    symmetric=st.booleans(),
+    layout=st.sampled_from(["contiguous", "column-slice", "transposed"]),
+    seed=st.integers(0, 2**16),
+)
+def test_w4a16_gemm_with_a_group_per_row(M, K, N, groups, symmetric, layout, seed):
+    from exactfuse.ops.w4a16.inputs import row_group_case
+
+    case = row_group_case("fuzz", M, K, N, groups, torch.float16, "cpu", torch.Generator().manual_seed(seed),
+                          symmetric=symmetric)  # fmt: skip
+    a = _tensor(M, K, torch.float16, layout, "none", seed)
+    _check("w4a16_gemm", (a, *case.args[1:]), torch.float16)
+
+
 # ------------------------------------------------------------------------ the conv family
 def _check_case(name: str, case, special: str, where: str) -> None:
     """As :func:`_check` for an op that may mutate its arguments: every output (the result and the
