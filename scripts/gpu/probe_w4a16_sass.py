@@ -38,14 +38,16 @@ POINTERS.update(p_ws="*fp32", p_count="*i32")
 SCALARS = ("M", "N", "K", "stride_am", "K_PER_SPLIT")
 
 
-DECODE = next(b for b in BUCKETS if b[1] == "decode")  # (max M, name, BM, BN, BK, warps, stages, ...)
-GEMV = next(b for b in BUCKETS if b[1] == "gemv")
+DECODE = next(b for b in BUCKETS if b.name == "decode")
+GEMV = next(b for b in BUCKETS if b.name == "gemv")
 
 
 def compile_decode(dtype: str, arch: int = 90):
-    BM, BN, BK, num_warps, num_stages = DECODE[2:7]
+    BM, BN, BK, num_warps, num_stages = DECODE.BM, DECODE.BN, DECODE.BK, DECODE.num_warps, DECODE.num_stages
+    # the tl.dot kernel's trailing arguments: the per-row group index (unused here) and its flag
+    trailing = {"p_gi": "*i32", "groups": "i32", "HAS_GROUP_INDEX": False}
     return compile_tile(
-        w4a16_gemm_kernel, dtype, dict(BM=BM, BN=BN, BK=BK, GROUP_M=GROUP_M), num_warps, num_stages, arch
+        w4a16_gemm_kernel, dtype, dict(BM=BM, BN=BN, BK=BK, GROUP_M=GROUP_M), num_warps, num_stages, arch, trailing
     )
 
 
@@ -64,13 +66,20 @@ def compile_gemv(
     return compile_tile(w4a16_gemv_kernel, dtype, tile, num_warps, 1, arch)
 
 
-def compile_tile(kernel, dtype: str, tile: dict, num_warps: int, num_stages: int, arch: int = 90):
+def compile_tile(kernel, dtype: str, tile: dict, num_warps: int, num_stages: int, arch: int = 90, trailing=None):
     """``kernel`` (a W4A16 kernel) for group 128, symmetric, split-K with the in-launch fixup, the ``tile``
-    constexprs, sizes divisible by 16."""
+    constexprs, sizes divisible by 16; ``trailing``: the kernel's last arguments after those, name -> a
+    Triton type or a constexpr's value."""
     const = dict(GROUP=128, GROUPS_PER_TILE=1, HAS_ZEROS=False, HAS_PERM=False, HAS_BIAS=False, SPLIT=True)
     const.update(ATOMIC=False, FIXUP=True, EVEN_K=True, INT64_INDEX=False, **tile)
     pointers = {name: t.format(dt=dtype) for name, t in POINTERS.items()}
     signature = {**pointers, **dict.fromkeys(SCALARS, "i32"), **dict.fromkeys(const, "constexpr")}
+    for name, value in (trailing or {}).items():
+        if isinstance(value, str):
+            signature[name] = value
+        else:
+            signature[name] = "constexpr"
+            const[name] = value
     # what the launcher specializes for pointers and for sizes divisible by 16 (the benchmark shapes)
     names = list(signature)
     aligned = [*POINTERS, "N", "K", "stride_am", "K_PER_SPLIT"]
@@ -111,7 +120,7 @@ def main() -> None:
         lines.append("  " + "  ".join(f"{op} {n}" for op, n in ops.most_common(24)))
         shared = sorted(set(re.findall(r"#ttg\.\w*shared<\{[^}]*\}>", kernel.asm["ttgir"])))
         lines.append("  shared encodings: " + "; ".join(shared))
-    _, _, _, BN, BK, num_warps = GEMV[:6]
+    BN, BK, num_warps = GEMV.BN, GEMV.BK, GEMV.num_warps
     lines.append(f"\ngemv bucket {GEMV}: the whole kernel per BM (its loop body once, the 8 nibbles unrolled)")
     for dtype in ("bf16", "fp16"):
         for BM in (1, 2, 4):

@@ -38,14 +38,17 @@ def dequant_kn_tile(
     p_qw,
     p_s,
     p_z,
+    p_gi,
     k0,
     o_n,
     m_n,
     N,
     K,
+    groups,
     GROUP: tl.constexpr,
     GROUPS_PER_TILE: tl.constexpr,
     HAS_ZEROS: tl.constexpr,
+    HAS_GROUP_INDEX: tl.constexpr,
     EVEN_K: tl.constexpr,
     BK: tl.constexpr,
     BN: tl.constexpr,
@@ -53,10 +56,19 @@ def dequant_kn_tile(
     """``(q - z) * s`` in fp32 (exact) for prepared rows ``k0 .. k0 + BK`` and columns ``o_n``: ``[BK, BN]``.
 
     Rounding it to the activation dtype gives the spec's dequantized weight. Words past K (not EVEN_K)
-    and columns outside ``m_n`` read as 0. Pointers and the constexprs as in :func:`w4a16_gemm_kernel`.
+    and columns outside ``m_n`` read as 0. With HAS_GROUP_INDEX, row ``k`` takes scale (and zero) row
+    ``p_gi[k]`` of ``groups`` (a scale of 0 outside ``[0, groups)``) instead of ``k // GROUP``. Pointers
+    and the constexprs as in :func:`w4a16_gemm_kernel`.
     """
     b_q = _unpack_kn_tile(p_qw, k0, o_n, m_n, N, K, EVEN_K, BK, BN)
-    if GROUPS_PER_TILE == 1:
+    if HAS_GROUP_INDEX:
+        o_k = k0 + tl.arange(0, BK)
+        o_g = tl.load(p_gi + o_k, mask=o_k < K, other=-1).to(tl.int64)
+        m_g = ((o_g >= 0) & (o_g < groups))[:, None] & m_n[None, :]
+        p_g = tl.where(m_g, o_g[:, None] * N + o_n[None, :], 0)
+        b_s = tl.load(p_s + p_g, mask=m_g, other=0.0).to(tl.float32)
+        b_z = tl.load(p_z + p_g, mask=m_g, other=8).to(tl.int32) if HAS_ZEROS else 8
+    elif GROUPS_PER_TILE == 1:
         o_g = k0 // GROUP
         b_s = tl.load(p_s + o_g * N + o_n, mask=m_n, other=0.0).to(tl.float32)[None, :]
         b_z = tl.load(p_z + o_g * N + o_n, mask=m_n, other=0).to(tl.int32)[None, :] if HAS_ZEROS else 8
@@ -73,17 +85,20 @@ def dequant_kn_tile(
     return (b_q - b_z).to(tl.float32) * b_s
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["groups"])
 def w4a16_dequant_kernel(
     p_qw,
     p_s,
     p_z,
+    p_gi,
     p_w,
     N,
     K,
+    groups,
     GROUP: tl.constexpr,
     GROUPS_PER_TILE: tl.constexpr,
     HAS_ZEROS: tl.constexpr,
+    HAS_GROUP_INDEX: tl.constexpr,
     EVEN_K: tl.constexpr,
     INT64_INDEX: tl.constexpr,
     BK: tl.constexpr,
@@ -97,45 +112,11 @@ def w4a16_dequant_kernel(
         k0 = k0.to(tl.int64)
     o_n = tl.program_id(1) * BN + tl.arange(0, BN)
     m_n = o_n < N
-    b_w = dequant_kn_tile(p_qw, p_s, p_z, k0, o_n, m_n, N, K, GROUP, GROUPS_PER_TILE, HAS_ZEROS, EVEN_K, BK, BN)
+    b_w = dequant_kn_tile(p_qw, p_s, p_z, p_gi, k0, o_n, m_n, N, K, groups, GROUP, GROUPS_PER_TILE, HAS_ZEROS,
+                          HAS_GROUP_INDEX, EVEN_K, BK, BN)  # fmt: skip
     o_k = k0 + tl.arange(0, BK)
     m_w = (o_k < K)[:, None] & m_n[None, :]
     tl.store(p_w + o_k[:, None] * N + o_n[None, :], b_w.to(p_w.dtype.element_ty), mask=m_w)
-
-
-@triton.jit
-def w4a16_dequant_rows_kernel(
-    p_qw,
-    p_s,
-    p_z,
-    p_gi,
-    p_w,
-    N,
-    K,
-    groups,
-    HAS_ZEROS: tl.constexpr,
-    EVEN_K: tl.constexpr,
-    INT64_INDEX: tl.constexpr,
-    BK: tl.constexpr,
-    BN: tl.constexpr,
-):
-    """:func:`w4a16_dequant_kernel` with a group per row: prepared row ``k`` takes scale (and zero) row
-    ``p_gi[k]`` (``[K]`` int32/int64) of ``groups``; an entry outside ``[0, groups)`` reads a scale of 0."""
-    k0 = tl.program_id(0) * BK
-    if INT64_INDEX:
-        k0 = k0.to(tl.int64)
-    o_n = tl.program_id(1) * BN + tl.arange(0, BN)
-    m_n = o_n < N
-    o_k = k0 + tl.arange(0, BK)
-    m_k = o_k < K
-    b_q = _unpack_kn_tile(p_qw, k0, o_n, m_n, N, K, EVEN_K, BK, BN)
-    o_g = tl.load(p_gi + o_k, mask=m_k, other=-1).to(tl.int64)
-    m_g = ((o_g >= 0) & (o_g < groups))[:, None] & m_n[None, :]
-    p_g = tl.where(m_g, o_g[:, None] * N + o_n[None, :], 0)
-    b_s = tl.load(p_s + p_g, mask=m_g, other=0.0).to(tl.float32)
-    b_z = tl.load(p_z + p_g, mask=m_g, other=8).to(tl.int32) if HAS_ZEROS else 8
-    b_w = (b_q - b_z).to(tl.float32) * b_s
-    tl.store(p_w + o_k[:, None] * N + o_n[None, :], b_w.to(p_w.dtype.element_ty), mask=m_k[:, None] & m_n[None, :])
 
 
 def dequantize_dense(
@@ -151,36 +132,22 @@ def dequantize_dense(
     K, N = qweight.shape[0] * 8, qweight.shape[1]
     w = empty((K, N), scales.dtype, scales.device)
     grid = (triton.cdiv(K, cfg.BK), triton.cdiv(N, cfg.BN))
-    if group_index is not None:
-        torch.library.wrap_triton(w4a16_dequant_rows_kernel)[grid](
-            qweight,
-            scales,
-            zeros if zeros is not None else qweight,
-            group_index,
-            w,
-            N,
-            K,
-            scales.shape[0],
-            HAS_ZEROS=zeros is not None,
-            EVEN_K=K % cfg.BK == 0,
-            INT64_INDEX=max(K, scales.shape[0]) * N >= 2**31,
-            BK=cfg.BK,
-            BN=cfg.BN,
-            num_warps=cfg.num_warps,
-        )
-        return w
+    per_row = group_index is not None
     torch.library.wrap_triton(w4a16_dequant_kernel)[grid](
         qweight,
         scales,
         zeros if zeros is not None else qweight,
+        group_index if per_row else qweight,
         w,
         N,
         K,
-        GROUP=G,
-        GROUPS_PER_TILE=cfg.BK // G if G < cfg.BK else 1,
+        scales.shape[0],
+        GROUP=max(G, 1),
+        GROUPS_PER_TILE=cfg.BK // G if 0 < G < cfg.BK else 1,
         HAS_ZEROS=zeros is not None,
+        HAS_GROUP_INDEX=per_row,
         EVEN_K=K % cfg.BK == 0,
-        INT64_INDEX=K * N >= 2**31,
+        INT64_INDEX=max(K, scales.shape[0]) * N >= 2**31,
         BK=cfg.BK,
         BN=cfg.BN,
         num_warps=cfg.num_warps,

@@ -39,7 +39,7 @@ from exactfuse.registry import platform
 from exactfuse.utils import compute_capability, empty, next_power_of_2, num_sms
 
 
-@triton.jit(do_not_specialize=["M"])
+@triton.jit(do_not_specialize=["M", "groups"])
 def w4a16_gemm_kernel(
     p_a,
     p_qw,
@@ -69,12 +69,16 @@ def w4a16_gemm_kernel(
     BN: tl.constexpr,
     BK: tl.constexpr,
     GROUP_M: tl.constexpr,
+    p_gi,
+    groups,
+    HAS_GROUP_INDEX: tl.constexpr,
 ):
     """One ``[BM, BN]`` tile of ``a[:, perm] @ W`` over K slice ``program_id(1)``.
 
     p_a: ``[M, K]`` rows ``stride_am`` apart, unit last stride, fp16/bf16.
     p_qw: ``[K/8, N]`` int32 contiguous, k at bits ``4 * (k % 8)`` of row ``k // 8``.
-    p_s / p_z: ``[K/GROUP, N]`` scales (a's dtype) / uint8 zero points, contiguous.
+    p_s / p_z: ``[K/GROUP, N]`` scales (a's dtype) / uint8 zero points, contiguous; with
+    HAS_GROUP_INDEX ``[groups, N]``, row ``k``'s being ``p_gi[k]`` (``[K]`` int32/int64).
     p_perm: ``[K]`` int column of ``a`` for each prepared K row. p_bias: ``[N]``.
     p_out: ``[M, N]`` in a's dtype. p_ws: the fp32 workspace ``[S, M, N]`` (SPLIT) or
     ``[M, N]`` (SPLIT and ATOMIC). p_count: int32 arrival counters, one per output tile,
@@ -114,7 +118,8 @@ def w4a16_gemm_kernel(
             b_a = tl.load(p_ab, mask=m_m[:, None], other=0.0)
         else:
             b_a = tl.load(p_ab, mask=m_m[:, None] & m_k[None, :], other=0.0)
-        b_w = dequant_kn_tile(p_qw, p_s, p_z, k0, o_n, m_n, N, K, GROUP, GROUPS_PER_TILE, HAS_ZEROS, EVEN_K, BK, BN)
+        b_w = dequant_kn_tile(p_qw, p_s, p_z, p_gi, k0, o_n, m_n, N, K, groups, GROUP, GROUPS_PER_TILE, HAS_ZEROS,
+                              HAS_GROUP_INDEX, EVEN_K, BK, BN)  # fmt: skip
         b_w = b_w.to(DT)
         acc = tl.dot(b_a, b_w, acc)
 
@@ -165,8 +170,9 @@ def launch_w4a16_gemm(
     """Launch the GEMM (and the split-K reduction) on validated prepared tensors -> ``[M, N]``.
 
     ``config`` overrides the heuristic (tests and sweeps); :func:`heuristics.record_configs` shows
-    which configuration ran. A ``group_index`` takes the dense path at every M (the fused kernels read
-    one group per run of ``group_size`` rows).
+    which configuration ran. A ``group_index`` takes the dense path unless ``config`` forces a tl.dot
+    tile (its per-row scale gather is not yet the rule's: ``scripts/gpu/probe_w4a16_row_groups.py``
+    measures it); the GEMV cannot take one.
     """
     M, K = a.shape
     N = qweight.shape[1]
@@ -175,8 +181,14 @@ def launch_w4a16_gemm(
         return out
     if K == 0:
         return out.zero_() if bias is None else out.copy_(bias.expand(M, N))
-    if group_index is not None:
+    per_row = group_index is not None
+    if per_row:
         cfg = config or dense_config()
+        if cfg.gemv:
+            raise ValueError(
+                f"w4a16_gemm: config {cfg.name!r} is the GEMV, which reads one scale per packed word of 8 rows; "
+                "group_index needs a tl.dot or the dense configuration"
+            )
         G = 0  # unused: each row's group is group_index's
     else:
         G = kernel_group(K, group_size)
@@ -184,7 +196,7 @@ def launch_w4a16_gemm(
     if RECORDERS:
         for seen in RECORDERS:
             seen.append(cfg)
-    if cfg.dense or group_index is not None:
+    if cfg.dense:
         return dense_gemm(a, qweight, scales, zeros, perm, bias, G, cfg, group_index)
     split = cfg.split_k > 1
     atomic = split and not deterministic
@@ -207,7 +219,9 @@ def launch_w4a16_gemm(
             ),
         )
     else:
-        kernel, tiling = w4a16_gemm_kernel, dict(GROUP_M=GROUP_M)
+        kernel = w4a16_gemm_kernel
+        tiling = dict(GROUP_M=GROUP_M, p_gi=group_index if per_row else qweight, groups=scales.shape[0],
+                      HAS_GROUP_INDEX=per_row)  # fmt: skip
     torch.library.wrap_triton(kernel)[(tiles, cfg.split_k)](
         a,
         qweight,
@@ -223,8 +237,8 @@ def launch_w4a16_gemm(
         K,
         a.stride(0),
         cfg.k_per_split,
-        GROUP=G,
-        GROUPS_PER_TILE=cfg.BK // G if G < cfg.BK else 1,
+        GROUP=max(G, 1),
+        GROUPS_PER_TILE=cfg.BK // G if 0 < G < cfg.BK else 1,
         HAS_ZEROS=zeros is not None,
         HAS_PERM=perm is not None,
         HAS_BIAS=bias is not None,
