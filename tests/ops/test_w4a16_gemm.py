@@ -389,3 +389,15 @@ def test_gpu_cuda_graph_capture_and_replay(M):
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, w4a16_gemm(x, *args))
+
+
+@pytest.mark.interpreter
+def test_interpreter_warmup_runs_every_bucket_and_the_row_group_path():
+    """The warmup launches the real launcher once per M bucket (the GEMV, each tl.dot tile, dense), and with
+    ``row_groups`` the dequantize path a group per row takes at every M."""
+    with record_configs() as seen:
+        w4a16_gemm.warmup_fn("cpu", torch.float16, shapes=((256, 64),))
+    assert {c.name for c in seen} == {b.name for b in BUCKETS} | {"dense"}
+    with record_configs() as seen:
+        w4a16_gemm.warmup_fn("cpu", torch.float16, shapes=((256, 64),), row_groups=True, symmetric=False, bias=True)
+    assert [c.name for c in seen] == ["dense"]

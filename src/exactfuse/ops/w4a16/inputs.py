@@ -103,6 +103,10 @@ def _inputs(device: torch.device, dtype: torch.dtype, *, quick: bool = False, se
 
 
 # ------------------------------------------------------------------ warmup
+# a row count in every bucket of heuristics.BUCKETS (M = 2 is the two-row GEMV's) and the dense path
+WARMUP_M = (1, 2, 16, 32, 64, 128, 256, 512, 1024)
+
+
 @w4a16_gemm.warmup
 def _warmup(
     device,
@@ -113,19 +117,28 @@ def _warmup(
     symmetric=True,
     act_order=False,
     bias=False,
+    row_groups=False,
     **other_ops_options,
 ):
     """Compile every kernel specialization the layers ``shapes = ((K, N), ...)`` need.
 
     One launch per M bucket of the heuristic and per split / no-split variant,
-    so CUDA-graph capture at any M triggers no JIT compile. Options meant for
-    other ops' warmups (``exactfuse.warmup`` passes them to every op) are ignored.
+    so CUDA-graph capture at any M triggers no JIT compile. ``row_groups``: the
+    layers have a group per row (row shards of act-order layers, K their shard's),
+    whose dequantize path serves every M. Options meant for other ops' warmups
+    (``exactfuse.warmup`` passes them to every op) are ignored.
     """
     gen = make_generator(0)
     for K, N in shapes:
-        w = random_weights(K, N, dtype, device, gen, group_size=group_size, symmetric=symmetric, act_order=act_order)
         b = torch.zeros((N,), dtype=dtype, device=device) if bias else None
-        for M in (1, 16, 32, 64, 128, 256, 512, 1024):
+        if row_groups:
+            groups = max(1, K // (K if group_size == -1 else group_size))
+            case = row_group_case("warmup", 1, K, N, groups, dtype, device, gen, symmetric=symmetric)
+            a, qweight, scales, zeros, perm, _, G, deterministic, group_index = case.args
+            _triton.launch_w4a16_gemm(a, qweight, scales, zeros, perm, b, G, deterministic, group_index)
+            continue
+        w = random_weights(K, N, dtype, device, gen, group_size=group_size, symmetric=symmetric, act_order=act_order)
+        for M in WARMUP_M:
             a = torch.ones((M, K), dtype=dtype, device=device)
             _triton.launch_w4a16_gemm(a, w.qweight, w.scales, w.zeros, w.perm, b, w.group_size)
 
