@@ -118,6 +118,7 @@ def _warmup(
     act_order=False,
     bias=False,
     row_groups=False,
+    deterministic=True,
     **other_ops_options,
 ):
     """Compile every kernel specialization the layers ``shapes = ((K, N), ...)`` need.
@@ -125,7 +126,8 @@ def _warmup(
     One launch per M bucket of the heuristic and per split / no-split variant,
     so CUDA-graph capture at any M triggers no JIT compile. ``row_groups``: the
     layers have a group per row (row shards of act-order layers, K their shard's),
-    whose dequantize path serves every M. Options meant for other ops' warmups
+    whose dequantize path serves every M. ``deterministic=False``: layers that let
+    split-K use atomics (another specialization). Options meant for other ops' warmups
     (``exactfuse.warmup`` passes them to every op) are ignored.
     """
     gen = make_generator(0)
@@ -140,7 +142,7 @@ def _warmup(
         w = random_weights(K, N, dtype, device, gen, group_size=group_size, symmetric=symmetric, act_order=act_order)
         for M in WARMUP_M:
             a = torch.ones((M, K), dtype=dtype, device=device)
-            _triton.launch_w4a16_gemm(a, w.qweight, w.scales, w.zeros, w.perm, b, w.group_size)
+            _triton.launch_w4a16_gemm(a, w.qweight, w.scales, w.zeros, w.perm, b, w.group_size, deterministic)
 
 
 # ------------------------------------------------------------- bench grids
