@@ -75,13 +75,14 @@ def gelu_and_mul_sparse(
 
 
 # ------------------------------------------------------------------------------- sharded W4A16 layers
-def _sharded_like(layer, K: int, N: int, *, group_size: int, bias: bool):
+def _sharded_like(layer, K: int, N: int, *, group_size: int, bias: bool, groups: int | None = None):
+    """An empty ``W4A16Linear`` of ``layer``'s kind for a ``[K, N]`` shard (``groups``: a group per row)."""
     from exactfuse.layers.w4a16 import W4A16Linear
 
     return W4A16Linear(
-        K, N, group_size=group_size, symmetric=layer.symmetric, act_order=layer.act_order, bias=bias,
-        dtype=layer.scales.dtype, device=layer.qweight.device, source_format=layer.source_format,
-        deterministic=layer.deterministic,
+        K, N, group_size=group_size, symmetric=layer.symmetric, act_order=layer.act_order and groups is None,
+        bias=bias, dtype=layer.scales.dtype, device=layer.qweight.device, source_format=layer.source_format,
+        deterministic=layer.deterministic, groups=groups,
     )  # fmt: skip
 
 
@@ -143,7 +144,6 @@ def _shard_rows_by_group(layer, rank: int, world: int):
     """:func:`shard_row` of an act-order layer: checkpoint rows ``[rank * k, (rank + 1) * k)`` in that
     order, each row's codes moved from its prepared (group-sorted) place, its group the prepared
     place // G."""
-    from exactfuse.layers.w4a16 import W4A16Linear
     from exactfuse.ops.w4a16.packing import pack_rows, unpack_rows
 
     K, N = layer.in_features, layer.out_features
@@ -153,11 +153,8 @@ def _shard_rows_by_group(layer, rank: int, world: int):
     place = torch.empty_like(perm)
     place[perm] = torch.arange(K, device=perm.device)  # checkpoint row -> prepared row
     mine = place[rank * k : (rank + 1) * k]
-    shard = W4A16Linear(
-        k, N, group_size=layer.group_size, symmetric=layer.symmetric, bias=layer.bias is not None and rank == 0,
-        dtype=layer.scales.dtype, device=layer.qweight.device, source_format=layer.source_format,
-        deterministic=layer.deterministic, groups=layer.scales.shape[0],
-    )  # fmt: skip
+    shard = _sharded_like(layer, k, N, group_size=layer.group_size, bias=layer.bias is not None and rank == 0,
+                          groups=layer.scales.shape[0])  # fmt: skip
     with torch.no_grad():
         shard.qweight.copy_(pack_rows(unpack_rows(layer.qweight).index_select(0, mine)))
         shard.scales.copy_(layer.scales)

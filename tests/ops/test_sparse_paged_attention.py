@@ -7,7 +7,18 @@ import pytest
 import torch
 
 import exactfuse
-from attention_support import CPU, CUDA, assert_contract, case_args, named, op, run, with_args
+from attention_support import (
+    CPU,
+    CUDA,
+    assert_contract,
+    case_args,
+    forced_configs,
+    named,
+    op,
+    run,
+    specials_cases,
+    with_args,
+)
 from exactfuse.ops.sparse_paged_attention import CONTRACT, heuristics, native
 from exactfuse.ops.sparse_paged_attention import inputs as attn_inputs
 from exactfuse.ops.sparse_paged_attention.heuristics import AttentionConfig
@@ -183,16 +194,6 @@ def test_reachable_configs_cover_every_row_count():
         assert heuristics.attention_config(rows, 2, 256, 2051, 132) in configs
 
 
-def _forced_configs(Hkv, D, W, device):
-    """Every configuration the heuristic reaches, plus both tiles at 1, 2 and 3 splits, merged by a second
-    launch and in the same launch."""
-    configs = set(heuristics.reachable_configs(Hkv, D, W, num_sms(device)))
-    tiles = {16, 64} if device.type == "cpu" else {32, 64}
-    configs |= {AttentionConfig(b, s, fixup=f) for b in tiles for s in (1, 2, 3) for f in (False, True)
-                if s <= -(-W // b)}  # fmt: skip
-    return sorted(configs, key=lambda c: (c.block_n, c.num_splits, c.num_warps, c.fixup))
-
-
 # ------------------------------------------------------------------ interpreter
 @pytest.mark.interpreter
 def test_interpreter_contract_matrix():
@@ -202,7 +203,7 @@ def test_interpreter_contract_matrix():
 @pytest.mark.interpreter
 def test_interpreter_every_split_configuration_meets_the_contract_and_repeats():
     args = case_args(rows=5, Hq=8, Hkv=2, D=16, page=7, W=100, counts=True)
-    for config in _forced_configs(2, 16, 100, CPU):
+    for config in forced_configs(2, 16, 100, CPU):
         out = run(args, config)
         assert_contract(args, out, str(config))
         assert torch.equal(out, run(args, config)), f"{config}: not deterministic"
@@ -235,37 +236,6 @@ def test_interpreter_gate_stage_is_the_formula_bit_for_bit(rounding, splits):
     assert torch.equal(gated, native.apply_gate(plain, args[9], rounding))
 
 
-def _specials_cases():
-    """(what, args): NaN in one selected K row, Inf in one V, NaN in cache slots no valid entry reads
-    (the page-0 slot masked entries stand for), and a row whose only token scores -inf."""
-    base = case_args(rows=4, Hq=4, Hkv=1, D=16, page=4, W=12, seed=7, holes=0.3)
-    a = named(base)
-    page, slot, valid = native.physical_slots(a.logical_indices, a.block_table, a.token_to_req, None, 4,
-                                              a.k_cache.shape[0])  # fmt: skip
-    out = []
-    k = a.k_cache.clone()
-    k[page[1, valid[1]][0], slot[1, valid[1]][0], 0, 3] = float("nan")
-    out.append(("nan-k", with_args(base, k_cache=k)))
-    v = a.v_cache.clone()
-    v[page[2, valid[2]][0], slot[2, valid[2]][0], 0, 5] = float("inf")
-    out.append(("inf-v", with_args(base, v_cache=v)))
-    used = set(zip(page[valid].tolist(), slot[valid].tolist(), strict=True))
-    k, v = a.k_cache.clone(), a.v_cache.clone()
-    for p_ in range(k.shape[0]):
-        for s_ in range(k.shape[1]):
-            if (p_, s_) not in used:
-                k[p_, s_], v[p_, s_] = float("nan"), float("nan")
-    out.append(("nan-unread", with_args(base, k_cache=k, v_cache=v)))
-    idx = a.logical_indices.clone()
-    idx[0] = -1
-    idx[0, 5] = a.logical_indices[1, valid[1]][0]  # one token, its score -inf through q
-    q = a.q.clone()
-    k0 = a.k_cache[page[1, valid[1]][0], slot[1, valid[1]][0], 0].float()
-    q[0, 0] = torch.where(k0 > 0, -torch.inf, torch.inf).to(q.dtype)  # -inf * k[d] on every d
-    out.append(("neg-inf-row", with_args(base, q=q, logical_indices=idx)))
-    return out
-
-
 @pytest.mark.interpreter
 @pytest.mark.parametrize(
     "config",
@@ -273,7 +243,7 @@ def _specials_cases():
     ids=["single", "split", "split-fixup"],
 )
 def test_interpreter_nan_and_inf_positions_are_native_s(config):
-    for what, args in _specials_cases():
+    for what, args in specials_cases():
         expected = run(args, provider="native")
         got = run(args, config)
         assert torch.equal(torch.isnan(got), torch.isnan(expected)), what
@@ -338,7 +308,7 @@ def test_gpu_every_split_configuration_meets_the_contract_and_repeats(kv):
                      kv_dtype=kv_dtype, counts=True)  # fmt: skip
         single = run(args, AttentionConfig(32, 1))
         outs = {}
-        for config in _forced_configs(Hkv, D, 2051, CUDA):
+        for config in forced_configs(Hkv, D, 2051, CUDA):
             out = outs[config] = run(args, config)
             assert_contract(args, out, f"Hkv {Hkv} D {D} {config}")
             assert CONTRACT.check(out, single, args=args).passed, f"{config} against one split"
@@ -377,85 +347,3 @@ def test_gpu_int64_cache_offsets():
     args = (torch.empty_like(q), q, k, v, idx, table, torch.zeros(rows, dtype=torch.int32, device=CUDA),
             None, None, None, "fused", None, None)  # fmt: skip
     assert_contract(args, run(args), "int64 offsets")
-
-
-def _odd_copy(cache: torch.Tensor) -> torch.Tensor:
-    """``cache``'s values in a view one byte past an even address: fp8 rows read a byte at a time."""
-    pages, page_size, Hkv, D = cache.shape
-    flat = torch.zeros(cache.numel() + 1, dtype=torch.uint8, device=cache.device)
-    odd = flat[1:].view(cache.dtype).view(pages, page_size, Hkv, D)
-    odd.copy_(cache)
-    return odd
-
-
-def _pairs_and_bytes(kv, device):
-    """Outputs of one fp8 call with V at an even address (16-bit pairs) and at an odd one (bytes), NaN in
-    a few V slots, and the native output."""
-    from exactfuse.ops.sparse_paged_attention.triton import _even
-
-    args = case_args(dtype=torch.float16, kv_dtype=kv, W=70, device=device)
-    v = named(args).v_cache.clone()
-    v.view(torch.uint8)[0, 0, 0, :2] = 0x7F if kv == torch.float8_e4m3fn else 0x7E  # NaN in two columns of a slot
-    odd = _odd_copy(v)
-    assert _even(v) and not _even(odd)
-    args = with_args(args, v_cache=v)
-    return run(args), run(with_args(args, v_cache=odd)), run(args, provider="native")
-
-
-@pytest.mark.interpreter
-@pytest.mark.parametrize("kv", [torch.float8_e4m3fn, torch.float8_e5m2])
-def test_interpreter_fp8_v_read_as_pairs_equals_bytes(kv):
-    """An fp8 V cache at an even address is read as 16-bit pairs (`_fp8_pairs_as_fp16`), one at an odd
-    address a byte at a time; both widen exactly, so the outputs are the same bits. (The interpreter's
-    e4m3 widening loses NaN on both paths; the GPU test below checks NaN positions.)"""
-    pairs, single, _ = _pairs_and_bytes(kv, CPU)
-    assert torch.equal(pairs.nan_to_num(7.0), single.nan_to_num(7.0))
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("kv", [torch.float8_e4m3fn, torch.float8_e5m2])
-def test_gpu_fp8_v_read_as_pairs_equals_bytes_and_keeps_nan(kv):
-    pairs, single, native_out = _pairs_and_bytes(kv, CUDA)
-    assert torch.equal(torch.isnan(pairs), torch.isnan(native_out)) and torch.isnan(pairs).any()
-    assert torch.equal(pairs.nan_to_num(7.0), single.nan_to_num(7.0))
-
-
-def _prefetch_and_default(args: tuple, configs, monkeypatch) -> list[tuple]:
-    """(config, default output, output with the next tile's slots loaded ahead) for each config."""
-    from exactfuse.ops.sparse_paged_attention import triton as at
-
-    pairs = []
-    for config in configs:
-        monkeypatch.setattr(at, "PREFETCH_SLOTS", False)
-        default = run(args, config)
-        monkeypatch.setattr(at, "PREFETCH_SLOTS", True)
-        pairs.append((config, default, run(args, config)))
-    return pairs
-
-
-@pytest.mark.interpreter
-def test_interpreter_prefetched_slots_are_the_default_bit_for_bit(monkeypatch):
-    """``PREFETCH_SLOTS`` loads tile ``t + splits``'s slots while tile ``t`` is computed (masked past the
-    end): the same tokens in the same order, so the same bits, on every split configuration, with
-    counts, holes and the special values."""
-    cases = [("counts", case_args(rows=5, Hq=8, Hkv=2, D=16, page=7, W=100, counts=True))]
-    cases += [c for c in _specials_cases() if c[0] in ("nan-k", "neg-inf-row")]
-    for what, args in cases:
-        configs = (
-            _forced_configs(2, 16, 100, CPU) if what == "counts" else [AttentionConfig(16, 1), AttentionConfig(16, 2)]
-        )
-        for config, default, prefetched in _prefetch_and_default(args, configs, monkeypatch):
-            assert torch.equal(default.view(torch.int16), prefetched.view(torch.int16)), (what, config)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("kv", [torch.bfloat16, torch.float8_e4m3fn], ids=["bf16", "e4m3"])
-def test_gpu_prefetched_slots_are_the_default_bit_for_bit(kv, monkeypatch):
-    args = case_args(rows=33, Hq=12, Hkv=2, D=128, page=96, W=515, dtype=torch.bfloat16, kv_dtype=kv, device=CUDA,
-                     counts=True)  # fmt: skip
-    # one split, splits merged by a second launch and in the launch, the few-programs tile: the loop
-    # shapes the prefetch changes (every reachable configuration is the split test's)
-    configs = [AttentionConfig(32, 1), AttentionConfig(64, 3), AttentionConfig(32, 3, fixup=True),
-               AttentionConfig(64, 5, num_warps=8)]  # fmt: skip
-    for config, default, prefetched in _prefetch_and_default(args, configs, monkeypatch):
-        assert torch.equal(default.view(torch.int16), prefetched.view(torch.int16)), config

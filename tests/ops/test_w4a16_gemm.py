@@ -73,35 +73,6 @@ def test_interpreter_contract_fp16():
 
 
 @pytest.mark.interpreter
-@pytest.mark.parametrize("deterministic", [True, False], ids=["workspace", "atomic"])
-def test_interpreter_a_group_per_row_on_every_tl_dot_tile_and_split(deterministic):
-    """A weight with a group per row (``group_index``) through each tl.dot bucket forced, split-K with the
-    fixup, a second launch and atomics included, and the dense path: the GEMM rule against native, and
-    identity activations return the dequantized weight exactly on every tile."""
-    from exactfuse.ops.w4a16.inputs import row_group_case
-
-    for sym in (True, False):
-        case = row_group_case("c", 19, 512, 64, 7, torch.float16, "cpu", make_generator(11), symmetric=sym, bias=True)
-        a, qweight, scales, zeros, *_, g, _, group_index = case.args
-        expected = native.w4a16_gemm(*case.args)
-        weight = native.dequantize(qweight, scales, zeros, g, a.dtype, group_index)
-        eye = torch.eye(512, dtype=a.dtype)
-        configs = [bucket_config(b, 19, 64, 512) for b in ("decode", "m32", "m64", "m128")] + [dense_config()]
-        configs += [with_split(bucket_config("decode", 19, 64, 512), 512, s) for s in (2, 4)]
-        configs += [dataclasses.replace(configs[-1], fixup=False)]
-        for cfg in configs:
-            with exactfuse.poison_outputs():
-                out = w4_triton.launch_w4a16_gemm(*case.args[:7], deterministic, group_index, config=cfg)
-                ident = w4_triton.launch_w4a16_gemm(eye, qweight, scales, zeros, None, None, g, deterministic,
-                                                    group_index, config=cfg)  # fmt: skip
-            result = CONTRACT.check(out, expected, args=case.args)
-            assert result.passed, f"{cfg}: {result.summary()}"
-            assert torch.equal(ident, weight), f"{cfg}: identity activations do not return the weight"
-        with pytest.raises(ValueError, match="group_index needs a tl.dot or the dense configuration"):
-            w4_triton.launch_w4a16_gemm(a[:1], *case.args[1:8], group_index, config=bucket_config("gemv1", 1, 64, 512))
-
-
-@pytest.mark.interpreter
 @pytest.mark.parametrize(("sym", "act"), [(True, False), (False, True)], ids=["sym", "asym-actorder"])
 @pytest.mark.parametrize("group_size", GROUPS, ids=gid)
 def test_identity_activations_return_the_dequantized_weight(group_size, sym, act):

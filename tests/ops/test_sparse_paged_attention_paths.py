@@ -1,0 +1,90 @@
+"""sparse_paged_attention's alternative kernel paths, each held to the default path's bits: fp8 ``V`` read
+as 16-bit pairs against a byte at a time, and the next tile's slots prefetched (``PREFETCH_SLOTS``)."""
+
+import pytest
+import torch
+
+from attention_support import CPU, CUDA, case_args, forced_configs, named, run, specials_cases, with_args
+from exactfuse.ops.sparse_paged_attention.heuristics import AttentionConfig
+
+
+def _odd_copy(cache: torch.Tensor) -> torch.Tensor:
+    """``cache``'s values in a view one byte past an even address: fp8 rows read a byte at a time."""
+    pages, page_size, Hkv, D = cache.shape
+    flat = torch.zeros(cache.numel() + 1, dtype=torch.uint8, device=cache.device)
+    odd = flat[1:].view(cache.dtype).view(pages, page_size, Hkv, D)
+    odd.copy_(cache)
+    return odd
+
+
+def _pairs_and_bytes(kv, device):
+    """Outputs of one fp8 call with V at an even address (16-bit pairs) and at an odd one (bytes), NaN in
+    a few V slots, and the native output."""
+    from exactfuse.ops.sparse_paged_attention.triton import _even
+
+    args = case_args(dtype=torch.float16, kv_dtype=kv, W=70, device=device)
+    v = named(args).v_cache.clone()
+    v.view(torch.uint8)[0, 0, 0, :2] = 0x7F if kv == torch.float8_e4m3fn else 0x7E  # NaN in two columns of a slot
+    odd = _odd_copy(v)
+    assert _even(v) and not _even(odd)
+    args = with_args(args, v_cache=v)
+    return run(args), run(with_args(args, v_cache=odd)), run(args, provider="native")
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("kv", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_interpreter_fp8_v_read_as_pairs_equals_bytes(kv):
+    """An fp8 V cache at an even address is read as 16-bit pairs (`_fp8_pairs_as_fp16`), one at an odd
+    address a byte at a time; both widen exactly, so the outputs are the same bits. (The interpreter's
+    e4m3 widening loses NaN on both paths; the GPU test below checks NaN positions.)"""
+    pairs, single, _ = _pairs_and_bytes(kv, CPU)
+    assert torch.equal(pairs.nan_to_num(7.0), single.nan_to_num(7.0))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_gpu_fp8_v_read_as_pairs_equals_bytes_and_keeps_nan(kv):
+    pairs, single, native_out = _pairs_and_bytes(kv, CUDA)
+    assert torch.equal(torch.isnan(pairs), torch.isnan(native_out)) and torch.isnan(pairs).any()
+    assert torch.equal(pairs.nan_to_num(7.0), single.nan_to_num(7.0))
+
+
+def _prefetch_and_default(args: tuple, configs, monkeypatch) -> list[tuple]:
+    """(config, default output, output with the next tile's slots loaded ahead) for each config."""
+    from exactfuse.ops.sparse_paged_attention import triton as at
+
+    pairs = []
+    for config in configs:
+        monkeypatch.setattr(at, "PREFETCH_SLOTS", False)
+        default = run(args, config)
+        monkeypatch.setattr(at, "PREFETCH_SLOTS", True)
+        pairs.append((config, default, run(args, config)))
+    return pairs
+
+
+@pytest.mark.interpreter
+def test_interpreter_prefetched_slots_are_the_default_bit_for_bit(monkeypatch):
+    """``PREFETCH_SLOTS`` loads tile ``t + splits``'s slots while tile ``t`` is computed (masked past the
+    end): the same tokens in the same order, so the same bits, on every split configuration, with
+    counts, holes and the special values."""
+    cases = [("counts", case_args(rows=5, Hq=8, Hkv=2, D=16, page=7, W=100, counts=True))]
+    cases += [c for c in specials_cases() if c[0] in ("nan-k", "neg-inf-row")]
+    for what, args in cases:
+        configs = (
+            forced_configs(2, 16, 100, CPU) if what == "counts" else [AttentionConfig(16, 1), AttentionConfig(16, 2)]
+        )
+        for config, default, prefetched in _prefetch_and_default(args, configs, monkeypatch):
+            assert torch.equal(default.view(torch.int16), prefetched.view(torch.int16)), (what, config)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv", [torch.bfloat16, torch.float8_e4m3fn], ids=["bf16", "e4m3"])
+def test_gpu_prefetched_slots_are_the_default_bit_for_bit(kv, monkeypatch):
+    args = case_args(rows=33, Hq=12, Hkv=2, D=128, page=96, W=515, dtype=torch.bfloat16, kv_dtype=kv, device=CUDA,
+                     counts=True)  # fmt: skip
+    # one split, splits merged by a second launch and in the launch, the few-programs tile: the loop
+    # shapes the prefetch changes (every reachable configuration is the split test's)
+    configs = [AttentionConfig(32, 1), AttentionConfig(64, 3), AttentionConfig(32, 3, fixup=True),
+               AttentionConfig(64, 5, num_warps=8)]  # fmt: skip
+    for config, default, prefetched in _prefetch_and_default(args, configs, monkeypatch):
+        assert torch.equal(default.view(torch.int16), prefetched.view(torch.int16)), config
