@@ -12,14 +12,15 @@ bytes + q, gate, out at the measured copy rate). Times: median of CUDA-graph rep
 timer). ``--fixup`` also times every split with the merge in the same launch (``AttentionConfig.fixup``,
 marked ``f``); ``--stages 2,3`` also times other software-pipeline depths (marked ``s3``); ``--kv e4m3``
 uses an fp8 cache; ``--v-bytes`` (fp8) also times every configuration with ``V`` read a byte at a time
-instead of as 16-bit pairs (marked ``b``), side by side; ``--prefetch-slots`` also times every configuration
-with the next tile's slots loaded ahead (``triton.PREFETCH_SLOTS``, marked ``p``).
+instead of as 16-bit pairs (marked ``b``), side by side; ``--prefetch-slots`` times every configuration
+both with and without the next tile's slots loaded ahead (``AttentionConfig.prefetch_slots``, marked ``p``).
 Result: benchmarks/results/h200/sweeps/sparse_attention_config.txt.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 
 import torch
@@ -40,15 +41,13 @@ HEADER = "shape | best (block_n, splits, warps) us | heuristic us | heuristic / 
 PAIRS_RULE = at._even
 
 
-def kernel_variant(v_bytes: bool = False, prefetch: bool = False) -> None:
-    """Make the launcher read an fp8 ``V`` a byte at a time (``v_bytes``, else by its own rule) and load
-    the next tile's slots ahead (``prefetch``: ``triton.PREFETCH_SLOTS``); both False restores the default."""
+def kernel_variant(v_bytes: bool = False) -> None:
+    """Make the launcher read an fp8 ``V`` a byte at a time (``v_bytes``, else by its own rule)."""
     at._even = (lambda t: False) if v_bytes else PAIRS_RULE
-    at.PREFETCH_SLOTS = prefetch
 
 
-def time_us(args: tuple, config: AttentionConfig, v_bytes: bool = False, prefetch: bool = False) -> float:
-    kernel_variant(v_bytes, prefetch)
+def time_us(args: tuple, config: AttentionConfig, v_bytes: bool = False) -> float:
+    kernel_variant(v_bytes)
     try:
         return TIMER(lambda: at.launch_sparse_paged_attention(*args, config=config)) * 1e3
     finally:
@@ -56,9 +55,9 @@ def time_us(args: tuple, config: AttentionConfig, v_bytes: bool = False, prefetc
 
 
 def label(key) -> str:
-    c, v_bytes, prefetch = key
+    c, v_bytes = key
     stages = f", s{c.num_stages}" if c.num_stages != AttentionConfig.num_stages else ""
-    marks = (", f" if c.fixup else "") + stages + (", b" if v_bytes else "") + (", p" if prefetch else "")
+    marks = (", f" if c.fixup else "") + stages + (", b" if v_bytes else "") + (", p" if c.prefetch_slots else "")
     return f"({c.block_n}, {c.num_splits}, {c.num_warps}{marks})"
 
 
@@ -66,8 +65,7 @@ def sweep_shape(
     args: tuple, rows: int, Hkv: int, W: int, sms: int, lines: list[str], fixups=(False,), stages=(2,), reads=(False,),
     prefetches=(False,),
 ) -> dict:  # fmt: skip
-    """Every candidate's µs on one case (after its contract check), keyed by (config, V read by bytes,
-    slots prefetched)."""
+    """Every candidate's µs on one case (after its contract check), keyed by (config, V read by bytes)."""
     expected = torch.empty_like(args[0])
     _sparse_paged_attention.native(expected, *args[1:])
     ref = native.reference64(*args)
@@ -78,15 +76,15 @@ def sweep_shape(
     for block_n, warps, splits, fixup, num_stages, v_bytes, prefetch in candidates:
         if splits > -(-W // block_n) or (splits > 1 and rows * Hkv * splits > 16 * 4 * sms) or (fixup and splits == 1):
             continue
-        config = AttentionConfig(block_n, splits, warps, num_stages, fixup)
-        kernel_variant(v_bytes, prefetch)
+        config = AttentionConfig(block_n, splits, warps, num_stages, fixup, prefetch)
+        kernel_variant(v_bytes)
         at.launch_sparse_paged_attention(*args, config=config)
         kernel_variant()
         err = float(torch.linalg.vector_norm(args[0].double() - ref)) / scale
         if not err <= bound:
-            lines.append(f"  {label((config, v_bytes, prefetch))}: FAILS, rel err {err:.3g} > {bound:.3g}")
+            lines.append(f"  {label((config, v_bytes))}: FAILS, rel err {err:.3g} > {bound:.3g}")
             continue
-        times[config, v_bytes, prefetch] = time_us(args, config, v_bytes, prefetch)
+        times[config, v_bytes] = time_us(args, config, v_bytes)
     return times
 
 
@@ -122,7 +120,7 @@ def main() -> None:
         reads = (False, True) if opts.v_bytes else (False,)
         prefetches = (False, True) if opts.prefetch_slots else (False,)
         times = sweep_shape(args, rows, Hkv, W, sms, lines, fixups, stages, reads, prefetches)
-        mine = heuristics.attention_config(rows, Hkv, D, W, sms, args[2].element_size()), False, False
+        mine = heuristics.attention_config(rows, Hkv, D, W, sms, args[2].element_size()), False
         if mine not in times:
             times[mine] = time_us(args, mine[0])
         best = min(times, key=times.get)
@@ -136,18 +134,20 @@ def main() -> None:
         lines.append(
             "   " + " ".join(f"{label(c)}:{t:.1f}" for c, t in sorted(times.items(), key=lambda kv: kv[1])[:8])
         )
-        for on, flags, name in ((opts.v_bytes, (True, False), "V by bytes"), (opts.prefetch_slots, (False, True),
-                                 "slots prefetched")):  # fmt: skip
+        flipped = dataclasses.replace(mine[0], prefetch_slots=not mine[0].prefetch_slots)
+        variants = ((opts.v_bytes, (mine[0], True), "V by bytes"), (opts.prefetch_slots, (flipped, False),
+                    "slots prefetched" if flipped.prefetch_slots else "slots not prefetched"))  # fmt: skip
+        for on, other_key, name in variants:
             if on:
-                other = times.get((mine[0], *flags)) or time_us(args, mine[0], *flags)
-                lines.append(f"   heuristic, default / {name}: {times[mine]:.1f} / {other:.1f} us")
+                other = times.get(other_key) or time_us(args, *other_key)
+                lines.append(f"   heuristic, rule / {name}: {times[mine]:.1f} / {other:.1f} us")
                 variant_ratios.setdefault(name, []).append(times[mine] / other)
         print(summary, flush=True)
         del case, args
         torch.cuda.empty_cache()
     lines.append(f"heuristic / best: geomean {geomean(ratios):.3f}, max {max(ratios):.2f}")
     for name, r in variant_ratios.items():
-        lines.append(f"default / {name} at the heuristic: geomean {geomean(r):.3f}, min {min(r):.3f}, max {max(r):.3f}")
+        lines.append(f"rule / {name} at the heuristic: geomean {geomean(r):.3f}, min {min(r):.3f}, max {max(r):.3f}")
     emit(opts.out, lines)
 
 

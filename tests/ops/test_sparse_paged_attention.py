@@ -166,18 +166,21 @@ def test_attention_config_splits_until_the_gpu_is_full():
     sms = 132
     assert heuristics.attention_config(4, 2, 256, 2051, sms).num_splits == 32  # 65 tiles of 32: two a split
     # one row: 2 x 32 programs would leave SMs idle, so 64-token tiles at 8 warps, 33 tiles: 16 splits
-    assert heuristics.attention_config(1, 2, 256, 2051, sms) == AttentionConfig(64, 16, num_warps=8)
-    assert heuristics.attention_config(1, 4, 128, 2048, sms) == AttentionConfig(64, 16, num_warps=8)
+    few = {"num_warps": 8, "prefetch_slots": True}  # and the next tile's slots loaded ahead
+    assert heuristics.attention_config(1, 2, 256, 2051, sms) == AttentionConfig(64, 16, **few)
+    assert heuristics.attention_config(1, 4, 128, 2048, sms) == AttentionConfig(64, 16, **few)
     assert heuristics.attention_config(16, 2, 128, 2048, sms) == AttentionConfig(64, 16)
     assert heuristics.attention_config(64, 2, 256, 2051, sms).num_splits == 4  # 528 // 128 programs
     assert heuristics.attention_config(4096, 2, 256, 2051, sms).num_splits == 1
     assert heuristics.attention_config(64, 2, 256, 2051, sms).block_n == 32
-    # an fp8 cache row of 256 B: 64 tokens over several waves, 32 where one wave of split rows runs
+    # an fp8 cache row of 256 B: 64 tokens over several waves, 32 where one wave of split rows runs; the
+    # slots of a K tile of 8 KiB loaded ahead, of 16 KiB not
     assert heuristics.attention_config(1024, 2, 256, 2051, sms, kv_bytes=1) == AttentionConfig(64, 1)
-    assert heuristics.attention_config(64, 2, 256, 2051, sms, kv_bytes=1) == AttentionConfig(32, 4)
-    assert heuristics.attention_config(64, 4, 256, 2048, sms, kv_bytes=1) == AttentionConfig(32, 2)
-    assert heuristics.attention_config(64, 2, 128, 2048, sms, kv_bytes=1) == AttentionConfig(64, 4)
-    assert heuristics.attention_config(1, 2, 256, 2048, sms, kv_bytes=1) == AttentionConfig(64, 16, num_warps=8)
+    assert heuristics.attention_config(64, 2, 256, 2051, sms, kv_bytes=1) == AttentionConfig(32, 4, prefetch_slots=True)
+    assert heuristics.attention_config(64, 4, 256, 2048, sms, kv_bytes=1) == AttentionConfig(32, 2, prefetch_slots=True)
+    assert heuristics.attention_config(64, 2, 128, 2048, sms, kv_bytes=1) == AttentionConfig(64, 4, prefetch_slots=True)
+    assert heuristics.attention_config(1, 2, 256, 2048, sms, kv_bytes=1) == AttentionConfig(64, 16, **few)
+    assert not heuristics.attention_config(64, 2, 128, 2048, sms).prefetch_slots  # bf16, 16 KiB
     assert heuristics.attention_config(1, 2, 128, 40, sms).num_splits == 1  # one tile: nothing to split
     for rows in (1, 16, 64, 256, 1024):
         c = heuristics.attention_config(rows, 2, 256, 2051, sms)

@@ -1,5 +1,8 @@
-"""sparse_paged_attention's alternative kernel paths, each held to the default path's bits: fp8 ``V`` read
-as 16-bit pairs against a byte at a time, and the next tile's slots prefetched (``PREFETCH_SLOTS``)."""
+"""sparse_paged_attention's alternative kernel paths, each held to the other's bits: fp8 ``V`` read as
+16-bit pairs against a byte at a time, and the next tile's slots loaded ahead or not
+(``AttentionConfig.prefetch_slots``)."""
+
+from dataclasses import replace
 
 import pytest
 import torch
@@ -49,22 +52,16 @@ def test_gpu_fp8_v_read_as_pairs_equals_bytes_and_keeps_nan(kv):
     assert torch.equal(pairs.nan_to_num(7.0), single.nan_to_num(7.0))
 
 
-def _prefetch_and_default(args: tuple, configs, monkeypatch) -> list[tuple]:
-    """(config, default output, output with the next tile's slots loaded ahead) for each config."""
-    from exactfuse.ops.sparse_paged_attention import triton as at
-
-    pairs = []
-    for config in configs:
-        monkeypatch.setattr(at, "PREFETCH_SLOTS", False)
-        default = run(args, config)
-        monkeypatch.setattr(at, "PREFETCH_SLOTS", True)
-        pairs.append((config, default, run(args, config)))
-    return pairs
+def _prefetch_and_default(args: tuple, configs) -> list[tuple]:
+    """(config, output without, output with the next tile's slots loaded ahead) for each config."""
+    return [
+        (c, run(args, replace(c, prefetch_slots=False)), run(args, replace(c, prefetch_slots=True))) for c in configs
+    ]
 
 
 @pytest.mark.interpreter
-def test_interpreter_prefetched_slots_are_the_default_bit_for_bit(monkeypatch):
-    """``PREFETCH_SLOTS`` loads tile ``t + splits``'s slots while tile ``t`` is computed (masked past the
+def test_interpreter_prefetched_slots_are_the_default_bit_for_bit():
+    """``prefetch_slots`` loads tile ``t + splits``'s slots while tile ``t`` is computed (masked past the
     end): the same tokens in the same order, so the same bits, on every split configuration, with
     counts, holes and the special values."""
     cases = [("counts", case_args(rows=5, Hq=8, Hkv=2, D=16, page=7, W=100, counts=True))]
@@ -73,18 +70,18 @@ def test_interpreter_prefetched_slots_are_the_default_bit_for_bit(monkeypatch):
         configs = (
             forced_configs(2, 16, 100, CPU) if what == "counts" else [AttentionConfig(16, 1), AttentionConfig(16, 2)]
         )
-        for config, default, prefetched in _prefetch_and_default(args, configs, monkeypatch):
+        for config, default, prefetched in _prefetch_and_default(args, configs):
             assert torch.equal(default.view(torch.int16), prefetched.view(torch.int16)), (what, config)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kv", [torch.bfloat16, torch.float8_e4m3fn], ids=["bf16", "e4m3"])
-def test_gpu_prefetched_slots_are_the_default_bit_for_bit(kv, monkeypatch):
+def test_gpu_prefetched_slots_are_the_default_bit_for_bit(kv):
     args = case_args(rows=33, Hq=12, Hkv=2, D=128, page=96, W=515, dtype=torch.bfloat16, kv_dtype=kv, device=CUDA,
                      counts=True)  # fmt: skip
     # one split, splits merged by a second launch and in the launch, the few-programs tile: the loop
     # shapes the prefetch changes (every reachable configuration is the split test's)
     configs = [AttentionConfig(32, 1), AttentionConfig(64, 3), AttentionConfig(32, 3, fixup=True),
                AttentionConfig(64, 5, num_warps=8)]  # fmt: skip
-    for config, default, prefetched in _prefetch_and_default(args, configs, monkeypatch):
+    for config, default, prefetched in _prefetch_and_default(args, configs):
         assert torch.equal(default.view(torch.int16), prefetched.view(torch.int16)), config

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import exactfuse
-from exactfuse.ops.w4a16 import CONTRACT, make_case, native, random_weights, splitk, w4a16_gemm
+from exactfuse.ops import splitk
+from exactfuse.ops.w4a16 import CONTRACT, make_case, native, random_weights, w4a16_gemm
 from exactfuse.ops.w4a16 import triton as w4_triton
 from exactfuse.ops.w4a16.heuristics import (
     BUCKETS,

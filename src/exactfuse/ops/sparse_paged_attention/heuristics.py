@@ -20,18 +20,26 @@ BLOCK_N_SMALL_ROW, BLOCK_N_LARGE_ROW = 64, 32
 SMALL_ROW_BYTES = 256
 WIDE_HEAD_DIM = 128  # above it, a split fp8 row takes BLOCK_N_LARGE_ROW
 FEW_PROGRAMS_BLOCK_N = 64  # tokens a tile when the launch has fewer programs than SMs (8 warps)
+# The next tile's slots loaded while a tile is computed (``prefetch_slots``) hold more registers: they pay
+# where a K tile is at most this many bytes (fp8, 1.00-1.08x faster) and in a launch of fewer programs than
+# SMs (1.04-1.06x at one row), and cost occupancy elsewhere (bf16 rows 64: 1.25-1.40x slower; fp8 D 256 at
+# 64 tokens: 1.08x slower); sweeps/sparse_attention_prefetch.txt, sparse_attention_prefetch_e4m3.txt.
+PREFETCH_TILE_BYTES = 8192
 
 
 @dataclass(frozen=True)
 class AttentionConfig:
     """``block_n`` tokens a tile, ``num_splits`` programs per (row, KV head), ``num_warps`` per program;
-    ``fixup``: the last split to arrive merges in the same launch (else a second launch merges)."""
+    ``fixup``: the last split to arrive merges in the same launch (else a second launch merges);
+    ``prefetch_slots``: a tile's indices and page-table entries are loaded while the one before is computed
+    (the same tokens in the same order: the same bits)."""
 
     block_n: int
     num_splits: int
     num_warps: int = 4
     num_stages: int = 2
     fixup: bool = False
+    prefetch_slots: bool = False
 
     def __post_init__(self):
         if self.block_n < 16 or self.block_n & (self.block_n - 1):
@@ -53,7 +61,8 @@ def attention_config(
     while a cache row is at most 256 bytes, else 32; a split fp8 row wider than 128 takes 32 too.
 
     Where even that leaves fewer programs than SMs (a decode of one or a few rows), each program takes
-    64-token tiles at 8 warps: more of the cache in flight a program is what such a launch lacks.
+    64-token tiles at 8 warps: more of the cache in flight a program is what such a launch lacks. Such a
+    launch, and a K tile of at most :data:`PREFETCH_TILE_BYTES`, loads the next tile's slots ahead.
 
     Sweep over the bench grid's shapes (W = 2048; rows 1-4096, (Hq, Hkv) (24, 2) and (64, 4), D 128 and
     256): this rule is within 1.14x of the best (block_n, splits, warps) on every shape, 1.02x geomean
@@ -67,8 +76,10 @@ def attention_config(
         block_n = BLOCK_N_LARGE_ROW
         splits = _splits(programs, width, block_n, num_sms)
     if programs * splits >= num_sms:
-        return AttentionConfig(block_n, splits)
-    return AttentionConfig(FEW_PROGRAMS_BLOCK_N, _splits(programs, width, FEW_PROGRAMS_BLOCK_N, num_sms), 8)
+        prefetch = block_n * head_dim * kv_bytes <= PREFETCH_TILE_BYTES
+        return AttentionConfig(block_n, splits, prefetch_slots=prefetch)
+    splits = _splits(programs, width, FEW_PROGRAMS_BLOCK_N, num_sms)
+    return AttentionConfig(FEW_PROGRAMS_BLOCK_N, splits, 8, prefetch_slots=True)
 
 
 def _splits(programs: int, width: int, block_n: int, num_sms: int) -> int:

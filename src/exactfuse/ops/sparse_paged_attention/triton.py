@@ -260,12 +260,6 @@ def sparse_attention_merge_kernel(
     _store_heads(o, gate_ptr, out_ptr, row, heads, hmask, s_g_row, s_g_head, s_o_row, s_o_head, GATE)
 
 
-# Load the next tile's slots (its indices, then their page-table entries) while a tile is computed, so the
-# two dependent loads a tile leave the token loop's critical path. Off by default;
-# `sweep sparse_attention --prefetch-slots` times it beside the default, configuration by configuration.
-PREFETCH_SLOTS = False
-
-
 def _even(t: torch.Tensor) -> bool:
     """Whether ``t``'s address and its page, slot and head strides are even: its fp8 rows can be read as
     16-bit pairs (``_fp8_pairs_as_fp16``)."""
@@ -320,7 +314,8 @@ def launch_sparse_paged_attention(
         out.stride(0), out.stride(1), qk_scale, out_scale,
         G=G, HQ=Hq, D=D, BLOCK_M=heuristics.block_m(G), BLOCK_N=config.block_n,
         HAS_COUNTS=counts is not None, GATE=0 if splits > 1 and not fixup else gate_code,
-        SPLIT=splits > 1, FIXUP=fixup, PV_FP16=fp8, V_PAIRS=fp8 and _even(v_cache), PREFETCH_SLOTS=PREFETCH_SLOTS,
+        SPLIT=splits > 1, FIXUP=fixup, PV_FP16=fp8, V_PAIRS=fp8 and _even(v_cache),
+        PREFETCH_SLOTS=config.prefetch_slots,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     if splits > 1 and not fixup:
