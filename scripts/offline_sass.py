@@ -80,7 +80,7 @@ def _attention(q: str, kv: str, warps: int, fixup: bool, prefetch: bool = False)
     types |= {n: "*i32" for n in ("idx_ptr", "counts_ptr", "table_ptr", "req_ptr")}
     consts = dict(G=12, HQ=24, D=128, BLOCK_M=16, BLOCK_N=64, HAS_COUNTS=False, GATE=1, SPLIT=True,
                   FIXUP=fixup, PV_FP16=kv.startswith("fp8"), V_PAIRS=kv.startswith("fp8"),
-                  PREFETCH_SLOTS=prefetch)  # fmt: skip
+                  PREFETCH_SLOTS=prefetch, MERGE_GROUP=8)  # fmt: skip
     div16 = [n for n in kernel.arg_names if n.endswith("_ptr") or n.startswith("s_")] + ["W"]
     label = f"attention q {q} kv {kv}{' fixup' if fixup else ''}{' prefetch' if prefetch else ''}/{warps}"
     return label, compile_sass(kernel, types, consts, div16, (), warps, 2)

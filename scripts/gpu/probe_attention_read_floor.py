@@ -1,6 +1,6 @@
 """The fastest plain read of sparse_paged_attention's selected K/V bytes, against the op (rows 1 and 16).
 
-Usage: PYTHONPATH=src python scripts/gpu/probe_attention_read_floor.py
+Usage: PYTHONPATH=src python scripts/gpu/probe_attention_read_floor.py [--merge-groups 8,16]
 
 For each small-batch bench-grid shape (rows in {1, 16}, (Hq, Hkv) in {(24, 2), (64, 4)}, D in {128, 256},
 W = 2048, bf16 cache) a streaming kernel maps the row's entries to cache slots exactly as the op does,
@@ -10,11 +10,14 @@ the bench's timer (median of CUDA-graph replays). The issue's rows = 1 target: t
 the floor. Where the op's time goes: ``op, empty merge`` is the op with its merge launch replaced by an
 empty kernel of the same arguments (the partial kernel plus one launch), ``empty`` that empty kernel
 alone; so the partial kernel takes about ``op, empty merge - empty`` and the merge ``op - op, empty
-merge + empty``. Result: benchmarks/results/h200/sweeps/sparse_attention_read_floor.txt.
+merge + empty``. ``--merge-groups`` times the op once more for each group size of the merge's loads
+(``triton.MERGE_GROUP``) after the first, side by side.
+Result: benchmarks/results/h200/sweeps/sparse_attention_read_floor.txt.
 """
 
 from __future__ import annotations
 
+import argparse
 import itertools
 
 import torch
@@ -22,6 +25,7 @@ import triton
 import triton.language as tl
 from sweep_io import emit
 
+from exactfuse.bench.results import geomean
 from exactfuse.bench.timing import cudagraph_timer
 from exactfuse.ops.sparse_paged_attention import _sparse_paged_attention, inputs
 from exactfuse.ops.sparse_paged_attention import triton as at
@@ -61,7 +65,7 @@ def gather_read_kernel(
 @triton.jit
 def empty_merge_kernel(
     part_ptr, lse_ptr, gate_ptr, out_ptr, rows, num_splits, s_g_row, s_g_head, s_o_row, s_o_head,
-    HQ: tl.constexpr, D: tl.constexpr, GATE: tl.constexpr,
+    HQ: tl.constexpr, D: tl.constexpr, GATE: tl.constexpr, MERGE_GROUP: tl.constexpr,
 ):  # fmt: skip
     pass
 
@@ -69,13 +73,17 @@ def empty_merge_kernel(
 MERGE = at.sparse_attention_merge_kernel
 
 
-def op_time_us(args, merge=MERGE) -> float:
-    """The op (its heuristic) by the bench's timer, with ``merge`` as its merge kernel."""
-    at.sparse_attention_merge_kernel = merge
+GROUP = at.MERGE_GROUP
+
+
+def op_time_us(args, merge=MERGE, group: int = GROUP) -> float:
+    """The op (its heuristic) by the bench's timer, with ``merge`` as its merge kernel reading ``group``
+    splits at a time."""
+    at.sparse_attention_merge_kernel, at.MERGE_GROUP = merge, group
     try:
         return TIMER(lambda: _sparse_paged_attention.providers["triton"].fn(*args)) * 1e3
     finally:
-        at.sparse_attention_merge_kernel = MERGE
+        at.sparse_attention_merge_kernel, at.MERGE_GROUP = MERGE, GROUP
 
 
 def empty_time_us(args) -> float:
@@ -83,7 +91,8 @@ def empty_time_us(args) -> float:
     rows, Hq, D = q.shape
 
     def call():
-        empty_merge_kernel[(rows, Hq)](out, out, out, out, rows, 1, 0, 0, 0, 0, HQ=Hq, D=D, GATE=0, num_warps=2)
+        empty_merge_kernel[(rows, Hq)](out, out, out, out, rows, 1, 0, 0, 0, 0, HQ=Hq, D=D, GATE=0, MERGE_GROUP=1,
+                                      num_warps=2)  # fmt: skip
 
     call()
     return TIMER(call) * 1e3
@@ -106,7 +115,12 @@ def read(args, block_n: int, splits: int):
 
 
 def main() -> None:
-    lines = ["shape | read floor µs (block_n, splits) | op µs | op / floor | op, empty merge µs | empty µs"]
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--merge-groups", default=str(GROUP), help="merge group sizes, the first the default's")
+    groups = [int(g) for g in parser.parse_args().merge_groups.split(",")]
+    others = "".join(f" | op, merge group {g} µs" for g in groups[1:])
+    lines = [f"shape | read floor µs (block_n, splits) | op µs | op / floor | op, empty merge µs | empty µs{others}"]
+    ratios = {g: [] for g in groups[1:]}
     for seed, ((Hq, Hkv), D, rows) in enumerate(itertools.product(inputs.GRID_HEADS, (128, 256), (1, 16))):
         case = inputs._grid_case(torch.device("cuda"), torch.bfloat16, seed, rows, Hq, Hkv, D, 2048, torch.bfloat16)
         floors = {}
@@ -115,10 +129,19 @@ def main() -> None:
             call()
             floors[(block_n, splits)] = TIMER(call) * 1e3
         best = min(floors, key=floors.get)
-        op_us = op_time_us(case.args)
+        op_us = op_time_us(case.args, group=groups[0])
         parts = f"{op_time_us(case.args, empty_merge_kernel):.1f} | {empty_time_us(case.args):.1f}"
+        for g in groups[1:]:
+            at.MERGE_GROUP = g
+            _sparse_paged_attention.providers["triton"].fn(*case.args)  # compiled before it is timed
+            at.MERGE_GROUP = GROUP
+            us = op_time_us(case.args, group=g)
+            ratios[g].append(us / op_us)
+            parts += f" | {us:.1f}"
         lines.append(f"{case.id} | {floors[best]:.1f} {best} | {op_us:.1f} | {op_us / floors[best]:.2f} | {parts}")
         print(lines[-1], flush=True)
+    for g, r in ratios.items():
+        lines.append(f"merge group {g} / {groups[0]}: geomean {geomean(r):.3f}, min {min(r):.3f}, max {max(r):.3f}")
     emit("sparse_attention_read_floor.txt", lines)
 
 

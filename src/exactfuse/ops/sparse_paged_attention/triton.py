@@ -102,7 +102,7 @@ def sparse_attention_partial_kernel(
     qk_scale, out_scale,
     G: tl.constexpr, HQ: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_COUNTS: tl.constexpr, GATE: tl.constexpr, SPLIT: tl.constexpr, FIXUP: tl.constexpr,
-    PV_FP16: tl.constexpr, V_PAIRS: tl.constexpr, PREFETCH_SLOTS: tl.constexpr,
+    PV_FP16: tl.constexpr, V_PAIRS: tl.constexpr, PREFETCH_SLOTS: tl.constexpr, MERGE_GROUP: tl.constexpr,
 ):  # fmt: skip
     """Pointers: q/gate/out ``[rows, Hq, D]``, k/v ``[pages, page_size, Hkv, D]`` (last strides 1),
     idx ``[rows, W]``, counts ``[rows]``, table ``[requests, max_pages]``, req ``[rows]`` (int32);
@@ -189,7 +189,7 @@ def sparse_attention_partial_kernel(
             counter = count_ptr + row * tl.num_programs(1) + g
             arrived = tl.atomic_add(counter, 1, sem="acq_rel")
             if arrived == num_splits - 1:
-                o = _merge_splits(part_ptr, lse_ptr, row64, heads, hmask, rows, num_splits, HQ, D)
+                o = _merge_splits(part_ptr, lse_ptr, row64, heads, hmask, rows, num_splits, HQ, D, MERGE_GROUP)
                 tl.atomic_xchg(counter, 0)  # zero for the next launch
                 _store_heads(o, gate_ptr, out_ptr, row64, heads, hmask, s_g_row, s_g_head, s_o_row, s_o_head, GATE)
     else:
@@ -208,16 +208,18 @@ def _store_heads(o, gate_ptr, out_ptr, row, heads, hmask, s_g_row, s_g_head, s_o
 
 # Splits the merge reads in one unrolled group: their loads are independent, so they are in flight together
 # instead of one L2 round trip a split (64 splits, one after another, were 12 µs of a 22 µs decode).
-MERGE_GROUP = tl.constexpr(8)
+MERGE_GROUP = 8
 MAX_SPLITS = tl.constexpr(heuristics.MAX_SPLITS)
 
 
 @triton.jit
-def _merge_splits(part_ptr, lse_ptr, row, heads, hmask, rows, num_splits, HQ: tl.constexpr, D: tl.constexpr):
+def _merge_splits(
+    part_ptr, lse_ptr, row, heads, hmask, rows, num_splits, HQ: tl.constexpr, D: tl.constexpr, GROUP: tl.constexpr
+):
     """The splits' fp32 partials of heads ``heads`` (``[M]``) of row ``row``, weighted by their base-2 LSE
     in split order: ``[M, D]`` fp32 (rows past ``hmask`` are 0). Read past L1 (another program of the
     launch may have written them). The maximum LSE reads every split's in one load; the sums take
-    :data:`MERGE_GROUP` splits at a time, each group's loads issued together, in split order, and a split
+    ``GROUP`` (:data:`MERGE_GROUP`) splits at a time, each group's loads issued together, in split order, and a split
     past ``num_splits`` changes nothing."""
     d = tl.arange(0, D)
     every = tl.arange(0, MAX_SPLITS)  # all splits' LSE in one load: one L2 round trip for the maximum
@@ -230,8 +232,8 @@ def _merge_splits(part_ptr, lse_ptr, row, heads, hmask, rows, num_splits, HQ: tl
     total = tl.zeros(heads.shape, tl.float32)
     nan = tl.zeros(heads.shape, tl.int1)  # a split's NaN from the data: the head is NaN
     only_neg_inf = tl.zeros(heads.shape, tl.int1)  # a split had tokens, all scored -inf (its O is NaN)
-    for s0 in range(0, num_splits, MERGE_GROUP):
-        for i in tl.static_range(MERGE_GROUP):
+    for s0 in range(0, num_splits, GROUP):
+        for i in tl.static_range(GROUP):
             m = tl.where(s0 + i < num_splits, hmask, False)  # a vector mask (& a scalar: int32 in the interpreter)
             base = ((s0 + i) * rows + row) * HQ + heads
             lse = tl.load(lse_ptr + base, mask=m, other=float("-inf"), cache_modifier=".cg")
@@ -250,13 +252,13 @@ def _merge_splits(part_ptr, lse_ptr, row, heads, hmask, rows, num_splits, HQ: tl
 @triton.jit(do_not_specialize=["rows", "num_splits"])
 def sparse_attention_merge_kernel(
     part_ptr, lse_ptr, gate_ptr, out_ptr, rows, num_splits, s_g_row, s_g_head, s_o_row, s_o_head,
-    HQ: tl.constexpr, D: tl.constexpr, GATE: tl.constexpr,
+    HQ: tl.constexpr, D: tl.constexpr, GATE: tl.constexpr, MERGE_GROUP: tl.constexpr,
 ):  # fmt: skip
     """The second launch of a split without ``FIXUP``: one (row, head), :func:`_merge_splits`."""
     row = tl.program_id(0).to(tl.int64)
     heads = tl.program_id(1) + tl.arange(0, 1)
     hmask = heads < HQ
-    o = _merge_splits(part_ptr, lse_ptr, row, heads, hmask, rows, num_splits, HQ, D)
+    o = _merge_splits(part_ptr, lse_ptr, row, heads, hmask, rows, num_splits, HQ, D, MERGE_GROUP)
     _store_heads(o, gate_ptr, out_ptr, row, heads, hmask, s_g_row, s_g_head, s_o_row, s_o_head, GATE)
 
 
@@ -315,13 +317,13 @@ def launch_sparse_paged_attention(
         G=G, HQ=Hq, D=D, BLOCK_M=heuristics.block_m(G), BLOCK_N=config.block_n,
         HAS_COUNTS=counts is not None, GATE=0 if splits > 1 and not fixup else gate_code,
         SPLIT=splits > 1, FIXUP=fixup, PV_FP16=fp8, V_PAIRS=fp8 and _even(v_cache),
-        PREFETCH_SLOTS=config.prefetch_slots,
+        PREFETCH_SLOTS=config.prefetch_slots, MERGE_GROUP=MERGE_GROUP,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     if splits > 1 and not fixup:
         torch.library.wrap_triton(sparse_attention_merge_kernel)[(rows, Hq)](
             part, lse, gate, out, rows, splits, gate.stride(0), gate.stride(1), out.stride(0), out.stride(1),
-            HQ=Hq, D=D, GATE=gate_code, num_warps=2,
+            HQ=Hq, D=D, GATE=gate_code, MERGE_GROUP=MERGE_GROUP, num_warps=2,
         )  # fmt: skip
 
 
