@@ -89,6 +89,18 @@ def test_help_and_usage_errors_import_no_torch():
     assert proc.stdout.strip().splitlines()[-1] == "[]"
 
 
+def test_verify_runs_quick_case_sets_in_one_process_by_default(monkeypatch):
+    """Workers pay their own torch import and CUDA context: only the full case sets start them."""
+    from exactfuse import cli
+
+    monkeypatch.setattr(cli.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(cli.os, "cpu_count", lambda: 16)
+    assert cli.default_jobs(quick=True) == 1
+    assert cli.default_jobs(quick=False) == 4
+    monkeypatch.setattr(cli.os, "cpu_count", lambda: 4)
+    assert cli.default_jobs(quick=False) == 1
+
+
 def test_every_option_has_help_and_the_parser_knows_the_library_names():
     import exactfuse_cli
     from exactfuse.bench import runner

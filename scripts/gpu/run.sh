@@ -16,8 +16,7 @@
 #                            that script's --summary of it                (e.g. ncu w4a16_m1)
 #   sanitize TOOL verify|tests [ARGS...]
 #                            compute-sanitizer --tool TOOL (memcheck, racecheck, ...) over exactfuse verify
-#                            (one process) or pytest -m gpu; fails on any error it reports (racecheck:
-#                            on every kernel but cuBLAS's nvjet ones)
+#                            (one process) or pytest -m gpu; fails on any error it reports
 #                            (e.g. sanitize memcheck verify --quick; sanitize racecheck tests -k split_fixup)
 #
 # "//" starts another lane: lanes run at the same time, lane i on GPU i (CUDA_VISIBLE_DEVICES=i), for the
@@ -106,12 +105,7 @@ step() {
       shift 2
       local cmd=(python3 -m exactfuse verify --jobs 1 "$@")
       [ "$what" = tests ] && cmd=(python3 -m pytest -m gpu -q -rfE -p no:cacheprovider "$@")
-      # racecheck leaves out cuBLAS's nvjet kernels: their split-K shared-memory reduction reports hazards
-      # that are cuBLAS's own (the tests' dense references launch them)
-      local only=()
-      [ "$tool" = racecheck ] && only=(--kernel-name-exclude kns=nvjet)
-      timeout "$left" compute-sanitizer --tool "$tool" "${only[@]}" --error-exitcode 99 --print-limit 50 "${cmd[@]}" \
-        >"$log" 2>&1
+      timeout "$left" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 50 "${cmd[@]}" >"$log" 2>&1
       ;;
     *)
       echo "run.sh: unknown step '$name' (tests, verify, bench, sweep, probe, ncu, sanitize)" >"$log"
