@@ -65,7 +65,9 @@ def dequant_kn_tile(
         o_k = k0 + tl.arange(0, BK)
         o_g = tl.load(p_gi + o_k, mask=o_k < K, other=-1).to(tl.int64)
         m_g = ((o_g >= 0) & (o_g < groups))[:, None] & m_n[None, :]
-        p_g = tl.where(m_g, o_g[:, None] * N + o_n[None, :], 0)
+        # the offsets stay contiguous along N (no tl.where on them: it hides that from the compiler, and
+        # each scale became a scalar load); the mask keeps a row outside [0, groups) from reading
+        p_g = o_g[:, None] * N + o_n[None, :]
         b_s = tl.load(p_s + p_g, mask=m_g, other=0.0).to(tl.float32)
         b_z = tl.load(p_z + p_g, mask=m_g, other=8).to(tl.int32) if HAS_ZEROS else 8
     elif GROUPS_PER_TILE == 1:
