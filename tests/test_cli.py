@@ -89,14 +89,21 @@ def test_help_and_usage_errors_import_no_torch():
     assert proc.stdout.strip().splitlines()[-1] == "[]"
 
 
-def test_verify_runs_quick_case_sets_in_one_process_by_default(monkeypatch):
-    """Workers pay their own torch import and CUDA context: only the full case sets start them."""
+def test_verify_runs_quick_case_sets_in_one_process_once_triton_has_a_cache(monkeypatch, tmp_path):
+    """Workers pay their own torch import and CUDA context: the quick sets start them only while there is
+    nothing to load from Triton's disk cache (compiling dominates), the full sets always."""
+    from triton import knobs
+
     from exactfuse import cli
 
     monkeypatch.setattr(cli.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(cli.os, "cpu_count", lambda: 16)
-    assert cli.default_jobs(quick=True) == 1
-    assert cli.default_jobs(quick=False) == 4
+    monkeypatch.setattr(knobs.cache, "dir", str(tmp_path / "absent"))
+    assert cli.default_jobs(quick=True) == 4 and cli.default_jobs(quick=False) == 4
+    (tmp_path / "absent").mkdir()
+    assert cli.default_jobs(quick=True) == 4  # there, but empty
+    (tmp_path / "absent" / "KEY").mkdir()
+    assert cli.default_jobs(quick=True) == 1 and cli.default_jobs(quick=False) == 4
     monkeypatch.setattr(cli.os, "cpu_count", lambda: 4)
     assert cli.default_jobs(quick=False) == 1
 

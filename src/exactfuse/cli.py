@@ -154,11 +154,25 @@ def _verify_rows(tasks: list[tuple[str, str, str]], quick: bool, jobs: int):
 
 
 def default_jobs(quick: bool) -> int:
-    """``verify --jobs`` default: one process for the quick case sets (each worker starts its own
-    torch and CUDA context, more than a warm ``--quick`` run's rows take: on the H200 15.7 s in one
-    process against 29.7 s in four, ``sweeps/verify_time.txt``); for the full sets 4 worker processes on
-    a CUDA machine with 8 or more cores (most of their time is compiling), else 1."""
-    return 4 if not quick and torch.cuda.is_available() and (os.cpu_count() or 1) >= 8 else 1
+    """``verify --jobs`` default: 4 worker processes on a CUDA machine with 8 or more cores (most of a
+    run's time is compiling), else 1; but one for the quick case sets once Triton's disk cache holds
+    kernels: each worker starts its own torch and CUDA context, more than a warm ``--quick`` run's rows
+    take (on the H200 15.7 s in one process against 29.7 s in four; cold, 89.5 s in four,
+    ``sweeps/verify_time.txt``)."""
+    if not (torch.cuda.is_available() and (os.cpu_count() or 1) >= 8):
+        return 1
+    return 1 if quick and _triton_cache_has_kernels() else 4
+
+
+def _triton_cache_has_kernels() -> bool:
+    """Whether Triton's disk cache directory exists and holds an entry (a first run on a machine: no)."""
+    from triton import knobs
+
+    try:
+        with os.scandir(knobs.cache.dir) as entries:
+            return next(entries, None) is not None
+    except OSError:
+        return False
 
 
 def cmd_verify(args, console: Console) -> int:
