@@ -34,6 +34,7 @@ Result: benchmarks/results/h200/sweeps/act_and_mul_small_t_gap.txt.
 import torch
 import triton
 import triton.language as tl
+from sweep_io import emit
 
 from exactfuse.bench.timing import cudagraph_timer, recompile_limits
 from exactfuse.ops.act_and_mul import silu_and_mul
@@ -182,10 +183,12 @@ def main() -> None:
         "inductor": compiled,
     }
     mismatches = fastpath_mismatches()
-    print(f"fast-path silu against tl.div_rn over all 2^32 fp32 inputs: {mismatches} differ")
+    lines = [f"{torch.cuda.get_device_name()}; bf16, µs, median of CUDA-graph replays"]
+    lines.append(f"fast-path silu against tl.div_rn over all 2^32 fp32 inputs: {mismatches} differ")
     if mismatches:
         del variants["tile/fastpath"]  # not exact: not timed
-    print(f"{'T':>5} {'d':>6} " + " ".join(f"{k:>11}" for k in variants) + "   (µs, median)")
+    lines.append(f"{'T':>5} {'d':>6} " + " ".join(f"{k:>11}" for k in variants) + "   (µs, median)")
+    print("\n".join(lines), flush=True)
     with recompile_limits():
         for T, d in SHAPES:
             xs = [torch.randn(T, 2 * d, device="cuda", dtype=torch.bfloat16) for _ in range(COPIES)]
@@ -197,7 +200,9 @@ def main() -> None:
                 inexact = name.endswith(("fast", "divfull")) or name == "inductor"
                 assert ulp <= (1 if inexact else 0), (name, T, d, ulp)
                 times.append(time_us(fn, xs))
-            print(f"{T:>5} {d:>6} " + " ".join(f"{t:11.2f}" for t in times))
+            lines.append(f"{T:>5} {d:>6} " + " ".join(f"{t:11.2f}" for t in times))
+            print(lines[-1], flush=True)
+    emit("act_and_mul_small_t_gap.txt", lines)
 
 
 if __name__ == "__main__":
