@@ -2,6 +2,7 @@
 
 Usage: PYTHONPATH=src python scripts/offline_sass.py conv [--tiles 32x128,32x128u8 ...] [--warps 4]
        PYTHONPATH=src python scripts/offline_sass.py attention [--kv bf16,fp8e4nv,fp8e5] [--q bf16] [--fixup]
+       PYTHONPATH=src python scripts/offline_sass.py moe          (flat and row grid, both layouts)
        ... [--op F2F,F2FP,LDG,LDGSTS,LDS,HMMA] [--sass DIR]   (count these ops; write each kernel's SASS)
 
 Triton compiles to PTX and ptxas / nvdisasm (shipped in the Triton wheel) to SASS on the CPU machine, so
@@ -12,8 +13,9 @@ may be newer than the GPU machine's: read differences between variants, then mea
 
 Presets: ``conv`` is the conv family's row kernel in causal_conv1d prefill (K = 4, SiLU, bias, a slot
 cache, bf16); ``attention`` is sparse_paged_attention's partial kernel at (Hq, Hkv) = (24, 2), D = 128,
-block_n 64, split, fused gate. Pointers and row strides are marked 16-divisible and unit strides
-constant, as the launches specialize them.
+block_n 64, split, fused gate; ``moe`` is moe_silu_and_mul's kernel at its N = 3072 bf16 configuration
+(BM 1, BN 1024, 4 warps) with fp32 row weights, split and interleaved, flat and row grid. Pointers and
+row strides are marked 16-divisible and unit strides constant, as the launches specialize them.
 """
 
 from __future__ import annotations
@@ -86,9 +88,21 @@ def _attention(q: str, kv: str, warps: int, fixup: bool, prefetch: bool = False)
     return label, compile_sass(kernel, types, consts, div16, (), warps, 2)
 
 
+def _moe(interleaved: bool, row_grid: bool) -> tuple[str, dict]:
+    from exactfuse.ops.moe_silu_and_mul.heuristics import moe_config
+    from exactfuse.ops.moe_silu_and_mul.triton import moe_silu_and_mul_kernel as kernel
+
+    cfg = moe_config(3072, 2, interleaved)
+    types = {"p_x": "*bf16", "p_w": "*fp32", "p_y": "*bf16"}
+    consts = dict(INTERLEAVED=interleaved, HAS_WEIGHTS=True, INT64_INDEX=False, EVEN_N=True, BM=cfg.BM, BN=cfg.BN,
+                  EVICT_FIRST=cfg.evict_first, STORE_RUN=cfg.store_run, ROW_GRID=row_grid)  # fmt: skip
+    label = f"moe {'interleaved' if interleaved else 'split'} {'row grid' if row_grid else 'flat grid'}"
+    return label, compile_sass(kernel, types, consts, [*types, "N", "stride_x"], ("stride_w",), cfg.num_warps)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("preset", choices=["conv", "attention"])
+    parser.add_argument("preset", choices=["conv", "attention", "moe"])
     parser.add_argument("--tiles", default="32x128,16x128,32x128u8", help="conv: BTxBC[uUNROLL],...")
     parser.add_argument("--kv", default="bf16,fp8e4nv", help="attention: cache dtypes (Triton names)")
     parser.add_argument("--q", default="bf16", help="attention: q dtype (Triton name)")
@@ -101,6 +115,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.preset == "conv":
         jobs = [lambda t=t: _conv(t, args.warps) for t in args.tiles.split(",")]
+    elif args.preset == "moe":
+        jobs = [lambda i=i, r=r: _moe(i, r) for i in (False, True) for r in (False, True)]
     else:
         prefetch = (False, True) if args.prefetch_slots else (False,)
         jobs = [lambda kv=kv, p=p: _attention(args.q, kv, args.warps, args.fixup, p)

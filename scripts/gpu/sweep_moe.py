@@ -1,6 +1,11 @@
 """Sweep moe_silu_and_mul launch settings on the GPU and check its bench targets (about 3 minutes).
 
-Usage: PYTHONPATH=src python scripts/gpu/sweep_moe.py [--full]
+Usage: PYTHONPATH=src python scripts/gpu/sweep_moe.py [--full | --grid-order]
+
+``--grid-order`` only times the shipped configuration with its grid order flipped
+(``MoeConfig.row_grid``: flat and column-fastest against ``(row blocks, column tiles)``), side by
+side over the sweep's shapes, each output checked bitwise against the shipped launch first; result
+benchmarks/results/h200/sweeps/moe_grid_order.txt.
 
 What it decides (printed at the end as "DECISIONS"):
 1. The outputs per program (``BM * BN``: 1024, 2048 or 4096) and the warp
@@ -36,6 +41,7 @@ import time
 
 import torch
 import triton
+from sweep_io import emit
 
 from exactfuse.bench.results import geomean
 from exactfuse.bench.roofline import measure_copy_bandwidth
@@ -104,6 +110,33 @@ def launcher(target: int, warps: int, flip_evict: bool = False, flip_store: bool
 SPLIT_1024 = mh.moe_config(1024, 2, False)  # bf16, N = 1024: a program's outputs and warps
 EVICT_FIRST = SPLIT_1024.evict_first
 STORE_HINT = mh.moe_config(1024, 2, True).store_run != 0
+
+
+def grid_order() -> list[str]:
+    """Shipped grid order against the other one at the shipped configuration, per sweep shape."""
+    lines = ["shape | shipped µs | grid flipped µs | shipped / flipped"]
+    ratios = []
+    for M, N, inter, weights in itertools.product(SWEEP_M, SWEEP_N, (False, True), (False, True)):
+        sets = make_sets(M, N, weights, inter)
+        x, w, _ = sets[0]
+        config = shipped(x, inter)
+        other = dataclasses.replace(config, row_grid=not config.row_grid)
+
+        def run(x, w, interleaved, config=other):
+            return mt.launch_moe_silu_and_mul(x, w, interleaved, None, config=config)
+
+        assert torch.equal(run(x, w, inter), run_triton(x, w, inter)), (M, N, inter, weights)
+        mine, theirs = time_us(run_triton, sets), time_us(run, sets)
+        ratios.append(mine / theirs)
+        shape = f"M{M}-N{N}-{'inter' if inter else 'split'}-{'w32' if weights else 'none'}"
+        lines.append(f"{shape} | {mine:.1f} | {theirs:.1f} | {ratios[-1]:.3f}")
+        print(lines[-1], flush=True)
+        del sets
+    lines.append(
+        f"shipped (row_grid={mh.moe_config(1024, 2, False).row_grid}) / flipped: geomean {geomean(ratios):.3f}, "
+        f"min {min(ratios):.3f}, max {max(ratios):.3f}"
+    )
+    return lines
 
 
 def sweep(rows: list[dict]) -> dict:
@@ -208,9 +241,15 @@ def main() -> None:
     parser.add_argument(
         "--no-targets", action="store_true", help="skip step 4 (`exactfuse bench` measures the targets too)"
     )
+    parser.add_argument("--grid-order", action="store_true", help="only the grid order, flipped against shipped")
     args = parser.parse_args()
     start = time.time()
     print(f"{torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}")
+    if args.grid_order:
+        emit(
+            "moe_grid_order.txt", [f"{torch.cuda.get_device_name()}; bf16, median of CUDA-graph replays", *grid_order()]
+        )
+        return
     bandwidth = measure_copy_bandwidth(torch.device("cuda"))
     print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s (read + write)")
     rows: list[dict] = []

@@ -1,5 +1,7 @@
 """moe_silu_and_mul: spec, contract matrix, layouts, determinism, edge shapes, registration, CUDA graphs."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -265,6 +267,9 @@ FORCED = {
     "int64-BM4-tail": (7, 100, mh.MoeConfig(4, 64, 4, int64_index=True)),
     "no-hints": (7, 100, mh.MoeConfig(4, 64, 4, evict_first=False, store_run=0)),
     "store-hint": (7, 100, mh.MoeConfig(4, 64, 4, store_run=2)),
+    "row-grid-BM1-tail": (4, 384, mh.MoeConfig(1, 256, 4, row_grid=True)),
+    "row-grid-BM4-rows-tail": (7, 100, mh.MoeConfig(4, 64, 4, row_grid=True)),
+    "row-grid-int64": (7, 100, mh.MoeConfig(4, 64, 4, int64_index=True, row_grid=True)),
 }
 
 
@@ -279,6 +284,24 @@ def test_interpreter_forced_configs(name, interleaved):
         out = mt.launch_moe_silu_and_mul(x, w, interleaved, None, config=config)
     result = moe_silu_and_mul.contract_for(torch.float32, "cpu").check(out, moe_silu_and_mul.native(x, w, interleaved))
     assert result.passed, result.summary()
+
+
+@pytest.mark.interpreter
+@LAYOUT
+def test_interpreter_row_grid_is_the_flat_grid_bit_for_bit(interleaved):
+    """The 2-D grid changes which program computes a tile, not the tile's arithmetic."""
+    split, inter, w = _pair(7, 100, torch.float16)
+    x = inter if interleaved else split
+    for config in (mh.MoeConfig(4, 64, 4), mh.MoeConfig(1, 32, 2)):
+        flat = mt.launch_moe_silu_and_mul(x, w, interleaved, None, config=config)
+        rows = mt.launch_moe_silu_and_mul(x, w, interleaved, None, config=dataclasses.replace(config, row_grid=True))
+        assert torch.equal(flat.view(torch.int16), rows.view(torch.int16)), config
+
+
+def test_row_grid_refuses_more_column_tiles_than_the_grid_holds():
+    x = torch.zeros(1, 2 * (mt.MAX_GRID_Y + 1))
+    with pytest.raises(RuntimeError, match="N = 65536: more than 65535 column tiles"):
+        mt.launch_moe_silu_and_mul(x, None, False, None, config=mh.MoeConfig(1, 1, 1, row_grid=True))
 
 
 @pytest.mark.interpreter

@@ -17,7 +17,10 @@ NUM_WARPS = 4
 class MoeConfig:
     """One launch of the kernel. ``evict_first``: the gateup loads' eviction hint (each byte is read
     once). ``store_run``: the interleaved store's contiguity hint (0: none, see :func:`store_run`).
-    ``int64_index``: ``None`` decides from the sizes (:func:`exactfuse.utils.needs_int64`)."""
+    ``int64_index``: ``None`` decides from the sizes (:func:`exactfuse.utils.needs_int64`). ``row_grid``: a 2-D
+    grid ``(row blocks, column tiles)`` with the row block fastest, as the gated activations launch (no
+    division of the program id; at most 65535 column tiles), instead of the flat column-fastest grid;
+    ``sweep moe --grid-order`` times the two side by side."""
 
     BM: int
     BN: int
@@ -25,6 +28,7 @@ class MoeConfig:
     evict_first: bool = True
     store_run: int = 0
     int64_index: bool | None = None
+    row_grid: bool = False
 
 
 def moe_block_n(N: int) -> int:

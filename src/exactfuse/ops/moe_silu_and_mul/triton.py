@@ -25,6 +25,8 @@ from exactfuse.ops.math import exact_exp
 from exactfuse.ops.moe_silu_and_mul.heuristics import MoeConfig, moe_config
 from exactfuse.utils import empty, is_symbolic, needs_int64
 
+MAX_GRID_Y = 65535  # CUDA's limit on a grid's second axis: the column tiles of a ROW_GRID launch
+
 
 @triton.jit(do_not_specialize=["M"])
 def moe_silu_and_mul_kernel(
@@ -43,6 +45,7 @@ def moe_silu_and_mul_kernel(
     BN: tl.constexpr,
     EVICT_FIRST: tl.constexpr,
     STORE_RUN: tl.constexpr,
+    ROW_GRID: tl.constexpr,
 ):
     """One ``[BM, BN]`` output tile of ``y = g * sigmoid(g) * u [* w]``.
 
@@ -53,19 +56,26 @@ def moe_silu_and_mul_kernel(
 
     The grid is flat and N-fastest: consecutive programs cover consecutive
     column tiles of one row block, so the reads of neighbouring programs are
-    adjacent in memory. constexpr: INTERLEAVED, HAS_WEIGHTS, INT64_INDEX
+    adjacent in memory; with ROW_GRID it is ``(row blocks, column tiles)``,
+    row blocks fastest (no division of the program id). constexpr: INTERLEAVED, HAS_WEIGHTS, INT64_INDEX
     (offsets may reach 2**31), EVEN_N (``N % BN == 0``: no column mask), BM, BN,
     EVICT_FIRST (``evict_first`` on the gateup loads), STORE_RUN (see
     ``heuristics.store_run``; 0: no hint). When ``BM == 1`` the grid has exactly M row
     blocks, so the row mask is elided too and an ``EVEN_N`` tile is loaded and
     stored without any mask.
     """
-    i_p = tl.program_id(0)
-    if INT64_INDEX:
-        i_p = i_p.to(tl.int64)
-    n_tiles = tl.cdiv(N, BN)
-    i_m = i_p // n_tiles
-    i_n = i_p % n_tiles
+    if ROW_GRID:
+        i_m = tl.program_id(0)
+        i_n = tl.program_id(1)
+        if INT64_INDEX:
+            i_m = i_m.to(tl.int64)
+    else:
+        i_p = tl.program_id(0)
+        if INT64_INDEX:
+            i_p = i_p.to(tl.int64)
+        n_tiles = tl.cdiv(N, BN)
+        i_m = i_p // n_tiles
+        i_n = i_p % n_tiles
     NO_MASK: tl.constexpr = BM == 1 and EVEN_N
     X_POLICY: tl.constexpr = "evict_first" if EVICT_FIRST else ""
 
@@ -137,7 +147,12 @@ def launch_moe_silu_and_mul(
     int64_index = cfg.int64_index
     if int64_index is None:
         int64_index = needs_int64(M, max(gateup.stride(0), 2 * N))
-    grid = (triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN),)
+    if cfg.row_grid:
+        n_tiles = triton.cdiv(N, cfg.BN)
+        torch._check(n_tiles <= MAX_GRID_Y, lambda: f"N = {N}: more than {MAX_GRID_Y} column tiles of {cfg.BN}")
+        grid = (triton.cdiv(M, cfg.BM), n_tiles)
+    else:
+        grid = (triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN),)
     torch.library.wrap_triton(moe_silu_and_mul_kernel)[grid](
         gateup,
         row_weights if has_weights else gateup,
@@ -154,6 +169,7 @@ def launch_moe_silu_and_mul(
         BN=cfg.BN,
         EVICT_FIRST=cfg.evict_first,
         STORE_RUN=cfg.store_run,
+        ROW_GRID=cfg.row_grid,
         num_warps=cfg.num_warps,
     )
     return y
