@@ -19,6 +19,7 @@ ATen's CUDA silu evaluates it.
 Index values are never trusted for addressing: a slot outside ``[0, slots)``, a token index outside
 ``[0, N)`` or a request offset outside ``[0, L]`` masks the access (the eager check rejects them first;
 under torch.compile and CUDA graphs it cannot read them). Row and slot base offsets are 64-bit always.
+The request and state-slot helpers both kernels share are in ``slots.py``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import triton
 import triton.language as tl
 
 from exactfuse.ops.math import exact_exp
+from exactfuse.ops.short_conv.slots import find_request, mask_and, request_slot, write_window
 from exactfuse.registry.platform import interpreter_enabled
 
 MODE_CODES = {"decode": 0, "spec": 1, "prefill": 2}
@@ -47,84 +49,6 @@ else:
 
 
 @triton.jit
-def _and(m, s):
-    """Vector mask ``m`` restricted by scalar condition ``s`` (``m & s`` yields int32 data in the
-    Triton interpreter, which ``tl.load`` rejects as a mask)."""
-    return tl.where(s, m, False)
-
-
-@triton.jit
-def _request(r, R, p_sid, p_acc, p_init, slots, null_slot, stride_sid, MODE, SQL, HAS_STATE, HAS_SID, INIT):
-    """Request ``r``'s slot (``sid`` clamped to 0 when unusable), whether it has one, whether its
-    history is read, and its window offset (spec roll-back)."""
-    r_ok = (r >= 0) & (r < R)
-    sid = tl.load(p_sid + r * stride_sid, mask=r_ok, other=null_slot) if HAS_SID else r
-    state_ok = r_ok & (sid != null_slot) & (sid >= 0) & (sid < slots)
-    if not HAS_STATE:
-        state_ok = state_ok & (r < 0)  # always False, as a boolean tensor
-    if INIT == 1:
-        has_init = state_ok & (tl.load(p_init + r, mask=r_ok, other=0) != 0)
-    elif INIT == 2:
-        has_init = state_ok
-    else:
-        has_init = state_ok & (r < 0)
-    if MODE == 1:
-        accepted = tl.load(p_acc + r, mask=r_ok, other=0)
-        slot_off = tl.minimum(tl.maximum(accepted - 1, 0), SQL - 1)
-        read_state = state_ok
-    else:
-        slot_off = r * 0
-        read_state = has_init
-    return tl.where(state_ok, sid, 0), state_ok, read_state, slot_off
-
-
-@triton.jit
-def _write_window(
-    p_slot, p_x, p_tok, o_c, m_c, q_start, shift, base, count, write_ok, read_state, L, N,
-    stride_x, stride_s_c, stride_s_w,
-    SL: tl.constexpr, NW: tl.constexpr, BW: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr,
-):  # fmt: skip
-    """New window of one slot: position ``i < count`` becomes history index ``m = shift + i``: the old
-    state at ``base + m`` (0 unless ``read_state``) for ``m < SL``, else logical row ``q_start + m - SL``.
-
-    All loads precede a CTA barrier, all stores follow it, so no thread overwrites a position that
-    another thread of the program has yet to read (the taps included).
-    """
-    o_i = tl.arange(0, BW)
-    m = shift + o_i
-    from_state = m < SL
-    m_w = _and((o_i < count) & (o_i < NW), write_ok)
-    p_old = p_slot + (base + m)[:, None] * stride_s_w + o_c[None, :] * stride_s_c
-    m_s = _and(m_w & from_state, read_state)[:, None] & m_c[None, :]
-    b_s = tl.load(p_old, mask=m_s, other=0.0)
-    o_row = q_start + m - SL
-    m_x = m_w & (m >= SL) & (o_row >= 0) & (o_row < L)
-    if HAS_TOKEN_MAP:
-        o_row = tl.load(p_tok + o_row, mask=m_x, other=0)
-        m_x = m_x & (o_row >= 0) & (o_row < N)
-    b_x = tl.load(p_x + o_row.to(tl.int64)[:, None] * stride_x + o_c[None, :], mask=m_x[:, None] & m_c[None, :])
-    b_new = tl.where(from_state[:, None], b_s, b_x.to(b_s.dtype))
-    tl.debug_barrier()
-    tl.store(p_slot + o_i[:, None] * stride_s_w + o_c[None, :] * stride_s_c, b_new, mask=m_w[:, None] & m_c[None, :])
-
-
-@triton.jit
-def _find_request(rows, R, p_qsl):
-    """The last request starting at or before each of ``rows`` (ties: the last, non-empty one): a
-    binary search over ``query_start_loc``, one gather per step, ``bit_length(R)`` steps."""
-    lo = rows * 0
-    hi = lo + R - 1
-    span = R
-    while span > 0:  # each step halves [lo, hi]; once lo == hi, mid == lo and nothing changes
-        mid = (lo + hi + 1) // 2
-        starts_before = tl.load(p_qsl + mid, mask=mid <= hi, other=0) <= rows
-        lo = tl.where(starts_before, mid, lo)
-        hi = tl.where(starts_before, hi, mid - 1)
-        span = span // 2
-    return lo
-
-
-@triton.jit
 def _tap_sum(
     p_x, p_w, p_slot, p_tok, j, o_c, m_c, q_start, out_ok, read_state, slot_off, L, N,
     stride_x, stride_w_c, stride_w_k, stride_s_c, stride_s_w,
@@ -142,9 +66,9 @@ def _tap_sum(
         if HAS_TOKEN_MAP:
             o_row = tl.load(p_tok + o_row, mask=m_x, other=0)
             m_x = m_x & (o_row >= 0) & (o_row < N)
-        b_x = tl.load(p_x + o_row.to(tl.int64) * stride_x + o_c, mask=_and(m_c, m_x), other=0.0).to(tl.float32)
+        b_x = tl.load(p_x + o_row.to(tl.int64) * stride_x + o_c, mask=mask_and(m_c, m_x), other=0.0).to(tl.float32)
         if READ_STATE:
-            m_s = _and(m_c, (h < SL) & read_state)
+            m_s = mask_and(m_c, (h < SL) & read_state)
             b_s = tl.load(p_slot + (h + slot_off) * stride_s_w + o_c * stride_s_c, mask=m_s, other=0.0)
             b_x = tl.where(h < SL, b_s.to(tl.float32), b_x)
         else:
@@ -214,7 +138,7 @@ def _finish(
 
     if HAS_RESIDUAL:
         o_out = tl.load(p_tok + o_t, mask=row_ok, other=-1) if HAS_TOKEN_MAP else o_t
-        m_out = _and(m_c, row_ok & (o_out >= 0) & (o_out < N))
+        m_out = mask_and(m_c, row_ok & (o_out >= 0) & (o_out < N))
         o_out = o_out.to(tl.int64)
         p_r = p_res + o_out * stride_res + o_c
         b_r = tl.load(p_r, mask=m_out)
@@ -224,7 +148,7 @@ def _finish(
             b_y = (b_o.to(tl.float32) + b_y.to(tl.float32)).to(p_res.dtype.element_ty)
         tl.store(p_r, b_y, mask=m_out)
     else:
-        tl.store(p_out + o_t.to(tl.int64) * stride_out + o_c, conv_out, mask=_and(m_c, row_ok))
+        tl.store(p_out + o_t.to(tl.int64) * stride_out + o_c, conv_out, mask=mask_and(m_c, row_ok))
 
 
 @triton.jit
@@ -259,19 +183,19 @@ def _conv_runs(
         weights += (tl.load(p_w + o_c * stride_w_c + k * stride_w_k, mask=m_c).to(tl.float32),)
     # a run's request: found once, for its first row; only a program with a run that crosses a request
     # boundary (rare in long sequences) searches again for every row
-    r_first = _find_request(start, R, p_qsl)
-    straddles = tl.max(_find_request(start + UNROLL - 1, R, p_qsl) - r_first, 0) > 0
+    r_first = find_request(start, R, p_qsl)
+    straddles = tl.max(find_request(start + UNROLL - 1, R, p_qsl) - r_first, 0) > 0
     q_first = tl.load(p_qsl + r_first)
-    first = _request(
+    first = request_slot(
         r_first, R, p_sid, p_acc, p_init, slots, null_slot, stride_sid, MODE, SQL, HAS_STATE, HAS_SID, INIT
     )
     q_end = tl.load(p_qsl + R)
     for i_r in tl.static_range(UNROLL):
         o_t = start + i_r
         if straddles:
-            r = _find_request(o_t, R, p_qsl)
+            r = find_request(o_t, R, p_qsl)
             q_start = tl.load(p_qsl + r)
-            sid, state_ok, read_state, slot_off = _request(
+            sid, state_ok, read_state, slot_off = request_slot(
                 r, R, p_sid, p_acc, p_init, slots, null_slot, stride_sid, MODE, SQL, HAS_STATE, HAS_SID, INIT
             )
         else:
@@ -288,7 +212,7 @@ def _conv_runs(
             b_s = tl.zeros_like(acc)
             if HAS_STATE:  # noqa: SIM102 (a constexpr, then a runtime scalar)
                 if need_state:
-                    m_s = _and(m_c, (h < SL) & read_state[:, None])
+                    m_s = mask_and(m_c, (h < SL) & read_state[:, None])
                     p_s = p_slot + (h + slot_off[:, None]) * stride_s_w + o_c * stride_s_c
                     b_s = tl.load(p_s, mask=m_s, other=0.0).to(tl.float32)
             acc = acc + mul_rn(weights[k], tl.where(h < SL, b_s, window[i_r + D * k]))
@@ -332,7 +256,7 @@ def conv_rows_kernel(
     if MODE == 0:  # one row, one request
         o_c = i_c * BC + tl.arange(0, BC)
         m_c = o_c < C
-        sid, state_ok, read_state, slot_off = _request(
+        sid, state_ok, read_state, slot_off = request_slot(
             i_t, R, p_sid, p_acc, p_init, slots, null_slot, stride_sid, MODE, SQL, HAS_STATE, HAS_SID, INIT
         )
         out_ok = i_t < L
@@ -345,7 +269,7 @@ def conv_rows_kernel(
             stride_s_w, K, D, HAS_STATE, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, SILU,
         )  # fmt: skip
         if HAS_STATE:
-            _write_window(
+            write_window(
                 p_slot, p_x, p_tok, o_c, m_c, i_t, 1, 0, SL, state_ok, read_state, L, N,
                 stride_x, stride_s_c, stride_s_w, SL, SL, BW, HAS_TOKEN_MAP,
             )  # fmt: skip
@@ -362,10 +286,10 @@ def conv_rows_kernel(
         o_t = i_t * BT + tl.arange(0, BT)
         o_c = (i_c * BC + tl.arange(0, BC))[None, :]
         m_c = o_c < C
-        r = _find_request(o_t, R, p_qsl)
+        r = find_request(o_t, R, p_qsl)
         q_start = tl.load(p_qsl + r)
         in_range = (q_start <= o_t) & (o_t < tl.load(p_qsl + R))
-        sid, state_ok, read_state, slot_off = _request(
+        sid, state_ok, read_state, slot_off = request_slot(
             r, R, p_sid, p_acc, p_init, slots, null_slot, stride_sid, MODE, SQL, HAS_STATE, HAS_SID, INIT
         )
         out_ok = in_range if MODE == 1 or not HAS_STATE else in_range & state_ok
@@ -399,7 +323,7 @@ def conv_state_kernel(
     i_c = tl.program_id(1)
     o_c = i_c * BC + tl.arange(0, BC)
     m_c = o_c < C
-    sid, state_ok, read_state, slot_off = _request(
+    sid, state_ok, read_state, slot_off = request_slot(
         r, R, p_sid, p_acc, p_init, slots, null_slot, stride_sid, MODE, SQL, True, HAS_SID, INIT
     )
     q_start = tl.load(p_qsl + r)
@@ -412,7 +336,7 @@ def conv_state_kernel(
         shift = qlen
         count = r * 0 + SL
         write_ok = state_ok & (qlen > 0)
-    _write_window(
+    write_window(
         p_state + sid.to(tl.int64) * stride_s_slot, p_x, p_tok, o_c, m_c, q_start, shift, slot_off, count,
         write_ok, read_state, L, N, stride_x, stride_s_c, stride_s_w, SL, NW, BW, HAS_TOKEN_MAP,
     )  # fmt: skip

@@ -1,0 +1,86 @@
+"""The conv kernels' request and state-slot helpers (``triton.py`` launches them): which request a row
+belongs to, the request's slot and permissions, and the write of a slot's new window.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def mask_and(m, s):
+    """Vector mask ``m`` restricted by scalar condition ``s`` (``m & s`` yields int32 data in the
+    Triton interpreter, which ``tl.load`` rejects as a mask)."""
+    return tl.where(s, m, False)
+
+
+@triton.jit
+def request_slot(r, R, p_sid, p_acc, p_init, slots, null_slot, stride_sid, MODE, SQL, HAS_STATE, HAS_SID, INIT):
+    """Request ``r``'s slot (``sid`` clamped to 0 when unusable), whether it has one, whether its
+    history is read, and its window offset (spec roll-back)."""
+    r_ok = (r >= 0) & (r < R)
+    sid = tl.load(p_sid + r * stride_sid, mask=r_ok, other=null_slot) if HAS_SID else r
+    state_ok = r_ok & (sid != null_slot) & (sid >= 0) & (sid < slots)
+    if not HAS_STATE:
+        state_ok = state_ok & (r < 0)  # always False, as a boolean tensor
+    if INIT == 1:
+        has_init = state_ok & (tl.load(p_init + r, mask=r_ok, other=0) != 0)
+    elif INIT == 2:
+        has_init = state_ok
+    else:
+        has_init = state_ok & (r < 0)
+    if MODE == 1:
+        accepted = tl.load(p_acc + r, mask=r_ok, other=0)
+        slot_off = tl.minimum(tl.maximum(accepted - 1, 0), SQL - 1)
+        read_state = state_ok
+    else:
+        slot_off = r * 0
+        read_state = has_init
+    return tl.where(state_ok, sid, 0), state_ok, read_state, slot_off
+
+
+@triton.jit
+def write_window(
+    p_slot, p_x, p_tok, o_c, m_c, q_start, shift, base, count, write_ok, read_state, L, N,
+    stride_x, stride_s_c, stride_s_w,
+    SL: tl.constexpr, NW: tl.constexpr, BW: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr,
+):  # fmt: skip
+    """New window of one slot: position ``i < count`` becomes history index ``m = shift + i``: the old
+    state at ``base + m`` (0 unless ``read_state``) for ``m < SL``, else logical row ``q_start + m - SL``.
+
+    All loads precede a CTA barrier, all stores follow it, so no thread overwrites a position that
+    another thread of the program has yet to read (the taps included).
+    """
+    o_i = tl.arange(0, BW)
+    m = shift + o_i
+    from_state = m < SL
+    m_w = mask_and((o_i < count) & (o_i < NW), write_ok)
+    p_old = p_slot + (base + m)[:, None] * stride_s_w + o_c[None, :] * stride_s_c
+    m_s = mask_and(m_w & from_state, read_state)[:, None] & m_c[None, :]
+    b_s = tl.load(p_old, mask=m_s, other=0.0)
+    o_row = q_start + m - SL
+    m_x = m_w & (m >= SL) & (o_row >= 0) & (o_row < L)
+    if HAS_TOKEN_MAP:
+        o_row = tl.load(p_tok + o_row, mask=m_x, other=0)
+        m_x = m_x & (o_row >= 0) & (o_row < N)
+    b_x = tl.load(p_x + o_row.to(tl.int64)[:, None] * stride_x + o_c[None, :], mask=m_x[:, None] & m_c[None, :])
+    b_new = tl.where(from_state[:, None], b_s, b_x.to(b_s.dtype))
+    tl.debug_barrier()
+    tl.store(p_slot + o_i[:, None] * stride_s_w + o_c[None, :] * stride_s_c, b_new, mask=m_w[:, None] & m_c[None, :])
+
+
+@triton.jit
+def find_request(rows, R, p_qsl):
+    """The last request starting at or before each of ``rows`` (ties: the last, non-empty one): a
+    binary search over ``query_start_loc``, one gather per step, ``bit_length(R)`` steps."""
+    lo = rows * 0
+    hi = lo + R - 1
+    span = R
+    while span > 0:  # each step halves [lo, hi]; once lo == hi, mid == lo and nothing changes
+        mid = (lo + hi + 1) // 2
+        starts_before = tl.load(p_qsl + mid, mask=mid <= hi, other=0) <= rows
+        lo = tl.where(starts_before, mid, lo)
+        hi = tl.where(starts_before, hi, mid - 1)
+        span = span // 2
+    return lo
