@@ -1,0 +1,185 @@
+"""W4A16 with the dequantized weights as wgmma's register operand (Gluon), against the shipped kernels.
+
+Usage: PYTHONPATH=src python3 scripts/gpu/probe_w4a16_wgmma.py [--ms 16,32,64,128]
+
+The question: is the fused tile slow because the dequantized B tile reaches the MMA through shared
+memory (``docs/heuristics.md``)? This kernel computes ``out^T = W^T a^T``: each program dequantizes a
+``[BN, BK]`` tile of ``W^T`` directly in the register layout of wgmma's A operand (Gluon's
+``DotOperandLayout``; no shared memory, no layout conversion: each thread loads the packed words of
+the rows and K pairs it holds), and the activations, ``[BM, BK]``, go through shared memory as the B
+operand. Split-K partials in fp32 are summed by the shipped reduction kernel
+(``splitk.w4a16_splitk_reduce_kernel``). Dequantization is the spec's, ``(q - z)`` times the scale in
+fp32, rounded once. Limits of this probe: no act-order permutation, ``N % BN == 0``, groups a multiple
+of ``BK``.
+
+Per (K, N, M), bf16, asymmetric group-128 weights rotated past the L2: the shipped op (its rule), this
+kernel at (BN, BK) in {(64, 64), (128, 64), (64, 128)}, with the next K step's operands loaded
+while a step is computed (``p``) and, at 64 x 64, without, and cuBLAS on the dense weight, each output
+checked against the op's contract first; µs, median of CUDA-graph replays.
+Result: benchmarks/results/h200/sweeps/w4a16_wgmma.txt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
+
+sys.path.insert(0, os.path.dirname(__file__))
+from sweep_io import emit
+from sweep_w4a16_tiles import SHAPES, bench_rotating, device_info
+
+from exactfuse.ops.w4a16 import CONTRACT, native
+from exactfuse.ops.w4a16 import triton as w4
+from exactfuse.ops.w4a16.splitk import REDUCE_BLOCK, w4a16_splitk_reduce_kernel
+from exactfuse.utils import next_power_of_2
+
+
+@gluon.jit
+def _step_operands(p_a, p_qw, p_s, p_z, o_am, m_am, o_ak, o_k, o_n, N, stride_a, k0, GROUP: gl.constexpr,
+                   HAS_ZEROS: gl.constexpr):  # fmt: skip
+    """One K step's activations ``[BM, BK]``, packed words (in the A operand's layout: each thread the
+    words of its own rows and K pairs, one load a word), scales and zero points (8: symmetric)."""
+    a = gl.load(p_a + o_am[:, None] * stride_a + (k0 + o_ak)[None, :], mask=m_am[:, None], other=0.0)
+    words = gl.load(p_qw + ((k0 + o_k) // 8)[None, :] * N + o_n[:, None])  # unmasked: N % BN == 0
+    g = k0 // GROUP
+    s = gl.load(p_s + g * N + o_n).to(gl.float32)
+    if HAS_ZEROS:
+        z = gl.load(p_z + g * N + o_n).to(gl.int32)
+    else:
+        z = gl.full(o_n.shape, 8, gl.int32, layout=o_n.type.layout)
+    return a, words, s, z
+
+
+@gluon.jit
+def w4a16_wgmma_kernel(
+    p_a, p_qw, p_s, p_z, p_ws, M, N, stride_a, k_per_split,
+    GROUP: gl.constexpr, HAS_ZEROS: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr,
+    PIPELINE: gl.constexpr, num_warps: gl.constexpr,
+):  # fmt: skip
+    """Partial ``ws[s, m, n] = sum over split s's K rows of a[m, k] W[k, n]``, one ``[BN, BM]`` tile."""
+    pid_n = gl.program_id(0)
+    pid_m = gl.program_id(1)
+    pid_s = gl.program_id(2)
+    DT: gl.constexpr = p_a.dtype.element_ty
+    mma: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BM, 16]
+    )
+    w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+    a_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
+    a_smem = gl.allocate_shared_memory(DT, [BM, BK], gl.NVMMASharedLayout.get_default_for([BM, BK], DT))
+
+    o_n = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, w_layout))
+    o_k = gl.arange(0, BK, layout=gl.SliceLayout(0, w_layout))
+    shift = (o_k % 8) * 4
+    o_am = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, a_layout))
+    o_ak = gl.arange(0, BK, layout=gl.SliceLayout(0, a_layout))
+    m_am = o_am < M
+    acc = gl.zeros([BN, BM], gl.float32, layout=mma)
+    k_begin = pid_s * k_per_split
+    k_last = k_begin + k_per_split - BK
+    if PIPELINE:  # the first step's operands; each step then loads the next step's (the last one again)
+        a, words, s, z = _step_operands(p_a, p_qw, p_s, p_z, o_am, m_am, o_ak, o_k, o_n, N, stride_a, k_begin,
+                                        GROUP, HAS_ZEROS)  # fmt: skip
+    for k0 in range(k_begin, k_begin + k_per_split, BK):
+        if not PIPELINE:
+            a, words, s, z = _step_operands(p_a, p_qw, p_s, p_z, o_am, m_am, o_ak, o_k, o_n, N, stride_a, k0,
+                                            GROUP, HAS_ZEROS)  # fmt: skip
+        a_smem.store(a)
+        fence_async_shared()
+        w = ((((words >> shift[None, :]) & 0xF) - z[:, None]).to(gl.float32) * s[:, None]).to(DT)
+        if PIPELINE:
+            k_next = gl.minimum(k0 + BK, k_last)
+            a, words, s, z = _step_operands(p_a, p_qw, p_s, p_z, o_am, m_am, o_ak, o_k, o_n, N, stride_a, k_next,
+                                            GROUP, HAS_ZEROS)  # fmt: skip
+        acc = warpgroup_mma(w, a_smem.permute((1, 0)), acc)
+    out_n = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, mma))
+    out_m = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(0, mma))
+    ptrs = p_ws + (pid_s * M + out_m[None, :]).to(gl.int64) * N + out_n[:, None]
+    gl.store(ptrs, acc, mask=(out_m < M)[None, :])
+
+
+def wgmma_gemm(a, qweight, scales, zeros, group_size: int, BN: int, BK: int, pipeline: bool, sms: int) -> torch.Tensor:
+    """``a @ dequantize(W)`` with :func:`w4a16_wgmma_kernel` and the shipped split-K reduction."""
+    M, K = a.shape
+    N = qweight.shape[1]
+    G = K if group_size == -1 else group_size
+    assert N % BN == 0 and G % BK == 0 and K % BK == 0, (N, G, K)
+    BM = min(128, max(16, next_power_of_2(M)))
+    tiles = (N // BN) * triton.cdiv(M, BM)
+    splits = 1
+    while splits < 16 and tiles * splits < 2 * sms and K % (2 * splits * BK) == 0 and K // (2 * splits) >= 4 * BK:
+        splits *= 2
+    ws = torch.empty((splits, M, N), dtype=torch.float32, device=a.device)
+    w4a16_wgmma_kernel[(N // BN, triton.cdiv(M, BM), splits)](
+        a, qweight, scales, zeros if zeros is not None else qweight, ws, M, N, a.stride(0), K // splits,
+        GROUP=G, HAS_ZEROS=zeros is not None, BN=BN, BM=BM, BK=BK, PIPELINE=pipeline, num_warps=BN // 16,
+    )  # fmt: skip
+    out = torch.empty((M, N), dtype=a.dtype, device=a.device)
+    w4a16_splitk_reduce_kernel[(triton.cdiv(M * N, REDUCE_BLOCK),)](
+        ws, out, out, M, N, splits, HAS_BIAS=False, BLOCK=REDUCE_BLOCK
+    )
+    return out
+
+
+VARIANTS = ((64, 64, False), (64, 64, True), (128, 64, True), (64, 128, True))  # (BN, BK, next step loaded ahead)
+
+
+def random_weight(K: int, N: int, dev) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Prepared asymmetric group-128 codes drawn on the device: (qweight, scales, zeros)."""
+    qweight = torch.randint(-(2**31), 2**31 - 1, (K // 8, N), dtype=torch.int32, device=dev)
+    scales = (torch.rand((K // 128, N), device=dev) * 0.01 + 0.001).to(torch.bfloat16)
+    zeros = torch.randint(0, 16, (K // 128, N), device=dev).to(torch.uint8)
+    return qweight, scales, zeros
+
+
+def shape_lines(K: int, N: int, ms: list[int], sms: int, dev, copies: int = 4) -> list[str]:
+    """One line per M for a (K, N) weight: every path's µs, each output checked first."""
+    weights = [random_weight(K, N, dev) for _ in range(copies)]
+    dense = [native.dequantize(q, s, z, 128, torch.bfloat16) for q, s, z in weights]
+    lines = []
+    for M in ms:
+        a = torch.randn((M, K), dtype=torch.bfloat16, device=dev)
+        args = (a, *weights[0], None, None, 128)
+        expected = native.w4a16_gemm(*args)
+        times = {
+            "shipped": bench_rotating(lambda i, a=a: w4.launch_w4a16_gemm(a, *weights[i], None, None, 128), copies)
+        }
+        for v in VARIANTS:
+            check = CONTRACT.check(wgmma_gemm(a, *weights[0], 128, *v, sms), expected, args=args)
+            assert check.passed, f"K{K} N{N} M{M} wgmma {v}: {check.summary()}"
+            times[v] = bench_rotating(lambda i, a=a, v=v: wgmma_gemm(a, *weights[i], 128, *v, sms), copies)
+        times["cublas"] = bench_rotating(lambda i, a=a: torch.matmul(a, dense[i]), copies)
+        best = min(times[v] for v in VARIANTS)
+        path = w4.select_config(M, N, K, 128, sms).name
+        cells = " | ".join(f"{times[v]:.1f}" for v in VARIANTS)
+        lines.append(
+            f"{K} | {N} | {M} | {times['shipped']:.1f} ({path}) | {cells} | {times['cublas']:.1f} | "
+            f"{times['shipped'] / best:.2f} | {times['cublas'] / best:.2f}"
+        )
+        print(lines[-1], flush=True)
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ms", default="16,32,64,128")
+    ms = [int(m) for m in parser.parse_args().ms.split(",")]
+    dev, sms, _ = device_info()
+    header = " | ".join(f"wgmma {bn}x{bk}{' p' if p else ''}" for bn, bk, p in VARIANTS)
+    lines = [f"{torch.cuda.get_device_name()}; bf16, asymmetric group 128; µs, median of CUDA-graph replays"]
+    lines.append(f"K | N | M | shipped (path) | {header} | cublas | shipped / best wgmma | cublas / best wgmma")
+    for K, N in SHAPES:
+        lines += shape_lines(K, N, ms, sms, dev)
+        torch.cuda.empty_cache()
+    emit("w4a16_wgmma.txt", lines)
+
+
+if __name__ == "__main__":
+    main()
