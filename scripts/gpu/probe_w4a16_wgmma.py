@@ -7,8 +7,8 @@ memory (``docs/heuristics.md``)? This kernel computes ``out^T = W^T a^T``: each 
 ``[BN, BK]`` tile of ``W^T`` directly in the register layout of wgmma's A operand (Gluon's
 ``DotOperandLayout``; no shared memory, no layout conversion: each thread loads the packed words of
 the rows and K pairs it holds), and the activations, ``[BM, BK]``, go through shared memory as the B
-operand. Split-K partials in fp32 are summed by the shipped reduction kernel
-(``splitk.w4a16_splitk_reduce_kernel``). Dequantization is the spec's, ``(q - z)`` times the scale in
+operand. Split-K partials in fp32 (the fewest splits that give every SM a program) are summed by the shipped
+reduction kernel (``splitk.w4a16_splitk_reduce_kernel``). Dequantization is the spec's, ``(q - z)`` times the scale in
 fp32, rounded once. Limits of this probe: no act-order permutation, ``N % BN == 0``, groups a multiple
 of ``BK``.
 
@@ -105,6 +105,15 @@ def w4a16_wgmma_kernel(
     gl.store(ptrs, acc, mask=(out_m < M)[None, :])
 
 
+def split_count(tiles: int, K: int, BK: int, sms: int) -> int:
+    """The fewest K splits (a power of two, at most 16) that give every SM a program, each split at least
+    four K steps: the fp32 partials are ``splits * M * N * 4`` bytes written and read again."""
+    splits = 1
+    while splits < 16 and tiles * splits < sms and K % (2 * splits * BK) == 0 and K // (2 * splits) >= 4 * BK:
+        splits *= 2
+    return splits
+
+
 def wgmma_gemm(a, qweight, scales, zeros, group_size: int, BN: int, BK: int, pipeline: bool, sms: int) -> torch.Tensor:
     """``a @ dequantize(W)`` with :func:`w4a16_wgmma_kernel` and the shipped split-K reduction."""
     M, K = a.shape
@@ -113,9 +122,7 @@ def wgmma_gemm(a, qweight, scales, zeros, group_size: int, BN: int, BK: int, pip
     assert N % BN == 0 and G % BK == 0 and K % BK == 0, (N, G, K)
     BM = min(128, max(16, next_power_of_2(M)))
     tiles = (N // BN) * triton.cdiv(M, BM)
-    splits = 1
-    while splits < 16 and tiles * splits < 2 * sms and K % (2 * splits * BK) == 0 and K // (2 * splits) >= 4 * BK:
-        splits *= 2
+    splits = split_count(tiles, K, BK, sms)
     ws = torch.empty((splits, M, N), dtype=torch.float32, device=a.device)
     w4a16_wgmma_kernel[(N // BN, triton.cdiv(M, BM), splits)](
         a, qweight, scales, zeros if zeros is not None else qweight, ws, M, N, a.stride(0), K // splits,
@@ -157,7 +164,10 @@ def shape_lines(K: int, N: int, ms: list[int], sms: int, dev, copies: int = 4) -
             times[v] = bench_rotating(lambda i, a=a, v=v: wgmma_gemm(a, *weights[i], 128, *v, sms), copies)
         times["cublas"] = bench_rotating(lambda i, a=a: torch.matmul(a, dense[i]), copies)
         best = min(times[v] for v in VARIANTS)
-        path = w4.select_config(M, N, K, 128, sms).name
+        cfg = w4.select_config(M, N, K, 128, sms)
+        BM = min(128, max(16, next_power_of_2(M)))
+        splits = "/".join(str(split_count((N // v[0]) * triton.cdiv(M, BM), K, v[1], sms)) for v in VARIANTS)
+        path = f"{cfg.name}, split {cfg.split_k}; wgmma splits {splits}"
         cells = " | ".join(f"{times[v]:.1f}" for v in VARIANTS)
         lines.append(
             f"{K} | {N} | {M} | {times['shipped']:.1f} ({path}) | {cells} | {times['cublas']:.1f} | "
