@@ -231,8 +231,7 @@ def _merge_splits(
     acc = tl.zeros((heads.shape[0], D), tl.float32)
     total = tl.zeros(heads.shape, tl.float32)
     nan = tl.zeros(heads.shape, tl.int1)  # a split's NaN from the data: the head is NaN
-    # a split had tokens, all scored -inf (its O is NaN): kept element-wise, reduced over D once at the end
-    neg_inf_o = tl.zeros((heads.shape[0], D), tl.int1)
+    only_neg_inf = tl.zeros(heads.shape, tl.int1)  # a split had tokens, all scored -inf (its O is NaN)
     for s0 in range(0, num_splits, GROUP):
         for i in tl.static_range(GROUP):
             m = tl.where(s0 + i < num_splits, hmask, False)  # a vector mask (& a scalar: int32 in the interpreter)
@@ -244,8 +243,7 @@ def _merge_splits(
             acc += tl.where(finite[:, None], w[:, None] * o, 0.0)
             total += w
             nan = nan | (lse != lse)
-            neg_inf_o = neg_inf_o | ((lse == float("-inf"))[:, None] & (o != o))
-    only_neg_inf = tl.max(neg_inf_o.to(tl.int32), 1) > 0
+            only_neg_inf = only_neg_inf | ((lse == float("-inf")) & (tl.sum((o != o).to(tl.int32), 1) > 0))
     empty = tl.where(only_neg_inf, float("nan"), 0.0)
     merged = tl.where((total > 0.0)[:, None], acc / tl.where(total > 0.0, total, 1.0)[:, None], empty[:, None])
     return tl.where(nan[:, None], float("nan"), merged)
