@@ -14,7 +14,10 @@ of ``BK``.
 
 Per (K, N, M), bf16, asymmetric group-128 weights rotated past the L2: the shipped op (its rule), this
 kernel at (BN, BK) in {(64, 64), (128, 64), (64, 128)}, with the next K step's operands loaded
-while a step is computed (``p``) and, at 64 x 64, without, and cuBLAS on the dense weight, each output
+while a step is computed (``p``) and, at 64 x 64, without; dequantized a weight at a time in fp32 or two
+a PTX instruction (``2``: each thread's K pairs, which the A operand's layout keeps in one register, come
+from one packed word; the pairs' layout, ``half_k_layout``, joins into the operand's with no data
+movement, which the kernel asserts); and cuBLAS on the dense weight, each output
 checked against the op's contract first; µs, median of CUDA-graph replays.
 Result: benchmarks/results/h200/sweeps/w4a16_wgmma.txt.
 """
@@ -40,28 +43,75 @@ from exactfuse.ops.w4a16 import triton as w4
 from exactfuse.ops.w4a16.splitk import REDUCE_BLOCK, w4a16_splitk_reduce_kernel
 from exactfuse.utils import next_power_of_2
 
+# Two weights of one packed word per instruction, as the GEMV's packed math: the pair's nibbles (bits
+# $3..$3+7 of word $2) become ``0x4300 | q`` in each 16-bit half (bf16 ``128 + q``), minus $4 (``128 + z``
+# twice, exact), times $5 (the scale twice: one rounding of the exact product), out as two bf16.
+_PAIR_BF16 = gl.constexpr("""{
+.reg .b32 t, u, p;
+shr.u32 t, $2, $3;
+shl.b32 u, t, 12;
+lop3.b32 p, t, 0x0000000f, 0x43004300, 0xea;
+lop3.b32 p, u, 0x000f0000, p, 0xea;
+sub.rn.bf16x2 p, p, $4;
+mul.rn.bf16x2 p, p, $5;
+mov.b32 {$0, $1}, p;
+}""")
+
+
+@gluon.constexpr_function
+def half_k_layout(BN, BK, num_warps):
+    """The A operand's register layout (``DotOperandLayout(0, NVMMA v3, k_width=2)``, warps along N,
+    ``BN = 16 * num_warps``) over ``[BN, BK / 2]`` weight pairs: pair ``j`` where that layout holds
+    weights ``2j`` and ``2j + 1``, so joining a pair's two halves is no data movement."""
+    reg = [[8, 0]] + [[0, 4 << i] for i in range((BK // 8).bit_length() - 1)]
+    lane = [[0, 1], [0, 2], [1, 0], [2, 0], [4, 0]]
+    warp = [[16 << i, 0] for i in range(num_warps.bit_length() - 1)]
+    return gl.DistributedLinearLayout(reg, lane, warp, [], [BN, BK // 2])
+
 
 @gluon.jit
-def _step_operands(p_a, p_qw, p_s, p_z, o_am, m_am, o_ak, o_k, o_n, N, stride_a, k0, GROUP: gl.constexpr,
-                   HAS_ZEROS: gl.constexpr):  # fmt: skip
-    """One K step's activations ``[BM, BK]``, packed words (in the A operand's layout: each thread the
-    words of its own rows and K pairs, one load a word), scales and zero points (8: symmetric)."""
+def _step_operands(p_a, p_qw, p_s, p_z, o_am, m_am, o_ak, o_kw, o_n, N, stride_a, k0, GROUP: gl.constexpr,
+                   HAS_ZEROS: gl.constexpr, PACKED: gl.constexpr):  # fmt: skip
+    """One K step's activations ``[BM, BK]``, packed words (``o_kw``: each weight's or pair's word, in the
+    weights' register layout: each thread loads the words of its own rows and K positions, once each),
+    scales and zero points (8: symmetric); PACKED: the scale and ``0x4300 | z`` twice in 32 bits."""
     a = gl.load(p_a + o_am[:, None] * stride_a + (k0 + o_ak)[None, :], mask=m_am[:, None], other=0.0)
-    words = gl.load(p_qw + ((k0 + o_k) // 8)[None, :] * N + o_n[:, None])  # unmasked: N % BN == 0
+    words = gl.load(p_qw + (k0 // 8 + o_kw)[None, :] * N + o_n[:, None])  # unmasked: N % BN == 0
     g = k0 // GROUP
-    s = gl.load(p_s + g * N + o_n).to(gl.float32)
+    s = gl.load(p_s + g * N + o_n)
     if HAS_ZEROS:
         z = gl.load(p_z + g * N + o_n).to(gl.int32)
     else:
         z = gl.full(o_n.shape, 8, gl.int32, layout=o_n.type.layout)
-    return a, words, s, z
+    if PACKED:
+        s16 = s.to(gl.int16, bitcast=True).to(gl.int32) & 0xFFFF
+        s_out = s16 | (s16 << 16)
+        z_out = (z | 0x4300) * 0x10001
+    else:
+        s_out = s.to(gl.float32)
+        z_out = z
+    return a, words, s_out, z_out
+
+
+@gluon.jit
+def _dequantize(words, s, z, shift, DT: gl.constexpr, PACKED: gl.constexpr, w_layout: gl.constexpr,
+                BN: gl.constexpr, BK: gl.constexpr):  # fmt: skip
+    """The ``[BN, BK]`` weights in ``w_layout``: ``(q - z) * s`` rounded once to DT, per weight in fp32, or
+    (PACKED, bf16) two a PTX instruction from ``[BN, BK / 2]`` pairs joined in place."""
+    if PACKED:
+        lo, hi = gl.inline_asm_elementwise(_PAIR_BF16, "=h,=h,r,r,r,r", [words, shift[None, :], z[:, None],
+                                           s[:, None]], (gl.bfloat16, gl.bfloat16), True, 1)  # fmt: skip
+        w = gl.convert_layout(gl.reshape(gl.join(lo, hi), [BN, BK]), w_layout, assert_trivial=True)
+    else:
+        w = ((((words >> shift[None, :]) & 0xF) - z[:, None]).to(gl.float32) * s[:, None]).to(DT)
+    return w
 
 
 @gluon.jit
 def w4a16_wgmma_kernel(
     p_a, p_qw, p_s, p_z, p_ws, M, N, stride_a, k_per_split,
     GROUP: gl.constexpr, HAS_ZEROS: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr,
-    PIPELINE: gl.constexpr, num_warps: gl.constexpr,
+    PIPELINE: gl.constexpr, PACKED: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
     """Partial ``ws[s, m, n] = sum over split s's K rows of a[m, k] W[k, n]``, one ``[BN, BM]`` tile."""
     pid_n = gl.program_id(0)
@@ -74,10 +124,18 @@ def w4a16_wgmma_kernel(
     w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
     a_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
     a_smem = gl.allocate_shared_memory(DT, [BM, BK], gl.NVMMASharedLayout.get_default_for([BM, BK], DT))
-
-    o_n = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, w_layout))
-    o_k = gl.arange(0, BK, layout=gl.SliceLayout(0, w_layout))
-    shift = (o_k % 8) * 4
+    if PACKED:  # words per pair of weights
+        gl.static_assert(gl.bfloat16 == DT, "the packed dequantization is written for bf16")
+        wl: gl.constexpr = half_k_layout(BN, BK, num_warps)
+        o_j = gl.arange(0, BK // 2, layout=gl.SliceLayout(0, wl))
+        o_kw = o_j // 4
+        shift = (o_j % 4) * 8
+    else:
+        wl: gl.constexpr = w_layout
+        o_k = gl.arange(0, BK, layout=gl.SliceLayout(0, wl))
+        o_kw = o_k // 8
+        shift = (o_k % 8) * 4
+    o_n = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wl))
     o_am = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, a_layout))
     o_ak = gl.arange(0, BK, layout=gl.SliceLayout(0, a_layout))
     m_am = o_am < M
@@ -85,19 +143,19 @@ def w4a16_wgmma_kernel(
     k_begin = pid_s * k_per_split
     k_last = k_begin + k_per_split - BK
     if PIPELINE:  # the first step's operands; each step then loads the next step's (the last one again)
-        a, words, s, z = _step_operands(p_a, p_qw, p_s, p_z, o_am, m_am, o_ak, o_k, o_n, N, stride_a, k_begin,
-                                        GROUP, HAS_ZEROS)  # fmt: skip
+        a, words, s, z = _step_operands(p_a, p_qw, p_s, p_z, o_am, m_am, o_ak, o_kw, o_n, N, stride_a, k_begin,
+                                        GROUP, HAS_ZEROS, PACKED)  # fmt: skip
     for k0 in range(k_begin, k_begin + k_per_split, BK):
         if not PIPELINE:
-            a, words, s, z = _step_operands(p_a, p_qw, p_s, p_z, o_am, m_am, o_ak, o_k, o_n, N, stride_a, k0,
-                                            GROUP, HAS_ZEROS)  # fmt: skip
+            a, words, s, z = _step_operands(p_a, p_qw, p_s, p_z, o_am, m_am, o_ak, o_kw, o_n, N, stride_a, k0,
+                                            GROUP, HAS_ZEROS, PACKED)  # fmt: skip
         a_smem.store(a)
         fence_async_shared()
-        w = ((((words >> shift[None, :]) & 0xF) - z[:, None]).to(gl.float32) * s[:, None]).to(DT)
+        w = _dequantize(words, s, z, shift, DT, PACKED, w_layout, BN, BK)
         if PIPELINE:
             k_next = gl.minimum(k0 + BK, k_last)
-            a, words, s, z = _step_operands(p_a, p_qw, p_s, p_z, o_am, m_am, o_ak, o_k, o_n, N, stride_a, k_next,
-                                            GROUP, HAS_ZEROS)  # fmt: skip
+            a, words, s, z = _step_operands(p_a, p_qw, p_s, p_z, o_am, m_am, o_ak, o_kw, o_n, N, stride_a, k_next,
+                                            GROUP, HAS_ZEROS, PACKED)  # fmt: skip
         acc = warpgroup_mma(w, a_smem.permute((1, 0)), acc)
     out_n = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, mma))
     out_m = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(0, mma))
@@ -114,7 +172,9 @@ def split_count(tiles: int, K: int, BK: int, sms: int) -> int:
     return splits
 
 
-def wgmma_gemm(a, qweight, scales, zeros, group_size: int, BN: int, BK: int, pipeline: bool, sms: int) -> torch.Tensor:
+def wgmma_gemm(
+    a, qweight, scales, zeros, group_size: int, BN: int, BK: int, pipeline: bool, packed: bool, sms: int
+) -> torch.Tensor:
     """``a @ dequantize(W)`` with :func:`w4a16_wgmma_kernel` and the shipped split-K reduction."""
     M, K = a.shape
     N = qweight.shape[1]
@@ -126,7 +186,7 @@ def wgmma_gemm(a, qweight, scales, zeros, group_size: int, BN: int, BK: int, pip
     ws = torch.empty((splits, M, N), dtype=torch.float32, device=a.device)
     w4a16_wgmma_kernel[(N // BN, triton.cdiv(M, BM), splits)](
         a, qweight, scales, zeros if zeros is not None else qweight, ws, M, N, a.stride(0), K // splits,
-        GROUP=G, HAS_ZEROS=zeros is not None, BN=BN, BM=BM, BK=BK, PIPELINE=pipeline, num_warps=BN // 16,
+        GROUP=G, HAS_ZEROS=zeros is not None, BN=BN, BM=BM, BK=BK, PIPELINE=pipeline, PACKED=packed, num_warps=BN // 16,
     )  # fmt: skip
     out = torch.empty((M, N), dtype=a.dtype, device=a.device)
     w4a16_splitk_reduce_kernel[(triton.cdiv(M * N, REDUCE_BLOCK),)](
@@ -135,7 +195,9 @@ def wgmma_gemm(a, qweight, scales, zeros, group_size: int, BN: int, BK: int, pip
     return out
 
 
-VARIANTS = ((64, 64, False), (64, 64, True), (128, 64, True), (64, 128, True))  # (BN, BK, next step loaded ahead)
+# (BN, BK, next step loaded ahead, two weights an instruction)
+VARIANTS = ((64, 64, False, False), (64, 64, True, False), (64, 64, True, True), (128, 64, True, True),
+            (64, 128, True, True))  # fmt: skip
 
 
 def random_weight(K: int, N: int, dev) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -182,7 +244,7 @@ def main() -> None:
     parser.add_argument("--ms", default="16,32,64,128")
     ms = [int(m) for m in parser.parse_args().ms.split(",")]
     dev, sms, _ = device_info()
-    header = " | ".join(f"wgmma {bn}x{bk}{' p' if p else ''}" for bn, bk, p in VARIANTS)
+    header = " | ".join(f"wgmma {bn}x{bk}{' p' if p else ''}{' 2' if two else ''}" for bn, bk, p, two in VARIANTS)
     lines = [f"{torch.cuda.get_device_name()}; bf16, asymmetric group 128; µs, median of CUDA-graph replays"]
     lines.append(f"K | N | M | shipped (path) | {header} | cublas | shipped / best wgmma | cublas / best wgmma")
     for K, N in SHAPES:
