@@ -1,6 +1,6 @@
 """W4A16 with the dequantized weights as wgmma's register operand (Gluon), against the shipped kernels.
 
-Usage: PYTHONPATH=src python3 scripts/gpu/probe_w4a16_wgmma.py [--ms 16,32,64,128]
+Usage: PYTHONPATH=src python3 scripts/gpu/probe_w4a16_wgmma.py [--ms 4,16,32,64,128]
 
 The question: is the fused tile slow because the dequantized B tile reaches the MMA through shared
 memory (``docs/heuristics.md``)? This kernel computes ``out^T = W^T a^T``: each program dequantizes a
@@ -241,7 +241,7 @@ def shape_lines(K: int, N: int, ms: list[int], sms: int, dev, copies: int = 4) -
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--ms", default="16,32,64,128")
+    parser.add_argument("--ms", default="4,16,32,64,128")
     ms = [int(m) for m in parser.parse_args().ms.split(",")]
     dev, sms, _ = device_info()
     header = " | ".join(f"wgmma {bn}x{bk}{' p' if p else ''}{' 2' if two else ''}" for bn, bk, p, two in VARIANTS)
