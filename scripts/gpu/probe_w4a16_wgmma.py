@@ -1,6 +1,6 @@
 """W4A16 with the dequantized weights as wgmma's register operand (Gluon), against the shipped kernels.
 
-Usage: PYTHONPATH=src python3 scripts/gpu/probe_w4a16_wgmma.py [--ms 4,16,32,64,128]
+Usage: PYTHONPATH=src python3 scripts/gpu/probe_w4a16_wgmma.py [--ms 1,4,16,32,64,128]
 
 The question: is the fused tile slow because the dequantized B tile reaches the MMA through shared
 memory (``docs/heuristics.md``)? This kernel computes ``out^T = W^T a^T``: each program dequantizes a
@@ -180,7 +180,7 @@ def wgmma_gemm(
     N = qweight.shape[1]
     G = K if group_size == -1 else group_size
     assert N % BN == 0 and G % BK == 0 and K % BK == 0, (N, G, K)
-    BM = min(128, max(16, next_power_of_2(M)))
+    BM = min(128, max(8, next_power_of_2(M)))
     tiles = (N // BN) * triton.cdiv(M, BM)
     splits = split_count(tiles, K, BK, sms)
     ws = torch.empty((splits, M, N), dtype=torch.float32, device=a.device)
@@ -227,7 +227,7 @@ def shape_lines(K: int, N: int, ms: list[int], sms: int, dev, copies: int = 4) -
         times["cublas"] = bench_rotating(lambda i, a=a: torch.matmul(a, dense[i]), copies)
         best = min(times[v] for v in VARIANTS)
         cfg = w4.select_config(M, N, K, 128, sms)
-        BM = min(128, max(16, next_power_of_2(M)))
+        BM = min(128, max(8, next_power_of_2(M)))
         splits = "/".join(str(split_count((N // v[0]) * triton.cdiv(M, BM), K, v[1], sms)) for v in VARIANTS)
         path = f"{cfg.name}, split {cfg.split_k}; wgmma splits {splits}"
         cells = " | ".join(f"{times[v]:.1f}" for v in VARIANTS)
@@ -241,7 +241,7 @@ def shape_lines(K: int, N: int, ms: list[int], sms: int, dev, copies: int = 4) -
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--ms", default="4,16,32,64,128")
+    parser.add_argument("--ms", default="1,4,16,32,64,128")
     ms = [int(m) for m in parser.parse_args().ms.split(",")]
     dev, sms, _ = device_info()
     header = " | ".join(f"wgmma {bn}x{bk}{' p' if p else ''}{' 2' if two else ''}" for bn, bk, p, two in VARIANTS)
