@@ -208,7 +208,7 @@ def random_weight(K: int, N: int, dev) -> tuple[torch.Tensor, torch.Tensor, torc
     return qweight, scales, zeros
 
 
-def shape_lines(K: int, N: int, ms: list[int], sms: int, dev, copies: int = 4) -> list[str]:
+def shape_lines(K: int, N: int, ms: list[int], sms: int, bw: float, dev, copies: int = 4) -> list[str]:
     """One line per M for a (K, N) weight: every path's µs, each output checked first."""
     weights = [random_weight(K, N, dev) for _ in range(copies)]
     dense = [native.dequantize(q, s, z, 128, torch.bfloat16) for q, s, z in weights]
@@ -226,6 +226,8 @@ def shape_lines(K: int, N: int, ms: list[int], sms: int, dev, copies: int = 4) -
             times[v] = bench_rotating(lambda i, a=a, v=v: wgmma_gemm(a, *weights[i], 128, *v, sms), copies)
         times["cublas"] = bench_rotating(lambda i, a=a: torch.matmul(a, dense[i]), copies)
         best = min(times[v] for v in VARIANTS)
+        # bytes the op must move: packed weights, scales, zero points, activations, output
+        roofline_us = (K * N // 2 + 3 * (K // 128) * N + 2 * M * (K + N)) / bw * 1e6
         cfg = w4.select_config(M, N, K, 128, sms)
         BM = min(128, max(8, next_power_of_2(M)))
         splits = "/".join(str(split_count((N // v[0]) * triton.cdiv(M, BM), K, v[1], sms)) for v in VARIANTS)
@@ -233,7 +235,7 @@ def shape_lines(K: int, N: int, ms: list[int], sms: int, dev, copies: int = 4) -
         cells = " | ".join(f"{times[v]:.1f}" for v in VARIANTS)
         lines.append(
             f"{K} | {N} | {M} | {times['shipped']:.1f} ({path}) | {cells} | {times['cublas']:.1f} | "
-            f"{times['shipped'] / best:.2f} | {times['cublas'] / best:.2f}"
+            f"{times['shipped'] / best:.2f} | {times['cublas'] / best:.2f} | {100 * roofline_us / best:.0f}%"
         )
         print(lines[-1], flush=True)
     return lines
@@ -243,12 +245,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--ms", default="1,4,16,32,64,128")
     ms = [int(m) for m in parser.parse_args().ms.split(",")]
-    dev, sms, _ = device_info()
+    dev, sms, bw = device_info()
     header = " | ".join(f"wgmma {bn}x{bk}{' p' if p else ''}{' 2' if two else ''}" for bn, bk, p, two in VARIANTS)
     lines = [f"{torch.cuda.get_device_name()}; bf16, asymmetric group 128; µs, median of CUDA-graph replays"]
-    lines.append(f"K | N | M | shipped (path) | {header} | cublas | shipped / best wgmma | cublas / best wgmma")
+    lines.append(
+        f"K | N | M | shipped (path) | {header} | cublas | shipped / best wgmma | cublas / best wgmma | "
+        "best wgmma % roofline"
+    )
     for K, N in SHAPES:
-        lines += shape_lines(K, N, ms, sms, dev)
+        lines += shape_lines(K, N, ms, sms, bw, dev)
         torch.cuda.empty_cache()
     emit("w4a16_wgmma.txt", lines)
 
