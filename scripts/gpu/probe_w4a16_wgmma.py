@@ -17,7 +17,8 @@ kernel at (BN, BK) in {(64, 64), (128, 64), (64, 128)}, with the next K step's o
 while a step is computed (``p``) and, at 64 x 64, without; dequantized a weight at a time in fp32 or two
 a PTX instruction (``2``: each thread's K pairs, which the A operand's layout keeps in one register, come
 from one packed word; the pairs' layout, ``half_k_layout``, joins into the operand's with no data
-movement, which the kernel asserts); and cuBLAS on the dense weight, each output
+movement, which the kernel asserts); the last also adds its splits atomically into one fp32 buffer
+instead of the two-pass workspace (``atomic``, not deterministic); and cuBLAS on the dense weight, each output
 checked against the op's contract first; µs, median of CUDA-graph replays.
 Result: benchmarks/results/h200/sweeps/w4a16_wgmma.txt.
 """
@@ -111,9 +112,10 @@ def _dequantize(words, s, z, shift, DT: gl.constexpr, PACKED: gl.constexpr, w_la
 def w4a16_wgmma_kernel(
     p_a, p_qw, p_s, p_z, p_ws, M, N, stride_a, k_per_split,
     GROUP: gl.constexpr, HAS_ZEROS: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr,
-    PIPELINE: gl.constexpr, PACKED: gl.constexpr, num_warps: gl.constexpr,
+    PIPELINE: gl.constexpr, PACKED: gl.constexpr, ATOMIC: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
-    """Partial ``ws[s, m, n] = sum over split s's K rows of a[m, k] W[k, n]``, one ``[BN, BM]`` tile."""
+    """Partial ``ws[s, m, n] = sum over split s's K rows of a[m, k] W[k, n]``, one ``[BN, BM]`` tile
+    (ATOMIC: added into ``ws[0]``, zero on entry, in no fixed order)."""
     pid_n = gl.program_id(0)
     pid_m = gl.program_id(1)
     pid_s = gl.program_id(2)
@@ -159,8 +161,12 @@ def w4a16_wgmma_kernel(
         acc = warpgroup_mma(w, a_smem.permute((1, 0)), acc)
     out_n = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, mma))
     out_m = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(0, mma))
-    ptrs = p_ws + (pid_s * M + out_m[None, :]).to(gl.int64) * N + out_n[:, None]
-    gl.store(ptrs, acc, mask=(out_m < M)[None, :])
+    if ATOMIC:
+        ptrs = p_ws + out_m[None, :].to(gl.int64) * N + out_n[:, None]
+        gl.atomic_add(ptrs, acc, mask=(out_m < M)[None, :], sem="relaxed")
+    else:
+        ptrs = p_ws + (pid_s * M + out_m[None, :]).to(gl.int64) * N + out_n[:, None]
+        gl.store(ptrs, acc, mask=(out_m < M)[None, :])
 
 
 def split_count(tiles: int, K: int, BK: int, sms: int) -> int:
@@ -173,9 +179,20 @@ def split_count(tiles: int, K: int, BK: int, sms: int) -> int:
 
 
 def wgmma_gemm(
-    a, qweight, scales, zeros, group_size: int, BN: int, BK: int, pipeline: bool, packed: bool, sms: int
+    a,
+    qweight,
+    scales,
+    zeros,
+    group_size: int,
+    BN: int,
+    BK: int,
+    pipeline: bool,
+    packed: bool,
+    atomic: bool,
+    sms: int,
 ) -> torch.Tensor:
-    """``a @ dequantize(W)`` with :func:`w4a16_wgmma_kernel` and the shipped split-K reduction."""
+    """``a @ dequantize(W)`` with :func:`w4a16_wgmma_kernel` and the shipped split-K reduction (atomic: the
+    splits added into one fp32 buffer, then rounded by the same kernel with one split)."""
     M, K = a.shape
     N = qweight.shape[1]
     G = K if group_size == -1 else group_size
@@ -183,21 +200,26 @@ def wgmma_gemm(
     BM = min(128, max(8, next_power_of_2(M)))
     tiles = (N // BN) * triton.cdiv(M, BM)
     splits = split_count(tiles, K, BK, sms)
-    ws = torch.empty((splits, M, N), dtype=torch.float32, device=a.device)
+    ws = (
+        torch.zeros((1, M, N), dtype=torch.float32, device=a.device)
+        if atomic
+        else torch.empty((splits, M, N), dtype=torch.float32, device=a.device)
+    )
     w4a16_wgmma_kernel[(N // BN, triton.cdiv(M, BM), splits)](
         a, qweight, scales, zeros if zeros is not None else qweight, ws, M, N, a.stride(0), K // splits,
-        GROUP=G, HAS_ZEROS=zeros is not None, BN=BN, BM=BM, BK=BK, PIPELINE=pipeline, PACKED=packed, num_warps=BN // 16,
+        GROUP=G, HAS_ZEROS=zeros is not None, BN=BN, BM=BM, BK=BK, PIPELINE=pipeline, PACKED=packed, ATOMIC=atomic,
+        num_warps=BN // 16,
     )  # fmt: skip
     out = torch.empty((M, N), dtype=a.dtype, device=a.device)
     w4a16_splitk_reduce_kernel[(triton.cdiv(M * N, REDUCE_BLOCK),)](
-        ws, out, out, M, N, splits, HAS_BIAS=False, BLOCK=REDUCE_BLOCK
+        ws, out, out, M, N, 1 if atomic else splits, HAS_BIAS=False, BLOCK=REDUCE_BLOCK
     )
     return out
 
 
-# (BN, BK, next step loaded ahead, two weights an instruction)
-VARIANTS = ((64, 64, False, False), (64, 64, True, False), (64, 64, True, True), (128, 64, True, True),
-            (64, 128, True, True))  # fmt: skip
+# (BN, BK, next step loaded ahead, two weights an instruction, splits added atomically)
+VARIANTS = ((64, 64, False, False, False), (64, 64, True, False, False), (64, 64, True, True, False),
+            (128, 64, True, True, False), (64, 128, True, True, False), (64, 64, True, True, True))  # fmt: skip
 
 
 def random_weight(K: int, N: int, dev) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -246,7 +268,10 @@ def main() -> None:
     parser.add_argument("--ms", default="1,4,16,32,64,128")
     ms = [int(m) for m in parser.parse_args().ms.split(",")]
     dev, sms, bw = device_info()
-    header = " | ".join(f"wgmma {bn}x{bk}{' p' if p else ''}{' 2' if two else ''}" for bn, bk, p, two in VARIANTS)
+    header = " | ".join(
+        f"wgmma {bn}x{bk}{' p' if p else ''}{' 2' if two else ''}{' atomic' if at else ''}"
+        for bn, bk, p, two, at in VARIANTS
+    )
     lines = [f"{torch.cuda.get_device_name()}; bf16, asymmetric group 128; µs, median of CUDA-graph replays"]
     lines.append(
         f"K | N | M | shipped (path) | {header} | cublas | shipped / best wgmma | cublas / best wgmma | "
