@@ -1,12 +1,10 @@
-"""moe_silu_and_mul: spec, contract matrix, layouts, determinism, edge shapes, registration, CUDA graphs."""
-
-import dataclasses
+"""moe_silu_and_mul: spec, contract matrix, layouts, determinism, edge shapes, registration, CUDA graphs
+(launch configurations: test_moe_silu_and_mul_configs.py)."""
 
 import pytest
 import torch
 
 import exactfuse
-from exactfuse.ops.moe_silu_and_mul import heuristics as mh
 from exactfuse.ops.moe_silu_and_mul import inputs as moe_ops
 from exactfuse.ops.moe_silu_and_mul import moe_silu_and_mul
 from exactfuse.ops.moe_silu_and_mul import triton as mt
@@ -16,24 +14,12 @@ from exactfuse.testing import (
     assert_contract_matrix,
     check_on_device,
     check_provider,
-    make_generator,
-    randn,
 )
 from exactfuse.utils import needs_int64
+from moe_support import LAYOUT, pair
 
 SHORT = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 INTERP_DTYPES = pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
-LAYOUT = pytest.mark.parametrize("interleaved", [False, True], ids=["split", "inter"])
-
-
-def _pair(M: int, N: int, dtype, device="cpu", seed=0, weights=torch.float32):
-    """The same logical (gate, up) rows in both layouts, and row weights (or None)."""
-    gen = make_generator(seed)
-    g, u = randn((M, N), dtype, device, gen, 3.0), randn((M, N), dtype, device, gen)
-    split = torch.cat([g, u], dim=1)
-    inter = torch.stack([g, u], dim=2).reshape(M, 2 * N)
-    w = None if weights is None else (torch.rand((M,), generator=gen) + 0.1).to(weights).to(device)
-    return split, inter, w
 
 
 def _triton(*args, **kwargs):
@@ -42,7 +28,7 @@ def _triton(*args, **kwargs):
 
 
 def _assert_contract(M, N, interleaved, dtype, device, w_dtype=torch.float32, out_dtype=None):
-    split, inter, w = _pair(M, N, dtype, device, weights=w_dtype)
+    split, inter, w = pair(M, N, dtype, device, weights=w_dtype)
     x = inter if interleaved else split
     out = _triton(x, w, interleaved, out_dtype)
     ref = moe_silu_and_mul.native(x, w, interleaved, out_dtype)
@@ -59,7 +45,7 @@ def test_native_layouts_are_the_same_function(dtype):
     """Within the contract on the CPU: its fp32 exp differs between strided (scalar
     libm) and contiguous (SLEEF vector) loops, so the interleaved view may move an
     fp32 result by an ulp there. On CUDA both layouts evaluate the same expf (GPU test)."""
-    split, inter, w = _pair(9, 40, dtype)
+    split, inter, w = pair(9, 40, dtype)
     for weights in (None, w):
         a = moe_silu_and_mul.native(split, weights, False)
         b = moe_silu_and_mul.native(inter, weights, True)
@@ -70,7 +56,7 @@ def test_native_layouts_are_the_same_function(dtype):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_native_rounds_once(dtype):
     """Within one ulp of a float64 evaluation: no intermediate rounding to the activation dtype."""
-    split, _, w = _pair(64, 256, dtype)
+    split, _, w = pair(64, 256, dtype)
     x, N = split.double(), 256
     g, u = x[:, :N], x[:, N:]
     exact = (g * torch.sigmoid(g) * u * w.double()[:, None]).to(dtype)
@@ -82,7 +68,7 @@ def test_native_rounds_once(dtype):
 
 
 def test_native_out_dtype_and_weights_dtype():
-    split, _, w = _pair(4, 16, torch.bfloat16)
+    split, _, w = pair(4, 16, torch.bfloat16)
     assert moe_silu_and_mul.native(split, w, False, torch.float32).dtype == torch.float32
     assert moe_silu_and_mul.native(split, w.bfloat16(), False).dtype == torch.bfloat16
     assert moe_silu_and_mul.native(split[:0], w[:0], True).shape == (0, 16)
@@ -128,34 +114,6 @@ def test_interpreter_declines_bf16_anywhere():
     assert provider.accepts(x.bfloat16(), None, True) is not True
 
 
-# ----------------------------------------------------------------- heuristic
-@pytest.mark.parametrize(
-    ("N", "BN"), [(7, 8), (33, 64), (384, 128), (512, 512), (768, 256), (960, 1024), (1536, 512), (3072, 1024)]
-)
-def test_block_n_divides_n_when_it_can(N, BN):
-    assert mh.moe_block_n(N) == BN
-
-
-@pytest.mark.parametrize("N", [7, 33, 768, 1024, 1536, 2048, 3072, 14336])
-def test_launch_config_covers_the_target(N):
-    cfg = mh.moe_config(N, 2, False)
-    assert max(cfg.BN, mh.TARGET_ELEMENTS) == cfg.BM * cfg.BN and cfg.num_warps == 4
-    assert (cfg.BM == 1) == (cfg.BN >= mh.TARGET_ELEMENTS)
-    assert cfg.evict_first and cfg.int64_index is None
-
-
-def test_store_run_matches_the_split_registers():
-    assert (mh.store_run(2, True), mh.store_run(4, True), mh.store_run(2, False)) == (4, 2, 0)
-    assert mh.moe_config(1024, 2, True).store_run == 4 and mh.moe_config(1024, 2, False).store_run == 0
-
-
-def test_int64_switch_counts_the_row_stride():
-    assert not needs_int64(2**20 - 1, 2048)
-    assert needs_int64(2**20 + 8, 2048)  # numel = 2**31 + 16384
-    assert needs_int64(3, 2**30)  # 384 elements viewed from a 2**31 buffer
-    assert not needs_int64(0, 2**30)
-
-
 # --------------------------------------------------------- declaration, cost
 def test_declared_for_list_verify_warmup_bench():
     assert exactfuse.get("moe_silu_and_mul") is moe_silu_and_mul
@@ -177,7 +135,7 @@ def test_cost_counts_minimum_bytes():
 
 
 def test_layer():
-    split, inter, w = _pair(5, 24, torch.float32)
+    split, inter, w = pair(5, 24, torch.float32)
     layer = exactfuse.MoeSiluAndMul(interleaved=True)
     assert torch.equal(layer(inter, w), moe_silu_and_mul.native(inter, w, True))
     assert torch.equal(exactfuse.MoeSiluAndMul(interleaved=False)(split), moe_silu_and_mul.native(split))
@@ -197,7 +155,7 @@ VARIANTS = {
 
 def _variant_args(name, dtype=torch.float32, device="cpu"):
     w_dtype, interleaved, out_dtype = VARIANTS[name]
-    split, inter, w = _pair(6, 48, dtype, device, weights=dtype if w_dtype == "x" else w_dtype)
+    split, inter, w = pair(6, 48, dtype, device, weights=dtype if w_dtype == "x" else w_dtype)
     return (inter if interleaved else split, w, interleaved, out_dtype)
 
 
@@ -232,7 +190,7 @@ def test_interpreter_contract(dtype):
 @INTERP_DTYPES
 @pytest.mark.parametrize(("M", "N"), [(0, 64), (1, 7), (7, 384), (33, 960), (5, 512), (6, 768)], ids=str)
 def test_interpreter_layouts_bitwise_equal(M, N, dtype):
-    split, inter, w = _pair(M, N, dtype)
+    split, inter, w = pair(M, N, dtype)
     a, b = _triton(split, w, False), _triton(inter, w, True)
     assert a.shape == (M, N) and torch.equal(a, b)
 
@@ -240,7 +198,7 @@ def test_interpreter_layouts_bitwise_equal(M, N, dtype):
 @pytest.mark.interpreter
 @LAYOUT
 def test_interpreter_three_runs_bitwise_identical(interleaved):
-    split, inter, w = _pair(9, 384, torch.float16)
+    split, inter, w = pair(9, 384, torch.float16)
     x = inter if interleaved else split
     first = _triton(x, w, interleaved)
     for _ in range(2):
@@ -254,54 +212,6 @@ def test_interpreter_small_shared_expert_batches(M, N):
     """Small-batch family of seed 003 (the NaN report of the kernel it replaced): finite and correct."""
     for interleaved in (False, True):
         _assert_contract(M, N, interleaved, torch.float16, "cpu")
-
-
-# Every mask path: BM == 1 with and without a full last column tile, BM > 1 with a
-# partial last row block, tiny tiles with many programs per row, int64 offsets.
-FORCED = {
-    "BM1-even": (4, 384, mh.MoeConfig(1, 128, 4)),
-    "BM1-tail": (4, 384, mh.MoeConfig(1, 256, 4)),
-    "BM4-rows-tail": (7, 100, mh.MoeConfig(4, 64, 4)),
-    "BM2-even": (5, 256, mh.MoeConfig(2, 64, 2)),
-    "int64-BM1": (3, 128, mh.MoeConfig(1, 128, 4, int64_index=True)),
-    "int64-BM4-tail": (7, 100, mh.MoeConfig(4, 64, 4, int64_index=True)),
-    "no-hints": (7, 100, mh.MoeConfig(4, 64, 4, evict_first=False, store_run=0)),
-    "store-hint": (7, 100, mh.MoeConfig(4, 64, 4, store_run=2)),
-    "row-grid-BM1-tail": (4, 384, mh.MoeConfig(1, 256, 4, row_grid=True)),
-    "row-grid-BM4-rows-tail": (7, 100, mh.MoeConfig(4, 64, 4, row_grid=True)),
-    "row-grid-int64": (7, 100, mh.MoeConfig(4, 64, 4, int64_index=True, row_grid=True)),
-}
-
-
-@pytest.mark.interpreter
-@LAYOUT
-@pytest.mark.parametrize("name", list(FORCED))
-def test_interpreter_forced_configs(name, interleaved):
-    M, N, config = FORCED[name]
-    split, inter, w = _pair(M, N, torch.float32)
-    x = inter if interleaved else split
-    with exactfuse.poison_outputs():
-        out = mt.launch_moe_silu_and_mul(x, w, interleaved, None, config=config)
-    result = moe_silu_and_mul.contract_for(torch.float32, "cpu").check(out, moe_silu_and_mul.native(x, w, interleaved))
-    assert result.passed, result.summary()
-
-
-@pytest.mark.interpreter
-@LAYOUT
-def test_interpreter_row_grid_is_the_flat_grid_bit_for_bit(interleaved):
-    """The 2-D grid changes which program computes a tile, not the tile's arithmetic."""
-    split, inter, w = _pair(7, 100, torch.float16)
-    x = inter if interleaved else split
-    for config in (mh.MoeConfig(4, 64, 4), mh.MoeConfig(1, 32, 2)):
-        flat = mt.launch_moe_silu_and_mul(x, w, interleaved, None, config=config)
-        rows = mt.launch_moe_silu_and_mul(x, w, interleaved, None, config=dataclasses.replace(config, row_grid=True))
-        assert torch.equal(flat.view(torch.int16), rows.view(torch.int16)), config
-
-
-def test_row_grid_refuses_more_column_tiles_than_the_grid_holds():
-    x = torch.zeros(1, 2 * (mt.MAX_GRID_Y + 1))
-    with pytest.raises(RuntimeError, match="N = 65536: more than 65535 column tiles"):
-        mt.launch_moe_silu_and_mul(x, None, False, None, config=mh.MoeConfig(1, 1, 1, row_grid=True))
 
 
 @pytest.mark.interpreter
@@ -336,7 +246,7 @@ GPU_SHAPES = [(1, 768), (6, 1024), (16, 1536), (384, 1024), (1536, 2048), (4096,
 @pytest.mark.parametrize("dtype", list(SHORT), ids=list(SHORT.values()))
 @pytest.mark.parametrize(("M", "N"), GPU_SHAPES, ids=lambda v: str(v))
 def test_gpu_layouts_bitwise_equal_and_deterministic(M, N, dtype):
-    split, inter, w = _pair(M, N, dtype, "cuda")
+    split, inter, w = pair(M, N, dtype, "cuda")
     for weights in (None, w):
         first = _triton(inter, weights, True)
         assert torch.equal(_triton(split, weights, False), first)
@@ -406,7 +316,7 @@ def test_gpu_warmup_then_cuda_graph_replay(interleaved):
             static_y = layer(static_x, static_w)
         assert watch.new() == [[]], f"compiled during capture:\n{watch}"
         for seed in range(3):
-            _, inter, w = _pair(M, N, torch.bfloat16, "cuda", seed=seed)
+            _, inter, w = pair(M, N, torch.bfloat16, "cuda", seed=seed)
             split = torch.cat([inter[:, 0::2], inter[:, 1::2]], dim=1)
             static_x.copy_(inter if interleaved else split)
             static_w.copy_(w)
