@@ -243,8 +243,17 @@ def shape_lines(K: int, N: int, ms: list[int], sms: int, bw: float, dev, copies:
             "shipped": bench_rotating(lambda i, a=a: w4.launch_w4a16_gemm(a, *weights[i], None, None, 128), copies)
         }
         for v in VARIANTS:
-            check = CONTRACT.check(wgmma_gemm(a, *weights[0], 128, *v, sms), expected, args=args)
-            assert check.passed, f"K{K} N{N} M{M} wgmma {v}: {check.summary()}"
+            # a variant that fails to build or misses the contract is reported, and the others still run
+            try:
+                check = CONTRACT.check(wgmma_gemm(a, *weights[0], 128, *v, sms), expected, args=args)
+            except Exception as error:  # noqa: BLE001 - the probe reports every failure and goes on
+                print(f"K{K} N{N} M{M} wgmma {v}: {type(error).__name__}: {str(error)[:2000]}", flush=True)
+                times[v] = float("inf")
+                continue
+            if not check.passed:
+                print(f"K{K} N{N} M{M} wgmma {v}: contract missed: {check.summary()}", flush=True)
+                times[v] = float("inf")
+                continue
             times[v] = bench_rotating(lambda i, a=a, v=v: wgmma_gemm(a, *weights[i], 128, *v, sms), copies)
         times["cublas"] = bench_rotating(lambda i, a=a: torch.matmul(a, dense[i]), copies)
         best = min(times[v] for v in VARIANTS)
