@@ -85,6 +85,15 @@ def test_interpreter_row_grid_is_the_flat_grid_bit_for_bit(interleaved):
 
 
 def test_row_grid_refuses_more_column_tiles_than_the_grid_holds():
-    x = torch.zeros(1, 2 * (mt.MAX_GRID_Y + 1))
+    x = torch.zeros(1, 2 * (mt.MAX_COLUMN_TILES + 1))
     with pytest.raises(RuntimeError, match="N = 65536: more than 65535 column tiles"):
         mt.launch_moe_silu_and_mul(x, None, False, None, config=mh.MoeConfig(1, 1, 1, row_grid=True))
+
+
+def test_rule_takes_the_row_grid_where_the_column_tiles_fit():
+    """The 2-D grid is the default (sweeps/moe_grid_order.txt); widths past its second axis launch flat."""
+    for n in (7, 768, 3072, 14336):
+        assert mh.moe_config(n, 2, False).row_grid, n
+    too_wide = (mh.MAX_COLUMN_TILES + 1) * 1024
+    config = mh.moe_config(too_wide, 2, False)
+    assert config.BN == 1024 and not config.row_grid

@@ -11,6 +11,7 @@ from exactfuse.utils import next_power_of_2
 
 TARGET_ELEMENTS = 1024  # outputs per program
 NUM_WARPS = 4
+MAX_COLUMN_TILES = 65535  # CUDA's limit on a grid's second axis: the column tiles of a row_grid launch
 
 
 @dataclass(frozen=True)
@@ -20,7 +21,7 @@ class MoeConfig:
     ``int64_index``: ``None`` decides from the sizes (:func:`exactfuse.utils.needs_int64`). ``row_grid``: a 2-D
     grid ``(row blocks, column tiles)`` with the row block fastest, as the gated activations launch (no
     division of the program id; at most 65535 column tiles), instead of the flat column-fastest grid;
-    ``sweep moe --grid-order`` times the two side by side."""
+    :func:`moe_config` takes the 2-D grid wherever it fits (``sweep moe --grid-order``, docs/heuristics.md)."""
 
     BM: int
     BN: int
@@ -57,6 +58,9 @@ def store_run(itemsize: int, interleaved: bool) -> int:
 def moe_config(N: int, itemsize: int, interleaved: bool) -> MoeConfig:
     """The launch for rows of ``N`` outputs: ``BN`` columns (:func:`moe_block_n`) and
     ``BM = 1024 // BN`` rows per program, 4 warps, so wide rows run one row per program (``BM == 1``:
-    no masks at all on full tiles) and a thread holds 8 outputs (16-byte accesses in bf16)."""
+    no masks at all on full tiles) and a thread holds 8 outputs (16-byte accesses in bf16). The 2-D
+    ``row_grid`` launch unless N has more column tiles than a grid's second axis holds."""
     BN = moe_block_n(N)
-    return MoeConfig(max(1, TARGET_ELEMENTS // BN), BN, NUM_WARPS, store_run=store_run(itemsize, interleaved))
+    row_grid = -(-N // BN) <= MAX_COLUMN_TILES
+    return MoeConfig(max(1, TARGET_ELEMENTS // BN), BN, NUM_WARPS, store_run=store_run(itemsize, interleaved),
+                     row_grid=row_grid)  # fmt: skip

@@ -22,10 +22,8 @@ import triton
 import triton.language as tl
 
 from exactfuse.ops.math import exact_exp
-from exactfuse.ops.moe_silu_and_mul.heuristics import MoeConfig, moe_config
+from exactfuse.ops.moe_silu_and_mul.heuristics import MAX_COLUMN_TILES, MoeConfig, moe_config
 from exactfuse.utils import empty, is_symbolic, needs_int64
-
-MAX_GRID_Y = 65535  # CUDA's limit on a grid's second axis: the column tiles of a ROW_GRID launch
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -149,7 +147,9 @@ def launch_moe_silu_and_mul(
         int64_index = needs_int64(M, max(gateup.stride(0), 2 * N))
     if cfg.row_grid:
         n_tiles = triton.cdiv(N, cfg.BN)
-        torch._check(n_tiles <= MAX_GRID_Y, lambda: f"N = {N}: more than {MAX_GRID_Y} column tiles of {cfg.BN}")
+        torch._check(
+            n_tiles <= MAX_COLUMN_TILES, lambda: f"N = {N}: more than {MAX_COLUMN_TILES} column tiles of {cfg.BN}"
+        )
         grid = (triton.cdiv(M, cfg.BM), n_tiles)
     else:
         grid = (triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN),)
