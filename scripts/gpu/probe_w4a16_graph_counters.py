@@ -64,20 +64,23 @@ def case_line(K: int, N: int, M: int, dev: torch.device, sms: int, capture_strea
 
     eager = call(0)
     assert torch.equal(call(0, two_pass), eager), (K, N, M, "the second-launch reduction differs from the fixup")
-    splitk._COUNTERS.pop((dev, capture_stream.cuda_stream), None)
+    key = (dev, capture_stream.cuda_stream)
+    splitk._COUNTERS.pop(key, None)
     times = [bench_rotating(call, copies)]
+    assert key not in splitk._COUNTERS, "the capture stream got counters outside a capture"
     with torch.cuda.stream(capture_stream):
         assert torch.equal(call(0), eager)
     torch.cuda.synchronize()
+    assert key in splitk._COUNTERS, "an eager launch on the capture stream made no counters"
     times.append(bench_rotating(call, copies))
     times.append(bench_rotating(lambda i: call(i, two_pass), copies))
-    splitk._COUNTERS.pop((dev, capture_stream.cuda_stream), None)
+    splitk._COUNTERS.pop(key, None)
     cells = " | ".join(f"{t:.2f}" for t in times)
     return f"{K} | {N} | {M} | {cfg.name} split {cfg.split_k} | {cells} | {times[0] / times[1]:.3f}"
 
 
 def main() -> None:
-    dev = torch.device("cuda")
+    dev = torch.device("cuda", torch.cuda.current_device())  # with its index: the counters' key is a tensor's device
     sms = w4.num_sms(dev)
     torch.cuda.graph(torch.cuda.CUDAGraph())  # creates torch.cuda.graph's shared capture stream
     capture_stream = torch.cuda.graph.default_capture_stream
