@@ -391,3 +391,25 @@ def test_interpreter_warmup_passes_deterministic_to_every_launch(monkeypatch):
     monkeypatch.setattr(inputs._triton, "launch_w4a16_gemm", spy)
     w4a16_gemm.warmup_fn("cpu", torch.float16, shapes=((256, 64),), deterministic=False)
     assert calls and not any(calls)
+
+
+@pytest.mark.gpu
+def test_gpu_capture_on_torchs_capture_stream_uses_cached_counters():
+    """Warmed up on the current stream, then captured with ``torch.cuda.graph(g)`` (its shared capture
+    stream): the capture reads the counters made for that stream outside the capture, not a buffer of
+    its own per launch, and the replay gives the eager result."""
+    case = make_case("M1", 1, 4096, 4096, torch.bfloat16, "cuda", make_generator(11))
+    first = w4a16_gemm(*case.args)
+    device = first.device
+    graph = torch.cuda.CUDAGraph()
+    seen = []
+    with torch.cuda.graph(graph):
+        key = (device, torch._C._cuda_getCurrentRawStream(device.index))
+        seen.append(splitk.arrival_counters(device, 1).data_ptr())
+        captured = w4a16_gemm(*case.args)
+    assert key in splitk._COUNTERS and seen[0] == splitk._COUNTERS[key][-1].data_ptr()
+    for _ in range(3):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(captured, first)
+    assert not splitk._COUNTERS[key][-1].any()
