@@ -1,14 +1,15 @@
-"""What a CUDA-graph capture costs the W4A16 split-K fixup when its stream has no arrival counters yet.
+"""What a CUDA-graph capture costs the W4A16 split-K fixup when its stream has no arrival counters.
 
 Usage: PYTHONPATH=src python3 scripts/gpu/probe_w4a16_graph_counters.py
 
 ``splitk.arrival_counters`` gives a capture on a stream without cached counters a zeroed buffer of its
 own per call (a memset node in the graph before every fixup launch). torch.cuda.graph captures on its
-own side stream, so a graph of launches that were warmed on the current stream pays that memset every
-replay. Per (K, N, M) on the fixup buckets (gemv1, decode), bf16, weights rotated past the L2: µs per
-call (median of CUDA-graph replays, as the bench times) captured with no counters on the capture stream,
-with counters created on it by an eager launch first, and with the second-launch reduction instead of
-the fixup (the split unchanged), each output checked bitwise against the eager one first. Also whether
+own side stream, so the first eager launch that makes counters also makes them for that stream
+(``splitk._prepare_capture_stream``). Per (K, N, M) on the fixup buckets (gemv1, decode), bf16, weights
+rotated past the L2: µs per call (median of CUDA-graph replays, as the bench times) with that
+preparation switched off (a buffer per launch in the graph), as shipped, and with the second-launch
+reduction instead of the fixup (the split unchanged), each output checked bitwise against the eager
+one first. Also whether
 ``cudaStreamGetCaptureInfo`` is reachable through ctypes (a capture id would let one capture share a
 buffer). Result: benchmarks/results/h200/sweeps/w4a16_graph_counters.txt.
 """
@@ -65,16 +66,18 @@ def case_line(K: int, N: int, M: int, dev: torch.device, sms: int, capture_strea
     eager = call(0)
     assert torch.equal(call(0, two_pass), eager), (K, N, M, "the second-launch reduction differs from the fixup")
     key = (dev, capture_stream.cuda_stream)
-    splitk._COUNTERS.pop(key, None)
-    times = [bench_rotating(call, copies)]
-    assert key not in splitk._COUNTERS, "the capture stream got counters outside a capture"
-    with torch.cuda.stream(capture_stream):
-        assert torch.equal(call(0), eager)
-    torch.cuda.synchronize()
-    assert key in splitk._COUNTERS, "an eager launch on the capture stream made no counters"
-    times.append(bench_rotating(call, copies))
+    prepare = splitk._prepare_capture_stream
+    splitk._COUNTERS.clear()
+    splitk._prepare_capture_stream = lambda device, n: None  # as before the capture stream got counters
+    try:
+        times = [bench_rotating(call, copies)]
+    finally:
+        splitk._prepare_capture_stream = prepare
+    assert key not in splitk._COUNTERS, "the capture stream got counters with their preparation off"
+    splitk._COUNTERS.clear()
+    times.append(bench_rotating(call, copies))  # the shipped path: the first eager launch prepares them
+    assert key in splitk._COUNTERS, "the first eager launch made no counters for the capture stream"
     times.append(bench_rotating(lambda i: call(i, two_pass), copies))
-    splitk._COUNTERS.pop(key, None)
     cells = " | ".join(f"{t:.2f}" for t in times)
     return f"{K} | {N} | {M} | {cfg.name} split {cfg.split_k} | {cells} | {times[0] / times[1]:.3f}"
 
@@ -85,7 +88,7 @@ def main() -> None:
     torch.cuda.graph(torch.cuda.CUDAGraph())  # creates torch.cuda.graph's shared capture stream
     capture_stream = torch.cuda.graph.default_capture_stream
     lines = [f"{torch.cuda.get_device_name()}; bf16 group 128; µs per call, median of CUDA-graph replays",
-             "K | N | M | config | no counters on the capture stream | counters made on it first | "
+             "K | N | M | config | no counters on the capture stream | counters prepared for it (shipped) | "
              "second-launch reduction | first / second"]  # fmt: skip
     for K, N, M in CASES:
         lines.append(case_line(K, N, M, dev, sms, capture_stream))

@@ -110,3 +110,25 @@ def test_calling_the_op_object_under_make_fx_records_the_op(name):
     case = _case(op, "cpu")
     gm = make_fx(lambda *a: op(*a, **case.kwargs), tracing_mode="fake")(*case.args)
     assert len(_exactfuse_nodes(gm, name)) == 1, gm.code
+
+
+def test_import_registers_visible_ops_without_importing_inductor():
+    """``import exactfuse`` (no interpreter: every visible op a ``triton_op``) leaves Inductor and Dynamo
+    unimported, and torch's list of the kernels written in each body is there and empty, as it was when
+    the body was a function torch parsed."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, json, exactfuse, torch._library.triton as t;"
+        "print(json.dumps([sorted(m for m in ('torch._inductor', 'torch._dynamo') if m in sys.modules),"
+        " {n: len(v) for n, v in t.triton_ops_to_kernels.items() if n.startswith('exactfuse::')}]))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
+    imported, kernels = json.loads(done.stdout.strip().splitlines()[-1])
+    visible = {f"exactfuse::{name}" for name, op in OPS.items() if op.compiler == "visible"}
+    assert imported == []
+    assert visible and set(kernels) == visible and not any(kernels.values())
