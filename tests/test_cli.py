@@ -89,23 +89,58 @@ def test_help_and_usage_errors_import_no_torch():
     assert proc.stdout.strip().splitlines()[-1] == "[]"
 
 
-def test_verify_runs_quick_case_sets_in_one_process_once_triton_has_a_cache(monkeypatch, tmp_path):
-    """Workers pay their own torch import and CUDA context: the quick sets start them only while there is
-    nothing to load from Triton's disk cache (compiling dominates), the full sets always."""
+def test_verify_runs_quick_case_sets_in_one_process_once_each_row_ran_here(monkeypatch, tmp_path):
+    """Workers pay their own torch import and CUDA context: the quick sets run in one process only when
+    every row asked for was checked on this machine's Triton cache before (its kernels are there); a
+    cache holding other kernels (the GPU tests') is not enough. The full sets always start workers."""
     from triton import knobs
 
     from exactfuse import cli
 
     monkeypatch.setattr(cli.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(cli.torch.cuda, "get_device_name", lambda *a: "Some GPU")
     monkeypatch.setattr(cli.os, "cpu_count", lambda: 16)
-    monkeypatch.setattr(knobs.cache, "dir", str(tmp_path / "absent"))
-    assert cli.default_jobs(quick=True) == 4 and cli.default_jobs(quick=False) == 4
-    (tmp_path / "absent").mkdir()
-    assert cli.default_jobs(quick=True) == 4  # there, but empty
-    (tmp_path / "absent" / "KEY").mkdir()
-    assert cli.default_jobs(quick=True) == 1 and cli.default_jobs(quick=False) == 4
+    monkeypatch.setattr(knobs.cache, "dir", str(tmp_path / "cache"))
+    rows = [("silu_and_mul", "triton", "bf16"), ("w4a16_gemm", "triton", "bf16")]
+    assert cli.default_jobs(True, rows) == 4 and cli.default_jobs(False, rows) == 4
+    (tmp_path / "cache" / "SOMEKERNEL").mkdir(parents=True)
+    assert cli.default_jobs(True, rows) == 4  # other kernels only
+    cli._mark_compiled(rows[0])
+    assert cli.default_jobs(True, rows[:1]) == 1 and cli.default_jobs(True, rows) == 4
+    cli._mark_compiled(rows[1])
+    assert cli.default_jobs(True, rows) == 1 and cli.default_jobs(False, rows) == 4
+    monkeypatch.setattr(cli.torch.cuda, "get_device_name", lambda *a: "Another GPU")
+    assert cli.default_jobs(True, rows) == 4  # the markers name the GPU they were made on
     monkeypatch.setattr(cli.os, "cpu_count", lambda: 4)
-    assert cli.default_jobs(quick=False) == 1
+    assert cli.default_jobs(False, rows) == 1
+
+
+def test_a_quick_gpu_verify_marks_each_row_it_checked(monkeypatch, tmp_path, capsys):
+    """The rows a quick run on a GPU finished are marked for the next run's ``--jobs`` default; a full
+    run's are not (its case sets compile other kernels)."""
+    import torch
+    from triton import knobs
+
+    from exactfuse import cli
+
+    def fake_rows(tasks, quick, jobs):
+        for task in tasks:
+            yield (
+                task,
+                {"cases": 1, "declined": 0, "failed": 0, "max_abs_err": 0.0, "max_ulp": 0, "first_failure": ""},
+                0.1,
+            )
+
+    monkeypatch.setattr(cli, "_device", lambda: torch.device("cuda"))
+    monkeypatch.setattr(cli, "_verify_rows", fake_rows)
+    monkeypatch.setattr(cli.torch.cuda, "get_device_name", lambda *a: "Some GPU")
+    monkeypatch.setattr(knobs.cache, "dir", str(tmp_path))
+    rows = [("silu_and_mul", "triton", "fp16"), ("silu_and_mul", "triton", "bf16")]
+    assert main(["verify", "--op", "silu_and_mul", "--dtype", "fp16", "--dtype", "bf16", "--jobs", "1"]) == 0
+    assert not any(os.path.exists(cli._compiled_marker(row)) for row in rows)
+    assert main(["verify", "--op", "silu_and_mul", "--dtype", "fp16", "--dtype", "bf16", "--quick", "--jobs", "1"]) == 0
+    assert all(os.path.exists(cli._compiled_marker(row)) for row in rows)
+    capsys.readouterr()
 
 
 def test_every_option_has_help_and_the_parser_knows_the_library_names():

@@ -153,33 +153,48 @@ def _verify_rows(tasks: list[tuple[str, str, str]], quick: bool, jobs: int):
             yield (futures[future], *future.result())
 
 
-def default_jobs(quick: bool) -> int:
+def default_jobs(quick: bool, tasks: list[tuple[str, str, str]]) -> int:
     """``verify --jobs`` default: 4 worker processes on a CUDA machine with 8 or more cores (most of a
-    run's time is compiling), else 1; but one for the quick case sets once Triton's disk cache holds
-    kernels: each worker starts its own torch and CUDA context, more than a warm ``--quick`` run's rows
-    take (on the H200 15.7 s in one process against 29.7 s in four; cold, 89.5 s in four,
-    ``sweeps/verify_time.txt``)."""
+    run's time is compiling), else 1; but one for the quick case sets once every row asked for has been
+    checked here before (:func:`_compiled_marker`): each worker starts its own torch and CUDA context,
+    more than a warm ``--quick`` run's rows take (on the H200 13.9 s in one process against 20.6 s in
+    four, ``sweeps/verify_time.txt``), while compiling in one process is slower still (a ``--quick``
+    run in one process on a cache that held only other kernels did not finish in 317 s; in four, 89.5
+    s on an empty cache, ``sweeps/verify_quick_cold.txt``)."""
     if not (torch.cuda.is_available() and (os.cpu_count() or 1) >= 8):
         return 1
-    return 1 if quick and _triton_cache_has_kernels() else 4
+    return 1 if quick and all(os.path.exists(_compiled_marker(task)) for task in tasks) else 4
 
 
-def _triton_cache_has_kernels() -> bool:
-    """Whether Triton's disk cache directory exists and holds an entry (a first run on a machine: no)."""
+def _compiled_marker(task: tuple[str, str, str]) -> str:
+    """An empty file in Triton's cache directory saying the quick row ``(op, provider, dtype)`` ran here
+    with this exactfuse, Triton, torch and GPU, so its kernels are in that cache (it goes when the
+    cache is cleared)."""
+    import hashlib
+
+    import triton
     from triton import knobs
 
+    import exactfuse
+
+    where = "|".join((exactfuse.__version__, triton.__version__, torch.__version__, torch.cuda.get_device_name()))
+    key = hashlib.sha256(where.encode()).hexdigest()[:16]
+    return os.path.join(knobs.cache.dir, "exactfuse-verify-quick", key, ".".join(task))
+
+
+def _mark_compiled(task: tuple[str, str, str]) -> None:
+    path = _compiled_marker(task)
     try:
-        with os.scandir(knobs.cache.dir) as entries:
-            return next(entries, None) is not None
-    except OSError:
-        return False
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        open(path, "a").close()
+    except OSError:  # a read-only cache: the next quick run starts workers again
+        pass
 
 
 def cmd_verify(args, console: Console) -> int:
     device = _device()
     on_gpu = device.type == "cuda"
     quick = args.quick or not on_gpu
-    jobs = args.jobs if args.jobs is not None else default_jobs(quick)
     table = Table(title=f"exactfuse verify on {torch.cuda.get_device_name(0) if on_gpu else 'CPU (interpreter)'}")
     for col in ("op", "provider", "dtype", "contract", "cases", "declined", "max abs err", "max ulp", "result"):
         table.add_column(col)
@@ -196,6 +211,7 @@ def cmd_verify(args, console: Console) -> int:
     if not tasks:
         console.print(f"[red]nothing was checked: {'; '.join(skipped) or 'no provider besides native here'}[/]")
         return 2
+    jobs = args.jobs if args.jobs is not None else default_jobs(quick, tasks)
     console.print(
         f"{table.title}: {len(ops)} op(s), {len(tasks)} row(s), {'quick' if quick else 'full'} case sets, "
         f"{jobs} process(es)",
@@ -204,6 +220,8 @@ def cmd_verify(args, console: Console) -> int:
     done = {}
     for (op_name, name, dtype_name), row, seconds in _verify_rows(tasks, quick, jobs):
         done[op_name, name, dtype_name] = row, seconds
+        if quick and on_gpu:
+            _mark_compiled((op_name, name, dtype_name))
         console.print(
             f"  checked {op_name}/{name}/{dtype_name}: {row['cases']} case(s), {row['failed']} failed, "
             f"{row['declined']} declined, {seconds:.1f}s",
