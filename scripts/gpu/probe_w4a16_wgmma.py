@@ -18,8 +18,10 @@ while a step is computed (``p``) and, at 64 x 64, without; dequantized a weight 
 a PTX instruction (``2``: each thread's K pairs, which the A operand's layout keeps in one register, come
 from one packed word; the pairs' layout, ``half_k_layout``, joins into the operand's with no data
 movement, which the kernel asserts); the last also adds its splits atomically into one fp32 buffer
-instead of the two-pass workspace (``atomic``, not deterministic); and cuBLAS on the dense weight, each output
-checked against the op's contract first; µs, median of CUDA-graph replays.
+instead of the two-pass workspace (``atomic``, not deterministic); the multi-stage tile of
+``gluon_w4a16_staged.py`` (``staged BNxBK sS``: S K steps of activations and packed words in flight
+through cp.async into shared memory); and cuBLAS on the dense weight, each output checked against the
+op's contract first; µs, median of CUDA-graph replays.
 Result: benchmarks/results/h200/sweeps/w4a16_wgmma.txt.
 """
 
@@ -36,6 +38,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
 
 sys.path.insert(0, os.path.dirname(__file__))
+from gluon_w4a16_staged import _PAIR_BF16, staged_gemm
 from sweep_io import emit
 from sweep_w4a16_tiles import SHAPES, bench_rotating, device_info
 
@@ -43,20 +46,6 @@ from exactfuse.ops.w4a16 import CONTRACT, native
 from exactfuse.ops.w4a16 import triton as w4
 from exactfuse.ops.w4a16.splitk import REDUCE_BLOCK, w4a16_splitk_reduce_kernel
 from exactfuse.utils import next_power_of_2
-
-# Two weights of one packed word per instruction, as the GEMV's packed math: the pair's nibbles (bits
-# $3..$3+7 of word $2) become ``0x4300 | q`` in each 16-bit half (bf16 ``128 + q``), minus $4 (``128 + z``
-# twice, exact), times $5 (the scale twice: one rounding of the exact product), out as two bf16.
-_PAIR_BF16 = gl.constexpr("""{
-.reg .b32 t, u, p;
-shr.u32 t, $2, $3;
-shl.b32 u, t, 12;
-lop3.b32 p, t, 0x0000000f, 0x43004300, 0xea;
-lop3.b32 p, u, 0x000f0000, p, 0xea;
-sub.rn.bf16x2 p, p, $4;
-mul.rn.bf16x2 p, p, $5;
-mov.b32 {$0, $1}, p;
-}""")
 
 
 @gluon.constexpr_function
@@ -220,6 +209,25 @@ def wgmma_gemm(
 # (BN, BK, next step loaded ahead, two weights an instruction, splits added atomically)
 VARIANTS = ((64, 64, False, False, False), (64, 64, True, False, False), (64, 64, True, True, False),
             (128, 64, True, True, False), (64, 128, True, True, False), (64, 64, True, True, True))  # fmt: skip
+# the multi-stage tile (gluon_w4a16_staged.py): (BN, BK, stages)
+STAGED = ((64, 64, 3), (64, 64, 4), (128, 64, 4))
+ALL = (*VARIANTS, *STAGED)
+
+
+def variant_name(v) -> str:
+    if len(v) == 3:
+        return f"staged {v[0]}x{v[1]} s{v[2]}"
+    bn, bk, p, two, at = v
+    return f"wgmma {bn}x{bk}{' p' if p else ''}{' 2' if two else ''}{' atomic' if at else ''}"
+
+
+def variant_gemm(v, a, qweight, scales, zeros, sms: int) -> torch.Tensor:
+    if len(v) == 3:
+        M, K = a.shape
+        BM = min(128, max(8, next_power_of_2(M)))
+        splits = split_count((qweight.shape[1] // v[0]) * triton.cdiv(M, BM), K, v[1], sms)
+        return staged_gemm(a, qweight, scales, zeros, v[0], v[1], v[2], splits)
+    return wgmma_gemm(a, qweight, scales, zeros, 128, *v, sms)
 
 
 def random_weight(K: int, N: int, dev) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -242,28 +250,28 @@ def shape_lines(K: int, N: int, ms: list[int], sms: int, bw: float, dev, copies:
         times = {
             "shipped": bench_rotating(lambda i, a=a: w4.launch_w4a16_gemm(a, *weights[i], None, None, 128), copies)
         }
-        for v in VARIANTS:
+        for v in ALL:
             # a variant that fails to build or misses the contract is reported, and the others still run
             try:
-                check = CONTRACT.check(wgmma_gemm(a, *weights[0], 128, *v, sms), expected, args=args)
+                check = CONTRACT.check(variant_gemm(v, a, *weights[0], sms), expected, args=args)
             except Exception as error:  # the probe reports every failure and goes on
-                print(f"K{K} N{N} M{M} wgmma {v}: {type(error).__name__}: {str(error)[:2000]}", flush=True)
+                print(f"K{K} N{N} M{M} {variant_name(v)}: {type(error).__name__}: {str(error)[:2000]}", flush=True)
                 times[v] = float("inf")
                 continue
             if not check.passed:
-                print(f"K{K} N{N} M{M} wgmma {v}: contract missed: {check.summary()}", flush=True)
+                print(f"K{K} N{N} M{M} {variant_name(v)}: contract missed: {check.summary()}", flush=True)
                 times[v] = float("inf")
                 continue
-            times[v] = bench_rotating(lambda i, a=a, v=v: wgmma_gemm(a, *weights[i], 128, *v, sms), copies)
+            times[v] = bench_rotating(lambda i, a=a, v=v: variant_gemm(v, a, *weights[i], sms), copies)
         times["cublas"] = bench_rotating(lambda i, a=a: torch.matmul(a, dense[i]), copies)
-        best = min(times[v] for v in VARIANTS)
+        best = min(times[v] for v in ALL)
         # bytes the op must move: packed weights, scales, zero points, activations, output
         roofline_us = (K * N // 2 + 3 * (K // 128) * N + 2 * M * (K + N)) / bw * 1e6
         cfg = w4.select_config(M, N, K, 128, sms)
         BM = min(128, max(8, next_power_of_2(M)))
-        splits = "/".join(str(split_count((N // v[0]) * triton.cdiv(M, BM), K, v[1], sms)) for v in VARIANTS)
-        path = f"{cfg.name}, split {cfg.split_k}; wgmma splits {splits}"
-        cells = " | ".join(f"{times[v]:.1f}" for v in VARIANTS)
+        splits = "/".join(str(split_count((N // v[0]) * triton.cdiv(M, BM), K, v[1], sms)) for v in ALL)
+        path = f"{cfg.name}, split {cfg.split_k}; Gluon splits {splits}"
+        cells = " | ".join(f"{times[v]:.1f}" for v in ALL)
         lines.append(
             f"{K} | {N} | {M} | {times['shipped']:.1f} ({path}) | {cells} | {times['cublas']:.1f} | "
             f"{times['shipped'] / best:.2f} | {times['cublas'] / best:.2f} | {100 * roofline_us / best:.0f}%"
@@ -277,14 +285,11 @@ def main() -> None:
     parser.add_argument("--ms", default="1,4,16,32,64,128")
     ms = [int(m) for m in parser.parse_args().ms.split(",")]
     dev, sms, bw = device_info()
-    header = " | ".join(
-        f"wgmma {bn}x{bk}{' p' if p else ''}{' 2' if two else ''}{' atomic' if at else ''}"
-        for bn, bk, p, two, at in VARIANTS
-    )
+    header = " | ".join(variant_name(v) for v in ALL)
     lines = [f"{torch.cuda.get_device_name()}; bf16, asymmetric group 128; µs, median of CUDA-graph replays"]
     lines.append(
-        f"K | N | M | shipped (path) | {header} | cublas | shipped / best wgmma | cublas / best wgmma | "
-        "best wgmma % roofline"
+        f"K | N | M | shipped (path) | {header} | cublas | shipped / best Gluon | cublas / best Gluon | "
+        "best Gluon % roofline"
     )
     for K, N in SHAPES:
         lines += shape_lines(K, N, ms, sms, bw, dev)
