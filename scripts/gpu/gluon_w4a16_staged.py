@@ -9,8 +9,8 @@ asynchronously (``cp.async``, 16 bytes a thread) into a ring of ``STAGES`` share
 shared memory in a layout that gives the four lanes of a quad the same word (a broadcast read) and each
 lane its own pair of weights in it, which joins into wgmma's register A operand with no data movement
 (``word_quads_layout``); the split's scales and zero points are read into shared memory once, as bf16
-pairs. Offline (Triton 3.6, sm_90a, BN = BM = BK = 64, 4 stages): 80 registers, 45 KB of shared memory,
-624 SASS instructions, ``LDGSTS.128`` copies and four ``HGMMA.64x64x16`` a step.
+pairs. Offline (Triton 3.6, sm_90a, BN = BM = BK = 64, 4 stages): 79 registers, 45 KB of shared memory,
+616 SASS instructions, ``LDGSTS.128`` copies and four ``HGMMA.64x64x16`` a step.
 """
 
 import torch
@@ -125,7 +125,13 @@ def w4a16_staged_kernel(
     n_steps = k_per_split // BK
     for step in range(n_steps):
         async_copy.wait_group(STAGES - 2)
+        # every warp is past the previous step (its wgmma synchronous), so its slot takes the step
+        # STAGES - 1 on. The wgmma stays synchronous: its A operand is registers, and an asynchronous one
+        # would leave them in use while the next step's words are loaded (offline, ptxas reused them).
         gl.thread_barrier()
+        k_next = gl.minimum(k_begin + (step + STAGES - 1) * BK, k_last)
+        _issue(a_ring, w_ring, p_a, p_qw, o_cm, m_cm, o_ck, o_cw, o_cn, N, stride_a, k_next,
+               (step + STAGES - 1) % STAGES)  # fmt: skip
         slot = step % STAGES
         g = (step * BK) // GROUP
         words = w_ring.index(slot).permute((1, 0)).load(words_layout)
@@ -137,9 +143,6 @@ def w4a16_staged_kernel(
         lo, hi = gl.inline_asm_elementwise(_PAIR_BF16, "=h,=h,r,r,r,r", [w3, shift, z3, s3],
                                            (gl.bfloat16, gl.bfloat16), True, 1)  # fmt: skip
         w = gl.convert_layout(gl.reshape(gl.join(lo, hi), [BN, BK]), w_layout, assert_trivial=True)
-        k_next = gl.minimum(k_begin + (step + STAGES - 1) * BK, k_last)
-        _issue(a_ring, w_ring, p_a, p_qw, o_cm, m_cm, o_ck, o_cw, o_cn, N, stride_a, k_next,
-               (step + STAGES - 1) % STAGES)  # fmt: skip
         fence_async_shared()
         acc = warpgroup_mma(w, a_ring.index(slot).permute((1, 0)), acc)
     async_copy.wait_group(0)
