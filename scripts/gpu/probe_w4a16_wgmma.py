@@ -209,24 +209,32 @@ def wgmma_gemm(
 # (BN, BK, next step loaded ahead, two weights an instruction, splits added atomically)
 VARIANTS = ((64, 64, False, False, False), (64, 64, True, False, False), (64, 64, True, True, False),
             (128, 64, True, True, False), (64, 128, True, True, False), (64, 64, True, True, True))  # fmt: skip
-# the multi-stage tile (gluon_w4a16_staged.py): (BN, BK, stages)
-STAGED = ((64, 64, 3), (64, 64, 4), (128, 64, 4))
+# the multi-stage tile (gluon_w4a16_staged.py): (BN, BK, stages, splits as a multiple of split_count's)
+STAGED = ((64, 64, 3, 1), (64, 64, 4, 1), (128, 64, 4, 1), (64, 64, 4, 2))
 ALL = (*VARIANTS, *STAGED)
 
 
 def variant_name(v) -> str:
-    if len(v) == 3:
-        return f"staged {v[0]}x{v[1]} s{v[2]}"
+    if len(v) == 4:
+        return f"staged {v[0]}x{v[1]} s{v[2]}{f' x{v[3]} splits' if v[3] > 1 else ''}"
     bn, bk, p, two, at = v
     return f"wgmma {bn}x{bk}{' p' if p else ''}{' 2' if two else ''}{' atomic' if at else ''}"
 
 
+def staged_splits(v, M: int, K8: int, N: int, sms: int) -> int:
+    """The staged variant's K splits: split_count's times its multiple, while each split keeps whole
+    groups and one K step more than the ring holds."""
+    K = 8 * K8
+    splits = split_count((N // v[0]) * triton.cdiv(M, min(128, max(8, next_power_of_2(M)))), K, v[1], sms)
+    more = splits * v[3]
+    return more if K % (more * 128) == 0 and K // more >= v[2] * v[1] else splits
+
+
 def variant_gemm(v, a, qweight, scales, zeros, sms: int) -> torch.Tensor:
-    if len(v) == 3:
-        M, K = a.shape
-        BM = min(128, max(8, next_power_of_2(M)))
-        splits = split_count((qweight.shape[1] // v[0]) * triton.cdiv(M, BM), K, v[1], sms)
-        return staged_gemm(a, qweight, scales, zeros, v[0], v[1], v[2], splits)
+    if len(v) == 4:
+        return staged_gemm(
+            a, qweight, scales, zeros, v[0], v[1], v[2], staged_splits(v, a.shape[0], *qweight.shape, sms)
+        )
     return wgmma_gemm(a, qweight, scales, zeros, 128, *v, sms)
 
 
@@ -269,7 +277,14 @@ def shape_lines(K: int, N: int, ms: list[int], sms: int, bw: float, dev, copies:
         roofline_us = (K * N // 2 + 3 * (K // 128) * N + 2 * M * (K + N)) / bw * 1e6
         cfg = w4.select_config(M, N, K, 128, sms)
         BM = min(128, max(8, next_power_of_2(M)))
-        splits = "/".join(str(split_count((N // v[0]) * triton.cdiv(M, BM), K, v[1], sms)) for v in ALL)
+        splits = "/".join(
+            str(
+                staged_splits(v, M, K // 8, N, sms)
+                if len(v) == 4
+                else split_count((N // v[0]) * triton.cdiv(M, BM), K, v[1], sms)
+            )
+            for v in ALL
+        )
         path = f"{cfg.name}, split {cfg.split_k}; Gluon splits {splits}"
         cells = " | ".join(f"{times[v]:.1f}" for v in ALL)
         lines.append(
