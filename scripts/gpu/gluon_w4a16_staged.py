@@ -8,8 +8,8 @@ asynchronously (``cp.async``, 16 bytes a thread) into a ring of ``STAGES`` share
 ``STAGES - 1`` steps are in flight while one is dequantized and multiplied. The words come back from
 shared memory in a layout that gives the four lanes of a quad the same word (a broadcast read) and each
 lane its own pair of weights in it, which joins into wgmma's register A operand with no data movement
-(``word_quads_layout``); the split's scales and zero points are read into shared memory once, as bf16
-pairs. Offline (Triton 3.6, sm_90a, BN = BM = BK = 64, 4 stages): 79 registers, 45 KB of shared memory,
+(``word_quads_layout``); the split's scales and zero points are read into shared memory once, as
+pairs (bf16 or fp16). Offline (Triton 3.6, sm_90a, BN = BM = BK = 64, 4 stages): 79 registers, 45 KB of shared memory,
 616 SASS instructions, ``LDGSTS.128`` copies and four ``HGMMA.64x64x16`` a step.
 """
 
@@ -26,6 +26,17 @@ from exactfuse.utils import next_power_of_2
 # Two weights of one packed word per instruction, as the GEMV's packed math: the pair's nibbles (bits
 # $3..$3+7 of word $2) become ``0x4300 | q`` in each 16-bit half (bf16 ``128 + q``), minus $4 (``128 + z``
 # twice, exact), times $5 (the scale twice: one rounding of the exact product), out as two bf16.
+# _PAIR_FP16 is the same with fp16's ``0x6400 | q`` (``1024 + q``).
+_PAIR_FP16 = gl.constexpr("""{
+.reg .b32 t, u, p;
+shr.u32 t, $2, $3;
+shl.b32 u, t, 12;
+lop3.b32 p, t, 0x0000000f, 0x64006400, 0xea;
+lop3.b32 p, u, 0x000f0000, p, 0xea;
+sub.rn.f16x2 p, p, $4;
+mul.rn.f16x2 p, p, $5;
+mov.b32 {$0, $1}, p;
+}""")
 _PAIR_BF16 = gl.constexpr("""{
 .reg .b32 t, u, p;
 shr.u32 t, $2, $3;
@@ -77,12 +88,12 @@ def w4a16_staged_kernel(
 ):  # fmt: skip
     """``ws[s, m, n]``: split ``s``'s partial of ``a W`` for one ``[BN, BM]`` tile of ``out^T``, with
     ``STAGES`` K steps of activations and packed words in flight (cp.async into a shared ring); the
-    split's scales and zero points (asymmetric, bf16) read into shared memory first, as bf16 pairs."""
+    split's scales and zero points (asymmetric; bf16 or fp16) read into shared memory first, as pairs."""
     pid_n = gl.program_id(0)
     pid_m = gl.program_id(1)
     pid_s = gl.program_id(2)
     DT: gl.constexpr = p_a.dtype.element_ty
-    gl.static_assert(gl.bfloat16 == DT, "the pair dequantization is written for bf16")
+    MAGIC: gl.constexpr = 0x4300 if gl.bfloat16 == DT else 0x6400  # 128 (bf16) or 1024 (fp16): q in the mantissa
     mma: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BM, 16]
     )
@@ -105,7 +116,7 @@ def w4a16_staged_kernel(
     for i in gl.static_range(STAGES - 1):
         _issue(a_ring, w_ring, p_a, p_qw, o_cm, m_cm, o_ck, o_cw, o_cn, N, stride_a, k_begin + i * BK, i)
 
-    # the split's scales and zero points as bf16 pairs: scale twice, 128 + z twice (exact)
+    # the split's scales and zero points as pairs: scale twice, MAGIC + z twice (exact)
     vec: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
     flat: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])  # a [BN] row per group
     s_smem = gl.allocate_shared_memory(gl.int32, [GROUPS, BN], flat)
@@ -116,7 +127,7 @@ def w4a16_staged_kernel(
         s16 = gl.load(p_s + offs).to(gl.int16, bitcast=True).to(gl.int32) & 0xFFFF
         z = gl.load(p_z + offs).to(gl.int32)
         s_smem.index(gi).store(s16 | (s16 << 16))
-        z_smem.index(gi).store((z | 0x4300) * 0x10001)
+        z_smem.index(gi).store((z | MAGIC) * 0x10001)
     gl.thread_barrier()
 
     t = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(0, L3)))
@@ -140,8 +151,9 @@ def w4a16_staged_kernel(
         w3 = gl.broadcast(gl.expand_dims(words, 2), shift)[0]
         s3 = gl.expand_dims(gl.expand_dims(s, 1), 2)
         z3 = gl.expand_dims(gl.expand_dims(zz, 1), 2)
-        lo, hi = gl.inline_asm_elementwise(_PAIR_BF16, "=h,=h,r,r,r,r", [w3, shift, z3, s3],
-                                           (gl.bfloat16, gl.bfloat16), True, 1)  # fmt: skip
+        PAIR: gl.constexpr = _PAIR_BF16 if gl.bfloat16 == DT else _PAIR_FP16
+        out_ty = p_a.dtype.element_ty
+        lo, hi = gl.inline_asm_elementwise(PAIR, "=h,=h,r,r,r,r", [w3, shift, z3, s3], (out_ty, out_ty), True, 1)
         w = gl.convert_layout(gl.reshape(gl.join(lo, hi), [BN, BK]), w_layout, assert_trivial=True)
         fence_async_shared()
         acc = warpgroup_mma(w, a_ring.index(slot).permute((1, 0)), acc)
@@ -153,12 +165,13 @@ def w4a16_staged_kernel(
 
 
 def staged_gemm(a, qweight, scales, zeros, BN: int, BK: int, stages: int, splits: int) -> torch.Tensor:
-    """``a @ dequantize(W)`` (bf16, asymmetric group-128 codes, ``N % BN == 0``) with
+    """``a @ dequantize(W)`` (bf16 or fp16, asymmetric group-128 codes, ``N % BN == 0``) with
     :func:`w4a16_staged_kernel` and the shipped split-K reduction."""
     M, K = a.shape
     N = qweight.shape[1]
     k_per_split = K // splits
-    assert zeros is not None and a.dtype == torch.bfloat16 and N % BN == 0 and k_per_split % 128 == 0, (M, K, N)
+    assert zeros is not None and a.dtype in (torch.bfloat16, torch.float16), (a.dtype, zeros is None)
+    assert N % BN == 0 and k_per_split % 128 == 0, (M, K, N)
     assert k_per_split // BK >= stages - 1, (k_per_split, BK, stages)
     BM = min(128, max(8, next_power_of_2(M)))
     ws = torch.empty((splits, M, N), dtype=torch.float32, device=a.device)

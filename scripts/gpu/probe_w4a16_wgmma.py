@@ -1,6 +1,6 @@
 """W4A16 with the dequantized weights as wgmma's register operand (Gluon), against the shipped kernels.
 
-Usage: PYTHONPATH=src python3 scripts/gpu/probe_w4a16_wgmma.py [--ms 1,4,16,32,64,128]
+Usage: PYTHONPATH=src python3 scripts/gpu/probe_w4a16_wgmma.py [--ms 1,4,16,32,64,128] [--dtype bf16|fp16]
 
 The question: is the fused tile slow because the dequantized B tile reaches the MMA through shared
 memory (``docs/heuristics.md``)? This kernel computes ``out^T = W^T a^T``: each program dequantizes a
@@ -12,7 +12,7 @@ reduction kernel (``splitk.w4a16_splitk_reduce_kernel``). Dequantization is the 
 fp32, rounded once. Limits of this probe: no act-order permutation, ``N % BN == 0``, groups a multiple
 of ``BK``.
 
-Per (K, N, M), bf16, asymmetric group-128 weights rotated past the L2: the shipped op (its rule), this
+Per (K, N, M), bf16 (or fp16), asymmetric group-128 weights rotated past the L2: the shipped op (its rule), this
 kernel at (BN, BK) in {(64, 64), (128, 64), (64, 128)}, with the next K step's operands loaded
 while a step is computed (``p``) and, at 64 x 64, without; dequantized a weight at a time in fp32 or two
 a PTX instruction (``2``: each thread's K pairs, which the A operand's layout keeps in one register, come
@@ -22,7 +22,7 @@ instead of the two-pass workspace (``atomic``, not deterministic); the multi-sta
 ``gluon_w4a16_staged.py`` (``staged BNxBK sS``: S K steps of activations and packed words in flight
 through cp.async into shared memory); and cuBLAS on the dense weight, each output checked against the
 op's contract first; µs, median of CUDA-graph replays.
-Result: benchmarks/results/h200/sweeps/w4a16_wgmma.txt.
+Result: benchmarks/results/h200/sweeps/w4a16_wgmma.txt (fp16: w4a16_wgmma_fp16.txt).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from sweep_w4a16_tiles import SHAPES, bench_rotating, device_info
 from exactfuse.ops.w4a16 import CONTRACT, native
 from exactfuse.ops.w4a16 import triton as w4
 from exactfuse.ops.w4a16.splitk import REDUCE_BLOCK, w4a16_splitk_reduce_kernel
-from exactfuse.utils import next_power_of_2
+from exactfuse.utils import DTYPES_BY_NAME, next_power_of_2
 
 
 @gluon.constexpr_function
@@ -238,27 +238,33 @@ def variant_gemm(v, a, qweight, scales, zeros, sms: int) -> torch.Tensor:
     return wgmma_gemm(a, qweight, scales, zeros, 128, *v, sms)
 
 
-def random_weight(K: int, N: int, dev) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def random_weight(K: int, N: int, dtype: torch.dtype, dev) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Prepared asymmetric group-128 codes drawn on the device: (qweight, scales, zeros)."""
     qweight = torch.randint(-(2**31), 2**31 - 1, (K // 8, N), dtype=torch.int32, device=dev)
-    scales = (torch.rand((K // 128, N), device=dev) * 0.01 + 0.001).to(torch.bfloat16)
+    scales = (torch.rand((K // 128, N), device=dev) * 0.01 + 0.001).to(dtype)
     zeros = torch.randint(0, 16, (K // 128, N), device=dev).to(torch.uint8)
     return qweight, scales, zeros
 
 
-def shape_lines(K: int, N: int, ms: list[int], sms: int, bw: float, dev, copies: int = 4) -> list[str]:
-    """One line per M for a (K, N) weight: every path's µs, each output checked first."""
-    weights = [random_weight(K, N, dev) for _ in range(copies)]
-    dense = [native.dequantize(q, s, z, 128, torch.bfloat16) for q, s, z in weights]
+def shape_lines(
+    K: int, N: int, ms: list[int], dtype: torch.dtype, sms: int, bw: float, dev, copies: int = 4
+) -> list[str]:
+    """One line per M for a (K, N) weight: every path's µs, each output checked first (the probe
+    kernel's pair dequantization is bf16's: "-" in fp16)."""
+    weights = [random_weight(K, N, dtype, dev) for _ in range(copies)]
+    dense = [native.dequantize(q, s, z, 128, dtype) for q, s, z in weights]
     lines = []
     for M in ms:
-        a = torch.randn((M, K), dtype=torch.bfloat16, device=dev)
+        a = torch.randn((M, K), dtype=dtype, device=dev)
         args = (a, *weights[0], None, None, 128)
         expected = native.w4a16_gemm(*args)
         times = {
             "shipped": bench_rotating(lambda i, a=a: w4.launch_w4a16_gemm(a, *weights[i], None, None, 128), copies)
         }
         for v in ALL:
+            if len(v) == 5 and v[3] and dtype != torch.bfloat16:
+                times[v] = float("inf")
+                continue
             # a variant that fails to build or misses the contract is reported, and the others still run
             try:
                 check = CONTRACT.check(variant_gemm(v, a, *weights[0], sms), expected, args=args)
@@ -286,7 +292,7 @@ def shape_lines(K: int, N: int, ms: list[int], sms: int, bw: float, dev, copies:
             for v in ALL
         )
         path = f"{cfg.name}, split {cfg.split_k}; Gluon splits {splits}"
-        cells = " | ".join(f"{times[v]:.1f}" for v in ALL)
+        cells = " | ".join(f"{times[v]:.1f}" if times[v] < float("inf") else "-" for v in ALL)
         lines.append(
             f"{K} | {N} | {M} | {times['shipped']:.1f} ({path}) | {cells} | {times['cublas']:.1f} | "
             f"{times['shipped'] / best:.2f} | {times['cublas'] / best:.2f} | {100 * roofline_us / best:.0f}%"
@@ -298,18 +304,21 @@ def shape_lines(K: int, N: int, ms: list[int], sms: int, bw: float, dev, copies:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--ms", default="1,4,16,32,64,128")
-    ms = [int(m) for m in parser.parse_args().ms.split(",")]
+    parser.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
+    args = parser.parse_args()
+    ms = [int(m) for m in args.ms.split(",")]
+    dtype = DTYPES_BY_NAME[args.dtype]
     dev, sms, bw = device_info()
     header = " | ".join(variant_name(v) for v in ALL)
-    lines = [f"{torch.cuda.get_device_name()}; bf16, asymmetric group 128; µs, median of CUDA-graph replays"]
+    lines = [f"{torch.cuda.get_device_name()}; {args.dtype}, asymmetric group 128; µs, median of CUDA-graph replays"]
     lines.append(
         f"K | N | M | shipped (path) | {header} | cublas | shipped / best Gluon | cublas / best Gluon | "
         "best Gluon % roofline"
     )
     for K, N in SHAPES:
-        lines += shape_lines(K, N, ms, sms, bw, dev)
+        lines += shape_lines(K, N, ms, dtype, sms, bw, dev)
         torch.cuda.empty_cache()
-    emit("w4a16_wgmma.txt", lines)
+    emit("w4a16_wgmma.txt" if args.dtype == "bf16" else f"w4a16_wgmma_{args.dtype}.txt", lines)
 
 
 if __name__ == "__main__":
