@@ -23,30 +23,26 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from exactfuse.ops.w4a16.splitk import REDUCE_BLOCK, w4a16_splitk_reduce_kernel
 from exactfuse.utils import next_power_of_2
 
-# Two weights of one packed word per instruction, as the GEMV's packed math: the pair's nibbles (bits
-# $3..$3+7 of word $2) become ``0x4300 | q`` in each 16-bit half (bf16 ``128 + q``), minus $4 (``128 + z``
-# twice, exact), times $5 (the scale twice: one rounding of the exact product), out as two bf16.
-# _PAIR_FP16 is the same with fp16's ``0x6400 | q`` (``1024 + q``).
-_PAIR_FP16 = gl.constexpr("""{
+
+def _pair_asm(magic: int, suffix: str) -> str:
+    """Two weights of one packed word per instruction, as the GEMV's packed math: the pair's nibbles (bits
+    $3..$3+7 of word $2) become ``magic | q`` in each 16-bit half (``magic`` is 128 in bf16, 1024 in fp16,
+    so the half is ``magic + q``), minus $4 (``magic + z`` twice, exact), times $5 (the scale twice: one
+    rounding of the exact product), out as two 16-bit floats."""
+    return f"""{{
 .reg .b32 t, u, p;
 shr.u32 t, $2, $3;
 shl.b32 u, t, 12;
-lop3.b32 p, t, 0x0000000f, 0x64006400, 0xea;
+lop3.b32 p, t, 0x0000000f, 0x{magic:04x}{magic:04x}, 0xea;
 lop3.b32 p, u, 0x000f0000, p, 0xea;
-sub.rn.f16x2 p, p, $4;
-mul.rn.f16x2 p, p, $5;
-mov.b32 {$0, $1}, p;
-}""")
-_PAIR_BF16 = gl.constexpr("""{
-.reg .b32 t, u, p;
-shr.u32 t, $2, $3;
-shl.b32 u, t, 12;
-lop3.b32 p, t, 0x0000000f, 0x43004300, 0xea;
-lop3.b32 p, u, 0x000f0000, p, 0xea;
-sub.rn.bf16x2 p, p, $4;
-mul.rn.bf16x2 p, p, $5;
-mov.b32 {$0, $1}, p;
-}""")
+sub.rn.{suffix} p, p, $4;
+mul.rn.{suffix} p, p, $5;
+mov.b32 {{$0, $1}}, p;
+}}"""
+
+
+_PAIR_BF16 = gl.constexpr(_pair_asm(0x4300, "bf16x2"))
+_PAIR_FP16 = gl.constexpr(_pair_asm(0x6400, "f16x2"))
 
 
 @gluon.constexpr_function
