@@ -39,7 +39,7 @@ def _prepare_capture_stream(device: torch.device, n: int) -> None:
     """Counters for the stream ``torch.cuda.graph`` captures on by default, made outside any capture.
 
     A capture on a stream without counters gets a buffer of its own per launch, zeroed in the graph:
-    a memset before every split launch of every replay (1.03-1.14x the time at M <= 16,
+    a memset before every split launch of every replay (1.04-1.14x the time at M <= 16,
     sweeps/w4a16_graph_counters.txt). Code warmed up on one stream and captured with
     ``torch.cuda.graph(g)`` runs on that shared capture stream, so it gets counters here, when the first
     eager launch makes any. torch creates the stream lazily as a class attribute; it is made here the
