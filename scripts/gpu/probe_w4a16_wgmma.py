@@ -1,6 +1,6 @@
 """W4A16 with the dequantized weights as wgmma's register operand (Gluon), against the shipped kernels.
 
-Usage: PYTHONPATH=src python3 scripts/gpu/probe_w4a16_wgmma.py [--ms 1,4,16,32,64,128] [--dtype bf16|fp16]
+Usage: PYTHONPATH=src python3 scripts/gpu/probe_w4a16_wgmma.py [--ms 1,4,16,32,64,128] [--dtype bf16|fp16] [--staged-only]
 
 The question: is the fused tile slow because the dequantized B tile reaches the MMA through shared
 memory (``docs/heuristics.md``)? This kernel computes ``out^T = W^T a^T``: each program dequantizes a
@@ -22,7 +22,8 @@ instead of the two-pass workspace (``atomic``, not deterministic); the multi-sta
 ``gluon_w4a16_staged.py`` (``staged BNxBK sS``: S K steps of activations and packed words in flight
 through cp.async into shared memory); and cuBLAS on the dense weight, each output checked against the
 op's contract first; µs, median of CUDA-graph replays.
-Result: benchmarks/results/h200/sweeps/w4a16_wgmma.txt (fp16: w4a16_wgmma_fp16.txt).
+Result: benchmarks/results/h200/sweeps/w4a16_wgmma.txt (fp16: w4a16_wgmma_fp16.txt; ``--staged-only``, the
+multi-stage variants alone: w4a16_wgmma_staged.txt, w4a16_wgmma_staged_fp16.txt).
 """
 
 from __future__ import annotations
@@ -210,7 +211,7 @@ def wgmma_gemm(
 VARIANTS = ((64, 64, False, False, False), (64, 64, True, False, False), (64, 64, True, True, False),
             (128, 64, True, True, False), (64, 128, True, True, False), (64, 64, True, True, True))  # fmt: skip
 # the multi-stage tile (gluon_w4a16_staged.py): (BN, BK, stages, splits as a multiple of split_count's)
-STAGED = ((64, 64, 3, 1), (64, 64, 4, 1), (128, 64, 4, 1), (64, 64, 4, 2))
+STAGED = ((64, 64, 3, 1), (64, 64, 4, 1), (128, 64, 4, 1), (64, 64, 4, 2), (64, 64, 6, 1), (64, 128, 4, 1))
 ALL = (*VARIANTS, *STAGED)
 
 
@@ -247,7 +248,7 @@ def random_weight(K: int, N: int, dtype: torch.dtype, dev) -> tuple[torch.Tensor
 
 
 def shape_lines(
-    K: int, N: int, ms: list[int], dtype: torch.dtype, sms: int, bw: float, dev, copies: int = 4
+    K: int, N: int, ms: list[int], dtype: torch.dtype, sms: int, bw: float, dev, variants: tuple, copies: int = 4
 ) -> list[str]:
     """One line per M for a (K, N) weight: every path's µs, each output checked first (the probe
     kernel's pair dequantization is bf16's: "-" in fp16)."""
@@ -261,7 +262,7 @@ def shape_lines(
         times = {
             "shipped": bench_rotating(lambda i, a=a: w4.launch_w4a16_gemm(a, *weights[i], None, None, 128), copies)
         }
-        for v in ALL:
+        for v in variants:
             if len(v) == 5 and v[3] and dtype != torch.bfloat16:
                 times[v] = float("inf")
                 continue
@@ -278,7 +279,7 @@ def shape_lines(
                 continue
             times[v] = bench_rotating(lambda i, a=a, v=v: variant_gemm(v, a, *weights[i], sms), copies)
         times["cublas"] = bench_rotating(lambda i, a=a: torch.matmul(a, dense[i]), copies)
-        best = min(times[v] for v in ALL)
+        best = min(times[v] for v in variants)
         # bytes the op must move: packed weights, scales, zero points, activations, output
         roofline_us = (K * N // 2 + 3 * (K // 128) * N + 2 * M * (K + N)) / bw * 1e6
         cfg = w4.select_config(M, N, K, 128, sms)
@@ -289,10 +290,10 @@ def shape_lines(
                 if len(v) == 4
                 else split_count((N // v[0]) * triton.cdiv(M, BM), K, v[1], sms)
             )
-            for v in ALL
+            for v in variants
         )
         path = f"{cfg.name}, split {cfg.split_k}; Gluon splits {splits}"
-        cells = " | ".join(f"{times[v]:.1f}" if times[v] < float("inf") else "-" for v in ALL)
+        cells = " | ".join(f"{times[v]:.1f}" if times[v] < float("inf") else "-" for v in variants)
         lines.append(
             f"{K} | {N} | {M} | {times['shipped']:.1f} ({path}) | {cells} | {times['cublas']:.1f} | "
             f"{times['shipped'] / best:.2f} | {times['cublas'] / best:.2f} | {100 * roofline_us / best:.0f}%"
@@ -305,20 +306,23 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--ms", default="1,4,16,32,64,128")
     parser.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
+    parser.add_argument("--staged-only", action="store_true", help="only the multi-stage tile's variants")
     args = parser.parse_args()
+    variants = STAGED if args.staged_only else ALL
     ms = [int(m) for m in args.ms.split(",")]
     dtype = DTYPES_BY_NAME[args.dtype]
     dev, sms, bw = device_info()
-    header = " | ".join(variant_name(v) for v in ALL)
+    header = " | ".join(variant_name(v) for v in variants)
     lines = [f"{torch.cuda.get_device_name()}; {args.dtype}, asymmetric group 128; µs, median of CUDA-graph replays"]
     lines.append(
         f"K | N | M | shipped (path) | {header} | cublas | shipped / best Gluon | cublas / best Gluon | "
         "best Gluon % roofline"
     )
     for K, N in SHAPES:
-        lines += shape_lines(K, N, ms, dtype, sms, bw, dev)
+        lines += shape_lines(K, N, ms, dtype, sms, bw, dev, variants)
         torch.cuda.empty_cache()
-    emit("w4a16_wgmma.txt" if args.dtype == "bf16" else f"w4a16_wgmma_{args.dtype}.txt", lines)
+    name = "w4a16_wgmma" + ("_staged" if args.staged_only else "") + ("" if args.dtype == "bf16" else f"_{args.dtype}")
+    emit(f"{name}.txt", lines)
 
 
 if __name__ == "__main__":
