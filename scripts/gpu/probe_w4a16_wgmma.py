@@ -1,6 +1,7 @@
 """W4A16 with the dequantized weights as wgmma's register operand (Gluon), against the shipped kernels.
 
-Usage: PYTHONPATH=src python3 scripts/gpu/probe_w4a16_wgmma.py [--ms 1,4,16,32,64,128] [--dtype bf16|fp16] [--staged-only]
+Usage: PYTHONPATH=src python3 scripts/gpu/probe_w4a16_wgmma.py [--ms 1,4,16,32,64,128] [--dtype bf16|fp16]
+       [--staged-only]
 
 The question: is the fused tile slow because the dequantized B tile reaches the MMA through shared
 memory (``docs/heuristics.md``)? This kernel computes ``out^T = W^T a^T``: each program dequantizes a
