@@ -20,7 +20,7 @@ a PTX instruction (``2``: each thread's K pairs, which the A operand's layout ke
 from one packed word; the pairs' layout, ``half_k_layout``, joins into the operand's with no data
 movement, which the kernel asserts); the last also adds its splits atomically into one fp32 buffer
 instead of the two-pass workspace (``atomic``, not deterministic); the multi-stage tile of
-``gluon_w4a16_staged.py`` (``staged BNxBK sS``: S K steps of activations and packed words in flight
+``exactfuse.ops.w4a16.staged`` (``staged BNxBK sS``: S K steps of activations and packed words in flight
 through cp.async into shared memory); and cuBLAS on the dense weight, each output checked against the
 op's contract first; µs, median of CUDA-graph replays.
 Result: benchmarks/results/h200/sweeps/w4a16_wgmma.txt (fp16: w4a16_wgmma_fp16.txt; ``--staged-only``, the
@@ -40,13 +40,14 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
 
 sys.path.insert(0, os.path.dirname(__file__))
-from gluon_w4a16_staged import _PAIR_BF16, staged_gemm
 from sweep_io import emit
 from sweep_w4a16_tiles import SHAPES, bench_rotating, device_info
 
 from exactfuse.ops.w4a16 import CONTRACT, native
 from exactfuse.ops.w4a16 import triton as w4
+from exactfuse.ops.w4a16.heuristics import TileConfig
 from exactfuse.ops.w4a16.splitk import REDUCE_BLOCK, w4a16_splitk_reduce_kernel
+from exactfuse.ops.w4a16.staged import _PAIR_BF16
 from exactfuse.utils import DTYPES_BY_NAME, next_power_of_2
 
 
@@ -211,7 +212,8 @@ def wgmma_gemm(
 # (BN, BK, next step loaded ahead, two weights an instruction, splits added atomically)
 VARIANTS = ((64, 64, False, False, False), (64, 64, True, False, False), (64, 64, True, True, False),
             (128, 64, True, True, False), (64, 128, True, True, False), (64, 64, True, True, True))  # fmt: skip
-# the multi-stage tile (gluon_w4a16_staged.py): (BN, BK, stages, splits as a multiple of split_count's)
+# the multi-stage tile (exactfuse.ops.w4a16.staged, forced through the op's launcher):
+# (BN, BK, stages, splits as a multiple of split_count's)
 STAGED = ((64, 64, 3, 1), (64, 64, 4, 1), (128, 64, 4, 1), (64, 64, 4, 2), (64, 64, 6, 1), (64, 128, 4, 1))
 ALL = (*VARIANTS, *STAGED)
 
@@ -234,9 +236,12 @@ def staged_splits(v, M: int, K8: int, N: int, sms: int) -> int:
 
 def variant_gemm(v, a, qweight, scales, zeros, sms: int) -> torch.Tensor:
     if len(v) == 4:
-        return staged_gemm(
-            a, qweight, scales, zeros, v[0], v[1], v[2], staged_splits(v, a.shape[0], *qweight.shape, sms)
-        )
+        M, K = a.shape
+        bn, bk, stages = v[:3]
+        splits = staged_splits(v, M, K // 8, qweight.shape[1], sms)
+        BM = min(128, max(8, next_power_of_2(M)))
+        cfg = TileConfig("staged", BM, bn, bk, bn // 16, stages, splits, K // splits, fixup=False, staged=True)
+        return w4.launch_w4a16_gemm(a, qweight, scales, zeros, None, None, 128, config=cfg)
     return wgmma_gemm(a, qweight, scales, zeros, 128, *v, sms)
 
 

@@ -56,6 +56,9 @@ class TileConfig:
     # The GEMV loads scales and zero points as a tile in the packed words' layout (one per word); False: one
     # per column, moved into that layout through shared memory (two barriers per K step).
     scale_tile: bool = True
+    # The multi-stage Gluon tile for sm_90 (staged.py): out^T = W^T a^T on wgmma, num_stages K steps of
+    # packed words and activations in a cp.async ring, BN = BK = 64, a second launch sums the splits.
+    staged: bool = False
 
 
 @dataclass(frozen=True)
@@ -158,6 +161,30 @@ def bucket_config(name: str, M: int, N: int, K: int, num_sms: int = H200_SMS) ->
         M, N, K, BM, b.BN, BK, num_sms, b.programs_per_sm, traffic_cap=b.traffic_cap, one_wave=b.one_wave
     )
     return TileConfig(name, BM, b.BN, BK, b.num_warps, b.num_stages, split, k_per_split, fixup=b.fixup, gemv=gemv)
+
+
+def staged_config(M: int, N: int, K: int, group_size: int, num_sms: int = H200_SMS) -> TileConfig:
+    """The multi-stage Gluon tile's configuration (``staged.py``; not yet taken by :func:`select_config`).
+
+    ``BM`` is M's power of two (8 to 128: every M row in one tile), 4 stages. The split is the fewest
+    power of two (at most 16) whose programs cover the SMs, each split at least four K steps of whole
+    groups, doubled at M <= 64: the best of the variants measured (``probe w4a16_wgmma --staged-only``,
+    sweeps/w4a16_wgmma_staged.txt: at most 1.056x the best variant's time at M 16-64, the best at 128).
+    """
+    BN = BK = 64
+    BM = min(128, max(8, next_power_of_2(M)))
+    G = next_power_of_2(K) if group_size == -1 or group_size >= K else group_size
+
+    def whole(split: int) -> bool:
+        return K % (split * BK) == 0 and (G >= K or (K // split) % G == 0)
+
+    tiles = _cdiv(N, BN) * _cdiv(max(M, 1), BM)
+    split = 1
+    while split < 16 and tiles * split < num_sms and whole(2 * split) and K // (2 * split) >= 4 * BK:
+        split *= 2
+    if M <= 64 and whole(2 * split) and K // (2 * split) >= 4 * BK:
+        split *= 2
+    return TileConfig("staged", BM, BN, BK, 4, 4, split, K // split, fixup=False, staged=True)
 
 
 def dense_config() -> TileConfig:

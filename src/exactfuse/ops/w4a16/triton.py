@@ -31,6 +31,7 @@ import triton
 import triton.language as tl
 
 from exactfuse.ops.splitk import arrival_counters
+from exactfuse.ops.w4a16 import staged
 from exactfuse.ops.w4a16.dequant import dense_gemm, dequant_kn_tile
 from exactfuse.ops.w4a16.gemv import w4a16_gemv_kernel
 from exactfuse.ops.w4a16.heuristics import RECORDERS, TileConfig, dense_config, select_config
@@ -198,6 +199,10 @@ def launch_w4a16_gemm(
             seen.append(cfg)
     if cfg.dense:
         return dense_gemm(a, qweight, scales, zeros, perm, bias, G, cfg, group_index)
+    if cfg.staged:
+        if reason := staged.staged_unsupported(a, N, G, perm, group_index, cfg):
+            raise ValueError(f"w4a16_gemm: config {cfg.name!r} (the multi-stage Gluon tile) cannot run here: {reason}")
+        return staged.launch_staged(a, qweight, scales, zeros, bias, G, cfg)
     split = cfg.split_k > 1
     atomic = split and not deterministic
     fixup = split and not atomic and cfg.fixup
