@@ -186,22 +186,10 @@ def shared_bytes(cfg: TileConfig, groups: int, itemsize: int = 2) -> int:
     return cfg.num_stages * (cfg.BM * cfg.BK * itemsize + (cfg.BK // 8) * cfg.BN * 4) + 2 * groups * cfg.BN * 4
 
 
-def staged_unsupported(
-    a: torch.Tensor, N: int, G: int, perm: torch.Tensor | None, group_index: torch.Tensor | None, cfg: TileConfig
-) -> str | None:
-    """Why the staged tile cannot run these arguments at ``cfg`` (None: it can). ``G`` is the kernel's
-    group (``triton.kernel_group``)."""
-    K = a.shape[1]
-    if not HAS_GLUON:
-        return "this Triton has no Gluon Hopper language"
-    if interpreter_enabled() or not a.is_cuda or compute_capability(a.device) != (9, 0):
-        return "it runs on sm_90 (wgmma) GPUs only"
-    if perm is not None or group_index is not None:
-        return "it reads no act-order permutation and no per-row groups"
-    if a.dtype not in (torch.float16, torch.bfloat16):
-        return f"a is {a.dtype}: it takes fp16 or bf16"
-    if a.data_ptr() % 16 or (a.shape[0] > 1 and a.stride(0) % 8):
-        return "a's rows must start 16-byte aligned (cp.async copies 16 bytes)"
+def staged_shape_unsupported(N: int, K: int, G: int, cfg: TileConfig) -> str | None:
+    """Why ``cfg`` cannot cut these sizes (None: it can): tile multiples, whole groups per split, enough K
+    steps per split for the ring, 32-bit offsets and the shared memory. ``G`` is the kernel's group
+    (``triton.kernel_group``: >= K for one group)."""
     BN, BK = cfg.BN, cfg.BK
     if cfg.num_warps * 16 != BN:
         return f"BN = {BN} must be 16 x num_warps ({cfg.num_warps}): one warpgroup row block a warp"
@@ -218,6 +206,23 @@ def staged_unsupported(
     if shared_bytes(cfg, groups) > SHARED_LIMIT:
         return f"{groups} groups a split need more than {SHARED_LIMIT} bytes of shared memory"
     return None
+
+
+def staged_unsupported(
+    a: torch.Tensor, N: int, G: int, perm: torch.Tensor | None, group_index: torch.Tensor | None, cfg: TileConfig
+) -> str | None:
+    """Why the staged tile cannot run these arguments at ``cfg`` (None: it can)."""
+    if not HAS_GLUON:
+        return "this Triton has no Gluon Hopper language"
+    if interpreter_enabled() or not a.is_cuda or compute_capability(a.device) != (9, 0):
+        return "it runs on sm_90 (wgmma) GPUs only"
+    if perm is not None or group_index is not None:
+        return "it reads no act-order permutation and no per-row groups"
+    if a.dtype not in (torch.float16, torch.bfloat16):
+        return f"a is {a.dtype}: it takes fp16 or bf16"
+    if a.data_ptr() % 16 or (a.shape[0] > 1 and a.stride(0) % 8):
+        return "a's rows must start 16-byte aligned (cp.async copies 16 bytes)"
+    return staged_shape_unsupported(N, a.shape[1], G, cfg)
 
 
 def launch_staged(

@@ -1,0 +1,133 @@
+"""w4a16_gemm's multi-stage Gluon tile (``ops/w4a16/staged.py``): its configuration rule and what it
+refuses on the CPU; on an sm_90 GPU the contract, bit-exact dequantization, determinism and CUDA graphs
+through the forced configuration."""
+
+import os
+import re
+
+import pytest
+import torch
+
+from exactfuse.ops.w4a16 import CONTRACT, make_case, native, random_weights
+from exactfuse.ops.w4a16 import triton as w4_triton
+from exactfuse.ops.w4a16.heuristics import staged_config
+from exactfuse.ops.w4a16.staged import staged_shape_unsupported
+from exactfuse.testing import make_generator
+from w4a16_support import SHORT, gid, identity_check
+
+SWEEP = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "results", "h200", "sweeps")
+
+
+def _kernel_group(K, g):
+    return w4_triton.kernel_group(K, g)
+
+
+def test_staged_config_takes_the_variant_measured_best():
+    """The rule's split is the probe's variant it names: twice the fewest filling splits at M <= 64
+    (column 4 of the probe's split list), the fewest at M = 128 (column 2)."""
+    with open(os.path.join(SWEEP, "w4a16_wgmma_staged.txt")) as f:
+        rows = [line for line in f if re.match(r"\d+ \| \d+ \| \d+ \|", line)]
+    assert len(rows) == 20
+    for line in rows:
+        K, N, M = (int(x) for x in line.split("|")[:3])
+        splits = [int(x) for x in re.search(r"Gluon splits ([\d/]+)", line).group(1).split("/")]
+        cfg = staged_config(M, N, K, 128, 132)
+        assert cfg.split_k == splits[3 if M <= 64 else 1], (K, N, M, cfg)
+        assert (cfg.BN, cfg.BK, cfg.num_stages, cfg.num_warps, cfg.staged) == (64, 64, 4, 4, True)
+
+
+@pytest.mark.parametrize("group_size", [128, 256, -1], ids=gid)
+def test_staged_configs_cut_every_model_width(group_size):
+    """Every configuration the rule gives for real layer widths cuts K into whole groups and fits the ring."""
+    for K in (512, 2048, 4096, 5120, 11008, 13824, 14336, 28672):
+        for N in (64, 1024, 4096, 14336):
+            for M in (1, 9, 16, 33, 64, 65, 128):
+                cfg = staged_config(M, N, K, group_size, 132)
+                assert min(128, max(8, 1 << (M - 1).bit_length())) == cfg.BM
+                assert staged_shape_unsupported(N, K, _kernel_group(K, group_size), cfg) is None, (M, N, K, cfg)
+
+
+def test_staged_shape_reasons_name_what_does_not_fit():
+    cfg = staged_config(16, 4096, 4096, 128, 132)
+    assert "N % 64" in staged_shape_unsupported(4000, 4096, 128, cfg)
+    assert "group % 64" in staged_shape_unsupported(4096, 4096, 32, cfg)
+    assert "does not cut K" in staged_shape_unsupported(4096, 8192, 128, cfg)
+    assert "whole groups" in staged_shape_unsupported(4096, 4096, 1024, cfg)
+    wide = staged_config(16, 64, 2**17, 128, 1)
+    assert "shared memory" in staged_shape_unsupported(64, 2**17, 128, wide)
+
+
+@pytest.mark.interpreter
+def test_forcing_the_staged_tile_off_sm90_is_a_clear_error():
+    case = make_case("M16", 16, 512, 128, torch.float16, "cpu", make_generator(1))
+    with pytest.raises(
+        ValueError, match=r"'staged' \(the multi-stage Gluon tile\) cannot run here: (.*sm_90|this Triton has no Gluon)"
+    ):
+        w4_triton.launch_w4a16_gemm(*case.args, config=staged_config(16, 128, 512, 128))
+
+
+# ------------------------------------------------------------------ GPU
+def _sm90():
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+GPU_SHAPES = [  # (K, N, group, symmetric, bias)
+    (4096, 4096, 128, False, True),
+    (4096, 512, 128, True, False),
+    (2048, 1024, 256, False, False),
+    (4096, 768, -1, True, True),
+    (14336, 4096, 128, False, False),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _sm90(), reason="the staged tile needs an sm_90 GPU")
+@pytest.mark.parametrize("dtype", list(SHORT), ids=list(SHORT.values()))
+def test_gpu_staged_tile_meets_the_contract_and_repeats(dtype):
+    gen = make_generator(7)
+    for K, N, g, sym, bias in GPU_SHAPES:
+        for M in (1, 5, 16, 33, 64, 100, 128):
+            case = make_case(f"M{M}", M, K, N, dtype, "cuda", gen, bias=bias, group_size=g, symmetric=sym)
+            cfg = staged_config(M, N, K, g)
+            out = w4_triton.launch_w4a16_gemm(*case.args, config=cfg)
+            result = CONTRACT.check(out, native.w4a16_gemm(*case.args), args=case.args)
+            assert result.passed, (K, N, g, M, cfg, result.summary())
+            assert torch.equal(out, w4_triton.launch_w4a16_gemm(*case.args, config=cfg)), (K, N, g, M)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _sm90(), reason="the staged tile needs an sm_90 GPU")
+@pytest.mark.parametrize("dtype", list(SHORT), ids=list(SHORT.values()))
+@pytest.mark.parametrize("group_size", [128, -1], ids=gid)
+def test_gpu_staged_identity_is_bit_exact(group_size, dtype):
+    for sym in (False, True):
+        for rows in (slice(1000, 1064), slice(0, 128), slice(4000, 4003)):
+            identity_check("cuda", dtype, 4096, 512, group_size, sym, False, rows, config=staged_config)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _sm90(), reason="the staged tile needs an sm_90 GPU")
+def test_gpu_staged_tile_in_a_cuda_graph_replays_as_eager():
+    w = random_weights(4096, 4096, torch.bfloat16, "cuda", make_generator(5), symmetric=False)
+    x = torch.randn(64, 4096, dtype=torch.bfloat16, device="cuda")
+    cfg = staged_config(64, 4096, 4096, 128)
+
+    def call():
+        return w4_triton.launch_w4a16_gemm(x, w.qweight, w.scales, w.zeros, None, None, 128, config=cfg)
+
+    eager = call()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = call()
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert not torch.equal(out, eager) and torch.equal(out, call())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _sm90(), reason="the staged tile needs an sm_90 GPU")
+def test_gpu_staged_tile_refuses_act_order_by_name():
+    case = make_case("M16", 16, 4096, 512, torch.float16, "cuda", make_generator(2), act_order=True)
+    with pytest.raises(ValueError, match="no act-order permutation"):
+        w4_triton.launch_w4a16_gemm(*case.args, config=staged_config(16, 512, 4096, 128))
