@@ -11,6 +11,7 @@ import torch
 from exactfuse.ops.w4a16 import CONTRACT, make_case, native, random_weights
 from exactfuse.ops.w4a16 import triton as w4_triton
 from exactfuse.ops.w4a16.heuristics import staged_config
+from exactfuse.ops.w4a16.inputs import row_group_case
 from exactfuse.ops.w4a16.staged import staged_shape_unsupported
 from exactfuse.testing import make_generator
 from w4a16_support import SHORT, gid, identity_check
@@ -71,12 +72,12 @@ def _sm90():
     return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
 
-GPU_SHAPES = [  # (K, N, group, symmetric, bias)
-    (4096, 4096, 128, False, True),
-    (4096, 512, 128, True, False),
-    (2048, 1024, 256, False, False),
-    (4096, 768, -1, True, True),
-    (14336, 4096, 128, False, False),
+GPU_SHAPES = [  # (K, N, group, symmetric, act-order, bias)
+    (4096, 4096, 128, False, False, True),
+    (4096, 512, 128, True, True, False),
+    (2048, 1024, 256, False, True, False),
+    (4096, 768, -1, True, False, True),
+    (14336, 4096, 128, False, False, False),
 ]
 
 
@@ -85,9 +86,10 @@ GPU_SHAPES = [  # (K, N, group, symmetric, bias)
 @pytest.mark.parametrize("dtype", list(SHORT), ids=list(SHORT.values()))
 def test_gpu_staged_tile_meets_the_contract_and_repeats(dtype):
     gen = make_generator(7)
-    for K, N, g, sym, bias in GPU_SHAPES:
+    for K, N, g, sym, act, bias in GPU_SHAPES:
         for M in (1, 5, 16, 33, 64, 100, 128):
-            case = make_case(f"M{M}", M, K, N, dtype, "cuda", gen, bias=bias, group_size=g, symmetric=sym)
+            case = make_case(f"M{M}", M, K, N, dtype, "cuda", gen, bias=bias, group_size=g, symmetric=sym,
+                             act_order=act)  # fmt: skip
             cfg = staged_config(M, N, K, g)
             out = w4_triton.launch_w4a16_gemm(*case.args, config=cfg)
             result = CONTRACT.check(out, native.w4a16_gemm(*case.args), args=case.args)
@@ -102,7 +104,7 @@ def test_gpu_staged_tile_meets_the_contract_and_repeats(dtype):
 def test_gpu_staged_identity_is_bit_exact(group_size, dtype):
     for sym in (False, True):
         for rows in (slice(1000, 1064), slice(0, 128), slice(4000, 4003)):
-            identity_check("cuda", dtype, 4096, 512, group_size, sym, False, rows, config=staged_config)
+            identity_check("cuda", dtype, 4096, 512, group_size, sym, sym, rows, config=staged_config)
 
 
 @pytest.mark.gpu
@@ -127,7 +129,13 @@ def test_gpu_staged_tile_in_a_cuda_graph_replays_as_eager():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _sm90(), reason="the staged tile needs an sm_90 GPU")
-def test_gpu_staged_tile_refuses_act_order_by_name():
-    case = make_case("M16", 16, 4096, 512, torch.float16, "cuda", make_generator(2), act_order=True)
-    with pytest.raises(ValueError, match="no act-order permutation"):
+def test_gpu_staged_tile_refuses_row_groups_and_unaligned_rows_by_name():
+    case = row_group_case("M16", 16, 4096, 512, 32, torch.float16, "cuda", make_generator(2))
+    with pytest.raises(ValueError, match="no group_index"):
         w4_triton.launch_w4a16_gemm(*case.args, config=staged_config(16, 512, 4096, 128))
+    case = make_case("M16", 16, 4096 + 4, 512, torch.float16, "cuda", make_generator(3))
+    a = case.args[0][:, 4:]  # rows 8 bytes in, 4100 elements apart
+    w = random_weights(4096, 512, torch.float16, "cuda", make_generator(4))
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        w4_triton.launch_w4a16_gemm(a, w.qweight, w.scales, w.zeros, None, None, 128,
+                                    config=staged_config(16, 512, 4096, 128))  # fmt: skip

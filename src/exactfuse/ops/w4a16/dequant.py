@@ -157,6 +157,14 @@ def dequantize_dense(
     return w
 
 
+def permuted_columns(a: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
+    """``a[:, perm]`` as a new contiguous tensor, 0 where an entry of ``perm`` is outside [0, K) (as the
+    fused kernels read it): the act-order activations of the paths that do not gather in the kernel."""
+    index = perm.to(torch.int64)
+    K = a.shape[1]
+    return torch.where((index >= 0) & (index < K), a.index_select(1, index.clamp(0, K - 1)), 0)
+
+
 def dense_gemm(
     a: torch.Tensor,
     qweight: torch.Tensor,
@@ -172,9 +180,7 @@ def dense_gemm(
     ``torch.matmul`` (+ bias): bitwise equal to native, at the cost of ``2 * K * N`` transient bytes.
     """
     w = dequantize_dense(qweight, scales, zeros, G, cfg, group_index)
-    if perm is not None:  # an entry outside [0, K) selects 0, as the fused kernels read it
-        index = perm.to(torch.int64)
-        K = a.shape[1]
-        a = torch.where((index >= 0) & (index < K), a.index_select(1, index.clamp(0, K - 1)), 0)
+    if perm is not None:
+        a = permuted_columns(a, perm)
     out = torch.matmul(a, w)
     return out if bias is None else out + bias

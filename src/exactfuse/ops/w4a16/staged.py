@@ -18,8 +18,9 @@ is deterministic. The wgmma is synchronous: with its A operand in registers, an 
 ptxas reuse those registers for the next step's loads (offline SASS, docs/heuristics.md).
 
 What it takes (:func:`staged_unsupported` says why not otherwise): an sm_90 GPU and a Triton with Gluon,
-fp16/bf16 activations whose rows start 16-byte aligned, N and K multiples of the tile (64: BN and BK),
-groups that are a multiple of BK (or one group), no act-order permutation and no per-row groups. Measured against
+fp16/bf16 activations whose rows start 16-byte aligned (act-order activations are gathered into a new
+tensor first), N and K multiples of the tile (64: BN and BK), groups that are a multiple of BK (or one
+group), no per-row groups (``group_index``). Measured against
 the shipped tiles and cuBLAS in sweeps/w4a16_wgmma_staged.txt (``probe w4a16_wgmma --staged-only``).
 """
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 import torch
 import triton
 
+from exactfuse.ops.w4a16.dequant import permuted_columns
 from exactfuse.ops.w4a16.heuristics import TileConfig
 from exactfuse.ops.w4a16.splitk import REDUCE_BLOCK, w4a16_splitk_reduce_kernel
 from exactfuse.registry.platform import interpreter_enabled
@@ -216,11 +218,11 @@ def staged_unsupported(
         return "this Triton has no Gluon Hopper language"
     if interpreter_enabled() or not a.is_cuda or compute_capability(a.device) != (9, 0):
         return "it runs on sm_90 (wgmma) GPUs only"
-    if perm is not None or group_index is not None:
-        return "it reads no act-order permutation and no per-row groups"
+    if group_index is not None:
+        return "it reads one group for all the rows of a group (no group_index)"
     if a.dtype not in (torch.float16, torch.bfloat16):
         return f"a is {a.dtype}: it takes fp16 or bf16"
-    if a.data_ptr() % 16 or (a.shape[0] > 1 and a.stride(0) % 8):
+    if perm is None and (a.data_ptr() % 16 or (a.shape[0] > 1 and a.stride(0) % 8)):
         return "a's rows must start 16-byte aligned (cp.async copies 16 bytes)"
     return staged_shape_unsupported(N, a.shape[1], G, cfg)
 
@@ -230,12 +232,16 @@ def launch_staged(
     qweight: torch.Tensor,
     scales: torch.Tensor,
     zeros: torch.Tensor | None,
+    perm: torch.Tensor | None,
     bias: torch.Tensor | None,
     G: int,
     cfg: TileConfig,
 ) -> torch.Tensor:
-    """``a @ W (+ bias)`` -> ``[M, N]`` with :func:`w4a16_staged_kernel`, then the split reduction.
-    The caller checked :func:`staged_unsupported`."""
+    """``a[:, perm] @ W (+ bias)`` -> ``[M, N]`` with :func:`w4a16_staged_kernel`, then the split
+    reduction; act-order activations are gathered first (``dequant.permuted_columns``: one copy of the
+    ``M x K`` activations). The caller checked :func:`staged_unsupported`."""
+    if perm is not None:
+        a = permuted_columns(a, perm)
     M, K = a.shape
     N = qweight.shape[1]
     ws = torch.empty((cfg.split_k, M, N), dtype=torch.float32, device=a.device)

@@ -202,7 +202,7 @@ def launch_w4a16_gemm(
     if cfg.staged:
         if reason := staged.staged_unsupported(a, N, G, perm, group_index, cfg):
             raise ValueError(f"w4a16_gemm: config {cfg.name!r} (the multi-stage Gluon tile) cannot run here: {reason}")
-        return staged.launch_staged(a, qweight, scales, zeros, bias, G, cfg)
+        return staged.launch_staged(a, qweight, scales, zeros, perm, bias, G, cfg)
     split = cfg.split_k > 1
     atomic = split and not deterministic
     fixup = split and not atomic and cfg.fixup
