@@ -313,6 +313,28 @@ def test_gpu_cuda_graph_capture_and_replay(M):
     assert torch.equal(out, w4a16_gemm(x, *args))
 
 
+@pytest.mark.gpu
+def test_gpu_weight_of_2_31_elements():
+    """A quantized ``[8192, 262144]`` weight (a large-vocabulary head): its dequantized buffer holds 2^31
+    elements (the dequantize kernel's int64 offsets), the GEMV and the decode tile read 2^28 packed words."""
+    from exactfuse.ops.w4a16.inputs import _random_prepared
+
+    K, N = 8192, 2**18
+    w = _random_prepared(K, N, torch.bfloat16, "cuda")
+    for M in (1, 16, 256):
+        a = torch.randn((M, K), dtype=torch.bfloat16, device="cuda")
+        args = (a, w.qweight, w.scales, w.zeros, w.perm, None, w.group_size)
+        expected = native.w4a16_gemm(*args)
+        with record_configs() as seen:
+            out = w4a16_gemm(*args)
+        if seen[0].dense:  # the dense path is native's own dequantization and matmul
+            assert torch.equal(out, expected), M
+        result = CONTRACT.check(out, expected, args=args)
+        assert result.passed, (M, seen, result.summary())
+        del expected, out
+        torch.cuda.empty_cache()
+
+
 @pytest.mark.interpreter
 def test_interpreter_warmup_runs_every_bucket_and_the_row_group_path():
     """The warmup launches the real launcher once per M bucket (the GEMV, each tl.dot tile, dense), and with
