@@ -27,9 +27,13 @@ L2), bf16:
 bitwise against native, the fast ones within 1 ulp.
 
     PYTHONPATH=src python3 scripts/gpu/probe_small_t_gap.py      # about 1 minute on an H200
+    PYTHONPATH=src python3 scripts/gpu/probe_small_t_gap.py --tokens 4096,32768   # the same at large T
 
-Result: benchmarks/results/h200/sweeps/act_and_mul_small_t_gap.txt.
+The tile variants take the shipped eager launch's configuration for (T, d). Result:
+benchmarks/results/h200/sweeps/act_and_mul_small_t_gap.txt (``--tokens``: act_and_mul_gap_T<list>.txt).
 """
+
+import argparse
 
 import torch
 import triton
@@ -42,9 +46,8 @@ from exactfuse.ops.act_and_mul.heuristics import act_and_mul_config
 from exactfuse.ops.act_and_mul.triton import ACTIVATIONS, act_and_mul_kernel, launch_act_and_mul
 from exactfuse.ops.math import exact_exp
 
-SHAPES = [(T, d) for T in (1, 16, 256) for d in (768, 4096, 14336)]
 TIMER = cudagraph_timer(rep_ms=20)
-COPIES = 32
+COPIES = 32  # inputs rotated per timing, fewer where two already exceed twice the 60 MiB L2
 
 
 EXACT, FAST, DIVFULL, FASTPATH = 0, 1, 2, 3
@@ -133,7 +136,7 @@ def flat_kernel(p_x, p_y, n, D, MATH: tl.constexpr, BLOCK: tl.constexpr):
 def tile(x, math, kernel=tile_kernel):
     T, D = x.shape[0], x.shape[1] // 2
     y = torch.empty((T, D), dtype=x.dtype, device=x.device)
-    BT, BD, warps = act_and_mul_config(D)
+    BT, BD, warps = act_and_mul_config(D, T)
     kernel[(triton.cdiv(T, BT), triton.cdiv(D, BD))](x, y, T, D, x.stride(0), MATH=math, BT=BT, BD=BD, num_warps=warps)
     return y
 
@@ -168,6 +171,11 @@ def time_us(fn, xs) -> float:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tokens", default="1,16,256", help="comma-separated T values (d is 768, 4096, 14336)")
+    args = parser.parse_args()
+    tokens = [int(t) for t in args.tokens.split(",")]
+    shapes = [(T, d) for T in tokens for d in (768, 4096, 14336)]
     compiled = torch.compile(silu_and_mul.native, dynamic=False)
     variants = {
         "shipped": silu_and_mul,
@@ -190,8 +198,9 @@ def main() -> None:
     lines.append(f"{'T':>5} {'d':>6} " + " ".join(f"{k:>11}" for k in variants) + "   (µs, median)")
     print("\n".join(lines), flush=True)
     with recompile_limits():
-        for T, d in SHAPES:
-            xs = [torch.randn(T, 2 * d, device="cuda", dtype=torch.bfloat16) for _ in range(COPIES)]
+        for T, d in shapes:
+            copies = max(2, min(COPIES, -(-2 * 60 * 2**20 // (T * 2 * d * 2))))
+            xs = [torch.randn(T, 2 * d, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
             expected = silu_and_mul.native(xs[0])
             times = []
             for name, fn in variants.items():
@@ -202,7 +211,8 @@ def main() -> None:
                 times.append(time_us(fn, xs))
             lines.append(f"{T:>5} {d:>6} " + " ".join(f"{t:11.2f}" for t in times))
             print(lines[-1], flush=True)
-    emit("act_and_mul_small_t_gap.txt", lines)
+    default = args.tokens == parser.get_default("tokens")
+    emit("act_and_mul_small_t_gap.txt" if default else f"act_and_mul_gap_T{args.tokens.replace(',', '_')}.txt", lines)
 
 
 if __name__ == "__main__":
