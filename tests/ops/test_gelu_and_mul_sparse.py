@@ -11,6 +11,7 @@ import exactfuse
 from exactfuse.ops.gelu_and_mul_sparse import STD_MULTIPLIER, gelu_and_mul_sparse
 from exactfuse.ops.gelu_and_mul_sparse import heuristics as sh
 from exactfuse.ops.gelu_and_mul_sparse import triton as st
+from exactfuse.registry import Case
 from exactfuse.registry.contracts import RowBitwise, ZeroMaskTolerance
 from exactfuse.testing import check_provider
 
@@ -58,6 +59,17 @@ def test_interpreter_contract_matrix(dtype):
 def test_gpu_contract_matrix(dtype):
     """T in {1,7,128,2048} x d in {1,...,32768} x both GELUs x 2 seeds, plus the edge cases."""
     _assert_matrix("cuda", dtype, quick=False)
+
+
+@pytest.mark.gpu
+def test_gpu_split_kernels_at_the_shapes_the_rule_gives_them():
+    """A few split-kernel launches (small batches of wide rows) through the contract: also the small
+    target ``sanitize racecheck`` needs (the full chunked matrix runs for minutes under it)."""
+    for T, d in ((1, 8193), (16, 16384), (64, 16385), (7, 32768)):
+        assert sh.choose_plan(T, d).kernel == "split", (T, d)
+        x = torch.randn((T, 2 * d), device="cuda", dtype=torch.bfloat16)
+        res = check_provider(op, "triton", Case(f"T{T}-d{d}", (x, STD_MULTIPLIER, "tanh")))
+        assert res.passed, res.summary()
 
 
 @pytest.mark.interpreter
