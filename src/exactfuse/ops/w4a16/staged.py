@@ -45,6 +45,7 @@ try:
     # versions async_load (same arguments) and barrier
     _async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
     _barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+    _layout_function = gluon.constexpr_function
     HAS_GLUON = True
 except (ImportError, AttributeError):  # a Triton without Gluon's Hopper language: the tl.dot tiles serve
     HAS_GLUON = False
@@ -72,7 +73,7 @@ if HAS_GLUON:
     _PAIR_BF16 = gl.constexpr(_pair_asm(0x4300, "bf16x2"))
     _PAIR_FP16 = gl.constexpr(_pair_asm(0x6400, "f16x2"))
 
-    @gluon.constexpr_function
+    @_layout_function
     def word_quads_layout(BN, BK, num_warps):
         """``[BN, BK / 8, 4]``: (row of ``W^T``, packed word, pair within the word) laid out so that
         merging the last two dims (pair ``4 w + t``) gives the A operand's pair layout
@@ -83,7 +84,7 @@ if HAS_GLUON:
         warp = [[16 << i, 0, 0] for i in range(num_warps.bit_length() - 1)]
         return gl.DistributedLinearLayout(reg, lane, warp, [], [BN, BK // 8, 4])
 
-    @gluon.constexpr_function
+    @_layout_function
     def copy_layout(BM, BK, num_warps):
         """``[BM, BK]`` activations for cp.async with no element copied by two threads: 16 bytes a
         thread along K where the warps' rows fit in BM, else 8 or 4."""
