@@ -225,6 +225,8 @@ def staged_unsupported(
         return f"a is {a.dtype}: it takes fp16 or bf16"
     if perm is None and (a.data_ptr() % 16 or (a.shape[0] > 1 and a.stride(0) % 8)):
         return "a's rows must start 16-byte aligned (cp.async copies 16 bytes)"
+    if a.shape[0] * max(a.stride(0), a.shape[1]) >= 2**31:
+        return f"a spans {a.shape[0]} rows of {max(a.stride(0), a.shape[1])}: offsets past 2^31 need int64"
     return staged_shape_unsupported(N, a.shape[1], G, cfg)
 
 
