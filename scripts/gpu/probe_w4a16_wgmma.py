@@ -13,7 +13,8 @@ reduction kernel (``splitk.w4a16_splitk_reduce_kernel``). Dequantization is the 
 fp32, rounded once. Limits of this probe: no act-order permutation, ``N % BN == 0``, groups a multiple
 of ``BK``.
 
-Per (K, N, M), bf16 (or fp16), asymmetric group-128 weights rotated past the L2: the shipped op (its rule), this
+Per (K, N, M), bf16 (or fp16), asymmetric group-128 weights rotated past the L2: the shipped tl.dot tiles
+(``select_config`` without the staged tile: the op's path wherever the staged tile cannot run), this
 kernel at (BN, BK) in {(64, 64), (128, 64), (64, 128)}, with the next K step's operands loaded
 while a step is computed (``p``) and, at 64 x 64, without; dequantized a weight at a time in fp32 or two
 a PTX instruction (``2``: each thread's K pairs, which the A operand's layout keeps in one register, come
@@ -24,7 +25,8 @@ instead of the two-pass workspace (``atomic``, not deterministic); the multi-sta
 through cp.async into shared memory); and cuBLAS on the dense weight, each output checked against the
 op's contract first; µs, median of CUDA-graph replays.
 Result: benchmarks/results/h200/sweeps/w4a16_wgmma.txt (fp16: w4a16_wgmma_fp16.txt; ``--staged-only``, the
-multi-stage variants alone: w4a16_wgmma_staged.txt, w4a16_wgmma_staged_fp16.txt).
+multi-stage variants alone: w4a16_wgmma_staged.txt, w4a16_wgmma_staged_fp16.txt; ``--suffix S`` appends
+``_S`` to the name).
 """
 
 from __future__ import annotations
@@ -264,9 +266,12 @@ def shape_lines(
     for M in ms:
         a = torch.randn((M, K), dtype=dtype, device=dev)
         args = (a, *weights[0], None, None, 128)
+        tl_dot = w4.select_config(M, N, K, 128, sms)
         expected = native.w4a16_gemm(*args)
         times = {
-            "shipped": bench_rotating(lambda i, a=a: w4.launch_w4a16_gemm(a, *weights[i], None, None, 128), copies)
+            "shipped": bench_rotating(
+                lambda i, a=a, c=tl_dot: w4.launch_w4a16_gemm(a, *weights[i], None, None, 128, config=c), copies
+            )
         }
         for v in variants:
             if len(v) == 5 and v[3] and dtype != torch.bfloat16:
@@ -288,7 +293,7 @@ def shape_lines(
         best = min(times[v] for v in variants)
         # bytes the op must move: packed weights, scales, zero points, activations, output
         roofline_us = (K * N // 2 + 3 * (K // 128) * N + 2 * M * (K + N)) / bw * 1e6
-        cfg = w4.select_config(M, N, K, 128, sms)
+        cfg = tl_dot
         BM = min(128, max(8, next_power_of_2(M)))
         splits = "/".join(
             str(
@@ -313,6 +318,7 @@ def main() -> None:
     parser.add_argument("--ms", default="1,4,16,32,64,128")
     parser.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
     parser.add_argument("--staged-only", action="store_true", help="only the multi-stage tile's variants")
+    parser.add_argument("--suffix", default="", help="appended to the results file's name")
     args = parser.parse_args()
     variants = STAGED if args.staged_only else ALL
     ms = [int(m) for m in args.ms.split(",")]
@@ -328,6 +334,7 @@ def main() -> None:
         lines += shape_lines(K, N, ms, dtype, sms, bw, dev, variants)
         torch.cuda.empty_cache()
     name = "w4a16_wgmma" + ("_staged" if args.staged_only else "") + ("" if args.dtype == "bf16" else f"_{args.dtype}")
+    name += f"_{args.suffix}" if args.suffix else ""
     emit(f"{name}.txt", lines)
 
 

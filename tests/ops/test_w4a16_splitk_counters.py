@@ -24,23 +24,25 @@ def test_gpu_split_fixup_leaves_counters_zero_across_shapes():
     cases = [
         make_case(f"M{M}-N{N}", M, 4096, N, torch.bfloat16, "cuda", gen) for M, N in ((1, 4096), (16, 1024), (64, 4096))
     ]
-    for case in cases:
-        cfg = select_config(
-            case.args[0].shape[0], case.args[1].shape[1], 4096, 128, w4_triton.num_sms(torch.device("cuda"))
-        )
-        assert cfg.split_k > 1, cfg
-    first = [w4a16_gemm(*c.args) for c in cases]
-    for case, out in zip(cases, first, strict=True):  # fixup and two-launch reduction: the same sums
-        M, N = case.args[0].shape[0], case.args[1].shape[1]
-        cfg = select_config(M, N, 4096, 128, w4_triton.num_sms(torch.device("cuda")))
+    sms = w4_triton.num_sms(torch.device("cuda"))
+    # the tl.dot tiles' configurations (the rule's without the staged tile, which has no counters)
+    configs = [select_config(c.args[0].shape[0], c.args[1].shape[1], 4096, 128, sms) for c in cases]
+    assert all(cfg.split_k > 1 and not cfg.staged for cfg in configs), configs
+
+    def run(order):
+        return [w4_triton.launch_w4a16_gemm(*cases[i].args, config=configs[i]) for i in order]
+
+    forward = range(len(cases))
+    first = run(forward)
+    for case, cfg, out in zip(cases, configs, first, strict=True):  # fixup and two-launch reduction: the same sums
         other = dataclasses.replace(cfg, fixup=not cfg.fixup)
         assert torch.equal(out, w4_triton.launch_w4a16_gemm(*case.args, config=other))
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        captured = [w4a16_gemm(*c.args) for c in cases]
+        captured = run(forward)
     for _ in range(5):
         with exactfuse.poison_outputs():
-            again = [w4a16_gemm(*c.args) for c in reversed(cases)][::-1]
+            again = run(reversed(forward))[::-1]
         graph.replay()
         torch.cuda.synchronize()
         assert all(torch.equal(x, y) for x, y in zip(first, again, strict=True))

@@ -1,6 +1,6 @@
-"""w4a16_gemm's multi-stage Gluon tile (``ops/w4a16/staged.py``): its configuration rule and what it
-refuses on the CPU; on an sm_90 GPU the contract, bit-exact dequantization, determinism and CUDA graphs
-through the forced configuration."""
+"""w4a16_gemm's multi-stage Gluon tile (``ops/w4a16/staged.py``): its configuration rule, when the launch
+rule takes it, and what it refuses on the CPU; on an sm_90 GPU the contract, bit-exact dequantization,
+determinism and CUDA graphs through the forced configuration, and the rule's choice and fallback."""
 
 import os
 import re
@@ -10,7 +10,7 @@ import torch
 
 from exactfuse.ops.w4a16 import CONTRACT, make_case, native, random_weights
 from exactfuse.ops.w4a16 import triton as w4_triton
-from exactfuse.ops.w4a16.heuristics import staged_config
+from exactfuse.ops.w4a16.heuristics import STAGED_M, record_configs, select_config, staged_config
 from exactfuse.ops.w4a16.inputs import row_group_case
 from exactfuse.ops.w4a16.staged import staged_shape_unsupported
 from exactfuse.testing import make_generator
@@ -56,6 +56,25 @@ def test_staged_shape_reasons_name_what_does_not_fit():
     assert "whole groups" in staged_shape_unsupported(4096, 4096, 1024, cfg)
     wide = staged_config(16, 64, 2**17, 128, 1)
     assert "shared memory" in staged_shape_unsupported(64, 2**17, 128, wide)
+
+
+def test_select_config_takes_the_staged_tile_only_on_wgmma_devices_in_its_rows():
+    for M in (1, 2, 8, 9, 16, 33, 64, 128, 129, 1024):
+        plain, wgmma = select_config(M, 4096, 4096, 128), select_config(M, 4096, 4096, 128, wgmma=True)
+        assert not plain.staged
+        if STAGED_M[0] <= M <= STAGED_M[1]:
+            assert wgmma == staged_config(M, 4096, 4096, 128), M
+        else:
+            assert wgmma == plain, M
+
+
+@pytest.mark.interpreter
+def test_the_rule_keeps_the_tl_dot_tiles_where_the_staged_tile_cannot_run():
+    """Off sm_90 (here the interpreter) the rule never names the staged tile."""
+    case = make_case("M16", 16, 512, 128, torch.float16, "cpu", make_generator(1))
+    with record_configs() as seen:
+        w4_triton.launch_w4a16_gemm(*case.args)
+    assert [c.name for c in seen] == ["decode"]
 
 
 @pytest.mark.interpreter
@@ -133,9 +152,28 @@ def test_gpu_staged_tile_refuses_row_groups_and_unaligned_rows_by_name():
     case = row_group_case("M16", 16, 4096, 512, 32, torch.float16, "cuda", make_generator(2))
     with pytest.raises(ValueError, match="no group_index"):
         w4_triton.launch_w4a16_gemm(*case.args, config=staged_config(16, 512, 4096, 128))
-    case = make_case("M16", 16, 4096 + 4, 512, torch.float16, "cuda", make_generator(3))
-    a = case.args[0][:, 4:]  # rows 8 bytes in, 4100 elements apart
+    a = torch.randn((16, 4096 + 4), dtype=torch.float16, device="cuda")[:, 4:]  # rows 8 bytes in, 4100 apart
     w = random_weights(4096, 512, torch.float16, "cuda", make_generator(4))
     with pytest.raises(ValueError, match="16-byte aligned"):
         w4_triton.launch_w4a16_gemm(a, w.qweight, w.scales, w.zeros, None, None, 128,
                                     config=staged_config(16, 512, 4096, 128))  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _sm90(), reason="the staged tile needs an sm_90 GPU")
+def test_gpu_the_rule_takes_the_staged_tile_and_falls_back_where_it_cannot():
+    """At M 9-128 the op runs the staged tile where its arguments fit and the rule's tl.dot tile where
+    they do not (N not a multiple of 64, unaligned rows, groups of 32), each through the contract."""
+    gen = make_generator(12)
+    aligned = make_case("M16", 16, 4096, 4096, torch.bfloat16, "cuda", gen)
+    ragged = make_case("M40", 40, 4096, 4040, torch.bfloat16, "cuda", gen)
+    small_groups = make_case("M64", 64, 1024, 1024, torch.bfloat16, "cuda", gen, group_size=32)
+    shifted = torch.randn((100, 4096 + 8), dtype=torch.bfloat16, device="cuda")[:, 4:-4]
+    unaligned = (shifted, *aligned.args[1:])
+    for args, name in ((aligned.args, "staged"), (ragged.args, "m64"), (small_groups.args, "m64"),
+                       (unaligned, "m128")):  # fmt: skip
+        with record_configs() as seen:
+            out = w4_triton.launch_w4a16_gemm(*args)
+        assert [c.name for c in seen] == [name], (args[0].shape, seen)
+        result = CONTRACT.check(out, native.w4a16_gemm(*args), args=args)
+        assert result.passed, (name, result.summary())

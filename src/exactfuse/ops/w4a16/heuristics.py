@@ -129,16 +129,25 @@ def choose_split(
     return _cdiv(k_tiles, iters), iters * BK
 
 
+# Rows the multi-stage Gluon tile takes on sm_90 (staged_config): from the decode bucket's BM = 16 tile
+# to the last bucket, where sweeps/w4a16_wgmma_staged.txt has it faster than the tl.dot tiles everywhere.
+STAGED_M = (9, 128)
+
+
 @functools.lru_cache(maxsize=4096)
-def select_config(M: int, N: int, K: int, group_size: int, num_sms: int = H200_SMS) -> TileConfig:
+def select_config(M: int, N: int, K: int, group_size: int, num_sms: int = H200_SMS, wgmma: bool = False) -> TileConfig:
     """The tile configuration for ``[M, K] x [K, N]`` with groups of ``group_size`` (-1: all of K).
 
     Depends on M (the bucket and the split) so it must run per call, outside
     any compiled graph: the op is opaque to torch.compile for this reason.
-    Above the last bucket's M: :func:`dense_config`.
+    Above the last bucket's M: :func:`dense_config`. ``wgmma``: the device runs the staged tile
+    (``staged.wgmma_unavailable``), which then serves :data:`STAGED_M`; the launcher falls back to
+    :func:`fused_config` where the arguments do not fit it.
     """
     if M > DENSE_ABOVE_M:
         return dense_config()
+    if wgmma and STAGED_M[0] <= M <= STAGED_M[1]:
+        return staged_config(M, N, K, group_size, num_sms)
     return fused_config(M, N, K, num_sms)
 
 
@@ -164,7 +173,7 @@ def bucket_config(name: str, M: int, N: int, K: int, num_sms: int = H200_SMS) ->
 
 
 def staged_config(M: int, N: int, K: int, group_size: int, num_sms: int = H200_SMS) -> TileConfig:
-    """The multi-stage Gluon tile's configuration (``staged.py``; not yet taken by :func:`select_config`).
+    """The multi-stage Gluon tile's configuration (``staged.py``; :func:`select_config`'s at :data:`STAGED_M`).
 
     ``BM`` is M's power of two (8 to 128: every M row in one tile), 4 stages. The split is the fewest
     power of two (at most 16) whose programs cover the SMs, each split at least four K steps of whole

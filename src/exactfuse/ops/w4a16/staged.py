@@ -211,14 +211,21 @@ def staged_shape_unsupported(N: int, K: int, G: int, cfg: TileConfig) -> str | N
     return None
 
 
-def staged_unsupported(
-    a: torch.Tensor, N: int, G: int, perm: torch.Tensor | None, group_index: torch.Tensor | None, cfg: TileConfig
-) -> str | None:
-    """Why the staged tile cannot run these arguments at ``cfg`` (None: it can)."""
+def wgmma_unavailable(a: torch.Tensor) -> str | None:
+    """Why ``a``'s device cannot run the staged tile at all (None: it can)."""
     if not HAS_GLUON:
         return "this Triton has no Gluon Hopper language"
     if interpreter_enabled() or not a.is_cuda or compute_capability(a.device) != (9, 0):
         return "it runs on sm_90 (wgmma) GPUs only"
+    return None
+
+
+def staged_unsupported(
+    a: torch.Tensor, N: int, G: int, perm: torch.Tensor | None, group_index: torch.Tensor | None, cfg: TileConfig
+) -> str | None:
+    """Why the staged tile cannot run these arguments at ``cfg`` (None: it can)."""
+    if reason := wgmma_unavailable(a):
+        return reason
     if group_index is not None:
         return "it reads one group for all the rows of a group (no group_index)"
     if a.dtype not in (torch.float16, torch.bfloat16):

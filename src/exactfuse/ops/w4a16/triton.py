@@ -34,7 +34,7 @@ from exactfuse.ops.splitk import arrival_counters
 from exactfuse.ops.w4a16 import staged
 from exactfuse.ops.w4a16.dequant import dense_gemm, dequant_kn_tile
 from exactfuse.ops.w4a16.gemv import w4a16_gemv_kernel
-from exactfuse.ops.w4a16.heuristics import RECORDERS, TileConfig, dense_config, select_config
+from exactfuse.ops.w4a16.heuristics import RECORDERS, TileConfig, dense_config, fused_config, select_config
 from exactfuse.ops.w4a16.splitk import REDUCE_BLOCK, finish_tile, w4a16_splitk_reduce_kernel
 from exactfuse.registry import platform
 from exactfuse.utils import compute_capability, empty, next_power_of_2, num_sms
@@ -193,7 +193,10 @@ def launch_w4a16_gemm(
         G = 0  # unused: each row's group is group_index's
     else:
         G = kernel_group(K, group_size)
-        cfg = config or select_config(M, N, K, group_size, num_sms(a.device))
+        sms = num_sms(a.device)
+        cfg = config or select_config(M, N, K, group_size, sms, wgmma=not staged.wgmma_unavailable(a))
+        if config is None and cfg.staged and staged.staged_unsupported(a, N, G, perm, None, cfg):
+            cfg = fused_config(M, N, K, sms)
     if RECORDERS:
         for seen in RECORDERS:
             seen.append(cfg)
