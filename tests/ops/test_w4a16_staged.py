@@ -8,12 +8,13 @@ import re
 import pytest
 import torch
 
-from exactfuse.ops.w4a16 import CONTRACT, make_case, native, random_weights
+import exactfuse
+from exactfuse.ops.w4a16 import CONTRACT, dequant, gemv, make_case, native, random_weights, splitk, staged, w4a16_gemm
 from exactfuse.ops.w4a16 import triton as w4_triton
 from exactfuse.ops.w4a16.heuristics import STAGED_M, record_configs, select_config, staged_config
 from exactfuse.ops.w4a16.inputs import row_group_case
 from exactfuse.ops.w4a16.staged import staged_shape_unsupported
-from exactfuse.testing import make_generator
+from exactfuse.testing import CompileWatch, make_generator
 from w4a16_support import SHORT, gid, identity_check
 
 SWEEP = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "results", "h200", "sweeps")
@@ -59,7 +60,7 @@ def test_staged_shape_reasons_name_what_does_not_fit():
 
 
 def test_select_config_takes_the_staged_tile_only_on_wgmma_devices_in_its_rows():
-    for M in (1, 2, 8, 9, 16, 33, 64, 128, 129, 1024):
+    for M in (1, 2, 3, 8, 16, 33, 64, 128, 129, 1024):
         plain, wgmma = select_config(M, 4096, 4096, 128), select_config(M, 4096, 4096, 128, wgmma=True)
         assert not plain.staged
         if STAGED_M[0] <= M <= STAGED_M[1]:
@@ -162,7 +163,7 @@ def test_gpu_staged_tile_refuses_row_groups_and_unaligned_rows_by_name():
 @pytest.mark.gpu
 @pytest.mark.skipif(not _sm90(), reason="the staged tile needs an sm_90 GPU")
 def test_gpu_the_rule_takes_the_staged_tile_and_falls_back_where_it_cannot():
-    """At M 9-128 the op runs the staged tile where its arguments fit and the rule's tl.dot tile where
+    """At M 3-128 the op runs the staged tile where its arguments fit and the rule's tl.dot tile where
     they do not (N not a multiple of 64, unaligned rows, groups of 32), each through the contract."""
     gen = make_generator(12)
     aligned = make_case("M16", 16, 4096, 4096, torch.bfloat16, "cuda", gen)
@@ -177,3 +178,22 @@ def test_gpu_the_rule_takes_the_staged_tile_and_falls_back_where_it_cannot():
         assert [c.name for c in seen] == [name], (args[0].shape, seen)
         result = CONTRACT.check(out, native.w4a16_gemm(*args), args=args)
         assert result.passed, (name, result.summary())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _sm90(), reason="the staged tile needs an sm_90 GPU")
+def test_gpu_warmup_compiles_every_tile_the_rule_takes_at_any_m():
+    """After ``exactfuse.warmup`` for a layer, no row count compiles a kernel (what a CUDA-graph capture
+    needs): the staged tile at each of its BM and split rules, the GEMVs, the dense path."""
+    K, N = 2048, 1536
+    exactfuse.warmup(["w4a16_gemm"], dtypes=(torch.bfloat16,), shapes=((K, N),))
+    kernels = (staged.w4a16_staged_kernel, w4_triton.w4a16_gemm_kernel, gemv.w4a16_gemv_kernel,
+               splitk.w4a16_splitk_reduce_kernel, dequant.w4a16_dequant_kernel)  # fmt: skip
+    watch = CompileWatch(*kernels)
+    w = random_weights(K, N, torch.bfloat16, "cuda", make_generator(13))
+    with record_configs() as seen:
+        for M in (1, 2, 3, 5, 8, 9, 16, 17, 31, 33, 64, 65, 100, 128, 129, 700):
+            w4a16_gemm(torch.randn((M, K), dtype=torch.bfloat16, device="cuda"), w.qweight, w.scales, w.zeros,
+                       w.perm, None, w.group_size)  # fmt: skip
+    assert watch.new() == [[]] * len(kernels), f"compiled after the warmup:\n{watch}"
+    assert {c.BM for c in seen if c.staged} == {8, 16, 32, 64, 128}, seen

@@ -129,9 +129,9 @@ def choose_split(
     return _cdiv(k_tiles, iters), iters * BK
 
 
-# Rows the multi-stage Gluon tile takes on sm_90 (staged_config): from the decode bucket's BM = 16 tile
-# to the last bucket, where sweeps/w4a16_wgmma_staged.txt has it faster than the tl.dot tiles everywhere.
-STAGED_M = (9, 128)
+# Rows the multi-stage Gluon tile takes on sm_90 (staged_config): every tl.dot bucket (M 3-128), where it
+# is 1.05-2.24x faster than their tiles (sweeps/w4a16_wgmma_staged.txt, w4a16_wgmma_staged_m8_12.txt).
+STAGED_M = (3, 128)
 
 
 @functools.lru_cache(maxsize=4096)

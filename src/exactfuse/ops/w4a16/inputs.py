@@ -103,8 +103,9 @@ def _inputs(device: torch.device, dtype: torch.dtype, *, quick: bool = False, se
 
 
 # ------------------------------------------------------------------ warmup
-# a row count in every bucket of heuristics.BUCKETS (M = 2 is the two-row GEMV's) and the dense path
-WARMUP_M = (1, 2, 16, 32, 64, 128, 256, 512, 1024)
+# a row count in every bucket of heuristics.BUCKETS (M = 2 is the two-row GEMV's) and the dense path; on
+# sm_90 every BM of the staged tile (8 to 128) and both its split rules (M <= 64 and above)
+WARMUP_M = (1, 2, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
 @w4a16_gemm.warmup
