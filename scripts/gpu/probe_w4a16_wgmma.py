@@ -242,7 +242,7 @@ def variant_gemm(v, a, qweight, scales, zeros, sms: int) -> torch.Tensor:
         bn, bk, stages = v[:3]
         splits = staged_splits(v, M, K // 8, qweight.shape[1], sms)
         BM = min(128, max(8, next_power_of_2(M)))
-        cfg = TileConfig("staged", BM, bn, bk, bn // 16, stages, splits, K // splits, fixup=False, staged=True)
+        cfg = TileConfig("staged", BM, bn, bk, bn // 16, stages, splits, K // splits, staged=True)
         return w4.launch_w4a16_gemm(a, qweight, scales, zeros, None, None, 128, config=cfg)
     return wgmma_gemm(a, qweight, scales, zeros, 128, *v, sms)
 

@@ -197,3 +197,34 @@ def test_gpu_warmup_compiles_every_tile_the_rule_takes_at_any_m():
                        w.perm, None, w.group_size)  # fmt: skip
     assert watch.new() == [[]] * len(kernels), f"compiled after the warmup:\n{watch}"
     assert {c.BM for c in seen if c.staged} == {8, 16, 32, 64, 128}, seen
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _sm90(), reason="the staged tile needs an sm_90 GPU")
+def test_gpu_staged_split_fixup_repeats_and_leaves_the_counters_zero():
+    """Interleaved split launches of several tile counts (the last split of each tile sums the partials),
+    eager and replayed from a CUDA graph: each output bitwise its first run's, every counter back to zero."""
+    from exactfuse.ops import splitk as counters
+
+    gen = make_generator(14)
+    cases = [make_case(f"M{M}", M, K, N, torch.bfloat16, "cuda", gen, bias=True, symmetric=False)
+             for M, K, N in ((3, 4096, 1024), (16, 8192, 4096), (100, 4096, 512))]  # fmt: skip
+    configs = [staged_config(c.args[0].shape[0], c.args[1].shape[1], c.args[0].shape[1], 128) for c in cases]
+    assert all(cfg.split_k > 1 for cfg in configs), configs
+
+    def run(order):
+        return [w4_triton.launch_w4a16_gemm(*cases[i].args, config=configs[i]) for i in order]
+
+    first = run(range(3))
+    for case, out in zip(cases, first, strict=True):
+        assert CONTRACT.check(out, native.w4a16_gemm(*case.args), args=case.args).passed
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = run(range(3))
+    for _ in range(3):
+        again = run((2, 1, 0))[::-1]
+        graph.replay()
+        torch.cuda.synchronize()
+        assert all(torch.equal(x, y) for x, y in zip(first, again, strict=True))
+        assert all(torch.equal(x, y) for x, y in zip(first, captured, strict=True))
+    assert not any(b.any() for buffers in counters._COUNTERS.values() for b in buffers)

@@ -12,10 +12,12 @@ read into shared memory once, as 16-bit pairs.
 Dequantization is the spec's, bit for bit: two weights per PTX instruction, ``(MAGIC | q) - (MAGIC + z)``
 in the activation dtype (exact: ``MAGIC`` is 128 in bf16 and 1024 in fp16, so ``MAGIC + q`` is exact),
 times the scale with one rounding of the exact product, as the GEMV's packed math
-(``gemv.py``). The fp32 partials of each split go to a ``[S, M, N]`` workspace that the shipped
-reduction (``splitk.w4a16_splitk_reduce_kernel``) sums in split order and rounds (+ bias), so the result
-is deterministic. The wgmma is synchronous: with its A operand in registers, an asynchronous one let
-ptxas reuse those registers for the next step's loads (offline SASS, docs/heuristics.md).
+(``gemv.py``). With split-K, each split stores its fp32 partial in a ``[S, M, N]`` workspace and the
+last split of a tile to arrive (``ops/splitk.py``'s arrival counters) sums them in split order and
+rounds (+ bias), as the two-launch reduction ``splitk.w4a16_splitk_reduce_kernel`` does, so the result is
+deterministic; one split writes the output directly. The wgmma is synchronous: with its A operand in
+registers, an asynchronous one let ptxas reuse those registers for the next step's loads (offline SASS,
+docs/heuristics.md).
 
 What it takes (:func:`staged_unsupported` says why not otherwise): an sm_90 GPU and a Triton with Gluon,
 fp16/bf16 activations whose rows start 16-byte aligned (act-order activations are gathered into a new
@@ -29,9 +31,9 @@ from __future__ import annotations
 import torch
 import triton
 
+from exactfuse.ops.splitk import arrival_counters
 from exactfuse.ops.w4a16.dequant import permuted_columns
 from exactfuse.ops.w4a16.heuristics import TileConfig
-from exactfuse.ops.w4a16.splitk import REDUCE_BLOCK, w4a16_splitk_reduce_kernel
 from exactfuse.registry.platform import interpreter_enabled
 from exactfuse.utils import compute_capability, empty
 
@@ -100,19 +102,33 @@ if HAS_GLUON:
         _async_load(w_ring.index(slot), p_qw + (k0 // 8 + o_cw)[:, None] * N + o_cn[None, :])
         async_copy.commit_group()
 
+    @gluon.jit
+    def _store_out(acc, p_out, p_bias, o_mn, out_n, m_out, HAS_BIAS: gl.constexpr):
+        """Round the fp32 ``[BN, BM]`` tile of ``out^T`` to the output dtype (+ bias, rounded again) and
+        store it: the split-K reduction's rounding (``splitk.w4a16_splitk_reduce_kernel``)."""
+        DT: gl.constexpr = p_out.dtype.element_ty
+        y = acc.to(DT)
+        if HAS_BIAS:
+            y = (y.to(gl.float32) + gl.expand_dims(gl.load(p_bias + out_n).to(gl.float32), 1)).to(DT)
+        gl.store(p_out + o_mn, y, mask=m_out)
+
     @gluon.jit(do_not_specialize=["M"])
     def w4a16_staged_kernel(
-        p_a, p_qw, p_s, p_z, p_ws, M, N, stride_a, k_per_split,
-        GROUP: gl.constexpr, GROUPS: gl.constexpr, HAS_ZEROS: gl.constexpr, BN: gl.constexpr,
-        BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr,
+        p_a, p_qw, p_s, p_z, p_bias, p_out, p_ws, p_count, M, N, stride_a, k_per_split,
+        GROUP: gl.constexpr, GROUPS: gl.constexpr, HAS_ZEROS: gl.constexpr, HAS_BIAS: gl.constexpr,
+        SPLIT: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
+        num_warps: gl.constexpr,
     ):  # fmt: skip
-        """``ws[s, m, n]``: split ``s``'s fp32 partial of ``a W`` for one ``[BN, BM]`` tile of ``out^T``.
+        """One ``[BN, BM]`` tile of ``out^T = W^T a^T`` over one K split; the last split of a tile to
+        arrive sums the splits' fp32 partials and writes the output tile.
 
         p_a: ``[M, K]`` fp16/bf16, rows ``stride_a`` apart (a multiple of 8), unit last stride, 16-byte
         aligned. p_qw: ``[K/8, N]`` int32 contiguous, k at bits ``4 * (k % 8)`` of row ``k // 8``. p_s /
         p_z: ``[K/GROUP, N]`` scales (a's dtype) / uint8 zero points (unused without HAS_ZEROS: 8),
-        contiguous. p_ws: ``[S, M, N]`` fp32. constexpr: GROUP (a multiple of BK, or >= K), GROUPS (the
-        groups of one split), HAS_ZEROS, the tile, STAGES (ring slots), num_warps (``BN // 16``).
+        contiguous. p_bias: ``[N]`` (HAS_BIAS). p_out: ``[M, N]`` contiguous. With SPLIT (more than one
+        program along grid axis 2): p_ws ``[S, M, N]`` fp32, p_count int32 arrival counters, one per
+        output tile, zero on entry and left zero. constexpr: GROUP (a multiple of BK, or >= K), GROUPS
+        (the groups of one split), the tile, STAGES (ring slots), num_warps (``BN // 16``).
         """
         pid_n = gl.program_id(0)
         pid_m = gl.program_id(1)
@@ -180,8 +196,37 @@ if HAS_GLUON:
         async_copy.wait_group(0)
         out_n = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, mma))
         out_m = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(0, mma))
-        ptrs = p_ws + (pid_s * M + out_m[None, :]).to(gl.int64) * N + out_n[:, None]
-        gl.store(ptrs, acc, mask=(out_m < M)[None, :])
+        m_out = (out_m < M)[None, :]
+        o_mn = out_m[None, :] * N + out_n[:, None]  # M * N < 2^31 (staged_unsupported)
+        if SPLIT:
+            gl.store(p_ws + pid_s.to(gl.int64) * M * N + o_mn, acc, mask=m_out)
+            # Serial fixup, no second launch: the barrier orders every thread's partial before the
+            # arrival (released at GPU scope); the last of the tile's S programs to arrive reads the
+            # partials past L1 (.cg) after the acquire and sums them in the fixed order s = 0, 1, ...,
+            # as the two-launch reduction does, so the result does not depend on the arrival order.
+            _barrier()
+            S = gl.num_programs(2)
+            tile = pid_m * gl.num_programs(0) + pid_n
+            arrived = gl.atomic_add(p_count + tile, 1, sem="acq_rel", scope="gpu")
+            if arrived == S - 1:
+                # read in a layout of its own, four columns a thread, at most 32 rows at a time (the
+                # mma layout's offsets and addresses held across the loop doubled the kernel's
+                # registers, offline)
+                FM: gl.constexpr = min(BM, 32)
+                fl: gl.constexpr = gl.BlockedLayout([4, 1], [16, 2], [1, num_warps], [0, 1])
+                f_n = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, fl))
+                for c in gl.static_range(BM // FM):
+                    f_m = pid_m * BM + c * FM + gl.arange(0, FM, layout=gl.SliceLayout(0, fl))
+                    f_mn = f_m[None, :] * N + f_n[:, None]
+                    f_mask = (f_m < M)[None, :]
+                    total = gl.zeros([BN, FM], gl.float32, layout=fl)
+                    for s in range(S):
+                        total += gl.load(p_ws + s.to(gl.int64) * M * N + f_mn, mask=f_mask, other=0.0,
+                                         cache_modifier=".cg")  # fmt: skip
+                    _store_out(total, p_out, p_bias, f_mn, f_n, f_mask, HAS_BIAS)
+                gl.store(p_count + tile, 0)
+        else:
+            _store_out(acc, p_out, p_bias, o_mn, out_n, m_out, HAS_BIAS)
 
 
 def shared_bytes(cfg: TileConfig, groups: int, itemsize: int = 2) -> int:
@@ -232,8 +277,8 @@ def staged_unsupported(
         return f"a is {a.dtype}: it takes fp16 or bf16"
     if perm is None and (a.data_ptr() % 16 or (a.shape[0] > 1 and a.stride(0) % 8)):
         return "a's rows must start 16-byte aligned (cp.async copies 16 bytes)"
-    if a.shape[0] * max(a.stride(0), a.shape[1]) >= 2**31:
-        return f"a spans {a.shape[0]} rows of {max(a.stride(0), a.shape[1])}: offsets past 2^31 need int64"
+    if a.shape[0] * max(a.stride(0), a.shape[1], N) >= 2**31:
+        return f"a spans {a.shape[0]} rows of {max(a.stride(0), a.shape[1], N)}: offsets past 2^31 need int64"
     return staged_shape_unsupported(N, a.shape[1], G, cfg)
 
 
@@ -247,22 +292,23 @@ def launch_staged(
     G: int,
     cfg: TileConfig,
 ) -> torch.Tensor:
-    """``a[:, perm] @ W (+ bias)`` -> ``[M, N]`` with :func:`w4a16_staged_kernel`, then the split
-    reduction; act-order activations are gathered first (``dequant.permuted_columns``: one copy of the
-    ``M x K`` activations). The caller checked :func:`staged_unsupported`."""
+    """``a[:, perm] @ W (+ bias)`` -> ``[M, N]`` with :func:`w4a16_staged_kernel`, one launch (split-K
+    summed by the last split of each tile); act-order activations are gathered first
+    (``dequant.permuted_columns``: one copy of the ``M x K`` activations). The caller checked
+    :func:`staged_unsupported`."""
     if perm is not None:
         a = permuted_columns(a, perm)
     M, K = a.shape
     N = qweight.shape[1]
-    ws = torch.empty((cfg.split_k, M, N), dtype=torch.float32, device=a.device)
-    grid = (N // cfg.BN, triton.cdiv(M, cfg.BM), cfg.split_k)
-    w4a16_staged_kernel[grid](
-        a, qweight, scales, zeros if zeros is not None else qweight, ws, M, N, a.stride(0), cfg.k_per_split,
-        GROUP=G, GROUPS=1 if G >= K else cfg.k_per_split // G, HAS_ZEROS=zeros is not None,
-        BN=cfg.BN, BM=cfg.BM, BK=cfg.BK, STAGES=cfg.num_stages, num_warps=cfg.num_warps,
-    )  # fmt: skip
     out = empty((M, N), a.dtype, a.device)
-    w4a16_splitk_reduce_kernel[(triton.cdiv(M * N, REDUCE_BLOCK),)](
-        ws, bias if bias is not None else scales, out, M, N, cfg.split_k, HAS_BIAS=bias is not None, BLOCK=REDUCE_BLOCK
-    )
+    grid = (N // cfg.BN, triton.cdiv(M, cfg.BM), cfg.split_k)
+    split = cfg.split_k > 1
+    ws = torch.empty((cfg.split_k, M, N), dtype=torch.float32, device=a.device) if split else out
+    counts = arrival_counters(a.device, grid[0] * grid[1]) if split else qweight
+    w4a16_staged_kernel[grid](
+        a, qweight, scales, zeros if zeros is not None else qweight, bias if bias is not None else scales, out,
+        ws, counts, M, N, a.stride(0), cfg.k_per_split, GROUP=G, GROUPS=1 if G >= K else cfg.k_per_split // G,
+        HAS_ZEROS=zeros is not None, HAS_BIAS=bias is not None, SPLIT=split, BN=cfg.BN, BM=cfg.BM, BK=cfg.BK,
+        STAGES=cfg.num_stages, num_warps=cfg.num_warps,
+    )  # fmt: skip
     return out
