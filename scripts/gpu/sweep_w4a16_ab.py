@@ -1,7 +1,8 @@
 """W4A16 A/B of one boolean ``TileConfig`` field on the GPU, side by side, at the shipped configurations.
 
 For the five benchmark (K, N) shapes and the given M (bf16, or fp16 with ``--fp16``; group 128, symmetric,
-weights rotated past L2): the heuristic's configuration with ``FIELD`` on and off, each output checked against the
+weights rotated past L2): the heuristic's configuration (the staged tile's where the rule takes it) with
+``FIELD`` on and off, each output checked against the
 op's contract, and the two checked bitwise equal where the field must not change the result
 (``EQUAL``), before timing. Configurations where the field has no effect are skipped.
 
@@ -9,7 +10,8 @@ op's contract, and the two checked bitwise equal where the field must not change
     PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_ab.py scale_tile --fp16 1 2   # fp16 activations
 ``FIELD`` may join several fields with ``+`` (all on against all off).
 Fields and the results they back (benchmarks/results/h200/sweeps/, docs/heuristics.md): ``fixup`` (the
-split-K sum in the GEMM's launch against a second launch; w4a16_splitk_fixup_ab.txt), ``packed_math`` (the
+split-K sum in the GEMM's launch against a second launch; w4a16_splitk_fixup_ab.txt for the tl.dot tiles,
+w4a16_staged_fixup_ab.txt for the staged tile at M 4-128), ``packed_math`` (the
 GEMV's dequantization in 16-bit pairs against fp32 arithmetic; w4a16_gemv_packed_math_ab.txt), ``wide_a``
 (the GEMV's activations in 64-bit loads against one load each; w4a16_gemv_wide_a_ab*.txt) and ``scale_tile``
 (its scales loaded in the packed words' layout against one per column through shared memory;
@@ -30,7 +32,7 @@ from sweep_io import emit
 from sweep_w4a16_tiles import SHAPES, bench_rotating, device_info, rotating_weights
 
 from exactfuse.bench.results import geomean
-from exactfuse.ops.w4a16 import CONTRACT, w4a16_gemm
+from exactfuse.ops.w4a16 import CONTRACT, staged, w4a16_gemm
 from exactfuse.ops.w4a16 import triton as w4
 from exactfuse.ops.w4a16.heuristics import select_config
 
@@ -57,13 +59,13 @@ def main() -> None:
     fields = field.split("+")  # several fields switched together: a+b
     dtype = torch.float16 if fp16 else torch.bfloat16
     dev, sms, _ = device_info()
-    lines, ratios = [f"{'K':>6} {'N':>6} {'M':>5} {'config':>7} {'on µs':>8} {'off µs':>8} {'on/off':>7}"], {}
+    lines, ratios = [f"{'K':>6} {'N':>6} {'M':>5} {'config/split':>10} {'on µs':>8} {'off µs':>8} {'on/off':>7}"], {}
     for K, N in SHAPES:
         ws, _, copies = rotating_weights(K, N, dtype, dev)
         for M in ms:
             a = torch.randn((M, K), dtype=dtype, device=dev)
             args0 = (a, ws[0].qweight, ws[0].scales, None, None, None, 128)
-            cfg = select_config(M, N, K, 128, sms)
+            cfg = select_config(M, N, K, 128, sms, wgmma=not staged.wgmma_unavailable(a))
             if not any(APPLIES[f](cfg) for f in fields):
                 continue
             times, outs = {}, []
@@ -81,7 +83,8 @@ def main() -> None:
             assert not all(EQUAL[f](cfg) for f in fields) or torch.equal(*outs), (K, N, M)
             ratio = times[True] / times[False]
             ratios.setdefault(M, []).append(ratio)
-            lines.append(f"{K:>6} {N:>6} {M:>5} {cfg.name:>7} {times[True]:8.2f} {times[False]:8.2f} {ratio:7.3f}")
+            name = f"{cfg.name}/{cfg.split_k}"
+            lines.append(f"{K:>6} {N:>6} {M:>5} {name:>10} {times[True]:8.2f} {times[False]:8.2f} {ratio:7.3f}")
         ws = None
         torch.cuda.empty_cache()
     lines.append(

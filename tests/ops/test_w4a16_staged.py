@@ -2,6 +2,7 @@
 rule takes it, and what it refuses on the CPU; on an sm_90 GPU the contract, bit-exact dequantization,
 determinism and CUDA graphs through the forced configuration, and the rule's choice and fallback."""
 
+import dataclasses
 import os
 import re
 
@@ -202,22 +203,25 @@ def test_gpu_warmup_compiles_every_tile_the_rule_takes_at_any_m():
 @pytest.mark.gpu
 @pytest.mark.skipif(not _sm90(), reason="the staged tile needs an sm_90 GPU")
 def test_gpu_staged_split_fixup_repeats_and_leaves_the_counters_zero():
-    """Interleaved split launches of several tile counts (the last split of each tile sums the partials),
-    eager and replayed from a CUDA graph: each output bitwise its first run's, every counter back to zero."""
+    """Interleaved split launches of several tile counts, the partials summed by the last split of each
+    tile or by a second launch (the same bits either way), eager and replayed from a CUDA graph: each
+    output bitwise its first run's, every counter back to zero."""
     from exactfuse.ops import splitk as counters
 
     gen = make_generator(14)
     cases = [make_case(f"M{M}", M, K, N, torch.bfloat16, "cuda", gen, bias=True, symmetric=False)
              for M, K, N in ((3, 4096, 1024), (16, 8192, 4096), (100, 4096, 512))]  # fmt: skip
     configs = [staged_config(c.args[0].shape[0], c.args[1].shape[1], c.args[0].shape[1], 128) for c in cases]
-    assert all(cfg.split_k > 1 for cfg in configs), configs
+    assert all(cfg.split_k > 1 for cfg in configs) and {cfg.fixup for cfg in configs} == {True, False}, configs
 
     def run(order):
         return [w4_triton.launch_w4a16_gemm(*cases[i].args, config=configs[i]) for i in order]
 
     first = run(range(3))
-    for case, out in zip(cases, first, strict=True):
+    for case, cfg, out in zip(cases, configs, first, strict=True):  # in-launch or second-launch sums: one order
         assert CONTRACT.check(out, native.w4a16_gemm(*case.args), args=case.args).passed
+        other = dataclasses.replace(cfg, fixup=not cfg.fixup)
+        assert torch.equal(out, w4_triton.launch_w4a16_gemm(*case.args, config=other)), cfg
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         captured = run(range(3))

@@ -57,7 +57,7 @@ class TileConfig:
     # per column, moved into that layout through shared memory (two barriers per K step).
     scale_tile: bool = True
     # The multi-stage Gluon tile for sm_90 (staged.py): out^T = W^T a^T on wgmma, num_stages K steps of
-    # packed words and activations in a cp.async ring, BN = BK = 64, the splits summed in its own launch.
+    # packed words and activations in a cp.async ring, BN = BK = 64; fixup as for the tl.dot tiles.
     staged: bool = False
 
 
@@ -193,7 +193,9 @@ def staged_config(M: int, N: int, K: int, group_size: int, num_sms: int = H200_S
         split *= 2
     if M <= 64 and whole(2 * split) and K // (2 * split) >= 4 * BK:
         split *= 2
-    return TileConfig("staged", BM, BN, BK, 4, 4, split, K // split, staged=True)
+    # the last split sums a tile's partials where they are at most 64 KB (split x BM <= 256); above, the
+    # second launch's reduction spread over the GPU is faster (sweeps/w4a16_staged_fixup_ab.txt)
+    return TileConfig("staged", BM, BN, BK, 4, 4, split, K // split, fixup=split * BM <= 256, staged=True)
 
 
 def dense_config() -> TileConfig:

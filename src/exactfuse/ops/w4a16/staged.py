@@ -12,10 +12,11 @@ read into shared memory once, as 16-bit pairs.
 Dequantization is the spec's, bit for bit: two weights per PTX instruction, ``(MAGIC | q) - (MAGIC + z)``
 in the activation dtype (exact: ``MAGIC`` is 128 in bf16 and 1024 in fp16, so ``MAGIC + q`` is exact),
 times the scale with one rounding of the exact product, as the GEMV's packed math
-(``gemv.py``). With split-K, each split stores its fp32 partial in a ``[S, M, N]`` workspace and the
-last split of a tile to arrive (``ops/splitk.py``'s arrival counters) sums them in split order and
-rounds (+ bias), as the two-launch reduction ``splitk.w4a16_splitk_reduce_kernel`` does, so the result is
-deterministic; one split writes the output directly. The wgmma is synchronous: with its A operand in
+(``gemv.py``). With split-K, each split stores its fp32 partial in a ``[S, M, N]`` workspace; the last
+split of a tile to arrive (``ops/splitk.py``'s arrival counters) sums them in split order and rounds
+(+ bias), or, for tiles with many partial bytes (``heuristics.staged_config``), the reduction kernel
+``splitk.w4a16_splitk_reduce_kernel`` does the same in a second launch: deterministic, and both give the
+same bits. One split writes the output directly. The wgmma is synchronous: with its A operand in
 registers, an asynchronous one let ptxas reuse those registers for the next step's loads (offline SASS,
 docs/heuristics.md).
 
@@ -34,6 +35,7 @@ import triton
 from exactfuse.ops.splitk import arrival_counters
 from exactfuse.ops.w4a16.dequant import permuted_columns
 from exactfuse.ops.w4a16.heuristics import TileConfig
+from exactfuse.ops.w4a16.splitk import REDUCE_BLOCK, w4a16_splitk_reduce_kernel
 from exactfuse.registry.platform import interpreter_enabled
 from exactfuse.utils import compute_capability, empty
 
@@ -116,18 +118,19 @@ if HAS_GLUON:
     def w4a16_staged_kernel(
         p_a, p_qw, p_s, p_z, p_bias, p_out, p_ws, p_count, M, N, stride_a, k_per_split,
         GROUP: gl.constexpr, GROUPS: gl.constexpr, HAS_ZEROS: gl.constexpr, HAS_BIAS: gl.constexpr,
-        SPLIT: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-        num_warps: gl.constexpr,
+        SPLIT: gl.constexpr, FIXUP: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr,
+        STAGES: gl.constexpr, num_warps: gl.constexpr,
     ):  # fmt: skip
-        """One ``[BN, BM]`` tile of ``out^T = W^T a^T`` over one K split; the last split of a tile to
-        arrive sums the splits' fp32 partials and writes the output tile.
+        """One ``[BN, BM]`` tile of ``out^T = W^T a^T`` over one K split; with FIXUP the last split of a
+        tile to arrive sums the splits' fp32 partials and writes the output tile (else a second launch
+        does, ``splitk.w4a16_splitk_reduce_kernel``).
 
         p_a: ``[M, K]`` fp16/bf16, rows ``stride_a`` apart (a multiple of 8), unit last stride, 16-byte
         aligned. p_qw: ``[K/8, N]`` int32 contiguous, k at bits ``4 * (k % 8)`` of row ``k // 8``. p_s /
         p_z: ``[K/GROUP, N]`` scales (a's dtype) / uint8 zero points (unused without HAS_ZEROS: 8),
         contiguous. p_bias: ``[N]`` (HAS_BIAS). p_out: ``[M, N]`` contiguous. With SPLIT (more than one
-        program along grid axis 2): p_ws ``[S, M, N]`` fp32, p_count int32 arrival counters, one per
-        output tile, zero on entry and left zero. constexpr: GROUP (a multiple of BK, or >= K), GROUPS
+        program along grid axis 2): p_ws ``[S, M, N]`` fp32; with FIXUP p_count, int32 arrival counters,
+        one per output tile, zero on entry and left zero. constexpr: GROUP (a multiple of BK, or >= K), GROUPS
         (the groups of one split), the tile, STAGES (ring slots), num_warps (``BN // 16``).
         """
         pid_n = gl.program_id(0)
@@ -200,6 +203,7 @@ if HAS_GLUON:
         o_mn = out_m[None, :] * N + out_n[:, None]  # M * N < 2^31 (staged_unsupported)
         if SPLIT:
             gl.store(p_ws + pid_s.to(gl.int64) * M * N + o_mn, acc, mask=m_out)
+        if SPLIT and FIXUP:
             # Serial fixup, no second launch: the barrier orders every thread's partial before the
             # arrival (released at GPU scope); the last of the tile's S programs to arrive reads the
             # partials past L1 (.cg) after the acquire and sums them in the fixed order s = 0, 1, ...,
@@ -225,7 +229,7 @@ if HAS_GLUON:
                                          cache_modifier=".cg")  # fmt: skip
                     _store_out(total, p_out, p_bias, f_mn, f_n, f_mask, HAS_BIAS)
                 gl.store(p_count + tile, 0)
-        else:
+        if not SPLIT:
             _store_out(acc, p_out, p_bias, o_mn, out_n, m_out, HAS_BIAS)
 
 
@@ -292,8 +296,9 @@ def launch_staged(
     G: int,
     cfg: TileConfig,
 ) -> torch.Tensor:
-    """``a[:, perm] @ W (+ bias)`` -> ``[M, N]`` with :func:`w4a16_staged_kernel`, one launch (split-K
-    summed by the last split of each tile); act-order activations are gathered first
+    """``a[:, perm] @ W (+ bias)`` -> ``[M, N]`` with :func:`w4a16_staged_kernel`, its split-K partials
+    summed by the last split of each tile (``cfg.fixup``) or by the reduction kernel after it;
+    act-order activations are gathered first
     (``dequant.permuted_columns``: one copy of the ``M x K`` activations). The caller checked
     :func:`staged_unsupported`."""
     if perm is not None:
@@ -304,11 +309,17 @@ def launch_staged(
     grid = (N // cfg.BN, triton.cdiv(M, cfg.BM), cfg.split_k)
     split = cfg.split_k > 1
     ws = torch.empty((cfg.split_k, M, N), dtype=torch.float32, device=a.device) if split else out
-    counts = arrival_counters(a.device, grid[0] * grid[1]) if split else qweight
+    fixup = split and cfg.fixup
+    counts = arrival_counters(a.device, grid[0] * grid[1]) if fixup else qweight
+    b = bias if bias is not None else scales
     w4a16_staged_kernel[grid](
-        a, qweight, scales, zeros if zeros is not None else qweight, bias if bias is not None else scales, out,
-        ws, counts, M, N, a.stride(0), cfg.k_per_split, GROUP=G, GROUPS=1 if G >= K else cfg.k_per_split // G,
-        HAS_ZEROS=zeros is not None, HAS_BIAS=bias is not None, SPLIT=split, BN=cfg.BN, BM=cfg.BM, BK=cfg.BK,
+        a, qweight, scales, zeros if zeros is not None else qweight, b, out, ws, counts, M, N, a.stride(0),
+        cfg.k_per_split, GROUP=G, GROUPS=1 if G >= K else cfg.k_per_split // G, HAS_ZEROS=zeros is not None,
+        HAS_BIAS=bias is not None, SPLIT=split, FIXUP=fixup, BN=cfg.BN, BM=cfg.BM, BK=cfg.BK,
         STAGES=cfg.num_stages, num_warps=cfg.num_warps,
     )  # fmt: skip
+    if split and not fixup:
+        w4a16_splitk_reduce_kernel[(triton.cdiv(M * N, REDUCE_BLOCK),)](
+            ws, b, out, M, N, cfg.split_k, HAS_BIAS=bias is not None, BLOCK=REDUCE_BLOCK
+        )
     return out
