@@ -2,7 +2,7 @@
 
 Usage: PYTHONPATH=src python scripts/offline_sass.py conv [--tiles 32x128,32x128u8 ...] [--warps 4]
        PYTHONPATH=src python scripts/offline_sass.py attention [--kv bf16,fp8e4nv,fp8e5] [--q bf16] [--fixup]
-       PYTHONPATH=src python scripts/offline_sass.py moe          (flat and row grid, both layouts, fast sigmoid)
+       PYTHONPATH=src python scripts/offline_sass.py moe          (flat and row grid, both layouts)
        ... [--op F2F,F2FP,LDG,LDGSTS,LDS,HMMA] [--sass DIR]   (count these ops; write each kernel's SASS)
 
 Triton compiles to PTX and ptxas / nvdisasm (shipped in the Triton wheel) to SASS on the CPU machine, so
@@ -14,8 +14,7 @@ may be newer than the GPU machine's: read differences between variants, then mea
 Presets: ``conv`` is the conv family's row kernel in causal_conv1d prefill (K = 4, SiLU, bias, a slot
 cache, bf16); ``attention`` is sparse_paged_attention's partial kernel at (Hq, Hkv) = (24, 2), D = 128,
 block_n 64, split, fused gate; ``moe`` is moe_silu_and_mul's kernel at its N = 3072 bf16 configuration
-(BM 1, BN 1024, 4 warps) with fp32 row weights, split and interleaved, flat and row grid, and on the row grid
-with the approximate sigmoid (``MoeConfig.fast_sigmoid``). Pointers and
+(BM 1, BN 1024, 4 warps) with fp32 row weights, split and interleaved, flat and row grid. Pointers and
 row strides are marked 16-divisible and unit strides constant, as the launches specialize them.
 """
 
@@ -89,17 +88,15 @@ def _attention(q: str, kv: str, warps: int, fixup: bool, prefetch: bool = False)
     return label, compile_sass(kernel, types, consts, div16, (), warps, 2)
 
 
-def _moe(interleaved: bool, row_grid: bool, fast_sigmoid: bool = False) -> tuple[str, dict]:
+def _moe(interleaved: bool, row_grid: bool) -> tuple[str, dict]:
     from exactfuse.ops.moe_silu_and_mul.heuristics import moe_config
     from exactfuse.ops.moe_silu_and_mul.triton import moe_silu_and_mul_kernel as kernel
 
     cfg = moe_config(3072, 2, interleaved)
     types = {"p_x": "*bf16", "p_w": "*fp32", "p_y": "*bf16"}
     consts = dict(INTERLEAVED=interleaved, HAS_WEIGHTS=True, INT64_INDEX=False, EVEN_N=True, BM=cfg.BM, BN=cfg.BN,
-                  EVICT_FIRST=cfg.evict_first, STORE_RUN=cfg.store_run, ROW_GRID=row_grid,
-                  FAST_SIGMOID=fast_sigmoid)  # fmt: skip
+                  EVICT_FIRST=cfg.evict_first, STORE_RUN=cfg.store_run, ROW_GRID=row_grid)  # fmt: skip
     label = f"moe {'interleaved' if interleaved else 'split'} {'row grid' if row_grid else 'flat grid'}"
-    label += " fast sigmoid" if fast_sigmoid else ""
     return label, compile_sass(kernel, types, consts, [*types, "N", "stride_x"], ("stride_w",), cfg.num_warps)
 
 
@@ -120,7 +117,6 @@ def main() -> None:
         jobs = [lambda t=t: _conv(t, args.warps) for t in args.tiles.split(",")]
     elif args.preset == "moe":
         jobs = [lambda i=i, r=r: _moe(i, r) for i in (False, True) for r in (False, True)]
-        jobs += [lambda i=i: _moe(i, True, fast_sigmoid=True) for i in (False, True)]
     else:
         prefetch = (False, True) if args.prefetch_slots else (False,)
         jobs = [lambda kv=kv, p=p: _attention(args.q, kv, args.warps, args.fixup, p)

@@ -3,8 +3,8 @@ tinygemm (``torch._weight_int4pack_mm``) and cuBLAS on the dense weight, same in
 
 Results: benchmarks/results/h200/sweeps/ncu_w4a16_gemv.{txt,csv}; ncu_w4a16_decode_tile.{txt,csv} is the
 same profile taken when M = 1 ran the tl.dot decode tile; ncu_w4a16_staged.{txt,csv} is ``ncu w4a16_m1 16
-128`` with the staged tile and its reduction kernel (two launches, as the rule has them at M = 128). ``bash scripts/gpu/run.sh ncu w4a16_m1`` runs
-both commands below.
+128`` with the staged tile and its reduction kernel (two launches, as the rule has them at M = 128).
+``bash scripts/gpu/run.sh ncu w4a16_m1`` runs both commands below.
 
     ncu --profile-from-start off --clock-control none --csv --page raw \\
         --section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \\

@@ -1,14 +1,11 @@
 """Sweep moe_silu_and_mul launch settings on the GPU and check its bench targets (about 3 minutes).
 
-Usage: PYTHONPATH=src python scripts/gpu/sweep_moe.py [--full | --grid-order | --fast-sigmoid]
+Usage: PYTHONPATH=src python scripts/gpu/sweep_moe.py [--full | --grid-order]
 
 ``--grid-order`` only times the shipped configuration with its grid order flipped
 (``MoeConfig.row_grid``: flat and column-fastest against ``(row blocks, column tiles)``), side by
 side over the sweep's shapes, each output checked bitwise against the shipped launch first; result
-benchmarks/results/h200/sweeps/moe_grid_order.txt. ``--fast-sigmoid`` only times the shipped exact sigmoid
-against Triton's approximate one (``MoeConfig.fast_sigmoid``, each output within Ulp(1) of native) beside
-torch.compile of the spec at M in {4096, 49152}: what Bitwise-in-practice costs there; result
-benchmarks/results/h200/sweeps/moe_fast_sigmoid.txt.
+benchmarks/results/h200/sweeps/moe_grid_order.txt.
 
 What it decides (printed at the end as "DECISIONS"):
 1. The outputs per program (``BM * BN``: 1024, 2048 or 4096) and the warp
@@ -115,53 +112,31 @@ EVICT_FIRST = SPLIT_1024.evict_first
 STORE_HINT = mh.moe_config(1024, 2, True).store_run != 0
 
 
-def against_shipped(change, label: str, bitwise: bool, ms=SWEEP_M, inductor: bool = False) -> list[str]:
-    """The shipped configuration against ``change(config)`` per sweep shape, bf16, side by side; each
-    changed output checked first (bitwise equal to the shipped one, or within Ulp(1) of native), and with
-    ``inductor`` torch.compile of the spec (static shapes) timed beside them."""
-    compiled = torch.compile(moe_native.moe_silu_and_mul, dynamic=False) if inductor else None
-    columns = f" | inductor µs | inductor / shipped | inductor / {label}" if inductor else ""
-    lines = [f"shape | shipped µs | {label} µs | shipped / {label}{columns}"]
+def grid_order() -> list[str]:
+    """Shipped grid order against the other one at the shipped configuration, per sweep shape."""
+    lines = ["shape | shipped µs | grid flipped µs | shipped / flipped"]
     ratios = []
-    for M, N, inter, weights in itertools.product(ms, SWEEP_N, (False, True), (False, True)):
+    for M, N, inter, weights in itertools.product(SWEEP_M, SWEEP_N, (False, True), (False, True)):
         sets = make_sets(M, N, weights, inter)
         x, w, _ = sets[0]
-        config = change(shipped(x, inter))
+        config = shipped(x, inter)
+        other = dataclasses.replace(config, row_grid=not config.row_grid)
 
-        def run(x, w, interleaved, config=config):
+        def run(x, w, interleaved, config=other):
             return mt.launch_moe_silu_and_mul(x, w, interleaved, None, config=config)
 
-        out = run(x, w, inter)
-        if bitwise:
-            assert torch.equal(out, run_triton(x, w, inter)), (M, N, inter, weights)
-        else:
-            assert ulp_distance(out, moe_native.moe_silu_and_mul(x, w, inter)).max() <= 1, (M, N, inter, weights)
+        assert torch.equal(run(x, w, inter), run_triton(x, w, inter)), (M, N, inter, weights)
         mine, theirs = time_us(run_triton, sets), time_us(run, sets)
         ratios.append(mine / theirs)
         shape = f"M{M}-N{N}-{'inter' if inter else 'split'}-{'w32' if weights else 'none'}"
         lines.append(f"{shape} | {mine:.1f} | {theirs:.1f} | {ratios[-1]:.3f}")
-        if compiled is not None:
-            ind = time_us(compiled, sets)
-            lines[-1] += f" | {ind:.1f} | {ind / mine:.3f} | {ind / theirs:.3f}"
         print(lines[-1], flush=True)
         del sets
-    lines.append(f"shipped / {label}: geomean {geomean(ratios):.3f}, min {min(ratios):.3f}, max {max(ratios):.3f}")
+    lines.append(
+        f"shipped (row_grid={mh.moe_config(1024, 2, False).row_grid}) / flipped: geomean {geomean(ratios):.3f}, "
+        f"min {min(ratios):.3f}, max {max(ratios):.3f}"
+    )
     return lines
-
-
-def grid_order() -> list[str]:
-    """Shipped grid order against the other one at the shipped configuration, per sweep shape."""
-    lines = against_shipped(lambda c: dataclasses.replace(c, row_grid=not c.row_grid), "grid flipped", bitwise=True)
-    return [
-        *lines[:-1],
-        f"shipped (row_grid={mh.moe_config(1024, 2, False).row_grid}) / flipped: {lines[-1].split(': ', 1)[1]}",
-    ]
-
-
-def fast_sigmoid() -> list[str]:
-    """The exact sigmoid (shipped) against Triton's approximate one at M >= 4096, beside Inductor."""
-    change = lambda c: dataclasses.replace(c, fast_sigmoid=True)  # noqa: E731
-    return against_shipped(change, "fast sigmoid", bitwise=False, ms=(4096, 49152), inductor=True)
 
 
 def sweep(rows: list[dict]) -> dict:
@@ -267,9 +242,6 @@ def main() -> None:
         "--no-targets", action="store_true", help="skip step 4 (`exactfuse bench` measures the targets too)"
     )
     parser.add_argument("--grid-order", action="store_true", help="only the grid order, flipped against shipped")
-    parser.add_argument(
-        "--fast-sigmoid", action="store_true", help="only the exact sigmoid against the approximate one, M >= 4096"
-    )
     args = parser.parse_args()
     start = time.time()
     print(f"{torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}")
@@ -277,10 +249,6 @@ def main() -> None:
         emit(
             "moe_grid_order.txt", [f"{torch.cuda.get_device_name()}; bf16, median of CUDA-graph replays", *grid_order()]
         )
-        return
-    if args.fast_sigmoid:
-        header = f"{torch.cuda.get_device_name()}; bf16, median of CUDA-graph replays"
-        emit("moe_fast_sigmoid.txt", [header, *fast_sigmoid()])
         return
     bandwidth = measure_copy_bandwidth(torch.device("cuda"))
     print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s (read + write)")

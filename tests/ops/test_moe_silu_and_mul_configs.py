@@ -97,23 +97,3 @@ def test_rule_takes_the_row_grid_where_the_column_tiles_fit():
     too_wide = (mh.MAX_COLUMN_TILES + 1) * 1024
     config = mh.moe_config(too_wide, 2, False)
     assert config.BN == 1024 and not config.row_grid
-
-
-@pytest.mark.interpreter
-@LAYOUT
-def test_interpreter_fast_sigmoid_meets_the_contract_and_leaves_fp32_exact(interleaved):
-    """``MoeConfig.fast_sigmoid`` (a sweep's variant, off by default) stays within Ulp(1) of native in
-    fp16; an fp32 output keeps the exact sigmoid (its contract is rtol 1e-6)."""
-    config = mh.MoeConfig(4, 64, 4, fast_sigmoid=True)
-    assert not mh.moe_config(3072, 2, interleaved).fast_sigmoid
-    for dtype in (torch.float16, torch.float32):
-        split, inter, w = pair(7, 100, dtype)
-        x = inter if interleaved else split
-        fast = mt.launch_moe_silu_and_mul(x, w, interleaved, None, config=config)
-        result = moe_silu_and_mul.contract_for(dtype, "cpu").check(fast, moe_silu_and_mul.native(x, w, interleaved))
-        assert result.passed, result.summary()
-        if dtype == torch.float32:
-            exact = mt.launch_moe_silu_and_mul(
-                x, w, interleaved, None, config=dataclasses.replace(config, fast_sigmoid=False)
-            )
-            assert torch.equal(fast, exact)

@@ -21,11 +21,7 @@ class MoeConfig:
     ``int64_index``: ``None`` decides from the sizes (:func:`exactfuse.utils.needs_int64`). ``row_grid``: a 2-D
     grid ``(row blocks, column tiles)`` with the row block fastest, as the gated activations launch (no
     division of the program id; at most 65535 column tiles), instead of the flat column-fastest grid;
-    :func:`moe_config` takes the 2-D grid wherever it fits (``sweep moe --grid-order``, docs/heuristics.md).
-    ``fast_sigmoid``: Triton's approximate sigmoid (``ex2.approx``, approximate division), as Inductor's
-    kernel evaluates it, for 16-bit outputs (an fp32 output keeps the exact sigmoid: its contract is
-    rtol 1e-6); within the Ulp(1) contract but not bitwise native's. Off: ``sweep moe --fast-sigmoid``
-    measures what the exact sigmoid costs."""
+    :func:`moe_config` takes the 2-D grid wherever it fits (``sweep moe --grid-order``, docs/heuristics.md)."""
 
     BM: int
     BN: int
@@ -34,7 +30,6 @@ class MoeConfig:
     store_run: int = 0
     int64_index: bool | None = None
     row_grid: bool = False
-    fast_sigmoid: bool = False
 
 
 def moe_block_n(N: int) -> int:

@@ -44,7 +44,6 @@ def moe_silu_and_mul_kernel(
     EVICT_FIRST: tl.constexpr,
     STORE_RUN: tl.constexpr,
     ROW_GRID: tl.constexpr,
-    FAST_SIGMOID: tl.constexpr,
 ):
     """One ``[BM, BN]`` output tile of ``y = g * sigmoid(g) * u [* w]``.
 
@@ -56,9 +55,7 @@ def moe_silu_and_mul_kernel(
     The grid is flat and N-fastest: consecutive programs cover consecutive
     column tiles of one row block, so the reads of neighbouring programs are
     adjacent in memory; with ROW_GRID it is ``(row blocks, column tiles)``,
-    row blocks fastest (no division of the program id). FAST_SIGMOID: Triton's approximate sigmoid, as
-    Inductor's kernel evaluates it (not bitwise; 16-bit outputs only, see ``MoeConfig.fast_sigmoid``).
-    constexpr: INTERLEAVED, HAS_WEIGHTS, INT64_INDEX
+    row blocks fastest (no division of the program id). constexpr: INTERLEAVED, HAS_WEIGHTS, INT64_INDEX
     (offsets may reach 2**31), EVEN_N (``N % BN == 0``: no column mask), BM, BN,
     EVICT_FIRST (``evict_first`` on the gateup loads), STORE_RUN (see
     ``heuristics.store_run``; 0: no hint). When ``BM == 1`` the grid has exactly M row
@@ -116,9 +113,8 @@ def moe_silu_and_mul_kernel(
     b_g = b_g.to(tl.float32)
     b_u = b_u.to(tl.float32)
 
-    # fp32 throughout, in the spec's order; IEEE division, libdevice exp (FAST_SIGMOID: Triton's sigmoid).
-    b_s = tl.sigmoid(b_g) if FAST_SIGMOID else tl.div_rn(1.0, 1.0 + exact_exp(-b_g))
-    b_y = b_g * b_s * b_u
+    # fp32 throughout, in the spec's order; IEEE division, libdevice exp.
+    b_y = b_g * tl.div_rn(1.0, 1.0 + exact_exp(-b_g)) * b_u
     if HAS_WEIGHTS:
         b_w = tl.load(p_w + o_m * stride_w, mask=m_m, eviction_policy="evict_last")
         b_y = b_y * b_w.to(tl.float32)[:, None]
@@ -174,7 +170,6 @@ def launch_moe_silu_and_mul(
         EVICT_FIRST=cfg.evict_first,
         STORE_RUN=cfg.store_run,
         ROW_GRID=cfg.row_grid,
-        FAST_SIGMOID=cfg.fast_sigmoid and y.element_size() == 2,
         num_warps=cfg.num_warps,
     )
     return y
