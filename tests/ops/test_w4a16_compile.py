@@ -59,8 +59,8 @@ def _decode_after_prefill(device, backend):
         assert seen[0].name == "dense"
         frames = counter.frame_count
         # the same dynamic graph (no recompile), the tile chosen at run time
-        tile = "decode" if staged.wgmma_unavailable(x) else "staged"  # the rule's tile at M = 12 here
-        for M, name in ((12, tile), (2, "gemv")):
+        wgmma = not staged.wgmma_unavailable(x)  # the rule's staged tile serves M = 2 and 12 here
+        for M, name in ((12, "staged" if wgmma else "decode"), (2, "staged" if wgmma else "gemv")):
             with record_configs() as seen:
                 y = compiled(x[:M])
             assert counter.frame_count == frames

@@ -130,8 +130,9 @@ def choose_split(
 
 
 # Rows the multi-stage Gluon tile takes on sm_90 (staged_config): every tl.dot bucket (M 3-128), where it
-# is 1.05-2.24x faster than their tiles (sweeps/w4a16_wgmma_staged.txt, w4a16_wgmma_staged_m8_12.txt).
-STAGED_M = (3, 128)
+# is 1.05-2.24x faster than their tiles (sweeps/w4a16_wgmma_staged.txt, w4a16_wgmma_staged_m8_12.txt),
+# and the two-row GEMV's M = 2 (sweeps/w4a16_staged_m2.txt).
+STAGED_M = (2, 128)
 
 
 @functools.lru_cache(maxsize=4096)
