@@ -164,7 +164,7 @@ def test_gpu_staged_tile_refuses_row_groups_and_unaligned_rows_by_name():
 @pytest.mark.gpu
 @pytest.mark.skipif(not _sm90(), reason="the staged tile needs an sm_90 GPU")
 def test_gpu_the_rule_takes_the_staged_tile_and_falls_back_where_it_cannot():
-    """At M 3-128 the op runs the staged tile where its arguments fit and the rule's tl.dot tile where
+    """At M 2-128 the op runs the staged tile where its arguments fit and the rule's tl.dot tile where
     they do not (N not a multiple of 64, unaligned rows, groups of 32), each through the contract."""
     gen = make_generator(12)
     aligned = make_case("M16", 16, 4096, 4096, torch.bfloat16, "cuda", gen)

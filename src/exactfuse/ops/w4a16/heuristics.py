@@ -3,7 +3,8 @@
 ``select_config`` picks the first bucket of :data:`BUCKETS` that holds M and a split-K count for it
 (:func:`choose_split`); above M = 128 the dense path (:func:`dense_config`: dequantize, then cuBLAS).
 M = 1 and 2 run the CUDA-core GEMV (``gemv.py``), 3 <= M <= 128 the fused dequantize + tl.dot tile
-(``triton.py``). docs/heuristics.md gives each bucket's sweep, its ratios against the alternatives and
+(``triton.py``); on sm_90, M 2-128 run the multi-stage Gluon tile (:func:`staged_config`, ``staged.py``)
+where its arguments fit. docs/heuristics.md gives each bucket's sweep, its ratios against the alternatives and
 the variants measured and rejected, with the files under benchmarks/results/h200/sweeps/ that hold them.
 The op is opaque to torch.compile, so this choice runs per call on the runtime M.
 
@@ -131,7 +132,7 @@ def choose_split(
 
 # Rows the multi-stage Gluon tile takes on sm_90 (staged_config): every tl.dot bucket (M 3-128), where it
 # is 1.05-2.24x faster than their tiles (sweeps/w4a16_wgmma_staged.txt, w4a16_wgmma_staged_m8_12.txt),
-# and the two-row GEMV's M = 2 (sweeps/w4a16_staged_m2.txt).
+# and the two-row GEMV's M = 2 (0.80-0.96x its time, sweeps/w4a16_wgmma_staged_m2.txt).
 STAGED_M = (2, 128)
 
 
