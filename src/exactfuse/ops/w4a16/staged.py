@@ -29,6 +29,8 @@ the shipped tiles and cuBLAS in sweeps/w4a16_wgmma_staged.txt (``probe w4a16_wgm
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 
@@ -238,6 +240,7 @@ def shared_bytes(cfg: TileConfig, groups: int, itemsize: int = 2) -> int:
     return cfg.num_stages * (cfg.BM * cfg.BK * itemsize + (cfg.BK // 8) * cfg.BN * 4) + 2 * groups * cfg.BN * 4
 
 
+@functools.lru_cache(maxsize=1024)
 def staged_shape_unsupported(N: int, K: int, G: int, cfg: TileConfig) -> str | None:
     """Why ``cfg`` cannot cut these sizes (None: it can): tile multiples, whole groups per split, enough K
     steps per split for the ring, 32-bit offsets and the shared memory. ``G`` is the kernel's group

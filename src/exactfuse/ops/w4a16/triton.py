@@ -195,16 +195,18 @@ def launch_w4a16_gemm(
         G = kernel_group(K, group_size)
         sms = num_sms(a.device)
         cfg = config or select_config(M, N, K, group_size, sms, wgmma=not staged.wgmma_unavailable(a))
-        if config is None and cfg.staged and staged.staged_unsupported(a, N, G, perm, None, cfg):
-            cfg = fused_config(M, N, K, sms)
+    # the staged tile where the rule chose it and its arguments fit, else the rule's tl.dot tile; forced, an error
+    unfit = cfg.staged and staged.staged_unsupported(a, N, G, perm, group_index, cfg)
+    if unfit and config is None:
+        cfg = fused_config(M, N, K, sms)
+    elif unfit:
+        raise ValueError(f"w4a16_gemm: config {cfg.name!r} (the multi-stage Gluon tile) cannot run here: {unfit}")
     if RECORDERS:
         for seen in RECORDERS:
             seen.append(cfg)
     if cfg.dense:
         return dense_gemm(a, qweight, scales, zeros, perm, bias, G, cfg, group_index)
     if cfg.staged:
-        if reason := staged.staged_unsupported(a, N, G, perm, group_index, cfg):
-            raise ValueError(f"w4a16_gemm: config {cfg.name!r} (the multi-stage Gluon tile) cannot run here: {reason}")
         return staged.launch_staged(a, qweight, scales, zeros, perm, bias, G, cfg)
     split = cfg.split_k > 1
     atomic = split and not deterministic
