@@ -16,6 +16,7 @@ from exactfuse.ops.short_conv import short_conv as short_conv
 from exactfuse.ops.sparse_paged_attention import sparse_paged_attention as sparse_paged_attention
 from exactfuse.ops.w4a16 import w4a16_gemm as w4a16_gemm
 from exactfuse.registry import OPS as OPS
+from exactfuse.registry import InferenceOnlyError as InferenceOnlyError
 from exactfuse.registry import get as get
 from exactfuse.registry.op import check_env_priority
 from exactfuse.utils import poison_outputs as poison_outputs

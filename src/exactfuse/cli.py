@@ -72,12 +72,13 @@ def cmd_info(args, console: Console) -> int:
 
 
 def cmd_list(args, console: Console) -> int:
+    from exactfuse.registry import autograd
     from exactfuse.registry.contracts import describe
 
     device = _device()
     where = "CUDA" if device.type == "cuda" else "the CPU (interpreter)"
     table = Table(title=f"exactfuse ops: contracts and providers for {where}")
-    for col in ("op", "providers", "compiler", f"contract on {where}", "selected here"):
+    for col in ("op", "providers", "compiler", f"contract on {where}", "backward", "selected here"):
         table.add_column(col)
     for op in _ops(args.op):
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float16
@@ -88,7 +89,8 @@ def cmd_list(args, console: Console) -> int:
                 selected = op.select(*case.args, **case.kwargs).name
                 break
         contract = op.contract if device.type == "cuda" else op.interpreter_contract
-        table.add_row(op.name, ", ".join(op.providers), op.compiler, describe(contract), selected)
+        row = (op.name, ", ".join(op.providers), op.compiler, describe(contract), autograd.describe(op), selected)
+        table.add_row(*row)
     console.print(table)
     return 0
 

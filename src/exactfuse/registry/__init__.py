@@ -1,5 +1,6 @@
 """The op registry: declare ops from native specs, add providers, dispatch."""
 
+from exactfuse.registry.autograd import InferenceOnlyError
 from exactfuse.registry.case import Case, LazyCase
 from exactfuse.registry.contracts import (
     Bitwise,
@@ -18,6 +19,7 @@ __all__ = [
     "Case",
     "CheckResult",
     "Contract",
+    "InferenceOnlyError",
     "KeywordOp",
     "LazyCase",
     "NoProviderError",

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from exactfuse.registry import platform
+from exactfuse.registry import autograd, platform
 from exactfuse.registry.case import Case
 from exactfuse.registry.contracts import Contract, contract_for
 
@@ -173,11 +173,14 @@ class Op:
         self._override: list[tuple[str, ...]] = []
         self._order_cache: dict[str, tuple[Provider, ...]] = {}
         self._checks_cache: dict[str, tuple[tuple[Provider, Callable | None], ...]] = {}
+        self.grad_inputs: tuple[str, ...] = ()  # inference-only until `differentiable`
+        self.backward_fn: Callable | None = None
         self.__doc__ = native.__doc__
 
         from exactfuse.registry.library import register_torch_op
 
         self.torch_op = register_torch_op(self)
+        autograd.register(self, None)
 
     def _clear_caches(self) -> None:
         self._order_cache.clear()
@@ -207,6 +210,19 @@ class Op:
             return fn
 
         return register
+
+    def differentiable(self, *inputs: str, backward: Callable | None = None) -> None:
+        """Give the op a backward with respect to the parameters ``inputs`` (an op without one is
+        inference-only: a call whose tensors require grad raises before computing).
+
+        ``backward(grad, *args) -> gradients``, one per name in ``inputs`` (``None`` where not needed);
+        without it, the vector-Jacobian product of the native spec recomputed from the saved inputs.
+        Registered with ``torch.library.register_autograd``, so compile and export see it too.
+        """
+        if self.mutates_args:
+            raise ValueError(f"{self.name}: an op that mutates its arguments cannot declare a backward")
+        self.grad_inputs, self.backward_fn = tuple(inputs), backward
+        autograd.register(self, backward)
 
     def inputs(self, fn: Callable[..., Iterable[Case]]) -> Callable:
         """Register the input generator ``fn(device, dtype, *, quick, seed) -> Iterable[Case]``."""
@@ -296,7 +312,18 @@ class Op:
             self.check(*args, **kwargs)
         return self._select(args, kwargs).fn(*args, **kwargs)
 
+    def _call_with_grad(self, args: tuple, kwargs: dict):
+        """A call whose tensors require grad under grad mode: through ``torch.ops`` (its registered
+        autograd formula), or a refusal before anything is computed."""
+        if (reason := autograd.refusal(self, args, kwargs)) is not None:
+            raise autograd.InferenceOnlyError(reason)
+        if self.check is not None:
+            self.check(*args, **kwargs)
+        return self.torch_op(*args, **kwargs)
+
     def __call__(self, *args, **kwargs):
+        if torch.is_grad_enabled() and autograd.requires_grad(args, kwargs):
+            return self._call_with_grad(args, kwargs)
         # Compiling, or tracing with fake/functional tensors (make_fx, export):
         # go through torch.ops so the graph holds the op as the library declares it.
         if torch.compiler.is_compiling() or _has_tensor_subclass(args):

@@ -80,5 +80,10 @@ for _op, _fn, _supports in (
 ):
     _op.provider("triton", supported=platform.triton_available, supports_args=_supports,
                  kernels=[_triton.act_and_mul_kernel])(_fn)  # fmt: skip
+# Backward: eager autograd of the spec (registry/autograd.py), bitwise its gradient in eager mode.
+silu_and_mul.differentiable("x")
+gelu_and_mul.differentiable("x")
+silu_mul.differentiable("gate", "up")
+gelu_mul.differentiable("gate", "up")
 
 from exactfuse.ops.act_and_mul import inputs, peers  # noqa: E402, F401  (inputs, grids, warmup, cost; peers)

@@ -67,6 +67,8 @@ gelu_and_mul_sparse.provider(
         _triton.gelu_and_mul_sparse_split_apply_kernel,
     ],
 )(_triton.gelu_and_mul_sparse_triton)
+# Backward: eager autograd of the spec (registry/autograd.py), through the row statistics too.
+gelu_and_mul_sparse.differentiable("x")
 
 
 from exactfuse.ops.gelu_and_mul_sparse import inputs  # noqa: E402, F401  (inputs, grids, warmup, cost)

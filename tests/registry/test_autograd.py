@@ -1,0 +1,195 @@
+"""The gradient rule (docs/contracts.md, Gradients): every op either has a backward, whose gradient is
+eager autograd's of the native spec, or refuses an input that requires grad before computing."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+import exactfuse
+from exactfuse.registry import OPS, Bitwise, InferenceOnlyError, op
+from exactfuse.registry.platform import triton_available
+
+DIFFERENTIABLE = {
+    "silu_and_mul": ("x",),
+    "gelu_and_mul": ("x",),
+    "silu_mul": ("gate", "up"),
+    "gelu_mul": ("gate", "up"),
+    "moe_silu_and_mul": ("gateup", "row_weights"),
+    "gelu_and_mul_sparse": ("x",),
+    "w4a16_gemm": ("a", "bias"),
+}
+INFERENCE_ONLY = ("short_conv", "causal_conv1d", "causal_conv1d_update", "sparse_paged_attention")
+
+
+def test_every_op_is_classified():
+    assert set(OPS) == set(DIFFERENTIABLE) | set(INFERENCE_ONLY)
+    for name, inputs in DIFFERENTIABLE.items():
+        assert OPS[name].grad_inputs == inputs
+    for name in INFERENCE_ONLY:
+        assert OPS[name].grad_inputs == ()
+
+
+def _grad_case(name: str, device: str = "cpu", dtype: torch.dtype | None = None):
+    """The op's first quick case whose differentiable tensors are all present and non-empty."""
+    o = OPS[name]
+    dtype = dtype or (torch.float32 if torch.float32 in o.dtypes else torch.float16)
+    for case in o.cases(device, dtype, quick=True, seed=1):
+        bound = o.signature.bind(*case.args, **case.kwargs)
+        wanted = [n for n in o.grad_inputs if isinstance(bound.arguments.get(n), torch.Tensor)]
+        if len(wanted) == len(o.grad_inputs) and all(bound.arguments[n].numel() for n in wanted):
+            return o, bound, wanted
+    pytest.fail(f"{name}: no quick case has every differentiable input")
+
+
+def _leaves(bound, names) -> dict:
+    args = dict(bound.arguments)
+    for n in names:
+        args[n] = args[n].detach().clone().requires_grad_(True)
+    return args
+
+
+GRAD_RUNS = [
+    pytest.param("cpu", None, marks=pytest.mark.interpreter, id="interpreter"),
+    *(pytest.param("cuda", dt, marks=pytest.mark.gpu, id=f"cuda-{n}") for n, dt in
+      (("fp16", torch.float16), ("bf16", torch.bfloat16), ("fp32", torch.float32))),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("device, dtype", GRAD_RUNS)
+@pytest.mark.parametrize("name", sorted(DIFFERENTIABLE))
+def test_gradients_are_eager_autograd_of_the_native_spec(name, device, dtype):
+    if dtype is not None and dtype not in OPS[name].dtypes:
+        pytest.skip(f"{name} takes no {dtype}")
+    o, bound, wanted = _grad_case(name, device, dtype)
+    providers = ["triton"] if "triton" in o.providers and triton_available() else ["native"]
+    ours, ref = _leaves(bound, wanted), _leaves(bound, wanted)
+    with o.priority(providers):
+        out = o(**ours)
+    assert out.requires_grad, f"{name}: output dropped the graph"
+    expected = o.native(**ref)
+    assert out.shape == expected.shape and out.dtype == expected.dtype
+    grad = torch.randn_like(expected)
+    got = torch.autograd.grad(out, [ours[n] for n in wanted], grad)
+    want = torch.autograd.grad(expected, [ref[n] for n in wanted], grad)
+    for n, g, w in zip(wanted, got, want, strict=True):
+        assert torch.equal(g, w), f"{name}: gradient of {n} differs from eager autograd of the spec"
+
+
+def test_issue_snippet_output_requires_grad():
+    x = torch.randn(4, 8, requires_grad=True)
+    with exactfuse.get("silu_and_mul").priority(["triton" if triton_available() else "native"]):
+        y = exactfuse.silu_and_mul(x)
+    assert y.requires_grad
+    (g,) = torch.autograd.grad(y.sum(), x)
+    x2 = x.detach().requires_grad_()
+    (ref,) = torch.autograd.grad(OPS["silu_and_mul"].native(x2).sum(), x2)
+    assert torch.equal(g, ref)
+
+
+@pytest.mark.parametrize("name", INFERENCE_ONLY)
+def test_inference_only_ops_refuse_before_computing(name):
+    o = OPS[name]
+    case = next(iter(o.cases("cpu", torch.float16, quick=True)))
+    bound = o.signature.bind(*case.args, **case.kwargs)
+    first = next(n for n, v in bound.arguments.items() if isinstance(v, torch.Tensor) and v.is_floating_point())
+    args = dict(bound.arguments)
+    args[first] = args[first].detach().clone().requires_grad_(True)
+    before = {n: v.clone() for n, v in args.items() if isinstance(v, torch.Tensor)}
+    with pytest.raises(InferenceOnlyError, match=rf"{name} is inference-only .* {first} requires grad"):
+        o(**args)
+    for n, v in before.items():  # nothing written: mutated arguments keep their values
+        now = args[n].detach()
+        assert torch.equal(now.isnan(), v.isnan()) and torch.equal(now.nan_to_num(), v.nan_to_num()), n
+    with torch.no_grad():  # the same call without grad mode runs
+        o(**args)
+
+
+def test_argument_without_a_gradient_is_named():
+    o, bound, _ = _grad_case("w4a16_gemm")
+    args = dict(bound.arguments)
+    args["scales"] = args["scales"].detach().clone().requires_grad_(True)
+    with pytest.raises(InferenceOnlyError, match="gradient only with respect to a, bias, but scales requires grad"):
+        o(**args)
+
+
+def test_no_grad_and_inference_mode_calls_skip_the_graph():
+    x = torch.randn(3, 8, requires_grad=True)
+    with torch.no_grad():
+        assert not exactfuse.silu_and_mul(x).requires_grad
+    with torch.inference_mode():
+        assert not exactfuse.silu_and_mul(x).requires_grad
+
+
+_names = itertools.count()
+
+
+@pytest.fixture
+def toy():
+    """A throwaway op ``x * factor``, taken out of ``OPS`` afterwards (other tests list the real ops)."""
+    name = f"test_autograd_toy_{next(_names)}"
+
+    def native(x: torch.Tensor, factor: float = 2.0) -> torch.Tensor:
+        return x * factor
+
+    native.__name__ = name
+    yield op(native, contract=Bitwise())
+    OPS.pop(name)
+
+
+def test_torch_ops_call_of_an_inference_only_op_refuses(toy):
+    o = toy
+    x = torch.randn(4, requires_grad=True)
+    with pytest.raises(InferenceOnlyError, match="inference-only"):
+        o.torch_op(x, 3.0)
+    with pytest.raises(InferenceOnlyError, match="inference-only"):
+        o(x, 3.0)
+
+
+def test_declared_backward_is_used_through_torch_ops(toy):
+    o = toy
+    o.differentiable("x", backward=lambda grad, x, factor: (grad * factor * 10,))
+    x = torch.randn(4, requires_grad=True)
+    (g,) = torch.autograd.grad(o(x, 3.0).sum(), x)
+    assert torch.equal(g, torch.full_like(x, 30.0))
+    (g,) = torch.autograd.grad(o.torch_op(x, 3.0).sum(), x)
+    assert torch.equal(g, torch.full_like(x, 30.0))
+
+
+def test_differentiable_names_must_be_parameters(toy):
+    o = toy
+    with pytest.raises(ValueError, match="unknown parameters"):
+        o.differentiable("y")
+
+
+def test_compiled_call_keeps_the_gradient():
+    x = torch.randn(6, 16, requires_grad=True)
+    compiled = torch.compile(lambda t: exactfuse.silu_and_mul(t).sum(), fullgraph=True, dynamic=True)
+    (g,) = torch.autograd.grad(compiled(x), x)
+    x2 = x.detach().requires_grad_()
+    (ref,) = torch.autograd.grad(OPS["silu_and_mul"].native(x2).sum(), x2)
+    torch.testing.assert_close(g, ref)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+def test_gpu_compiled_and_exported_calls_keep_the_gradient(dtype):
+    """The Triton forward under torch.compile (a visible triton_op) and export carries the backward."""
+    x = torch.randn(33, 2 * 256, device="cuda", dtype=dtype, requires_grad=True)
+    x2 = x.detach().requires_grad_()
+    (ref,) = torch.autograd.grad(OPS["silu_and_mul"].native(x2).float().square().sum(), x2)
+    compiled = torch.compile(lambda t: exactfuse.silu_and_mul(t).float().square().sum(), fullgraph=True)
+    (g,) = torch.autograd.grad(compiled(x), x)
+    torch.testing.assert_close(g, ref)
+
+    class Act(torch.nn.Module):
+        def forward(self, t):
+            return exactfuse.silu_and_mul(t)
+
+    exported = torch.export.export(Act(), (x,))
+    out = exported.module()(x)
+    assert out.requires_grad
+    (g,) = torch.autograd.grad(out.float().square().sum(), x)
+    torch.testing.assert_close(g, ref)
