@@ -27,15 +27,17 @@ class InferenceOnlyError(RuntimeError):
     """An input requires grad where the op has no backward for it."""
 
 
+# Argument types that are never tensors: requires_grad skips them without isinstance, whose
+# torch.Tensor metaclass check costs 0.15 µs a call (9 arguments of w4a16_gemm: 0.50 against 1.6 µs).
+_NOT_TENSORS = frozenset({type(None), bool, int, float, str, torch.dtype})
+
+
 def requires_grad(args: Sequence, kwargs: dict) -> bool:
     """Whether any tensor argument requires grad (a plain loop: Dynamo traces it without a break)."""
-    for a in args:
-        if isinstance(a, torch.Tensor) and a.requires_grad:
+    for a in (*args, *kwargs.values()) if kwargs else args:
+        t = type(a)
+        if (t is torch.Tensor or (t not in _NOT_TENSORS and isinstance(a, torch.Tensor))) and a.requires_grad:
             return True
-    if kwargs:
-        for a in kwargs.values():
-            if isinstance(a, torch.Tensor) and a.requires_grad:
-                return True
     return False
 
 
