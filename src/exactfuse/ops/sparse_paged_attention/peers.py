@@ -3,6 +3,9 @@
 - ``gather-sdpa``: what a PyTorch user writes without a kernel: map the indices to cache slots, gather
   the selected K/V, ``scaled_dot_product_attention`` with a mask of the valid entries (GQA through
   ``enable_gqa``), then the gate; all of it timed.
+- ``gather-sdpa-compiled``: the same steps under ``torch.compile`` (static shapes), the gather as one
+  index into the cache viewed as ``[pages * page_size, Hkv, D]``: what a PyTorch user who compiles writes,
+  the block table to slot computation included in the timed call.
 - ``dense-sdpa``: attention over each request's whole context (what a model without sparsity runs), from
   a dense ``[requests, Hkv, context, D]`` copy of the cache made outside the timing. It computes another
   function, so the bench reports it as inexact; its time is the point.
@@ -47,6 +50,33 @@ def _gather_sdpa(args: tuple, kwargs: dict) -> PreparedCall:
             q[:, :, None], k, v, attn_mask=valid[:, None, None, :], scale=a["scale"], enable_gqa=True
         )[:, :, 0]
         out.copy_(apply_gate(attn, a["output_gate"], a["gate_rounding"]))
+
+    return call
+
+
+def _gather_sdpa_compiled(args: tuple, kwargs: dict) -> PreparedCall:
+    import torch
+
+    a = _named(args, kwargs)
+    q, k_cache, v_cache, out = a["q"], a["k_cache"], a["v_cache"], a["out"]
+    num_pages, page_size, Hkv, D = k_cache.shape
+
+    def attend(q, k_cache, v_cache, logical_indices, block_table, token_to_req, counts, output_gate):
+        page, slot, valid = physical_slots(logical_indices, block_table, token_to_req, counts, page_size, num_pages)
+        flat = page * page_size + slot  # [rows, W]
+        k = k_cache.view(-1, Hkv, D)[flat].transpose(1, 2)  # [rows, Hkv, W, D]
+        v = v_cache.view(-1, Hkv, D)[flat].transpose(1, 2)
+        attn = F.scaled_dot_product_attention(
+            q[:, :, None], k, v, attn_mask=valid[:, None, None, :], scale=a["scale"], enable_gqa=True
+        )[:, :, 0]
+        return apply_gate(attn, output_gate, a["gate_rounding"])
+
+    compiled = torch.compile(attend, dynamic=False, fullgraph=True)
+    inputs = (q, k_cache, v_cache, a["logical_indices"], a["block_table"], a["token_to_req"], a["counts"],
+              a["output_gate"])  # fmt: skip
+
+    def call():
+        out.copy_(compiled(*inputs))
 
     return call
 
@@ -120,5 +150,8 @@ def _dense_accepts(*args, **kwargs) -> bool | str:
 
 
 register_peer(PeerAdapter("gather-sdpa", "sparse_paged_attention", cuda_only, _gather_sdpa, _bf16_cache))
+register_peer(
+    PeerAdapter("gather-sdpa-compiled", "sparse_paged_attention", cuda_only, _gather_sdpa_compiled, _bf16_cache)
+)
 register_peer(PeerAdapter("dense-sdpa", "sparse_paged_attention", cuda_only, _dense_sdpa, _dense_accepts))
 register_peer(PeerAdapter("flex-attention", "sparse_paged_attention", cuda_only, _flex, _dense_accepts))
