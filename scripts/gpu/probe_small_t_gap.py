@@ -148,7 +148,7 @@ def shipped_kernel_direct(x):
     BT, BD, warps = act_and_mul_config(D)
     grid = (triton.cdiv(T, BT), triton.cdiv(D, BD))
     act_and_mul_kernel[grid](
-        x, x, y, T, D, x.stride(0), x.stride(0), D, ACTIVATION=ACTIVATIONS["silu"], BT=BT, BD=BD,
+        x, x, y, T, D, x.stride(0), x.stride(0), D, FORMULA=ACTIVATIONS["silu"], BT=BT, BD=BD,
         INT64_INDEX=False, JOINED=True, num_warps=warps,
     )  # fmt: skip
     return y

@@ -59,7 +59,7 @@ def run(x, y, T, D, bd, tile, w):
         x.stride(0),
         x.stride(0),
         D,
-        ACTIVATION=0,
+        FORMULA=0,
         BT=bt,
         BD=bd,
         INT64_INDEX=False,

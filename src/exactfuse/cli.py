@@ -251,12 +251,49 @@ def cmd_verify(args, console: Console) -> int:
             f"[green]PASS[/] ({seconds:.1f}s)" if ok else "[red]FAIL[/]",
         )
     console.print(table)
+    proofs = _proof_table({op.name for op in ops}, args.dtype, device)
+    if proofs is not None:
+        console.print(proofs)
     for note in notes:
         console.print(f"[red]{note}[/]")
     for note in skipped:
         console.print(f"[yellow]not checked: {note}[/]")
     console.print("[green]all contracts hold[/]" if failures == 0 else f"[red]{failures} row(s) failed[/]")
     return 1 if failures else 0
+
+
+def _proof_table(op_names: set[str], dtype_names: list[str] | None, device: torch.device) -> Table | None:
+    """The fast-formula proofs of the activations the selected ops evaluate (``exactfuse.ops.fastmath``):
+    one row per activation and dtype, the formula the kernels take and each rejected candidate. Under
+    the interpreter the proofs run against CPU PyTorch (fp16) and the kernels keep the exact formulas."""
+    from exactfuse.ops import fastmath
+
+    activations = [a for a, users in fastmath.OPS_USING.items() if op_names & set(users)]
+    if not activations:
+        return None
+    on_gpu = device.type == "cuda"
+    where = "this GPU" if on_gpu else "the CPU (interpreter stand-ins; the kernels here keep the exact formulas)"
+    table = Table(title=f"fast-math proofs: all 65,536 inputs against eager PyTorch on {where}")
+    for col in ("activation", "dtype", "formula the kernels take", "rejected candidates" if on_gpu else "candidates"):
+        table.add_column(col)
+    for activation in activations:
+        for name in dtype_names or ("fp16", "bf16", "fp32"):
+            dtype = DTYPES[name]
+            if dtype == torch.float32:
+                table.add_row(activation, name, "exact (fp32 is never proven)", "-")
+            elif not on_gpu and dtype == torch.bfloat16:
+                table.add_row(activation, name, "exact (the interpreter has no bf16 arithmetic)", "-")
+            elif on_gpu:
+                result = fastmath.proof(activation, dtype, device)
+                rejected = "; ".join(f"{c.name}: {c.summary()}" for c in result.checks if c.differing)
+                chosen = f"[green]{result.name}[/]" if result.fast else result.name
+                table.add_row(activation, name, chosen, f"[yellow]{rejected}[/]" if rejected else "-")
+            else:  # shown, not admitted: the candidates' checks against CPU PyTorch
+                checks = [fastmath.check_formula(activation, f, dtype, device)
+                          for f in fastmath.CANDIDATES.get((activation, dtype), ())]  # fmt: skip
+                shown = "; ".join(f"{c.name}: {c.summary()}" for c in checks) or "-"
+                table.add_row(activation, name, fastmath.FORMULAS[fastmath.EXACT[activation]][1], shown)
+    return table
 
 
 def cmd_warmup(args, console: Console) -> int:

@@ -14,6 +14,10 @@ The Triton interpreter cannot call libdevice or inline PTX, so under
 ``TRITON_INTERPRET=1`` these are numpy-backed stand-ins; results there are
 checked against the CPU reference by a looser, declared contract.
 
+The ``fast_*`` helpers below are faster formulas that a kernel may use only for a (formula, dtype)
+pair that ``exactfuse.ops.fastmath`` has proven bitwise over all 65,536 16-bit inputs on the GPU at
+hand; under the interpreter they run on numpy stand-ins and kernels keep the exact formulas.
+
 Kernels import these names unqualified (``from exactfuse.ops.math import
 exact_exp``): Inductor re-emits user Triton kernels with the JIT functions
 they reference by name, and cannot follow a module alias (``xm.exp``).
@@ -44,6 +48,10 @@ if interpreter_enabled():
         t = (1.0 - e) / (1.0 + e)
         return tl.where(x < 0, -t, t)
 
+    @triton.jit
+    def fast_tanh(x):
+        return exact_tanh(x)
+
 else:
     from triton.language.extra import libdevice
 
@@ -54,6 +62,11 @@ else:
     @triton.jit
     def exact_tanh(x):
         return libdevice.tanh(x)
+
+    @triton.jit
+    def fast_tanh(x):
+        """``tanh.approx.f32``: one MUFU instruction, about 2^-11 relative error."""
+        return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1)
 
     @triton.jit
     def _ex2_approx_ftz(x):
@@ -90,3 +103,61 @@ else:
         @triton.jit
         def exact_erf(x):
             return libdevice.erf(x)
+
+
+# ---------------------------------------------------------------- fast formulas (admitted by proof only)
+# Triton's ``tl.exp`` is ``ex2.approx.f32`` of ``x * log2(e)`` and its fp32 ``/`` is ``div.full.f32``
+# (about 2 ulp); ``tl.div_rn`` is the IEEE division. Which of these reproduce eager PyTorch after the
+# rounding to a 16-bit dtype is decided by ``exactfuse.ops.fastmath``'s exhaustive proof, per GPU.
+
+
+@triton.jit
+def fast_silu(x):
+    """``x / (1 + exp(-x))`` with ``ex2.approx`` and the approximate division."""
+    return x / (1.0 + tl.exp(-x))
+
+
+@triton.jit
+def sigmoid_silu(x):
+    """``x * sigmoid(x)`` with Triton's ``tl.sigmoid`` (as Inductor writes SiLU)."""
+    return x * tl.sigmoid(x)
+
+
+@triton.jit
+def exp_fast_div_silu(x):
+    """``x / (1 + exp(-x))`` with libdevice ``expf`` and the approximate division."""
+    return x / (1.0 + exact_exp(-x))
+
+
+@triton.jit
+def exp_newton_div_silu(x):
+    """``x / (1 + exp(-x))`` with libdevice ``expf``; the approximate quotient ``q = x * (1 / d)``
+    refined by one Newton step, ``q + (x - q d) / d``. Where the residual is 0 (``q`` exact, and ``x =
+    -0``, whose step would give +0) or NaN (``x = inf``; ``d = inf`` for x < -88.7, where ``q`` is the
+    signed zero ``x / inf`` is) ``q`` stays."""
+    d = 1.0 + exact_exp(-x)
+    r = 1.0 / d
+    q = x * r
+    e = tl.fma(-q, d, x)
+    return tl.where((e == 0.0) | (e != e), q, tl.fma(e, r, q))
+
+
+@triton.jit
+def fast_erf_gelu(x):
+    """erf-GELU with Triton's ``tl.erf`` (libdevice ``erff``, not CUDA 13's)."""
+    return (x * 0.5) * (1.0 + tl.erf(x * 0.7071067811865476))
+
+
+@triton.jit
+def fast_tanh_gelu(x):
+    """tanh-GELU with ``tanh.approx.f32``."""
+    inner = 0.7978845608028654 * tl.fma(0.044715, x * x * x, x)
+    return (0.5 * x) * (1.0 + fast_tanh(inner))
+
+
+@triton.jit
+def sigmoid_tanh_gelu(x):
+    """tanh-GELU as ``x / (1 + exp(-2u))`` (``0.5 (1 + tanh u) = sigmoid(2u)``), ``ex2.approx`` and the
+    approximate division."""
+    inner = 1.5957691216057308 * tl.fma(0.044715, x * x * x, x)
+    return x / (1.0 + tl.exp(-inner))
