@@ -66,7 +66,7 @@ def _conv(tile: str, warps: int) -> tuple[str, dict]:
     types = {n: "*bf16" for n in ("p_x", "p_w", "p_b", "p_res", "p_outer", "p_out", "p_state")}
     types |= {"p_sid": "*i32", "p_qsl": "*i32", "p_acc": "*i32", "p_init": "*i1", "p_tok": "*i32"}
     consts = dict(MODE=2, K=4, D=1, SQL=1, HAS_STATE=True, HAS_SID=True, INIT=1, HAS_TOKEN_MAP=False,
-                  HAS_RESIDUAL=False, HAS_OUTER=False, HAS_BIAS=True, SILU=True, BC=bc, BW=4, BT=bt,
+                  HAS_RESIDUAL=False, HAS_OUTER=False, HAS_BIAS=True, ACT=0, BC=bc, BW=4, BT=bt,
                   UNROLL=int(unroll or 1))  # fmt: skip
     div16 = [*types, "stride_x", "stride_res", "stride_outer", "stride_out", "C"]
     ones = ["stride_w_k", "stride_s_w", "stride_sid"]

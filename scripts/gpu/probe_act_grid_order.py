@@ -23,7 +23,8 @@ from exactfuse.bench.results import geomean
 from exactfuse.bench.timing import recompile_limits
 from exactfuse.ops.act_and_mul import gelu_and_mul, native, silu_and_mul
 from exactfuse.ops.act_and_mul.heuristics import act_and_mul_config
-from exactfuse.ops.act_and_mul.triton import ACTIVATIONS, _activation
+from exactfuse.ops.act_and_mul.triton import ACTIVATIONS
+from exactfuse.ops.math import activation
 
 SHAPES = [(256, 14336), (4096, 768), (4096, 4096), (4096, 14336), (32768, 768), (32768, 4096), (32768, 14336)]
 COPIES = 4
@@ -39,7 +40,7 @@ def flat_kernel(p_x, p_y, T, D, stride_x, ACTIVATION: tl.constexpr, BT: tl.const
     p_g = p_x + o_t[:, None] * stride_x + o_d[None, :]
     b_g = tl.load(p_g, mask=m).to(tl.float32)
     b_u = tl.load(p_g + D, mask=m).to(tl.float32)
-    b_a = _activation(b_g, ACTIVATION).to(p_y.dtype.element_ty).to(tl.float32)
+    b_a = activation(b_g, ACTIVATION).to(p_y.dtype.element_ty).to(tl.float32)
     tl.store(p_y + o_t[:, None] * D + o_d[None, :], (b_a * b_u).to(p_y.dtype.element_ty), mask=m)
 
 

@@ -3,7 +3,7 @@
 The activation of an fp16 or bf16 tensor takes a 16-bit input, so its whole domain is 65,536 bit patterns.
 A fast formula (``exactfuse.ops.math``: approximate ``exp``, approximate division) gives eager PyTorch's
 bits on every input exactly when it gives them on all 65,536. :func:`proof` runs every pattern through
-the kernels' own activation helper (``act_and_mul.triton._activation``) with each candidate formula id,
+the kernels' own activation helper (``exactfuse.ops.math.activation``) with each candidate formula id,
 rounds to the dtype and compares bit for bit with eager ``F.silu`` / ``F.gelu`` on the same device (any
 NaN matches any NaN). The first candidate with no differing input is admitted; when every candidate
 fails, the exact formula (the spec's math, which needs no proof) stays, and each failure is logged as a
@@ -32,9 +32,11 @@ import triton
 import triton.language as tl
 from torch.utils._python_dispatch import _disable_current_modes
 
+from exactfuse.ops.math import activation as kernel_activation
+
 log = logging.getLogger(__name__)
 
-# Formula ids: ``_activation``'s constexpr FORMULA (act_and_mul/triton.py dispatches on these numbers).
+# Formula ids: ``exactfuse.ops.math.activation``'s constexpr FORMULA (it dispatches on these numbers).
 SILU, GELU_ERF, GELU_TANH = 0, 1, 2  # the exact formulas, as ATen's CUDA kernels evaluate them
 SILU_FAST, SILU_SIGMOID, SILU_EXP_FAST_DIV, SILU_EXP_NEWTON_DIV = 3, 4, 5, 6
 GELU_ERF_LIBDEVICE, GELU_TANH_APPROX, GELU_TANH_SIGMOID = 7, 8, 9
@@ -61,9 +63,9 @@ CANDIDATES: dict[tuple[str, torch.dtype], tuple[int, ...]] = {
     ("silu", torch.bfloat16): (SILU_FAST,),
     ("silu", torch.float16): (SILU_EXP_NEWTON_DIV,),
 }
-# The ops whose kernels evaluate each activation through ``_activation`` with the chosen formula.
+# The ops whose kernels evaluate each activation through ``activation`` with the chosen formula.
 OPS_USING = {
-    "silu": ("silu_and_mul", "silu_mul"),
+    "silu": ("silu_and_mul", "silu_mul", "short_conv", "causal_conv1d", "causal_conv1d_update"),
     "gelu_none": ("gelu_and_mul", "gelu_mul"),
     "gelu_tanh": ("gelu_and_mul", "gelu_mul"),
 }
@@ -140,14 +142,13 @@ def differing(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
 
 def check_formula(activation: str, formula: int, dtype: torch.dtype, device: torch.device | str) -> FormulaCheck:
     """Run ``formula`` over every input of ``dtype`` through the kernels' helper, compare with eager."""
-    from exactfuse.ops.act_and_mul.triton import _activation  # the kernels' helper (that module imports this)
 
     device = torch.device(device)
     with _disable_current_modes(), torch.no_grad():  # real tensors, also while a launcher is being traced
         x = all_inputs(dtype, device)
         y = torch.empty_like(x)
         block = 1024 if device.type == "cuda" else INPUTS  # the interpreter: one numpy-wide program
-        prove_kernel[(INPUTS // block,)](x, y, INPUTS, ACTIVATION=_activation, FORMULA=formula, BLOCK=block)
+        prove_kernel[(INPUTS // block,)](x, y, INPUTS, ACTIVATION=kernel_activation, FORMULA=formula, BLOCK=block)
         where = differing(y, reference(activation, x)).nonzero().flatten()
         return FormulaCheck(formula, int(where.numel()), tuple(x[where[:SHOWN]].float().tolist()))
 

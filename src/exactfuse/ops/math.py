@@ -161,3 +161,30 @@ def sigmoid_tanh_gelu(x):
     approximate division."""
     inner = 1.5957691216057308 * tl.fma(0.044715, x * x * x, x)
     return x / (1.0 + tl.exp(-inner))
+
+
+@triton.jit
+def activation(x, FORMULA: tl.constexpr):
+    """fp32 ``x`` -> fp32 activation by formula id (``fastmath.FORMULAS``): 0-2 evaluated as ATen's CUDA
+    kernels do, 3-9 fast formulas (``exactfuse.ops.math``) that a kernel takes only where proven."""
+    if FORMULA == 0:  # SILU
+        return tl.div_rn(x, 1.0 + exact_exp(-x))
+    elif FORMULA == 1:  # GELU_ERF
+        return (x * 0.5) * (1.0 + exact_erf(x * 0.7071067811865476))
+    elif FORMULA == 2:  # GELU_TANH
+        inner = 0.7978845608028654 * tl.fma(0.044715, x * x * x, x)
+        return (0.5 * x) * (1.0 + exact_tanh(inner))
+    elif FORMULA == 3:  # SILU_FAST
+        return fast_silu(x)
+    elif FORMULA == 4:  # SILU_SIGMOID
+        return sigmoid_silu(x)
+    elif FORMULA == 5:  # SILU_EXP_FAST_DIV
+        return exp_fast_div_silu(x)
+    elif FORMULA == 6:  # SILU_EXP_NEWTON_DIV
+        return exp_newton_div_silu(x)
+    elif FORMULA == 7:  # GELU_ERF_LIBDEVICE
+        return fast_erf_gelu(x)
+    elif FORMULA == 8:  # GELU_TANH_APPROX
+        return fast_tanh_gelu(x)
+    else:  # 9: GELU_TANH_SIGMOID
+        return sigmoid_tanh_gelu(x)

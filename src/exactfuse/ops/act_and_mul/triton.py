@@ -19,9 +19,9 @@ kernels evaluate (ATen ``ActivationSiluKernel.cu`` / ``ActivationGeluKernel.cu``
 For fp16 and bf16 the activation's input is a 16-bit value, so a faster formula gives eager's bits
 exactly when it does on all 65,536 of them. The launcher passes ``FORMULA``, the formula
 ``exactfuse.ops.fastmath.chosen_formula`` admits for the dtype and GPU: the first of the dtype's fast
-candidates whose exhaustive proof, run through this very ``_activation``, finds no input that differs,
-else the exact formula above (the proofs' record: benchmarks/results/h200/sweeps/fast_activation_proofs.txt).
-fp32 always takes the exact formula.
+candidates whose exhaustive proof, run through this very ``activation`` (``exactfuse.ops.math``),
+finds no input that differs, else the exact formula above (the proofs' record:
+benchmarks/results/h200/sweeps/fast_activation_proofs.txt). fp32 always takes the exact formula.
 """
 
 from __future__ import annotations
@@ -32,48 +32,10 @@ import triton.language as tl
 
 from exactfuse.ops.act_and_mul.heuristics import act_and_mul_config
 from exactfuse.ops.fastmath import EXACT, GELU_ERF, GELU_TANH, SILU, chosen_formula  # noqa: F401 (ids re-exported)
-from exactfuse.ops.math import (
-    exact_erf,
-    exact_exp,
-    exact_tanh,
-    exp_fast_div_silu,
-    exp_newton_div_silu,
-    fast_erf_gelu,
-    fast_silu,
-    fast_tanh_gelu,
-    sigmoid_silu,
-    sigmoid_tanh_gelu,
-)
+from exactfuse.ops.math import activation
 from exactfuse.utils import empty, is_symbolic, needs_int64
 
 ACTIVATIONS = EXACT  # activation name -> its exact formula id
-
-
-@triton.jit
-def _activation(x, FORMULA: tl.constexpr):
-    """fp32 ``x`` -> fp32 activation by formula id (``fastmath.FORMULAS``): 0-2 evaluated as ATen's CUDA
-    kernels do, 3-9 fast formulas (``exactfuse.ops.math``) that a kernel takes only where proven."""
-    if FORMULA == 0:  # SILU
-        return tl.div_rn(x, 1.0 + exact_exp(-x))
-    elif FORMULA == 1:  # GELU_ERF
-        return (x * 0.5) * (1.0 + exact_erf(x * 0.7071067811865476))
-    elif FORMULA == 2:  # GELU_TANH
-        inner = 0.7978845608028654 * tl.fma(0.044715, x * x * x, x)
-        return (0.5 * x) * (1.0 + exact_tanh(inner))
-    elif FORMULA == 3:  # SILU_FAST
-        return fast_silu(x)
-    elif FORMULA == 4:  # SILU_SIGMOID
-        return sigmoid_silu(x)
-    elif FORMULA == 5:  # SILU_EXP_FAST_DIV
-        return exp_fast_div_silu(x)
-    elif FORMULA == 6:  # SILU_EXP_NEWTON_DIV
-        return exp_newton_div_silu(x)
-    elif FORMULA == 7:  # GELU_ERF_LIBDEVICE
-        return fast_erf_gelu(x)
-    elif FORMULA == 8:  # GELU_TANH_APPROX
-        return fast_tanh_gelu(x)
-    else:  # 9: GELU_TANH_SIGMOID
-        return sigmoid_tanh_gelu(x)
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -96,7 +58,7 @@ def act_and_mul_kernel(
 
     p_g, p_u: ``[T, D]`` gate and up, rows ``stride_g`` / ``stride_u`` apart, last dim contiguous; with
     JOINED, ``p_g`` is ``[T, 2D]`` with up its second half (``p_u``, ``stride_u`` unused). p_y: ``[T, D]``
-    rows ``stride_y`` apart. constexpr: FORMULA (``_activation``'s id), BT, BD, INT64_INDEX (offsets may reach 2**31),
+    rows ``stride_y`` apart. constexpr: FORMULA (``activation``'s id), BT, BD, INT64_INDEX (offsets may reach 2**31),
     JOINED. T and D are runtime values (D is specialized on divisibility by 16 for wide loads), so one
     compile serves every batch size of a width class.
     """
@@ -112,7 +74,7 @@ def act_and_mul_kernel(
         b_u = tl.load(p_g + o_t[:, None] * stride_g + o_d[None, :] + D, mask=m_td).to(tl.float32)
     else:
         b_u = tl.load(p_u + o_t[:, None] * stride_u + o_d[None, :], mask=m_td).to(tl.float32)
-    b_a = _activation(b_g, FORMULA).to(p_y.dtype.element_ty).to(tl.float32)
+    b_a = activation(b_g, FORMULA).to(p_y.dtype.element_ty).to(tl.float32)
     b_y = (b_a * b_u).to(p_y.dtype.element_ty)
     tl.store(p_y + o_t[:, None] * stride_y + o_d[None, :], b_y, mask=m_td)
 

@@ -20,7 +20,7 @@ Numerics (see ``native.py`` for the eager sequence this mirrors):
   rounds to it at each operation boundary (``_round``; each call names the
   eager op it mirrors). ``ROUND`` is a bit mask of those boundaries, all on in
   the op; tests turn single bits off to show each one changes results.
-- The GELU is the gated-activation kernel's ``_activation`` (ATen's formulas).
+- The GELU is the gated-activation kernel's ``activation`` (``exactfuse.ops.math``) (ATen's formulas).
 - ``mean``: fp32 row sum times ``float(rows) / float(numel)``, as ATen's
   ``mean_kernel_impl`` (a multiply, not a division by ``d``).
 - ``std``: ATen runs a fp32 Welford reduction and takes ``sqrt(m2 / n)`` with
@@ -40,8 +40,9 @@ import torch
 import triton
 import triton.language as tl
 
-from exactfuse.ops.act_and_mul.triton import GELU_ERF, GELU_TANH, _activation
+from exactfuse.ops.act_and_mul.triton import GELU_ERF, GELU_TANH
 from exactfuse.ops.gelu_and_mul_sparse import heuristics as heuristics
+from exactfuse.ops.math import activation
 from exactfuse.registry.platform import interpreter_enabled
 from exactfuse.utils import empty, is_symbolic, needs_int64, next_power_of_2, num_sms
 
@@ -121,7 +122,7 @@ def _gate_up(b_g, b_u, b_cut, ACTIVATION: tl.constexpr, DT: tl.constexpr, ROUND:
     """``gelu(relu(gate - cutoff)) * up`` in DT from the fp32 gate, ``up`` as loaded and the cutoff."""
     b_s = _round(b_g - b_cut, DT, ROUND & 16)  # gate - cutoff
     b_r = _relu(b_s)  # F.relu: exact
-    b_a = _round(_activation(b_r, ACTIVATION), DT, ROUND & 32)  # F.gelu returns the dtype
+    b_a = _round(activation(b_r, ACTIVATION), DT, ROUND & 32)  # F.gelu returns the dtype
     return (b_a * b_u.to(tl.float32)).to(DT)  # * up
 
 

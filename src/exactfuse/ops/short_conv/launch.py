@@ -7,9 +7,12 @@ from __future__ import annotations
 import torch
 import triton
 
+from exactfuse.ops.fastmath import chosen_formula
 from exactfuse.ops.short_conv import heuristics, native
 from exactfuse.ops.short_conv.triton import INIT_CODES, MODE_CODES, conv_rows_kernel, conv_state_kernel
 from exactfuse.utils import empty, is_symbolic
+
+NO_ACTIVATION = -1  # conv_rows_kernel's ACT without an activation (else a fastmath formula id)
 
 
 def launch_conv(
@@ -69,6 +72,7 @@ def launch_conv(
     tok = token_indices if token_indices is not None else x
     sid_stride = state_indices.stride(0) if state_indices is not None else 0
     target = residual if residual is not None else out
+    act = chosen_formula("silu", x.dtype, x.device) if activation == "silu" else NO_ACTIVATION
     torch.library.wrap_triton(conv_rows_kernel)[(triton.cdiv(L, cfg.BT), triton.cdiv(C, cfg.BC))](
         x, weight, bias if bias is not None else x, target, outer_residual if outer_residual is not None else x,
         target, state, sid, qsl, acc, hinit, tok,
@@ -77,7 +81,7 @@ def launch_conv(
         target.stride(0), weight.stride(0), weight.stride(1),
         *s_strides, sid_stride,
         HAS_STATE=has_state, HAS_RESIDUAL=residual is not None, HAS_OUTER=outer_residual is not None,
-        HAS_BIAS=bias is not None, SILU=activation == "silu", BC=cfg.BC, BW=cfg.BW, BT=cfg.BT,
+        HAS_BIAS=bias is not None, ACT=act, BC=cfg.BC, BW=cfg.BW, BT=cfg.BT,
         UNROLL=cfg.unroll if mode != "decode" else 1, num_warps=cfg.num_warps, **flags,
     )  # fmt: skip
     if mode != "decode" and has_state:

@@ -13,8 +13,11 @@ Two kernels, one per phase (launched by ``launch.py``), with ``constexpr`` flags
 
 Each product is ``mul_rn`` (``mul.rn.f32``, which the compiler does not contract into an FMA), then
 added: for fp16/bf16 operands the product is exact anyway, for fp32 this keeps the spec's separately
-rounded multiply and add. SiLU is ``div_rn(c, 1 + exp(-c))`` with libdevice ``exp`` (``exact_exp``), as
-ATen's CUDA silu evaluates it.
+rounded multiply and add. The SiLU reads the conv already rounded to the activation dtype, a 16-bit value
+for fp16/bf16: ``ACT`` is the formula id of ``exactfuse.ops.math.activation`` that
+``exactfuse.ops.fastmath.chosen_formula`` admits (a fast formula only where its exhaustive proof over all
+65,536 inputs found no difference from eager ``F.silu``; else ``div_rn(c, 1 + exp(-c))`` with libdevice
+``exp``, as ATen's CUDA silu evaluates it), or -1 for no activation.
 
 Index values are never trusted for addressing: a slot outside ``[0, slots)``, a token index outside
 ``[0, N)`` or a request offset outside ``[0, L]`` masks the access (the eager check rejects them first;
@@ -27,7 +30,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from exactfuse.ops.math import exact_exp
+from exactfuse.ops.math import activation
 from exactfuse.ops.short_conv.slots import find_request, mask_and, request_slot, write_window
 from exactfuse.registry.platform import interpreter_enabled
 
@@ -82,7 +85,7 @@ def _conv_rows(
     p_x, p_w, p_b, p_res, p_outer, p_out, p_slot, p_tok, o_t, o_c, m_c, q_start, out_ok, read_state, slot_off,
     need_state, L, N, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_s_c, stride_s_w,
     K: tl.constexpr, D: tl.constexpr, HAS_STATE: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr,
-    HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, SILU: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
 ):  # fmt: skip
     """The conv output of logical rows ``o_t`` over channels ``o_c``, stored as residual or output.
 
@@ -108,7 +111,7 @@ def _conv_rows(
             )  # fmt: skip
     _finish(
         acc, p_x, p_b, p_res, p_outer, p_out, p_tok, o_t, o_c, m_c, out_ok, L, N, stride_res, stride_outer,
-        stride_out, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, SILU,
+        stride_out, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
     )  # fmt: skip
 
 
@@ -124,15 +127,14 @@ def _needs_state(j, read_state, SL: tl.constexpr):
 def _finish(
     acc, p_x, p_b, p_res, p_outer, p_out, p_tok, o_t, o_c, m_c, out_ok, L, N, stride_res, stride_outer, stride_out,
     HAS_TOKEN_MAP: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr,
-    SILU: tl.constexpr,
+    ACT: tl.constexpr,
 ):  # fmt: skip
     """The tap sum ``acc`` (fp32) of rows ``o_t``: bias, rounding, SiLU, then the residual update or the store."""
     if HAS_BIAS:
         acc = acc + tl.load(p_b + o_c, mask=m_c).to(tl.float32)
     conv = acc.to(p_x.dtype.element_ty)
-    if SILU:
-        c = conv.to(tl.float32)
-        conv = tl.div_rn(c, 1.0 + exact_exp(-c)).to(p_x.dtype.element_ty)
+    if ACT >= 0:
+        conv = activation(conv.to(tl.float32), ACT).to(p_x.dtype.element_ty)
     conv_out = tl.where(out_ok, conv, tl.zeros_like(conv))
     row_ok = (o_t >= 0) & (o_t < L)
 
@@ -158,7 +160,7 @@ def _conv_runs(
     stride_s_slot, stride_s_c, stride_s_w, stride_sid,
     MODE: tl.constexpr, K: tl.constexpr, D: tl.constexpr, SQL: tl.constexpr, HAS_STATE: tl.constexpr,
     HAS_SID: tl.constexpr, INIT: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-    HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, SILU: tl.constexpr, BT: tl.constexpr, UNROLL: tl.constexpr,
+    HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, BT: tl.constexpr, UNROLL: tl.constexpr,
 ):  # fmt: skip
     """Rows ``i_t * BT ...`` as ``BT // UNROLL`` runs of ``UNROLL`` consecutive rows (spec, prefill).
 
@@ -218,7 +220,7 @@ def _conv_runs(
             acc = acc + mul_rn(weights[k], tl.where(h < SL, b_s, window[i_r + D * k]))
         _finish(
             acc, p_x, p_b, p_res, p_outer, p_out, p_tok, o_t[:, None], o_c, m_c, out_ok[:, None], L, N,
-            stride_res, stride_outer, stride_out, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, SILU,
+            stride_res, stride_outer, stride_out, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
         )  # fmt: skip
 
 
@@ -230,7 +232,7 @@ def conv_rows_kernel(
     stride_s_slot, stride_s_c, stride_s_w, stride_sid,
     MODE: tl.constexpr, K: tl.constexpr, D: tl.constexpr, SQL: tl.constexpr,
     HAS_STATE: tl.constexpr, HAS_SID: tl.constexpr, INIT: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr,
-    HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, SILU: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
     BC: tl.constexpr, BW: tl.constexpr, BT: tl.constexpr, UNROLL: tl.constexpr,
 ):  # fmt: skip
     """``BT`` logical rows x ``BC`` channels of the conv output; in decode also the row's state shift.
@@ -244,7 +246,8 @@ def conv_rows_kernel(
     ``[R + 1]`` int32 (spec, prefill). p_acc: ``[>= R]`` int32 (spec). p_init: ``[>= R]`` bool (INIT 1).
     p_tok: ``[L]`` int32/int64 logical -> physical rows (HAS_TOKEN_MAP). constexpr: MODE (0 decode,
     1 spec, 2 prefill), K, D (dilation), SQL, INIT (0 never, 1 tensor, 2 always), the HAS_* flags,
-    SILU, BC (channels per program), BW (``next_power_of_2(SL + SQL - 1)``), BT (rows per program:
+    ACT (the SiLU's formula id, -1 none), BC (channels per program), BW (``next_power_of_2(SL + SQL -
+    1)``), BT (rows per program:
     1 in decode, where each row is a request and shifts its own window), UNROLL (spec, prefill: 1 loads
     each tap's rows, more takes runs of UNROLL rows from a register window, :func:`_conv_runs`; a power
     of two dividing BT). L, R, N, slots and null_slot
@@ -266,7 +269,7 @@ def conv_rows_kernel(
         _conv_rows(
             p_x, p_w, p_b, p_res, p_outer, p_out, p_slot, p_tok, i_t, o_c, m_c, i_t, out_ok, read_state, slot_off,
             read_state, L, N, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_s_c,
-            stride_s_w, K, D, HAS_STATE, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, SILU,
+            stride_s_w, K, D, HAS_STATE, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
         )  # fmt: skip
         if HAS_STATE:
             write_window(
@@ -279,7 +282,7 @@ def conv_rows_kernel(
             p_x, p_w, p_b, p_res, p_outer, p_out, p_state, p_sid, p_qsl, p_acc, p_init, p_tok, i_t, o_c, o_c < C,
             L, R, N, slots, null_slot, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k,
             stride_s_slot, stride_s_c, stride_s_w, stride_sid,
-            MODE, K, D, SQL, HAS_STATE, HAS_SID, INIT, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, SILU,
+            MODE, K, D, SQL, HAS_STATE, HAS_SID, INIT, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
             BT, UNROLL,
         )  # fmt: skip
     else:  # a [BT, BC] tile of rows, each row's request found by its own search
@@ -298,7 +301,7 @@ def conv_rows_kernel(
             p_x, p_w, p_b, p_res, p_outer, p_out, p_slot[:, None], p_tok, o_t[:, None], o_c, m_c, q_start[:, None],
             out_ok[:, None], read_state[:, None], slot_off[:, None], _needs_state(o_t - q_start, read_state, SL),
             L, N, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_s_c, stride_s_w,
-            K, D, HAS_STATE, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, SILU,
+            K, D, HAS_STATE, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
         )  # fmt: skip
 
 
