@@ -154,6 +154,49 @@ def test_launch_heuristic(T, d, expected):
     assert act_heuristics.act_and_mul_config(d) == (*expected[:2], 8)  # traced: the same tile, 8 warps
 
 
+def test_flat_index_rule():
+    assert act_heuristics.flat_index(4096, 4096) and act_heuristics.flat_index(768, 32768)
+    assert not act_heuristics.flat_index(768, 4096) and not act_heuristics.flat_index(14336, 256)
+    assert not act_heuristics.flat_index(14336)  # traced: the tile for every T
+    assert not act_heuristics.flat_index(4096, 4096, fast_math=False)  # exact math: the tile
+
+
+def _flat_cases(device, dtype):
+    """Joined x (contiguous and with a row stride) and separate gate/up, ragged widths."""
+    for T, d in ((5, 37), (3, 512), (9, 1)):
+        x = torch.randn(T, 2 * d + 6, device=device, dtype=dtype)[:, : 2 * d]
+        yield f"T{T}-d{d}-strided", (x,), "silu_and_mul"
+        yield f"T{T}-d{d}", (x.contiguous(),), "gelu_and_mul"
+        yield f"T{T}-d{d}-pair", (x[:, :d], x[:, d:]), "silu_mul"
+
+
+def _assert_flat_equals_tile(monkeypatch, device, dtype):
+    for case, args, name in _flat_cases(device, dtype):
+        op = OPS[name]
+        tile = op.run_provider("triton", *args)
+        monkeypatch.setattr(act_triton, "flat_index", lambda D, T, fast_math=True: T is not None)  # forced
+        with exactfuse.poison_outputs():
+            flat = op.run_provider("triton", *args)
+        monkeypatch.undo()
+        assert torch.equal(flat, tile), case
+        if device == "cuda":
+            assert torch.equal(flat, op.native(*args)), case
+
+
+@pytest.mark.interpreter
+def test_flat_index_gives_the_tiles_bits(monkeypatch):
+    _assert_flat_equals_tile(monkeypatch, "cpu", torch.float16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", list(SHORT), ids=list(SHORT.values()))
+def test_gpu_flat_index_bitwise(monkeypatch, dtype):
+    _assert_flat_equals_tile(monkeypatch, "cuda", dtype)
+    x = torch.randn(4096, 2 * 4096, device="cuda", dtype=dtype)  # the rule's choice at 2^24 outputs
+    with exactfuse.poison_outputs():
+        assert torch.equal(silu_and_mul(x), silu_and_mul.native(x))
+
+
 # --------------------------------------------------------------------- layers
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
 def test_layers_match_native(approximate):

@@ -10,6 +10,8 @@ from exactfuse.utils import next_power_of_2
 TILE_ELEMENTS = 1024  # outputs per program
 SMALL_TILE_ELEMENTS = 2**20  # launches of fewer outputs use 8 warps, larger ones 4
 TRACED_WARPS = 8
+FLAT_MIN_ELEMENTS = 2**24  # launches of at least this many outputs take the flat index
+FLAT_BLOCK = 1024  # outputs per program of the flat index
 
 
 def act_and_mul_config(D: int, T: int | None = None) -> tuple[int, int, int]:
@@ -30,3 +32,16 @@ def act_and_mul_config(D: int, T: int | None = None) -> tuple[int, int, int]:
         BD = low
     warps = TRACED_WARPS if T is None else 8 if T * D < SMALL_TILE_ELEMENTS else 4
     return max(1, TILE_ELEMENTS // BD), BD, warps
+
+
+def flat_index(D: int, T: int | None = None, fast_math: bool = True) -> bool:
+    """Whether a launch of ``T`` rows of ``D`` outputs takes the flat index (``BD = FLAT_BLOCK``
+    consecutive outputs a program, 1-D grid) instead of the ``[BT, BD]`` tile: eager launches of at least
+    2^24 outputs whose activation takes a proven fast formula (``fast_math``). With the fast SiLU the flat
+    index takes 0.95-0.99x the tile's time there (T4096-d4096 .. T32768-d14336, bf16: 639.8 against 670.6
+    µs at T32768-d14336, Inductor 640.2) and 1.01-1.06x below it (T256, T4096-d768); with the exact math
+    it is no faster than the tile (sweeps/act_and_mul_gap_T4096_32768.txt,
+    sweeps/act_and_mul_small_t_gap.txt). A traced call (``T = None``) keeps the tile: one trace serves
+    every T, and the tile's loss at large T is smaller than the flat index's at small T.
+    """
+    return fast_math and T is not None and T * D >= FLAT_MIN_ELEMENTS

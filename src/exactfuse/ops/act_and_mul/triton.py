@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from exactfuse.ops.act_and_mul.heuristics import act_and_mul_config
+from exactfuse.ops.act_and_mul.heuristics import FLAT_BLOCK, act_and_mul_config, flat_index
 from exactfuse.ops.fastmath import EXACT, GELU_ERF, GELU_TANH, SILU, chosen_formula  # noqa: F401 (ids re-exported)
 from exactfuse.ops.math import activation
 from exactfuse.utils import empty, is_symbolic, needs_int64
@@ -53,8 +53,10 @@ def act_and_mul_kernel(
     BD: tl.constexpr,
     INT64_INDEX: tl.constexpr,
     JOINED: tl.constexpr,
+    FLAT: tl.constexpr = False,
 ):
-    """One ``[BT, BD]`` tile of ``y = act(gate) * up``.
+    """One ``[BT, BD]`` tile of ``y = act(gate) * up`` (FLAT: ``BD`` consecutive outputs of the
+    row-major ``[T, D]`` output, each split into its row and column; a 1-D grid).
 
     p_g, p_u: ``[T, D]`` gate and up, rows ``stride_g`` / ``stride_u`` apart, last dim contiguous; with
     JOINED, ``p_g`` is ``[T, 2D]`` with up its second half (``p_u``, ``stride_u`` unused). p_y: ``[T, D]``
@@ -62,21 +64,31 @@ def act_and_mul_kernel(
     JOINED. T and D are runtime values (D is specialized on divisibility by 16 for wide loads), so one
     compile serves every batch size of a width class.
     """
-    i_t = tl.program_id(0)
-    i_d = tl.program_id(1)
-    if INT64_INDEX:
-        i_t = i_t.to(tl.int64)
-    o_t = i_t * BT + tl.arange(0, BT)
-    o_d = i_d * BD + tl.arange(0, BD)
-    m_td = (o_t[:, None] < T) & (o_d[None, :] < D)
-    b_g = tl.load(p_g + o_t[:, None] * stride_g + o_d[None, :], mask=m_td).to(tl.float32)
-    if JOINED:
-        b_u = tl.load(p_g + o_t[:, None] * stride_g + o_d[None, :] + D, mask=m_td).to(tl.float32)
+    if FLAT:
+        i_o = tl.program_id(0)
+        if INT64_INDEX:
+            i_o = i_o.to(tl.int64)
+        o = i_o * BD + tl.arange(0, BD)
+        m = o < (T.to(tl.int64) if INT64_INDEX else T) * D
+        o_t = o // D
+        o_g = o_t * stride_g + o % D
+        o_u = o_g + D if JOINED else o_t * stride_u + o % D
+        o_y = o_t * stride_y + o % D
     else:
-        b_u = tl.load(p_u + o_t[:, None] * stride_u + o_d[None, :], mask=m_td).to(tl.float32)
+        i_t = tl.program_id(0)
+        if INT64_INDEX:
+            i_t = i_t.to(tl.int64)
+        o_t = i_t * BT + tl.arange(0, BT)
+        o_d = tl.program_id(1) * BD + tl.arange(0, BD)
+        m = (o_t[:, None] < T) & (o_d[None, :] < D)
+        o_g = o_t[:, None] * stride_g + o_d[None, :]
+        o_u = o_g + D if JOINED else o_t[:, None] * stride_u + o_d[None, :]
+        o_y = o_t[:, None] * stride_y + o_d[None, :]
+    b_g = tl.load(p_g + o_g, mask=m).to(tl.float32)
+    b_u = tl.load((p_g if JOINED else p_u) + o_u, mask=m).to(tl.float32)
     b_a = activation(b_g, FORMULA).to(p_y.dtype.element_ty).to(tl.float32)
     b_y = (b_a * b_u).to(p_y.dtype.element_ty)
-    tl.store(p_y + o_t[:, None] * stride_y + o_d[None, :], b_y, mask=m_td)
+    tl.store(p_y + o_y, b_y, mask=m)
 
 
 def _launch(gate: torch.Tensor, up: torch.Tensor | None, D: int, out_shape, activation: str) -> torch.Tensor:
@@ -92,8 +104,13 @@ def _launch(gate: torch.Tensor, up: torch.Tensor | None, D: int, out_shape, acti
     y = empty(out_shape, gate.dtype, gate.device)
     if not is_symbolic(T) and T * D == 0:
         return y
-    BT, BD, num_warps = act_and_mul_config(D, None if is_symbolic(T) else T)
-    grid = (triton.cdiv(T, BT), triton.cdiv(D, BD))
+    rows = None if is_symbolic(T) else T
+    BT, BD, num_warps = act_and_mul_config(D, rows)
+    formula = chosen_formula(activation, gate.dtype, gate.device)
+    flat = flat_index(D, rows, fast_math=formula not in EXACT.values())
+    if flat:
+        BT, BD = 1, FLAT_BLOCK
+    grid = (triton.cdiv(T * D, BD),) if flat else (triton.cdiv(T, BT), triton.cdiv(D, BD))
     joined = up is None
     up = gate if joined else up
     torch.library.wrap_triton(act_and_mul_kernel)[grid](
@@ -105,11 +122,12 @@ def _launch(gate: torch.Tensor, up: torch.Tensor | None, D: int, out_shape, acti
         gate.stride(0),
         up.stride(0),
         D,
-        FORMULA=chosen_formula(activation, gate.dtype, gate.device),
+        FORMULA=formula,
         BT=BT,
         BD=BD,
         INT64_INDEX=needs_int64(T, max(gate.stride(0), up.stride(0), 2 * D if joined else D)),
         JOINED=joined,
+        FLAT=flat,
         num_warps=num_warps,
     )
     return y
