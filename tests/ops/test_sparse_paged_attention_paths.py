@@ -1,13 +1,24 @@
 """sparse_paged_attention's alternative kernel paths, each held to the other's bits: fp8 ``V`` read as
-16-bit pairs against a byte at a time, and the next tile's slots loaded ahead or not
-(``AttentionConfig.prefetch_slots``)."""
+16-bit pairs against a byte at a time, the next tile's slots loaded ahead or not
+(``AttentionConfig.prefetch_slots``), and the merge launch's shapes (``merge_group``, ``merge_block_d``,
+``merge_warps``, ``pdl``) against the plain merge."""
 
 from dataclasses import replace
 
 import pytest
 import torch
 
-from attention_support import CPU, CUDA, case_args, forced_configs, named, run, specials_cases, with_args
+from attention_support import (
+    CPU,
+    CUDA,
+    assert_contract,
+    case_args,
+    forced_configs,
+    named,
+    run,
+    specials_cases,
+    with_args,
+)
 from exactfuse.ops.sparse_paged_attention.heuristics import AttentionConfig
 
 
@@ -85,3 +96,67 @@ def test_gpu_prefetched_slots_are_the_default_bit_for_bit(kv):
                AttentionConfig(64, 5, num_warps=8)]  # fmt: skip
     for config, default, prefetched in _prefetch_and_default(args, configs):
         assert torch.equal(default.view(torch.int16), prefetched.view(torch.int16)), config
+
+
+def _merge_shapes(config: AttentionConfig, D: int) -> list[AttentionConfig]:
+    """``config`` with each merge shape the launcher takes: one split's loads at a time, a column slice a
+    program (where ``D`` has two) at more warps, and every split's loads at once with that slice, launched
+    as a programmatic dependent (a plain launch under the interpreter)."""
+    bd = max(16, D // 2)
+    return [
+        replace(config, merge_group=1),
+        replace(config, merge_block_d=bd, merge_warps=4),
+        replace(config, merge_group=config.num_splits, merge_block_d=bd, merge_warps=4, pdl=True),
+    ]
+
+
+@pytest.mark.interpreter
+def test_interpreter_merge_shapes_are_the_plain_merge_bit_for_bit():
+    """The merge launch's shape (``merge_group``, ``merge_block_d``, ``merge_warps``, ``pdl``) changes when
+    loads are issued and which program takes which columns, never the arithmetic: the same bits as the
+    plain merge, and the op's contract against native, with counts, splits past the last tile (one token
+    tile a program, as the rows = 1 candidates take), the gates and the special values."""
+    counts = case_args(rows=3, Hq=8, Hkv=2, D=32, page=7, W=100, counts=True)
+    cases = [
+        ("counts", counts, [AttentionConfig(16, 3), AttentionConfig(16, 8, 8)]),
+        ("eager", with_args(counts, gate_rounding="eager"), [AttentionConfig(16, 7)]),
+        ("no-gate", with_args(counts, output_gate=None), [AttentionConfig(16, 7)]),
+    ]
+    cases += [(what, args, [AttentionConfig(16, 2)]) for what, args in specials_cases() if what != "inf-v"]
+    for what, args, configs in cases:
+        D = named(args).q.shape[2]
+        for config in configs:
+            plain = run(args, config)
+            for shaped in _merge_shapes(config, D):
+                out = run(args, shaped)
+                assert torch.equal(out.view(torch.int16), plain.view(torch.int16)), (what, shaped)
+            if what in ("counts", "eager", "no-gate"):
+                assert_contract(args, plain, f"{what} {config}")
+
+
+def test_merge_shape_fields_are_checked():
+    with pytest.raises(ValueError, match="merge_group"):
+        AttentionConfig(32, 4, merge_group=0)
+    with pytest.raises(ValueError, match="merge_block_d"):
+        AttentionConfig(32, 4, merge_block_d=48)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv", [torch.bfloat16, torch.float8_e4m3fn], ids=["bf16", "e4m3"])
+def test_gpu_merge_shapes_are_the_plain_merge_bit_for_bit(kv):
+    """On the GPU the programmatic dependent launch is real: its merge waits for the partials."""
+    for rows, D in ((1, 256), (1, 128), (16, 128)):
+        args = case_args(rows=rows, Hq=24, Hkv=2, D=D, page=1600, W=2051, dtype=torch.bfloat16, kv_dtype=kv,
+                         device=CUDA, counts=True)  # fmt: skip
+        for config in (
+            AttentionConfig(64, 16, 8, prefetch_slots=True),
+            AttentionConfig(32, 64),
+            AttentionConfig(64, 3),
+        ):
+            plain = run(args, config)
+            assert_contract(args, plain, f"R{rows} D{D} {config}")
+            probed = [replace(config, pdl=True), replace(config, merge_group=config.num_splits, merge_block_d=64,
+                                                         merge_warps=4, pdl=True)]  # fmt: skip
+            for shaped in _merge_shapes(config, D) + probed:
+                out = run(args, shaped)
+                assert torch.equal(out.view(torch.int16), plain.view(torch.int16)), (rows, D, shaped)

@@ -32,7 +32,16 @@ class AttentionConfig:
     """``block_n`` tokens a tile, ``num_splits`` programs per (row, KV head), ``num_warps`` per program;
     ``fixup``: the last split to arrive merges in the same launch (else a second launch merges);
     ``prefetch_slots``: a tile's indices and page-table entries are loaded while the one before is computed
-    (the same tokens in the same order: the same bits)."""
+    (the same tokens in the same order: the same bits).
+
+    The second launch's shape (``num_splits > 1`` without ``fixup``; the same arithmetic in the same split
+    order whatever they are, so the same bits): ``merge_group`` splits whose loads it issues together
+    (``None``: ``triton.MERGE_GROUP``; at least ``num_splits``: every split's in one go),
+    ``merge_block_d`` head-dim columns a merge program takes (``None``: all ``D``; grid
+    ``(rows, Hq, D // merge_block_d)``), ``merge_warps``; ``pdl``: the merge is a programmatic dependent
+    launch (SM 9.0+; a plain launch under the interpreter): it starts while the partial kernel runs, loads
+    the gate, then waits for the partials (``griddepcontrol.wait``), so the launch gap between the two
+    kernels is hidden."""
 
     block_n: int
     num_splits: int
@@ -40,12 +49,22 @@ class AttentionConfig:
     num_stages: int = 2
     fixup: bool = False
     prefetch_slots: bool = False
+    merge_group: int | None = None
+    merge_block_d: int | None = None
+    merge_warps: int = 2
+    pdl: bool = False
 
     def __post_init__(self):
         if self.block_n < 16 or self.block_n & (self.block_n - 1):
             raise ValueError(f"block_n must be a power of two >= 16, got {self.block_n}")
         if not 1 <= self.num_splits <= MAX_SPLITS:
             raise ValueError(f"num_splits must be in [1, {MAX_SPLITS}], got {self.num_splits}")
+        if self.merge_group is not None and not 1 <= self.merge_group <= MAX_SPLITS:
+            raise ValueError(f"merge_group must be in [1, {MAX_SPLITS}] or None, got {self.merge_group}")
+        if self.merge_block_d is not None and (
+            self.merge_block_d < 16 or self.merge_block_d & (self.merge_block_d - 1)
+        ):
+            raise ValueError(f"merge_block_d must be a power of two >= 16 or None, got {self.merge_block_d}")
 
 
 def block_m(group: int) -> int:

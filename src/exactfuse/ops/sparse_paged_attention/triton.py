@@ -13,8 +13,9 @@ to ``V``'s compute dtype (``q``'s; fp16 for fp8 ``V``) for the ``P @ V`` dot, ``
 - ``SPLIT``: it stores ``O = acc / l * v_scale`` (fp32) and ``lse2 = m + log2(l)`` (``-inf`` without a
   valid token or when all of them score ``-inf``; ``O`` is then 0, or NaN) into
   ``partial_out [num_splits, rows, Hq, D]`` and ``partial_lse [num_splits, rows, Hq]``; every split
-  writes its slot. The merge kernel, grid ``(rows, Hq)``, weights split ``s`` by
-  ``exp2(lse2_s - max lse2)`` in split order (deterministic), rounds, applies the gate and stores;
+  writes its slot. The merge kernel, grid ``(rows, Hq, column slices)``, weights split ``s`` by
+  ``exp2(lse2_s - max lse2)`` in split order (deterministic), rounds, applies the gate and stores (its
+  launch shape and a programmatic dependent launch are ``AttentionConfig``'s, the bits the same);
   with ``FIXUP`` the last split of each (row, KV head) to arrive does that merge for its heads in the
   same launch (arrival counters, as W4A16's split-K), and there is no second launch.
 
@@ -42,15 +43,25 @@ GATES = {None: 0, "fused": 1, "eager": 2}
 
 
 @triton.jit
-def _gate(attn, g_ptrs, mask, GATE: tl.constexpr):
-    """``attn`` (fp32) rounded to the output dtype, times the gate as ``GATE`` declares, still fp32."""
-    a = attn.to(g_ptrs.dtype.element_ty).to(tl.float32)
+def _load_gate(gate_ptr, row, heads, d, hmask, s_g_row, s_g_head, GATE: tl.constexpr):
+    """The gate of heads ``heads`` (``[M]``), columns ``d`` of row ``row`` as fp32 ``[M, len(d)]`` (0 without
+    one)."""
+    if GATE == 0:
+        return tl.zeros((heads.shape[0], d.shape[0]), tl.float32)
+    g_ptrs = gate_ptr + row * s_g_row + heads[:, None] * s_g_head + d[None, :]
+    return tl.load(g_ptrs, mask=hmask[:, None], other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _gate(attn, g, dtype: tl.constexpr, GATE: tl.constexpr):
+    """``attn`` (fp32) rounded to ``dtype``, times the gate ``g`` (fp32, :func:`_load_gate`) as ``GATE``
+    declares, still fp32."""
+    a = attn.to(dtype).to(tl.float32)
     if GATE == 0:
         return a
-    g = tl.load(g_ptrs, mask=mask, other=0.0).to(tl.float32)
     sig = tl.div_rn(1.0, 1.0 + exact_exp(-g))
     if GATE == 2:
-        sig = sig.to(g_ptrs.dtype.element_ty).to(tl.float32)
+        sig = sig.to(dtype).to(tl.float32)
     return a * sig
 
 
@@ -103,12 +114,16 @@ def sparse_attention_partial_kernel(
     G: tl.constexpr, HQ: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_COUNTS: tl.constexpr, GATE: tl.constexpr, SPLIT: tl.constexpr, FIXUP: tl.constexpr,
     PV_FP16: tl.constexpr, V_PAIRS: tl.constexpr, PREFETCH_SLOTS: tl.constexpr, MERGE_GROUP: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
     """Pointers: q/gate/out ``[rows, Hq, D]``, k/v ``[pages, page_size, Hkv, D]`` (last strides 1),
     idx ``[rows, W]``, counts ``[rows]``, table ``[requests, max_pages]``, req ``[rows]`` (int32);
     part/lse the fp32 partials (``SPLIT``); count ``[rows * Hkv]`` int32 arrival counters, zero on entry
     and left zero (``FIXUP``). ``qk_scale = scale * log2(e) [* k_scale]``, ``out_scale`` =
-    ``v_scale`` (1 for bf16/fp16 caches)."""
+    ``v_scale`` (1 for bf16/fp16 caches). ``PDL``: the merge launch that follows may start now (it waits
+    for this grid's partials before reading them)."""
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
     row = tl.program_id(0)
     g = tl.program_id(1)
     s = tl.program_id(2)
@@ -189,19 +204,20 @@ def sparse_attention_partial_kernel(
             counter = count_ptr + row * tl.num_programs(1) + g
             arrived = tl.atomic_add(counter, 1, sem="acq_rel")
             if arrived == num_splits - 1:
-                o = _merge_splits(part_ptr, lse_ptr, row64, heads, hmask, rows, num_splits, HQ, D, MERGE_GROUP)
+                o = _merge_splits(part_ptr, lse_ptr, row64, heads, hmask, d, rows, num_splits, HQ, D, MERGE_GROUP)
                 tl.atomic_xchg(counter, 0)  # zero for the next launch
-                _store_heads(o, gate_ptr, out_ptr, row64, heads, hmask, s_g_row, s_g_head, s_o_row, s_o_head, GATE)
+                g_val = _load_gate(gate_ptr, row64, heads, d, hmask, s_g_row, s_g_head, GATE)
+                _store_heads(o, g_val, out_ptr, row64, heads, d, hmask, s_o_row, s_o_head, GATE)
     else:
-        _store_heads(o, gate_ptr, out_ptr, row64, heads, hmask, s_g_row, s_g_head, s_o_row, s_o_head, GATE)
+        g_val = _load_gate(gate_ptr, row64, heads, d, hmask, s_g_row, s_g_head, GATE)
+        _store_heads(o, g_val, out_ptr, row64, heads, d, hmask, s_o_row, s_o_head, GATE)
 
 
 @triton.jit
-def _store_heads(o, gate_ptr, out_ptr, row, heads, hmask, s_g_row, s_g_head, s_o_row, s_o_head, GATE: tl.constexpr):
-    """Heads ``heads`` (``[M]``, ``hmask`` in range) of row ``row``: ``o`` (fp32 ``[M, D]``) rounded, gated,
-    stored."""
-    d = tl.arange(0, o.shape[1])
-    y = _gate(o, gate_ptr + row * s_g_row + heads[:, None] * s_g_head + d[None, :], hmask[:, None], GATE)
+def _store_heads(o, g, out_ptr, row, heads, d, hmask, s_o_row, s_o_head, GATE: tl.constexpr):
+    """Heads ``heads`` (``[M]``, ``hmask`` in range), columns ``d`` of row ``row``: ``o`` (fp32) rounded, gated
+    by ``g`` (:func:`_load_gate`), stored."""
+    y = _gate(o, g, out_ptr.dtype.element_ty, GATE)
     tl.store(out_ptr + row * s_o_row + heads[:, None] * s_o_head + d[None, :], y.to(out_ptr.dtype.element_ty),
              mask=hmask[:, None])  # fmt: skip
 
@@ -214,21 +230,21 @@ MAX_SPLITS = tl.constexpr(heuristics.MAX_SPLITS)
 
 @triton.jit
 def _merge_splits(
-    part_ptr, lse_ptr, row, heads, hmask, rows, num_splits, HQ: tl.constexpr, D: tl.constexpr, GROUP: tl.constexpr
+    part_ptr, lse_ptr, row, heads, hmask, d, rows, num_splits, HQ: tl.constexpr, D: tl.constexpr, GROUP: tl.constexpr
 ):
-    """The splits' fp32 partials of heads ``heads`` (``[M]``) of row ``row``, weighted by their base-2 LSE
-    in split order: ``[M, D]`` fp32 (rows past ``hmask`` are 0). Read past L1 (another program of the
-    launch may have written them). The maximum LSE reads every split's in one load; the sums take
-    ``GROUP`` (:data:`MERGE_GROUP`) splits at a time, each group's loads issued together, in split order, and a split
-    past ``num_splits`` changes nothing."""
-    d = tl.arange(0, D)
+    """The splits' fp32 partials of heads ``heads`` (``[M]``), columns ``d`` (of ``D``) of row ``row``,
+    weighted by their base-2 LSE in split order: ``[M, len(d)]`` fp32 (rows past ``hmask`` are 0). Read past
+    L1 (another program of the launch may have written them). The maximum LSE reads every split's in one
+    load; the sums take ``GROUP`` (:data:`MERGE_GROUP`) splits at a time, each group's loads issued together,
+    in split order, and a split past ``num_splits`` changes nothing. A split whose LSE is ``-inf`` has the
+    same ``O`` (0 or NaN) on every column, so a column slice tells the two apart as the whole row does."""
     every = tl.arange(0, MAX_SPLITS)  # all splits' LSE in one load: one L2 round trip for the maximum
     m_all = (every[:, None] < num_splits) & hmask[None, :]
     lse_all = tl.load(lse_ptr + ((every[:, None] * rows + row) * HQ + heads[None, :]), mask=m_all,
                       other=float("-inf"), cache_modifier=".cg")  # fmt: skip
     top = tl.max(lse_all, 0)
     top = tl.where(top == float("-inf"), 0.0, top)
-    acc = tl.zeros((heads.shape[0], D), tl.float32)
+    acc = tl.zeros((heads.shape[0], d.shape[0]), tl.float32)
     total = tl.zeros(heads.shape, tl.float32)
     nan = tl.zeros(heads.shape, tl.int1)  # a split's NaN from the data: the head is NaN
     only_neg_inf = tl.zeros(heads.shape, tl.int1)  # a split had tokens, all scored -inf (its O is NaN)
@@ -253,13 +269,21 @@ def _merge_splits(
 def sparse_attention_merge_kernel(
     part_ptr, lse_ptr, gate_ptr, out_ptr, rows, num_splits, s_g_row, s_g_head, s_o_row, s_o_head,
     HQ: tl.constexpr, D: tl.constexpr, GATE: tl.constexpr, MERGE_GROUP: tl.constexpr,
+    BLOCK_D: tl.constexpr = 0, PDL: tl.constexpr = False,
 ):  # fmt: skip
-    """The second launch of a split without ``FIXUP``: one (row, head), :func:`_merge_splits`."""
+    """The second launch of a split without ``FIXUP``, grid ``(rows, HQ, D // BLOCK_D)``: one (row, head,
+    ``BLOCK_D`` columns; 0: all ``D``), :func:`_merge_splits`. ``PDL``: launched as a programmatic dependent
+    of the partial kernel, it loads the gate, then waits for the partials."""
     row = tl.program_id(0).to(tl.int64)
     heads = tl.program_id(1) + tl.arange(0, 1)
     hmask = heads < HQ
-    o = _merge_splits(part_ptr, lse_ptr, row, heads, hmask, rows, num_splits, HQ, D, MERGE_GROUP)
-    _store_heads(o, gate_ptr, out_ptr, row, heads, hmask, s_g_row, s_g_head, s_o_row, s_o_head, GATE)
+    BD: tl.constexpr = D if BLOCK_D == 0 else BLOCK_D
+    d = tl.program_id(2) * BD + tl.arange(0, BD)
+    g_val = _load_gate(gate_ptr, row, heads, d, hmask, s_g_row, s_g_head, GATE)
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+    o = _merge_splits(part_ptr, lse_ptr, row, heads, hmask, d, rows, num_splits, HQ, D, MERGE_GROUP)
+    _store_heads(o, g_val, out_ptr, row, heads, d, hmask, s_o_row, s_o_head, GATE)
 
 
 def _even(t: torch.Tensor) -> bool:
@@ -297,6 +321,8 @@ def launch_sparse_paged_attention(
     out_scale = v_scale if fp8 else 1.0
     splits = config.num_splits
     fixup = splits > 1 and config.fixup
+    merge_launch = splits > 1 and not fixup
+    pdl = merge_launch and config.pdl and q.is_cuda  # the interpreter has no grid dependency control
     if splits > 1:
         part = empty((splits, rows, Hq, D), torch.float32, q.device)
         lse = empty((splits, rows, Hq), torch.float32, q.device)
@@ -317,13 +343,19 @@ def launch_sparse_paged_attention(
         G=G, HQ=Hq, D=D, BLOCK_M=heuristics.block_m(G), BLOCK_N=config.block_n,
         HAS_COUNTS=counts is not None, GATE=0 if splits > 1 and not fixup else gate_code,
         SPLIT=splits > 1, FIXUP=fixup, PV_FP16=fp8, V_PAIRS=fp8 and _even(v_cache),
-        PREFETCH_SLOTS=config.prefetch_slots, MERGE_GROUP=MERGE_GROUP,
+        PREFETCH_SLOTS=config.prefetch_slots, MERGE_GROUP=MERGE_GROUP, PDL=pdl,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
-    if splits > 1 and not fixup:
-        torch.library.wrap_triton(sparse_attention_merge_kernel)[(rows, Hq)](
+    if merge_launch:
+        group = MERGE_GROUP if config.merge_group is None else config.merge_group
+        block_d = min(D, config.merge_block_d or D)
+        # the column split and PDL only when asked: the kernel's defaults are the plain merge (and
+        # probe attention_read_floor swaps in an empty kernel of that signature)
+        shape = {"BLOCK_D": block_d} if block_d < D else {}
+        launch = {"PDL": True, "launch_pdl": True} if pdl else {}
+        torch.library.wrap_triton(sparse_attention_merge_kernel)[(rows, Hq, D // block_d)](
             part, lse, gate, out, rows, splits, gate.stride(0), gate.stride(1), out.stride(0), out.stride(1),
-            HQ=Hq, D=D, GATE=gate_code, MERGE_GROUP=MERGE_GROUP, num_warps=2,
+            HQ=Hq, D=D, GATE=gate_code, MERGE_GROUP=group, num_warps=config.merge_warps, **shape, **launch,
         )  # fmt: skip
 
 
