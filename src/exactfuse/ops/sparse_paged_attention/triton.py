@@ -36,7 +36,7 @@ from exactfuse.ops.sparse_paged_attention import heuristics
 from exactfuse.ops.sparse_paged_attention.heuristics import AttentionConfig
 from exactfuse.ops.sparse_paged_attention.native import FP8_DTYPES
 from exactfuse.ops.splitk import arrival_counters
-from exactfuse.utils import empty, num_sms
+from exactfuse.utils import compute_capability, empty, num_sms
 
 LOG2E = 1.4426950408889634
 GATES = {None: 0, "fused": 1, "eager": 2}
@@ -322,7 +322,8 @@ def launch_sparse_paged_attention(
     splits = config.num_splits
     fixup = splits > 1 and config.fixup
     merge_launch = splits > 1 and not fixup
-    pdl = merge_launch and config.pdl and q.is_cuda  # the interpreter has no grid dependency control
+    # grid dependency control: SM 9.0+ (the interpreter has none)
+    pdl = merge_launch and config.pdl and q.is_cuda and compute_capability(q.device) >= (9, 0)
     if splits > 1:
         part = empty((splits, rows, Hq, D), torch.float32, q.device)
         lse = empty((splits, rows, Hq), torch.float32, q.device)
