@@ -48,7 +48,7 @@ def _aoti_control_loads(proc: subprocess.Popen) -> tuple[bool, str]:
 
 @pytest.mark.gpu
 def test_gpu_aot_inductor_keeps_the_projection_and_the_kernel(tmp_path):
-    """torch.export + AOTInductor with a dynamic token dimension (seed 001): the package holds the
+    """torch.export + AOTInductor with a dynamic token dimension: the package holds the
     projections and exactfuse's kernel; loaded (where this torch can load packages), it runs at two T."""
     control = _start_aoti_control()
     try:

@@ -297,7 +297,7 @@ GPU_DTYPES = pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], i
 @pytest.mark.gpu
 @GPU_DTYPES
 def test_gpu_contract_matrix(dtype):
-    """seed 004's cases (D 256, W 2051, pages 784-1600, fp8 with k_scale 0.5 / v_scale 2), D 64/128, edges."""
+    """Serving-shaped cases (D 256, W 2051, pages 784-1600, fp8 with k_scale 0.5 / v_scale 2), D 64/128, edges."""
     assert op.select(*case_args(device=CUDA, dtype=dtype)).name == "triton"
     assert_contract_matrix(op, "cuda", dtype)
 

@@ -219,7 +219,7 @@ class Float64Relative(Contract):
     NaN or Inf where the reference is finite fails; where the reference is NaN
     or infinite (special inputs) the output must hold the same value, and the
     norms are taken over the finite positions; an all-zero reference is judged
-    by absolute error instead. For GEMM and attention (DESIGN.md).
+    by absolute error instead. For GEMM and attention (docs/contracts.md).
     """
 
     def __init__(self, reference, factor: float = 2.0, floor: float = 1e-6):

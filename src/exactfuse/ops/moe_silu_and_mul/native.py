@@ -11,7 +11,7 @@ The whole computation is fp32 with one rounding, at the end, to ``out_dtype``
 then ``* w[m]`` per row when ``row_weights`` is given. Unlike ``silu_and_mul``
 (which rounds ``silu(g)`` to the activation dtype as eager ``F.silu(g) * u``
 does), nothing is rounded in between: this is the order the MoE kernels it
-replaces compute in (seed 003).
+replaces compute in.
 
 ``torch.sigmoid`` on CUDA evaluates ``1 / (1 + expf(-g))`` in fp32 with an IEEE
 division (ATen ``sigmoid_kernel_cuda``); the Triton kernel writes the same

@@ -1,4 +1,4 @@
-"""Declarations of ``short_conv`` (PLE, seed 004), ``causal_conv1d`` and ``causal_conv1d_update`` (Mamba).
+"""Declarations of ``short_conv`` (PLE), ``causal_conv1d`` and ``causal_conv1d_update`` (Mamba).
 
 Spec in ``native.py``, argument checks in ``checks.py``, kernels and launchers in ``triton.py``, the
 launch rule in ``heuristics.py``; inputs, warmup, benchmark grids and cost in ``inputs.py``.

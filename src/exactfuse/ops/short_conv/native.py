@@ -2,7 +2,7 @@
 
 One function, :func:`conv_reference`, defines all three: a causal depthwise conv of kernel width ``K``
 and dilation ``D`` over packed variable-length requests, reading a per-request state window and writing
-it back (``specs/ple_qsa_semantics.md`` §1). It is plain PyTorch with static shapes (gathers, no host
+it back (docs/short_conv.md). It is plain PyTorch with static shapes (gathers, no host
 reads of index values), so it also runs under fake tensors, ``torch.compile`` and CUDA graphs.
 
 Rows. ``x [N, C]`` holds physical rows; the op works on ``L`` logical rows (``L = len(token_indices)``

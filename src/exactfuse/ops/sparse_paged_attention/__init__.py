@@ -1,5 +1,5 @@
 """Declaration of ``sparse_paged_attention``: top-k sparse paged GQA attention with a sigmoid output gate
-(seed 004's QSA).
+(docs/sparse_attention.md).
 
 Spec in ``native.py``, kernels and launcher in ``triton.py``, the launch rule in ``heuristics.py``;
 inputs, warmup, benchmark grids and cost in ``inputs.py``; baselines in ``peers.py``. The op is *opaque*
@@ -17,7 +17,7 @@ from exactfuse.registry import KeywordOp, op, platform
 from exactfuse.registry.contracts import Float64Relative
 from exactfuse.utils import compute_capability, empty
 
-# By DESIGN's float64 rule: relative Frobenius error against the float64 reference at most twice the
+# By the float64 rule (docs/contracts.md): relative Frobenius error against the float64 reference at most twice the
 # native path's own (native: fp32 scores and softmax, one rounding; the kernel also rounds P to the
 # V dtype for the P @ V dot and sums splits through their LSE). fp8 caches: against the dequantized
 # float64 reference, the same rule. The gate stage is bit for bit the declared formula on the op's own

@@ -57,7 +57,7 @@ def attention_case(
     scale: float | None = None,
     distinct: bool = False,
 ) -> Case:
-    """One call in the shape of a serving batch (seed 004's test layout, ``../shared/specs`` §3.2).
+    """One call in the shape of a serving batch (serving-shaped selections: docs/sparse_attention.md, Tests).
 
     ``reqs`` requests (default ``max(2, rows // 64)``) own ``pages_per_req`` pages each, every
     ``short_every``-th request only its rows + 8 tokens, the last none with ``empty_last``; pages are a
@@ -135,7 +135,7 @@ def _id(rows, Hq, Hkv, D, page, W, kv_dtype, extra="") -> str:
     return f"R{rows}-H{Hq}x{Hkv}-D{D}-P{page}-W{W}{kv}{extra}"
 
 
-# (rows, Hq, Hkv, page): seed 004's cases; W = 2048 + 3, D = 256 there.
+# (rows, Hq, Hkv, page): serving-shaped cases; W = 2048 + 3, D = 256 there.
 UPSTREAM = ((1, 24, 2, 1600), (16, 12, 1, 1600), (32, 6, 1, 800), (128, 24, 2, 1568), (257, 6, 1, 800),
             (513, 6, 1, 784), (700, 6, 1, 800), (1024, 24, 2, 1600), (2048, 24, 2, 1600))  # fmt: skip
 UPSTREAM_FP8 = (1, 128, 2048)

@@ -1,7 +1,7 @@
 """Spec of ``sparse_paged_attention``: top-k sparse paged GQA attention with a sigmoid output gate.
 
 One query row attends to the tokens its ``logical_indices`` row names, read from a paged KV cache
-(seed 004, ``../shared/specs/ple_qsa_semantics.md`` §2):
+(docs/sparse_attention.md):
 
 - entry ``col < counts[row]`` (all ``W`` entries without ``counts``) of ``logical_indices[row]`` is a
   logical position ``p`` in request ``req = token_to_req[row]``, ``-1`` (or any negative) = no token;

@@ -4,7 +4,7 @@ Spec in ``native.py``, formats in ``packing.py``, kernels in ``triton.py`` (the 
 (M <= 2), ``splitk.py`` and ``dequant.py`` (the dense path), the launch rule in ``heuristics.py``;
 inputs, warmup, grids and cost in ``inputs.py``; baselines in ``peers.py``. The op is *opaque* to torch.compile
 (``custom_op`` + fake): its tile and split-K choice depends on the runtime M, and
-a traced launcher would freeze a prefill configuration into decode (seed 002).
+a traced launcher would freeze a prefill configuration into decode.
 """
 
 from __future__ import annotations
@@ -50,9 +50,9 @@ w4a16_gemm.provider(
     supports_args=_triton.triton_supports,
     kernels=[_triton.w4a16_gemm_kernel, _triton.w4a16_splitk_reduce_kernel],
 )(_triton.w4a16_gemm_triton)
-# Backward with respect to the activations and bias (the quantized weight is frozen, as in QLoRA):
-# eager autograd of the spec (registry/autograd.py), which recomputes the dequantized matmul.
-w4a16_gemm.differentiable("a", "bias")
+# Backward with respect to the activations and bias (the quantized weight is frozen, as in QLoRA): the
+# gradients eager autograd computes for the spec, written out (native.py).
+w4a16_gemm.differentiable("a", "bias", backward=native.w4a16_gemm_backward)
 
 
 from exactfuse.ops.w4a16 import peers  # noqa: E402, F401
