@@ -32,16 +32,33 @@ def test_every_op_is_classified():
         assert OPS[name].grad_inputs == ()
 
 
-def _grad_case(name: str, device: str = "cpu", dtype: torch.dtype | None = None):
-    """The op's first quick case whose differentiable tensors are all present and non-empty."""
+def _grad_cases(name: str, device: str = "cpu", dtype: torch.dtype | None = None, limit: int = 12):
+    """Up to ``limit`` of the op's quick cases (specials included) as ``(case id, bound arguments, the
+    differentiable tensors present)``; optional ones (``row_weights``, ``bias``) may be absent."""
     o = OPS[name]
     dtype = dtype or (torch.float32 if torch.float32 in o.dtypes else torch.float16)
+    found = []
     for case in o.cases(device, dtype, quick=True, seed=1):
         bound = o.signature.bind(*case.args, **case.kwargs)
         wanted = [n for n in o.grad_inputs if isinstance(bound.arguments.get(n), torch.Tensor)]
-        if len(wanted) == len(o.grad_inputs) and all(bound.arguments[n].numel() for n in wanted):
+        if wanted and all(bound.arguments[n].numel() for n in wanted):
+            found.append((case.id, bound, wanted))
+    assert found, f"{name}: no quick case has a differentiable input"
+    return found[:limit]
+
+
+def _grad_case(name: str):
+    """The first quick case that has every differentiable input."""
+    o = OPS[name]
+    for _, bound, wanted in _grad_cases(name, limit=1 << 10):
+        if len(wanted) == len(o.grad_inputs):
             return o, bound, wanted
     pytest.fail(f"{name}: no quick case has every differentiable input")
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal values (any NaN matching any NaN)."""
+    return torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num())
 
 
 def _leaves(bound, names) -> dict:
@@ -63,19 +80,20 @@ GRAD_RUNS = [
 def test_gradients_are_eager_autograd_of_the_native_spec(name, device, dtype):
     if dtype is not None and dtype not in OPS[name].dtypes:
         pytest.skip(f"{name} takes no {dtype}")
-    o, bound, wanted = _grad_case(name, device, dtype)
-    providers = ["triton"] if "triton" in o.providers and triton_available() else ["native"]
-    ours, ref = _leaves(bound, wanted), _leaves(bound, wanted)
-    with o.priority(providers):
-        out = o(**ours)
-    assert out.requires_grad, f"{name}: output dropped the graph"
-    expected = o.native(**ref)
-    assert out.shape == expected.shape and out.dtype == expected.dtype
-    grad = torch.randn_like(expected)
-    got = torch.autograd.grad(out, [ours[n] for n in wanted], grad)
-    want = torch.autograd.grad(expected, [ref[n] for n in wanted], grad)
-    for n, g, w in zip(wanted, got, want, strict=True):
-        assert torch.equal(g, w), f"{name}: gradient of {n} differs from eager autograd of the spec"
+    o = OPS[name]
+    providers = ["triton", "native"] if "triton" in o.providers and triton_available() else ["native"]
+    for case_id, bound, wanted in _grad_cases(name, device, dtype):
+        ours, ref = _leaves(bound, wanted), _leaves(bound, wanted)
+        with o.priority(providers):
+            out = o(**ours)
+        assert out.requires_grad, f"{name} {case_id}: output dropped the graph"
+        expected = o.native(**ref)
+        assert out.shape == expected.shape and out.dtype == expected.dtype
+        grad = torch.randn_like(expected)
+        got = torch.autograd.grad(out, [ours[n] for n in wanted], grad)
+        want = torch.autograd.grad(expected, [ref[n] for n in wanted], grad)
+        for n, g, w in zip(wanted, got, want, strict=True):
+            assert _same(g, w), f"{name} {case_id}: gradient of {n} differs from eager autograd of the spec"
 
 
 def test_issue_snippet_output_requires_grad():
@@ -193,3 +211,18 @@ def test_gpu_compiled_and_exported_calls_keep_the_gradient(dtype):
     assert out.requires_grad
     (g,) = torch.autograd.grad(out.float().square().sum(), x)
     torch.testing.assert_close(g, ref)
+
+
+def test_w4a16_gradient_of_a_column_major_activation():
+    """``mm``'s backward forms the transposed product for a column-major ``a``; so does the written one."""
+    o, bound, _ = _grad_case("w4a16_gemm")
+    a = bound.arguments["a"].detach()
+    col = torch.cat([a] * 3).t().contiguous().t()  # M >= 3 rows, strides (1, M)
+    assert col.stride(0) == 1 and col.stride(1) == col.shape[0]
+    ours = dict(bound.arguments, a=col.clone().requires_grad_(True), perm=None)
+    ref = dict(bound.arguments, a=col.t().contiguous().t().requires_grad_(True), perm=None)
+    out, expected = o(**ours), o.native(**ref)
+    grad = torch.randn_like(expected)
+    (got,) = torch.autograd.grad(out, ours["a"], grad)
+    (want,) = torch.autograd.grad(expected, ref["a"], grad)
+    assert _same(got, want)

@@ -6,9 +6,10 @@ grad mode (``Op.__call__``): a call whose tensors require grad goes through ``to
 whose autograd formula is registered with ``torch.library.register_autograd`` (so eager, compile and
 export see the same backward), or raises :class:`InferenceOnlyError` naming the op and the argument.
 
-A backward is a function of the saved inputs and the output's gradient. Without one of its own, an
-op's backward is the vector-Jacobian product of its native spec, recomputed from the saved inputs:
-eager autograd's own gradient of the spec, at the cost of a second forward.
+A backward is a function of the output's gradient and the saved inputs (a spec's ``*_backward`` beside
+its native function: the gradients eager autograd computes, written out). Without one, an op's backward
+is the vector-Jacobian product of its native spec, recomputed from the saved inputs: eager autograd's
+own gradient of the spec, at the cost of a second forward.
 Nothing here knows any particular op.
 """
 
@@ -93,7 +94,9 @@ def register(op: Op, backward: Callable | None) -> None:
         inputs = list(ctx.inputs)
         for i, t in zip(ctx.tensor_positions, ctx.saved_tensors, strict=True):
             inputs[i] = t
-        wanted = [i for i in positions if ctx.needs_input_grad[i]]
+        # needs_input_grad covers the arguments the dispatcher passed: trailing defaults are dropped
+        needs = ctx.needs_input_grad
+        wanted = [i for i in positions if i < len(needs) and needs[i]]
         if backward is None:
             computed = native_vjp(op.native, inputs, wanted, grads)
         else:
@@ -123,5 +126,5 @@ def describe(op: Op) -> str:
     """One line for ``exactfuse list`` and docs: what the op's backward is."""
     if not op.grad_inputs:
         return "inference-only"
-    how = "native VJP" if op.backward_fn is None else "backward op"
+    how = "VJP of the spec" if op.backward_fn is None else "backward formula"
     return f"{how} wrt {', '.join(op.grad_inputs)}"

@@ -80,10 +80,11 @@ for _op, _fn, _supports in (
 ):
     _op.provider("triton", supported=platform.triton_available, supports_args=_supports,
                  kernels=[_triton.act_and_mul_kernel])(_fn)  # fmt: skip
-# Backward: eager autograd of the spec (registry/autograd.py), bitwise its gradient in eager mode.
-silu_and_mul.differentiable("x")
-gelu_and_mul.differentiable("x")
-silu_mul.differentiable("gate", "up")
-gelu_mul.differentiable("gate", "up")
+# Backward: the gradients eager autograd computes for the spec, written out (native.py), bitwise its
+# gradient in eager mode.
+silu_and_mul.differentiable("x", backward=native.silu_and_mul_backward)
+gelu_and_mul.differentiable("x", backward=native.gelu_and_mul_backward)
+silu_mul.differentiable("gate", "up", backward=native.silu_mul_backward)
+gelu_mul.differentiable("gate", "up", backward=native.gelu_mul_backward)
 
 from exactfuse.ops.act_and_mul import inputs, peers  # noqa: E402, F401  (inputs, grids, warmup, cost; peers)

@@ -93,3 +93,42 @@ def gelu_mul(gate: torch.Tensor, up: torch.Tensor, approximate: str = "none") ->
     ``approximate`` is ``"none"`` (erf form) or ``"tanh"``.
     """
     return F.gelu(gate, approximate=approximate) * up
+
+
+# Backward specs: the gradients eager autograd computes for the functions above, op by op in its order
+# (``mul``'s backward multiplies by the other factor; ``silu_backward`` / ``gelu_backward`` are the ATen
+# kernels autograd calls), without recomputing the forward product.
+
+
+def _gate_up_grads(grad, gate, up, activation, activation_backward):
+    return activation_backward(grad * up, gate), grad * activation(gate)
+
+
+def silu_and_mul_backward(grad: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor]:
+    """``d silu_and_mul / d x``: ``(dx [..., 2d],)`` for the output's gradient ``grad [..., d]``."""
+    d = x.shape[-1] // 2
+    return (torch.cat(silu_mul_backward(grad, x[..., :d], x[..., d:]), dim=-1),)
+
+
+def gelu_and_mul_backward(grad: torch.Tensor, x: torch.Tensor, approximate: str = "none") -> tuple[torch.Tensor]:
+    """``d gelu_and_mul / d x``: ``(dx [..., 2d],)`` for the output's gradient ``grad [..., d]``."""
+    d = x.shape[-1] // 2
+    return (torch.cat(gelu_mul_backward(grad, x[..., :d], x[..., d:], approximate), dim=-1),)
+
+
+def silu_mul_backward(grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(d gate, d up)`` of ``silu(gate) * up`` for the output's gradient ``grad``."""
+    return _gate_up_grads(grad, gate, up, F.silu, torch.ops.aten.silu_backward)
+
+
+def gelu_mul_backward(
+    grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, approximate: str = "none"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(d gate, d up)`` of ``gelu(gate, approximate) * up`` for the output's gradient ``grad``."""
+    return _gate_up_grads(
+        grad,
+        gate,
+        up,
+        lambda g: F.gelu(g, approximate=approximate),
+        lambda dy, g: torch.ops.aten.gelu_backward(dy, g, approximate=approximate),
+    )

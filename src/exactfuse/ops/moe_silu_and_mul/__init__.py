@@ -52,8 +52,8 @@ moe_silu_and_mul.provider(
     supports_args=triton_supports,
     kernels=[_triton.moe_silu_and_mul_kernel],
 )(_triton.moe_silu_and_mul_triton)
-# Backward: eager autograd of the spec (registry/autograd.py).
-moe_silu_and_mul.differentiable("gateup", "row_weights")
+# Backward: the gradients eager autograd computes for the spec, written out (native.py).
+moe_silu_and_mul.differentiable("gateup", "row_weights", backward=native.moe_silu_and_mul_backward)
 
 
 from exactfuse.ops.moe_silu_and_mul import inputs  # noqa: E402, F401  (inputs, grids, warmup, cost)

@@ -86,3 +86,29 @@ def moe_silu_and_mul(
     if row_weights is not None:
         y = y * row_weights.float()[:, None]
     return y.to(out_dtype or gateup.dtype).contiguous()
+
+
+def moe_silu_and_mul_backward(
+    grad: torch.Tensor,
+    gateup: torch.Tensor,
+    row_weights: torch.Tensor | None = None,
+    interleaved: bool = False,
+    out_dtype: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(d gateup, d row_weights)`` of :func:`moe_silu_and_mul` for the output's gradient ``grad [M, N]``:
+    the gradients eager autograd computes for it, in fp32, each cast back to its input's dtype."""
+    x = gateup.float()
+    N = x.shape[1] // 2
+    gate, up = (x[:, 0::2], x[:, 1::2]) if interleaved else (x[:, :N], x[:, N:])
+    s = torch.sigmoid(gate)
+    a = gate * s
+    dy = grad.float()
+    d_weights = None
+    if row_weights is not None:
+        d_weights = (dy * (a * up)).sum(1, keepdim=True).squeeze(1).to(row_weights.dtype)
+        dy = dy * row_weights.float()[:, None]
+    da = dy * up
+    d_gate = da * s + torch.ops.aten.sigmoid_backward(da * gate, s)
+    d_up = dy * a
+    d_x = torch.stack((d_gate, d_up), dim=2).flatten(1) if interleaved else torch.cat((d_gate, d_up), dim=1)
+    return d_x.to(gateup.dtype), d_weights

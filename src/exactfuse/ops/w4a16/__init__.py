@@ -50,9 +50,9 @@ w4a16_gemm.provider(
     supports_args=_triton.triton_supports,
     kernels=[_triton.w4a16_gemm_kernel, _triton.w4a16_splitk_reduce_kernel],
 )(_triton.w4a16_gemm_triton)
-# Backward with respect to the activations and bias (the quantized weight is frozen, as in QLoRA):
-# eager autograd of the spec (registry/autograd.py), which recomputes the dequantized matmul.
-w4a16_gemm.differentiable("a", "bias")
+# Backward with respect to the activations and bias (the quantized weight is frozen, as in QLoRA): the
+# gradients eager autograd computes for the spec, written out (native.py).
+w4a16_gemm.differentiable("a", "bias", backward=native.w4a16_gemm_backward)
 
 
 from exactfuse.ops.w4a16 import peers  # noqa: E402, F401

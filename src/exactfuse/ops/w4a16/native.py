@@ -207,3 +207,27 @@ def w4a16_gemm_fake(
 ) -> torch.Tensor:
     """Output metadata only: ``[M, N]`` in ``a.dtype`` on ``a.device``."""
     return a.new_empty((a.shape[0], qweight.shape[1]))
+
+
+def w4a16_gemm_backward(
+    grad: torch.Tensor,
+    a: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor | None = None,
+    perm: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    group_size: int = 128,
+    deterministic: bool = True,
+    group_index: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(d a, d bias)`` of :func:`w4a16_gemm` for the output's gradient ``grad [M, N]`` (the quantized weight
+    is frozen): the gradients eager autograd computes, ``grad @ W^T`` as ``mm``'s backward forms it (the
+    transposed product for a column-major ``a``), scattered back through ``perm``, and ``grad`` summed
+    over rows for the bias."""
+    w = dequantize(qweight, scales, zeros, group_size, a.dtype, group_index)
+    column_major = perm is None and a.stride(0) == 1 and a.stride(1) == a.shape[0]
+    d_a = w.mm(grad.t()).t() if column_major else grad.mm(w.t())
+    if perm is not None:
+        d_a = torch.zeros_like(d_a).index_add_(1, perm.to(torch.int64), d_a)
+    return d_a, None if bias is None else grad.sum(0)
