@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from exactfuse.cli import main
+from exactfuse_cli import main
 
 
 @pytest.mark.parametrize("command", ["verify", "list"])

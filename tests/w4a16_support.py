@@ -1,6 +1,10 @@
-"""Helpers shared by the w4a16 test files: dtype and group-size ids, a GPTQ checkpoint, the identity check."""
+"""Helpers shared by the w4a16 test files: dtype and group-size ids, a GPTQ checkpoint, the identity check, the
+configurations launches run."""
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 import torch
 
@@ -40,3 +44,21 @@ def identity_check(device, dtype, K, N, group_size, sym, act, rows, config=None)
     with exactfuse.poison_outputs():
         out = w4_triton.launch_w4a16_gemm(eye, qweight, scales, zeros, perm, None, g, config=config)
     assert torch.equal(out, expected[rows]), (config, (out - expected[rows]).abs().max())
+
+
+@contextlib.contextmanager
+def record_configs() -> Iterator[list]:
+    """Within it, the :class:`TileConfig` of every W4A16 launch (eager, compiled, or through a layer) is
+    appended to the yielded list, as the launcher's selection function ``launch_config`` returns it.
+    CUDA-graph replays launch no Python and record nothing."""
+    seen, select = [], w4_triton.launch_config
+
+    def recording(*args, **kwargs):
+        seen.append(select(*args, **kwargs))
+        return seen[-1]
+
+    w4_triton.launch_config = recording
+    try:
+        yield seen
+    finally:
+        w4_triton.launch_config = select

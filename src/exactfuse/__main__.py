@@ -1,5 +1,5 @@
 import sys
 
-from exactfuse.cli import main
+from exactfuse_cli import main
 
 sys.exit(main())

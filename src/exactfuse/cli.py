@@ -1,5 +1,6 @@
 """The commands of ``exactfuse`` (info, list, verify, warmup, bench), run on arguments that
 ``exactfuse_cli`` parsed; without a CUDA GPU it has turned the Triton interpreter on before this import.
+Imports go one way: ``exactfuse_cli`` (the entry point) -> this module -> ``exactfuse.bench.cli``.
 """
 
 from __future__ import annotations
@@ -327,14 +328,3 @@ def run(args) -> int:
     except UnknownOpError as err:
         console.print(f"[red]{err}[/]")
         return 2
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``exactfuse ARGS`` in this process (``exactfuse_cli.main``)."""
-    from exactfuse_cli import main as cli_main
-
-    return cli_main(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -8,7 +8,8 @@ from collections.abc import Iterable, Sequence
 import torch
 
 from exactfuse.registry import platform
-from exactfuse.registry.op import OPS, Op, direct_triton_launches, get
+from exactfuse.registry.library import direct_triton_launches
+from exactfuse.registry.op import OPS, Op, get
 
 log = logging.getLogger(__name__)
 

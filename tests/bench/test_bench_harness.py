@@ -10,6 +10,7 @@ import pytest
 import torch
 from rich.console import Console
 
+import exactfuse_cli
 from bench_fakes import BUILT, CALLS, FAKE_KERNEL, ROOF, SEEN_PTRS, SHAPES, bench_config, fake_timer, rows_by_case
 from exactfuse.bench import cli as bench_cli
 from exactfuse.bench import gate, resources
@@ -175,7 +176,7 @@ def test_bit_identical_rules():
 # -------------------------------------------------------------------- CLI
 def _parse(argv):
     parser = argparse.ArgumentParser()
-    bench_cli.add_arguments(parser)
+    exactfuse_cli.add_bench_arguments(parser)
     return parser.parse_args(argv)
 
 

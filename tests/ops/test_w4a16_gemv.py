@@ -8,9 +8,9 @@ import torch
 import exactfuse
 from exactfuse.ops.w4a16 import CONTRACT, make_case, native
 from exactfuse.ops.w4a16 import triton as w4_triton
-from exactfuse.ops.w4a16.heuristics import bucket_config, record_configs, with_split
+from exactfuse.ops.w4a16.heuristics import bucket_config, with_split
 from exactfuse.testing import make_generator
-from w4a16_support import SHORT, gid, identity_check
+from w4a16_support import SHORT, gid, identity_check, record_configs
 
 
 @pytest.mark.interpreter

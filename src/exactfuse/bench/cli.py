@@ -1,4 +1,4 @@
-"""``exactfuse bench``: arguments and the run (called by ``exactfuse.cli``).
+"""``exactfuse bench``: the run on arguments ``exactfuse_cli`` parsed (called by ``exactfuse.cli``).
 
 Exit codes: 0 every exactfuse provider passed its gate, 1 one failed its
 contract or raised, 2 usage error or no CUDA GPU, 130 interrupted (SIGINT or
@@ -26,7 +26,6 @@ from exactfuse.bench.runner import COMPILED, NATIVE, BenchConfig, BenchInterrupt
 from exactfuse.bench.timing import Timer, cudagraph_timer, l2_cache_bytes, recompile_limits
 from exactfuse.registry import OPS, Op
 from exactfuse.utils import DTYPES_BY_NAME
-from exactfuse_cli import add_bench_arguments as add_arguments
 
 DTYPES = DTYPES_BY_NAME
 
@@ -257,17 +256,3 @@ def run(args: argparse.Namespace, console: Console) -> int:
         console.print(f"[red]{len(failures)} exactfuse provider row(s) failed their gate or raised[/]")
         return 1
     return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m exactfuse.bench.cli``: the same as ``exactfuse bench``."""
-    parser = argparse.ArgumentParser(
-        prog="exactfuse bench",
-        description="Time every provider of the declared ops against native, torch.compile and peers.",
-    )
-    add_arguments(parser)
-    return run(parser.parse_args(argv), Console())
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

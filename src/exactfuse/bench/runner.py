@@ -20,7 +20,7 @@ from exactfuse.bench.results import Row, case_key
 from exactfuse.bench.roofline import Roofline
 from exactfuse.bench.timing import MAX_BUFFERS, Timer, rotation_count
 from exactfuse.registry import Case, Contract, LazyCase, Op, Tolerance
-from exactfuse.registry.op import direct_triton_launches
+from exactfuse.registry.library import direct_triton_launches
 from exactfuse.utils import DTYPE_NAMES
 
 NATIVE, COMPILED = "native", "native-compiled"

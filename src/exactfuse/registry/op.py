@@ -20,6 +20,7 @@ import torch
 from exactfuse.registry import autograd, platform
 from exactfuse.registry.case import Case
 from exactfuse.registry.contracts import Contract, contract_for
+from exactfuse.registry.library import _WRAP_TRITON, _WRAP_TRITON_DEFAULT, direct_triton_launches, register_torch_op
 
 DEFAULT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -75,34 +76,6 @@ def _signature_of(fn: Callable) -> inspect.Signature:
     params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in sig.parameters.values()]
     ret = hints.get("return", sig.return_annotation)
     return sig.replace(parameters=params, return_annotation=None if ret is type(None) else ret)
-
-
-try:  # torch >= 2.6; private, so guarded: the thread-local flag torch's set_wrap_triton_enabled toggles
-    from torch._library.triton import wrap_triton_enabled as _WRAP_TRITON
-    from torch._library.triton import wrap_triton_enabled_default as _WRAP_TRITON_DEFAULT
-except ImportError:  # pragma: no cover - older torch: every launch goes through wrap_triton's dispatch
-    _WRAP_TRITON = None
-
-
-class direct_triton_launches:  # noqa: N801 - used as a context manager, like a function
-    """Within it, kernels launched through ``torch.library.wrap_triton`` launch directly instead of through
-    its higher-order op: the shortcut ``torch.library.triton_op`` takes itself when it runs on plain
-    tensors. Only for calls on plain tensors outside any trace (a trace needs the higher-order op).
-
-    It sets the flag that ``torch._library.triton.set_wrap_triton_enabled`` sets, without that
-    generator-based context manager: 1.0 against 3.3 µs per call (timeit, on this project's 2-core CPU machine).
-    """
-
-    __slots__ = ("previous",)
-
-    def __enter__(self) -> None:
-        if _WRAP_TRITON is not None:
-            self.previous = getattr(_WRAP_TRITON, "value", _WRAP_TRITON_DEFAULT)
-            _WRAP_TRITON.value = False
-
-    def __exit__(self, *exc) -> None:
-        if _WRAP_TRITON is not None:
-            _WRAP_TRITON.value = self.previous
 
 
 # Argument types that are never tensor subclasses: _has_tensor_subclass skips them with one set lookup.
@@ -176,9 +149,6 @@ class Op:
         self.grad_inputs: tuple[str, ...] = ()  # inference-only until `differentiable`
         self.backward_fn: Callable | None = None
         self.__doc__ = native.__doc__
-
-        from exactfuse.registry.library import register_torch_op
-
         self.torch_op = register_torch_op(self)
         autograd.register(self, None)
 

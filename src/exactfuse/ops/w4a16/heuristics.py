@@ -16,10 +16,8 @@ read back) under half the packed weight bytes (``K * N / 2``): ``split <= K / (3
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from exactfuse.utils import next_power_of_2
@@ -210,22 +208,3 @@ def with_split(config: TileConfig, K: int, split_k: int) -> TileConfig:
     k_tiles = _cdiv(K, config.BK)
     iters = _cdiv(k_tiles, max(1, min(split_k, k_tiles)))
     return dataclasses.replace(config, split_k=_cdiv(k_tiles, iters), k_per_split=iters * config.BK)
-
-
-# Lists that record_configs() hands out; launch_w4a16_gemm appends each launch's TileConfig to every one.
-RECORDERS: list[list[TileConfig]] = []
-
-
-@contextlib.contextmanager
-def record_configs() -> Iterator[list[TileConfig]]:
-    """Within it, every W4A16 launch appends its :class:`TileConfig` to the yielded list.
-
-    For tests that check which configuration a call (eager, compiled, or through a layer) ran. Outside it
-    the launch path pays one empty-list test. CUDA-graph replays launch no Python and record nothing.
-    """
-    seen: list[TileConfig] = []
-    RECORDERS.append(seen)
-    try:
-        yield seen
-    finally:
-        RECORDERS.remove(seen)

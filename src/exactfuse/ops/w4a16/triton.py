@@ -34,7 +34,7 @@ from exactfuse.ops.splitk import arrival_counters
 from exactfuse.ops.w4a16 import staged
 from exactfuse.ops.w4a16.dequant import dense_gemm, dequant_kn_tile
 from exactfuse.ops.w4a16.gemv import w4a16_gemv_kernel
-from exactfuse.ops.w4a16.heuristics import RECORDERS, TileConfig, dense_config, fused_config, select_config
+from exactfuse.ops.w4a16.heuristics import TileConfig, dense_config, fused_config, select_config
 from exactfuse.ops.w4a16.splitk import REDUCE_BLOCK, finish_tile, w4a16_splitk_reduce_kernel
 from exactfuse.registry import platform
 from exactfuse.utils import compute_capability, empty, next_power_of_2, num_sms
@@ -156,6 +156,42 @@ def supported_group(K: int, group_size: int) -> bool:
     return G >= K or (G >= 16 and G & (G - 1) == 0)
 
 
+def launch_config(
+    a: torch.Tensor,
+    N: int,
+    group_size: int,
+    perm: torch.Tensor | None = None,
+    group_index: torch.Tensor | None = None,
+    config: TileConfig | None = None,
+) -> TileConfig:
+    """The configuration :func:`launch_w4a16_gemm` runs for ``a [M, K]`` (M, K, N > 0) and a weight of
+    ``N`` columns: ``config`` where given, else :func:`heuristics.select_config`'s choice for this device.
+
+    A ``group_index`` takes the dense path unless ``config`` forces a tl.dot tile (its per-row scale
+    gather is not yet the rule's: ``scripts/gpu/probe_w4a16_row_groups.py`` measures it); the GEMV cannot
+    take one. The staged tile runs where the rule chose it and its arguments fit, else the rule's tl.dot
+    tile does; forced where it cannot run, it is an error.
+    """
+    M, K = a.shape
+    if group_index is not None:
+        cfg = config or dense_config()
+        if cfg.gemv:
+            raise ValueError(
+                f"w4a16_gemm: config {cfg.name!r} is the GEMV, which reads one scale per packed word of 8 rows; "
+                "group_index needs a tl.dot or the dense configuration"
+            )
+        G = 0
+    else:
+        G = kernel_group(K, group_size)
+        cfg = config or select_config(M, N, K, group_size, num_sms(a.device), wgmma=not staged.wgmma_unavailable(a))
+    unfit = cfg.staged and staged.staged_unsupported(a, N, G, perm, group_index, cfg)
+    if unfit and config is None:
+        return fused_config(M, N, K, num_sms(a.device))
+    if unfit:
+        raise ValueError(f"w4a16_gemm: config {cfg.name!r} (the multi-stage Gluon tile) cannot run here: {unfit}")
+    return cfg
+
+
 def launch_w4a16_gemm(
     a: torch.Tensor,
     qweight: torch.Tensor,
@@ -170,10 +206,8 @@ def launch_w4a16_gemm(
 ) -> torch.Tensor:
     """Launch the GEMM (and the split-K reduction) on validated prepared tensors -> ``[M, N]``.
 
-    ``config`` overrides the heuristic (tests and sweeps); :func:`heuristics.record_configs` shows
-    which configuration ran. A ``group_index`` takes the dense path unless ``config`` forces a tl.dot
-    tile (its per-row scale gather is not yet the rule's: ``scripts/gpu/probe_w4a16_row_groups.py``
-    measures it); the GEMV cannot take one.
+    ``config`` overrides the heuristic (tests and sweeps); :func:`launch_config` is the configuration
+    that runs.
     """
     M, K = a.shape
     N = qweight.shape[1]
@@ -183,27 +217,8 @@ def launch_w4a16_gemm(
     if K == 0:
         return out.zero_() if bias is None else out.copy_(bias.expand(M, N))
     per_row = group_index is not None
-    if per_row:
-        cfg = config or dense_config()
-        if cfg.gemv:
-            raise ValueError(
-                f"w4a16_gemm: config {cfg.name!r} is the GEMV, which reads one scale per packed word of 8 rows; "
-                "group_index needs a tl.dot or the dense configuration"
-            )
-        G = 0  # unused: each row's group is group_index's
-    else:
-        G = kernel_group(K, group_size)
-        sms = num_sms(a.device)
-        cfg = config or select_config(M, N, K, group_size, sms, wgmma=not staged.wgmma_unavailable(a))
-    # the staged tile where the rule chose it and its arguments fit, else the rule's tl.dot tile; forced, an error
-    unfit = cfg.staged and staged.staged_unsupported(a, N, G, perm, group_index, cfg)
-    if unfit and config is None:
-        cfg = fused_config(M, N, K, sms)
-    elif unfit:
-        raise ValueError(f"w4a16_gemm: config {cfg.name!r} (the multi-stage Gluon tile) cannot run here: {unfit}")
-    if RECORDERS:
-        for seen in RECORDERS:
-            seen.append(cfg)
+    G = 0 if per_row else kernel_group(K, group_size)  # per row: each row's group is group_index's
+    cfg = launch_config(a, N, group_size, perm, group_index, config)
     if cfg.dense:
         return dense_gemm(a, qweight, scales, zeros, perm, bias, G, cfg, group_index)
     if cfg.staged:
