@@ -81,7 +81,15 @@ class CausalConv1dFn(nn.Module):
 
     def forward(self, hidden_states, weight, bias=None, activation=None, **kwargs):
         if kwargs.get("seq_idx") is not None:
-            raise NotImplementedError("causal_conv1d_fn: seq_idx (packed sequences in one row) is not supported")
+            raise NotImplementedError(
+                "causal_conv1d_fn: seq_idx (packed sequences in one row) is not supported yet: it needs a kernel "
+                "change (docs/short_conv.md, Compatibility); split the row into sequences with query_start_loc"
+            )
+        unmapped = [k for k in ("initial_states", "final_states_out") if kwargs.get(k) is not None]
+        if kwargs.get("return_final_states"):
+            unmapped.append("return_final_states")
+        if unmapped:  # transformers' mixers pass none of them; refused rather than dropped
+            raise NotImplementedError(f"causal_conv1d_fn: {', '.join(unmapped)} not mapped by this layer")
         B, C, L = hidden_states.shape
         x = hidden_states.to(weight.dtype).transpose(1, 2).reshape(B * L, C)
         # one row is one sequence without a start table (no extra launch); rows of a batch need one
@@ -94,30 +102,18 @@ class CausalConv1dUpdate(nn.Module):
     """``causal_conv1d_update(hidden_states [B, C, L], conv_state [B, C, W], weight [C, K], bias, activation)``
     -> ``[B, C, L]``, with ``W >= K - 1``: the conv over the last ``K - 1`` state columns and the ``L`` new
     inputs; ``conv_state`` becomes the last ``W`` columns of ``conv_state ‖ hidden_states``, as the
-    PyTorch function leaves it. exactfuse's ``causal_conv1d_update`` runs on the last ``K - 1`` columns
-    (the history the conv reads); the first ``W - K + 1``, which no output reads, are shifted here."""
+    PyTorch function leaves it: exactfuse's ``causal_conv1d_update`` with ``history_at="end"`` (Dao's
+    wide-state convention)."""
 
     can_torch_compile = True
     has_backward = False
 
     def forward(self, hidden_states, conv_state, weight, bias=None, activation=None):
-        L = hidden_states.shape[-1]
-        W, SL = conv_state.shape[-1], weight.shape[-1] - 1
-        if W < SL:
-            raise ValueError(f"conv_state must hold at least K - 1 = {SL} columns, got {W}")
         x = hidden_states.to(conv_state.dtype)
-        keep = W - SL  # the columns before the conv's history, which no output reads: as the new state's
-        if keep and L <= SL and keep <= L:  # old columns L .. L + keep - 1, no overlap (transformers: W = K, L = 1)
-            conv_state[..., :keep].copy_(conv_state[..., L : L + keep])
-        elif keep:
-            conv_state[..., :keep].copy_(torch.cat([conv_state, x], -1)[..., -W:][..., :keep])
-        history = conv_state[..., W - SL :]
-        act = _activation(activation)
-        if L == 1:
-            out = exactfuse.causal_conv1d_update(x[..., 0], history, weight, bias, activation=act).unsqueeze(-1)
-        else:
-            # exactfuse takes a sequence's rows adjacent (transformers calls this with L = 1 only)
-            rows = x.transpose(1, 2).contiguous()
-            out = exactfuse.causal_conv1d_update(rows, history, weight, bias, activation=act)
-            out = out.transpose(1, 2)
-        return out.to(hidden_states.dtype)
+        kw = dict(activation=_activation(activation), history_at="end")
+        if hidden_states.shape[-1] == 1:
+            out = exactfuse.causal_conv1d_update(x[..., 0], conv_state, weight, bias, **kw)
+            return out[..., None].to(hidden_states.dtype)
+        # exactfuse takes a sequence's rows adjacent (transformers calls this with L = 1 only)
+        out = exactfuse.causal_conv1d_update(x.transpose(1, 2).contiguous(), conv_state, weight, bias, **kw)
+        return out.transpose(1, 2).to(hidden_states.dtype)

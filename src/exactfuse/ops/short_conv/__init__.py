@@ -115,8 +115,10 @@ def _causal_conv1d_call(
     query_start_loc: torch.Tensor | None = None,
     state_indices: torch.Tensor | None = None,
     has_initial_state: torch.Tensor | None = None,
-    pad_slot_id: int = -1,
+    pad_slot_id: int | None = None,
+    null_block_id: int | None = None,
 ) -> torch.Tensor:
+    pad_slot_id = checks.resolve_pad_slot_id("causal_conv1d", pad_slot_id, null_block_id)
     return _causal_conv1d(
         x, weight, bias, activation, dilation, conv_state, query_start_loc, state_indices,
         has_initial_state, pad_slot_id,
@@ -133,11 +135,15 @@ def _causal_conv1d_update_call(
     dilation: int = 1,
     state_indices: torch.Tensor | None = None,
     num_accepted_tokens: torch.Tensor | None = None,
-    pad_slot_id: int = -1,
+    pad_slot_id: int | None = None,
+    null_block_id: int | None = None,
+    history_at: str = "start",
 ) -> torch.Tensor:
+    pad_slot_id = checks.resolve_pad_slot_id("causal_conv1d_update", pad_slot_id, null_block_id)
     return _causal_conv1d_update(
-        x, conv_state, weight, bias, activation, dilation, state_indices, num_accepted_tokens, pad_slot_id
-    )
+        x, conv_state, weight, bias, activation, dilation, state_indices, num_accepted_tokens, pad_slot_id,
+        history_at,
+    )  # fmt: skip
 
 
 short_conv = KeywordOp(_short_conv, _short_conv_call)

@@ -5,7 +5,21 @@ from __future__ import annotations
 import torch
 
 from exactfuse.ops.short_conv import native
-from exactfuse.ops.short_conv.native import ACTIVATIONS, FLOAT_DTYPES, INDEX_DTYPES, MODES
+from exactfuse.ops.short_conv.native import ACTIVATIONS, FLOAT_DTYPES, HISTORY_AT, INDEX_DTYPES, MODES
+
+PAD_SLOT_ID = -1  # the default pad_slot_id: Dao's causal-conv1d and vLLM's former PAD_SLOT_ID
+NULL_BLOCK_ID = 0  # vLLM's current marker of a padded request (vllm/v1/attention/backends/utils.py)
+
+
+def resolve_pad_slot_id(op: str, pad_slot_id: int | None, null_block_id: int | None) -> int:
+    """The pad index of a public call: ``pad_slot_id``, or ``null_block_id`` (vLLM's current keyword, whose
+    value there is ``NULL_BLOCK_ID = 0``), or :data:`PAD_SLOT_ID` when neither is given; two different
+    values are an error."""
+    if null_block_id is None:
+        return PAD_SLOT_ID if pad_slot_id is None else pad_slot_id
+    if pad_slot_id is not None and pad_slot_id != null_block_id:
+        _fail(op, f"pad_slot_id={pad_slot_id} and null_block_id={null_block_id} name two pad indices; pass one")
+    return null_block_id
 
 
 # ------------------------------------------------------------------------- argument checks
@@ -112,11 +126,11 @@ def check_conv(
         op, "state_indices", state_indices, dim=1, dtypes=(torch.int32,), device=device, optional=op != "short_conv"
     )
     if needs_qsl:
-        _tensor(op, "query_start_loc", query_start_loc, dim=1, dtypes=(torch.int32,), device=device)
+        _tensor(op, "query_start_loc", query_start_loc, dim=1, dtypes=INDEX_DTYPES, device=device)
     R = L if not needs_qsl else query_start_loc.shape[0] - 1
-    if state_indices is not None and state_indices.shape[0] != R:
+    if state_indices is not None and state_indices.shape[0] < R:
         what = "one per row (decode)" if not needs_qsl else "len(query_start_loc) - 1"
-        _fail(op, f"state_indices must be [R] = [{R}] ({what}), got {list(state_indices.shape)}")
+        _fail(op, f"state_indices must have at least R = {R} entries ({what}), got {list(state_indices.shape)}")
     if needs_qsl and query_start_loc.shape[0] < 1:
         _fail(op, "query_start_loc must be [R + 1] with R >= 0, got an empty tensor")
     if mode == "spec":
@@ -137,11 +151,12 @@ def check_conv(
     if not _values_checkable(x, conv_state, state_indices, query_start_loc, token_indices):
         return
     _check_values(
-        op, N, L, R, mode, spec_query_len, conv_state, state_indices, query_start_loc, token_indices, null_slot
-    )
+        op, N, L, mode, spec_query_len, conv_state, state_indices[:R] if state_indices is not None else None,
+        query_start_loc, token_indices, null_slot,
+    )  # fmt: skip
 
 
-def _check_values(op, N, L, R, mode, sql, conv_state, state_indices, qsl, token_indices, null_slot) -> None:
+def _check_values(op, N, L, mode, sql, conv_state, state_indices, qsl, token_indices, null_slot) -> None:
     """The index-value checks, with one device read for all of them."""
     checks: list[tuple[str, torch.Tensor]] = []
     if state_indices is not None and conv_state is not None:
@@ -250,8 +265,13 @@ def check_causal_conv1d_update(
     state_indices: torch.Tensor | None = None,
     num_accepted_tokens: torch.Tensor | None = None,
     pad_slot_id: int = -1,
+    history_at: str = "start",
 ) -> None:
     op = "causal_conv1d_update"
+    if history_at not in HISTORY_AT:
+        _fail(op, f"history_at must be 'start' or 'end', got {history_at!r}")
+    if history_at == "end" and num_accepted_tokens is not None:
+        _fail(op, "history_at='end' (Dao's wide state) takes no num_accepted_tokens (the spec window starts at 0)")
     if not isinstance(x, torch.Tensor) or x.dim() not in (2, 3):
         _fail(op, f"x must be a [B, C] or [B, Lq, C] tensor, got {getattr(x, 'shape', type(x).__name__)}")
     _tensor(op, "conv_state", conv_state, dim=3, dtypes=FLOAT_DTYPES, device=None)

@@ -83,7 +83,7 @@ def _short_conv_bytes(x, residual, conv_state, weight, state_indices, conv_mode,
     row = x.shape[1] * x.element_size()
     rows = L * row * (3 + (outer_residual is not None))
     SL = (weight.shape[1] - 1) * dilation
-    R = state_indices.shape[0]
+    R = L if conv_mode == "decode" else query_start_loc.shape[0] - 1  # state_indices may be longer
     write = SL + (spec_query_len - 1 if conv_mode == "spec" else 0)
     return rows + _state_bytes(conv_state, R, weight.shape[1], dilation, write) + weight.numel() * weight.element_size()
 
@@ -98,7 +98,7 @@ def _causal_bytes(x, weight, bias=None, activation="silu", dilation=1, conv_stat
 
 
 def _update_bytes(x, conv_state, weight, bias=None, activation="silu", dilation=1, state_indices=None,
-                  num_accepted_tokens=None, pad_slot_id=-1) -> int:  # fmt: skip
+                  num_accepted_tokens=None, pad_slot_id=-1, history_at="start") -> int:  # fmt: skip
     B = x.shape[0]
     Lq = 1 if x.dim() == 2 else x.shape[1]
     SL = (weight.shape[1] - 1) * dilation

@@ -42,8 +42,12 @@ def launch_conv(
     Arguments as :func:`exactfuse.ops.short_conv.native.conv_reference`; ``out [L, C]`` receives the
     conv output when there is no ``residual``; ``config`` (sweeps, tests) replaces
     ``heuristics.conv_config``'s choice. Nothing here branches on a row, request or slot count:
-    the grids are expressions in them, and an empty grid launches nothing.
+    the grids are expressions in them, and an empty grid launches nothing. The kernels read
+    ``query_start_loc`` as int32: an int64 one (FLA's ``cu_seqlens``) is converted here, one device op
+    (the eager check has bounded its values by the row count).
     """
+    if query_start_loc is not None and query_start_loc.dtype == torch.int64:
+        query_start_loc = query_start_loc.to(torch.int32)
     N, C = x.shape
     K = weight.shape[1]
     SL = (K - 1) * dilation
@@ -196,8 +200,13 @@ def causal_conv1d_update_triton(
     state_indices: torch.Tensor | None = None,
     num_accepted_tokens: torch.Tensor | None = None,
     pad_slot_id: int = -1,
+    history_at: str = "start",
 ) -> torch.Tensor:
     out = empty(x.shape, x.dtype, x.device)
+    if history_at == "end":  # Dao's wide window: its head shifted here, the kernels on the last SL positions
+        keep = conv_state.shape[2] - (weight.shape[1] - 1) * dilation
+        native.shift_head(x if x.dim() == 3 else x[:, None], conv_state, state_indices, pad_slot_id, keep)
+        conv_state = conv_state[:, :, keep:]
     if x.dim() == 2:
         mode, rows, qsl, sql = "decode", x, None, 1
     else:

@@ -12,7 +12,10 @@ mode row ``t`` is request ``t``; in ``spec`` / ``prefill`` request ``r`` owns lo
 
 History. ``SL = (K-1)·D``. Request ``r``'s history is ``state[sid, off : off+SL] ‖ its rows``; output
 position ``j`` uses history indices ``j + D·k`` for ``k = 0 .. K-1`` (``k = K-1`` is the row itself).
-``off = clamp(num_accepted[r] - 1, 0, SQL - 1)`` in spec mode, else 0.
+``off = clamp(num_accepted[r] - 1, 0, SQL - 1)`` in spec mode, else 0. Per-request arrays
+(``state_indices``, ``has_initial_state``, ``num_accepted_tokens``) may be longer than ``R`` (CUDA-graph
+padding): entry ``r < R`` belongs to request ``r``, the rest are not read. ``query_start_loc`` may be
+int32 or int64.
 
 Rounding, per (row, channel), ``rnd`` = round to nearest even to the activation dtype:
 ``acc = Σ_k w[c,k]·tap_k`` in fp32, ``k`` ascending, each product rounded to fp32 before its add (for
@@ -34,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 MODES = ("decode", "spec", "prefill")
+HISTORY_AT = ("start", "end")
 ACTIVATIONS = (None, "silu")
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 INDEX_DTYPES = (torch.int32, torch.int64)
@@ -50,6 +54,21 @@ def _gather_or(values: torch.Tensor, index: torch.Tensor, fill: int) -> torch.Te
     padded = torch.cat([values.long(), values.new_full((1,), fill, dtype=torch.long)])
     n = values.shape[0]
     return padded[torch.where((index >= 0) & (index < n), index, n)]
+
+
+def store_windows(conv_state: torch.Tensor, sid_safe: torch.Tensor, write_ok: torch.Tensor, new: torch.Tensor) -> None:
+    """``conv_state[sid_safe[r]] = new[r]`` for the requests with ``write_ok``; a request without one
+    writes its slot's final value (its writer's, else the old one), so duplicate indices agree."""
+    R, slots = new.shape[0], conv_state.shape[0]
+    old = conv_state[sid_safe]
+    owner = torch.full((slots + 1,), R, dtype=torch.long, device=new.device)
+    owner.scatter_(0, torch.where(write_ok, sid_safe, slots), torch.arange(R, device=new.device))
+    own = owner[sid_safe]
+    new_ext = torch.cat([new, old[:1]])
+    final = torch.where(
+        write_ok[:, None, None], new, torch.where((own < R)[:, None, None], new_ext[own.clamp(max=R)], old)
+    )
+    conv_state[sid_safe] = final
 
 
 def conv_reference(
@@ -98,7 +117,7 @@ def conv_reference(
         qlen = torch.ones(R, dtype=torch.long, device=device)
         req_start = torch.arange(R, device=device)
     else:
-        R = state_indices.shape[0] if state_indices is not None else query_start_loc.shape[0] - 1
+        R = query_start_loc.shape[0] - 1
         qsl = query_start_loc.long()
         r = (torch.searchsorted(qsl[:R].contiguous(), t, right=True) - 1).clamp(max=R - 1).clamp(min=0)
         q_start = _gather_or(qsl, r, 0)
@@ -172,15 +191,7 @@ def conv_reference(
             x_val = x_ext[_gather_or(phys, x_row, N)].to(old.dtype)
             value = torch.where((m <= SL - 1)[:, None], s_val, x_val)
             new[:, :, i] = torch.where((write_ok & (i < count))[:, None], value, old[:, :, i])
-        # Requests without a state write their slot's final value (so duplicates agree).
-        owner = torch.full((slots + 1,), R, dtype=torch.long, device=device)
-        owner.scatter_(0, torch.where(write_ok, sid_safe, slots), req)
-        own = owner[sid_safe]
-        new_ext = torch.cat([new, old[:1]])
-        final = torch.where(
-            write_ok[:, None, None], new, torch.where((own < R)[:, None, None], new_ext[own.clamp(max=R)], old)
-        )
-        conv_state[sid_safe] = final
+        store_windows(conv_state, sid_safe, write_ok, new)
 
     if residual is not None:
         ple = (residual[phys].float() + conv_out.float()).to(dtype)
@@ -256,12 +267,14 @@ def causal_conv1d(
 ) -> torch.Tensor:
     """Mamba-style varlen causal conv: ``out = act(rnd(Σ_k w·x + bias))``, ``[T, C] -> [T, C]``.
 
-    x: ``[T, C]`` channel-last (last dim contiguous), sequences at ``query_start_loc [R+1]`` int32
-    (``None``: one sequence). weight ``[C, K]``, bias ``[C]`` or None, activation None or "silu".
+    x: ``[T, C]`` channel-last (last dim contiguous), sequences at ``query_start_loc [R+1]`` int32 or
+    int64 (``None``: one sequence). weight ``[C, K]``, bias ``[C]`` or None, activation None or "silu".
     conv_state: logical ``[slots, C, W]`` with ``W >= (K-1)·dilation``; positions ``0 .. SL-1`` hold the
-    history, oldest first, and get the sequence's last ``SL`` inputs. state_indices ``[R]`` int32 (None:
-    request ``r`` uses slot ``r``); a request whose index is ``pad_slot_id`` is skipped (output rows 0,
-    state untouched). has_initial_state ``[>=R]`` bool (None: every history starts at zeros).
+    history, oldest first, and get the sequence's last ``SL`` inputs. state_indices ``[>=R]`` int32, the
+    first ``R`` used (None: request ``r`` uses slot ``r``); a request whose index is ``pad_slot_id`` is
+    skipped (output rows 0, state untouched): ``-1`` (Dao's and vLLM's former ``PAD_SLOT_ID``) by
+    default, ``0`` for vLLM's ``NULL_BLOCK_ID`` convention. has_initial_state ``[>=R]`` bool, the first
+    ``R`` used (None: every history starts at zeros).
     """
     qsl = one_sequence(x) if query_start_loc is None else query_start_loc
     return conv_reference(
@@ -298,6 +311,7 @@ def causal_conv1d_update(
     state_indices: torch.Tensor | None = None,
     num_accepted_tokens: torch.Tensor | None = None,
     pad_slot_id: int = -1,
+    history_at: str = "start",
 ) -> torch.Tensor:
     """Mamba-style decode step: ``[B, C]`` (one token per sequence) or ``[B, Lq, C]`` -> same shape.
 
@@ -305,8 +319,18 @@ def causal_conv1d_update(
     in. ``[B, C]``: the state shifts by one. ``[B, Lq, C]`` without ``num_accepted_tokens``: it becomes
     the last ``SL`` entries of ``history ‖ inputs``. With ``num_accepted_tokens [>=B]`` int32 (speculative
     decoding, ``W >= SL + Lq - 1``): the history starts at ``clamp(accepted - 1, 0, Lq - 1)`` and the
-    state becomes ``history[1:] ‖ all Lq inputs``, as ``short_conv``'s spec mode.
+    state becomes ``history[1:] ‖ all Lq inputs``, as ``short_conv``'s spec mode. state_indices
+    ``[>=B]`` int32, the first ``B`` used; ``pad_slot_id`` as in :func:`causal_conv1d`.
+
+    history_at ``"end"`` (Dao's ``causal_conv1d_update``, transformers' PyTorch path; without
+    ``num_accepted_tokens``): the history is the **last** ``SL`` positions of a window of any
+    ``W >= SL``, and the whole window becomes the last ``W`` entries of ``window ‖ inputs``
+    (:func:`shift_head` for the first ``W - SL``, the conv over the view of the last ``SL``).
     """
+    if history_at == "end":
+        keep = conv_state.shape[2] - (weight.shape[1] - 1) * dilation
+        shift_head(x if x.dim() == 3 else x[:, None], conv_state, state_indices, pad_slot_id, keep)
+        conv_state = conv_state[:, :, keep:]
     if x.dim() == 2:
         mode, qsl, rows, sql = "decode", None, x, 1
     else:
@@ -332,3 +356,20 @@ def causal_conv1d_update(
         activation=activation,
     )
     return out.reshape(x.shape)
+
+
+def shift_head(
+    x: torch.Tensor, conv_state: torch.Tensor, state_indices: torch.Tensor | None, null_slot: int, keep: int
+) -> None:
+    """Dao's wide window, its first ``keep`` positions: for request ``b`` (rows ``x[b] [Lq, C]``) with a
+    usable slot, positions ``i < keep`` become ``(window ‖ x[b])[i + Lq]``, read before any write; the
+    last ``W - keep`` positions are the conv's (history at the end). Nothing when ``keep = 0``."""
+    if keep == 0:
+        return
+    B, Lq, _ = x.shape
+    req = torch.arange(B, device=x.device)
+    sid = _gather_or(state_indices, req, null_slot) if state_indices is not None else req
+    ok = (sid != null_slot) & (sid >= 0) & (sid < conv_state.shape[0])
+    sid_safe = torch.where(ok, sid, 0)
+    window = torch.cat([conv_state[sid_safe], x.transpose(1, 2).to(conv_state.dtype)], dim=2)
+    store_windows(conv_state[:, :, :keep], sid_safe, ok, window[:, :, Lq : Lq + keep])

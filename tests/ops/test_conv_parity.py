@@ -1,0 +1,256 @@
+"""Conv parity: the calling conventions of vLLM, Dao's causal-conv1d and FLA that ``causal_conv1d`` /
+``causal_conv1d_update`` take without an adapter, for the native spec and the Triton provider (under
+the interpreter on the CPU: fp16, fp32).
+
+Each test builds its expectation with a reference written here from the peer's documented semantics,
+one sequence at a time (``F.conv1d`` over ``history ‖ inputs`` in fp32, SiLU, one rounding), and holds
+outputs to the peer's own tolerances and states to ``torch.equal`` (states are copies), as the peers'
+tests do:
+
+- vLLM, ``tests/kernels/mamba/test_causal_conv1d.py`` (``test_causal_conv1d_varlen``,
+  ``test_causal_conv1d_update_with_batch_gather``): tolerances ``(rtol, atol)`` = ``(3e-4, 1e-3)`` fp32,
+  ``(3e-3, 5e-3)`` fp16, ``(1e-2, 5e-2)`` bf16; ``conv_states [entries, dim, width - 1]`` stored
+  channel-last (``[entries, width - 1, dim]`` transposed); padded requests carry the pad index and
+  their states stay untouched. vLLM's current kernels take ``null_block_id = NULL_BLOCK_ID = 0``
+  (``vllm/v1/attention/backends/utils.py``) and its tests draw real slots from ``1 ..`` (slot 0 is the
+  null block); its CUDA-graph batches pass index arrays longer than the batch.
+- Dao-AILab/causal-conv1d, ``tests/test_causal_conv1d.py`` (``test_causal_conv1d_update``,
+  ``..._with_padding``): ``conv_state [batch, dim, state_len]`` with ``state_len`` drawn from
+  ``width - 1 .. width + 9``, stored ``[batch, state_len, dim]`` transposed; the reference
+  (``causal_conv1d_update_ref``, no ``cache_seqlens``) convolves ``cat(conv_state, x)`` and leaves the
+  state as its last ``state_len`` columns; padded requests (index -1) give output exactly 0 and keep
+  their state.
+- FLA, ``tests/modules/test_conv.py``: ``cu_seqlens`` is int64 (``torch.LongTensor``).
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from exactfuse.integrations.hub import CausalConv1dUpdate
+from exactfuse.ops.short_conv import causal_conv1d, causal_conv1d_update
+from exactfuse.testing import make_generator
+from exactfuse.utils import DTYPE_NAMES
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+DTYPES = [torch.float16, torch.float32] + ([torch.bfloat16] if DEVICE.type == "cuda" else [])
+PROVIDERS = ["native", "triton"]
+PEER_TOL = {torch.float32: (3e-4, 1e-3), torch.float16: (3e-3, 5e-3), torch.bfloat16: (1e-2, 5e-2)}
+
+
+def randn(shape, dtype, gen):
+    return torch.randn(shape, generator=gen).to(dtype).to(DEVICE)
+
+
+def pool(slots, C, W, dtype, layout, gen):
+    """A random state pool, logical ``[slots, C, W]``, stored ``[slots, C, W]`` or ``[slots, W, C]``."""
+    if layout == "cw":
+        return randn((slots, C, W), dtype, gen)
+    return randn((slots, W, C), dtype, gen).transpose(1, 2)
+
+
+def reference(x_seq, history, weight, bias, activation):
+    """One sequence: ``x_seq [T, C]``, ``history [C, H]``. Returns the output ``[T, C]`` (conv over
+    ``history ‖ x`` in fp32, SiLU in fp32, one rounding) and ``history ‖ x`` ``[C, H + T]``."""
+    T, C = x_seq.shape
+    full = torch.cat([history, x_seq.T], dim=1)
+    conv = F.conv1d(full.float()[None], weight.float()[:, None], None if bias is None else bias.float(), groups=C)
+    out = conv[0, :, -T:].T
+    out = F.silu(out) if activation == "silu" else out
+    return out.to(x_seq.dtype), full
+
+
+def run(op, provider, *args, **kwargs):
+    with op.priority([provider]):
+        return op(*args, **kwargs)
+
+
+def assert_close(got, expected, dtype):
+    rtol, atol = PEER_TOL[dtype]
+    torch.testing.assert_close(got, expected, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_NAMES.get)
+@pytest.mark.parametrize("pad", ["null_block_id=0", "pad_slot_id=0", "pad_slot_id=-1"])
+@pytest.mark.parametrize("qsl_dtype", [torch.int32, torch.int64], ids=["qsl32", "qsl64"])
+def test_vllm_varlen_padding_and_graph_padded_indices(provider, dtype, pad, qsl_dtype):
+    """vLLM's ``causal_conv1d_fn`` call: real slots from 1 (slot 0 the null block) or any slot with
+    ``PAD_SLOT_ID = -1``, padded requests at the pad index, ``cache_indices`` and ``has_initial_state``
+    longer than the batch (their tail names real slots, which must stay untouched), ``query_start_loc``
+    int32 or int64. Outputs at the peer's tolerance, padded rows 0, states bit for bit."""
+    gen = make_generator(11)
+    C, K, slots = 24, 4, 12
+    pad_id = -1 if pad.endswith("-1") else 0
+    lengths = [5, 1, 7, 3, 9]
+    R = len(lengths)
+    qsl = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=qsl_dtype, device=DEVICE)
+    x = randn((int(qsl[-1]), C), dtype, gen)
+    weight, bias = randn((C, K), dtype, gen), randn((C,), dtype, gen)
+    state = pool(slots, C, K - 1, dtype, "wc", gen)
+    real = (torch.randperm(slots - 1, generator=gen)[: R + 3] + 1).tolist()
+    padded = [1, 3]  # requests carrying the pad index
+    sid = [pad_id if r in padded else real[r] for r in range(R)] + real[R : R + 3]  # 3 graph-padding entries
+    state_indices = torch.tensor(sid, dtype=torch.int32, device=DEVICE)
+    has_init = torch.tensor([True, False, True, True, False] + [True] * 3, device=DEVICE)
+    before = state.clone()
+    kw = {pad.split("=")[0]: pad_id}
+    out = run(causal_conv1d, provider, x, weight, bias, activation="silu", conv_state=state, query_start_loc=qsl,
+              state_indices=state_indices, has_initial_state=has_init, **kw)  # fmt: skip
+
+    expected_state = before.clone()
+    for r in range(R):
+        rows = slice(int(qsl[r]), int(qsl[r + 1]))
+        if r in padded:
+            assert torch.equal(out[rows], torch.zeros_like(out[rows])), f"padded request {r} has output"
+            continue
+        s = sid[r]
+        history = before[s] if has_init[r] else torch.zeros_like(before[s])
+        ref, full = reference(x[rows], history, weight, bias, "silu")
+        assert_close(out[rows], ref, dtype)
+        expected_state[s] = full[:, -(K - 1) :]
+    assert torch.equal(state, expected_state)  # the tail entries' slots and slot 0 included
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_NAMES.get)
+@pytest.mark.parametrize("Lq", [None, 3], ids=["BC", "BLqC"])
+def test_vllm_update_null_block_and_longer_indices(provider, dtype, Lq):
+    """vLLM's ``causal_conv1d_update``: requests at the null block 0 skipped (output 0, no state
+    written), ``conv_state_indices`` longer than the batch with its tail naming real slots (untouched)."""
+    gen = make_generator(12)
+    B, C, K, slots = 6, 16, 3, 16
+    shape = (B, C) if Lq is None else (B, Lq, C)
+    x = randn(shape, dtype, gen)
+    weight, bias = randn((C, K), dtype, gen), randn((C,), dtype, gen)
+    state = pool(slots, C, K - 1, dtype, "cw", gen)
+    real = (torch.randperm(slots - 1, generator=gen)[: B + 4] + 1).tolist()
+    sid = [0 if b in (2, 5) else real[b] for b in range(B)] + real[B : B + 4]
+    before = state.clone()
+    out = run(causal_conv1d_update, provider, x, state, weight, bias, activation="silu",
+              state_indices=torch.tensor(sid, dtype=torch.int32, device=DEVICE), null_block_id=0)  # fmt: skip
+    expected_state = before.clone()
+    for b in range(B):
+        if sid[b] == 0:
+            assert torch.equal(out[b], torch.zeros_like(out[b]))
+            continue
+        ref, full = reference(x[b].reshape(-1, C), before[sid[b]], weight, bias, "silu")
+        assert_close(out[b], ref.reshape(out[b].shape), dtype)
+        expected_state[sid[b]] = full[:, -(K - 1) :]
+    assert torch.equal(state, expected_state)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_NAMES.get)
+@pytest.mark.parametrize("layout", ["cw", "wc"])
+@pytest.mark.parametrize(("K", "extra"), [(4, 0), (4, 5), (2, 9), (3, 1)], ids=lambda v: str(v))
+@pytest.mark.parametrize("Lq", [None, 1, 4, 5], ids=lambda v: f"Lq{v}")
+def test_dao_wide_state_history_at_end(provider, dtype, layout, K, extra, Lq):
+    """Dao's ``causal_conv1d_update`` without ``cache_seqlens``: ``state_len = width - 1 + extra``, the
+    conv reads the last ``width - 1`` columns, the whole state becomes the last ``state_len`` columns of
+    ``state ‖ x``; with ``conv_state_indices`` holding -1 for padded requests (output exactly 0, state
+    untouched) and a pool 10x the batch."""
+    gen = make_generator(13)
+    B, C = 5, 16
+    W = K - 1 + extra
+    shape = (B, C) if Lq is None else (B, Lq, C)
+    x = randn(shape, dtype, gen)
+    weight = randn((C, K), dtype, gen)
+    state = pool(10 * B, C, W, dtype, layout, gen)
+    sid = torch.randperm(10 * B, generator=gen)[:B].tolist()
+    sid[1] = sid[3] = -1
+    before = state.clone()
+    out = run(causal_conv1d_update, provider, x, state, weight, None, activation=None,
+              state_indices=torch.tensor(sid, dtype=torch.int32, device=DEVICE), history_at="end")  # fmt: skip
+    expected_state = before.clone()
+    for b in range(B):
+        if sid[b] == -1:
+            assert torch.equal(out[b], torch.zeros_like(out[b]))
+            continue
+        ref, full = reference(x[b].reshape(-1, C), before[sid[b]], weight, None, None)
+        assert_close(out[b], ref.reshape(out[b].shape), dtype)
+        expected_state[sid[b]] = full[:, full.shape[1] - W :]
+    assert torch.equal(state, expected_state)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_int64_query_start_loc_gives_the_int32_bits(provider):
+    """FLA passes ``cu_seqlens`` as int64: the same outputs and states, bit for bit, as int32."""
+    gen = make_generator(14)
+    C, K = 16, 4
+    x, weight = randn((20, C), torch.float32, gen), randn((C, K), torch.float32, gen)
+    qsl = torch.tensor([0, 6, 6, 13, 20], dtype=torch.int64, device=DEVICE)
+    results = []
+    for q in (qsl, qsl.int()):
+        state = torch.zeros(4, C, K - 1, device=DEVICE)
+        out = run(causal_conv1d, provider, x, weight, conv_state=state, query_start_loc=q)
+        results.append((out, state))
+    assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
+
+
+def test_hub_update_is_dao_update():
+    """transformers' ``causal_conv1d_update`` (Dao's semantics, ``[B, C, L]`` layout, ``W = K`` as the
+    models allocate it) through the hub layer, which now calls ``history_at="end"``."""
+    gen = make_generator(15)
+    B, C, K, W = 3, 8, 4, 6
+    x = randn((B, C, 2), torch.float32, gen)
+    weight, bias = randn((C, K), torch.float32, gen), randn((C,), torch.float32, gen)
+    state = randn((B, C, W), torch.float32, gen)
+    before = state.clone()
+    out = CausalConv1dUpdate()(x, state, weight, bias, activation="silu")
+    for b in range(B):
+        ref, full = reference(x[b].T, before[b], weight, bias, "silu")
+        assert_close(out[b], ref.T, torch.float32)
+        assert torch.equal(state[b], full[:, -W:])
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda a: causal_conv1d(a["x"], a["w"], query_start_loc=a["qsl"].float()), TypeError, "query_start_loc"),
+        (
+            lambda a: causal_conv1d(
+                a["x"], a["w"], conv_state=a["s"], query_start_loc=a["qsl"], state_indices=a["sid"][:1]
+            ),
+            ValueError,
+            "state_indices must have at least R = 2",
+        ),
+        (
+            lambda a: causal_conv1d(
+                a["x"],
+                a["w"],
+                conv_state=a["s"],
+                state_indices=a["sid"],
+                pad_slot_id=-1,
+                null_block_id=0,
+                query_start_loc=a["qsl"],
+            ),
+            ValueError,
+            "pad_slot_id=-1 and null_block_id=0",
+        ),
+        (lambda a: causal_conv1d_update(a["x"], a["s"], a["w"], history_at="last"), ValueError, "history_at must be"),
+        (
+            lambda a: causal_conv1d_update(
+                a["x"][:4].view(2, 2, 8), a["s"][:2], a["w"], history_at="end", num_accepted_tokens=a["sid"]
+            ),
+            ValueError,
+            "history_at='end'.*num_accepted_tokens",
+        ),
+        # Dao runs fp32 weight and bias with 16-bit x; not yet (a kernel change): refused, naming weight.
+        (lambda a: causal_conv1d(a["x"].half(), a["w"]), TypeError, "weight must be float16"),
+    ],
+    ids=["qsl-float", "short-indices", "two-pad-ids", "history-at", "end-with-spec", "fp32-weight"],
+)
+def test_bad_or_unsupported_input_is_a_named_error(call, error, message):
+    gen = make_generator(16)
+    a = {
+        "x": randn((6, 8), torch.float32, gen),
+        "w": randn((8, 3), torch.float32, gen),
+        "s": randn((3, 8, 2), torch.float32, gen),
+        "qsl": torch.tensor([0, 2, 6], dtype=torch.int32, device=DEVICE),
+        "sid": torch.tensor([1, 2], dtype=torch.int32, device=DEVICE),
+    }
+    before = a["s"].clone()
+    with pytest.raises(error, match=message):
+        call(a)
+    assert torch.equal(a["s"], before)
