@@ -5,7 +5,9 @@ import torch
 from exactfuse.bench.peers import PEERS
 from exactfuse.bench.runner import BenchConfig, Candidates
 from exactfuse.ops.w4a16 import make_case, native
-from exactfuse.registry import OPS
+from exactfuse.registry import OPS, load_declarations
+
+load_declarations()  # the ops' peers modules (imported on first use)
 
 
 def test_liger_peers_registered_and_tanh_only():

@@ -274,9 +274,9 @@ def test_cost_counts_rows_and_windows():
 
 @pytest.mark.interpreter
 def test_interpreter_warmup_runs_the_launcher():
-    from exactfuse.ops.short_conv import inputs
+    from exactfuse.ops.short_conv import warmup
 
-    inputs.short_conv_warmup(torch.device("cpu"), torch.float16, channels=(24,), spec_query_lens=(2,))
+    warmup.short_conv_warmup(torch.device("cpu"), torch.float16, channels=(24,), spec_query_lens=(2,))
 
 
 # ------------------------------------------------------------------------ GPU

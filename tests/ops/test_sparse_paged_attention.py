@@ -20,7 +20,7 @@ from attention_support import (
     with_args,
 )
 from exactfuse.ops.sparse_paged_attention import CONTRACT, heuristics, native
-from exactfuse.ops.sparse_paged_attention import inputs as attn_inputs
+from exactfuse.ops.sparse_paged_attention import warmup as attn_warmup
 from exactfuse.ops.sparse_paged_attention.heuristics import AttentionConfig
 from exactfuse.testing import assert_contract_matrix, make_generator
 from exactfuse.utils import num_sms
@@ -272,7 +272,7 @@ def test_interpreter_declines_bf16_and_fp8_and_wide_groups_to_native():
 @pytest.mark.interpreter
 def test_interpreter_warmup_launches_every_reachable_configuration():
     layer = {"num_heads": 4, "num_kv_heads": 1, "head_dim": 16, "width": 40}
-    warmed = attn_inputs.warmup_layer(CPU, torch.float16, **layer)
+    warmed = attn_warmup.warmup_layer(CPU, torch.float16, **layer)
     assert set(warmed) == set(heuristics.reachable_configs(1, 16, 40, num_sms(CPU)))
 
 

@@ -350,15 +350,15 @@ def test_interpreter_warmup_runs_every_bucket_and_the_row_group_path():
 def test_interpreter_warmup_passes_deterministic_to_every_launch(monkeypatch):
     """Layers with ``deterministic=False`` run split-K with atomics, another specialization: the warmup
     launches that one when asked."""
-    from exactfuse.ops.w4a16 import inputs
+    from exactfuse.ops.w4a16 import warmup
 
     calls = []
-    real = inputs._triton.launch_w4a16_gemm
+    real = warmup._triton.launch_w4a16_gemm
 
     def spy(*args, **kwargs):
         calls.append(args[7] if len(args) > 7 else kwargs.get("deterministic", True))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(inputs._triton, "launch_w4a16_gemm", spy)
+    monkeypatch.setattr(warmup._triton, "launch_w4a16_gemm", spy)
     w4a16_gemm.warmup_fn("cpu", torch.float16, shapes=((256, 64),), deterministic=False)
     assert calls and not any(calls)

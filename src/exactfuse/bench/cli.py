@@ -72,6 +72,7 @@ def check_providers(names: Sequence[str] | None, ops: list[Op]) -> None:
         return
     known = {NATIVE, COMPILED}
     for o in ops:
+        o.load_declarations()  # its peers
         known.update(o.providers)
         known.update(PEERS.get(o.name, {}))
     unknown = [n for n in names if n not in known]

@@ -8,8 +8,9 @@ region: the peer is timed on the inputs it natively takes. Peers have no
 contract; the runner checks them against native with the dtype Tolerance and
 reports their error.
 
-Op packages register their peers (``ops/<op>/peers.py``) with :func:`register_peer`; the runner
-picks up every available adapter whose ``op`` is being benchmarked. Nothing here knows any op.
+Op packages register their peers (``ops/<op>/peers.py``, a module the op names in ``Op.declared_in``)
+with :func:`register_peer`; :func:`peers_for` has the registry import it, and the runner picks up every
+available adapter whose ``op`` is being benchmarked. Nothing here knows any op.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+
+from exactfuse.registry import OPS
 
 PreparedCall = Callable[[], object]
 
@@ -74,6 +77,8 @@ def unregister_peer(op: str, name: str) -> None:
 
 def peers_for(op: str) -> list[PeerAdapter]:
     """The adapters registered for ``op`` whose library is available here."""
+    if op in OPS:
+        OPS[op].load_declarations()
     return [a for a in PEERS.get(op, {}).values() if a.available()]
 
 

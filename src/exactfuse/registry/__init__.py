@@ -11,7 +11,7 @@ from exactfuse.registry.contracts import (
     ulp_distance,
 )
 from exactfuse.registry.keyword import KeywordOp
-from exactfuse.registry.op import OPS, NoProviderError, Op, Provider, get, op
+from exactfuse.registry.op import OPS, NoProviderError, Op, Provider, get, load_declarations, op
 
 __all__ = [
     "OPS",
@@ -28,6 +28,7 @@ __all__ = [
     "Tolerance",
     "Ulp",
     "get",
+    "load_declarations",
     "op",
     "ulp_distance",
 ]

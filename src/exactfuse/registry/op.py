@@ -9,6 +9,7 @@ Nothing here knows any particular op.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import inspect
 import typing
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -138,11 +139,14 @@ class Op:
         self.fake = fake
         self.dtypes = tuple(dtypes)
         self.providers: dict[str, Provider] = {"native": Provider("native", native)}
-        self.input_generator: Callable[..., Iterable[Case]] | None = None
         self.warmup_fn: Callable[..., None] | None = None
-        self.grids: dict[str, Callable[..., Iterable[Case]]] = {}
-        self.bytes_fn: Callable[..., int] | None = None
-        self.flops_fn: Callable[..., int] | None = None
+        # Inputs, grids and cost: registered by the modules named in `declared_in`, imported on first use.
+        self.declaration_modules: tuple[str, ...] = ()
+        self._declarations_loaded = True
+        self._input_generator: Callable[..., Iterable[Case]] | None = None
+        self._grids: dict[str, Callable[..., Iterable[Case]]] = {}
+        self._bytes_fn: Callable[..., int] | None = None
+        self._flops_fn: Callable[..., int] | None = None
         self._override: list[tuple[str, ...]] = []
         self._order_cache: dict[str, tuple[Provider, ...]] = {}
         self._checks_cache: dict[str, tuple[tuple[Provider, Callable | None], ...]] = {}
@@ -194,9 +198,48 @@ class Op:
         self.grad_inputs, self.backward_fn = tuple(inputs), backward
         autograd.register(self, backward)
 
+    def declared_in(self, *modules: str) -> None:
+        """Name the modules that declare this op's inputs, bench grids, cost and peers. They build on the
+        test kit and the bench harness, so ``import exactfuse`` does not import them: the registry does, the
+        first time the op's inputs, grids or cost are read (:meth:`load_declarations`)."""
+        self.declaration_modules += modules
+        self._declarations_loaded = False
+
+    def load_declarations(self) -> None:
+        """Import the modules named by :meth:`declared_in` (once)."""
+        if self._declarations_loaded:
+            return
+        self._declarations_loaded = True  # before the imports: they register through this op
+        try:
+            for module in self.declaration_modules:
+                importlib.import_module(module)
+        except BaseException:
+            self._declarations_loaded = False
+            raise
+
+    @property
+    def input_generator(self) -> Callable[..., Iterable[Case]] | None:
+        self.load_declarations()
+        return self._input_generator
+
+    @property
+    def grids(self) -> dict[str, Callable[..., Iterable[Case]]]:
+        self.load_declarations()
+        return self._grids
+
+    @property
+    def bytes_fn(self) -> Callable[..., int] | None:
+        self.load_declarations()
+        return self._bytes_fn
+
+    @property
+    def flops_fn(self) -> Callable[..., int] | None:
+        self.load_declarations()
+        return self._flops_fn
+
     def inputs(self, fn: Callable[..., Iterable[Case]]) -> Callable:
         """Register the input generator ``fn(device, dtype, *, quick, seed) -> Iterable[Case]``."""
-        self.input_generator = fn
+        self._input_generator = fn
         return fn
 
     def warmup(self, fn: Callable[..., None]) -> Callable:
@@ -208,14 +251,14 @@ class Op:
         """Register a named benchmark grid ``fn(device, dtype) -> Iterable[Case | LazyCase]``."""
 
         def register(fn: Callable[..., Iterable[Case]]) -> Callable:
-            self.grids[grid_name] = fn
+            self._grids[grid_name] = fn
             return fn
 
         return register
 
     def cost(self, *, bytes: Callable[..., int], flops: Callable[..., int] | None = None) -> None:
         """Declare the minimum bytes moved (and flops) of a call, for the roofline."""
-        self.bytes_fn, self.flops_fn = bytes, flops
+        self._bytes_fn, self._flops_fn = bytes, flops
 
     # -------------------------------------------------------------- dispatch
     def priority_order(self, device_type: str) -> tuple[str, ...]:
@@ -359,6 +402,17 @@ def get(name: str) -> Op:
         return OPS[name]
     except KeyError:
         raise KeyError(f"unknown op {name!r}; known ops: {sorted(OPS)}") from None
+
+
+def load_declarations(ops: Op | str | Iterable[Op | str] | None = None) -> None:
+    """Import the modules that declare the inputs, grids, cost and peers of ``ops`` (names or ops; default
+    every declared op): :meth:`Op.load_declarations`, for code that reads them other than through the op."""
+    if ops is None:
+        ops = list(OPS.values())
+    elif isinstance(ops, str) or not isinstance(ops, Iterable):
+        ops = [ops]
+    for each in ops:
+        (get(each) if isinstance(each, str) else each).load_declarations()
 
 
 def check_env_priority() -> None:

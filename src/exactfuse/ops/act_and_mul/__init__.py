@@ -1,8 +1,8 @@
 """Gated activations ``act(gate) * up``: declarations of silu_and_mul and gelu_and_mul (``x [..., 2d]``,
 gate and up its halves) and of silu_mul and gelu_mul (``gate, up [..., d]``, two tensors), one kernel.
 
-Spec in ``native.py``, kernel in ``triton.py``, its launch rule in ``heuristics.py``; inputs, warmup,
-benchmark grids and cost in ``inputs.py``; the Liger peers in ``peers.py``.
+Spec in ``native.py``, kernel in ``triton.py``, its launch rule in ``heuristics.py``, warmup in ``warmup.py``;
+inputs, benchmark grids and cost in ``inputs.py`` and the Liger peers in ``peers.py``, imported on first use.
 """
 
 from __future__ import annotations
@@ -87,4 +87,7 @@ gelu_and_mul.differentiable("x", backward=native.gelu_and_mul_backward)
 silu_mul.differentiable("gate", "up", backward=native.silu_mul_backward)
 gelu_mul.differentiable("gate", "up", backward=native.gelu_mul_backward)
 
-from exactfuse.ops.act_and_mul import inputs, peers  # noqa: E402, F401  (inputs, grids, warmup, cost; peers)
+from exactfuse.ops.act_and_mul import warmup  # noqa: E402, F401  (the warmup hooks, beside the launchers)
+
+for _op in (silu_and_mul, gelu_and_mul, silu_mul, gelu_mul):
+    _op.declared_in("exactfuse.ops.act_and_mul.inputs", "exactfuse.ops.act_and_mul.peers")  # on first use

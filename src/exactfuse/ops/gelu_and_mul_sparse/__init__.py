@@ -1,7 +1,7 @@
 """Declaration of ``gelu_and_mul_sparse`` (Gemma3n's sparse GELU).
 
-Spec in ``native.py``, kernels in ``triton.py``, their launch choice in ``heuristics.py``; inputs,
-warmup, benchmark grids and cost in ``inputs.py``.
+Spec in ``native.py``, kernels in ``triton.py``, their launch choice in ``heuristics.py``, warmup in
+``warmup.py``; inputs, benchmark grids and cost in ``inputs.py``, imported on first use.
 """
 
 from __future__ import annotations
@@ -71,4 +71,6 @@ gelu_and_mul_sparse.provider(
 gelu_and_mul_sparse.differentiable("x")
 
 
-from exactfuse.ops.gelu_and_mul_sparse import inputs  # noqa: E402, F401  (inputs, grids, warmup, cost)
+from exactfuse.ops.gelu_and_mul_sparse import warmup  # noqa: E402, F401  (the warmup hook, beside the launchers)
+
+gelu_and_mul_sparse.declared_in("exactfuse.ops.gelu_and_mul_sparse.inputs")  # inputs, grids, cost: on first use

@@ -1,16 +1,14 @@
-"""Inputs of gelu_and_mul_sparse (shared by tests, ``verify`` and ``bench``), its warmup, benchmark
-grids and roofline cost."""
+"""Inputs of gelu_and_mul_sparse (shared by tests, ``verify`` and ``bench``), its benchmark grids and
+roofline cost. The registry imports this module on first use (``Op.declared_in``)."""
 
 from __future__ import annotations
 
 import torch
 
 from exactfuse.ops.act_and_mul import native as gated_native
-from exactfuse.ops.gelu_and_mul_sparse import STD_MULTIPLIER, gelu_and_mul_sparse, heuristics, native
-from exactfuse.ops.gelu_and_mul_sparse import triton as _triton
+from exactfuse.ops.gelu_and_mul_sparse import STD_MULTIPLIER, gelu_and_mul_sparse, native
 from exactfuse.registry import Case
 from exactfuse.testing.inputs import make_generator, randn, randn_with_specials
-from exactfuse.utils import num_sms
 
 FULL_T = (1, 7, 128, 2048)
 FULL_D = (1, 31, 128, 2048, 8192, 16384, 32768)
@@ -70,22 +68,6 @@ def _inputs(device: torch.device, dtype: torch.dtype, *, quick: bool = False, se
     yield Case("empty-T0-d64", (_gated(0, 64, dtype, device, gen), m, "tanh"))
     wide = _gated(16, 120, dtype, device, gen)
     yield Case("strided-rows-T16-d100", (wide[:, :200], m, "tanh"))
-
-
-# ------------------------------------------------------------------ warmup
-@gelu_and_mul_sparse.warmup
-def _warmup(device, dtype, *, widths=(2048, 8192, 16384), approximate=("tanh",), **_other_ops_options):
-    """Compile the kernels for each output width ``d`` in ``widths`` and each GELU form: every kernel
-    :func:`~exactfuse.ops.gelu_and_mul_sparse.heuristics.choose_plan` picks for some batch size at that width."""
-    sms = num_sms(torch.device(device))
-    for a in (approximate,) if isinstance(approximate, str) else approximate:
-        for d in widths:
-            seen = set()
-            for T in heuristics.warmup_batches(d, sms):
-                if (plan := heuristics.choose_plan(T, d, sms)) not in seen:
-                    seen.add(plan)
-                    x = torch.ones((T, 2 * d), dtype=dtype, device=device)
-                    _triton.launch_gelu_and_mul_sparse(x, STD_MULTIPLIER, a)
 
 
 # ------------------------------------------------------------- bench grids

@@ -1,7 +1,7 @@
 """Declaration of ``moe_silu_and_mul``: the MoE expert activation ``silu(gate) * up [* w]``.
 
-Spec in ``native.py``, kernel in ``triton.py``, its launch rule in ``heuristics.py``; inputs, warmup,
-benchmark grids and cost in ``inputs.py``.
+Spec in ``native.py``, kernel in ``triton.py``, its launch rule in ``heuristics.py``, warmup in ``warmup.py``;
+inputs, benchmark grids and cost in ``inputs.py``, imported on first use.
 """
 
 from __future__ import annotations
@@ -56,4 +56,6 @@ moe_silu_and_mul.provider(
 moe_silu_and_mul.differentiable("gateup", "row_weights", backward=native.moe_silu_and_mul_backward)
 
 
-from exactfuse.ops.moe_silu_and_mul import inputs  # noqa: E402, F401  (inputs, grids, warmup, cost)
+from exactfuse.ops.moe_silu_and_mul import warmup  # noqa: E402, F401  (the warmup hook, beside the launcher)
+
+moe_silu_and_mul.declared_in("exactfuse.ops.moe_silu_and_mul.inputs")  # inputs, grids, cost: on first use

@@ -1,12 +1,11 @@
-"""Inputs of moe_silu_and_mul (shared by tests, ``verify`` and ``bench``), its warmup, benchmark grids
-and roofline cost."""
+"""Inputs of moe_silu_and_mul (shared by tests, ``verify`` and ``bench``), its benchmark grids and roofline
+cost. The registry imports this module on first use (``Op.declared_in``)."""
 
 from __future__ import annotations
 
 import torch
 
 from exactfuse.ops.moe_silu_and_mul import moe_silu_and_mul
-from exactfuse.ops.moe_silu_and_mul import triton as _triton
 from exactfuse.registry import Case
 from exactfuse.testing.inputs import make_generator, randn_with_specials
 from exactfuse.utils import DTYPE_NAMES
@@ -70,33 +69,6 @@ def _inputs(device: torch.device, dtype: torch.dtype, *, quick: bool = False, se
         yield Case(f"wide-range-M8-N256-{layout}-none", (wide, None, interleaved))
         strided = randn_with_specials((6, 2 * 160), dtype, device, gen, specials=False)[:, : 2 * 128]
         yield Case(f"row-stride-M6-N128-{layout}-w32", (strided, _weights("w32", 6, dtype, device, gen), interleaved))
-
-
-# ------------------------------------------------------------------ warmup
-@moe_silu_and_mul.warmup
-def _warmup(
-    device: torch.device,
-    dtype: torch.dtype,
-    *,
-    widths=(1024,),
-    interleaved=(False, True),
-    weights=(None, torch.float32),
-    out_dtype: torch.dtype | None = None,
-    **other_ops_options,
-) -> None:
-    """Compile the kernel for each width ``N`` x layout x row-weights dtype (``None``: no weights).
-
-    The launch configuration depends on ``N`` only, so one call per width
-    covers every batch size (except ``numel >= 2**31``, a separate int64 build).
-    Options meant for other ops' warmups (``exactfuse.warmup`` passes them to
-    every op) are ignored.
-    """
-    for N in widths:
-        x = torch.ones((1, 2 * N), dtype=dtype, device=device)
-        for layout in (interleaved,) if isinstance(interleaved, bool) else interleaved:
-            for w_dtype in weights:
-                w = None if w_dtype is None else torch.ones((1,), dtype=w_dtype, device=device)
-                _triton.launch_moe_silu_and_mul(x, w, layout, out_dtype)
 
 
 # ------------------------------------------------------------- bench grids

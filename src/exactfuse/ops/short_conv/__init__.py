@@ -1,7 +1,8 @@
 """Declarations of ``short_conv`` (PLE), ``causal_conv1d`` and ``causal_conv1d_update`` (Mamba).
 
 Spec in ``native.py``, argument checks in ``checks.py``, kernels and launchers in ``triton.py``, the
-launch rule in ``heuristics.py``; inputs, warmup, benchmark grids and cost in ``inputs.py``.
+launch rule in ``heuristics.py``, warmup in ``warmup.py``; inputs in ``inputs.py``, benchmark grids and cost
+in ``grids.py`` and peers in ``peers.py``, imported on first use.
 """
 
 from __future__ import annotations
@@ -150,6 +151,9 @@ short_conv = KeywordOp(_short_conv, _short_conv_call)
 causal_conv1d = KeywordOp(_causal_conv1d, _causal_conv1d_call)
 causal_conv1d_update = KeywordOp(_causal_conv1d_update, _causal_conv1d_update_call)
 
-from exactfuse.ops.short_conv import grids, inputs, peers  # noqa: E402, F401  (inputs, warmup; grids, cost; peers)
+from exactfuse.ops.short_conv import warmup  # noqa: E402, F401  (the warmup hooks, beside the launchers)
+
+for _op in (_short_conv, _causal_conv1d, _causal_conv1d_update):  # inputs; grids, cost; peers: on first use
+    _op.declared_in(*(f"exactfuse.ops.short_conv.{module}" for module in ("inputs", "grids", "peers")))
 
 __all__ = ["causal_conv1d", "causal_conv1d_update", "short_conv"]

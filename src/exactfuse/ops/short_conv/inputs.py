@@ -1,4 +1,5 @@
-"""Inputs and warmup of the conv family (benchmark grids and roofline cost: ``grids.py``).
+"""Inputs of the conv family (benchmark grids and roofline cost: ``grids.py``; warmup: ``warmup.py``). The
+registry imports this module on first use (``Op.declared_in``).
 
 Every case draws fresh random values (never zeros) for inputs, residuals, weights and the whole state
 pool, slot 0 included, so a write to the null slot or to a position the spec keeps shows up.
@@ -6,18 +7,15 @@ pool, slot 0 included, so a write to the null slot or to a position the spec kee
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 
 import torch
 
 from exactfuse.ops.short_conv import _causal_conv1d, _causal_conv1d_update, _short_conv
-from exactfuse.ops.short_conv import launch as _launch
+from exactfuse.ops.short_conv.warmup import LAYOUTS
 from exactfuse.registry import Case
 from exactfuse.testing.inputs import make_generator, randn
 from exactfuse.utils import DTYPE_NAMES
-
-LAYOUTS = ("cw", "wc")  # storage [slot, C, W] / [slot, W, C], both viewed as logical [slot, C, W]
 
 
 def positional(op, case_id: str, args: tuple, kwargs: dict) -> Case:
@@ -256,67 +254,3 @@ def causal_conv1d_update_inputs(device: torch.device, dtype: torch.dtype, *, qui
             yield update_case(f"chunk-Lq3-{tag}", 4, 3, pad=(0,), K=K, D=D, **kw)
             yield update_case(f"spec-Lq4-{tag}", 4, 4, spec=True, pad=(2,), K=K, D=D, bias=False, **kw)
         yield update_case(f"B0-{layout}-{short}", 0, None, K=4, D=1, **kw)
-
-
-# ------------------------------------------------------------------ warmup
-@_short_conv.warmup
-def short_conv_warmup(
-    device: torch.device,
-    dtype: torch.dtype,
-    *,
-    channels=(10240,),
-    kernel_sizes=(4,),
-    dilations=(3,),
-    spec_query_lens=(4,),
-    layouts=LAYOUTS,
-    **other_ops_options,
-) -> None:
-    """Compile every specialization ``short_conv`` can launch for these model constants, through the
-    real launcher: mode x layout x (outer residual or not) x (token map or not), decode with and without
-    ``has_initial_state``. Row, request and slot counts are not specialized, so any batch is covered."""
-    gen = make_generator(0)
-    for C, K, D, sql, layout, outer, extra in itertools.product(
-        channels, kernel_sizes, dilations, spec_query_lens, layouts, (True, False), (0, 1)
-    ):
-        kw = {"C": C, "K": K, "D": D, "dtype": dtype, "device": device, "gen": gen, "layout": layout}
-        kw.update(outer=outer, extra_rows=extra, slots=3)
-        for case in (
-            short_conv_case("w", "decode", decodes=1, **kw),
-            short_conv_case("w", "decode", decodes=1, init=False, **kw),
-            short_conv_case("w", "spec", (1,), accepted=(1,), sql=sql, **kw),
-            short_conv_case("w", "prefill", (1,), **kw),
-        ):
-            _launch.short_conv_triton(*case.args)
-
-
-@_causal_conv1d.warmup
-def causal_conv1d_warmup(
-    device, dtype, *, channels=(10240,), kernel_sizes=(4,), dilations=(1,), layouts=LAYOUTS, **other_ops_options
-) -> None:
-    """Every ``causal_conv1d`` specialization for these constants: bias or not, SiLU or none, a state
-    with or without initial states, or none."""
-    gen = make_generator(0)
-    for C, K, D, layout, bias, act in itertools.product(
-        channels, kernel_sizes, dilations, layouts, (True, False), ("silu", None)
-    ):
-        kw = {"C": C, "K": K, "D": D, "dtype": dtype, "device": device, "gen": gen, "layout": layout}
-        for state, init in ((True, True), (True, False), (False, False)):
-            case = causal_case("w", (1,), bias=bias, activation=act, state=state, init=init, **kw)
-            _launch.causal_conv1d_triton(*case.args)
-
-
-@_causal_conv1d_update.warmup
-def causal_conv1d_update_warmup(
-    device, dtype, *, channels=(10240,), kernel_sizes=(4,), dilations=(1,), spec_query_lens=(4,),
-    layouts=LAYOUTS, **other_ops_options,
-) -> None:  # fmt: skip
-    """Every ``causal_conv1d_update`` specialization: ``[B, C]``, ``[B, Lq, C]``, speculative, bias or
-    not, SiLU or none."""
-    gen = make_generator(0)
-    for C, K, D, sql, layout, bias, act in itertools.product(
-        channels, kernel_sizes, dilations, spec_query_lens, layouts, (True, False), ("silu", None)
-    ):
-        kw = {"C": C, "K": K, "D": D, "dtype": dtype, "device": device, "gen": gen, "layout": layout}
-        for Lq, spec in ((None, False), (sql, False), (sql, True)):
-            case = update_case("w", 1, Lq, spec=spec, bias=bias, activation=act, **kw)
-            _launch.causal_conv1d_update_triton(*case.args)

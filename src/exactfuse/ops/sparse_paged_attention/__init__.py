@@ -1,9 +1,10 @@
 """Declaration of ``sparse_paged_attention``: top-k sparse paged GQA attention with a sigmoid output gate
 (docs/sparse_attention.md).
 
-Spec in ``native.py``, kernels and launcher in ``triton.py``, the launch rule in ``heuristics.py``;
-inputs, warmup, benchmark grids and cost in ``inputs.py``; baselines in ``peers.py``. The op is *opaque*
-to torch.compile (``custom_op`` + fake): its split count depends on the row count. It writes ``out``;
+Spec in ``native.py``, kernels and launcher in ``triton.py``, the launch rule in ``heuristics.py``, warmup
+in ``warmup.py``; inputs, benchmark grids and cost in ``inputs.py`` and baselines in ``peers.py``, imported
+on first use. The op is *opaque* to torch.compile (``custom_op`` + fake): its split count depends on the
+row count. It writes ``out``;
 ``exactfuse.sparse_paged_attention`` allocates ``out`` when the caller passes none and returns it.
 """
 
@@ -91,6 +92,10 @@ def _sparse_paged_attention_call(
 
 sparse_paged_attention = KeywordOp(_sparse_paged_attention, _sparse_paged_attention_call)
 
-from exactfuse.ops.sparse_paged_attention import inputs, peers  # noqa: E402, F401  (inputs, warmup, grids, cost; peers)
+from exactfuse.ops.sparse_paged_attention import warmup  # noqa: E402, F401  (the warmup hook, beside the launcher)
+
+_sparse_paged_attention.declared_in(  # inputs, grids, cost; peers: on first use
+    "exactfuse.ops.sparse_paged_attention.inputs", "exactfuse.ops.sparse_paged_attention.peers"
+)
 
 __all__ = ["CONTRACT", "sparse_paged_attention"]

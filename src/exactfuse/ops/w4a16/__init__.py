@@ -1,8 +1,9 @@
 """W4A16 GEMM: declaration of ``w4a16_gemm`` (fp16/bf16 activations x 4-bit GPTQ weights).
 
 Spec in ``native.py``, formats in ``packing.py``, kernels in ``triton.py`` (the fused tile), ``gemv.py``
-(M <= 2), ``splitk.py`` and ``dequant.py`` (the dense path), the launch rule in ``heuristics.py``;
-inputs, warmup, grids and cost in ``inputs.py``; baselines in ``peers.py``. The op is *opaque* to torch.compile
+(M <= 2), ``splitk.py`` and ``dequant.py`` (the dense path), the launch rule in ``heuristics.py``, warmup in
+``warmup.py``; inputs, grids and cost in ``inputs.py`` and baselines in ``peers.py``, imported on first use
+(``make_case`` too). The op is *opaque* to torch.compile
 (``custom_op`` + fake): its tile and split-K choice depends on the runtime M, and
 a traced launcher would freeze a prefill configuration into decode.
 """
@@ -13,7 +14,7 @@ import torch
 
 from exactfuse.ops.w4a16 import native
 from exactfuse.ops.w4a16.native import dense_weight, dequantize
-from exactfuse.ops.w4a16.packing import PreparedW4A16, dequantize_gptq, prepare_gptq, quantize_rtn
+from exactfuse.ops.w4a16.packing import PreparedW4A16, dequantize_gptq, prepare_gptq, quantize_rtn, random_weights
 from exactfuse.registry import op, platform
 from exactfuse.registry.contracts import Float64Relative
 
@@ -55,15 +56,26 @@ w4a16_gemm.provider(
 w4a16_gemm.differentiable("a", "bias", backward=native.w4a16_gemm_backward)
 
 
-from exactfuse.ops.w4a16 import peers  # noqa: E402, F401
-from exactfuse.ops.w4a16.inputs import _bytes, _random_prepared, make_case, random_weights  # noqa: E402, F401
+from exactfuse.ops.w4a16 import warmup  # noqa: E402, F401  (the warmup hook, beside the launchers)
+
+w4a16_gemm.declared_in("exactfuse.ops.w4a16.inputs", "exactfuse.ops.w4a16.peers")  # on first use
+
+_FROM_INPUTS = ("make_case", "_bytes", "_random_prepared")  # the test kit's case builders, loaded on use
+
+
+def __getattr__(name: str):
+    if name in _FROM_INPUTS:
+        from exactfuse.ops.w4a16 import inputs
+
+        return getattr(inputs, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "CONTRACT",
     "PreparedW4A16",
     "dense_weight",
     "dequantize_gptq",
-    "make_case",
     "prepare_gptq",
     "quantize_rtn",
     "random_weights",

@@ -1,35 +1,14 @@
-"""Inputs of w4a16_gemm (shared by tests, ``verify`` and ``bench``), its warmup, benchmark grids and
-roofline cost."""
+"""Inputs of w4a16_gemm (shared by tests, ``verify`` and ``bench``), its benchmark grids and roofline cost.
+The registry imports this module on first use (``Op.declared_in``)."""
 
 from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.w4a16 import triton as _triton
 from exactfuse.ops.w4a16 import w4a16_gemm
-from exactfuse.ops.w4a16.packing import PreparedW4A16, pack_rows, prepare_gptq, quantize_rtn
+from exactfuse.ops.w4a16.packing import PreparedW4A16, pack_rows, random_weights
 from exactfuse.registry import Case
 from exactfuse.testing.inputs import make_generator
-
-
-def random_weights(
-    K: int,
-    N: int,
-    dtype: torch.dtype,
-    device,
-    gen: torch.Generator,
-    *,
-    group_size: int = 128,
-    symmetric: bool = True,
-    act_order: bool = False,
-    format: str = "v1",
-) -> PreparedW4A16:
-    """RTN-quantized random ``[N, K]`` weights (scale ~1/sqrt(K)) in the prepared layout on ``device``."""
-    w = torch.randn((N, K), generator=gen) / K**0.5
-    order = torch.randperm(K, generator=gen) if act_order else None
-    t = quantize_rtn(w, group_size, symmetric, format=format, order=order, scale_dtype=dtype)
-    prepared = prepare_gptq(t.qweight, t.qzeros, t.scales, t.g_idx, format=format, sym=symmetric)
-    return PreparedW4A16(*(x.to(device) if isinstance(x, torch.Tensor) else x for x in prepared))
 
 
 def make_case(case_id, M, K, N, dtype, device, gen, *, bias=False, **weight_options) -> Case:
@@ -100,50 +79,6 @@ def _inputs(device: torch.device, dtype: torch.dtype, *, quick: bool = False, se
             act_order=True,
             bias=True,
         )
-
-
-# ------------------------------------------------------------------ warmup
-# a row count in every bucket of heuristics.BUCKETS (M = 2 is the two-row GEMV's) and the dense path; on
-# sm_90 every BM of the staged tile (8 to 128) and both its split rules (M <= 64 and above)
-WARMUP_M = (1, 2, 8, 16, 32, 64, 128, 256, 512, 1024)
-
-
-@w4a16_gemm.warmup
-def _warmup(
-    device,
-    dtype,
-    *,
-    shapes=((4096, 4096),),
-    group_size=128,
-    symmetric=True,
-    act_order=False,
-    bias=False,
-    row_groups=False,
-    deterministic=True,
-    **other_ops_options,
-):
-    """Compile every kernel specialization the layers ``shapes = ((K, N), ...)`` need.
-
-    One launch per M bucket of the heuristic and per split / no-split variant,
-    so CUDA-graph capture at any M triggers no JIT compile. ``row_groups``: the
-    layers have a group per row (row shards of act-order layers, K their shard's),
-    whose dequantize path serves every M. ``deterministic=False``: layers that let
-    split-K use atomics (another specialization). Options meant for other ops' warmups
-    (``exactfuse.warmup`` passes them to every op) are ignored.
-    """
-    gen = make_generator(0)
-    for K, N in shapes:
-        b = torch.zeros((N,), dtype=dtype, device=device) if bias else None
-        if row_groups:
-            groups = max(1, K // (K if group_size == -1 else group_size))
-            case = row_group_case("warmup", 1, K, N, groups, dtype, device, gen, symmetric=symmetric)
-            a, qweight, scales, zeros, perm, _, G, deterministic, group_index = case.args
-            _triton.launch_w4a16_gemm(a, qweight, scales, zeros, perm, b, G, deterministic, group_index)
-            continue
-        w = random_weights(K, N, dtype, device, gen, group_size=group_size, symmetric=symmetric, act_order=act_order)
-        for M in WARMUP_M:
-            a = torch.ones((M, K), dtype=dtype, device=device)
-            _triton.launch_w4a16_gemm(a, w.qweight, w.scales, w.zeros, w.perm, b, w.group_size, deterministic)
 
 
 # ------------------------------------------------------------- bench grids

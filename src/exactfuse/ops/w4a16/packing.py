@@ -277,3 +277,23 @@ def quantize_rtn(
     stored = zero - 1 if format == "v1" else zero
     qzeros = None if symmetric and format == "v2" else pack_cols(stored)
     return GPTQTensors(pack_rows(q), qzeros, scale.contiguous(), g_idx, format, symmetric)
+
+
+def random_weights(
+    K: int,
+    N: int,
+    dtype: torch.dtype,
+    device,
+    gen: torch.Generator,
+    *,
+    group_size: int = 128,
+    symmetric: bool = True,
+    act_order: bool = False,
+    format: str = "v1",
+) -> PreparedW4A16:
+    """RTN-quantized random ``[N, K]`` weights (scale ~1/sqrt(K)) in the prepared layout on ``device``."""
+    w = torch.randn((N, K), generator=gen) / K**0.5
+    order = torch.randperm(K, generator=gen) if act_order else None
+    t = quantize_rtn(w, group_size, symmetric, format=format, order=order, scale_dtype=dtype)
+    prepared = prepare_gptq(t.qweight, t.qzeros, t.scales, t.g_idx, format=format, sym=symmetric)
+    return PreparedW4A16(*(x.to(device) if isinstance(x, torch.Tensor) else x for x in prepared))

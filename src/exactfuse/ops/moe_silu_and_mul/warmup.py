@@ -1,0 +1,35 @@
+"""Warmup of moe_silu_and_mul: the launches ``exactfuse.warmup`` makes so that no kernel compiles inside a
+CUDA-graph capture."""
+
+from __future__ import annotations
+
+import torch
+
+from exactfuse.ops.moe_silu_and_mul import moe_silu_and_mul
+from exactfuse.ops.moe_silu_and_mul import triton as _triton
+
+
+@moe_silu_and_mul.warmup
+def _warmup(
+    device: torch.device,
+    dtype: torch.dtype,
+    *,
+    widths=(1024,),
+    interleaved=(False, True),
+    weights=(None, torch.float32),
+    out_dtype: torch.dtype | None = None,
+    **other_ops_options,
+) -> None:
+    """Compile the kernel for each width ``N`` x layout x row-weights dtype (``None``: no weights).
+
+    The launch configuration depends on ``N`` only, so one call per width
+    covers every batch size (except ``numel >= 2**31``, a separate int64 build).
+    Options meant for other ops' warmups (``exactfuse.warmup`` passes them to
+    every op) are ignored.
+    """
+    for N in widths:
+        x = torch.ones((1, 2 * N), dtype=dtype, device=device)
+        for layout in (interleaved,) if isinstance(interleaved, bool) else interleaved:
+            for w_dtype in weights:
+                w = None if w_dtype is None else torch.ones((1,), dtype=w_dtype, device=device)
+                _triton.launch_moe_silu_and_mul(x, w, layout, out_dtype)

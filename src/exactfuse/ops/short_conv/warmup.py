@@ -1,0 +1,131 @@
+"""Warmup of the conv family: the launches ``exactfuse.warmup`` makes so that no kernel compiles inside a
+CUDA-graph capture.
+
+Each call is one request of one row on placeholder tensors (zeros; a state pool of three slots) in the
+layout, mode and optional arguments of a specialization. Row, request and slot counts are not
+specialized, so any batch is covered.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from exactfuse.ops.short_conv import _causal_conv1d, _causal_conv1d_update, _short_conv
+from exactfuse.ops.short_conv import launch as _launch
+
+LAYOUTS = ("cw", "wc")  # storage [slot, C, W] / [slot, W, C], both viewed as logical [slot, C, W]
+
+
+def _state(slots: int, C: int, W: int, layout: str, dtype, device) -> torch.Tensor:
+    """A state pool, logical ``[slots, C, W]``, stored as ``layout``."""
+    if layout == "cw":
+        return torch.zeros((slots, C, W), dtype=dtype, device=device)
+    return torch.zeros((slots, W, C), dtype=dtype, device=device).transpose(1, 2)
+
+
+def _positional(op, args: tuple, kwargs: dict) -> tuple:
+    """Every argument positional, in the registered schema's order (as the op's calls pass them)."""
+    bound = op.signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    return tuple(bound.args)
+
+
+def _int32(values, device) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.int32, device=device)
+
+
+def _short_conv_args(mode, *, C, K, D, sql, layout, outer, extra, init, dtype, device) -> tuple:
+    """One request of one row in ``mode``; ``extra`` rows outside the call (a token map) when 1."""
+    N, SL = 1 + extra, (K - 1) * D
+    W = SL + (sql - 1 if mode == "spec" else 0) + (layout == "wc")
+    rows = [torch.zeros((N, C), dtype=dtype, device=device) for _ in range(3 if outer else 2)]
+    weight = torch.zeros((C, K), dtype=dtype, device=device)
+    kwargs = {"conv_mode": mode, "dilation": D}
+    if mode != "decode":
+        kwargs["query_start_loc"] = _int32([0, 1], device)
+    if mode == "spec":
+        kwargs["num_accepted_tokens"] = _int32([1], device)
+        kwargs["spec_query_len"] = sql
+    if init and mode != "spec":
+        kwargs["has_initial_state"] = torch.ones((1,), dtype=torch.bool, device=device)
+    if extra:
+        kwargs["token_indices"] = torch.zeros((1,), dtype=torch.int64, device=device)
+    if outer:
+        kwargs["outer_residual"] = rows[2]
+    args = (rows[0], rows[1], _state(3, C, W, layout, dtype, device), weight, _int32([1], device))
+    return _positional(_short_conv, args, kwargs)
+
+
+@_short_conv.warmup
+def short_conv_warmup(
+    device: torch.device,
+    dtype: torch.dtype,
+    *,
+    channels=(10240,),
+    kernel_sizes=(4,),
+    dilations=(3,),
+    spec_query_lens=(4,),
+    layouts=LAYOUTS,
+    **other_ops_options,
+) -> None:
+    """Compile every specialization ``short_conv`` can launch for these model constants, through the
+    real launcher: mode x layout x (outer residual or not) x (token map or not), decode with and without
+    ``has_initial_state``."""
+    for C, K, D, sql, layout, outer, extra in itertools.product(
+        channels, kernel_sizes, dilations, spec_query_lens, layouts, (True, False), (0, 1)
+    ):
+        kw = {"C": C, "K": K, "D": D, "sql": sql, "layout": layout, "outer": outer, "extra": extra}
+        for mode, init in (("decode", True), ("decode", False), ("spec", True), ("prefill", True)):
+            _launch.short_conv_triton(*_short_conv_args(mode, init=init, dtype=dtype, device=device, **kw))
+
+
+@_causal_conv1d.warmup
+def causal_conv1d_warmup(
+    device, dtype, *, channels=(10240,), kernel_sizes=(4,), dilations=(1,), layouts=LAYOUTS, **other_ops_options
+) -> None:
+    """Every ``causal_conv1d`` specialization for these constants: bias or not, SiLU or none, a state
+    with or without initial states, or none."""
+    for C, K, D, layout, bias, act in itertools.product(
+        channels, kernel_sizes, dilations, layouts, (True, False), ("silu", None)
+    ):
+        SL = (K - 1) * D
+        for state, init in ((True, True), (True, False), (False, False)):
+            args = (
+                torch.zeros((1, C), dtype=dtype, device=device),
+                torch.zeros((C, K), dtype=dtype, device=device),
+                torch.zeros((C,), dtype=dtype, device=device) if bias else None,
+            )
+            kwargs = {"activation": act, "dilation": D, "query_start_loc": _int32([0, 1], device)}
+            if state:
+                kwargs["conv_state"] = _state(4, C, SL + (layout == "wc"), layout, dtype, device)
+                kwargs["state_indices"] = _int32([1], device)
+                if init:
+                    kwargs["has_initial_state"] = torch.zeros((1,), dtype=torch.bool, device=device)
+            _launch.causal_conv1d_triton(*_positional(_causal_conv1d, args, kwargs))
+
+
+@_causal_conv1d_update.warmup
+def causal_conv1d_update_warmup(
+    device, dtype, *, channels=(10240,), kernel_sizes=(4,), dilations=(1,), spec_query_lens=(4,),
+    layouts=LAYOUTS, **other_ops_options,
+) -> None:  # fmt: skip
+    """Every ``causal_conv1d_update`` specialization: ``[B, C]``, ``[B, Lq, C]``, speculative, bias or
+    not, SiLU or none."""
+    for C, K, D, sql, layout, bias, act in itertools.product(
+        channels, kernel_sizes, dilations, spec_query_lens, layouts, (True, False), ("silu", None)
+    ):
+        SL = (K - 1) * D
+        for Lq, spec in ((None, False), (sql, False), (sql, True)):
+            W = SL + ((Lq or 1) - 1 if spec else 0) + (layout == "wc")
+            args = (
+                torch.zeros((1, C) if Lq is None else (1, Lq, C), dtype=dtype, device=device),
+                _state(3, C, W, layout, dtype, device),
+                torch.zeros((C, K), dtype=dtype, device=device),
+                torch.zeros((C,), dtype=dtype, device=device) if bias else None,
+            )
+            kwargs = {"dilation": D, "state_indices": _int32([1], device), "activation": act}
+            if spec:
+                kwargs["num_accepted_tokens"] = _int32([1], device)
+            _launch.causal_conv1d_update_triton(*_positional(_causal_conv1d_update, args, kwargs))
