@@ -213,7 +213,7 @@ def test_hub_update_is_dao_update():
                 a["x"], a["w"], conv_state=a["s"], query_start_loc=a["qsl"], state_indices=a["sid"][:1]
             ),
             ValueError,
-            "state_indices must have at least R = 2",
+            r"state_indices must be \[R\] = \[2\] \(len\(query_start_loc\) - 1\) or longer",
         ),
         (
             lambda a: causal_conv1d(

@@ -130,7 +130,7 @@ def check_conv(
     R = L if not needs_qsl else query_start_loc.shape[0] - 1
     if state_indices is not None and state_indices.shape[0] < R:
         what = "one per row (decode)" if not needs_qsl else "len(query_start_loc) - 1"
-        _fail(op, f"state_indices must have at least R = {R} entries ({what}), got {list(state_indices.shape)}")
+        _fail(op, f"state_indices must be [R] = [{R}] ({what}) or longer, got {list(state_indices.shape)}")
     if needs_qsl and query_start_loc.shape[0] < 1:
         _fail(op, "query_start_loc must be [R + 1] with R >= 0, got an empty tensor")
     if mode == "spec":
