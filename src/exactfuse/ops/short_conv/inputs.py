@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import torch
 
 from exactfuse.ops.short_conv import _causal_conv1d, _causal_conv1d_update, _short_conv
-from exactfuse.ops.short_conv.warmup import LAYOUTS
+from exactfuse.ops.short_conv.warmup import LAYOUTS, schema_args
 from exactfuse.registry import Case
 from exactfuse.testing.inputs import make_generator, randn
 from exactfuse.utils import DTYPE_NAMES
@@ -22,9 +22,7 @@ def positional(op, case_id: str, args: tuple, kwargs: dict) -> Case:
     """A case with every argument positional, in the registered schema's order: ``torch.ops.exactfuse``
     schemas here are positional (``custom_op`` rejects keyword-only tensors), and tracing tools fake
     only positional tensors."""
-    bound = op.signature.bind(*args, **kwargs)
-    bound.apply_defaults()
-    return Case(case_id, tuple(bound.args))
+    return Case(case_id, schema_args(op, args, kwargs))
 
 
 def make_state(slots: int, C: int, W: int, layout: str, dtype, device, gen) -> torch.Tensor:

@@ -25,7 +25,7 @@ def _state(slots: int, C: int, W: int, layout: str, dtype, device) -> torch.Tens
     return torch.zeros((slots, W, C), dtype=dtype, device=device).transpose(1, 2)
 
 
-def _positional(op, args: tuple, kwargs: dict) -> tuple:
+def schema_args(op, args: tuple, kwargs: dict) -> tuple:
     """Every argument positional, in the registered schema's order (as the op's calls pass them)."""
     bound = op.signature.bind(*args, **kwargs)
     bound.apply_defaults()
@@ -55,7 +55,7 @@ def _short_conv_args(mode, *, C, K, D, sql, layout, outer, extra, init, dtype, d
     if outer:
         kwargs["outer_residual"] = rows[2]
     args = (rows[0], rows[1], _state(3, C, W, layout, dtype, device), weight, _int32([1], device))
-    return _positional(_short_conv, args, kwargs)
+    return schema_args(_short_conv, args, kwargs)
 
 
 @_short_conv.warmup
@@ -103,7 +103,7 @@ def causal_conv1d_warmup(
                 kwargs["state_indices"] = _int32([1], device)
                 if init:
                     kwargs["has_initial_state"] = torch.zeros((1,), dtype=torch.bool, device=device)
-            _launch.causal_conv1d_triton(*_positional(_causal_conv1d, args, kwargs))
+            _launch.causal_conv1d_triton(*schema_args(_causal_conv1d, args, kwargs))
 
 
 @_causal_conv1d_update.warmup
@@ -128,4 +128,4 @@ def causal_conv1d_update_warmup(
             kwargs = {"dilation": D, "state_indices": _int32([1], device), "activation": act}
             if spec:
                 kwargs["num_accepted_tokens"] = _int32([1], device)
-            _launch.causal_conv1d_update_triton(*_positional(_causal_conv1d_update, args, kwargs))
+            _launch.causal_conv1d_update_triton(*schema_args(_causal_conv1d_update, args, kwargs))
