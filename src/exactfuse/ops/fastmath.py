@@ -54,6 +54,7 @@ FORMULAS: dict[int, tuple[str, str]] = {  # id -> (activation, what it evaluates
     GELU_TANH_SIGMOID: ("gelu_tanh", "x / (1 + ex2.approx exp(-2u)), approximate division"),
 }
 EXACT = {"silu": SILU, "gelu_none": GELU_ERF, "gelu_tanh": GELU_TANH}
+EXACT_FORMULAS = frozenset(EXACT.values())
 
 # What the kernels try, fastest first, per (activation, dtype); the exact formula follows as the last
 # resort. A pair is listed when scripts/gpu/probe_fast_activation.py found its formula bitwise on the H200

@@ -13,7 +13,6 @@ import importlib
 import inspect
 import typing
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -22,45 +21,9 @@ from exactfuse.registry import autograd, platform
 from exactfuse.registry.case import Case
 from exactfuse.registry.contracts import Contract, contract_for
 from exactfuse.registry.library import _WRAP_TRITON, _WRAP_TRITON_DEFAULT, direct_triton_launches, register_torch_op
+from exactfuse.registry.provider import NoProviderError, Provider
 
 DEFAULT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-
-
-@dataclass(slots=True)
-class Provider:
-    """An implementation of an op.
-
-    ``supported`` is a platform/library check (evaluated once, lazily); ``supports_args`` a per-call
-    check that returns ``True`` to accept the arguments or a non-empty ``str`` saying why it declines
-    (never a SymBool: it must not guard on sizes); ``kernels`` the ``@triton.jit`` functions it
-    launches (for resource reports).
-    """
-
-    name: str
-    fn: Callable
-    supported: bool | Callable[[], bool] = True
-    supports_args: Callable[..., bool | str] | None = None
-    kernels: tuple = ()
-    _available: bool | None = None
-
-    @property
-    def available(self) -> bool:
-        if self._available is None:
-            self._available = bool(self.supported() if callable(self.supported) else self.supported)
-        return self._available
-
-    def accepts(self, *args, **kwargs) -> bool | str:
-        """``True``, or why this provider cannot run ``args`` here."""
-        if not self.available:
-            return "not available on this platform"
-        if self.supports_args is None:
-            return True
-        verdict = self.supports_args(*args, **kwargs)
-        return verdict if verdict is True or verdict else "declined these arguments"
-
-
-class NoProviderError(RuntimeError):
-    """No provider in the priority list can run the given arguments."""
 
 
 def _describe_value(value: Any) -> str:
@@ -330,9 +293,7 @@ class Op:
         autograd formula), or a refusal before anything is computed."""
         if (reason := autograd.refusal(self, args, kwargs)) is not None:
             raise autograd.InferenceOnlyError(reason)
-        if self.check is not None:
-            self.check(*args, **kwargs)
-        return self.torch_op(*args, **kwargs)
+        return self.torch_op(*args, **kwargs)  # its body validates and dispatches
 
     def __call__(self, *args, **kwargs):
         if torch.is_grad_enabled() and autograd.requires_grad(args, kwargs):

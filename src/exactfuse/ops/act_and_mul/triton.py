@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 
 from exactfuse.ops.act_and_mul.heuristics import FLAT_BLOCK, act_and_mul_config, flat_index
-from exactfuse.ops.fastmath import EXACT, GELU_ERF, GELU_TANH, SILU, chosen_formula  # noqa: F401 (ids re-exported)
+from exactfuse.ops.fastmath import EXACT, EXACT_FORMULAS, GELU_ERF, GELU_TANH, SILU, chosen_formula  # noqa: F401 (ids re-exported)
 from exactfuse.ops.math import activation
 from exactfuse.utils import empty, is_symbolic, needs_int64
 
@@ -107,7 +107,7 @@ def _launch(gate: torch.Tensor, up: torch.Tensor | None, D: int, out_shape, acti
     rows = None if is_symbolic(T) else T
     BT, BD, num_warps = act_and_mul_config(D, rows)
     formula = chosen_formula(activation, gate.dtype, gate.device)
-    flat = flat_index(D, rows, fast_math=formula not in EXACT.values())
+    flat = flat_index(D, rows, fast_math=formula not in EXACT_FORMULAS)
     if flat:
         BT, BD = 1, FLAT_BLOCK
     grid = (triton.cdiv(T * D, BD),) if flat else (triton.cdiv(T, BT), triton.cdiv(D, BD))
