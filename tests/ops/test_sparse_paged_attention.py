@@ -166,7 +166,9 @@ def test_attention_config_splits_until_the_gpu_is_full():
     sms = 132
     assert heuristics.attention_config(4, 2, 256, 2051, sms).num_splits == 32  # 65 tiles of 32: two a split
     # one row: 2 x 32 programs would leave SMs idle, so 64-token tiles at 8 warps, 33 tiles: 16 splits
-    few = {"num_warps": 8, "prefetch_slots": True}  # and the next tile's slots loaded ahead
+    few = {"num_warps": 8, "prefetch_slots": True}  # and the next tile's slots loaded ahead,
+    # every split merged at once, 64 columns and 4 warps a merge program, a programmatic dependent launch
+    few |= {"merge_group": 16, "merge_block_d": 64, "merge_warps": 4, "pdl": True}
     assert heuristics.attention_config(1, 2, 256, 2051, sms) == AttentionConfig(64, 16, **few)
     assert heuristics.attention_config(1, 4, 128, 2048, sms) == AttentionConfig(64, 16, **few)
     assert heuristics.attention_config(16, 2, 128, 2048, sms) == AttentionConfig(64, 16)
