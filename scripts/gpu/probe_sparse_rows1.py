@@ -35,7 +35,7 @@ from dataclasses import replace
 import torch
 from probe_attention_read_floor import read
 
-from exactfuse.bench.peers import PEERS
+from exactfuse.bench.peers import peers_for
 from exactfuse.bench.timing import cudagraph_timer, recompile_limits
 from exactfuse.ops.sparse_paged_attention import CONTRACT, _sparse_paged_attention, heuristics, inputs, native
 from exactfuse.ops.sparse_paged_attention import triton as at
@@ -119,7 +119,7 @@ def floor_us(args: tuple) -> tuple[float, tuple]:
 def peer_us(args: tuple) -> tuple[float, float]:
     """The peer's µs and its relative error against the op's float64 reference (its own output buffer)."""
     own = (torch.empty_like(args[0]), *args[1:])
-    call = PEERS["sparse_paged_attention"][PEER].prepare(own, {})
+    call = next(a for a in peers_for("sparse_paged_attention") if a.name == PEER).prepare(own, {})
     call()
     ref = native.reference64(*own)
     err = float(torch.linalg.vector_norm(own[0].double() - ref) / torch.linalg.vector_norm(ref))
