@@ -1,0 +1,88 @@
+"""The fragment layout (``ops/w4a16/fragment.py``): pack/unpack identity, the dequantization, and a
+lane-by-lane model of ``mma.sync.m16n8k16`` over the words that gives ``a @ W``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from exactfuse.ops.w4a16 import fragment, native, packing
+
+SHAPES = [(256, 64, 128), (128, 32, -1), (512, 48, 64), (64, 16, -1)]
+
+
+def _weights(K, N, G, dtype, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    groups = 1 if G == -1 else K // G
+    q = torch.randint(0, 16, (K, N), generator=gen, dtype=torch.int32)
+    scales = (torch.randn(groups, N, generator=gen) * 0.05).to(dtype)
+    zeros = torch.randint(0, 16, (groups, N), generator=gen).to(torch.uint8)
+    return packing.pack_rows(q), scales, zeros
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("K, N, G", SHAPES)
+def test_pack_unpack_is_the_identity_and_dequantizes_as_the_spec(K, N, G, dtype):
+    qweight, scales, zeros = _weights(K, N, G, dtype)
+    packed = fragment.pack(qweight, scales, zeros)
+    assert packed.words.shape == (N // 16, K // 64, 32, 4) and packed.words.dtype == torch.int32
+    assert packed.scales.shape == (scales.shape[0], N // 16, 8, 8) and packed.scales.dtype == dtype
+    q, s, z = fragment.unpack(packed.words, packed.scales)
+    assert torch.equal(q, qweight) and torch.equal(s, scales) and torch.equal(z, zeros)
+    want = native.dequantize(qweight, scales, zeros, G, dtype)
+    assert torch.equal(fragment.dequantize(packed.words, packed.scales), want)
+    sym = fragment.pack(qweight, scales, None)  # symmetric: zero point 8
+    assert torch.equal(fragment.dequantize(sym.words, sym.scales), native.dequantize(qweight, scales, None, G, dtype))
+
+
+def _mma_model(words: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    """``out [M, N]`` (float64) as the kernel forms it: per tile, chunk and k-step, the 32 lanes' words
+    placed where ``mma.sync.m16n8k16`` reads its A operand, the activations where it reads B (lane
+    ``l`` loads ``a[l // 4, 64 chunk + 16 (l % 4) + ...]``), ``D += A @ B``."""
+    tiles, chunks = words.shape[:2]
+    M = a.shape[0]
+    out = torch.zeros(M, tiles * 16, dtype=torch.float64)
+    codes = [(words >> (4 * i)) & 0xF for i in range(8)]  # nibble i of every word
+    for tile in range(tiles):
+        for m0 in range(0, M, 8):
+            d = torch.zeros(16, 8, dtype=torch.float64)
+            for chunk in range(chunks):
+                for j in range(4):
+                    A = torch.full((16, 16), float("nan"), dtype=torch.float64)
+                    B = torch.full((16, 8), float("nan"), dtype=torch.float64)
+                    for lane in range(32):
+                        r, c = lane // 4, 2 * (lane % 4)
+                        regs = [(r, c), (r + 8, c), (r, c + 8), (r + 8, c + 8)]  # register t: (row, k-pos)
+                        for t, (row, kpos) in enumerate(regs):
+                            A[row, kpos] = codes[t][tile, chunk, lane, j]  # low half
+                            A[row, kpos + 1] = codes[t + 4][tile, chunk, lane, j]  # high half
+                        k = 64 * chunk + 16 * (lane % 4) + 2 * j
+                        m = m0 + r
+                        for e in range(2):
+                            B[c + e, r] = a[m, k + e] if m < M else 0.0
+                            B[c + 8 + e, r] = a[m, k + 8 + e] if m < M else 0.0
+                    assert not A.isnan().any() and not B.isnan().any()  # every position filled once
+                    d += A @ B
+            rows = min(8, M - m0)
+            out[m0 : m0 + rows, tile * 16 : tile * 16 + 16] = d[:, :rows].t()
+    return out
+
+
+def test_words_are_the_mma_operands_of_the_gemm():
+    K, N, M = 128, 32, 3
+    qweight, scales, zeros = _weights(K, N, -1, torch.float32 if False else torch.bfloat16)
+    packed = fragment.pack(qweight, scales, zeros)
+    a = torch.randint(-3, 4, (M, K)).double()
+    codes = packing.unpack_rows(qweight).double()
+    assert torch.equal(_mma_model(packed.words, a), a @ codes)
+
+
+@pytest.mark.parametrize(
+    "K, N, groups, match",
+    [(100, 16, 1, "K % 64"), (128, 24, 1, "N % 16"), (256, 16, 8, "multiple of 64 rows"), (128, 16, 3, "multiple")],
+)
+def test_pack_refuses_what_has_no_layout(K, N, groups, match):
+    qweight = torch.zeros(K // 8, N, dtype=torch.int32)
+    scales = torch.ones(groups, N, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=match):
+        fragment.pack(qweight, scales, None)
