@@ -1,12 +1,12 @@
 """The fragment-layout kernel (``ops/w4a16/mma.py``) against the shipped W4A16 path and cuBLAS.
 
 Usage: PYTHONPATH=src python3 scripts/gpu/probe_w4a16_fragment.py [--ms 1,2,4,8,16,32,64] [--dtype bf16|fp16]
-       [--configs 4x4,4x2,8x2] [--splits 1,2,4,8,16] [--check-only]
+       [--configs 4x4,4x2,8x2 (warps x tiles a warp)] [--splits 1,2,4,8,16] [--check-only]
 
 First every configuration is checked: dequantization bit for bit (one-hot activations pick single
 weight rows, products and sums exact) and the GEMM against the op's float64 contract, with bias, act-order
 and odd M. Then, per (K, N, M), weights rotated past the L2: the op as shipped (``w4a16_gemm``), the
-fragment kernel at every (warps x steps, split) candidate and cuBLAS on the dense weight; µs, median of
+fragment kernel at every (warps x tiles, split) candidate and cuBLAS on the dense weight; µs, median of
 CUDA-graph replays, and % of the bytes' roofline at the measured copy bandwidth.
 Result: benchmarks/results/h200/sweeps/w4a16_fragment.txt (``_fp16`` for fp16).
 """
@@ -44,14 +44,14 @@ def _check(dtype, dev, configs, splits) -> list[str]:
         bias = torch.randn(N, device=dev, generator=gen).to(dtype)
         packed = fragment.pack(qweight, scales, zeros)
         w = native.dequantize(qweight, scales, zeros, G, dtype)
-        for warps, steps in configs:
-            if (N // 16) % warps:
+        for warps, tiles in configs:
+            if (N // 16) % (warps * tiles):
                 continue
             for split in splits:
-                if (K // 64) % split or (K // 64 // split) % steps:
+                if (K // 64) % split:
                     continue
                 for mma_n in (8, 16):
-                    kw = dict(warps=warps, steps=steps, split=split, mma_n=mma_n)
+                    kw = dict(warps=warps, tiles=tiles, split=split, mma_n=mma_n)
                     rows = torch.randint(0, K, (mma_n,), device=dev, generator=gen)
                     onehot = torch.zeros(mma_n, K, device=dev, dtype=dtype)
                     onehot[torch.arange(mma_n), rows] = 1
@@ -87,7 +87,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ms", default="1,2,4,8,16,32,64")
     parser.add_argument("--dtype", default="bf16", choices=list(DTYPES))
-    parser.add_argument("--configs", default="4x4,4x2,8x2,8x4,2x4")
+    parser.add_argument("--configs", default="4x4,4x2,8x2,2x4,4x8")
     parser.add_argument("--splits", default="1,2,4,8,16")
     parser.add_argument("--check-only", action="store_true")
     args = parser.parse_args()
@@ -103,7 +103,7 @@ def main() -> None:
         emit(f"w4a16_fragment{'' if dtype == torch.bfloat16 else '_fp16'}.txt", lines)
         return
     lines.append(
-        "K N M | shipped us | fragment best us (warps x steps, split) | cuBLAS us | % roofline | x shipped | x cuBLAS"
+        "K N M | shipped us | fragment best us (warps x tiles, split) | cuBLAS us | % roofline | x shipped | x cuBLAS"
     )
     for K, N in SHAPES:
         w0 = _random_prepared(K, N, dtype, dev)
@@ -117,23 +117,23 @@ def main() -> None:
             shipped = _timed(lambda i, a=a, ws=ws: exactfuse.w4a16_gemm(a, ws[i].qweight, ws[i].scales), copies)
             cublas = _timed(lambda i, a=a, dense=dense: a @ dense[i], copies)
             results = []
-            for warps, steps in configs:
-                if (N // 16) % warps:
+            for warps, tiles in configs:
+                if (N // 16) % (warps * tiles):
                     continue
                 for split in splits:
-                    if (K // 64) % split or (K // 64 // split) % steps:
+                    if (K // 64) % split:
                         continue
                     mma_n = 8 if M <= 8 else 16
-                    kw = dict(warps=warps, steps=steps, split=split, mma_n=mma_n)
+                    kw = dict(warps=warps, tiles=tiles, split=split, mma_n=mma_n)
                     out = mma.launch_fragment(a, packs[0].words, packs[0].scales, None, None, **kw)
                     want = native.w4a16_gemm(a, ws[0].qweight, ws[0].scales, None, None, None, 128)
                     if not CONTRACT.check(out, want, args=(a, ws[0].qweight, ws[0].scales)).passed:
-                        results.append((float("inf"), f"{warps}x{steps} s{split} FAILED"))
+                        results.append((float("inf"), f"{warps}x{tiles} s{split} FAILED"))
                         continue
                     t = _timed(
                         lambda i, a=a, p=packs, kw=kw: mma.launch_fragment(a, *p[i][:2], None, None, **kw), copies
                     )
-                    results.append((t, f"{warps}x{steps} s{split}"))
+                    results.append((t, f"{warps}x{tiles} s{split}"))
             results.sort()
             best, name = results[0]
             nbytes = K * N // 2 + (K // 128) * N * 2 + M * K * 2 + M * N * 2
