@@ -15,6 +15,7 @@ from exactfuse.ops.short_conv import causal_conv1d_update as causal_conv1d_updat
 from exactfuse.ops.short_conv import short_conv as short_conv
 from exactfuse.ops.sparse_paged_attention import sparse_paged_attention as sparse_paged_attention
 from exactfuse.ops.w4a16 import w4a16_gemm as w4a16_gemm
+from exactfuse.ops.w4a16 import w4a16_gemm_packed as w4a16_gemm_packed
 from exactfuse.registry import OPS as OPS
 from exactfuse.registry import InferenceOnlyError as InferenceOnlyError
 from exactfuse.registry import get as get

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import exactfuse
 from exactfuse.ops.w4a16 import fragment, native, packing
 
 SHAPES = [(256, 64, 128), (128, 32, -1), (512, 48, 64), (64, 16, -1)]
@@ -86,3 +87,75 @@ def test_pack_refuses_what_has_no_layout(K, N, groups, match):
     scales = torch.ones(groups, N, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match=match):
         fragment.pack(qweight, scales, None)
+
+
+def test_op_checks_name_the_argument():
+    qweight, scales, zeros = _weights(256, 64, 128, torch.bfloat16)
+    packed = fragment.pack(qweight, scales, zeros)
+    a = torch.randn(3, 256, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"a must be \[M, K\] = \[M, 256\]"):
+        exactfuse.w4a16_gemm_packed(a[:, :128], packed.words, packed.scales)
+    with pytest.raises(TypeError, match="scales must have a's dtype"):
+        exactfuse.w4a16_gemm_packed(a.half(), packed.words, packed.scales)
+    with pytest.raises(TypeError, match=r"words must be int32 \[N/16, K/64, 32, 4\]"):
+        exactfuse.w4a16_gemm_packed(a, qweight, packed.scales)
+    with pytest.raises(ValueError, match="bias must be"):
+        exactfuse.w4a16_gemm_packed(a, packed.words, packed.scales, bias=torch.zeros(3, dtype=torch.bfloat16))
+
+
+def test_packed_spec_is_the_gptq_spec():
+    for G in (128, -1):
+        qweight, scales, zeros = _weights(256, 64, G, torch.bfloat16)
+        perm = torch.randperm(256).to(torch.int32)
+        packed = fragment.pack(qweight, scales, zeros, perm)
+        a = torch.randn(5, 256, dtype=torch.bfloat16)
+        bias = torch.randn(64, dtype=torch.bfloat16)
+        want = native.w4a16_gemm(a, qweight, scales, zeros, perm, bias, G)
+        assert torch.equal(exactfuse.w4a16_gemm_packed(a, *packed, bias=bias), want)
+
+
+GPU_DTYPES = [pytest.param(torch.bfloat16, id="bf16"), pytest.param(torch.float16, id="fp16")]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", GPU_DTYPES)
+def test_gpu_kernel_dequantizes_bit_for_bit_and_meets_the_contract(dtype):
+    """One-hot activations pick weight rows (exact products and sums): the kernel's dequantization is the
+    spec's bit for bit, every configuration the launcher takes; then the op's cases against its contract."""
+    from exactfuse.ops.w4a16 import mma
+
+    dev = torch.device("cuda")
+    qweight, scales, zeros = (t.to(dev) for t in _weights(1024, 256, 128, dtype))
+    packed = fragment.pack(qweight, scales, zeros)
+    w = native.dequantize(qweight, scales, zeros, 128, dtype)
+    for warps, tiles, split, mma_n in ((4, 4, 1, 8), (4, 2, 4, 16), (2, 1, 16, 8), (4, 1, 2, 16)):
+        rows = torch.randint(0, 1024, (2 * mma_n + 3,), device=dev)
+        onehot = torch.zeros(len(rows), 1024, device=dev, dtype=dtype)
+        onehot[torch.arange(len(rows)), rows] = 1
+        out = mma.launch_fragment(onehot, packed.words, packed.scales, None, None, warps=warps, tiles=tiles,
+                                  split=split, mma_n=mma_n)  # fmt: skip
+        assert torch.equal(out, w[rows]), (warps, tiles, split, mma_n)
+    o = exactfuse.get("w4a16_gemm_packed")
+    for case in o.cases(dev, dtype, quick=False):
+        with o.priority(["triton"]):
+            got = o(*case.args, **case.kwargs)
+        want = o.native(*case.args, **case.kwargs)
+        res = o.contract.check(got, want, args=case.args, kwargs=case.kwargs)
+        assert res.passed, f"{case.case_id}: {res.summary()}"
+        again = o(*case.args, **case.kwargs)
+        assert torch.equal(got, again), f"{case.case_id}: not deterministic"
+
+
+@pytest.mark.gpu
+def test_gpu_packed_op_in_a_cuda_graph_replays_as_eager():
+    dev = torch.device("cuda")
+    qweight, scales, zeros = (t.to(dev) for t in _weights(2048, 512, 128, torch.bfloat16))
+    packed = fragment.pack(qweight, scales, zeros)
+    a = torch.randn(4, 2048, device=dev, dtype=torch.bfloat16)
+    eager = exactfuse.w4a16_gemm_packed(a, packed.words, packed.scales)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = exactfuse.w4a16_gemm_packed(a, packed.words, packed.scales)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager)

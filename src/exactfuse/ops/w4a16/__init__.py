@@ -1,8 +1,10 @@
-"""W4A16 GEMM: declaration of ``w4a16_gemm`` (fp16/bf16 activations x 4-bit GPTQ weights).
+"""W4A16 GEMM: declarations of ``w4a16_gemm`` (fp16/bf16 activations x 4-bit GPTQ weights) and
+``w4a16_gemm_packed`` (the same GEMM over the fragment layout, ``fragment.py``, repacked once).
 
-Spec in ``native.py``, formats in ``packing.py``, kernels in ``triton.py`` (the fused tile), ``gemv.py``
-(M <= 2), ``splitk.py`` and ``dequant.py`` (the dense path), the launch rule in ``heuristics.py``, warmup in
-``warmup.py``; inputs, grids and cost in ``inputs.py`` and baselines in ``peers.py``, imported on first use
+Spec in ``native.py``, formats in ``packing.py`` and ``fragment.py``, kernels in ``triton.py`` (the fused
+tile), ``gemv.py`` (M <= 2), ``splitk.py`` and ``dequant.py`` (the dense path) and ``mma.py`` (the fragment
+layout's), the launch rules in ``heuristics.py``, warmup in ``warmup.py``; inputs, grids and cost in
+``inputs.py`` and baselines in ``peers.py``, imported on first use
 (``make_case`` too). The op is *opaque* to torch.compile
 (``custom_op`` + fake): its tile and split-K choice depends on the runtime M, and
 a traced launcher would freeze a prefill configuration into decode.
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.w4a16 import native
+from exactfuse.ops.w4a16 import fragment, native
 from exactfuse.ops.w4a16.native import dense_weight, dequantize
 from exactfuse.ops.w4a16.packing import PreparedW4A16, dequantize_gptq, prepare_gptq, quantize_rtn, random_weights
 from exactfuse.registry import op, platform
@@ -56,9 +58,36 @@ w4a16_gemm.provider(
 w4a16_gemm.differentiable("a", "bias", backward=native.w4a16_gemm_backward)
 
 
+def packed_reference64(a, words, scales, perm=None, bias=None):
+    """float64 ``a[:, perm] @ W (+ bias)`` with ``W`` dequantized from the fragment layout as the spec does."""
+    w = fragment.dequantize(words, scales).double()
+    a64 = a.double() if perm is None else a.double().index_select(1, perm.to(torch.int64))
+    out = a64 @ w
+    return out if bias is None else out + bias.double()
+
+
+# The same GEMM over the fragment layout (fragment.py), one MMA operand a lane's word: the contract of
+# w4a16_gemm, dequantization bit for bit (GPU tests: one-hot activations).
+w4a16_gemm_packed = op(
+    native.w4a16_gemm_packed,
+    contract=Float64Relative(packed_reference64, factor=2.0),
+    check=native.check_w4a16_packed_args,
+    compiler="opaque",
+    fake=native.w4a16_gemm_packed_fake,
+    dtypes=(torch.float16, torch.bfloat16),
+)
+
+from exactfuse.ops.w4a16 import mma as _mma  # noqa: E402
+
+w4a16_gemm_packed.provider("triton", supported=_mma.gluon_gpu_available, supports_args=_mma.packed_supports)(
+    _mma.w4a16_gemm_packed_triton
+)
+w4a16_gemm_packed.differentiable("a", "bias", backward=native.w4a16_gemm_packed_backward)
+
 from exactfuse.ops.w4a16 import warmup  # noqa: E402, F401  (the warmup hook, beside the launchers)
 
 w4a16_gemm.declared_in("exactfuse.ops.w4a16.inputs", "exactfuse.ops.w4a16.peers")  # on first use
+w4a16_gemm_packed.declared_in("exactfuse.ops.w4a16.inputs", "exactfuse.ops.w4a16.peers")
 
 _FROM_INPUTS = ("make_case", "_bytes", "_random_prepared")  # the test kit's case builders, loaded on use
 
@@ -80,4 +109,5 @@ __all__ = [
     "quantize_rtn",
     "random_weights",
     "w4a16_gemm",
+    "w4a16_gemm_packed",
 ]

@@ -208,3 +208,25 @@ def with_split(config: TileConfig, K: int, split_k: int) -> TileConfig:
     k_tiles = _cdiv(K, config.BK)
     iters = _cdiv(k_tiles, max(1, min(split_k, k_tiles)))
     return dataclasses.replace(config, split_k=_cdiv(k_tiles, iters), k_per_split=iters * config.BK)
+
+
+FRAGMENT_PROGRAMS_PER_SM = 4  # programs of 4 warps the fragment kernel's K split aims for, per SM
+
+
+def fragment_config(M: int, N: int, K: int, num_sms: int = H200_SMS) -> dict:
+    """Launch arguments of the fragment kernel (``mma.launch_fragment``): 4 warps of ``tiles`` 16-column
+    tiles each (4, or fewer where N has fewer), 8 rows of ``a`` an MMA block up to M = 8, else 16, and
+    the fewest K splits (a divisor of ``K / 64``) that give every SM ``FRAGMENT_PROGRAMS_PER_SM``
+    programs over the output tiles."""
+    warps, tile_cols = 4, N // 16
+    tiles = next(t for t in (4, 2, 1) if tile_cols % (warps * t) == 0) if tile_cols % warps == 0 else 1
+    if tile_cols % (warps * tiles):
+        warps = next(w for w in (2, 1) if tile_cols % w == 0)
+    mma_n = 8 if M <= 8 else 16
+    programs = (tile_cols // (warps * tiles)) * _cdiv(max(M, 1), mma_n)
+    chunks = K // 64
+    split = next(
+        (s for s in range(1, chunks + 1) if chunks % s == 0 and programs * s >= FRAGMENT_PROGRAMS_PER_SM * num_sms),
+        chunks,
+    )
+    return {"warps": warps, "tiles": tiles, "split": split, "mma_n": mma_n}

@@ -1,11 +1,11 @@
-"""Inputs of w4a16_gemm (shared by tests, ``verify`` and ``bench``), its benchmark grids and roofline cost.
-The registry imports this module on first use (``Op.declared_in``)."""
+"""Inputs of w4a16_gemm and w4a16_gemm_packed (shared by tests, ``verify`` and ``bench``), their benchmark
+grids and roofline cost. The registry imports this module on first use (``Op.declared_in``)."""
 
 from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.w4a16 import w4a16_gemm
+from exactfuse.ops.w4a16 import fragment, w4a16_gemm, w4a16_gemm_packed
 from exactfuse.ops.w4a16.packing import PreparedW4A16, pack_rows, random_weights
 from exactfuse.registry import Case
 from exactfuse.testing.inputs import make_generator
@@ -125,3 +125,67 @@ def _flops(a, qweight, *args, **kwargs) -> int:
 
 
 w4a16_gemm.cost(bytes=_bytes, flops=_flops)
+
+
+# --------------------------------------------------------------- w4a16_gemm_packed
+def packed_case(case_id, M, K, N, dtype, device, gen, *, bias=False, **weight_options) -> Case:
+    """A w4a16_gemm case with its weight repacked in the fragment layout."""
+    a, qweight, scales, zeros, perm, b, _ = make_case(
+        case_id, M, K, N, dtype, device, gen, bias=bias, **weight_options
+    ).args
+    packed = fragment.pack(qweight, scales, zeros, perm)
+    return Case(case_id, (a, packed.words, packed.scales, packed.perm, b))
+
+
+@w4a16_gemm_packed.inputs
+def _packed_inputs(device: torch.device, dtype: torch.dtype, *, quick: bool = False, seed: int = 0):
+    """K=256, N=64 over M (odd, empty, past one MMA block of 16), groups of 64 to all of K, symmetry,
+    act-order, bias."""
+    gen = make_generator(seed)
+    K, N = 256, 64
+    for M in QUICK_M if quick else (*QUICK_M, 8, 16, 40):
+        for sym in (True, False):
+            for act in (False, True):
+                s, o = "sym" if sym else "asym", "-actorder" if act else ""
+                opts = dict(group_size=128, symmetric=sym, act_order=act, bias=M == 17)
+                yield packed_case(f"M{M}-K{K}-N{N}-g128-{s}{o}", M, K, N, dtype, device, gen, **opts)
+    for g in (64, 256, -1):
+        for M in (1, 17):
+            opts = dict(group_size=g, symmetric=False)
+            yield packed_case(f"M{M}-K{K}-N{N}-{_group_id(g)}-asym", M, K, N, dtype, device, gen, **opts)
+    if device.type == "cuda":
+        for M in (1, 9, 16):
+            yield packed_case(f"M{M}-K4096-N1024-g128", M, 4096, 1024, dtype, device, gen, bias=True)
+
+
+PACKED_BENCH_M = (1, 2, 4, 8, 16, 32, 64)
+
+
+def _packed_bench_cases(device, dtype, points):
+    for case in _bench_cases(device, dtype, points):
+        a, qweight, scales, zeros, perm, b, _ = case.args
+        packed = fragment.pack(qweight, scales, zeros, perm)
+        yield Case(case.case_id, (a, packed.words, packed.scales, packed.perm, b))
+
+
+w4a16_gemm_packed.grid("default")(
+    lambda device, dtype: _packed_bench_cases(
+        device, dtype, [(M, K, N) for K, N in BENCH_SHAPES for M in PACKED_BENCH_M]
+    )
+)
+w4a16_gemm_packed.grid("quick")(
+    lambda device, dtype: _packed_bench_cases(device, dtype, [(1, 4096, 4096), (16, 4096, 14336)])
+)
+
+
+def _packed_bytes(a, words, scales, perm=None, bias=None) -> int:
+    """Words + scale records (+ perm, bias) + activations + output, each read or written once."""
+    moved = sum(t.numel() * t.element_size() for t in (words, scales, perm, bias, a) if t is not None)
+    return moved + a.shape[0] * words.shape[0] * 16 * a.element_size()
+
+
+def _packed_flops(a, words, *args, **kwargs) -> int:
+    return 2 * a.shape[0] * words.shape[0] * 16 * words.shape[1] * 64
+
+
+w4a16_gemm_packed.cost(bytes=_packed_bytes, flops=_packed_flops)

@@ -23,8 +23,10 @@ import torch
 from exactfuse.ops.splitk import arrival_counters
 from exactfuse.ops.w4a16.dequant import permuted_columns
 from exactfuse.ops.w4a16.fragment import CHUNK_K, TILE_N
+from exactfuse.ops.w4a16.heuristics import fragment_config
 from exactfuse.ops.w4a16.staged import HAS_GLUON, wgmma_unavailable
-from exactfuse.utils import empty
+from exactfuse.registry.platform import interpreter_enabled
+from exactfuse.utils import empty, num_sms
 
 if HAS_GLUON:
     from triton.experimental import gluon
@@ -257,6 +259,12 @@ if HAS_GLUON:
         _store_out(total, p_out, p_bias, o_m, o_n, M, N, HAS_BIAS)
 
 
+def gluon_gpu_available() -> bool:
+    """A CUDA GPU and a Triton with Gluon's Hopper language, not the interpreter (which runs no Gluon):
+    where the fragment kernel's provider can be chosen at all (``packed_supports`` checks the device)."""
+    return HAS_GLUON and torch.cuda.is_available() and not interpreter_enabled()
+
+
 def fragment_unavailable(a: torch.Tensor) -> str | None:
     """Why ``a``'s device cannot run the fragment kernel (None: it can)."""
     return wgmma_unavailable(a)
@@ -302,3 +310,35 @@ def launch_fragment(
 
 
 assert CHUNK_K == 64 and TILE_N == 16  # the kernel's index arithmetic
+
+
+def packed_supports(
+    a: torch.Tensor,
+    words: torch.Tensor,
+    scales: torch.Tensor,
+    perm: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+) -> bool | str:
+    """An sm_90 GPU with Gluon, ``a`` with unit last stride, contiguous layout tensors; else the reason."""
+    if reason := fragment_unavailable(a):
+        return reason
+    if a.stride(1) != 1:
+        return f"a has strides {tuple(a.stride())}: the kernel reads rows of a with unit last stride"
+    for name, t in (("words", words), ("scales", scales), ("perm", perm), ("bias", bias)):
+        if t is not None and not t.is_contiguous():
+            return f"{name} has strides {tuple(t.stride())}: the kernel reads it contiguous"
+    if words.numel() >= 2**31 or a.shape[0] * max(a.stride(0), words.shape[0] * TILE_N) >= 2**31:
+        return "offsets past 2^31 need int64, which the kernel does not take"
+    return True
+
+
+def w4a16_gemm_packed_triton(
+    a: torch.Tensor,
+    words: torch.Tensor,
+    scales: torch.Tensor,
+    perm: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    N, K = words.shape[0] * TILE_N, words.shape[1] * CHUNK_K
+    cfg = fragment_config(a.shape[0], N, K, num_sms(a.device))
+    return launch_fragment(a, words, scales, perm, bias, **cfg)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import torch
 
+from exactfuse.ops.w4a16 import fragment
 from exactfuse.ops.w4a16.packing import FLOAT_DTYPES, INDEX_DTYPES, PACK, SYMMETRIC_ZERO, unpack_rows
 
 
@@ -226,6 +227,83 @@ def w4a16_gemm_backward(
     transposed product for a column-major ``a``), scattered back through ``perm``, and ``grad`` summed
     over rows for the bias."""
     w = dequantize(qweight, scales, zeros, group_size, a.dtype, group_index)
+    column_major = perm is None and a.stride(0) == 1 and a.stride(1) == a.shape[0]
+    d_a = w.mm(grad.t()).t() if column_major else grad.mm(w.t())
+    if perm is not None:
+        d_a = torch.zeros_like(d_a).index_add_(1, perm.to(torch.int64), d_a)
+    return d_a, None if bias is None else grad.sum(0)
+
+
+def check_w4a16_packed_args(
+    a: torch.Tensor,
+    words: torch.Tensor,
+    scales: torch.Tensor,
+    perm: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+) -> None:
+    """Validate ``w4a16_gemm_packed``'s arguments (the fragment layout, ``fragment.py``); errors name the
+    argument and the expectation."""
+    op = "w4a16_gemm_packed"
+    for name, t in (("a", a), ("words", words), ("scales", scales)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if words.dim() != 4 or words.shape[2:] != (32, 4) or words.dtype != torch.int32:
+        raise TypeError(f"{op}: words must be int32 [N/16, K/64, 32, 4], got {_shape(words)} {words.dtype}")
+    N, K = words.shape[0] * 16, words.shape[1] * 64
+    if a.dim() != 2 or a.shape[1] != K:
+        raise ValueError(f"{op}: a must be [M, K] = [M, {K}] (K = 64 * words.shape[1]), got {_shape(a)}")
+    if a.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{op}: a must be float16 or bfloat16, got {a.dtype}")
+    groups = scales.shape[0] if scales.dim() == 4 else 0
+    if scales.dim() != 4 or scales.shape[1:] != (N // 16, 8, 8) or groups == 0 or (K // 64) % groups:
+        raise ValueError(
+            f"{op}: scales must be [groups, N/16, 8, 8] = [groups, {N // 16}, 8, 8] with groups dividing "
+            f"K/64 = {K // 64}, got {_shape(scales)}"
+        )
+    if scales.dtype != a.dtype:
+        raise TypeError(f"{op}: scales must have a's dtype {a.dtype} (they were packed for it), got {scales.dtype}")
+    if perm is not None and (perm.shape != (K,) or perm.dtype not in INDEX_DTYPES):
+        raise ValueError(f"{op}: perm must be int32/int64 [K] = [{K}], got {_shape(perm)} {perm.dtype}")
+    if perm is not None and perm.is_cpu and perm.numel() and not bool(((perm >= 0) & (perm < K)).all()):
+        raise ValueError(f"{op}: perm's values must be in [0, K) = [0, {K}), got {int(perm.min())}..{int(perm.max())}")
+    if bias is not None and (bias.shape != (N,) or bias.dtype != a.dtype):
+        raise ValueError(f"{op}: bias must be [N] = [{N}] of a's dtype {a.dtype}, got {_shape(bias)} {bias.dtype}")
+    for name, t in (("words", words), ("scales", scales), ("perm", perm), ("bias", bias)):
+        if t is not None and t.device != a.device:
+            raise ValueError(f"{op}: {name} must be on a's device {a.device}, got {t.device}")
+
+
+def w4a16_gemm_packed(
+    a: torch.Tensor,
+    words: torch.Tensor,
+    scales: torch.Tensor,
+    perm: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """:func:`w4a16_gemm` over the fragment layout (``fragment.py``): ``a[:, perm] @ W (+ bias)``, ``W``
+    dequantized as ``(q - z) * s`` in ``a.dtype`` (one rounding), ``torch.matmul``, then ``+ bias``."""
+    w = fragment.dequantize(words, scales)
+    if perm is not None:
+        a = a.index_select(1, perm.to(torch.int64))
+    out = torch.matmul(a, w)
+    return out if bias is None else out + bias
+
+
+def w4a16_gemm_packed_fake(a, words, scales, perm=None, bias=None) -> torch.Tensor:
+    """Output metadata only: ``[M, N]`` in ``a.dtype`` on ``a.device``."""
+    return a.new_empty((a.shape[0], words.shape[0] * 16))
+
+
+def w4a16_gemm_packed_backward(
+    grad: torch.Tensor,
+    a: torch.Tensor,
+    words: torch.Tensor,
+    scales: torch.Tensor,
+    perm: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(d a, d bias)`` of :func:`w4a16_gemm_packed`: as :func:`w4a16_gemm_backward` (frozen weight)."""
+    w = fragment.dequantize(words, scales)
     column_major = perm is None and a.stride(0) == 1 and a.stride(1) == a.shape[0]
     d_a = w.mm(grad.t()).t() if column_major else grad.mm(w.t())
     if perm is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from exactfuse.bench.peers import PeerAdapter, PreparedCall, cuda_only, register_peer
-from exactfuse.ops.w4a16 import w4a16_gemm
+from exactfuse.ops.w4a16 import fragment, w4a16_gemm
 from exactfuse.ops.w4a16.native import dense_weight
 from exactfuse.ops.w4a16.packing import unpack_rows
 
@@ -61,3 +61,25 @@ def _w4a16_torch_int4(args: tuple, kwargs: dict) -> PreparedCall:
 
 register_peer(PeerAdapter("cublas-dense", "w4a16_gemm", cuda_only, _w4a16_cublas_dense))
 register_peer(PeerAdapter("torch-int4", "w4a16_gemm", cuda_only, _w4a16_torch_int4, accepts=_int4pack_accepts))
+
+
+def _packed_cublas_dense(args: tuple, kwargs: dict) -> PreparedCall:
+    """cuBLAS on the fragment layout's weight dequantized once, outside the timed region."""
+    a, words, scales, perm, bias = (*args, *([None] * (5 - len(args))))[:5]
+    perm, bias = kwargs.get("perm", perm), kwargs.get("bias", bias)
+    w = fragment.dequantize(words, scales)
+    if perm is not None:
+        a = a.index_select(1, perm.to(torch.int64))
+    return (lambda: torch.matmul(a, w)) if bias is None else (lambda: torch.addmm(bias, a, w))
+
+
+def _packed_gptq_layout(args: tuple, kwargs: dict) -> PreparedCall:
+    """exactfuse's ``w4a16_gemm`` on the same weight in the GPTQ layout (unpacked outside the timed region)."""
+    a, words, scales, perm, bias = (*args, *([None] * (5 - len(args))))[:5]
+    perm, bias = kwargs.get("perm", perm), kwargs.get("bias", bias)
+    qweight, s, z = fragment.unpack(words, scales)
+    return lambda: w4a16_gemm(a, qweight, s, z, perm, bias, (words.shape[1] * 64) // scales.shape[0])
+
+
+register_peer(PeerAdapter("cublas-dense", "w4a16_gemm_packed", cuda_only, _packed_cublas_dense))
+register_peer(PeerAdapter("gptq-layout", "w4a16_gemm_packed", cuda_only, _packed_gptq_layout))
