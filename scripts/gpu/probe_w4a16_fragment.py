@@ -25,6 +25,7 @@ from sweep_w4a16_tiles import ROTATE_BYTES, SHAPES, TIMER, device_info
 
 import exactfuse
 from exactfuse.ops.w4a16 import CONTRACT, fragment, mma, native
+from exactfuse.ops.w4a16.heuristics import fragment_blocks, fragment_config
 from exactfuse.ops.w4a16.inputs import _random_prepared
 from exactfuse.ops.w4a16.packing import pack_rows
 
@@ -50,14 +51,14 @@ def _check(dtype, dev, configs, splits) -> list[str]:
             for split in splits:
                 if (K // 64) % split:
                     continue
-                for mma_n in (8, 16):
-                    kw = dict(warps=warps, tiles=tiles, split=split, mma_n=mma_n)
-                    rows = torch.randint(0, K, (mma_n,), device=dev, generator=gen)
-                    onehot = torch.zeros(mma_n, K, device=dev, dtype=dtype)
-                    onehot[torch.arange(mma_n), rows] = 1
+                for blocks in (1, 2, 8):
+                    kw = dict(warps=warps, tiles=tiles, blocks=blocks, split=split)
+                    rows = torch.randint(0, K, (8 * blocks,), device=dev, generator=gen)
+                    onehot = torch.zeros(8 * blocks, K, device=dev, dtype=dtype)
+                    onehot[torch.arange(8 * blocks), rows] = 1
                     got = mma.launch_fragment(onehot, packed.words, packed.scales, None, None, **kw)
                     ok = torch.equal(got, w[rows])
-                    for M in (1, 3, mma_n, 2 * mma_n + 1):
+                    for M in (1, 3, 8 * blocks, 16 * blocks + 1):
                         a = torch.randn(M, K, device=dev, dtype=dtype, generator=gen)
                         for p, b in ((None, None), (perm, bias)):
                             out = mma.launch_fragment(a, packed.words, packed.scales, p, b, **kw)
@@ -123,8 +124,7 @@ def main() -> None:
                 for split in splits:
                     if (K // 64) % split:
                         continue
-                    mma_n = 8 if M <= 8 else 16
-                    kw = dict(warps=warps, tiles=tiles, split=split, mma_n=mma_n)
+                    kw = dict(warps=warps, tiles=tiles, blocks=fragment_blocks(M), split=split)
                     out = mma.launch_fragment(a, packs[0].words, packs[0].scales, None, None, **kw)
                     want = native.w4a16_gemm(a, ws[0].qweight, ws[0].scales, None, None, None, 128)
                     if not CONTRACT.check(out, want, args=(a, ws[0].qweight, ws[0].scales)).passed:
@@ -134,6 +134,10 @@ def main() -> None:
                         lambda i, a=a, p=packs, kw=kw: mma.launch_fragment(a, *p[i][:2], None, None, **kw), copies
                     )
                     results.append((t, f"{warps}x{tiles} s{split}"))
+            rule = fragment_config(M, N, K)
+            t_rule = _timed(
+                lambda i, a=a, p=packs, kw=rule: mma.launch_fragment(a, *p[i][:2], None, None, **kw), copies
+            )
             results.sort()
             best, name = results[0]
             nbytes = K * N // 2 + (K // 128) * N * 2 + M * K * 2 + M * N * 2
@@ -141,7 +145,7 @@ def main() -> None:
             top = ", ".join(f"{t:.1f} {n}" for t, n in results[:4])
             lines.append(
                 f"{K} {N} {M} | {shipped:.1f} | {best:.1f} ({name}) | {cublas:.1f} | {100 * roof / best:.0f}% | "
-                f"{shipped / best:.2f}x | {cublas / best:.2f}x | top: {top}"
+                f"{shipped / best:.2f}x | {cublas / best:.2f}x | rule {t_rule:.1f} ({rule}) | top: {top}"
             )
             print(lines[-1], flush=True)
     emit(f"w4a16_fragment{'' if dtype == torch.bfloat16 else '_fp16'}.txt", lines)

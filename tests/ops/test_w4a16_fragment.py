@@ -128,13 +128,13 @@ def test_gpu_kernel_dequantizes_bit_for_bit_and_meets_the_contract(dtype):
     qweight, scales, zeros = (t.to(dev) for t in _weights(1024, 256, 128, dtype))
     packed = fragment.pack(qweight, scales, zeros)
     w = native.dequantize(qweight, scales, zeros, 128, dtype)
-    for warps, tiles, split, mma_n in ((4, 4, 1, 8), (4, 2, 4, 16), (2, 1, 16, 8), (4, 1, 2, 16)):
-        rows = torch.randint(0, 1024, (2 * mma_n + 3,), device=dev)
+    for warps, tiles, blocks, split in ((4, 4, 1, 1), (4, 2, 2, 4), (2, 1, 1, 16), (4, 1, 8, 2), (1, 2, 4, 1)):
+        rows = torch.randint(0, 1024, (16 * blocks + 3,), device=dev)
         onehot = torch.zeros(len(rows), 1024, device=dev, dtype=dtype)
         onehot[torch.arange(len(rows)), rows] = 1
         out = mma.launch_fragment(onehot, packed.words, packed.scales, None, None, warps=warps, tiles=tiles,
-                                  split=split, mma_n=mma_n)  # fmt: skip
-        assert torch.equal(out, w[rows]), (warps, tiles, split, mma_n)
+                                  blocks=blocks, split=split)  # fmt: skip
+        assert torch.equal(out, w[rows]), (warps, tiles, blocks, split)
     o = exactfuse.get("w4a16_gemm_packed")
     for case in o.cases(dev, dtype, quick=False):
         with o.priority(["triton"]):

@@ -211,22 +211,30 @@ def with_split(config: TileConfig, K: int, split_k: int) -> TileConfig:
 
 
 FRAGMENT_PROGRAMS_PER_SM = 4  # programs of 4 warps the fragment kernel's K split aims for, per SM
+FRAGMENT_MIN_CHUNKS = 4  # chunks of 64 rows a K split keeps at least (its loads run one chunk ahead)
+FRAGMENT_MAX_BLOCKS = 8  # blocks of 8 rows of ``a`` a program multiplies (more rows: more programs)
+
+
+def fragment_blocks(M: int) -> int:
+    """Blocks of 8 rows a program of the fragment kernel takes: ``M / 8`` rounded up to a power of two, at
+    most ``FRAGMENT_MAX_BLOCKS``."""
+    blocks = 1
+    while blocks * 8 < M and blocks < FRAGMENT_MAX_BLOCKS:
+        blocks *= 2
+    return blocks
 
 
 def fragment_config(M: int, N: int, K: int, num_sms: int = H200_SMS) -> dict:
-    """Launch arguments of the fragment kernel (``mma.launch_fragment``): 4 warps of ``tiles`` 16-column
-    tiles each (4, or fewer where N has fewer), 8 rows of ``a`` an MMA block up to M = 8, else 16, and
-    the fewest K splits (a divisor of ``K / 64``) that give every SM ``FRAGMENT_PROGRAMS_PER_SM``
-    programs over the output tiles."""
-    warps, tile_cols = 4, N // 16
-    tiles = next(t for t in (4, 2, 1) if tile_cols % (warps * t) == 0) if tile_cols % warps == 0 else 1
-    if tile_cols % (warps * tiles):
-        warps = next(w for w in (2, 1) if tile_cols % w == 0)
-    mma_n = 8 if M <= 8 else 16
-    programs = (tile_cols // (warps * tiles)) * _cdiv(max(M, 1), mma_n)
+    """Launch arguments of the fragment kernel (``mma.launch_fragment``): 4 warps (fewer where N has fewer
+    than 64 16-column tiles), ``fragment_blocks(M)`` blocks of 8 rows, ``4 / blocks`` tiles a warp (at
+    least 1; fewer where N has fewer), and the fewest K splits (a divisor of ``K / 64``, splits
+    of at least ``FRAGMENT_MIN_CHUNKS`` chunks) that give every SM ``FRAGMENT_PROGRAMS_PER_SM`` programs."""
+    tile_cols = N // 16
+    blocks = fragment_blocks(M)
+    warps = next(w for w in (4, 2, 1) if tile_cols % w == 0)
+    tiles = next(t for t in (4, 2, 1) if t <= max(1, 4 // blocks) and tile_cols % (warps * t) == 0)
+    programs = (tile_cols // (warps * tiles)) * _cdiv(max(M, 1), 8 * blocks)
     chunks = K // 64
-    split = next(
-        (s for s in range(1, chunks + 1) if chunks % s == 0 and programs * s >= FRAGMENT_PROGRAMS_PER_SM * num_sms),
-        chunks,
-    )
-    return {"warps": warps, "tiles": tiles, "split": split, "mma_n": mma_n}
+    splits = [s for s in range(1, chunks + 1) if chunks % s == 0 and (s == 1 or chunks // s >= FRAGMENT_MIN_CHUNKS)]
+    split = next((s for s in splits if programs * s >= FRAGMENT_PROGRAMS_PER_SM * num_sms), splits[-1])
+    return {"warps": warps, "tiles": tiles, "blocks": blocks, "split": split}

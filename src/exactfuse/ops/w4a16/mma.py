@@ -35,183 +35,179 @@ if HAS_GLUON:
     _barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 
 
-def _chunk_asm(magic: int, ty: str, mma_type: str, blocks: int) -> str:
-    """One lane's four words of a chunk ($w0..$w3, k-steps j = 0..3) dequantized with scale pairs $sr/$s8
-    and zero pairs $zr/$z8 into the A registers, each followed by ``blocks`` MMAs (B registers $b0/$b1 of
-    step j and block i) accumulated in place: C in, D out."""
-    n_out = 4 * blocks
-    w = [f"${n_out + j}" for j in range(4)]
-    sr, s8, zr, z8 = (f"${n_out + 4 + i}" for i in range(4))
-    b0 = n_out + 8  # block i, step j: $(b0 + 8 i + 2 j), $(b0 + 8 i + 2 j + 1)
-    c0 = b0 + 8 * blocks
+def _dequant_asm(magic: int, ty: str) -> str:
+    """One word ($4) dequantized with scale pairs $5/$6 (rows r, r + 8) and zero pairs $7/$8 into the four
+    A registers of its MMA k-step ($0..$3): ``((MAGIC | q) - (MAGIC + z)) * s``, two weights an instruction."""
     pair = f"0x{magic:04x}{magic:04x}"
-    lines = ["{", ".reg .b32 t0, t1, t2, t3, u0, u1, u2;"]
-    lines += [f"mov.b32 ${i}, ${c0 + i};" for i in range(n_out)]
-    for j in range(4):
-        lines += [
-            f"shr.u32 u0, {w[j]}, 4;",
-            f"shr.u32 u1, {w[j]}, 8;",
-            f"shr.u32 u2, {w[j]}, 12;",
-            f"lop3.b32 t0, {w[j]}, 0x000f000f, {pair}, 0xea;",
-            f"lop3.b32 t1, u0, 0x000f000f, {pair}, 0xea;",
-            f"lop3.b32 t2, u1, 0x000f000f, {pair}, 0xea;",
-            f"lop3.b32 t3, u2, 0x000f000f, {pair}, 0xea;",
-            f"sub.rn.{ty} t0, t0, {zr};",
-            f"sub.rn.{ty} t1, t1, {z8};",
-            f"sub.rn.{ty} t2, t2, {zr};",
-            f"sub.rn.{ty} t3, t3, {z8};",
-            f"mul.rn.{ty} t0, t0, {sr};",
-            f"mul.rn.{ty} t1, t1, {s8};",
-            f"mul.rn.{ty} t2, t2, {sr};",
-            f"mul.rn.{ty} t3, t3, {s8};",
+    return "\n".join(
+        [
+            "{",
+            ".reg .b32 u0, u1, u2;",
+            "shr.u32 u0, $4, 4;",
+            "shr.u32 u1, $4, 8;",
+            "shr.u32 u2, $4, 12;",
+            f"lop3.b32 $0, $4, 0x000f000f, {pair}, 0xea;",
+            f"lop3.b32 $1, u0, 0x000f000f, {pair}, 0xea;",
+            f"lop3.b32 $2, u1, 0x000f000f, {pair}, 0xea;",
+            f"lop3.b32 $3, u2, 0x000f000f, {pair}, 0xea;",
+            f"sub.rn.{ty} $0, $0, $7;",
+            f"sub.rn.{ty} $1, $1, $8;",
+            f"sub.rn.{ty} $2, $2, $7;",
+            f"sub.rn.{ty} $3, $3, $8;",
+            f"mul.rn.{ty} $0, $0, $5;",
+            f"mul.rn.{ty} $1, $1, $6;",
+            f"mul.rn.{ty} $2, $2, $5;",
+            f"mul.rn.{ty} $3, $3, $6;",
+            "}",
         ]
-        for i in range(blocks):
-            d = ", ".join(f"${4 * i + t}" for t in range(4))
-            b = f"${b0 + 8 * i + 2 * j}, ${b0 + 8 * i + 2 * j + 1}"
-            mma = f"mma.sync.aligned.m16n8k16.row.col.f32.{mma_type}.{mma_type}.f32"
-            lines.append(f"{mma} {{{d}}}, {{t0, t1, t2, t3}}, {{{b}}}, {{{d}}};")
-    lines.append("}")
-    return "\n".join(lines)
+    )
 
 
-def _constraints(blocks: int) -> str:
-    return ",".join(["=f"] * (4 * blocks) + ["r"] * (8 + 8 * blocks) + ["f"] * (4 * blocks))
+def _mma_asm(mma_type: str) -> str:
+    """``D ($0..$3) = A ($4..$7) B ($8, $9) + C ($10..$13)``: one m16n8k16 MMA, fp32 accumulators."""
+    return (
+        f"mma.sync.aligned.m16n8k16.row.col.f32.{mma_type}.{mma_type}.f32 "
+        "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};"
+    )
 
 
 if HAS_GLUON:
-    _BF16_1 = gl.constexpr(_chunk_asm(0x4300, "bf16x2", "bf16", 1))
-    _BF16_2 = gl.constexpr(_chunk_asm(0x4300, "bf16x2", "bf16", 2))
-    _FP16_1 = gl.constexpr(_chunk_asm(0x6400, "f16x2", "f16", 1))
-    _FP16_2 = gl.constexpr(_chunk_asm(0x6400, "f16x2", "f16", 2))
-    _CONSTRAINTS_1 = gl.constexpr(_constraints(1))
-    _CONSTRAINTS_2 = gl.constexpr(_constraints(2))
+    _DEQUANT_BF16 = gl.constexpr(_dequant_asm(0x4300, "bf16x2"))
+    _DEQUANT_FP16 = gl.constexpr(_dequant_asm(0x6400, "f16x2"))
+    _DEQUANT_CONSTRAINTS = gl.constexpr("=r,=r,=r,=r,r,r,r,r,r")
+    _MMA_BF16 = gl.constexpr(_mma_asm("bf16"))
+    _MMA_FP16 = gl.constexpr(_mma_asm("f16"))
+    _MMA_CONSTRAINTS = gl.constexpr("=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f")
 
     @gluon.jit
     def _steps(x, layout: gl.constexpr):
-        """``x [R, T, 4]`` (the last dim in one thread) as its four ``[R, T]`` slices in ``layout`` (the
-        same registers: a trivial conversion), k-steps 0, 2, 1, 3."""
+        """``x [R, C, 4]`` (the last dim in one thread) as its four ``[R, C]`` slices in ``layout`` (the
+        same registers: a trivial conversion), k-steps 0, 1, 2, 3."""
         y = gl.reshape(x, [x.shape[0], x.shape[1], 2, 2])
-        lo, hi = gl.split(y)
+        lo, hi = gl.split(y)  # k-steps (0, 2) and (1, 3)
         s0, s2 = gl.split(lo)
         s1, s3 = gl.split(hi)
         return (
             gl.convert_layout(s0, layout, assert_trivial=True),
-            gl.convert_layout(s2, layout, assert_trivial=True),
             gl.convert_layout(s1, layout, assert_trivial=True),
+            gl.convert_layout(s2, layout, assert_trivial=True),
             gl.convert_layout(s3, layout, assert_trivial=True),
         )
 
     @gluon.jit
-    def _load_step(p_w, p_a32, o_word, o_a, m_a, m_a8, a_half, c, TWO: gl.constexpr):
-        """Chunk ``c``'s words ``[R, T, 4]`` and activation pairs ``[R, 1, 4]`` (the block of rows 8..15 too
-        with TWO)."""
-        words = gl.load(p_w + o_word + c * 128)
-        b0 = gl.load(p_a32 + o_a + c * 32, mask=m_a, other=0)
-        b1 = gl.load(p_a32 + o_a + (c * 32 + 4), mask=m_a, other=0)
-        if TWO:
-            b2 = gl.load(p_a32 + o_a + (a_half + c * 32), mask=m_a8, other=0)
-            b3 = gl.load(p_a32 + o_a + (a_half + c * 32 + 4), mask=m_a8, other=0)
-        else:
-            b2 = b0
-            b3 = b1
-        return words, b0, b1, b2, b3
+    def _mma_step(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3, MMA: gl.constexpr):
+        """One k-step for every (tile, block) pair: ``a* [R, T, 1]`` (the tile's A registers), ``b* [R, 1,
+        B]`` (the block's B registers), ``c* [R, T, B]``."""
+        a0 = gl.broadcast(a0, c0)[0]
+        a1 = gl.broadcast(a1, c0)[0]
+        a2 = gl.broadcast(a2, c0)[0]
+        a3 = gl.broadcast(a3, c0)[0]
+        b0 = gl.broadcast(b0, c0)[0]
+        b1 = gl.broadcast(b1, c0)[0]
+        return gl.inline_asm_elementwise(
+            MMA, _MMA_CONSTRAINTS, [a0, a1, a2, a3, b0, b1, c0, c1, c2, c3], (gl.float32,) * 4, True, 1
+        )
 
     @gluon.jit(do_not_specialize=["M"])
     def w4a16_fragment_kernel(
         p_a32, p_w, p_s32, p_bias, p_out, p_ws, p_count, M, N, K, stride_a32, chunks_per_split,
-        GROUP_CHUNKS: gl.constexpr, HAS_BIAS: gl.constexpr, SPLIT: gl.constexpr, MMA_N: gl.constexpr,
+        GROUP_CHUNKS: gl.constexpr, HAS_BIAS: gl.constexpr, SPLIT: gl.constexpr, BLOCKS: gl.constexpr,
         TILES: gl.constexpr, num_warps: gl.constexpr,
     ):  # fmt: skip
-        """Rows ``MMA_N * program_id(1) ..`` (``MMA_N`` 8 or 16) and columns ``16 TILES num_warps *
-        program_id(0) ..`` of ``a @ W`` over K split ``program_id(2)`` (``chunks_per_split`` chunks of 64).
+        """Rows ``8 BLOCKS program_id(1) ..`` and columns ``16 TILES num_warps program_id(0) ..`` of
+        ``a @ W`` over K split ``program_id(2)`` (``chunks_per_split`` chunks of 64 rows).
 
         p_a32: ``[M, K]`` fp16/bf16 viewed as int32 pairs, rows ``stride_a32`` pairs apart (a multiple
         of 4), 16-byte aligned. p_w: ``words [N/16, K/64, 32, 4]`` int32; p_s32: ``scales [groups, N/16,
         8, 8]`` viewed as int32 pairs (``fragment.py``); GROUP_CHUNKS: chunks of a group. p_bias:
         ``[N]`` (HAS_BIAS). p_out: ``[M, N]`` contiguous. SPLIT: p_ws ``[S, M, N]`` fp32 and p_count,
         int32 arrival counters, one per output tile, zero on entry and left zero. Each warp takes TILES
-        16-column tiles, which share the activations' registers.
+        16-column tiles and BLOCKS blocks of 8 rows: a tile's operand, dequantized once, multiplies every
+        block's activations, a block's every tile.
         """
         pid_n = gl.program_id(0)
         pid_m = gl.program_id(1)
         pid_s = gl.program_id(2)
         DT: gl.constexpr = p_out.dtype.element_ty
-        TWO: gl.constexpr = MMA_N == 16
-        ASM: gl.constexpr = (_BF16_2 if TWO else _BF16_1) if gl.bfloat16 == DT else (_FP16_2 if TWO else _FP16_1)
-        CONSTRAINTS: gl.constexpr = _CONSTRAINTS_2 if TWO else _CONSTRAINTS_1
+        DEQUANT: gl.constexpr = _DEQUANT_BF16 if gl.bfloat16 == DT else _DEQUANT_FP16
+        MMA: gl.constexpr = _MMA_BF16 if gl.bfloat16 == DT else _MMA_FP16
         R: gl.constexpr = 32 * num_warps
-        L: gl.constexpr = gl.BlockedLayout([1, TILES, 4], [32, 1, 1], [num_warps, 1, 1], [2, 1, 0])
-        L2: gl.constexpr = gl.SliceLayout(2, L)
-        o_row = gl.arange(0, R, layout=gl.SliceLayout(1, L2))
+        LW: gl.constexpr = gl.BlockedLayout([1, TILES, 4], [32, 1, 1], [num_warps, 1, 1], [2, 1, 0])
+        LA: gl.constexpr = gl.BlockedLayout([1, BLOCKS, 4], [32, 1, 1], [num_warps, 1, 1], [2, 1, 0])
+        L3: gl.constexpr = gl.BlockedLayout([1, TILES, BLOCKS], [32, 1, 1], [num_warps, 1, 1], [2, 1, 0])
+        LT: gl.constexpr = gl.SliceLayout(2, L3)  # [R, T]
+        LB: gl.constexpr = gl.SliceLayout(1, L3)  # [R, B]
+        rows: gl.constexpr = gl.SliceLayout(1, LT)
+        o_row = gl.arange(0, R, layout=rows)
         lane = o_row % 32
-        o_t = gl.arange(0, TILES, layout=gl.SliceLayout(0, L2))
-        o_j = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, L)))
-        tile2 = gl.expand_dims((pid_n * num_warps + o_row // 32) * TILES, 1) + gl.expand_dims(o_t, 0)  # [R, T]
-        lane2 = gl.expand_dims(lane, 1)
-        lane3 = gl.expand_dims(lane2, 2)
-        j3 = gl.expand_dims(gl.expand_dims(o_j, 0), 1)
+        tile = gl.expand_dims((pid_n * num_warps + o_row // 32) * TILES, 1) + gl.expand_dims(
+            gl.arange(0, TILES, layout=gl.SliceLayout(0, LT)), 0
+        )  # [R, T]
+        block = gl.expand_dims(gl.arange(0, BLOCKS, layout=gl.SliceLayout(0, LB)), 0)  # [1, B]
+        lane_t = gl.expand_dims(lane, 1)  # [R, 1] in LT
+        lane_b = gl.expand_dims(gl.convert_layout(lane, gl.SliceLayout(1, LB), assert_trivial=True), 1)
         chunks = K // 64
         c_begin = pid_s * chunks_per_split
-        # word [tile, chunk, lane, j]; activation pair (row l // 4, k = 64 chunk + 16 (l % 4) + 2 j) and
-        # + 8; scale record (group, tile, row l // 4)
-        o_word = ((gl.expand_dims(tile2, 2) * chunks) * 32 + lane3) * 4 + j3
-        m_row = pid_m * MMA_N + lane3 // 4
-        m_a = m_row < M
-        m_a8 = m_row + 8 < M
-        o_a = m_row * stride_a32 + (lane3 % 4) * 8 + j3
-        a_half = 8 * stride_a32
-        o_s = (tile2 * 8 + lane2 // 4) * 4  # [R, T]; + group * (N / 16) * 32 + t
+        # word [tile, chunk, lane, j]: [R, T, 4]
+        j_w = gl.expand_dims(gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LW))), 0), 1)
+        tile_w = gl.expand_dims(gl.convert_layout(tile, gl.SliceLayout(2, LW), assert_trivial=True), 2)
+        lane_w = gl.expand_dims(gl.convert_layout(lane_t, gl.SliceLayout(2, LW), assert_trivial=True), 2)
+        o_word = ((tile_w * chunks) * 32 + lane_w) * 4 + j_w
+        # activation pair of row m = 8 (B pid_m + block) + l // 4, k = 64 chunk + 16 (l % 4) + 2 j (and + 8): [R, B, 4]
+        j_a = gl.expand_dims(gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LA))), 0), 1)
+        m_b = (pid_m * BLOCKS + block) * 8 + lane_b // 4  # [R, B] in LB
+        m_a3 = gl.expand_dims(gl.convert_layout(m_b, gl.SliceLayout(2, LA), assert_trivial=True), 2)
+        q_a3 = gl.expand_dims(gl.convert_layout(lane_b % 4, gl.SliceLayout(2, LA), assert_trivial=True), 2)
+        o_a = m_a3 * stride_a32 + q_a3 * 8 + j_a
+        m_a = gl.broadcast(m_a3 < M, o_a)[0]
+        # scale record (group, tile, row l // 4): [R, T, 1] in LW
+        o_s = (tile_w * 8 + lane_w // 4) * 4
 
-        acc0 = gl.zeros([R, TILES], gl.float32, layout=L2)
-        acc1 = gl.zeros([R, TILES], gl.float32, layout=L2)
-        acc2 = gl.zeros([R, TILES], gl.float32, layout=L2)
-        acc3 = gl.zeros([R, TILES], gl.float32, layout=L2)
-        acc4 = gl.zeros([R, TILES], gl.float32, layout=L2)
-        acc5 = gl.zeros([R, TILES], gl.float32, layout=L2)
-        acc6 = gl.zeros([R, TILES], gl.float32, layout=L2)
-        acc7 = gl.zeros([R, TILES], gl.float32, layout=L2)
-        words, b0, b1, b2, b3 = _load_step(p_w, p_a32, o_word, o_a, m_a, m_a8, a_half, c_begin, TWO)
+        acc0 = gl.zeros([R, TILES, BLOCKS], gl.float32, layout=L3)
+        acc1 = gl.zeros([R, TILES, BLOCKS], gl.float32, layout=L3)
+        acc2 = gl.zeros([R, TILES, BLOCKS], gl.float32, layout=L3)
+        acc3 = gl.zeros([R, TILES, BLOCKS], gl.float32, layout=L3)
+        words = gl.load(p_w + o_word + c_begin * 128)
+        x0 = gl.load(p_a32 + o_a + c_begin * 32, mask=m_a, other=0)
+        x1 = gl.load(p_a32 + o_a + (c_begin * 32 + 4), mask=m_a, other=0)
         c_last = c_begin + chunks_per_split - 1
         for c in range(c_begin, c_begin + chunks_per_split):
             # the next chunk's loads before this chunk's math (the last chunk loads itself again: unused)
-            nw, n0, n1, n2, n3 = _load_step(p_w, p_a32, o_word, o_a, m_a, m_a8, a_half, gl.minimum(c + 1, c_last), TWO)
+            c_next = gl.minimum(c + 1, c_last)
+            n_words = gl.load(p_w + o_word + c_next * 128)
+            n_x0 = gl.load(p_a32 + o_a + c_next * 32, mask=m_a, other=0)
+            n_x1 = gl.load(p_a32 + o_a + (c_next * 32 + 4), mask=m_a, other=0)
             o_g = o_s + (c // GROUP_CHUNKS) * (N // 16) * 32
-            sr = gl.load(p_s32 + o_g)
-            s8 = gl.load(p_s32 + o_g + 1)
-            zr = gl.load(p_s32 + o_g + 2)
-            z8 = gl.load(p_s32 + o_g + 3)
-            w0, w2, w1, w3 = _steps(words, L2)
-            x00, x02, x01, x03 = _steps(gl.broadcast(b0, words)[0], L2)
-            x10, x12, x11, x13 = _steps(gl.broadcast(b1, words)[0], L2)
-            if TWO:
-                y00, y02, y01, y03 = _steps(gl.broadcast(b2, words)[0], L2)
-                y10, y12, y11, y13 = _steps(gl.broadcast(b3, words)[0], L2)
-                acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7 = gl.inline_asm_elementwise(
-                    ASM, CONSTRAINTS,
-                    [w0, w1, w2, w3, sr, s8, zr, z8, x00, x10, x01, x11, x02, x12, x03, x13,
-                     y00, y10, y01, y11, y02, y12, y03, y13, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7],
-                    (gl.float32,) * 8, True, 1,
+            sr = gl.broadcast(gl.load(p_s32 + o_g), words)[0]
+            s8 = gl.broadcast(gl.load(p_s32 + o_g + 1), words)[0]
+            zr = gl.broadcast(gl.load(p_s32 + o_g + 2), words)[0]
+            z8 = gl.broadcast(gl.load(p_s32 + o_g + 3), words)[0]
+            r0, r1, r2, r3 = gl.inline_asm_elementwise(
+                DEQUANT, _DEQUANT_CONSTRAINTS, [words, sr, s8, zr, z8], (gl.int32,) * 4, True, 1
+            )
+            r0s = _steps(r0, LT)
+            r1s = _steps(r1, LT)
+            r2s = _steps(r2, LT)
+            r3s = _steps(r3, LT)
+            x0s = _steps(x0, LB)
+            x1s = _steps(x1, LB)
+            for j in gl.static_range(4):
+                acc0, acc1, acc2, acc3 = _mma_step(
+                    gl.expand_dims(r0s[j], 2), gl.expand_dims(r1s[j], 2), gl.expand_dims(r2s[j], 2),
+                    gl.expand_dims(r3s[j], 2), gl.expand_dims(x0s[j], 1), gl.expand_dims(x1s[j], 1),
+                    acc0, acc1, acc2, acc3, MMA,
                 )  # fmt: skip
-            else:
-                acc0, acc1, acc2, acc3 = gl.inline_asm_elementwise(
-                    ASM, CONSTRAINTS,
-                    [w0, w1, w2, w3, sr, s8, zr, z8, x00, x10, x01, x11, x02, x12, x03, x13, acc0, acc1, acc2, acc3],
-                    (gl.float32,) * 4, True, 1,
-                )  # fmt: skip
-            words, b0, b1, b2, b3 = nw, n0, n1, n2, n3
+            words, x0, x1 = n_words, n_x0, n_x1
 
-        # lane l: rows m0 = 2 (l % 4) (+1), columns n = 16 tile + l // 4 (+8); the second block m0 + 8
-        o_n = tile2 * 16 + lane2 // 4
-        o_m = pid_m * MMA_N + (lane2 % 4) * 2
+        # lane l: rows m0 = 8 block + 2 (l % 4) (+1), columns n = 16 tile + l // 4 (+8)
+        o_n = gl.expand_dims(tile * 16 + lane_t // 4, 2)  # [R, T, 1]
+        o_m = gl.expand_dims((pid_m * BLOCKS + block) * 8 + (lane_b % 4) * 2, 1)  # [R, 1, B]
+        o_n = gl.broadcast(o_n, acc0)[0]
+        o_m = gl.broadcast(o_m, acc0)[0]
         _finish(acc0, p_out, p_bias, p_ws, o_m, o_n, M, N, HAS_BIAS, SPLIT)
         _finish(acc1, p_out, p_bias, p_ws, o_m + 1, o_n, M, N, HAS_BIAS, SPLIT)
         _finish(acc2, p_out, p_bias, p_ws, o_m, o_n + 8, M, N, HAS_BIAS, SPLIT)
         _finish(acc3, p_out, p_bias, p_ws, o_m + 1, o_n + 8, M, N, HAS_BIAS, SPLIT)
-        if TWO:
-            _finish(acc4, p_out, p_bias, p_ws, o_m + 8, o_n, M, N, HAS_BIAS, SPLIT)
-            _finish(acc5, p_out, p_bias, p_ws, o_m + 9, o_n, M, N, HAS_BIAS, SPLIT)
-            _finish(acc6, p_out, p_bias, p_ws, o_m + 8, o_n + 8, M, N, HAS_BIAS, SPLIT)
-            _finish(acc7, p_out, p_bias, p_ws, o_m + 9, o_n + 8, M, N, HAS_BIAS, SPLIT)
         if SPLIT:
             # Serial fixup, no second launch: the barrier orders every thread's partial before the arrival
             # (released at GPU scope); the last of the tile's S programs to arrive reads the partials past
@@ -225,11 +221,6 @@ if HAS_GLUON:
                 _reduce(p_out, p_bias, p_ws, o_m + 1, o_n, M, N, S, HAS_BIAS)
                 _reduce(p_out, p_bias, p_ws, o_m, o_n + 8, M, N, S, HAS_BIAS)
                 _reduce(p_out, p_bias, p_ws, o_m + 1, o_n + 8, M, N, S, HAS_BIAS)
-                if TWO:
-                    _reduce(p_out, p_bias, p_ws, o_m + 8, o_n, M, N, S, HAS_BIAS)
-                    _reduce(p_out, p_bias, p_ws, o_m + 9, o_n, M, N, S, HAS_BIAS)
-                    _reduce(p_out, p_bias, p_ws, o_m + 8, o_n + 8, M, N, S, HAS_BIAS)
-                    _reduce(p_out, p_bias, p_ws, o_m + 9, o_n + 8, M, N, S, HAS_BIAS)
                 gl.store(p_count + tile_id, 0)
 
     @gluon.jit
@@ -279,8 +270,8 @@ def launch_fragment(
     *,
     warps: int,
     tiles: int,
+    blocks: int,
     split: int,
-    mma_n: int,
 ) -> torch.Tensor:
     """``a[:, perm] @ W (+ bias)`` -> ``[M, N]`` from the fragment layout. ``split`` divides ``K / 64`` into
     splits; ``words.shape[0]`` (the 16-column tiles) is a multiple of ``warps * tiles``."""
@@ -296,14 +287,14 @@ def launch_fragment(
     out = empty((M, N), a.dtype, a.device)
     if M == 0:
         return out
-    grid = (n_tiles // (warps * tiles), -(-M // mma_n), split)
+    grid = (n_tiles // (warps * tiles), -(-M // (8 * blocks)), split)
     ws = torch.empty((split, M, N), dtype=torch.float32, device=a.device) if split > 1 else out
     counts = arrival_counters(a.device, grid[0] * grid[1]) if split > 1 else words
     a32 = a.view(torch.int32)
     b = bias if bias is not None else scales
     w4a16_fragment_kernel[grid](
         a32, words, scales.view(torch.int32), b, out, ws, counts, M, N, K, a.stride(0) // 2,
-        chunks // split, GROUP_CHUNKS=group_chunks, HAS_BIAS=bias is not None, SPLIT=split > 1, MMA_N=mma_n,
+        chunks // split, GROUP_CHUNKS=group_chunks, HAS_BIAS=bias is not None, SPLIT=split > 1, BLOCKS=blocks,
         TILES=tiles, num_warps=warps,
     )  # fmt: skip
     return out
