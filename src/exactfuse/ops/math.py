@@ -69,8 +69,13 @@ else:
 
     @triton.jit
     def mul_rn(a, b):
-        """``mul.rn.f32``: a product the compiler does not contract into an FMA with a following add."""
-        return libdevice.mul_rn(a, b)
+        """fp32 ``mul.rn.f32``: a product the compiler does not contract into an FMA with a following add.
+        Inline PTX, not libdevice's ``mul_rn``: Triton links libdevice with flush-to-zero on, which makes that
+        one ``mul.rn.ftz.f32`` and flushes subnormal factors and products (bf16 and fp32 subnormals), where
+        eager's products keep them."""
+        return tl.inline_asm_elementwise(
+            "mul.rn.f32 $0, $1, $2;", "=f,f,f", [a, b], dtype=tl.float32, is_pure=True, pack=1
+        )
 
     @triton.jit
     def fast_tanh(x):
