@@ -57,6 +57,11 @@ def _pair(T, width, device, dtype, gen):
     )
 
 
+def _grad_gated(T, width, device, dtype, gen):
+    """The output's gradient ``[T, width]`` and ``x [T, 2 width]``: a backward op's inputs."""
+    return torch.randn(T, width, generator=gen).to(device, dtype), *_gated(T, width, device, dtype, gen)
+
+
 def _moe(T, width, device, dtype, gen):
     return torch.randn(T, 2 * width, generator=gen).to(device, dtype), torch.rand(T, generator=gen).to(device)
 
@@ -69,6 +74,9 @@ SPECS = {
     "silu_and_mul": Spec("silu_and_mul", _gated),
     "gelu_and_mul": Spec("gelu_and_mul", _gated, ("tanh",)),
     "silu_mul": Spec("silu_mul", _pair),
+    # the backward ops share one launcher (the two-tensor ones return a pair; these cover it)
+    "silu_and_mul_backward": Spec("silu_and_mul_backward", _grad_gated),
+    "gelu_and_mul_backward": Spec("gelu_and_mul_backward", _grad_gated, ("tanh",)),
     "moe_silu_and_mul": Spec("moe_silu_and_mul", _moe, (True,), gpu_width=1024),
     "gelu_and_mul_sparse-d4096": Spec("gelu_and_mul_sparse", _gated, (STD_MULTIPLIER, "tanh")),
     # wider than 16384: the traced plan is the split kernels (heuristics.traced_plan)

@@ -52,6 +52,10 @@ if interpreter_enabled():
     def fast_tanh(x):
         return exact_tanh(x)
 
+    @triton.jit
+    def mul_rn(a, b):
+        return a * b  # numpy multiplies and rounds; nothing is fused
+
 else:
     from triton.language.extra import libdevice
 
@@ -62,6 +66,16 @@ else:
     @triton.jit
     def exact_tanh(x):
         return libdevice.tanh(x)
+
+    @triton.jit
+    def mul_rn(a, b):
+        """fp32 ``mul.rn.f32``: a product the compiler does not contract into an FMA with a following add.
+        Inline PTX, not libdevice's ``mul_rn``: Triton links libdevice with flush-to-zero on, which makes that
+        one ``mul.rn.ftz.f32`` and flushes subnormal factors and products (bf16 and fp32 subnormals), where
+        eager's products keep them."""
+        return tl.inline_asm_elementwise(
+            "mul.rn.f32 $0, $1, $2;", "=f,f,f", [a, b], dtype=tl.float32, is_pure=True, pack=1
+        )
 
     @triton.jit
     def fast_tanh(x):
@@ -188,3 +202,47 @@ def activation(x, FORMULA: tl.constexpr):
         return fast_tanh_gelu(x)
     else:  # 9: GELU_TANH_SIGMOID
         return sigmoid_tanh_gelu(x)
+
+
+# ---------------------------------------------------------------- backward (exact formulas only)
+# ATen's CUDA ``silu_backward`` / ``gelu_backward`` (ActivationSiluKernel.cu, ActivationGeluKernel.cu) in
+# fp32 opmath, with the contractions nvcc makes in them (``nvcc -arch=sm_90 -O3``, CUDA 13.0: the PTX and
+# the SASS of the same expressions): every FMA below is one nvcc emits, every other product is ``mul_rn``
+# so that no other contraction can happen. No fast formula is proven for these helpers.
+
+
+@triton.jit
+def activation_backward(x, dy, FORMULA: tl.constexpr):
+    """fp32 ``x`` and ``dy`` -> ``(act(x), act_backward(dy, x))`` in fp32, unrounded, for an exact formula
+    id (``fastmath.SILU``, ``GELU_ERF``, ``GELU_TANH``): the first as ``activation(x, FORMULA)`` evaluates
+    it, the second as ATen's CUDA backward kernel does, sharing the transcendental.
+
+    - silu: ``s = 1 / (1 + exp(-x))`` (``rcp.rn``, here ``div_rn``; ``1 + exp`` as in the forward), then
+      ``(dy * s) * fma(x, 1 - s, 1)``.
+    - erf-GELU: ``cdf = 0.5 (1 + erf(x k))``, ``pdf = exp((-0.5 x) x) kBeta``, ``dy (cdf + x pdf)``: nvcc
+      contracts cdf's product into the sum, ``fma(1 + erf, 0.5, x pdf)``.
+    - tanh-GELU: ``t = tanh(kBeta fma(x^3, kKappa, x))``; ``1 - t t`` is an FMA (ptxas contracts it);
+      ``(0.5 x) (1 - t^2)`` times ``kBeta fma(x^2, 3 kKappa, 1)``, and ``0.5 (1 + t)`` contracted into the
+      sum, ``dy fma(1 + t, 0.5, right)``.
+    """
+    if FORMULA == 0:  # SILU
+        d = 1.0 + exact_exp(-x)
+        act = tl.div_rn(x, d)
+        s = tl.div_rn(1.0, d)
+        grad = mul_rn(mul_rn(dy, s), tl.fma(x, 1.0 - s, 1.0))
+    elif FORMULA == 1:  # GELU_ERF
+        one_plus_erf = 1.0 + exact_erf(mul_rn(x, 0.7071067690849304))
+        act = mul_rn(mul_rn(x, 0.5), one_plus_erf)
+        pdf = mul_rn(exact_exp(mul_rn(mul_rn(x, -0.5), x)), 0.3989422917366028)  # kBeta = 2/sqrt(2 pi) / 2
+        grad = mul_rn(dy, tl.fma(one_plus_erf, 0.5, mul_rn(x, pdf)))
+    else:  # 2: GELU_TANH
+        x_sq = mul_rn(x, x)
+        inner = mul_rn(tl.fma(mul_rn(x_sq, x), 0.044714998453855515, x), 0.7978845834732056)  # kKappa, kBeta
+        t = exact_tanh(inner)
+        left = mul_rn(x, 0.5)
+        right = 1.0 + t
+        act = mul_rn(left, right)
+        inner_derivative = mul_rn(tl.fma(x_sq, 0.13414499163627625, 1.0), 0.7978845834732056)  # 3 kKappa
+        right_derivative = mul_rn(mul_rn(left, tl.fma(-t, t, 1.0)), inner_derivative)
+        grad = mul_rn(dy, tl.fma(right, 0.5, right_derivative))
+    return act, grad

@@ -1,5 +1,7 @@
 """Gated activations ``act(gate) * up``: declarations of silu_and_mul and gelu_and_mul (``x [..., 2d]``,
-gate and up its halves) and of silu_mul and gelu_mul (``gate, up [..., d]``, two tensors), one kernel.
+gate and up its halves) and of silu_mul and gelu_mul (``gate, up [..., d]``, two tensors), one kernel; and
+of their backward ops (``silu_and_mul_backward``, ... : the gradients eager autograd computes), one
+backward kernel, which the four ops' autograd formulas call through the registry.
 
 Spec in ``native.py``, kernel in ``triton.py``, its launch rule in ``heuristics.py``, warmup in ``warmup.py``;
 inputs, benchmark grids and cost in ``inputs.py`` and the Liger peers in ``peers.py``, imported on first use.
@@ -80,14 +82,109 @@ for _op, _fn, _supports in (
 ):
     _op.provider("triton", supported=platform.triton_available, supports_args=_supports,
                  kernels=[_triton.act_and_mul_kernel])(_fn)  # fmt: skip
-# Backward: the gradients eager autograd computes for the spec, written out (native.py), bitwise its
-# gradient in eager mode.
-silu_and_mul.differentiable("x", backward=native.silu_and_mul_backward)
-gelu_and_mul.differentiable("x", backward=native.gelu_and_mul_backward)
-silu_mul.differentiable("gate", "up", backward=native.silu_mul_backward)
-gelu_mul.differentiable("gate", "up", backward=native.gelu_mul_backward)
+
+
+# ------------------------------------------------------------------ backward
+# Each backward is an op of its own: its spec is the written-out gradient of eager autograd (native.py),
+# its Triton provider the backward kernel, under the same contracts as the forward ops (Bitwise on CUDA;
+# on the CPU the reference's exp/erf/tanh are SLEEF's, so Tolerance there, measured below).
+def _check_silu_backward(grad: torch.Tensor, x: torch.Tensor) -> None:
+    native.check_gated_input("silu_and_mul_backward", x)
+    native.check_backward("silu_and_mul_backward", grad, x, (*x.shape[:-1], x.shape[-1] // 2))
+
+
+def _check_gelu_backward(grad: torch.Tensor, x: torch.Tensor, approximate: str = "none") -> None:
+    native.check_gated_input("gelu_and_mul_backward", x)
+    native.check_approximate("gelu_and_mul_backward", approximate)
+    native.check_backward("gelu_and_mul_backward", grad, x, (*x.shape[:-1], x.shape[-1] // 2))
+
+
+def _check_silu_mul_backward(grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor) -> None:
+    native.check_gate_up("silu_mul_backward", gate, up)
+    native.check_backward("silu_mul_backward", grad, gate, gate.shape)
+
+
+def _check_gelu_mul_backward(grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, approximate: str = "none"):
+    native.check_gate_up("gelu_mul_backward", gate, up)
+    native.check_approximate("gelu_mul_backward", approximate)
+    native.check_backward("gelu_mul_backward", grad, gate, gate.shape)
+
+
+def triton_supports_backward(grad: torch.Tensor, x: torch.Tensor, approximate: str = "none") -> bool | str:
+    reason = _reads("grad", grad)
+    return _reads("x", x) if reason is True else reason
+
+
+def triton_supports_gate_up_backward(
+    grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, approximate: str = "none"
+) -> bool | str:
+    reason = _reads("grad", grad)
+    return triton_supports_gate_up(gate, up) if reason is True else reason
+
+
+# On the CPU fp32 GELU gradients need atol 1e-3: in tanh-GELU's cancellation region (g in [-5, -3.3],
+# ``0.5 (1 + t)`` against ``right_derivative``) the CPU reference and the interpreter's tanh are off from
+# float64 by up to 2e-4 and 3.5e-4, times |grad * up| up to 350 in the wide-range case; they differ by at
+# most 4.9e-4 over the quick cases of seeds 0-4 (erf-GELU: within the forward's 1e-4). fp16 and SiLU keep
+# the forward's contracts.
+BACKWARD_INTERPRETER_CONTRACT = INTERPRETER_CONTRACT
+GELU_BACKWARD_INTERPRETER_CONTRACT = {**GELU_INTERPRETER_CONTRACT, torch.float32: Tolerance(atol=1e-3)}
+silu_and_mul_backward = op(
+    native.silu_and_mul_backward,
+    contract=CONTRACT,
+    interpreter_contract=BACKWARD_INTERPRETER_CONTRACT,
+    check=_check_silu_backward,
+)
+gelu_and_mul_backward = op(
+    native.gelu_and_mul_backward,
+    contract=CONTRACT,
+    interpreter_contract=GELU_BACKWARD_INTERPRETER_CONTRACT,
+    check=_check_gelu_backward,
+)
+silu_mul_backward = op(
+    native.silu_mul_backward,
+    contract=CONTRACT,
+    interpreter_contract=BACKWARD_INTERPRETER_CONTRACT,
+    check=_check_silu_mul_backward,
+)
+gelu_mul_backward = op(
+    native.gelu_mul_backward,
+    contract=CONTRACT,
+    interpreter_contract=GELU_BACKWARD_INTERPRETER_CONTRACT,
+    check=_check_gelu_mul_backward,
+)
+BACKWARD_OPS = (silu_and_mul_backward, gelu_and_mul_backward, silu_mul_backward, gelu_mul_backward)
+for _op, _fn, _supports in (
+    (silu_and_mul_backward, _triton.silu_and_mul_backward_triton, triton_supports_backward),
+    (gelu_and_mul_backward, _triton.gelu_and_mul_backward_triton, triton_supports_backward),
+    (silu_mul_backward, _triton.silu_mul_backward_triton, triton_supports_gate_up_backward),
+    (gelu_mul_backward, _triton.gelu_mul_backward_triton, triton_supports_gate_up_backward),
+):
+    _op.provider("triton", supported=platform.triton_available, supports_args=_supports,
+                 kernels=[_triton.act_and_mul_backward_kernel])(_fn)  # fmt: skip
+# The GELU gradients are twice differentiable, through the VJP of their spec (ATen has a derivative of
+# gelu_backward). ATen has none of silu_backward, so the SiLU backward ops are inference-only: a second
+# derivative (create_graph=True) raises InferenceOnlyError naming the op.
+gelu_and_mul_backward.differentiable("grad", "x")
+gelu_mul_backward.differentiable("grad", "gate", "up")
+
+
+# The forward ops' autograd formulas call the backward ops, so the registry picks the provider: the
+# Triton kernel on CUDA, the written-out spec elsewhere (or where the kernel cannot read the gradient).
+def _silu_and_mul_grad(grad: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor]:
+    return (silu_and_mul_backward(grad, x),)
+
+
+def _gelu_and_mul_grad(grad: torch.Tensor, x: torch.Tensor, approximate: str = "none") -> tuple[torch.Tensor]:
+    return (gelu_and_mul_backward(grad, x, approximate),)
+
+
+silu_and_mul.differentiable("x", backward=_silu_and_mul_grad)
+gelu_and_mul.differentiable("x", backward=_gelu_and_mul_grad)
+silu_mul.differentiable("gate", "up", backward=silu_mul_backward)
+gelu_mul.differentiable("gate", "up", backward=gelu_mul_backward)
 
 from exactfuse.ops.act_and_mul import warmup  # noqa: E402, F401  (the warmup hooks, beside the launchers)
 
-for _op in (silu_and_mul, gelu_and_mul, silu_mul, gelu_mul):
+for _op in (silu_and_mul, gelu_and_mul, silu_mul, gelu_mul, *BACKWARD_OPS):
     _op.declared_in("exactfuse.ops.act_and_mul.inputs", "exactfuse.ops.act_and_mul.peers")  # on first use

@@ -1,6 +1,7 @@
 """Launch choice of the gated-activation kernel (``triton.act_and_mul_kernel``): a tile of the output width
 ``D`` alone, and num_warps by the launch's size when that is a concrete number (docs/heuristics.md has the
-sweeps behind each number).
+sweeps behind each number). The backward kernel (``triton.act_and_mul_backward_kernel``) takes the same tile
+and warps on its output width, without the flat index: not swept for the backward yet.
 """
 
 from __future__ import annotations

@@ -1,11 +1,22 @@
-"""Inputs of silu_and_mul, gelu_and_mul, silu_mul and gelu_mul (shared by tests, ``verify`` and ``bench``),
-their benchmark grids and roofline cost. The registry imports this module on first use (``Op.declared_in``)."""
+"""Inputs of silu_and_mul, gelu_and_mul, silu_mul and gelu_mul and of their backward ops (shared by tests,
+``verify`` and ``bench``), their benchmark grids and roofline cost. The registry imports this module on first use
+(``Op.declared_in``)."""
 
 from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.act_and_mul import gelu_and_mul, gelu_mul, native, silu_and_mul, silu_mul
+from exactfuse.ops.act_and_mul import (
+    gelu_and_mul,
+    gelu_and_mul_backward,
+    gelu_mul,
+    gelu_mul_backward,
+    native,
+    silu_and_mul,
+    silu_and_mul_backward,
+    silu_mul,
+    silu_mul_backward,
+)
 from exactfuse.registry import Case
 from exactfuse.testing.inputs import make_generator, randn_with_specials
 
@@ -57,6 +68,40 @@ silu_and_mul.inputs(_gated_cases)
 gelu_and_mul.inputs(_with_approximations(_gated_cases))
 silu_mul.inputs(_pair_cases)
 gelu_mul.inputs(_with_approximations(_pair_cases))
+
+
+def _with_grad(cases, finite_grad_on_cpu=False):
+    """The backward ops' cases: each forward case with the output's gradient first, fresh random values
+    (with NaN/Inf/zeros/subnormals where the case has specials); the ``-rows`` variant reads the gradient
+    as 2-D rows of a wider tensor (row stride d + 3).
+
+    ``finite_grad_on_cpu``: on the CPU the gradient's infinities become zeros. CPU PyTorch's vectorized
+    fp16 GELU gives gelu(-5.543) = -1.79e-7 where CUDA's formula, which the kernel follows, rounds
+    ``1 + erf`` to 0 and gives -0 (float64: -8.2e-8), and an infinite gradient times the two is +-inf
+    against NaN, which no tolerance holds; on CUDA the infinities stay and the contract is bitwise."""
+
+    def inputs(device, dtype, *, quick=False, seed=0):
+        gen = make_generator(seed + 1000)
+        for case in cases(device, dtype, quick=quick, seed=seed):
+            first = case.args[0]
+            shape = (*first.shape[:-1], first.shape[-1] // 2) if len(case.args) == 1 else first.shape
+            specials = "specials" in case.id
+            grads = [randn_with_specials(shape, dtype, device, gen, specials=specials)]
+            if len(shape) == 2 and shape[0] and shape[1] > 1 and not case.id.endswith("-halves"):
+                wide = randn_with_specials((shape[0], shape[1] + 3), dtype, device, gen, specials=specials)
+                grads.append(wide[:, : shape[1]])
+            if finite_grad_on_cpu and device.type == "cpu":
+                grads = [g.masked_fill(g.isinf(), 0.0) for g in grads]
+            for grad, suffix in zip(grads, ("", "-rows"), strict=False):
+                yield Case(f"{case.id}{suffix}", (grad, *case.args), case.kwargs)
+
+    return inputs
+
+
+silu_and_mul_backward.inputs(_with_grad(_gated_cases))
+gelu_and_mul_backward.inputs(_with_grad(_with_approximations(_gated_cases), finite_grad_on_cpu=True))
+silu_mul_backward.inputs(_with_grad(_pair_cases))
+gelu_mul_backward.inputs(_with_grad(_with_approximations(_pair_cases), finite_grad_on_cpu=True))
 
 
 # ------------------------------------------------------------- bench grids
@@ -111,3 +156,44 @@ def _pair_bytes(gate: torch.Tensor, up: torch.Tensor, approximate: str = "none")
 
 silu_mul.cost(bytes=lambda gate, up: _pair_bytes(gate, up))
 gelu_mul.cost(bytes=_pair_bytes)
+
+
+# ------------------------------------------------------------- backward: grids and cost
+def _bench_with_grad(cases):
+    """Each forward bench case with a random output gradient first."""
+
+    def grid(device, dtype):
+        for case in cases(device, dtype):
+            first = case.args[0]
+            shape = (*first.shape[:-1], first.shape[-1] // 2) if len(case.args) == 1 else first.shape
+            yield Case(case.id, (torch.randn(shape, dtype=dtype, device=device), *case.args), case.kwargs)
+
+    return grid
+
+
+silu_and_mul_backward.grid("default")(_bench_with_grad(lambda device, dtype: _bench_cases(device, dtype)))
+silu_and_mul_backward.grid("quick")(
+    _bench_with_grad(lambda device, dtype: _bench_cases(device, dtype, only=QUICK_BENCH))
+)
+gelu_and_mul_backward.grid("default")(_bench_with_grad(lambda device, dtype: _bench_cases(device, dtype, TANH)))
+gelu_and_mul_backward.grid("quick")(
+    _bench_with_grad(lambda device, dtype: _bench_cases(device, dtype, TANH, only=QUICK_BENCH))
+)
+silu_mul_backward.grid("default")(_bench_with_grad(lambda device, dtype: _bench_pairs(device, dtype)))
+silu_mul_backward.grid("quick")(_bench_with_grad(lambda device, dtype: _bench_pairs(device, dtype, only=QUICK_BENCH)))
+gelu_mul_backward.grid("default")(_bench_with_grad(lambda device, dtype: _bench_pairs(device, dtype, TANH)))
+gelu_mul_backward.grid("quick")(
+    _bench_with_grad(lambda device, dtype: _bench_pairs(device, dtype, TANH, only=QUICK_BENCH))
+)
+
+
+def _backward_bytes(grad: torch.Tensor, *inputs, approximate: str = "none") -> int:
+    """Read the gradient ``[..., d]`` and the inputs (``x [..., 2d]`` or gate and up), write their
+    gradients: five ``[..., d]`` tensors."""
+    return 5 * grad.numel() * grad.element_size()
+
+
+silu_and_mul_backward.cost(bytes=lambda grad, x: _backward_bytes(grad, x))
+gelu_and_mul_backward.cost(bytes=lambda grad, x, approximate="none": _backward_bytes(grad, x))
+silu_mul_backward.cost(bytes=lambda grad, gate, up: _backward_bytes(grad, gate, up))
+gelu_mul_backward.cost(bytes=lambda grad, gate, up, approximate="none": _backward_bytes(grad, gate, up))

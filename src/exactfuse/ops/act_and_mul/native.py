@@ -97,23 +97,43 @@ def gelu_mul(gate: torch.Tensor, up: torch.Tensor, approximate: str = "none") ->
 
 # Backward specs: the gradients eager autograd computes for the functions above, op by op in its order
 # (``mul``'s backward multiplies by the other factor; ``silu_backward`` / ``gelu_backward`` are the ATen
-# kernels autograd calls), without recomputing the forward product.
+# kernels autograd calls), without recomputing the forward product. Each is an op of its own
+# (``silu_and_mul_backward``, ...), whose Triton provider reproduces it.
+
+
+def check_backward(op: str, grad: torch.Tensor, like: torch.Tensor, shape) -> None:
+    """Validate the output's gradient ``grad``: a tensor of ``shape`` with ``like``'s dtype and device."""
+    if not isinstance(grad, torch.Tensor):
+        raise TypeError(f"{op}: grad must be a torch.Tensor, got {type(grad).__name__}")
+    if grad.dim() != len(shape) or not all(sizes_equal(a, b) for a, b in zip(grad.shape, shape, strict=True)):
+        raise ValueError(f"{op}: grad must have the output's shape {list(shape)}, got {list(grad.shape)}")
+    if grad.dtype != like.dtype:
+        raise TypeError(f"{op}: grad must have the input's dtype {like.dtype}, got {grad.dtype}")
+    if grad.device != like.device:
+        raise ValueError(f"{op}: grad must be on the input's device {like.device}, got {grad.device}")
 
 
 def _gate_up_grads(grad, gate, up, activation, activation_backward):
     return activation_backward(grad * up, gate), grad * activation(gate)
 
 
-def silu_and_mul_backward(grad: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor]:
-    """``d silu_and_mul / d x``: ``(dx [..., 2d],)`` for the output's gradient ``grad [..., d]``."""
-    d = x.shape[-1] // 2
-    return (torch.cat(silu_mul_backward(grad, x[..., :d], x[..., d:]), dim=-1),)
+def _joined(d_gate: torch.Tensor, d_up: torch.Tensor) -> torch.Tensor:
+    """``dx`` from the two halves' gradients as autograd forms it: each half's gradient placed in zeros of
+    ``x``'s shape and the two summed, so a ``-0`` gradient becomes ``+0`` (``-0 + 0 = +0``); the sum
+    changes nothing else."""
+    return torch.cat((d_gate, d_up), dim=-1) + 0.0
 
 
-def gelu_and_mul_backward(grad: torch.Tensor, x: torch.Tensor, approximate: str = "none") -> tuple[torch.Tensor]:
-    """``d gelu_and_mul / d x``: ``(dx [..., 2d],)`` for the output's gradient ``grad [..., d]``."""
+def silu_and_mul_backward(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``d silu_and_mul / d x``: ``dx [..., 2d]`` for the output's gradient ``grad [..., d]``."""
     d = x.shape[-1] // 2
-    return (torch.cat(gelu_mul_backward(grad, x[..., :d], x[..., d:], approximate), dim=-1),)
+    return _joined(*silu_mul_backward(grad, x[..., :d], x[..., d:]))
+
+
+def gelu_and_mul_backward(grad: torch.Tensor, x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    """``d gelu_and_mul / d x``: ``dx [..., 2d]`` for the output's gradient ``grad [..., d]``."""
+    d = x.shape[-1] // 2
+    return _joined(*gelu_mul_backward(grad, x[..., :d], x[..., d:], approximate))
 
 
 def silu_mul_backward(grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
