@@ -14,6 +14,8 @@
 #   probe NAME [ARGS...]     python3 scripts/gpu/probe_NAME.py ARGS       (e.g. probe read_floor)
 #   ncu NAME [ARGS...]       Nsight Compute over python3 scripts/gpu/ncu_NAME.py ARGS (CSV), then
 #                            that script's --summary of it                (e.g. ncu w4a16_m1)
+#   vllm [ARGS...]           python3 scripts/gpu/vllm_e2e.py ARGS: exactfuse's vLLM plugin in a vllm.LLM engine, with
+#                            and without it (needs .vllm/ and .whl/ from scripts/vllm_carry.sh; docs/vllm.md)
 #   sanitize TOOL verify|tests [ARGS...]
 #                            compute-sanitizer --tool TOOL (memcheck, racecheck, ...) over exactfuse verify
 #                            (one process) or pytest -m gpu; fails on any error it reports
@@ -86,6 +88,7 @@ step() {
       timeout "$left" python3 -m exactfuse bench --grid default "${ops[@]}" --out "$dir" --plot "$dir/{op}.png" \
         "$@" >"$log" 2>&1
       ;;
+    vllm) OUT=$OUT/results timeout "$left" python3 scripts/gpu/vllm_e2e.py "$@" >"$log" 2>&1 ;;
     sweep | probe)
       local script=scripts/gpu/${name}_${1:?$name needs a script name}.py
       shift
@@ -108,7 +111,7 @@ step() {
       timeout "$left" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 50 "${cmd[@]}" >"$log" 2>&1
       ;;
     *)
-      echo "run.sh: unknown step '$name' (tests, verify, bench, sweep, probe, ncu, sanitize)" >"$log"
+      echo "run.sh: unknown step '$name' (tests, verify, bench, vllm, sweep, probe, ncu, sanitize)" >"$log"
       false
       ;;
   esac
