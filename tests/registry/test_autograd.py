@@ -20,6 +20,7 @@ DIFFERENTIABLE = {
     "moe_silu_and_mul": ("gateup", "row_weights"),
     "gelu_and_mul_sparse": ("x",),
     "w4a16_gemm": ("a", "bias"),
+    "w4a16_gemm_packed": ("a", "bias"),
     # GELU's backward ops: twice differentiable, through the VJP of their spec
     "gelu_and_mul_backward": ("grad", "x"),
     "gelu_mul_backward": ("grad", "gate", "up"),

@@ -1,12 +1,13 @@
-"""Warmup of w4a16_gemm: the launches ``exactfuse.warmup`` makes so that no kernel compiles inside a
-CUDA-graph capture."""
+"""Warmup of w4a16_gemm and w4a16_gemm_packed: the launches ``exactfuse.warmup`` makes so that no kernel
+compiles inside a CUDA-graph capture."""
 
 from __future__ import annotations
 
 import torch
 
+from exactfuse.ops.w4a16 import fragment, w4a16_gemm, w4a16_gemm_packed
+from exactfuse.ops.w4a16 import mma as _mma
 from exactfuse.ops.w4a16 import triton as _triton
-from exactfuse.ops.w4a16 import w4a16_gemm
 from exactfuse.ops.w4a16.packing import random_weights
 
 # a row count in every bucket of heuristics.BUCKETS (M = 2 is the two-row GEMV's) and the dense path; on
@@ -53,3 +54,25 @@ def _warmup(
         for M in WARMUP_M:
             a = torch.ones((M, K), dtype=dtype, device=device)
             _triton.launch_w4a16_gemm(a, w.qweight, w.scales, w.zeros, w.perm, b, w.group_size, deterministic)
+
+
+# one M for every block count of the fragment kernel (heuristics.fragment_blocks: 1, 2, 4, 8)
+PACKED_WARMUP_M = (1, 16, 32, 64, 128)
+
+
+@w4a16_gemm_packed.warmup
+def _warmup_packed(device, dtype, *, shapes=((4096, 4096),), group_size=128, symmetric=True, bias=False, **other):
+    """Compile the fragment kernel's specializations for the layers ``shapes = ((K, N), ...)`` (repacked
+    with ``fragment.pack``) at every block count the launch rule takes; nothing where the provider cannot
+    run (no sm_90 GPU, a layer with no fragment layout). Other options are ignored."""
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    for K, N in shapes:
+        w = random_weights(K, N, dtype, device, gen, group_size=group_size, symmetric=symmetric)
+        if fragment.layout_unsupported(K, N, w.scales.shape[0]):
+            continue
+        packed = fragment.pack(w.qweight, w.scales, w.zeros)
+        b = torch.zeros((N,), dtype=dtype, device=device) if bias else None
+        for M in PACKED_WARMUP_M:
+            a = torch.ones((M, K), dtype=dtype, device=device)
+            if _mma.packed_supports(a, packed.words, packed.scales, None, b) is True:
+                _mma.w4a16_gemm_packed_triton(a, packed.words, packed.scales, None, b)
