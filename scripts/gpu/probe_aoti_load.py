@@ -1,4 +1,4 @@
-"""Control experiment for the AOTInductor segfault on the lent H200 (torch 2.11.0+cu130).
+"""Control experiment for the AOTInductor segfault on an H200 with torch 2.11.0+cu130).
 
 tests/ops/test_gelu_and_mul_sparse.py::test_gpu_aot_inductor_keeps_the_projection_and_the_kernel
 compiled its package and then crashed (SIGSEGV) inside ``aoti_load_package``.

@@ -27,14 +27,14 @@
 #       // bench w4a16_gemm --case '/M(1|2)-'
 #
 # Environment:
-#   OUT                the output folder (the lent machine's; default /tmp/exactfuse-run). When OUT is set,
+#   OUT                the output folder (on the GPU machine; default /tmp/exactfuse-run). When OUT is set,
 #                      everything but summary.txt is packed into $OUT/run.tgz at the end, because few files
 #                      come back from that machine: tar xzf run.tgz gives logs/ (one log per step), bench/
 #                      and the sweeps' own files (results/).
 #   RUN_BUDGET_S       seconds for the whole run (default 570): each step is stopped when the budget is spent,
 #                      so the summary and the packing always happen.
 #   EXACTFUSE_GIT_REV  recorded in bench results; set it in the command when the tree has no .git or a copy of
-#                      one that may lag the work tree (a lent machine's): EXACTFUSE_GIT_REV=$(git rev-parse ...).
+#                      one that may lag the work tree (a remote machine's): EXACTFUSE_GIT_REV=$(git rev-parse ...).
 # Wheels in .whl/ (carried from a machine with network) are installed into /tmp/site first.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
