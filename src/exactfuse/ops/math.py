@@ -52,6 +52,10 @@ if interpreter_enabled():
     def fast_tanh(x):
         return exact_tanh(x)
 
+    @triton.jit
+    def mul_rn(x, y):
+        return x * y  # numpy rounds every operation; there is no contraction to prevent
+
 else:
     from triton.language.extra import libdevice
 
@@ -62,6 +66,12 @@ else:
     @triton.jit
     def exact_tanh(x):
         return libdevice.tanh(x)
+
+    @triton.jit
+    def mul_rn(x, y):
+        """``mul.rn.f32``: the product rounded on its own, which the compiler does not contract into an
+        FMA with a following add (as eager PyTorch rounds ``a * b`` before ``+ c``)."""
+        return libdevice.mul_rn(x, y)
 
     @triton.jit
     def fast_tanh(x):

@@ -1,7 +1,8 @@
 """Gated activations ``act(gate) * up``: declarations of silu_and_mul and gelu_and_mul (``x [..., 2d]``,
 gate and up its halves) and of silu_mul and gelu_mul (``gate, up [..., d]``, two tensors), one kernel.
 
-Spec in ``native.py``, kernel in ``triton.py``, its launch rule in ``heuristics.py``, warmup in ``warmup.py``;
+Spec in ``native.py``, argument checks in ``checks.py``, kernel and what it takes in ``triton.py``, its
+launch rule in ``heuristics.py``, warmup in ``warmup.py``;
 inputs, benchmark grids and cost in ``inputs.py`` and the Liger peers in ``peers.py``, imported on first use.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.act_and_mul import native
+from exactfuse.ops.act_and_mul import checks, native
 from exactfuse.ops.act_and_mul import triton as _triton
 from exactfuse.registry import Bitwise, Tolerance, op, platform
 
@@ -29,54 +30,26 @@ GELU_INTERPRETER_CONTRACT = {
 }
 
 
-def _check_silu(x: torch.Tensor) -> None:
-    native.check_gated_input("silu_and_mul", x)
-
-
-def _check_gelu(x: torch.Tensor, approximate: str = "none") -> None:
-    native.check_gated_input("gelu_and_mul", x)
-    native.check_approximate("gelu_and_mul", approximate)
-
-
-def _check_silu_mul(gate: torch.Tensor, up: torch.Tensor) -> None:
-    native.check_gate_up("silu_mul", gate, up)
-
-
-def _check_gelu_mul(gate: torch.Tensor, up: torch.Tensor, approximate: str = "none") -> None:
-    native.check_gate_up("gelu_mul", gate, up)
-    native.check_approximate("gelu_mul", approximate)
-
-
-def _reads(name: str, t: torch.Tensor) -> bool | str:
-    """Rows the kernel reads: a tensor Triton can read, 2-D with unit last stride or contiguous."""
-    if not t.is_cuda and (reason := platform.triton_reads(name, t)) is not True:
-        return reason
-    if (t.dim() == 2 and t.stride(-1) == 1) or t.is_contiguous():
-        return True
-    return (f"{name} has strides {tuple(t.stride())}: the kernel reads contiguous {name}, or 2-D rows with "
-            "unit last stride")  # fmt: skip
-
-
-def triton_supports(x: torch.Tensor, approximate: str = "none") -> bool | str:
-    return _reads("x", x)
-
-
-def triton_supports_gate_up(gate: torch.Tensor, up: torch.Tensor, approximate: str = "none") -> bool | str:
-    reason = _reads("gate", gate)
-    return _reads("up", up) if reason is True else reason
-
-
-silu_and_mul = op(native.silu_and_mul, contract=CONTRACT, interpreter_contract=INTERPRETER_CONTRACT, check=_check_silu)
-gelu_and_mul = op(
-    native.gelu_and_mul, contract=CONTRACT, interpreter_contract=GELU_INTERPRETER_CONTRACT, check=_check_gelu
+silu_and_mul = op(
+    native.silu_and_mul, contract=CONTRACT, interpreter_contract=INTERPRETER_CONTRACT, check=checks.check_silu_and_mul
 )
-silu_mul = op(native.silu_mul, contract=CONTRACT, interpreter_contract=INTERPRETER_CONTRACT, check=_check_silu_mul)
-gelu_mul = op(native.gelu_mul, contract=CONTRACT, interpreter_contract=GELU_INTERPRETER_CONTRACT, check=_check_gelu_mul)
+gelu_and_mul = op(
+    native.gelu_and_mul,
+    contract=CONTRACT,
+    interpreter_contract=GELU_INTERPRETER_CONTRACT,
+    check=checks.check_gelu_and_mul,
+)
+silu_mul = op(
+    native.silu_mul, contract=CONTRACT, interpreter_contract=INTERPRETER_CONTRACT, check=checks.check_silu_mul
+)
+gelu_mul = op(
+    native.gelu_mul, contract=CONTRACT, interpreter_contract=GELU_INTERPRETER_CONTRACT, check=checks.check_gelu_mul
+)
 for _op, _fn, _supports in (
-    (silu_and_mul, _triton.silu_and_mul_triton, triton_supports),
-    (gelu_and_mul, _triton.gelu_and_mul_triton, triton_supports),
-    (silu_mul, _triton.silu_mul_triton, triton_supports_gate_up),
-    (gelu_mul, _triton.gelu_mul_triton, triton_supports_gate_up),
+    (silu_and_mul, _triton.silu_and_mul_triton, _triton.triton_supports),
+    (gelu_and_mul, _triton.gelu_and_mul_triton, _triton.triton_supports),
+    (silu_mul, _triton.silu_mul_triton, _triton.triton_supports_gate_up),
+    (gelu_mul, _triton.gelu_mul_triton, _triton.triton_supports_gate_up),
 ):
     _op.provider("triton", supported=platform.triton_available, supports_args=_supports,
                  kernels=[_triton.act_and_mul_kernel])(_fn)  # fmt: skip
