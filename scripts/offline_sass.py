@@ -59,7 +59,7 @@ def compile_sass(fn, types: dict, constexprs: dict, div16=(), ones=(), num_warps
 
 
 def _conv(tile: str, warps: int) -> tuple[str, dict]:
-    from exactfuse.ops.short_conv.triton import conv_rows_kernel
+    from exactfuse.ops.conv.kernels import conv_rows_kernel
 
     dims, _, unroll = tile.partition("u")
     bt, bc = (int(v) for v in dims.split("x"))

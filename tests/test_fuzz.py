@@ -219,7 +219,7 @@ WHERE = st.sampled_from(["x", "state"])
        silu=st.booleans(), state=st.booleans(), init=st.booleans(), pad=st.booleans(), special=SPECIALS,
        where=WHERE, seed=st.integers(0, 2**16))  # fmt: skip
 def test_causal_conv1d(lengths, C, taps, dtype, layout, bias, silu, state, init, pad, special, where, seed):
-    from exactfuse.ops.short_conv.inputs import causal_case
+    from exactfuse.ops.conv.inputs import causal_case
 
     K, D = taps
     case = causal_case("fuzz", tuple(lengths), C=C, K=K, D=D, dtype=dtype, device=torch.device("cpu"),
@@ -234,7 +234,7 @@ def test_causal_conv1d(lengths, C, taps, dtype, layout, bias, silu, state, init,
        taps=TAPS, dtype=DTYPES, layout=STATE_LAYOUTS, bias=st.booleans(), pad=st.booleans(), special=SPECIALS,
        where=WHERE, seed=st.integers(0, 2**16))  # fmt: skip
 def test_causal_conv1d_update(B, Lq, spec, C, taps, dtype, layout, bias, pad, special, where, seed):
-    from exactfuse.ops.short_conv.inputs import update_case
+    from exactfuse.ops.conv.inputs import update_case
 
     K, D = taps
     case = update_case("fuzz", B, Lq, C=C, K=K, D=D, dtype=dtype, device=torch.device("cpu"),
@@ -250,7 +250,7 @@ def test_causal_conv1d_update(B, Lq, spec, C, taps, dtype, layout, bias, pad, sp
        seed=st.integers(0, 2**16))  # fmt: skip
 def test_short_conv(mode, lengths, rows, C, taps, dtype, layout, outer, init, extra_rows, padding, special, where,
                     seed):  # fmt: skip
-    from exactfuse.ops.short_conv.inputs import short_conv_case
+    from exactfuse.ops.conv.inputs import short_conv_case
 
     K, D = taps
     sql = 3

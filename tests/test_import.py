@@ -11,7 +11,7 @@ import sys
 import pytest
 
 HARNESS = "('exactfuse.bench', 'exactfuse.testing')"
-DECLARATIONS = "m.startswith('exactfuse.ops.') and m.rsplit('.', 1)[1] in ('inputs', 'grids', 'peers')"
+DECLARATIONS = "m.startswith('exactfuse.ops.') and m.rsplit('.', 1)[1] in ('inputs', 'peers')"
 
 
 def _run(script: str, interpret: bool) -> list:
@@ -49,4 +49,4 @@ def test_inputs_grids_cost_and_peers_load_on_first_use():
     before, grids, cost, cases, after, every = _run(script, interpret=True)
     assert before == [] and grids == ["default", "quick"] and cost and cases
     assert after == ["exactfuse.ops.act_and_mul.inputs", "exactfuse.ops.act_and_mul.peers"]
-    assert {f"exactfuse.ops.{p}.inputs" for p in ("w4a16", "short_conv", "sparse_paged_attention")} <= set(every)
+    assert {f"exactfuse.ops.{p}.inputs" for p in ("w4a16", "conv", "sparse_paged_attention")} <= set(every)

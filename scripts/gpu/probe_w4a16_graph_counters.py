@@ -2,10 +2,10 @@
 
 Usage: PYTHONPATH=src python3 scripts/gpu/probe_w4a16_graph_counters.py
 
-``splitk.arrival_counters`` gives a capture on a stream without cached counters a zeroed buffer of its
+``arrival.arrival_counters`` gives a capture on a stream without cached counters a zeroed buffer of its
 own per call (a memset node in the graph before every fixup launch). torch.cuda.graph captures on its
 own side stream, so the first eager launch that makes counters also makes them for that stream
-(``splitk._prepare_capture_stream``). Per (K, N, M) on the fixup buckets (gemv1, decode), bf16, weights
+(``arrival._prepare_capture_stream``). Per (K, N, M) on the fixup buckets (gemv1, decode), bf16, weights
 rotated past the L2: µs per call (median of CUDA-graph replays, as the bench times) with that
 preparation switched off (a buffer per launch in the graph), as shipped, and with the second-launch
 reduction instead of the fixup (the split unchanged), each output checked bitwise against the eager
@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from sweep_io import emit
 from sweep_w4a16_tiles import bench_rotating, rotating_weights
 
-from exactfuse.ops import splitk
+from exactfuse.ops import arrival
 from exactfuse.ops.w4a16 import heuristics as wh
 from exactfuse.ops.w4a16 import triton as w4
 
@@ -66,17 +66,17 @@ def case_line(K: int, N: int, M: int, dev: torch.device, sms: int, capture_strea
     eager = call(0)
     assert torch.equal(call(0, two_pass), eager), (K, N, M, "the second-launch reduction differs from the fixup")
     key = (dev, capture_stream.cuda_stream)
-    prepare = splitk._prepare_capture_stream
-    splitk._COUNTERS.clear()
-    splitk._prepare_capture_stream = lambda device, n: None  # as before the capture stream got counters
+    prepare = arrival._prepare_capture_stream
+    arrival._COUNTERS.clear()
+    arrival._prepare_capture_stream = lambda device, n: None  # as before the capture stream got counters
     try:
         times = [bench_rotating(call, copies)]
     finally:
-        splitk._prepare_capture_stream = prepare
-    assert key not in splitk._COUNTERS, "the capture stream got counters with their preparation off"
-    splitk._COUNTERS.clear()
+        arrival._prepare_capture_stream = prepare
+    assert key not in arrival._COUNTERS, "the capture stream got counters with their preparation off"
+    arrival._COUNTERS.clear()
     times.append(bench_rotating(call, copies))  # the shipped path: the first eager launch prepares them
-    assert key in splitk._COUNTERS, "the first eager launch made no counters for the capture stream"
+    assert key in arrival._COUNTERS, "the first eager launch made no counters for the capture stream"
     times.append(bench_rotating(lambda i: call(i, two_pass), copies))
     cells = " | ".join(f"{t:.2f}" for t in times)
     return f"{K} | {N} | {M} | {cfg.name} split {cfg.split_k} | {cells} | {times[0] / times[1]:.3f}"

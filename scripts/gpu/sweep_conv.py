@@ -37,9 +37,9 @@ from sweep_io import emit
 from exactfuse.bench.results import geomean
 from exactfuse.bench.roofline import measure_copy_bandwidth
 from exactfuse.bench.timing import cudagraph_timer
-from exactfuse.ops.short_conv import _causal_conv1d, _short_conv, heuristics
-from exactfuse.ops.short_conv.grids import _causal_grid, _short_conv_grid
-from exactfuse.ops.short_conv.launch import launch_causal, launch_short
+from exactfuse.ops.conv import _causal_conv1d, _short_conv, heuristics, native
+from exactfuse.ops.conv.inputs import _causal_grid, _short_conv_grid
+from exactfuse.ops.conv.triton import launch_conv
 from exactfuse.testing import clone_args
 
 TIMER = cudagraph_timer(rep_ms=10)
@@ -67,7 +67,8 @@ def run(case, config):
     bound.apply_defaults()
     a = bound.arguments
     out = torch.empty_like(a["x"])
-    return (lambda: launch_causal(*a.values(), out, config)), out, a["conv_state"]
+    call = native.causal_conv1d_call(*a.values())
+    return (lambda: launch_conv(**call, out=out, config=config)), out, a["conv_state"]
 
 
 def run_decode(case, config):
@@ -76,7 +77,8 @@ def run_decode(case, config):
     bound = _short_conv.signature.bind(*args, **kwargs)
     bound.apply_defaults()
     a = bound.arguments
-    return (lambda: launch_short(*a.values(), config=config)), a["residual"], a["conv_state"]
+    call = native.short_conv_call(*a.values())
+    return (lambda: launch_conv(**call, config=config)), a["residual"], a["conv_state"]
 
 
 def sweep_decode(channels: list[int], warps: list[int], copy: float) -> None:
@@ -122,7 +124,7 @@ def sweep_decode(channels: list[int], warps: list[int], copy: float) -> None:
 
 def floor(case, copy: float) -> str:
     """One line: the shipped tile and FLA on ``case``, with the SiLU and without an activation."""
-    from exactfuse.ops.short_conv.peers import _fla_causal_conv1d
+    from exactfuse.ops.conv.peers import _fla_causal_conv1d
 
     roof = _causal_conv1d.bytes_fn(*case.args, **case.kwargs) / copy * 1e6
     a = _causal_conv1d.signature.bind(*case.args, **case.kwargs).arguments

@@ -19,9 +19,9 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from exactfuse.ops.act_and_mul.native import check_approximate
+from exactfuse.ops.act_and_mul.checks import check_approximate
 from exactfuse.ops.gelu_and_mul_sparse import native as sparse_native
-from exactfuse.ops.gelu_and_mul_sparse.native import check_std_multiplier
+from exactfuse.ops.gelu_and_mul_sparse.checks import check_std_multiplier
 
 
 def merged_row_stats(gate: torch.Tensor, group=None) -> tuple[torch.Tensor, torch.Tensor]:

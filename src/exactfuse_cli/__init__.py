@@ -14,11 +14,11 @@ import os
 import re
 import sys
 
-# The names exactfuse.utils.DTYPES_BY_NAME, the bench grids and the bench's baseline providers use
-# (tests/test_cli.py keeps them equal); written out here so that parsing imports no torch.
+# The names exactfuse.utils.DTYPES_BY_NAME and the bench grids use (tests/test_cli.py keeps them equal);
+# written out here so that parsing imports no torch. The bench's baseline providers (bench.runner.NATIVE,
+# COMPILED) are named in the help texts below.
 DTYPE_CHOICES = ("bf16", "fp16", "fp32")
 BENCH_GRIDS = ("default", "quick")
-NATIVE, COMPILED = "native", "native-compiled"
 
 DESCRIPTION = "Fused Triton kernels for LLM inference: check their contracts, time them, compile them ahead."
 
@@ -60,13 +60,13 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     add("--op", action="append", dest="ops", metavar="NAME", help="op to run (repeatable; default all)")
     add("--dtype", action="append", dest="dtypes", choices=DTYPE_CHOICES, help="dtype (repeatable; default bf16)")
     add("--provider", action="append", dest="providers", metavar="NAME",
-        help=f"time only these providers (repeatable): registry names, {NATIVE}, {COMPILED}, peers")  # fmt: skip
+        help="time only these providers (repeatable): registry names, native, native-compiled, peers")  # fmt: skip
     add("--grid", choices=BENCH_GRIDS, default="default", help="shape grid (default: default)")
     add("--quick", action="store_true", help="the quick grid (a few shapes, under a minute)")
     add("--out", metavar="DIR", help="write <op>.csv and <op>.json here (default benchmarks/results/<gpu>/)")
     add("--plot", metavar="FILE.png",
         help="draw speedup and %% of roofline per shape (matplotlib); '{op}' in the name: one file per op")  # fmt: skip
-    add("--no-compile", action="store_true", help=f"skip {COMPILED} (torch.compile of the spec)")
+    add("--no-compile", action="store_true", help="skip native-compiled (torch.compile of the spec)")
     add("--rep-ms", type=float, help="ms of calls per CUDA graph replay (default 20; 10 with the quick grid)")
     add("--shard", type=shard, metavar="I/N",
         help="run cases I, I+N, I+2N, ... of each grid (N processes, one per GPU; "

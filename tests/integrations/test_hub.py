@@ -126,7 +126,7 @@ def test_interpreter_layers_run_the_triton_kernels():
     """With Triton first (the interpreter here) the layers launch exactfuse's kernels on the mixer's
     strided views: the states bit for bit as transformers leaves them, outputs within the interpreter's
     fp16 SiLU (numpy's exp, not the CPU's)."""
-    from exactfuse.ops.short_conv import _causal_conv1d, _causal_conv1d_update
+    from exactfuse.ops.conv import _causal_conv1d, _causal_conv1d_update
 
     h = _projection_chunk(2, 24, 5, torch.float16)
     w, b = _weights(24, 4, torch.float16)

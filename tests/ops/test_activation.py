@@ -268,7 +268,7 @@ def test_gate_up_check_on_unbacked_sizes_asserts_instead_of_guarding():
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-    from exactfuse.ops.act_and_mul.native import check_gate_up
+    from exactfuse.ops.act_and_mul.checks import check_gate_up
 
     shape_env = ShapeEnv()
     with FakeTensorMode(shape_env=shape_env):

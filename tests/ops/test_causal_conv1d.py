@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from exactfuse.layers.conv import CausalConv1d, ShortConv, allocate_conv_state
-from exactfuse.ops.short_conv import causal_conv1d, causal_conv1d_update, native
+from exactfuse.ops.conv import causal_conv1d, causal_conv1d_update, native
 from exactfuse.testing import check_provider, clone_args, make_generator
 from exactfuse.utils import DTYPE_NAMES
 
@@ -141,7 +141,7 @@ def test_gpu_bitwise_every_case(name, dtype):
 def test_gpu_int64_offsets():
     """More than 2^31 elements in x and the output (two sequences, the second ending past the int32 range;
     a state read and written): bit for bit against native."""
-    from exactfuse.ops.short_conv.inputs import causal_case
+    from exactfuse.ops.conv.inputs import causal_case
 
     C = 4096
     T = 2**31 // C + 37

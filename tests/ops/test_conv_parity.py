@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from exactfuse.integrations.hub import CausalConv1dUpdate
-from exactfuse.ops.short_conv import causal_conv1d, causal_conv1d_update
+from exactfuse.ops.conv import causal_conv1d, causal_conv1d_update
 from exactfuse.testing import make_generator
 from exactfuse.utils import DTYPE_NAMES
 

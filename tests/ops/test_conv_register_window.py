@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 import torch
 
-from exactfuse.ops.short_conv import causal_conv1d, heuristics, short_conv
+from exactfuse.ops.conv import causal_conv1d, heuristics, short_conv
 from exactfuse.testing import clone_args
 
 INT_VIEW = {torch.float16: torch.int16, torch.float32: torch.int32}

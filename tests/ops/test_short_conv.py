@@ -6,10 +6,10 @@ import torch
 import torch.nn.functional as F
 
 import exactfuse
-from exactfuse.ops.short_conv import native, short_conv
-from exactfuse.ops.short_conv import triton as sc_triton
-from exactfuse.ops.short_conv.heuristics import conv_config
-from exactfuse.ops.short_conv.inputs import make_state, short_conv_case
+from exactfuse.ops.conv import kernels as sc_kernels
+from exactfuse.ops.conv import native, short_conv
+from exactfuse.ops.conv.heuristics import conv_config
+from exactfuse.ops.conv.inputs import make_state, short_conv_case
 from exactfuse.testing import CompileWatch, check_provider, clone_args, make_generator
 from exactfuse.utils import DTYPE_NAMES
 
@@ -274,7 +274,7 @@ def test_cost_counts_rows_and_windows():
 
 @pytest.mark.interpreter
 def test_interpreter_warmup_runs_the_launcher():
-    from exactfuse.ops.short_conv import warmup
+    from exactfuse.ops.conv import warmup
 
     warmup.short_conv_warmup(torch.device("cpu"), torch.float16, channels=(24,), spec_query_lens=(2,))
 
@@ -329,7 +329,7 @@ def test_gpu_warmup_then_one_graph_of_all_modes_replays_as_eager():
     # the public warmup: it launches as an eager call does (the hook alone, through wrap_triton's higher-order
     # op, compiles other specializations than the ones a call looks up)
     exactfuse.warmup("short_conv", dtypes=(dtype,), channels=(2048,), kernel_sizes=(4,), dilations=(3,))
-    watch = CompileWatch(sc_triton.conv_rows_kernel, sc_triton.conv_state_kernel)
+    watch = CompileWatch(sc_kernels.conv_rows_kernel, sc_kernels.conv_state_kernel)
     static = [split(clone_args(c.args, {})[0]) for c in _ple_batch("cuda", dtype)]
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()

@@ -218,7 +218,7 @@ def test_interpreter_every_split_configuration_meets_the_contract_and_repeats():
 def test_interpreter_the_merge_in_the_launch_is_the_merge_kernel_bit_for_bit():
     """The last split to arrive merges with the merge kernel's arithmetic (one helper), gate included,
     and leaves the arrival counters zero."""
-    from exactfuse.ops.splitk import arrival_counters
+    from exactfuse.ops.arrival import arrival_counters
 
     for gate in ("fused", "eager", None):
         args = with_args(case_args(rows=7, Hq=8, Hkv=2, D=16, page=5, W=90, counts=True, seed=3),

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from exactfuse.ops.w4a16 import make_case, w4a16_gemm
-from exactfuse.ops.w4a16.native import check_w4a16_args
+from exactfuse.ops.w4a16.checks import check_w4a16_args
 from exactfuse.testing import make_generator
 
 K, N, G = 256, 64, 128

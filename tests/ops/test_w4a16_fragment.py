@@ -159,3 +159,12 @@ def test_gpu_packed_op_in_a_cuda_graph_replays_as_eager():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, eager)
+
+
+def test_bench_grid_builds_packed_cases():
+    o = exactfuse.get("w4a16_gemm_packed")
+    o.load_declarations()
+    case = next(iter(o.grids["quick"](torch.device("cpu"), torch.float16)))
+    a, words, scales, perm, bias = case.args
+    assert case.id == "M1-K4096-N4096" and words.shape == (256, 64, 32, 4) and scales.dtype == torch.float16
+    assert perm is None and bias is None and a.shape == (1, 4096)

@@ -9,8 +9,8 @@ import torch
 import exactfuse
 from exactfuse.ops.w4a16 import CONTRACT, native
 from exactfuse.ops.w4a16 import triton as w4_triton
+from exactfuse.ops.w4a16.checks import check_w4a16_args
 from exactfuse.ops.w4a16.heuristics import bucket_config, dense_config, with_split
-from exactfuse.ops.w4a16.native import check_w4a16_args
 from exactfuse.testing import make_generator
 
 K, N = 256, 64

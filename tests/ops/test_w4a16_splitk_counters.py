@@ -1,4 +1,4 @@
-"""w4a16_gemm's split-K fixup and its arrival counters (``exactfuse.ops.splitk``): left zero across
+"""w4a16_gemm's split-K fixup and its arrival counters (``exactfuse.ops.arrival``): left zero across
 shapes and graph replays, one buffer per stream, made for torch.cuda.graph's capture stream outside any
 capture."""
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import exactfuse
-from exactfuse.ops import splitk
+from exactfuse.ops import arrival
 from exactfuse.ops.w4a16 import make_case, w4a16_gemm
 from exactfuse.ops.w4a16 import triton as w4_triton
 from exactfuse.ops.w4a16.heuristics import select_config
@@ -47,7 +47,7 @@ def test_gpu_split_fixup_leaves_counters_zero_across_shapes():
         torch.cuda.synchronize()
         assert all(torch.equal(x, y) for x, y in zip(first, again, strict=True))
         assert all(torch.equal(x, y) for x, y in zip(first, captured, strict=True))
-    assert not any(b.any() for buffers in splitk._COUNTERS.values() for b in buffers)
+    assert not any(b.any() for buffers in arrival._COUNTERS.values() for b in buffers)
 
 
 @pytest.mark.gpu
@@ -64,7 +64,7 @@ def test_gpu_split_fixup_on_a_side_stream_has_its_own_counters():
     torch.cuda.synchronize()
     assert all(torch.equal(first, o) for o in outs)
     key = (first.device, side.cuda_stream)
-    assert key in splitk._COUNTERS and not any(b.any() for b in splitk._COUNTERS[key])
+    assert key in arrival._COUNTERS and not any(b.any() for b in arrival._COUNTERS[key])
 
 
 @pytest.mark.gpu
@@ -79,11 +79,11 @@ def test_gpu_capture_on_torchs_capture_stream_uses_cached_counters():
     seen = []
     with torch.cuda.graph(graph):
         key = (device, torch._C._cuda_getCurrentRawStream(device.index))
-        seen.append(splitk.arrival_counters(device, 1).data_ptr())
+        seen.append(arrival.arrival_counters(device, 1).data_ptr())
         captured = w4a16_gemm(*case.args)
-    assert key in splitk._COUNTERS and seen[0] == splitk._COUNTERS[key][-1].data_ptr()
+    assert key in arrival._COUNTERS and seen[0] == arrival._COUNTERS[key][-1].data_ptr()
     for _ in range(3):
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(captured, first)
-    assert not splitk._COUNTERS[key][-1].any()
+    assert not arrival._COUNTERS[key][-1].any()

@@ -206,7 +206,7 @@ def test_gpu_staged_split_fixup_repeats_and_leaves_the_counters_zero():
     """Interleaved split launches of several tile counts, the partials summed by the last split of each
     tile or by a second launch (the same bits either way), eager and replayed from a CUDA graph: each
     output bitwise its first run's, every counter back to zero."""
-    from exactfuse.ops import splitk as counters
+    from exactfuse.ops import arrival as counters
 
     gen = make_generator(14)
     cases = [make_case(f"M{M}", M, K, N, torch.bfloat16, "cuda", gen, bias=True, symmetric=False)

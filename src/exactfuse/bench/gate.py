@@ -1,8 +1,8 @@
 """The correctness gate run before timing: a candidate's outputs against native.
 
-As ``exactfuse.testing.check_provider`` does, the candidate runs with its outputs NaN-poisoned and every
-output (the result, and for mutating ops the mutated arguments) is checked where it lies
-(``exactfuse.testing.on_device``).
+Through the check ``exactfuse.testing.check_provider`` uses (``exactfuse.testing.on_device.check_call``):
+the candidate runs with its outputs NaN-poisoned and every output (the result, and for mutating ops the
+mutated arguments) is checked where it lies.
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ import torch
 from exactfuse.registry.contracts import CheckResult, Contract
 from exactfuse.registry.op import Op
 from exactfuse.testing.calls import clone_args, collect_outputs
-from exactfuse.testing.on_device import CHUNK, bit_identical, check_output, device_check
-from exactfuse.utils import poison_outputs
+from exactfuse.testing.on_device import CHUNK, bit_identical, check_call, check_output, device_check
 
 __all__ = ["CHUNK", "bit_identical", "check_output", "clone_args", "device_check", "reference_outputs", "run_gate"]
 
@@ -38,13 +37,4 @@ def run_gate(
     """Run ``prepare(args, kwargs)()`` once, outputs poisoned, and check it against ``expected``."""
     if op.mutates_args:
         args, kwargs = clone_args(args, kwargs)
-    call = prepare(args, kwargs)
-    with poison_outputs():
-        actual = collect_outputs(op, call(), args, kwargs)
-    if len(actual) != len(expected):
-        return CheckResult(False, contract.name, 0, detail=f"{len(actual)} outputs, expected {len(expected)}")
-    results = [check_output(contract, a, e, args, kwargs, op) for a, e in zip(actual, expected, strict=True)]
-    failed = [r for r in results if not r.passed]
-    if failed:
-        return failed[0]
-    return max(results, key=lambda r: (r.max_ulp, r.max_abs_err), default=CheckResult(True, contract.name, 0))
+    return check_call(op, prepare(args, kwargs), args, kwargs, expected, contract)

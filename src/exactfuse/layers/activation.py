@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from exactfuse.ops.act_and_mul import gelu_and_mul, native, silu_and_mul
+from exactfuse.ops.act_and_mul import checks, gelu_and_mul, silu_and_mul
 
 
 class SiluAndMul(nn.Module):
@@ -20,7 +20,7 @@ class GeluAndMul(nn.Module):
 
     def __init__(self, approximate: str = "none"):
         super().__init__()
-        native.check_approximate("GeluAndMul", approximate)
+        checks.check_approximate("GeluAndMul", approximate)
         self.approximate = approximate
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from exactfuse.ops.short_conv import causal_conv1d, causal_conv1d_update, short_conv
+from exactfuse.ops.conv import causal_conv1d, causal_conv1d_update, short_conv
 
 STATE_LAYOUTS = ("cw", "wc")
 

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from exactfuse.ops.act_and_mul import native as gated_native
+from exactfuse.ops.act_and_mul.checks import check_approximate
 from exactfuse.ops.gelu_and_mul_sparse import gelu_and_mul_sparse
 from exactfuse.ops.gelu_and_mul_sparse.native import normal_quantile
 
@@ -31,7 +31,7 @@ class GeluAndMulSparse(nn.Module):
 
     def __init__(self, activation_sparsity: float, approximate: str = "tanh", multiplier: str = "exact"):
         super().__init__()
-        gated_native.check_approximate("GeluAndMulSparse", approximate)
+        check_approximate("GeluAndMulSparse", approximate)
         if multiplier not in MULTIPLIERS:
             raise ValueError(f"GeluAndMulSparse: multiplier must be 'exact' or 'hf', got {multiplier!r}")
         sparsity = float(activation_sparsity)

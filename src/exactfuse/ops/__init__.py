@@ -1,6 +1,10 @@
 """Op packages, one per op or op family, each with the same files: ``native.py`` (the spec),
-``triton.py`` (kernels and launchers), ``heuristics.py`` (the launch rule), ``warmup.py`` (the warmup
-hooks), ``inputs.py`` (inputs, benchmark grids, cost), ``peers.py`` (benchmark peers, where there are any)
-and ``__init__.py`` (the declaration). ``exactfuse/__init__.py`` imports each package once, which declares
-its ops; ``inputs.py`` and ``peers.py`` load on first use (``Op.declared_in``).
+``checks.py`` (the argument checks, the registry's ``check=``), ``triton.py`` (the Triton provider: kernels,
+launchers, the provider functions and ``triton_supports``, what the kernels take), ``heuristics.py`` (the
+launch rule), ``warmup.py`` (the warmup hooks), ``inputs.py`` (inputs, benchmark grids, cost), ``peers.py``
+(benchmark peers, where there are any) and ``__init__.py`` (the declaration). Kernels that outgrow
+``triton.py`` live in modules named for what they hold (``conv/kernels.py``, ``w4a16/gemv.py``); helpers
+several packages share live here (``math.py``, ``fastmath.py``, ``arrival.py``). ``exactfuse/__init__.py``
+imports each package once, which declares its ops; ``inputs.py`` and ``peers.py`` load on first use
+(``Op.declared_in``).
 """

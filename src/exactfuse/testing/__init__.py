@@ -22,7 +22,7 @@ from exactfuse.registry.contracts import (
 from exactfuse.registry.op import Op
 from exactfuse.testing.calls import CompileWatch, clone_args, collect_outputs
 from exactfuse.testing.inputs import make_generator, randn, randn_with_specials
-from exactfuse.testing.on_device import check_on_device, device_check
+from exactfuse.testing.on_device import check_call, check_on_device, device_check
 from exactfuse.utils import empty, poison_outputs
 
 
@@ -30,18 +30,13 @@ def check_provider(op: Op, provider: str, case: Case, contract: Contract | None 
     """Run ``provider`` and native on ``case``; check the contract on every output."""
     n_args, n_kwargs = clone_args(case.args, case.kwargs)
     expected = collect_outputs(op, op.run_provider("native", *n_args, **n_kwargs), n_args, n_kwargs)
-    p_args, p_kwargs = clone_args(case.args, case.kwargs)
-    with poison_outputs():
-        actual = collect_outputs(op, op.run_provider(provider, *p_args, **p_kwargs), p_args, p_kwargs)
     if contract is None:
         first = next((a for a in case.args if isinstance(a, torch.Tensor)), None)
         dtype = expected[0].dtype if expected else first.dtype
         contract = op.contract_for(dtype, first.device.type if first is not None else "cuda")
-    if len(actual) != len(expected):
-        return CheckResult(False, contract.name, 0, detail=f"{len(actual)} outputs, expected {len(expected)}")
-    results = [check_on_device(contract, a, e, p_args, p_kwargs, op) for a, e in zip(actual, expected, strict=True)]
-    failed = [r for r in results if not r.passed]
-    return failed[0] if failed else max(results, key=lambda r: r.max_ulp, default=CheckResult(True, contract.name, 0))
+    p_args, p_kwargs = clone_args(case.args, case.kwargs)
+    run = lambda: op.run_provider(provider, *p_args, **p_kwargs)  # noqa: E731  (check_call runs it once)
+    return check_call(op, run, p_args, p_kwargs, expected, contract, compare=check_on_device)
 
 
 def assert_contract_matrix(op: Op, device, dtype: torch.dtype, *, quick: bool = False, provider: str = "triton"):
@@ -66,6 +61,7 @@ __all__ = [
     "Tolerance",
     "Ulp",
     "assert_contract_matrix",
+    "check_call",
     "check_on_device",
     "check_provider",
     "clone_args",

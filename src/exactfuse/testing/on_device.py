@@ -11,10 +11,14 @@ Outputs of 10^8 to 10^9 elements are too big to copy to the host and check there
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from exactfuse.registry.contracts import Bitwise, CheckResult, Contract, Tolerance, Ulp, ulp_distance
 from exactfuse.registry.op import Op
+from exactfuse.testing.calls import collect_outputs
+from exactfuse.utils import poison_outputs
 
 CHUNK = 1 << 26
 _FLOATS = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
@@ -107,3 +111,28 @@ def check_output(
     if type(contract) in STANDARD:
         return device_check(contract, actual, expected)
     return contract.check(actual, expected, args=args, kwargs=kwargs, op=op)
+
+
+def check_call(
+    op: Op,
+    call: Callable[[], object],
+    args: tuple,
+    kwargs: dict,
+    expected: list[torch.Tensor],
+    contract: Contract,
+    compare: Callable[..., CheckResult] = check_output,
+) -> CheckResult:
+    """Run ``call()`` once with its outputs NaN-poisoned and check every output (the result, and for a
+    mutating op the arguments ``args``/``kwargs`` it mutated) against ``expected`` by ``compare``
+    (:func:`check_output`, or :func:`check_on_device` for the contract's full result): the first
+    failure, else the pass with the largest error. ``exactfuse.testing.check_provider`` and the bench
+    gate (``exactfuse.bench.gate.run_gate``) both check through it."""
+    with poison_outputs():
+        actual = collect_outputs(op, call(), args, kwargs)
+    if len(actual) != len(expected):
+        return CheckResult(False, contract.name, 0, detail=f"{len(actual)} outputs, expected {len(expected)}")
+    results = [compare(contract, a, e, args, kwargs, op) for a, e in zip(actual, expected, strict=True)]
+    failed = [r for r in results if not r.passed]
+    if failed:
+        return failed[0]
+    return max(results, key=lambda r: (r.max_ulp, r.max_abs_err), default=CheckResult(True, contract.name, 0))

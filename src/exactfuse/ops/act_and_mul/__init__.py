@@ -3,7 +3,8 @@ gate and up its halves) and of silu_mul and gelu_mul (``gate, up [..., d]``, two
 of their backward ops (``silu_and_mul_backward``, ... : the gradients eager autograd computes), one
 backward kernel, which the four ops' autograd formulas call through the registry.
 
-Spec in ``native.py``, kernel in ``triton.py``, its launch rule in ``heuristics.py``, warmup in ``warmup.py``;
+Spec in ``native.py``, argument checks in ``checks.py``, kernel and what it takes in ``triton.py``, its
+launch rule in ``heuristics.py``, warmup in ``warmup.py``;
 inputs, benchmark grids and cost in ``inputs.py`` and the Liger peers in ``peers.py``, imported on first use.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.act_and_mul import native
+from exactfuse.ops.act_and_mul import checks, native
 from exactfuse.ops.act_and_mul import triton as _triton
 from exactfuse.registry import Bitwise, Tolerance, op, platform
 
@@ -31,54 +32,26 @@ GELU_INTERPRETER_CONTRACT = {
 }
 
 
-def _check_silu(x: torch.Tensor) -> None:
-    native.check_gated_input("silu_and_mul", x)
-
-
-def _check_gelu(x: torch.Tensor, approximate: str = "none") -> None:
-    native.check_gated_input("gelu_and_mul", x)
-    native.check_approximate("gelu_and_mul", approximate)
-
-
-def _check_silu_mul(gate: torch.Tensor, up: torch.Tensor) -> None:
-    native.check_gate_up("silu_mul", gate, up)
-
-
-def _check_gelu_mul(gate: torch.Tensor, up: torch.Tensor, approximate: str = "none") -> None:
-    native.check_gate_up("gelu_mul", gate, up)
-    native.check_approximate("gelu_mul", approximate)
-
-
-def _reads(name: str, t: torch.Tensor) -> bool | str:
-    """Rows the kernel reads: a tensor Triton can read, 2-D with unit last stride or contiguous."""
-    if not t.is_cuda and (reason := platform.triton_reads(name, t)) is not True:
-        return reason
-    if (t.dim() == 2 and t.stride(-1) == 1) or t.is_contiguous():
-        return True
-    return (f"{name} has strides {tuple(t.stride())}: the kernel reads contiguous {name}, or 2-D rows with "
-            "unit last stride")  # fmt: skip
-
-
-def triton_supports(x: torch.Tensor, approximate: str = "none") -> bool | str:
-    return _reads("x", x)
-
-
-def triton_supports_gate_up(gate: torch.Tensor, up: torch.Tensor, approximate: str = "none") -> bool | str:
-    reason = _reads("gate", gate)
-    return _reads("up", up) if reason is True else reason
-
-
-silu_and_mul = op(native.silu_and_mul, contract=CONTRACT, interpreter_contract=INTERPRETER_CONTRACT, check=_check_silu)
-gelu_and_mul = op(
-    native.gelu_and_mul, contract=CONTRACT, interpreter_contract=GELU_INTERPRETER_CONTRACT, check=_check_gelu
+silu_and_mul = op(
+    native.silu_and_mul, contract=CONTRACT, interpreter_contract=INTERPRETER_CONTRACT, check=checks.check_silu_and_mul
 )
-silu_mul = op(native.silu_mul, contract=CONTRACT, interpreter_contract=INTERPRETER_CONTRACT, check=_check_silu_mul)
-gelu_mul = op(native.gelu_mul, contract=CONTRACT, interpreter_contract=GELU_INTERPRETER_CONTRACT, check=_check_gelu_mul)
+gelu_and_mul = op(
+    native.gelu_and_mul,
+    contract=CONTRACT,
+    interpreter_contract=GELU_INTERPRETER_CONTRACT,
+    check=checks.check_gelu_and_mul,
+)
+silu_mul = op(
+    native.silu_mul, contract=CONTRACT, interpreter_contract=INTERPRETER_CONTRACT, check=checks.check_silu_mul
+)
+gelu_mul = op(
+    native.gelu_mul, contract=CONTRACT, interpreter_contract=GELU_INTERPRETER_CONTRACT, check=checks.check_gelu_mul
+)
 for _op, _fn, _supports in (
-    (silu_and_mul, _triton.silu_and_mul_triton, triton_supports),
-    (gelu_and_mul, _triton.gelu_and_mul_triton, triton_supports),
-    (silu_mul, _triton.silu_mul_triton, triton_supports_gate_up),
-    (gelu_mul, _triton.gelu_mul_triton, triton_supports_gate_up),
+    (silu_and_mul, _triton.silu_and_mul_triton, _triton.triton_supports),
+    (gelu_and_mul, _triton.gelu_and_mul_triton, _triton.triton_supports),
+    (silu_mul, _triton.silu_mul_triton, _triton.triton_supports_gate_up),
+    (gelu_mul, _triton.gelu_mul_triton, _triton.triton_supports_gate_up),
 ):
     _op.provider("triton", supported=platform.triton_available, supports_args=_supports,
                  kernels=[_triton.act_and_mul_kernel])(_fn)  # fmt: skip
@@ -88,40 +61,6 @@ for _op, _fn, _supports in (
 # Each backward is an op of its own: its spec is the written-out gradient of eager autograd (native.py),
 # its Triton provider the backward kernel, under the same contracts as the forward ops (Bitwise on CUDA;
 # on the CPU the reference's exp/erf/tanh are SLEEF's, so Tolerance there, measured below).
-def _check_silu_backward(grad: torch.Tensor, x: torch.Tensor) -> None:
-    native.check_gated_input("silu_and_mul_backward", x)
-    native.check_backward("silu_and_mul_backward", grad, x, (*x.shape[:-1], x.shape[-1] // 2))
-
-
-def _check_gelu_backward(grad: torch.Tensor, x: torch.Tensor, approximate: str = "none") -> None:
-    native.check_gated_input("gelu_and_mul_backward", x)
-    native.check_approximate("gelu_and_mul_backward", approximate)
-    native.check_backward("gelu_and_mul_backward", grad, x, (*x.shape[:-1], x.shape[-1] // 2))
-
-
-def _check_silu_mul_backward(grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor) -> None:
-    native.check_gate_up("silu_mul_backward", gate, up)
-    native.check_backward("silu_mul_backward", grad, gate, gate.shape)
-
-
-def _check_gelu_mul_backward(grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, approximate: str = "none"):
-    native.check_gate_up("gelu_mul_backward", gate, up)
-    native.check_approximate("gelu_mul_backward", approximate)
-    native.check_backward("gelu_mul_backward", grad, gate, gate.shape)
-
-
-def triton_supports_backward(grad: torch.Tensor, x: torch.Tensor, approximate: str = "none") -> bool | str:
-    reason = _reads("grad", grad)
-    return _reads("x", x) if reason is True else reason
-
-
-def triton_supports_gate_up_backward(
-    grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, approximate: str = "none"
-) -> bool | str:
-    reason = _reads("grad", grad)
-    return triton_supports_gate_up(gate, up) if reason is True else reason
-
-
 # On the CPU fp32 GELU gradients need atol 1e-3: in tanh-GELU's cancellation region (g in [-5, -3.3],
 # ``0.5 (1 + t)`` against ``right_derivative``) the CPU reference and the interpreter's tanh are off from
 # float64 by up to 2e-4 and 3.5e-4, times |grad * up| up to 350 in the wide-range case; they differ by at
@@ -133,32 +72,32 @@ silu_and_mul_backward = op(
     native.silu_and_mul_backward,
     contract=CONTRACT,
     interpreter_contract=BACKWARD_INTERPRETER_CONTRACT,
-    check=_check_silu_backward,
+    check=checks.check_silu_backward,
 )
 gelu_and_mul_backward = op(
     native.gelu_and_mul_backward,
     contract=CONTRACT,
     interpreter_contract=GELU_BACKWARD_INTERPRETER_CONTRACT,
-    check=_check_gelu_backward,
+    check=checks.check_gelu_backward,
 )
 silu_mul_backward = op(
     native.silu_mul_backward,
     contract=CONTRACT,
     interpreter_contract=BACKWARD_INTERPRETER_CONTRACT,
-    check=_check_silu_mul_backward,
+    check=checks.check_silu_mul_backward,
 )
 gelu_mul_backward = op(
     native.gelu_mul_backward,
     contract=CONTRACT,
     interpreter_contract=GELU_BACKWARD_INTERPRETER_CONTRACT,
-    check=_check_gelu_mul_backward,
+    check=checks.check_gelu_mul_backward,
 )
 BACKWARD_OPS = (silu_and_mul_backward, gelu_and_mul_backward, silu_mul_backward, gelu_mul_backward)
 for _op, _fn, _supports in (
-    (silu_and_mul_backward, _triton.silu_and_mul_backward_triton, triton_supports_backward),
-    (gelu_and_mul_backward, _triton.gelu_and_mul_backward_triton, triton_supports_backward),
-    (silu_mul_backward, _triton.silu_mul_backward_triton, triton_supports_gate_up_backward),
-    (gelu_mul_backward, _triton.gelu_mul_backward_triton, triton_supports_gate_up_backward),
+    (silu_and_mul_backward, _triton.silu_and_mul_backward_triton, _triton.triton_supports_backward),
+    (gelu_and_mul_backward, _triton.gelu_and_mul_backward_triton, _triton.triton_supports_backward),
+    (silu_mul_backward, _triton.silu_mul_backward_triton, _triton.triton_supports_gate_up_backward),
+    (gelu_mul_backward, _triton.gelu_mul_backward_triton, _triton.triton_supports_gate_up_backward),
 ):
     _op.provider("triton", supported=platform.triton_available, supports_args=_supports,
                  kernels=[_triton.act_and_mul_backward_kernel])(_fn)  # fmt: skip

@@ -39,6 +39,7 @@ import triton.language as tl
 from exactfuse.ops.act_and_mul.heuristics import FLAT_BLOCK, act_and_mul_config, flat_index
 from exactfuse.ops.fastmath import EXACT, EXACT_FORMULAS, GELU_ERF, GELU_TANH, SILU, chosen_formula  # noqa: F401 (ids re-exported)
 from exactfuse.ops.math import activation, activation_backward, mul_rn
+from exactfuse.registry import platform
 from exactfuse.utils import empty, is_symbolic, needs_int64
 
 ACTIVATIONS = EXACT  # activation name -> its exact formula id
@@ -303,3 +304,35 @@ def gelu_mul_backward_triton(
     grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, approximate: str = "none"
 ) -> tuple[torch.Tensor, torch.Tensor]:
     return launch_gate_up_backward(grad, gate, up, _gelu(approximate))
+
+
+# ------------------------------------------------------------------ what the kernel takes (supports_args)
+def _reads(name: str, t: torch.Tensor) -> bool | str:
+    """Rows the kernel reads: a tensor Triton can read, 2-D with unit last stride or contiguous."""
+    if not t.is_cuda and (reason := platform.triton_reads(name, t)) is not True:
+        return reason
+    if (t.dim() == 2 and t.stride(-1) == 1) or t.is_contiguous():
+        return True
+    return (f"{name} has strides {tuple(t.stride())}: the kernel reads contiguous {name}, or 2-D rows with "
+            "unit last stride")  # fmt: skip
+
+
+def triton_supports(x: torch.Tensor, approximate: str = "none") -> bool | str:
+    return _reads("x", x)
+
+
+def triton_supports_gate_up(gate: torch.Tensor, up: torch.Tensor, approximate: str = "none") -> bool | str:
+    reason = _reads("gate", gate)
+    return _reads("up", up) if reason is True else reason
+
+
+def triton_supports_backward(grad: torch.Tensor, x: torch.Tensor, approximate: str = "none") -> bool | str:
+    reason = _reads("grad", grad)
+    return _reads("x", x) if reason is True else reason
+
+
+def triton_supports_gate_up_backward(
+    grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, approximate: str = "none"
+) -> bool | str:
+    reason = _reads("grad", grad)
+    return triton_supports_gate_up(gate, up) if reason is True else reason

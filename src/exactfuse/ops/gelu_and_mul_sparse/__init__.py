@@ -1,15 +1,15 @@
 """Declaration of ``gelu_and_mul_sparse`` (Gemma3n's sparse GELU).
 
-Spec in ``native.py``, kernels in ``triton.py``, their launch choice in ``heuristics.py``, warmup in
-``warmup.py``; inputs, benchmark grids and cost in ``inputs.py``, imported on first use.
+Spec in ``native.py``, argument checks in ``checks.py``, kernels and what they take in ``triton.py``, their
+launch choice in ``heuristics.py``, warmup in ``warmup.py``; inputs, benchmark grids and cost in
+``inputs.py``, imported on first use.
 """
 
 from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.act_and_mul import native as gated_native
-from exactfuse.ops.gelu_and_mul_sparse import heuristics, native
+from exactfuse.ops.gelu_and_mul_sparse import checks, native
 from exactfuse.ops.gelu_and_mul_sparse import triton as _triton
 from exactfuse.registry import op, platform
 from exactfuse.registry.contracts import RowBitwise, ZeroMaskTolerance
@@ -34,32 +34,18 @@ GEMMA3N_SPARSITY = 0.95
 STD_MULTIPLIER = native.normal_quantile(GEMMA3N_SPARSITY)  # 1.6448536
 
 
-def _check(x: torch.Tensor, std_multiplier: float, approximate: str) -> None:
-    gated_native.check_gated_input(native.OP_NAME, x)
-    native.check_std_multiplier(native.OP_NAME, std_multiplier)
-    gated_native.check_approximate(native.OP_NAME, approximate)
-
-
-def triton_supports(x: torch.Tensor, std_multiplier: float, approximate: str) -> bool | str:
-    """A tensor Triton can read, d <= 32768, 2-D rows with unit last stride or contiguous."""
-    if not x.is_cuda and (reason := platform.triton_reads("x", x)) is not True:
-        return reason
-    if x.shape[-1] // 2 > heuristics.MAX_D:
-        return f"x's rows have d = {x.shape[-1] // 2} outputs; the kernels take d <= {heuristics.MAX_D}"
-    if (x.dim() == 2 and x.stride(-1) == 1) or x.is_contiguous():
-        return True
-    return f"x has strides {tuple(x.stride())}: the kernels read contiguous x, or 2-D rows with unit last stride"
-
-
 gelu_and_mul_sparse = op(
-    native.gelu_and_mul_sparse, contract=CONTRACT, interpreter_contract=INTERPRETER_CONTRACT, check=_check
+    native.gelu_and_mul_sparse,
+    contract=CONTRACT,
+    interpreter_contract=INTERPRETER_CONTRACT,
+    check=checks.check_gelu_and_mul_sparse,
 )
 
 
 gelu_and_mul_sparse.provider(
     "triton",
     supported=platform.triton_available,
-    supports_args=triton_supports,
+    supports_args=_triton.triton_supports,
     kernels=[
         _triton.gelu_and_mul_sparse_kernel,
         _triton.gelu_and_mul_sparse_looped_kernel,

@@ -31,15 +31,6 @@ import torch.nn.functional as F
 OP_NAME = "gelu_and_mul_sparse"
 
 
-def check_std_multiplier(op: str, std_multiplier: float) -> None:
-    """``std_multiplier`` must be a real Python number (not a tensor, not a bool)."""
-    if isinstance(std_multiplier, bool) or not isinstance(std_multiplier, (int, float)):
-        raise TypeError(
-            f"{op}: std_multiplier must be a Python float (the normal quantile of the target sparsity), "
-            f"got {type(std_multiplier).__name__}"
-        )
-
-
 def gelu_and_mul_sparse(x: torch.Tensor, std_multiplier: float, approximate: str) -> torch.Tensor:
     """Gaussian-thresholded ``gelu(relu(gate - cutoff), approximate) * up``: ``[..., 2d] -> [..., d]``.
 

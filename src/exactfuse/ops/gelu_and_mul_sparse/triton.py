@@ -42,7 +42,8 @@ import triton.language as tl
 
 from exactfuse.ops.act_and_mul.triton import GELU_ERF, GELU_TANH
 from exactfuse.ops.gelu_and_mul_sparse import heuristics as heuristics
-from exactfuse.ops.math import activation
+from exactfuse.ops.math import activation, mul_rn
+from exactfuse.registry import platform
 from exactfuse.registry.platform import interpreter_enabled
 from exactfuse.utils import empty, is_symbolic, needs_int64, next_power_of_2, num_sms
 
@@ -65,19 +66,10 @@ ROUND_BOUNDARIES = {
 if interpreter_enabled():
 
     @triton.jit
-    def _mul_rn(x, y):
-        return x * y  # numpy rounds every op; there is no contraction to prevent
-
-    @triton.jit
     def _relu(x):
         return tl.where(x < 0.0, 0.0, x)
 
 else:
-    from triton.language.extra import libdevice
-
-    @triton.jit
-    def _mul_rn(x, y):
-        return libdevice.mul_rn(x, y)
 
     @triton.jit
     def _relu(x):
@@ -113,7 +105,7 @@ def _cutoff(b_mean, b_m2, D, std_multiplier, DT: tl.constexpr, ROUND: tl.constex
     # kernel passed it as a Python float (which Triton 3.6's libdevice calls reject) in one
     # H200 run and as an fp64 argument in another; eager Triton passes fp32.
     m_std = tl.where(b_std == b_std, std_multiplier, std_multiplier).to(tl.float32)
-    b_cut = _round(_mul_rn(b_std, m_std), DT, ROUND & 4)  # std * m (fp32 opmath)
+    b_cut = _round(mul_rn(b_std, m_std), DT, ROUND & 4)  # std * m (fp32 opmath)
     return _round(b_mean + b_cut, DT, ROUND & 8)  # mean + (std * m)
 
 
@@ -337,3 +329,14 @@ def launch_gelu_and_mul_sparse(
 
 def gelu_and_mul_sparse_triton(x: torch.Tensor, std_multiplier: float, approximate: str) -> torch.Tensor:
     return launch_gelu_and_mul_sparse(x, std_multiplier, approximate)
+
+
+def triton_supports(x: torch.Tensor, std_multiplier: float, approximate: str) -> bool | str:
+    """A tensor Triton can read, d <= 32768, 2-D rows with unit last stride or contiguous."""
+    if not x.is_cuda and (reason := platform.triton_reads("x", x)) is not True:
+        return reason
+    if x.shape[-1] // 2 > heuristics.MAX_D:
+        return f"x's rows have d = {x.shape[-1] // 2} outputs; the kernels take d <= {heuristics.MAX_D}"
+    if (x.dim() == 2 and x.stride(-1) == 1) or x.is_contiguous():
+        return True
+    return f"x has strides {tuple(x.stride())}: the kernels read contiguous x, or 2-D rows with unit last stride"

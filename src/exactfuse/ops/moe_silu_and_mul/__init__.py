@@ -1,6 +1,7 @@
 """Declaration of ``moe_silu_and_mul``: the MoE expert activation ``silu(gate) * up [* w]``.
 
-Spec in ``native.py``, kernel in ``triton.py``, its launch rule in ``heuristics.py``, warmup in ``warmup.py``;
+Spec in ``native.py``, argument checks in ``checks.py``, kernel and what it takes in ``triton.py``, its launch
+rule in ``heuristics.py``, warmup in ``warmup.py``;
 inputs, benchmark grids and cost in ``inputs.py``, imported on first use.
 """
 
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.moe_silu_and_mul import native
+from exactfuse.ops.moe_silu_and_mul import checks, native
 from exactfuse.ops.moe_silu_and_mul import triton as _triton
 from exactfuse.registry import Tolerance, Ulp, op, platform
 
@@ -25,31 +26,15 @@ FP32_TOLERANCE = Tolerance(atol=1.2e-38, rtol=1e-6)
 CONTRACT = {torch.float16: Ulp(1), torch.bfloat16: Ulp(1), torch.float32: FP32_TOLERANCE}
 
 
-def triton_supports(
-    gateup: torch.Tensor,
-    row_weights: torch.Tensor | None = None,
-    interleaved: bool = False,
-    out_dtype: torch.dtype | None = None,
-) -> bool | str:
-    """A gateup Triton can read (no bf16 anywhere under the interpreter), its last dim contiguous."""
-    if not gateup.is_cuda and (reason := platform.triton_reads("gateup", gateup)) is not True:
-        return reason
-    if gateup.is_cpu and torch.bfloat16 in (out_dtype, None if row_weights is None else row_weights.dtype):
-        return "bfloat16 row_weights or out_dtype on the CPU: the Triton interpreter has no bf16 arithmetic"
-    if gateup.stride(1) == 1 or gateup.numel() == 0:
-        return True
-    return f"gateup has strides {tuple(gateup.stride())}: the kernel reads rows with unit last stride"
-
-
 moe_silu_and_mul = op(
     native.moe_silu_and_mul,
     contract=CONTRACT,
-    check=native.check_moe_silu_and_mul,
+    check=checks.check_moe_silu_and_mul,
 )
 moe_silu_and_mul.provider(
     "triton",
     supported=platform.triton_available,
-    supports_args=triton_supports,
+    supports_args=_triton.triton_supports,
     kernels=[_triton.moe_silu_and_mul_kernel],
 )(_triton.moe_silu_and_mul_triton)
 # Backward: the gradients eager autograd computes for the spec, written out (native.py).

@@ -23,6 +23,7 @@ import triton.language as tl
 
 from exactfuse.ops.math import exact_exp
 from exactfuse.ops.moe_silu_and_mul.heuristics import MAX_COLUMN_TILES, MoeConfig, moe_config
+from exactfuse.registry import platform
 from exactfuse.utils import empty, is_symbolic, needs_int64
 
 
@@ -182,3 +183,19 @@ def moe_silu_and_mul_triton(
     out_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     return launch_moe_silu_and_mul(gateup, row_weights, interleaved, out_dtype)
+
+
+def triton_supports(
+    gateup: torch.Tensor,
+    row_weights: torch.Tensor | None = None,
+    interleaved: bool = False,
+    out_dtype: torch.dtype | None = None,
+) -> bool | str:
+    """A gateup Triton can read (no bf16 anywhere under the interpreter), its last dim contiguous."""
+    if not gateup.is_cuda and (reason := platform.triton_reads("gateup", gateup)) is not True:
+        return reason
+    if gateup.is_cpu and torch.bfloat16 in (out_dtype, None if row_weights is None else row_weights.dtype):
+        return "bfloat16 row_weights or out_dtype on the CPU: the Triton interpreter has no bf16 arithmetic"
+    if gateup.stride(1) == 1 or gateup.numel() == 0:
+        return True
+    return f"gateup has strides {tuple(gateup.stride())}: the kernel reads rows with unit last stride"

@@ -1,7 +1,8 @@
 """Declaration of ``sparse_paged_attention``: top-k sparse paged GQA attention with a sigmoid output gate
 (docs/sparse_attention.md).
 
-Spec in ``native.py``, kernels and launcher in ``triton.py``, the launch rule in ``heuristics.py``, warmup
+Spec in ``native.py``, argument checks in ``checks.py``, kernels, launcher and what they take in
+``triton.py``, the launch rule in ``heuristics.py``, warmup
 in ``warmup.py``; inputs, benchmark grids and cost in ``inputs.py`` and baselines in ``peers.py``, imported
 on first use. The op is *opaque* to torch.compile (``custom_op`` + fake): its split count depends on the
 row count. It writes ``out``;
@@ -12,11 +13,11 @@ from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.sparse_paged_attention import native
+from exactfuse.ops.sparse_paged_attention import checks, native
 from exactfuse.ops.sparse_paged_attention import triton as _triton
 from exactfuse.registry import KeywordOp, op, platform
 from exactfuse.registry.contracts import Float64Relative
-from exactfuse.utils import compute_capability, empty
+from exactfuse.utils import empty
 
 # By the float64 rule (docs/contracts.md): relative Frobenius error against the float64 reference at most twice the
 # native path's own (native: fp32 scores and softmax, one rounding; the kernel also rounds P to the
@@ -24,34 +25,10 @@ from exactfuse.utils import compute_capability, empty
 # float64 reference, the same rule. The gate stage is bit for bit the declared formula on the op's own
 # ungated output (tests/ops/test_sparse_paged_attention.py).
 CONTRACT = Float64Relative(native.reference64, factor=2.0)
-MAX_GROUP = 16  # query heads per KV head the kernel takes (one [16, D] dot tile)
-MAX_HEAD_DIM = 256
-
-
-def triton_supports(
-    out, q, k_cache, v_cache, logical_indices, block_table, token_to_req, counts=None, scale=None,
-    output_gate=None, gate_rounding="fused", k_scale=None, v_scale=None,
-) -> bool | str:  # fmt: skip
-    """True, or why the kernels cannot take these arguments."""
-    for name, t in (("q", q), ("k_cache", k_cache)):
-        if (reason := platform.triton_reads(name, t)) is not True:
-            return reason
-    if k_cache.is_cpu and k_cache.dtype in native.FP8_DTYPES:
-        return "float8 caches on the CPU: the Triton interpreter has no float8 arithmetic"
-    if k_cache.dtype == torch.float8_e4m3fn and k_cache.is_cuda and compute_capability(k_cache.device) < (8, 9):
-        return "float8_e4m3fn caches need an SM 8.9+ GPU (use float8_e5m2)"
-    G = q.shape[1] // k_cache.shape[2]
-    if G > MAX_GROUP:
-        return f"{G} query heads per KV head: the kernel takes at most {MAX_GROUP}"
-    if q.shape[2] > MAX_HEAD_DIM:
-        return f"head size {q.shape[2]}: the kernel takes at most {MAX_HEAD_DIM}"
-    return True
-
-
 _sparse_paged_attention = op(
     native.sparse_paged_attention,
     contract=CONTRACT,
-    check=native.check_sparse_paged_attention,
+    check=checks.check_sparse_paged_attention,
     mutates_args=("out",),
     compiler="opaque",
     fake=native.sparse_paged_attention_fake,
@@ -60,7 +37,7 @@ _sparse_paged_attention = op(
 _sparse_paged_attention.provider(
     "triton",
     supported=platform.triton_available,
-    supports_args=triton_supports,
+    supports_args=_triton.triton_supports,
     kernels=[_triton.sparse_attention_partial_kernel, _triton.sparse_attention_merge_kernel],
 )(_triton.sparse_paged_attention_triton)
 

@@ -31,11 +31,12 @@ import torch
 import triton
 import triton.language as tl
 
+from exactfuse.ops.arrival import arrival_counters
 from exactfuse.ops.math import exact_exp
 from exactfuse.ops.sparse_paged_attention import heuristics
 from exactfuse.ops.sparse_paged_attention.heuristics import AttentionConfig
 from exactfuse.ops.sparse_paged_attention.native import FP8_DTYPES
-from exactfuse.ops.splitk import arrival_counters
+from exactfuse.registry import platform
 from exactfuse.utils import compute_capability, empty, num_sms
 
 LOG2E = 1.4426950408889634
@@ -379,3 +380,28 @@ def sparse_paged_attention_triton(
         out, q, k_cache, v_cache, logical_indices, block_table, token_to_req, counts, scale, output_gate,
         gate_rounding, k_scale, v_scale,
     )  # fmt: skip
+
+
+# ------------------------------------------------------------------ what the kernels take (supports_args)
+MAX_GROUP = 16  # query heads per KV head the kernel takes (one [16, D] dot tile)
+MAX_HEAD_DIM = 256
+
+
+def triton_supports(
+    out, q, k_cache, v_cache, logical_indices, block_table, token_to_req, counts=None, scale=None,
+    output_gate=None, gate_rounding="fused", k_scale=None, v_scale=None,
+) -> bool | str:  # fmt: skip
+    """True, or why the kernels cannot take these arguments."""
+    for name, t in (("q", q), ("k_cache", k_cache)):
+        if (reason := platform.triton_reads(name, t)) is not True:
+            return reason
+    if k_cache.is_cpu and k_cache.dtype in FP8_DTYPES:
+        return "float8 caches on the CPU: the Triton interpreter has no float8 arithmetic"
+    if k_cache.dtype == torch.float8_e4m3fn and k_cache.is_cuda and compute_capability(k_cache.device) < (8, 9):
+        return "float8_e4m3fn caches need an SM 8.9+ GPU (use float8_e5m2)"
+    G = q.shape[1] // k_cache.shape[2]
+    if G > MAX_GROUP:
+        return f"{G} query heads per KV head: the kernel takes at most {MAX_GROUP}"
+    if q.shape[2] > MAX_HEAD_DIM:
+        return f"head size {q.shape[2]}: the kernel takes at most {MAX_HEAD_DIM}"
+    return True

@@ -1,12 +1,12 @@
 """W4A16 GEMM: declarations of ``w4a16_gemm`` (fp16/bf16 activations x 4-bit GPTQ weights) and
 ``w4a16_gemm_packed`` (the same GEMM over the fragment layout, ``fragment.py``, repacked once).
 
-Spec in ``native.py``, formats in ``packing.py`` and ``fragment.py``, kernels in ``triton.py`` (the fused
-tile), ``gemv.py`` (M <= 2), ``splitk.py`` and ``dequant.py`` (the dense path) and ``mma.py`` (the fragment
-layout's), the launch rules in ``heuristics.py``, warmup in ``warmup.py``; inputs, grids and cost in
-``inputs.py`` and baselines in ``peers.py``, imported on first use
-(``make_case`` too). The op is *opaque* to torch.compile
-(``custom_op`` + fake): its tile and split-K choice depends on the runtime M, and
+Spec in ``native.py``, argument checks in ``checks.py``, formats in ``packing.py`` and ``fragment.py``,
+kernels and what they take in ``triton.py`` (the fused tile), ``gemv.py`` (M <= 2), ``splitk.py`` and
+``dequant.py`` (the dense path) and ``mma.py`` (the fragment layout's), the launch rules in
+``heuristics.py``, warmup in ``warmup.py``; inputs, grids and cost in ``inputs.py`` and baselines in
+``peers.py``, imported on first use (``make_case`` too). The ops are *opaque* to torch.compile
+(``custom_op`` + fake): their tile and split-K choice depends on the runtime M, and
 a traced launcher would freeze a prefill configuration into decode.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.w4a16 import fragment, native
+from exactfuse.ops.w4a16 import checks, fragment, native
 from exactfuse.ops.w4a16.native import dense_weight, dequantize
 from exactfuse.ops.w4a16.packing import PreparedW4A16, dequantize_gptq, prepare_gptq, quantize_rtn, random_weights
 from exactfuse.registry import op, platform
@@ -39,7 +39,7 @@ CONTRACT = Float64Relative(reference64, factor=2.0)
 w4a16_gemm = op(
     native.w4a16_gemm,
     contract=CONTRACT,
-    check=native.check_w4a16_args,
+    check=checks.check_w4a16_args,
     compiler="opaque",
     fake=native.w4a16_gemm_fake,
     dtypes=(torch.float16, torch.bfloat16),
@@ -71,7 +71,7 @@ def packed_reference64(a, words, scales, perm=None, bias=None):
 w4a16_gemm_packed = op(
     native.w4a16_gemm_packed,
     contract=Float64Relative(packed_reference64, factor=2.0),
-    check=native.check_w4a16_packed_args,
+    check=checks.check_w4a16_packed_args,
     compiler="opaque",
     fake=native.w4a16_gemm_packed_fake,
     dtypes=(torch.float16, torch.bfloat16),

@@ -165,7 +165,7 @@ def _packed_bench_cases(device, dtype, points):
     for case in _bench_cases(device, dtype, points):
         a, qweight, scales, zeros, perm, b, _ = case.args
         packed = fragment.pack(qweight, scales, zeros, perm)
-        yield Case(case.case_id, (a, packed.words, packed.scales, packed.perm, b))
+        yield Case(case.id, (a, packed.words, packed.scales, packed.perm, b))
 
 
 w4a16_gemm_packed.grid("default")(

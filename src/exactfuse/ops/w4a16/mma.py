@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.splitk import arrival_counters
+from exactfuse.ops.arrival import arrival_counters
 from exactfuse.ops.w4a16.dequant import permuted_columns
 from exactfuse.ops.w4a16.fragment import CHUNK_K, TILE_N
 from exactfuse.ops.w4a16.heuristics import fragment_config

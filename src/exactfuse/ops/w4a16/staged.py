@@ -13,7 +13,7 @@ Dequantization is the spec's, bit for bit: two weights per PTX instruction, ``(M
 in the activation dtype (exact: ``MAGIC`` is 128 in bf16 and 1024 in fp16, so ``MAGIC + q`` is exact),
 times the scale with one rounding of the exact product, as the GEMV's packed math
 (``gemv.py``). With split-K, each split stores its fp32 partial in a ``[S, M, N]`` workspace; the last
-split of a tile to arrive (``ops/splitk.py``'s arrival counters) sums them in split order and rounds
+split of a tile to arrive (``ops/arrival.py``'s arrival counters) sums them in split order and rounds
 (+ bias), or, for tiles with many partial bytes (``heuristics.staged_config``), the reduction kernel
 ``splitk.w4a16_splitk_reduce_kernel`` does the same in a second launch: deterministic, and both give the
 same bits. One split writes the output directly. The wgmma is synchronous: with its A operand in
@@ -34,7 +34,7 @@ import functools
 import torch
 import triton
 
-from exactfuse.ops.splitk import arrival_counters
+from exactfuse.ops.arrival import arrival_counters
 from exactfuse.ops.w4a16.dequant import permuted_columns
 from exactfuse.ops.w4a16.heuristics import TileConfig
 from exactfuse.ops.w4a16.splitk import REDUCE_BLOCK, w4a16_splitk_reduce_kernel

@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from exactfuse.ops.splitk import arrival_counters
+from exactfuse.ops.arrival import arrival_counters
 from exactfuse.ops.w4a16 import staged
 from exactfuse.ops.w4a16.dequant import dense_gemm, dequant_kn_tile
 from exactfuse.ops.w4a16.gemv import w4a16_gemv_kernel

@@ -12,8 +12,8 @@ import itertools
 
 import torch
 
-from exactfuse.ops.short_conv import _causal_conv1d, _causal_conv1d_update, _short_conv
-from exactfuse.ops.short_conv import launch as _launch
+from exactfuse.ops.conv import _causal_conv1d, _causal_conv1d_update, _short_conv
+from exactfuse.ops.conv import triton as _triton
 
 LAYOUTS = ("cw", "wc")  # storage [slot, C, W] / [slot, W, C], both viewed as logical [slot, C, W]
 
@@ -78,7 +78,7 @@ def short_conv_warmup(
     ):
         kw = {"C": C, "K": K, "D": D, "sql": sql, "layout": layout, "outer": outer, "extra": extra}
         for mode, init in (("decode", True), ("decode", False), ("spec", True), ("prefill", True)):
-            _launch.short_conv_triton(*_short_conv_args(mode, init=init, dtype=dtype, device=device, **kw))
+            _triton.short_conv_triton(*_short_conv_args(mode, init=init, dtype=dtype, device=device, **kw))
 
 
 @_causal_conv1d.warmup
@@ -103,7 +103,7 @@ def causal_conv1d_warmup(
                 kwargs["state_indices"] = _int32([1], device)
                 if init:
                     kwargs["has_initial_state"] = torch.zeros((1,), dtype=torch.bool, device=device)
-            _launch.causal_conv1d_triton(*schema_args(_causal_conv1d, args, kwargs))
+            _triton.causal_conv1d_triton(*schema_args(_causal_conv1d, args, kwargs))
 
 
 @_causal_conv1d_update.warmup
@@ -128,4 +128,4 @@ def causal_conv1d_update_warmup(
             kwargs = {"dilation": D, "state_indices": _int32([1], device), "activation": act}
             if spec:
                 kwargs["num_accepted_tokens"] = _int32([1], device)
-            _launch.causal_conv1d_update_triton(*schema_args(_causal_conv1d_update, args, kwargs))
+            _triton.causal_conv1d_update_triton(*schema_args(_causal_conv1d_update, args, kwargs))

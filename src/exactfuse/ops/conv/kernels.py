@@ -1,6 +1,7 @@
 """Triton kernels of the conv family: ``short_conv``, ``causal_conv1d`` and ``causal_conv1d_update``.
 
-Two kernels, one per phase (launched by ``launch.py``), with ``constexpr`` flags for the three ops and three modes:
+Two kernels, one per phase (launched by ``triton.py``), with ``constexpr`` flags for the three ops and three
+modes:
 
 - :func:`conv_rows_kernel`, one program per (row block, channel block): one row in decode, a
   ``[BT, BC]`` tile in spec/prefill (each tap's rows loaded, or runs of rows over a register window:
@@ -11,10 +12,10 @@ Two kernels, one per phase (launched by ``launch.py``), with ``constexpr`` flags
 - :func:`conv_state_kernel`, one program per (request, channel block), launched after the first in
   spec and prefill mode so that every row has read the old state: writes the new window.
 
-Each product is ``mul_rn`` (``mul.rn.f32``, which the compiler does not contract into an FMA), then
-added: for fp16/bf16 operands the product is exact anyway, for fp32 this keeps the spec's separately
-rounded multiply and add. The SiLU reads the conv already rounded to the activation dtype, a 16-bit value
-for fp16/bf16: ``ACT`` is the formula id of ``exactfuse.ops.math.activation`` that
+Each product is ``mul_rn`` (``exactfuse.ops.math``: ``mul.rn.f32``, which the compiler does not contract
+into an FMA), then added: for fp16/bf16 operands the product is exact anyway, for fp32 this keeps the
+spec's separately rounded multiply and add. The SiLU reads the conv already rounded to the activation
+dtype, a 16-bit value for fp16/bf16: ``ACT`` is the formula id of ``exactfuse.ops.math.activation`` that
 ``exactfuse.ops.fastmath.chosen_formula`` admits (a fast formula only where its exhaustive proof over all
 65,536 inputs found no difference from eager ``F.silu``; else ``div_rn(c, 1 + exp(-c))`` with libdevice
 ``exp``, as ATen's CUDA silu evaluates it), or -1 for no activation.
@@ -30,25 +31,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from exactfuse.ops.math import activation
-from exactfuse.ops.short_conv.slots import find_request, mask_and, request_slot, write_window
-from exactfuse.registry.platform import interpreter_enabled
+from exactfuse.ops.conv.slots import find_request, mask_and, request_slot, write_window
+from exactfuse.ops.math import activation, mul_rn
 
 MODE_CODES = {"decode": 0, "spec": 1, "prefill": 2}
 INIT_CODES = {"never": 0, "tensor": 1, "always": 2}
-
-if interpreter_enabled():
-
-    @triton.jit
-    def mul_rn(a, b):
-        return a * b  # numpy multiplies and rounds; nothing is fused
-
-else:
-    from triton.language.extra import libdevice
-
-    @triton.jit
-    def mul_rn(a, b):
-        return libdevice.mul_rn(a, b)
 
 
 @triton.jit

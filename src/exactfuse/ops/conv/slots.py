@@ -1,4 +1,4 @@
-"""The conv kernels' request and state-slot helpers (``triton.py`` launches them): which request a row
+"""The conv kernels' request and state-slot helpers (``kernels.py`` calls them): which request a row
 belongs to, the request's slot and permissions, and the write of a slot's new window.
 """
 

@@ -201,6 +201,70 @@ def conv_reference(
     return conv_out
 
 
+# ------------------------------------------------------------- each op's call in conv_reference's terms
+# One reading per op of its arguments as :func:`conv_reference`'s keywords (mode, rows, query_start_loc,
+# init, null slot): the spec below, the checks (``checks.py``), the launch (``triton.py``) and the cost
+# (``inputs.py``) all go through it.
+def short_conv_call(
+    x, residual, conv_state, weight, state_indices, conv_mode, dilation=1, query_start_loc=None,
+    num_accepted_tokens=None, has_initial_state=None, spec_query_len=1, token_indices=None, outer_residual=None,
+) -> dict:  # fmt: skip
+    """A ``short_conv`` call: its mode; ``has_initial_state`` read per request in decode and prefill
+    when given (else every slot's history is read); slot 0 the null slot."""
+    init = "always" if has_initial_state is None or conv_mode == "spec" else "tensor"
+    return dict(
+        x=x, weight=weight, mode=conv_mode, dilation=dilation, conv_state=conv_state, state_indices=state_indices,
+        query_start_loc=query_start_loc, num_accepted_tokens=num_accepted_tokens,
+        has_initial_state=has_initial_state, init=init, spec_query_len=spec_query_len, token_indices=token_indices,
+        null_slot=0, residual=residual, outer_residual=outer_residual,
+    )  # fmt: skip
+
+
+def causal_conv1d_call(
+    x, weight, bias=None, activation="silu", dilation=1, conv_state=None, query_start_loc=None,
+    state_indices=None, has_initial_state=None, pad_slot_id=-1,
+) -> dict:  # fmt: skip
+    """A ``causal_conv1d`` call: prefill of its sequences (one over all rows without
+    ``query_start_loc``), histories of zeros without ``has_initial_state``, ``pad_slot_id`` the null slot."""
+    return dict(
+        x=x, weight=weight, mode="prefill", dilation=dilation, conv_state=conv_state, state_indices=state_indices,
+        query_start_loc=one_sequence(x) if query_start_loc is None else query_start_loc, num_accepted_tokens=None,
+        has_initial_state=has_initial_state, init="never" if has_initial_state is None else "tensor",
+        spec_query_len=1, token_indices=None, null_slot=pad_slot_id, bias=bias, activation=activation,
+    )  # fmt: skip
+
+
+def causal_conv1d_update_call(
+    x, conv_state, weight, bias=None, activation="silu", dilation=1, state_indices=None, num_accepted_tokens=None,
+    pad_slot_id=-1, history_at="start",
+) -> dict:  # fmt: skip
+    """A ``causal_conv1d_update`` call (``history_at="start"``, or the view :func:`end_history` returns):
+    ``[B, C]`` is decode; ``[B, Lq, C]`` is ``B`` sequences of ``Lq`` rows, prefill, or spec with
+    ``num_accepted_tokens``; every history is read; ``pad_slot_id`` the null slot."""
+    if x.dim() == 2:
+        mode, rows, qsl, sql = "decode", x, None, 1
+    else:
+        B, Lq, C = x.shape
+        rows, qsl, sql = x.reshape(B * Lq, C), uniform_starts(B, Lq, x.device), Lq
+        mode = "prefill" if num_accepted_tokens is None else "spec"
+    return dict(
+        x=rows, weight=weight, mode=mode, dilation=dilation, conv_state=conv_state, state_indices=state_indices,
+        query_start_loc=qsl, num_accepted_tokens=num_accepted_tokens if x.dim() == 3 else None,
+        has_initial_state=None, init="always", spec_query_len=sql, token_indices=None, null_slot=pad_slot_id,
+        bias=bias, activation=activation,
+    )  # fmt: skip
+
+
+def one_sequence(x: torch.Tensor) -> torch.Tensor:
+    """``query_start_loc`` of one sequence over all of ``x``'s rows: ``[0, T]`` int32."""
+    return torch.arange(2, dtype=torch.int32, device=x.device) * x.shape[0]
+
+
+def uniform_starts(batch: int, qlen: int, device: torch.device) -> torch.Tensor:
+    """``query_start_loc`` of ``batch`` sequences of ``qlen`` rows each: ``[0, qlen, 2·qlen, ...]`` int32."""
+    return torch.arange(batch + 1, dtype=torch.int32, device=device) * qlen
+
+
 # ---------------------------------------------------------------------------- the public specs
 def short_conv(
     x: torch.Tensor,
@@ -230,27 +294,11 @@ def short_conv(
     conv output is 0). Mutates ``residual`` and ``conv_state``; returns None.
     """
     conv_reference(
-        x,
-        weight,
-        mode=conv_mode,
-        dilation=dilation,
-        conv_state=conv_state,
-        state_indices=state_indices,
-        query_start_loc=query_start_loc,
-        num_accepted_tokens=num_accepted_tokens,
-        has_initial_state=has_initial_state,
-        init="always" if has_initial_state is None or conv_mode == "spec" else "tensor",
-        spec_query_len=spec_query_len,
-        token_indices=token_indices,
-        null_slot=0,
-        residual=residual,
-        outer_residual=outer_residual,
-    )
-
-
-def one_sequence(x: torch.Tensor) -> torch.Tensor:
-    """``query_start_loc`` of one sequence over all of ``x``'s rows: ``[0, T]`` int32."""
-    return torch.arange(2, dtype=torch.int32, device=x.device) * x.shape[0]
+        **short_conv_call(
+            x, residual, conv_state, weight, state_indices, conv_mode, dilation, query_start_loc,
+            num_accepted_tokens, has_initial_state, spec_query_len, token_indices, outer_residual,
+        )
+    )  # fmt: skip
 
 
 def causal_conv1d(
@@ -276,29 +324,12 @@ def causal_conv1d(
     default, ``0`` for vLLM's ``NULL_BLOCK_ID`` convention. has_initial_state ``[>=R]`` bool, the first
     ``R`` used (None: every history starts at zeros).
     """
-    qsl = one_sequence(x) if query_start_loc is None else query_start_loc
     return conv_reference(
-        x,
-        weight,
-        mode="prefill",
-        dilation=dilation,
-        conv_state=conv_state,
-        state_indices=state_indices,
-        query_start_loc=qsl,
-        num_accepted_tokens=None,
-        has_initial_state=has_initial_state,
-        init="never" if has_initial_state is None else "tensor",
-        spec_query_len=1,
-        token_indices=None,
-        null_slot=pad_slot_id,
-        bias=bias,
-        activation=activation,
-    )
-
-
-def uniform_starts(batch: int, qlen: int, device: torch.device) -> torch.Tensor:
-    """``query_start_loc`` of ``batch`` sequences of ``qlen`` rows each: ``[0, qlen, 2·qlen, ...]`` int32."""
-    return torch.arange(batch + 1, dtype=torch.int32, device=device) * qlen
+        **causal_conv1d_call(
+            x, weight, bias, activation, dilation, conv_state, query_start_loc, state_indices, has_initial_state,
+            pad_slot_id,
+        )
+    )  # fmt: skip
 
 
 def causal_conv1d_update(
@@ -325,37 +356,26 @@ def causal_conv1d_update(
     history_at ``"end"`` (Dao's ``causal_conv1d_update``, transformers' PyTorch path; without
     ``num_accepted_tokens``): the history is the **last** ``SL`` positions of a window of any
     ``W >= SL``, and the whole window becomes the last ``W`` entries of ``window ‖ inputs``
-    (:func:`shift_head` for the first ``W - SL``, the conv over the view of the last ``SL``).
+    (:func:`end_history`).
     """
-    if history_at == "end":
-        keep = conv_state.shape[2] - (weight.shape[1] - 1) * dilation
-        shift_head(x if x.dim() == 3 else x[:, None], conv_state, state_indices, pad_slot_id, keep)
-        conv_state = conv_state[:, :, keep:]
-    if x.dim() == 2:
-        mode, qsl, rows, sql = "decode", None, x, 1
-    else:
-        B, Lq, C = x.shape
-        rows, sql = x.reshape(B * Lq, C), Lq
-        qsl = uniform_starts(B, Lq, x.device)
-        mode = "prefill" if num_accepted_tokens is None else "spec"
+    conv_state = end_history(x, conv_state, weight, dilation, state_indices, pad_slot_id, history_at)
     out = conv_reference(
-        rows,
-        weight,
-        mode=mode,
-        dilation=dilation,
-        conv_state=conv_state,
-        state_indices=state_indices,
-        query_start_loc=qsl,
-        num_accepted_tokens=num_accepted_tokens,
-        has_initial_state=None,
-        init="always",
-        spec_query_len=sql,
-        token_indices=None,
-        null_slot=pad_slot_id,
-        bias=bias,
-        activation=activation,
-    )
+        **causal_conv1d_update_call(
+            x, conv_state, weight, bias, activation, dilation, state_indices, num_accepted_tokens, pad_slot_id,
+        )
+    )  # fmt: skip
     return out.reshape(x.shape)
+
+
+def end_history(x, conv_state, weight, dilation, state_indices, pad_slot_id, history_at) -> torch.Tensor:
+    """The state window the conv reads and writes: all of ``conv_state`` (``history_at="start"``), or for
+    Dao's wide window (``"end"``) the view of its last ``SL`` positions, after :func:`shift_head` has
+    shifted the first ``W - SL`` on the host side (the spec and the Triton provider both)."""
+    if history_at != "end":
+        return conv_state
+    keep = conv_state.shape[2] - (weight.shape[1] - 1) * dilation
+    shift_head(x if x.dim() == 3 else x[:, None], conv_state, state_indices, pad_slot_id, keep)
+    return conv_state[:, :, keep:]
 
 
 def shift_head(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.short_conv import native
-from exactfuse.ops.short_conv.native import ACTIVATIONS, FLOAT_DTYPES, HISTORY_AT, INDEX_DTYPES, MODES
+from exactfuse.ops.conv import native
+from exactfuse.ops.conv.native import ACTIVATIONS, FLOAT_DTYPES, HISTORY_AT, INDEX_DTYPES, MODES
 
 PAD_SLOT_ID = -1  # the default pad_slot_id: Dao's causal-conv1d and vLLM's former PAD_SLOT_ID
 NULL_BLOCK_ID = 0  # vLLM's current marker of a padded request (vllm/v1/attention/backends/utils.py)
@@ -68,12 +68,15 @@ def check_conv(
     spec_query_len: int,
     token_indices: torch.Tensor | None,
     null_slot: int | None,
+    init: str = "tensor",
     bias: torch.Tensor | None = None,
     activation: str | None = "silu",
     residual: torch.Tensor | None = None,
     outer_residual: torch.Tensor | None = None,
 ) -> None:
-    """Validate a call of the conv family; errors name the argument. Runs before any write.
+    """Validate a call of the conv family, read as :func:`~exactfuse.ops.conv.native.conv_reference`'s
+    keywords (``native.short_conv_call`` and its siblings; ``init`` follows from ``has_initial_state``,
+    which is what is checked); errors name the argument. Runs before any write.
 
     Index values (slots, token rows, request offsets) are checked only where they can be read without
     tracing or capture (:func:`_values_checkable`); there the kernel masks what it cannot trust.
@@ -188,71 +191,17 @@ def _check_values(op, N, L, mode, sql, conv_state, state_indices, qsl, token_ind
             _fail(op, message)
 
 
-def check_short_conv(
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    conv_state: torch.Tensor,
-    weight: torch.Tensor,
-    state_indices: torch.Tensor,
-    conv_mode: str,
-    dilation: int = 1,
-    query_start_loc: torch.Tensor | None = None,
-    num_accepted_tokens: torch.Tensor | None = None,
-    has_initial_state: torch.Tensor | None = None,
-    spec_query_len: int = 1,
-    token_indices: torch.Tensor | None = None,
-    outer_residual: torch.Tensor | None = None,
-) -> None:
-    _tensor("short_conv", "residual", residual, dim=2, dtypes=FLOAT_DTYPES, device=None)
-    check_conv(
-        "short_conv",
-        x,
-        weight,
-        mode=conv_mode,
-        dilation=dilation,
-        conv_state=conv_state,
-        state_indices=state_indices,
-        query_start_loc=query_start_loc,
-        num_accepted_tokens=num_accepted_tokens,
-        has_initial_state=has_initial_state,
-        spec_query_len=spec_query_len,
-        token_indices=token_indices,
-        null_slot=None,
-        residual=residual,
-        outer_residual=outer_residual,
-    )
+def check_short_conv(*args, **kwargs) -> None:
+    """``short_conv``'s arguments (the op's signature)."""
+    call = native.short_conv_call(*args, **kwargs)
+    _tensor("short_conv", "residual", call["residual"], dim=2, dtypes=FLOAT_DTYPES, device=None)
+    check_conv("short_conv", **call)
 
 
-def check_causal_conv1d(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    activation: str | None = "silu",
-    dilation: int = 1,
-    conv_state: torch.Tensor | None = None,
-    query_start_loc: torch.Tensor | None = None,
-    state_indices: torch.Tensor | None = None,
-    has_initial_state: torch.Tensor | None = None,
-    pad_slot_id: int = -1,
-) -> None:
+def check_causal_conv1d(x: torch.Tensor, *args, **kwargs) -> None:
+    """``causal_conv1d``'s arguments (the op's signature)."""
     _tensor("causal_conv1d", "x", x, dim=2, dtypes=FLOAT_DTYPES, device=None)
-    check_conv(
-        "causal_conv1d",
-        x,
-        weight,
-        mode="prefill",
-        dilation=dilation,
-        conv_state=conv_state,
-        state_indices=state_indices,
-        query_start_loc=native.one_sequence(x) if query_start_loc is None else query_start_loc,
-        num_accepted_tokens=None,
-        has_initial_state=has_initial_state,
-        spec_query_len=1,
-        token_indices=None,
-        null_slot=pad_slot_id,
-        bias=bias,
-        activation=activation,
-    )
+    check_conv("causal_conv1d", **native.causal_conv1d_call(x, *args, **kwargs))
 
 
 def check_causal_conv1d_update(
@@ -277,23 +226,7 @@ def check_causal_conv1d_update(
     _tensor(op, "conv_state", conv_state, dim=3, dtypes=FLOAT_DTYPES, device=None)
     if x.dim() == 3 and x.shape[1] > 1 and x.stride(1) != x.shape[2] * x.stride(2):
         _fail(op, f"x [B, Lq, C] must have rows Lq of one sequence adjacent, got strides {tuple(x.stride())}")
-    rows = x if x.dim() == 2 else x.reshape(-1, x.shape[2])
-    three_d = x.dim() == 3
-    mode = "decode" if not three_d else ("prefill" if num_accepted_tokens is None else "spec")
-    check_conv(
-        op,
-        rows,
-        weight,
-        mode=mode,
-        dilation=dilation,
-        conv_state=conv_state,
-        state_indices=state_indices,
-        query_start_loc=native.uniform_starts(x.shape[0], x.shape[1], x.device) if three_d else None,
-        num_accepted_tokens=num_accepted_tokens if three_d else None,
-        has_initial_state=None,
-        spec_query_len=x.shape[1] if three_d else 1,
-        token_indices=None,
-        null_slot=pad_slot_id,
-        bias=bias,
-        activation=activation,
+    call = native.causal_conv1d_update_call(
+        x, conv_state, weight, bias, activation, dilation, state_indices, num_accepted_tokens, pad_slot_id
     )
+    check_conv(op, **call)

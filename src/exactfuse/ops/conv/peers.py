@@ -17,7 +17,7 @@ _FLA_CHUNK = 64  # causal_conv1d_fwd's default chunk of tokens, for which the ch
 
 
 def _arguments(args: tuple, kwargs: dict) -> dict:
-    from exactfuse.ops.short_conv import _causal_conv1d
+    from exactfuse.ops.conv import _causal_conv1d
 
     bound = _causal_conv1d.signature.bind(*args, **kwargs)
     bound.apply_defaults()

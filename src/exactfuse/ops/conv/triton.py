@@ -1,5 +1,5 @@
-"""Host launchers of the conv family's kernels (``triton.py``): one row launch, then in spec and prefill
-mode the state write-back launch; and the three ops' Triton providers.
+"""The conv family's Triton provider: the host launcher of its kernels (``kernels.py``), one row launch,
+then in spec and prefill mode the state write-back launch; the three ops' providers; and what they take.
 """
 
 from __future__ import annotations
@@ -7,9 +7,10 @@ from __future__ import annotations
 import torch
 import triton
 
+from exactfuse.ops.conv import heuristics, native
+from exactfuse.ops.conv.kernels import INIT_CODES, MODE_CODES, conv_rows_kernel, conv_state_kernel
 from exactfuse.ops.fastmath import chosen_formula
-from exactfuse.ops.short_conv import heuristics, native
-from exactfuse.ops.short_conv.triton import INIT_CODES, MODE_CODES, conv_rows_kernel, conv_state_kernel
+from exactfuse.registry import platform
 from exactfuse.utils import empty, is_symbolic
 
 NO_ACTIVATION = -1  # conv_rows_kernel's ACT without an activation (else a fastmath formula id)
@@ -39,15 +40,20 @@ def launch_conv(
 ) -> None:
     """Launch the row kernel, then (spec, prefill, with a state) the write-back kernel.
 
-    Arguments as :func:`exactfuse.ops.short_conv.native.conv_reference`; ``out [L, C]`` receives the
-    conv output when there is no ``residual``; ``config`` (sweeps, tests) replaces
-    ``heuristics.conv_config``'s choice. Nothing here branches on a row, request or slot count:
-    the grids are expressions in them, and an empty grid launches nothing. The kernels read
-    ``query_start_loc`` as int32: an int64 one (FLA's ``cu_seqlens``) is converted here, one device op
-    (the eager check has bounded its values by the row count).
+    Arguments as :func:`exactfuse.ops.conv.native.conv_reference` (a call read by ``native.short_conv_call``
+    and its siblings); ``num_accepted_tokens`` outside spec mode and ``has_initial_state`` unless
+    ``init="tensor"`` are not passed to the kernels. ``out [L, C]`` receives the conv output when there is
+    no ``residual``; ``config`` (sweeps, tests) replaces ``heuristics.conv_config``'s choice. Nothing here
+    branches on a row, request or slot count: the grids are expressions in them, and an empty grid
+    launches nothing. The kernels read ``query_start_loc`` as int32: an int64 one (FLA's ``cu_seqlens``)
+    is converted here, one device op (the eager check has bounded its values by the row count).
     """
     if query_start_loc is not None and query_start_loc.dtype == torch.int64:
         query_start_loc = query_start_loc.to(torch.int32)
+    if mode != "spec":
+        num_accepted_tokens = None
+    if init != "tensor":
+        has_initial_state = None
     N, C = x.shape
     K = weight.shape[1]
     SL = (K - 1) * dilation
@@ -112,36 +118,12 @@ def short_conv_triton(
     token_indices: torch.Tensor | None = None,
     outer_residual: torch.Tensor | None = None,
 ) -> None:
-    launch_short(
-        x, residual, conv_state, weight, state_indices, conv_mode, dilation, query_start_loc, num_accepted_tokens,
-        has_initial_state, spec_query_len, token_indices, outer_residual,
-    )  # fmt: skip
-
-
-def launch_short(
-    x, residual, conv_state, weight, state_indices, conv_mode, dilation, query_start_loc, num_accepted_tokens,
-    has_initial_state, spec_query_len, token_indices, outer_residual, config: heuristics.ConvConfig | None = None,
-) -> None:  # fmt: skip
-    """short_conv's launch (arguments as the op's); ``config`` for the decode sweep."""
-    init = "always" if has_initial_state is None or conv_mode == "spec" else "tensor"
     launch_conv(
-        x,
-        weight,
-        mode=conv_mode,
-        dilation=dilation,
-        conv_state=conv_state,
-        state_indices=state_indices,
-        query_start_loc=query_start_loc,
-        num_accepted_tokens=num_accepted_tokens if conv_mode == "spec" else None,
-        has_initial_state=has_initial_state if init == "tensor" else None,
-        init=init,
-        spec_query_len=spec_query_len,
-        token_indices=token_indices,
-        null_slot=0,
-        residual=residual,
-        outer_residual=outer_residual,
-        config=config,
-    )
+        **native.short_conv_call(
+            x, residual, conv_state, weight, state_indices, conv_mode, dilation, query_start_loc,
+            num_accepted_tokens, has_initial_state, spec_query_len, token_indices, outer_residual,
+        )
+    )  # fmt: skip
 
 
 def causal_conv1d_triton(
@@ -157,37 +139,12 @@ def causal_conv1d_triton(
     pad_slot_id: int = -1,
 ) -> torch.Tensor:
     out = empty(x.shape, x.dtype, x.device)
-    launch_causal(
+    call = native.causal_conv1d_call(
         x, weight, bias, activation, dilation, conv_state, query_start_loc, state_indices, has_initial_state,
-        pad_slot_id, out,
+        pad_slot_id,
     )  # fmt: skip
+    launch_conv(**call, out=out)
     return out
-
-
-def launch_causal(
-    x, weight, bias, activation, dilation, conv_state, query_start_loc, state_indices, has_initial_state,
-    pad_slot_id, out: torch.Tensor, config: heuristics.ConvConfig | None = None,
-) -> None:  # fmt: skip
-    """causal_conv1d's launch into ``out`` (arguments as the op's); ``config`` for the tile sweep."""
-    launch_conv(
-        x,
-        weight,
-        mode="prefill",
-        dilation=dilation,
-        conv_state=conv_state,
-        state_indices=state_indices,
-        query_start_loc=native.one_sequence(x) if query_start_loc is None else query_start_loc,
-        num_accepted_tokens=None,
-        has_initial_state=has_initial_state,
-        init="never" if has_initial_state is None else "tensor",
-        spec_query_len=1,
-        token_indices=None,
-        null_slot=pad_slot_id,
-        bias=bias,
-        activation=activation,
-        out=out,
-        config=config,
-    )
 
 
 def causal_conv1d_update_triton(
@@ -203,32 +160,30 @@ def causal_conv1d_update_triton(
     history_at: str = "start",
 ) -> torch.Tensor:
     out = empty(x.shape, x.dtype, x.device)
-    if history_at == "end":  # Dao's wide window: its head shifted here, the kernels on the last SL positions
-        keep = conv_state.shape[2] - (weight.shape[1] - 1) * dilation
-        native.shift_head(x if x.dim() == 3 else x[:, None], conv_state, state_indices, pad_slot_id, keep)
-        conv_state = conv_state[:, :, keep:]
-    if x.dim() == 2:
-        mode, rows, qsl, sql = "decode", x, None, 1
-    else:
-        B, Lq, C = x.shape
-        rows, sql, qsl = x.reshape(B * Lq, C), Lq, native.uniform_starts(B, Lq, x.device)
-        mode = "prefill" if num_accepted_tokens is None else "spec"
-    launch_conv(
-        rows,
-        weight,
-        mode=mode,
-        dilation=dilation,
-        conv_state=conv_state,
-        state_indices=state_indices,
-        query_start_loc=qsl,
-        num_accepted_tokens=num_accepted_tokens if mode == "spec" else None,
-        has_initial_state=None,
-        init="always",
-        spec_query_len=sql,
-        token_indices=None,
-        null_slot=pad_slot_id,
-        bias=bias,
-        activation=activation,
-        out=out.view(rows.shape),
+    conv_state = native.end_history(x, conv_state, weight, dilation, state_indices, pad_slot_id, history_at)
+    call = native.causal_conv1d_update_call(
+        x, conv_state, weight, bias, activation, dilation, state_indices, num_accepted_tokens, pad_slot_id
     )
+    launch_conv(**call, out=out.view(call["x"].shape))
     return out
+
+
+# ------------------------------------------------------------------ what the kernels take (supports_args)
+def _reads(*named: tuple[str, torch.Tensor | None]) -> bool | str:
+    for name, t in named:
+        if t is not None and (reason := platform.triton_reads(name, t)) is not True:
+            return reason
+    return True
+
+
+def short_conv_supports(x, residual, conv_state, *_, **__) -> bool | str:
+    """CUDA tensors (or CPU ones under the interpreter, not bf16); any state strides."""
+    return _reads(("x", x), ("conv_state", conv_state))
+
+
+def causal_conv1d_supports(x, weight, bias=None, activation="silu", dilation=1, conv_state=None, *_, **__):
+    return _reads(("x", x), ("conv_state", conv_state))
+
+
+def causal_conv1d_update_supports(x, conv_state, *_, **__) -> bool | str:
+    return _reads(("x", x), ("conv_state", conv_state))

@@ -1,17 +1,17 @@
 """Declarations of ``short_conv`` (PLE), ``causal_conv1d`` and ``causal_conv1d_update`` (Mamba).
 
-Spec in ``native.py``, argument checks in ``checks.py``, kernels and launchers in ``triton.py``, the
-launch rule in ``heuristics.py``, warmup in ``warmup.py``; inputs in ``inputs.py``, benchmark grids and cost
-in ``grids.py`` and peers in ``peers.py``, imported on first use.
+Spec in ``native.py``, argument checks in ``checks.py``, the launcher, providers and what they take in
+``triton.py`` (its kernels in ``kernels.py`` and ``slots.py``), the launch rule in ``heuristics.py``, warmup
+in ``warmup.py``; inputs, benchmark grids and cost in ``inputs.py`` and peers in ``peers.py``, imported on
+first use.
 """
 
 from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.short_conv import checks, native
-from exactfuse.ops.short_conv import launch as _launch
-from exactfuse.ops.short_conv import triton as _triton
+from exactfuse.ops.conv import checks, kernels, native
+from exactfuse.ops.conv import triton as _triton
 from exactfuse.registry import Bitwise, KeywordOp, Tolerance, op, platform
 
 # Bitwise on CUDA: outputs and every slot of the state. The kernel sums the taps in the spec's order
@@ -23,27 +23,7 @@ from exactfuse.registry import Bitwise, KeywordOp, Tolerance, op, platform
 # states, which are copies, bit for bit against the spec itself.
 CONTRACT = Bitwise()
 INTERPRETER_CONTRACT = Tolerance()
-KERNELS = [_triton.conv_rows_kernel, _triton.conv_state_kernel]
-
-
-def _supports(*named: tuple[str, torch.Tensor | None]) -> bool | str:
-    for name, t in named:
-        if t is not None and (reason := platform.triton_reads(name, t)) is not True:
-            return reason
-    return True
-
-
-def short_conv_supports(x, residual, conv_state, *_, **__) -> bool | str:
-    """CUDA tensors (or CPU ones under the interpreter, not bf16); any state strides."""
-    return _supports(("x", x), ("conv_state", conv_state))
-
-
-def causal_conv1d_supports(x, weight, bias=None, activation="silu", dilation=1, conv_state=None, *_, **__):
-    return _supports(("x", x), ("conv_state", conv_state))
-
-
-def causal_conv1d_update_supports(x, conv_state, *_, **__) -> bool | str:
-    return _supports(("x", x), ("conv_state", conv_state))
+KERNELS = [kernels.conv_rows_kernel, kernels.conv_state_kernel]
 
 
 _short_conv = op(
@@ -54,9 +34,9 @@ _short_conv = op(
     mutates_args=("residual", "conv_state"),
     compiler="visible",
 )
-_short_conv.provider("triton", supported=platform.triton_available, supports_args=short_conv_supports, kernels=KERNELS)(
-    _launch.short_conv_triton
-)
+_short_conv.provider(
+    "triton", supported=platform.triton_available, supports_args=_triton.short_conv_supports, kernels=KERNELS
+)(_triton.short_conv_triton)
 
 _causal_conv1d = op(
     native.causal_conv1d,
@@ -67,8 +47,8 @@ _causal_conv1d = op(
     compiler="visible",
 )
 _causal_conv1d.provider(
-    "triton", supported=platform.triton_available, supports_args=causal_conv1d_supports, kernels=KERNELS
-)(_launch.causal_conv1d_triton)
+    "triton", supported=platform.triton_available, supports_args=_triton.causal_conv1d_supports, kernels=KERNELS
+)(_triton.causal_conv1d_triton)
 
 _causal_conv1d_update = op(
     native.causal_conv1d_update,
@@ -79,8 +59,8 @@ _causal_conv1d_update = op(
     compiler="visible",
 )
 _causal_conv1d_update.provider(
-    "triton", supported=platform.triton_available, supports_args=causal_conv1d_update_supports, kernels=KERNELS
-)(_launch.causal_conv1d_update_triton)
+    "triton", supported=platform.triton_available, supports_args=_triton.causal_conv1d_update_supports, kernels=KERNELS
+)(_triton.causal_conv1d_update_triton)
 
 
 def _short_conv_call(
@@ -151,9 +131,9 @@ short_conv = KeywordOp(_short_conv, _short_conv_call)
 causal_conv1d = KeywordOp(_causal_conv1d, _causal_conv1d_call)
 causal_conv1d_update = KeywordOp(_causal_conv1d_update, _causal_conv1d_update_call)
 
-from exactfuse.ops.short_conv import warmup  # noqa: E402, F401  (the warmup hooks, beside the launchers)
+from exactfuse.ops.conv import warmup  # noqa: E402, F401  (the warmup hooks, beside the launchers)
 
-for _op in (_short_conv, _causal_conv1d, _causal_conv1d_update):  # inputs; grids, cost; peers: on first use
-    _op.declared_in(*(f"exactfuse.ops.short_conv.{module}" for module in ("inputs", "grids", "peers")))
+for _op in (_short_conv, _causal_conv1d, _causal_conv1d_update):  # inputs, grids, cost; peers: on first use
+    _op.declared_in("exactfuse.ops.conv.inputs", "exactfuse.ops.conv.peers")
 
 __all__ = ["causal_conv1d", "causal_conv1d_update", "short_conv"]
