@@ -120,6 +120,9 @@ def _env(site: Path, plugin: bool) -> dict:
     paths = [str(ROOT / "src"), str(site), str(HERE), env.get("PYTHONPATH", "")]
     env.update(PYTHONPATH=os.pathsep.join(p for p in paths if p), VLLM_PLUGINS="exactfuse" if plugin else "",
                VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_USE_FLASHINFER_SAMPLER="0", TOKENIZERS_PARALLELISM="false",
+               # the v2 model runner maps pinned host buffers into the device (_C.get_cuda_view_from_cpu_tensor),
+               # which the Python stand-in cannot provide
+               VLLM_USE_V2_MODEL_RUNNER="0",
                VLLM_DISABLED_KERNELS="CutlassW4A8LinearKernel,MacheteLinearKernel,AllSparkLinearKernel,"
                "MarlinLinearKernel,ConchLinearKernel,ExllamaLinearKernel")  # fmt: skip
     return env
