@@ -210,9 +210,9 @@ def with_split(config: TileConfig, K: int, split_k: int) -> TileConfig:
     return dataclasses.replace(config, split_k=_cdiv(k_tiles, iters), k_per_split=iters * config.BK)
 
 
-FRAGMENT_PROGRAMS_PER_SM = 4  # programs of 4 warps the fragment kernel's K split aims for, per SM
 FRAGMENT_MIN_CHUNKS = 4  # chunks of 64 rows a K split keeps at least (its loads run one chunk ahead)
 FRAGMENT_MAX_BLOCKS = 8  # blocks of 8 rows of ``a`` a program multiplies (more rows: more programs)
+FRAGMENT_WIDE_TILES = 896  # 16-column tiles from which N counts as wide (N >= 14336)
 
 
 def fragment_blocks(M: int) -> int:
@@ -226,15 +226,22 @@ def fragment_blocks(M: int) -> int:
 
 def fragment_config(M: int, N: int, K: int, num_sms: int = H200_SMS) -> dict:
     """Launch arguments of the fragment kernel (``mma.launch_fragment``): 4 warps (fewer where N has fewer
-    than 64 16-column tiles), ``fragment_blocks(M)`` blocks of 8 rows, ``4 / blocks`` tiles a warp (at
-    least 1; fewer where N has fewer), and the fewest K splits (a divisor of ``K / 64``, splits
-    of at least ``FRAGMENT_MIN_CHUNKS`` chunks) that give every SM ``FRAGMENT_PROGRAMS_PER_SM`` programs."""
+    than 4 16-column tiles), ``fragment_blocks(M)`` blocks of 8 rows, and per warp 1 tile, 2 for wide N
+    at one block or at 8 blocks, 4 for wide N at 4 blocks; then the fewest K splits (divisors of
+    ``K / 64``, splits of at least ``FRAGMENT_MIN_CHUNKS`` chunks) that make 6.5 programs an SM up to 2
+    blocks, 1.7 from 4 blocks. Fit to the sweep over (warps, tiles, split) on the five bench layers at
+    M 1-64 (``probe w4a16_fragment``, sweeps/w4a16_fragment.txt): at M 1, 8 and 16 it takes the fastest
+    swept configuration or one within 1.06x of it (the 14336-row layer's 14 splits were not swept). From
+    M = 32 the kernel is slower than ``w4a16_gemm``'s tiles on every layer and the rule is not tuned."""
     tile_cols = N // 16
     blocks = fragment_blocks(M)
+    wide = tile_cols >= FRAGMENT_WIDE_TILES
+    want = {1: 2 if wide else 1, 2: 1, 4: 4 if wide else 1, 8: 2}[blocks]
     warps = next(w for w in (4, 2, 1) if tile_cols % w == 0)
-    tiles = next(t for t in (4, 2, 1) if t <= max(1, 4 // blocks) and tile_cols % (warps * t) == 0)
+    tiles = next(t for t in (4, 2, 1) if t <= want and tile_cols % (warps * t) == 0)
     programs = (tile_cols // (warps * tiles)) * _cdiv(max(M, 1), 8 * blocks)
+    target = (6.5 if blocks <= 2 else 1.7) * num_sms
     chunks = K // 64
     splits = [s for s in range(1, chunks + 1) if chunks % s == 0 and (s == 1 or chunks // s >= FRAGMENT_MIN_CHUNKS)]
-    split = next((s for s in splits if programs * s >= FRAGMENT_PROGRAMS_PER_SM * num_sms), splits[-1])
+    split = next((s for s in splits if programs * s >= target), splits[-1])
     return {"warps": warps, "tiles": tiles, "blocks": blocks, "split": split}
