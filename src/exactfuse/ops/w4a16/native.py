@@ -131,6 +131,13 @@ def w4a16_gemm_backward(
     transposed product for a column-major ``a``), scattered back through ``perm``, and ``grad`` summed
     over rows for the bias."""
     w = dequantize(qweight, scales, zeros, group_size, a.dtype, group_index)
+    return frozen_weight_backward(grad, a, w, perm, bias)
+
+
+def frozen_weight_backward(
+    grad: torch.Tensor, a: torch.Tensor, w: torch.Tensor, perm: torch.Tensor | None, bias: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(d a, d bias)`` of ``a[:, perm] @ w (+ bias)`` with ``w`` frozen, as eager autograd forms them."""
     column_major = perm is None and a.stride(0) == 1 and a.stride(1) == a.shape[0]
     d_a = w.mm(grad.t()).t() if column_major else grad.mm(w.t())
     if perm is not None:
@@ -168,9 +175,4 @@ def w4a16_gemm_packed_backward(
     bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(d a, d bias)`` of :func:`w4a16_gemm_packed`: as :func:`w4a16_gemm_backward` (frozen weight)."""
-    w = fragment.dequantize(words, scales)
-    column_major = perm is None and a.stride(0) == 1 and a.stride(1) == a.shape[0]
-    d_a = w.mm(grad.t()).t() if column_major else grad.mm(w.t())
-    if perm is not None:
-        d_a = torch.zeros_like(d_a).index_add_(1, perm.to(torch.int64), d_a)
-    return d_a, None if bias is None else grad.sum(0)
+    return frozen_weight_backward(grad, a, fragment.dequantize(words, scales), perm, bias)
