@@ -79,18 +79,17 @@ def _leaves(bound, names) -> dict:
     return args
 
 
+GRAD_DTYPES = (("fp16", torch.float16), ("bf16", torch.bfloat16), ("fp32", torch.float32))
 GRAD_RUNS = [
-    pytest.param("cpu", None, marks=pytest.mark.interpreter, id="interpreter"),
-    *(pytest.param("cuda", dt, marks=pytest.mark.gpu, id=f"cuda-{n}") for n, dt in
-      (("fp16", torch.float16), ("bf16", torch.bfloat16), ("fp32", torch.float32))),
+    *(pytest.param(name, "cpu", None, marks=pytest.mark.interpreter, id=f"{name}-interpreter")
+      for name in sorted(DIFFERENTIABLE)),
+    *(pytest.param(name, "cuda", dt, marks=pytest.mark.gpu, id=f"{name}-cuda-{n}")
+      for name in sorted(DIFFERENTIABLE) for n, dt in GRAD_DTYPES if dt in OPS[name].dtypes),
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("device, dtype", GRAD_RUNS)
-@pytest.mark.parametrize("name", sorted(DIFFERENTIABLE))
+@pytest.mark.parametrize("name, device, dtype", GRAD_RUNS)
 def test_gradients_are_eager_autograd_of_the_native_spec(name, device, dtype):
-    if dtype is not None and dtype not in OPS[name].dtypes:
-        pytest.skip(f"{name} takes no {dtype}")
     o = OPS[name]
     providers = ["triton", "native"] if "triton" in o.providers and triton_available() else ["native"]
     for case_id, bound, wanted in _grad_cases(name, device, dtype):
