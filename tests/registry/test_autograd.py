@@ -68,8 +68,10 @@ def _grad_case(name: str):
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Equal values (any NaN matching any NaN)."""
-    return torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num())
+    """Equal values, zero signs included (any NaN matching any NaN)."""
+    if not (torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num())):
+        return False
+    return torch.equal(torch.signbit(a) & ~a.isnan(), torch.signbit(b) & ~b.isnan())
 
 
 def _leaves(bound, names) -> dict:
@@ -236,4 +238,20 @@ def test_w4a16_gradient_of_a_column_major_activation():
     grad = torch.randn_like(expected)
     (got,) = torch.autograd.grad(out, ours["a"], grad)
     (want,) = torch.autograd.grad(expected, ref["a"], grad)
+    assert _same(got, want)
+
+
+@pytest.mark.parametrize("name", ["moe_silu_and_mul", "silu_and_mul", "gelu_and_mul"])
+def test_zero_gradients_have_eager_autograds_sign(name):
+    """A zero gate makes ``act(gate) = 0``, so ``d up = grad * 0`` is -0 for a negative ``grad``; autograd
+    sums the halves' gradients into zeros of the input's shape, which gives +0."""
+    o = OPS[name]
+    x = torch.zeros(2, 8).requires_grad_(True)
+    x2 = x.detach().clone().requires_grad_(True)
+    with o.priority(["native"]):
+        out = o(x)
+    expected = o.native(x2)
+    grad = -torch.ones_like(expected)
+    (got,) = torch.autograd.grad(out, [x], grad)
+    (want,) = torch.autograd.grad(expected, [x2], grad)
     assert _same(got, want)

@@ -73,4 +73,5 @@ def moe_silu_and_mul_backward(
     d_gate = da * s + torch.ops.aten.sigmoid_backward(da * gate, s)
     d_up = dy * a
     d_x = torch.stack((d_gate, d_up), dim=2).flatten(1) if interleaved else torch.cat((d_gate, d_up), dim=1)
-    return d_x.to(gateup.dtype), d_weights
+    # autograd places each half's gradient in zeros of x's shape and sums the two: -0 becomes +0
+    return (d_x + 0.0).to(gateup.dtype), d_weights
