@@ -73,6 +73,7 @@ def check_conv(
     activation: str | None = "silu",
     residual: torch.Tensor | None = None,
     outer_residual: torch.Tensor | None = None,
+    seq_idx: torch.Tensor | None = None,
 ) -> None:
     """Validate a call of the conv family, read as :func:`~exactfuse.ops.conv.native.conv_reference`'s
     keywords (``native.short_conv_call`` and its siblings; ``init`` follows from ``has_initial_state``,
@@ -111,6 +112,12 @@ def check_conv(
     _tensor(op, "token_indices", token_indices, dim=1, dtypes=INDEX_DTYPES, device=device, optional=True)
     L = token_indices.shape[0] if token_indices is not None else N
     needs_qsl = mode != "decode"
+    _tensor(op, "seq_idx", seq_idx, dim=1, dtypes=(torch.int32,), device=device, optional=True)
+    if seq_idx is not None:
+        if seq_idx.shape[0] != L:
+            _fail(op, f"seq_idx must be [T] = [{L}] (one per row of x), got {list(seq_idx.shape)}")
+        if conv_state is not None:
+            _fail(op, "seq_idx (packed sequences) takes no conv_state: the sequences in a row have no history")
     _tensor(op, "conv_state", conv_state, dim=3, dtypes=(dtype,), device=device, optional=residual is None)
     if conv_state is None:
         for name, t in (("state_indices", state_indices), ("has_initial_state", has_initial_state)):

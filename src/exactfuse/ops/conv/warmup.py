@@ -83,15 +83,20 @@ def short_conv_warmup(
 
 @_causal_conv1d.warmup
 def causal_conv1d_warmup(
-    device, dtype, *, channels=(10240,), kernel_sizes=(4,), dilations=(1,), layouts=LAYOUTS, **other_ops_options
-) -> None:
+    device, dtype, *, channels=(10240,), kernel_sizes=(4,), dilations=(1,), layouts=LAYOUTS, packed=(False,),
+    **other_ops_options,
+) -> None:  # fmt: skip
     """Every ``causal_conv1d`` specialization for these constants: bias or not, SiLU or none, a state
-    with or without initial states, or none."""
+    with or without initial states, or none; with ``packed=(False, True)`` also the stateless launch
+    with a ``seq_idx`` (Dao's packed sequences), which is compiled only when asked for."""
     for C, K, D, layout, bias, act in itertools.product(
         channels, kernel_sizes, dilations, layouts, (True, False), ("silu", None)
     ):
         SL = (K - 1) * D
-        for state, init in ((True, True), (True, False), (False, False)):
+        variants = [(True, True, False), (True, False, False), (False, False, False)]
+        if True in packed and layout == layouts[0]:  # stateless: the state layout does not matter
+            variants.append((False, False, True))
+        for state, init, seq in variants:
             args = (
                 torch.zeros((1, C), dtype=dtype, device=device),
                 torch.zeros((C, K), dtype=dtype, device=device),
@@ -103,6 +108,8 @@ def causal_conv1d_warmup(
                 kwargs["state_indices"] = _int32([1], device)
                 if init:
                     kwargs["has_initial_state"] = torch.zeros((1,), dtype=torch.bool, device=device)
+            if seq:
+                kwargs["seq_idx"] = _int32([0], device)
             _triton.causal_conv1d_triton(*schema_args(_causal_conv1d, args, kwargs))
 
 
