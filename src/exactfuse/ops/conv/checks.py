@@ -94,7 +94,9 @@ def check_conv(
     device, dtype, (N, C) = x.device, x.dtype, x.shape
     if x.stride(1) != 1 and C > 1:
         _fail(op, f"x must have a contiguous last dimension, got strides {tuple(x.stride())}")
-    _tensor(op, "weight", weight, dim=2, dtypes=(dtype,), device=device)
+    # fp32 weight and bias with 16-bit x: Dao's convention, the Mamba entry points only
+    wide = (dtype,) if op == "short_conv" or dtype == torch.float32 else (dtype, torch.float32)
+    _tensor(op, "weight", weight, dim=2, dtypes=wide, device=device)
     if weight.shape[0] != C or weight.shape[1] < 1:
         _fail(op, f"weight must be [C, K] = [{C}, K >= 1], got {list(weight.shape)}")
     K = weight.shape[1]
@@ -106,7 +108,7 @@ def check_conv(
                 _fail(op, f"{name} must have x's shape {list(x.shape)}, got {list(t.shape)}")
             if t.stride(1) != 1 and C > 1:
                 _fail(op, f"{name} must have a contiguous last dimension, got strides {tuple(t.stride())}")
-    _tensor(op, "bias", bias, dim=1, dtypes=(dtype,), device=device, optional=True)
+    _tensor(op, "bias", bias, dim=1, dtypes=(weight.dtype,), device=device, optional=True)
     if bias is not None and bias.shape[0] != C:
         _fail(op, f"bias must be [C] = [{C}], got {list(bias.shape)}")
     _tensor(op, "token_indices", token_indices, dim=1, dtypes=INDEX_DTYPES, device=device, optional=True)

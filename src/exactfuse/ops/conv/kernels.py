@@ -20,6 +20,10 @@ dtype, a 16-bit value for fp16/bf16: ``ACT`` is the formula id of ``exactfuse.op
 65,536 inputs found no difference from eager ``F.silu``; else ``div_rn(c, 1 + exp(-c))`` with libdevice
 ``exp``, as ATen's CUDA silu evaluates it), or -1 for no activation.
 
+With fp32 weights and a 16-bit ``x`` (Dao's convention, the ``causal_*`` ops) the products are fp32
+products rounded once each (``mul_rn``, as the spec's), and the SiLU reads the fp32 conv, unrounded, with
+fp32's formula: one rounding at the store.
+
 Index values are never trusted for addressing: a slot outside ``[0, slots)``, a token index outside
 ``[0, N)`` or a request offset outside ``[0, L]`` masks the access (the eager check rejects them first;
 under torch.compile and CUDA graphs it cannot read them). Row and slot base offsets are 64-bit always.
@@ -102,7 +106,7 @@ def _conv_rows(
                 L, N, stride_x, stride_w_c, stride_w_k, stride_s_c, stride_s_w, K, D, HAS_TOKEN_MAP, False, HAS_SEQ_IDX,
             )  # fmt: skip
     _finish(
-        acc, p_x, p_b, p_res, p_outer, p_out, p_tok, o_t, o_c, m_c, out_ok, L, N, stride_res, stride_outer,
+        acc, p_x, p_w, p_b, p_res, p_outer, p_out, p_tok, o_t, o_c, m_c, out_ok, L, N, stride_res, stride_outer,
         stride_out, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
     )  # fmt: skip
 
@@ -127,16 +131,23 @@ def _needs_state(j, read_state, SL: tl.constexpr):
 
 @triton.jit
 def _finish(
-    acc, p_x, p_b, p_res, p_outer, p_out, p_tok, o_t, o_c, m_c, out_ok, L, N, stride_res, stride_outer, stride_out,
+    acc, p_x, p_w, p_b, p_res, p_outer, p_out, p_tok, o_t, o_c, m_c, out_ok, L, N, stride_res, stride_outer, stride_out,
     HAS_TOKEN_MAP: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr,
     ACT: tl.constexpr,
 ):  # fmt: skip
-    """The tap sum ``acc`` (fp32) of rows ``o_t``: bias, rounding, SiLU, then the residual update or the store."""
+    """The tap sum ``acc`` (fp32) of rows ``o_t``: bias, rounding, SiLU, then the residual update or the store.
+    fp32 weights (p_w's dtype, part of the specialization): the SiLU reads the unrounded fp32 conv."""
     if HAS_BIAS:
         acc = acc + tl.load(p_b + o_c, mask=m_c).to(tl.float32)
-    conv = acc.to(p_x.dtype.element_ty)
-    if ACT >= 0:
-        conv = activation(conv.to(tl.float32), ACT).to(p_x.dtype.element_ty)
+    if p_w.dtype.element_ty == tl.float32:
+        conv = acc
+        if ACT >= 0:
+            conv = activation(conv, ACT)
+        conv = conv.to(p_x.dtype.element_ty)
+    else:
+        conv = acc.to(p_x.dtype.element_ty)
+        if ACT >= 0:
+            conv = activation(conv.to(tl.float32), ACT).to(p_x.dtype.element_ty)
     conv_out = tl.where(out_ok, conv, tl.zeros_like(conv))
     row_ok = (o_t >= 0) & (o_t < L)
 
@@ -231,7 +242,7 @@ def _conv_runs(
                 b_x = tl.where((seqs[i_r + D * k] == seqs[i_r + SL])[:, None], b_x, 0.0)
             acc = acc + mul_rn(weights[k], tl.where(h < SL, b_s, b_x))
         _finish(
-            acc, p_x, p_b, p_res, p_outer, p_out, p_tok, o_t[:, None], o_c, m_c, out_ok[:, None], L, N,
+            acc, p_x, p_w, p_b, p_res, p_outer, p_out, p_tok, o_t[:, None], o_c, m_c, out_ok[:, None], L, N,
             stride_res, stride_outer, stride_out, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
         )  # fmt: skip
 
@@ -249,23 +260,20 @@ def conv_rows_kernel(
 ):  # fmt: skip
     """``BT`` logical rows x ``BC`` channels of the conv output; in decode also the row's state shift.
 
-    p_x: ``[N, C]`` rows ``stride_x`` apart, unit channel stride. p_w: ``[C, K]`` (strides
-    ``stride_w_c, stride_w_k``); p_b: ``[C]`` (HAS_BIAS). p_res / p_outer: ``[N, C]`` rows
-    ``stride_res`` / ``stride_outer`` apart, unit channel stride (HAS_RESIDUAL / HAS_OUTER); p_res is
-    read and written. p_out: ``[L, C]`` rows ``stride_out`` apart (without a residual). p_state:
-    logical ``[slots, C, W]`` with strides ``stride_s_slot, stride_s_c, stride_s_w`` (HAS_STATE).
-    p_sid: ``[R]`` int32 ``stride_sid`` apart (HAS_SID; else request ``r`` uses slot ``r``). p_qsl:
-    ``[R + 1]`` int32 (spec, prefill). p_acc: ``[>= R]`` int32 (spec). p_init: ``[>= R]`` bool (INIT 1).
-    p_tok: ``[L]`` int32/int64 logical -> physical rows (HAS_TOKEN_MAP). p_seq: ``[L]`` int32, each logical
-    row's sequence (HAS_SEQ_IDX: Dao's ``seq_idx``; taps across a change are zero, rows < 0 have no
-    output; never with a state). constexpr: MODE (0 decode,
-    1 spec, 2 prefill), K, D (dilation), SQL, INIT (0 never, 1 tensor, 2 always), the HAS_* flags,
-    ACT (the SiLU's formula id, -1 none), BC (channels per program), BW (``next_power_of_2(SL + SQL -
-    1)``), BT (rows per program:
-    1 in decode, where each row is a request and shifts its own window), UNROLL (spec, prefill: 1 loads
-    each tap's rows, more takes runs of UNROLL rows from a register window, :func:`_conv_runs`; a power
-    of two dividing BT). L, R, N, slots and null_slot
-    are runtime values, not specialized: one compile serves every batch.
+    p_x: ``[N, C]`` rows ``stride_x`` apart, unit channel stride. p_w: ``[C, K]`` (strides ``stride_w_c,
+    stride_w_k``), x's dtype or fp32; p_b: ``[C]``, p_w's dtype (HAS_BIAS). p_res / p_outer: ``[N, C]`` rows
+    ``stride_res`` / ``stride_outer`` apart, unit channel stride (HAS_RESIDUAL / HAS_OUTER); p_res is read and
+    written. p_out: ``[L, C]`` rows ``stride_out`` apart (without a residual). p_state: logical ``[slots, C, W]``
+    with strides ``stride_s_slot, stride_s_c, stride_s_w`` (HAS_STATE). p_sid: ``[R]`` int32 ``stride_sid`` apart
+    (HAS_SID; else request ``r`` uses slot ``r``). p_qsl: ``[R + 1]`` int32 (spec, prefill). p_acc: ``[>= R]`` int32
+    (spec). p_init: ``[>= R]`` bool (INIT 1). p_tok: ``[L]`` int32/int64 logical -> physical rows (HAS_TOKEN_MAP).
+    p_seq: ``[L]`` int32, each logical row's sequence (HAS_SEQ_IDX: Dao's ``seq_idx``; taps across a change are
+    zero, rows < 0 have no output; never with a state). constexpr: MODE (0 decode, 1 spec, 2 prefill), K, D
+    (dilation), SQL, INIT (0 never, 1 tensor, 2 always), the HAS_* flags, ACT (the SiLU's formula id, -1 none), BC
+    (channels per program), BW (``next_power_of_2(SL + SQL - 1)``), BT (rows per program: 1 in decode, where each
+    row is a request and shifts its own window), UNROLL (spec, prefill: 1 loads each tap's rows, more takes runs of
+    UNROLL rows from a register window, :func:`_conv_runs`; a power of two dividing BT). L, R, N, slots and
+    null_slot are runtime values, not specialized: one compile serves every batch.
     """
     SL: tl.constexpr = (K - 1) * D
     i_t = tl.program_id(0)

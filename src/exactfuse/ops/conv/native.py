@@ -20,7 +20,10 @@ int32 or int64.
 Rounding, per (row, channel), ``rnd`` = round to nearest even to the activation dtype:
 ``acc = Σ_k w[c,k]·tap_k`` in fp32, ``k`` ascending, each product rounded to fp32 before its add (for
 fp16/bf16 operands the products are exact); ``conv = rnd(acc [+ bias])``; ``y = rnd(silu(conv))`` (the
-SiLU in fp32, as eager ``F.silu`` evaluates it) or ``y = conv`` without activation; ``conv_out = y``
+SiLU in fp32, as eager ``F.silu`` evaluates it) or ``y = conv`` without activation. With an fp32
+``weight`` (and bias) and 16-bit ``x`` (Dao's convention, ``causal_*`` only) the conv is not rounded
+before the SiLU: ``y = rnd(silu(acc [+ bias]))``, one rounding, as Dao's reference computes it (x and
+weight in fp32, conv, bias, activation, cast); for fp32 ``x`` both read the same. ``conv_out = y``
 where the row has an output, else 0. ``short_conv`` then stores
 ``rnd(fp32(outer) + fp32(rnd(residual + conv_out)))`` into ``residual`` (the outer step skipped without
 ``outer_residual``), which is eager ``residual.add_(F.silu(conv1d(...)))`` followed by ``outer + residual``.
@@ -179,8 +182,11 @@ def conv_reference(
         acc = acc + weight[:, k].float() * tap
     if bias is not None:
         acc = acc + bias.float()
-    conv = acc.to(dtype)
-    y = silu(conv).to(dtype) if activation == "silu" else conv
+    if weight.dtype == torch.float32:  # fp32 weights: the conv and its SiLU in fp32, one rounding
+        y = (silu(acc) if activation == "silu" else acc).to(dtype)
+    else:
+        conv = acc.to(dtype)
+        y = silu(conv).to(dtype) if activation == "silu" else conv
     conv_out = torch.where(row_out_ok[:, None], y, torch.zeros((), dtype=dtype, device=device))
 
     # State write-back, computed from the old state.
@@ -329,7 +335,8 @@ def causal_conv1d(
     """Mamba-style varlen causal conv: ``out = act(rnd(Σ_k w·x + bias))``, ``[T, C] -> [T, C]``.
 
     x: ``[T, C]`` channel-last (last dim contiguous), sequences at ``query_start_loc [R+1]`` int32 or
-    int64 (``None``: one sequence). weight ``[C, K]``, bias ``[C]`` or None, activation None or "silu".
+    int64 (``None``: one sequence). weight ``[C, K]``, bias ``[C]`` or None (x's dtype, or both fp32:
+    then the conv and SiLU are fp32 with one rounding at the output), activation None or "silu".
     conv_state: logical ``[slots, C, W]`` with ``W >= (K-1)·dilation``; positions ``0 .. SL-1`` hold the
     history, oldest first, and get the sequence's last ``SL`` inputs. state_indices ``[>=R]`` int32, the
     first ``R`` used (None: request ``r`` uses slot ``r``); a request whose index is ``pad_slot_id`` is
@@ -362,12 +369,12 @@ def causal_conv1d_update(
 ) -> torch.Tensor:
     """Mamba-style decode step: ``[B, C]`` (one token per sequence) or ``[B, Lq, C]`` -> same shape.
 
-    Reads each sequence's history from ``conv_state`` (positions ``0 .. SL-1``) and shifts its inputs
-    in. ``[B, C]``: the state shifts by one. ``[B, Lq, C]`` without ``num_accepted_tokens``: it becomes
-    the last ``SL`` entries of ``history ‖ inputs``. With ``num_accepted_tokens [>=B]`` int32 (speculative
-    decoding, ``W >= SL + Lq - 1``): the history starts at ``clamp(accepted - 1, 0, Lq - 1)`` and the
-    state becomes ``history[1:] ‖ all Lq inputs``, as ``short_conv``'s spec mode. state_indices
-    ``[>=B]`` int32, the first ``B`` used; ``pad_slot_id`` as in :func:`causal_conv1d`.
+    Reads each sequence's history from ``conv_state`` (positions ``0 .. SL-1``) and shifts its inputs in. weight and
+    bias as in :func:`causal_conv1d` (x's dtype or fp32). ``[B, C]``: the state shifts by one. ``[B, Lq, C]``
+    without ``num_accepted_tokens``: it becomes the last ``SL`` entries of ``history ‖ inputs``. With
+    ``num_accepted_tokens [>=B]`` int32 (speculative decoding, ``W >= SL + Lq - 1``): the history starts at
+    ``clamp(accepted - 1, 0, Lq - 1)`` and the state becomes ``history[1:] ‖ all Lq inputs``, as ``short_conv``'s
+    spec mode. state_indices ``[>=B]`` int32, the first ``B`` used; ``pad_slot_id`` as in :func:`causal_conv1d`.
 
     history_at ``"end"`` (Dao's ``causal_conv1d_update``, transformers' PyTorch path; without
     ``num_accepted_tokens``): the history is the **last** ``SL`` positions of a window of any

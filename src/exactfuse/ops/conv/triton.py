@@ -83,7 +83,9 @@ def launch_conv(
     tok = token_indices if token_indices is not None else x
     sid_stride = state_indices.stride(0) if state_indices is not None else 0
     target = residual if residual is not None else out
-    act = chosen_formula("silu", x.dtype, x.device) if activation == "silu" else NO_ACTIVATION
+    # fp32 weights: the SiLU reads the fp32 conv, so it takes fp32's formula
+    act_dtype = torch.float32 if weight.dtype == torch.float32 else x.dtype
+    act = chosen_formula("silu", act_dtype, x.device) if activation == "silu" else NO_ACTIVATION
     torch.library.wrap_triton(conv_rows_kernel)[(triton.cdiv(L, cfg.BT), triton.cdiv(C, cfg.BC))](
         x, weight, bias if bias is not None else x, target, outer_residual if outer_residual is not None else x,
         target, state, sid, qsl, acc, hinit, tok, seq_idx if seq_idx is not None else x,
