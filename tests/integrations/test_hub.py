@@ -75,6 +75,27 @@ def test_fn_equals_transformers_torch_path(dtype, activation, B):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_fn_maps_seq_idx_to_one_call_per_packed_sequence(dtype):
+    """``seq_idx [B, L]`` (packed sequences, padding -1): each run equals transformers' PyTorch path on
+    that run alone, padding rows are 0."""
+    h = _projection_chunk(2, 40, 9, dtype, seed=4)
+    w, b = _weights(40, 4, dtype)
+    runs = [[(0, 4), (1, 5)], [(0, 2), (1, 1), (2, 3), (-1, 3)]]
+    seq_idx = torch.tensor([[i for i, n in row for _ in range(n)] for row in runs], dtype=torch.int32)
+    got = CausalConv1dFn()(h, w, b, activation="silu", seq_idx=seq_idx)
+    for row, row_runs in enumerate(runs):
+        start = 0
+        for i, n in row_runs:
+            part = got[row : row + 1, :, start : start + n]
+            if i < 0:
+                assert torch.equal(part, torch.zeros_like(part))
+            else:
+                chunk = h[row : row + 1, :, start : start + n]
+                assert torch.equal(part, _module("mamba").causal_conv1d_fn(chunk, w, b, activation="silu"))
+            start += n
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("width", [3, 4, 6])
 @pytest.mark.parametrize("L", [1, 3])
 def test_update_equals_transformers_torch_path_state_included(dtype, width, L):
@@ -94,8 +115,10 @@ def test_bad_arguments_name_them():
     w, b = _weights(8, 4, torch.float16)
     with pytest.raises(ValueError, match="activation"):
         CausalConv1dFn()(h, w, b, activation="gelu")
-    with pytest.raises(NotImplementedError, match="seq_idx"):
-        CausalConv1dFn()(h, w, b, activation="silu", seq_idx=torch.zeros(1, 2, dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"seq_idx must be \[B, L\] = \[1, 2\]"):
+        CausalConv1dFn()(h, w, b, activation="silu", seq_idx=torch.zeros(2, 1, dtype=torch.int32))
+    with pytest.raises(NotImplementedError, match="initial_states"):
+        CausalConv1dFn()(h, w, b, activation="silu", initial_states=torch.zeros(1, 8, 3, dtype=torch.float16))
     with pytest.raises(ValueError, match="conv_state"):
         CausalConv1dUpdate()(h[..., :1], torch.zeros(1, 8, 2, dtype=torch.float16), w, b)
 

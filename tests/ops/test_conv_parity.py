@@ -20,8 +20,17 @@ tests do:
   (``causal_conv1d_update_ref``, no ``cache_seqlens``) convolves ``cat(conv_state, x)`` and leaves the
   state as its last ``state_len`` columns; padded requests (index -1) give output exactly 0 and keep
   their state.
+  ``test_causal_conv1d_varlen`` / ``..._varlen_padding``: ``seq_idx [batch, seqlen]`` int32 splits
+  each row into sequences at 1 to 4 random cut points (numbered from 0 in each row, or counting on
+  across rows), padding tokens at a row's end carry -1; the reference runs ``causal_conv1d_ref`` on
+  each sequence alone and expects 0 at padding; ``seq_idx`` is taken without initial states. Every
+  test there draws ``weight`` and ``bias`` in fp32 for fp16/bf16/fp32 ``x`` and ``conv_state``; the
+  reference (``causal_conv1d_ref``, ``causal_conv1d_update_ref``) casts x to the weight's dtype,
+  convolves with the bias, applies SiLU, and casts back once.
 - FLA, ``tests/modules/test_conv.py``: ``cu_seqlens`` is int64 (``torch.LongTensor``).
 """
+
+import itertools
 
 import pytest
 import torch
@@ -173,6 +182,118 @@ def test_dao_wide_state_history_at_end(provider, dtype, layout, K, extra, Lq):
     assert torch.equal(state, expected_state)
 
 
+def packed_rows(seqlen: int, batch: int, gen, *, pad: bool, global_ids: bool):
+    """Dao's ``seq_idx`` grid: each row cut into 1 to 4 sequences (a shorter true length with ``pad``,
+    the rest -1). Returns ``seq_idx [batch, seqlen]`` and each row's sequence lengths."""
+    ids, runs, counter = [], [], 0
+    for _ in range(batch):
+        true = int(torch.randint(seqlen // 2, seqlen, (1,), generator=gen)) if pad else seqlen
+        cuts = torch.randperm(true - 1, generator=gen)[: int(torch.randint(1, 5, (1,), generator=gen))]
+        bounds = [0, *sorted((cuts + 1).tolist()), true]
+        lengths = [b - a for a, b in itertools.pairwise(bounds)]
+        row = []
+        for i, n in enumerate(lengths):
+            row += [counter + i if global_ids else i] * n
+        counter += len(lengths)
+        ids.append(row + [-1] * (seqlen - true))
+        runs.append(lengths)
+    return torch.tensor(ids, dtype=torch.int32, device=DEVICE), runs
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_NAMES.get)
+@pytest.mark.parametrize("K", [2, 3, 4])
+@pytest.mark.parametrize(("seqlen", "pad"), [(8, False), (65, False), (40, True)], ids=["L8", "L65", "L40-pad"])
+def test_dao_seq_idx_packed_sequences(provider, dtype, K, seqlen, pad):
+    """Dao's ``causal_conv1d_fn(x, weight, bias, seq_idx=...)`` over ``[batch, dim, seqlen]``, as
+    ``causal_conv1d`` on the channel-last rows with one ``query_start_loc`` entry a row and ``seq_idx``
+    flattened: each packed sequence equals the reference on it alone, padding rows are 0."""
+    gen = make_generator(17 + K + seqlen)
+    batch, C = 3, 24
+    seq_idx, runs = packed_rows(seqlen, batch, gen, pad=pad, global_ids=pad)
+    x = randn((batch * seqlen, C), dtype, gen)
+    weight, bias = randn((C, K), dtype, gen), randn((C,), dtype, gen)
+    qsl = torch.arange(batch + 1, dtype=torch.int32, device=DEVICE) * seqlen
+    out = run(causal_conv1d, provider, x, weight, bias, activation="silu", query_start_loc=qsl,
+              seq_idx=seq_idx.reshape(-1))  # fmt: skip
+    for b in range(batch):
+        start = b * seqlen
+        for n in runs[b]:
+            ref, _ = reference(x[start : start + n], x.new_zeros((C, K - 1)), weight, bias, "silu")
+            assert_close(out[start : start + n], ref, dtype)
+            start += n
+        padding = out[start : (b + 1) * seqlen]
+        assert torch.equal(padding, torch.zeros_like(padding))
+
+
+HALF_DTYPES = [d for d in DTYPES if d != torch.float32]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_NAMES.get)
+@pytest.mark.parametrize("activation", ["silu", None])
+@pytest.mark.parametrize("K", [2, 3, 4])
+def test_dao_fp32_weight_and_bias_varlen_with_initial_states(provider, dtype, activation, K):
+    """Dao's ``causal_conv1d_fn`` grid (fp32 weight and bias, 16-bit x and initial states, SiLU or
+    none), as varlen ``causal_conv1d`` with a state: the reference's output at the peer's tolerance,
+    final states bit for bit."""
+    gen = make_generator(18 + K)
+    C, lengths = 40, [1, 8, 16, 33]
+    qsl = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
+    x = randn((sum(lengths), C), dtype, gen)
+    weight, bias = randn((C, K), torch.float32, gen), randn((C,), torch.float32, gen)
+    state = pool(len(lengths) + 1, C, K - 1, dtype, "wc", gen)
+    before = state.clone()
+    sid = torch.arange(1, len(lengths) + 1, dtype=torch.int32, device=DEVICE)
+    has_init = torch.ones(len(lengths), dtype=torch.bool, device=DEVICE)
+    out = run(causal_conv1d, provider, x, weight, bias, activation=activation, conv_state=state,
+              query_start_loc=qsl, state_indices=sid, has_initial_state=has_init)  # fmt: skip
+    for r, n in enumerate(lengths):
+        rows = slice(int(qsl[r]), int(qsl[r]) + n)
+        ref, full = reference(x[rows], before[r + 1], weight, bias, activation)
+        assert_close(out[rows], ref, dtype)
+        assert torch.equal(state[r + 1], full[:, -(K - 1) :])
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_NAMES.get)
+@pytest.mark.parametrize("Lq", [None, 4, 5], ids=lambda v: f"Lq{v}")
+@pytest.mark.parametrize("K", [2, 3, 4])
+def test_dao_fp32_weight_and_bias_update(provider, dtype, Lq, K):
+    """Dao's ``causal_conv1d_update`` grid: fp32 weight and bias, 16-bit x and a state of
+    ``state_len >= width - 1`` (history at the end): output at the peer's tolerance, state bit for bit."""
+    gen = make_generator(19 + K)
+    B, C, W = 6, 24, K + 2
+    shape = (B, C) if Lq is None else (B, Lq, C)
+    x = randn(shape, dtype, gen)
+    weight, bias = randn((C, K), torch.float32, gen), randn((C,), torch.float32, gen)
+    state = pool(B, C, W, dtype, "wc", gen)
+    before = state.clone()
+    out = run(causal_conv1d_update, provider, x, state, weight, bias, activation="silu", history_at="end")
+    for b in range(B):
+        ref, full = reference(x[b].reshape(-1, C), before[b], weight, bias, "silu")
+        assert_close(out[b], ref.reshape(out[b].shape), dtype)
+        assert torch.equal(state[b], full[:, -W:])
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_fp32_weight_rounds_once(provider):
+    """fp32 weights with fp16 x: the SiLU reads the fp32 conv (one rounding, as Dao's reference), so the
+    output is ``rnd(silu(fp32 sum))`` bit for bit (the fp32 sum of two taps is exact here), not
+    ``rnd(silu(rnd(sum)))``; fp16 weights of the same values keep the two roundings."""
+    C = 8
+    x = torch.tensor([[1.0] * C, [2.0**-11] * C], dtype=torch.float16, device=DEVICE)  # 2^-11: half an fp16 ulp of 1
+    weight = torch.tensor([[1.0, 1.0]] * C, dtype=torch.float32, device=DEVICE)
+    out = run(causal_conv1d, provider, x, weight, activation=None)
+    acc = torch.tensor(1.0 + 2.0**-11)
+    assert torch.equal(out[1].cpu(), acc.to(torch.float16).expand(C))  # no activation: one rounding either way
+    out = run(causal_conv1d, provider, x, weight, activation="silu")
+    one_rounding = F.silu(acc).to(torch.float16)
+    two_roundings = F.silu(acc.to(torch.float16).float()).to(torch.float16)
+    assert one_rounding != two_roundings  # 0.7314 and 0.7310 (the interpreter's exp gives eager's bits here)
+    assert torch.equal(out[1].cpu(), one_rounding.expand(C))
+
+
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_int64_query_start_loc_gives_the_int32_bits(provider):
     """FLA passes ``cu_seqlens`` as int64: the same outputs and states, bit for bit, as int32."""
@@ -236,10 +357,23 @@ def test_hub_update_is_dao_update():
             ValueError,
             "history_at='end'.*num_accepted_tokens",
         ),
-        # Dao runs fp32 weight and bias with 16-bit x; not yet (a kernel change): refused, naming weight.
-        (lambda a: causal_conv1d(a["x"].half(), a["w"]), TypeError, "weight must be float16"),
+        (
+            lambda a: causal_conv1d(
+                a["x"], a["w"], conv_state=a["s"], query_start_loc=a["qsl"], seq_idx=a["qsl"].new_zeros(6)
+            ),
+            ValueError,
+            "seq_idx .* takes no conv_state",
+        ),
+        (lambda a: causal_conv1d(a["x"], a["w"], seq_idx=a["qsl"].new_zeros(5)), ValueError, r"seq_idx must be \[T\]"),
+        (lambda a: causal_conv1d(a["x"], a["w"], seq_idx=a["qsl"].new_zeros(6).long()), TypeError, "seq_idx must be"),
+        # weight: x's dtype or fp32 (Dao's convention); bias: the weight's dtype
+        (lambda a: causal_conv1d(a["x"].half(), a["w"].bfloat16()), TypeError, "weight must be float16 or float32"),
+        (lambda a: causal_conv1d(a["x"].half(), a["w"], a["w"][:, 0].half()), TypeError, "bias must be float32"),
     ],
-    ids=["qsl-float", "short-indices", "two-pad-ids", "history-at", "end-with-spec", "fp32-weight"],
+    ids=[
+        *("qsl-float", "short-indices", "two-pad-ids", "history-at", "end-with-spec", "seq-idx-with-state"),
+        *("seq-idx-length", "seq-idx-int64", "weight-bf16-x-fp16", "bias-not-weight-dtype"),
+    ],
 )
 def test_bad_or_unsupported_input_is_a_named_error(call, error, message):
     gen = make_generator(16)
@@ -254,3 +388,80 @@ def test_bad_or_unsupported_input_is_a_named_error(call, error, message):
     with pytest.raises(error, match=message):
         call(a)
     assert torch.equal(a["s"], before)
+
+
+def test_causal_conv1d_warmup_compiles_seq_idx_only_when_asked(monkeypatch):
+    """The default warmup launches stay as they are; ``packed=(False, True)`` adds the stateless
+    ``seq_idx`` launch per (C, K, D, bias, activation)."""
+    from exactfuse.ops.conv import warmup
+
+    calls = []
+    names = list(causal_conv1d.op.signature.parameters)
+    record = lambda *a: calls.append(dict(zip(names, a, strict=True)))  # noqa: E731
+    monkeypatch.setattr(warmup._triton, "causal_conv1d_triton", record)
+
+    def launches(**options):
+        calls.clear()
+        warmup.causal_conv1d_warmup(torch.device("meta"), torch.float16, channels=(8,), **options)
+        return [(c["conv_state"] is not None, c["has_initial_state"] is not None, c["seq_idx"] is not None,
+                 c["bias"] is not None, c["activation"]) for c in calls]  # fmt: skip
+
+    default = launches()
+    assert not any(seq for _, _, seq, _, _ in default) and len(default) == 2 * 2 * 2 * 3
+    packed = launches(packed=(False, True))
+    assert [c for c in packed if not c[2]] == default
+    assert {c for c in packed if c[2]} == {(False, False, True, b, a) for b in (True, False) for a in ("silu", None)}
+
+
+def test_causal_warmups_compile_fp32_weights_only_when_asked(monkeypatch):
+    """``fp32_weights=(False, True)`` repeats each default launch with fp32 weight and bias; the default
+    launches are unchanged, and fp32 x adds nothing."""
+    from exactfuse.ops.conv import warmup
+
+    for op, hook, launcher in (
+        (causal_conv1d, warmup.causal_conv1d_warmup, "causal_conv1d_triton"),
+        (causal_conv1d_update, warmup.causal_conv1d_update_warmup, "causal_conv1d_update_triton"),
+    ):
+        calls = []
+        names = list(op.op.signature.parameters)
+        record = lambda *a, names=names, calls=calls: calls.append(dict(zip(names, a, strict=True)))  # noqa: E731
+        monkeypatch.setattr(warmup._triton, launcher, record)
+
+        def weights(dtype, hook=hook, calls=calls, **options):
+            calls.clear()
+            hook(torch.device("meta"), dtype, channels=(8,), **options)
+            return [c["weight"].dtype for c in calls]
+
+        default = weights(torch.float16)
+        assert set(default) == {torch.float16}
+        both = weights(torch.float16, fp32_weights=(False, True))
+        assert both == default + [torch.float32] * len(default)
+        assert weights(torch.float32, fp32_weights=(False, True)) == weights(torch.float32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=DTYPE_NAMES.get)
+def test_gpu_seq_idx_bitwise(dtype):
+    """The declared ``seq_idx`` cases (packed sequences, padding, K 3 and 4, dilation 2): the Triton
+    output bit for bit the native spec's."""
+    from exactfuse.testing import check_provider
+
+    cases = [c for c in causal_conv1d.cases("cuda", dtype) if "seq-idx" in c.id]
+    assert len(cases) == 3
+    failures = [c.id for c in cases if not check_provider(causal_conv1d.op, "triton", c).passed]
+    assert not failures, failures
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=DTYPE_NAMES.get)
+@pytest.mark.parametrize("name", ["causal_conv1d", "causal_conv1d_update"])
+def test_gpu_fp32_weight_bitwise(name, dtype):
+    """The declared fp32-weight cases (varlen with states, packed, decode, speculative): the Triton output
+    and state bit for bit the native spec's."""
+    from exactfuse.testing import check_provider
+
+    op = {"causal_conv1d": causal_conv1d, "causal_conv1d_update": causal_conv1d_update}[name]
+    cases = [c for c in op.cases("cuda", dtype) if "fp32-weight" in c.id]
+    assert cases
+    failures = [c.id for c in cases if not check_provider(op.op, "triton", c).passed]
+    assert not failures, failures

@@ -72,19 +72,16 @@ def _activation(activation) -> str | None:
 
 
 class CausalConv1dFn(nn.Module):
-    """``causal_conv1d_fn(hidden_states [B, C, L], weight [C, K], bias [C] | None, activation)`` -> ``[B, C, L]``:
-    each of the ``B`` rows one sequence with no history, as exactfuse's ``causal_conv1d`` over the
-    channel-last view (no copy when the channels are the unit stride, as a projection's output is)."""
+    """``causal_conv1d_fn(hidden_states [B, C, L], weight [C, K], bias [C] | None, activation, seq_idx)`` ->
+    ``[B, C, L]``: each of the ``B`` rows one sequence with no history, as exactfuse's ``causal_conv1d`` over
+    the channel-last view (no copy when the channels are the unit stride, as a projection's output is);
+    ``seq_idx [B, L]`` int32 (packed sequences) splits each row further, flattened to ``[B·L]``."""
 
     can_torch_compile = True
     has_backward = False
 
     def forward(self, hidden_states, weight, bias=None, activation=None, **kwargs):
-        if kwargs.get("seq_idx") is not None:
-            raise NotImplementedError(
-                "causal_conv1d_fn: seq_idx (packed sequences in one row) is not supported yet: it needs a kernel "
-                "change (docs/short_conv.md, Compatibility); split the row into sequences with query_start_loc"
-            )
+        seq_idx = kwargs.get("seq_idx")  # a keyword: kernels takes only the replaced function's signature
         unmapped = [k for k in ("initial_states", "final_states_out") if kwargs.get(k) is not None]
         if kwargs.get("return_final_states"):
             unmapped.append("return_final_states")
@@ -94,7 +91,13 @@ class CausalConv1dFn(nn.Module):
         x = hidden_states.to(weight.dtype).transpose(1, 2).reshape(B * L, C)
         # one row is one sequence without a start table (no extra launch); rows of a batch need one
         starts = None if B == 1 else torch.arange(0, B * L + 1, L, dtype=torch.int32, device=x.device)
-        out = exactfuse.causal_conv1d(x, weight, bias, activation=_activation(activation), query_start_loc=starts)
+        if seq_idx is not None:
+            if tuple(seq_idx.shape) != (B, L):
+                raise ValueError(f"causal_conv1d_fn: seq_idx must be [B, L] = [{B}, {L}], got {list(seq_idx.shape)}")
+            seq_idx = seq_idx.reshape(B * L)
+        out = exactfuse.causal_conv1d(
+            x, weight, bias, activation=_activation(activation), query_start_loc=starts, seq_idx=seq_idx
+        )
         return out.view(B, L, C).transpose(1, 2).to(hidden_states.dtype)
 
 

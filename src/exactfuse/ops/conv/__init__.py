@@ -98,11 +98,12 @@ def _causal_conv1d_call(
     has_initial_state: torch.Tensor | None = None,
     pad_slot_id: int | None = None,
     null_block_id: int | None = None,
+    seq_idx: torch.Tensor | None = None,
 ) -> torch.Tensor:
     pad_slot_id = checks.resolve_pad_slot_id("causal_conv1d", pad_slot_id, null_block_id)
     return _causal_conv1d(
         x, weight, bias, activation, dilation, conv_state, query_start_loc, state_indices,
-        has_initial_state, pad_slot_id,
+        has_initial_state, pad_slot_id, seq_idx,
     )  # fmt: skip
 
 

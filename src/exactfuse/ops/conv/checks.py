@@ -73,6 +73,7 @@ def check_conv(
     activation: str | None = "silu",
     residual: torch.Tensor | None = None,
     outer_residual: torch.Tensor | None = None,
+    seq_idx: torch.Tensor | None = None,
 ) -> None:
     """Validate a call of the conv family, read as :func:`~exactfuse.ops.conv.native.conv_reference`'s
     keywords (``native.short_conv_call`` and its siblings; ``init`` follows from ``has_initial_state``,
@@ -93,7 +94,9 @@ def check_conv(
     device, dtype, (N, C) = x.device, x.dtype, x.shape
     if x.stride(1) != 1 and C > 1:
         _fail(op, f"x must have a contiguous last dimension, got strides {tuple(x.stride())}")
-    _tensor(op, "weight", weight, dim=2, dtypes=(dtype,), device=device)
+    # fp32 weight and bias with 16-bit x: Dao's convention, the Mamba entry points only
+    wide = (dtype,) if op == "short_conv" or dtype == torch.float32 else (dtype, torch.float32)
+    _tensor(op, "weight", weight, dim=2, dtypes=wide, device=device)
     if weight.shape[0] != C or weight.shape[1] < 1:
         _fail(op, f"weight must be [C, K] = [{C}, K >= 1], got {list(weight.shape)}")
     K = weight.shape[1]
@@ -105,12 +108,18 @@ def check_conv(
                 _fail(op, f"{name} must have x's shape {list(x.shape)}, got {list(t.shape)}")
             if t.stride(1) != 1 and C > 1:
                 _fail(op, f"{name} must have a contiguous last dimension, got strides {tuple(t.stride())}")
-    _tensor(op, "bias", bias, dim=1, dtypes=(dtype,), device=device, optional=True)
+    _tensor(op, "bias", bias, dim=1, dtypes=(weight.dtype,), device=device, optional=True)
     if bias is not None and bias.shape[0] != C:
         _fail(op, f"bias must be [C] = [{C}], got {list(bias.shape)}")
     _tensor(op, "token_indices", token_indices, dim=1, dtypes=INDEX_DTYPES, device=device, optional=True)
     L = token_indices.shape[0] if token_indices is not None else N
     needs_qsl = mode != "decode"
+    _tensor(op, "seq_idx", seq_idx, dim=1, dtypes=(torch.int32,), device=device, optional=True)
+    if seq_idx is not None:
+        if seq_idx.shape[0] != L:
+            _fail(op, f"seq_idx must be [T] = [{L}] (one per row of x), got {list(seq_idx.shape)}")
+        if conv_state is not None:
+            _fail(op, "seq_idx (packed sequences) takes no conv_state: the sequences in a row have no history")
     _tensor(op, "conv_state", conv_state, dim=3, dtypes=(dtype,), device=device, optional=residual is None)
     if conv_state is None:
         for name, t in (("state_indices", state_indices), ("has_initial_state", has_initial_state)):

@@ -182,12 +182,21 @@ def short_conv_inputs(device: torch.device, dtype: torch.dtype, *, quick: bool =
 
 
 def causal_case(case_id, lengths, *, C, K, D, dtype, device, gen, bias=True, activation="silu", state=True,
-                layout="cw", pad=(), init=True, one_sequence=False) -> Case:  # fmt: skip
-    """One ``causal_conv1d`` call over sequences of ``lengths`` (``one_sequence``: no query_start_loc)."""
+                layout="cw", pad=(), init=True, one_sequence=False, packed=None, wide=False) -> Case:  # fmt: skip
+    """One ``causal_conv1d`` call over sequences of ``lengths`` (``one_sequence``: no query_start_loc).
+    ``packed``: a ``seq_idx`` (no state), each of the ``lengths`` rows split into runs of its entry's
+    lengths, numbered from 0 in each row, then padding (-1) to the row's end. ``wide``: fp32 weight and
+    bias (Dao's convention)."""
     T, R, SL = sum(lengths), len(lengths), (K - 1) * D
     x = randn((T, C), dtype, device, gen)
-    args = (x, randn((C, K), dtype, device, gen, 0.5), randn((C,), dtype, device, gen) if bias else None)
+    w_dtype = torch.float32 if wide else dtype
+    args = (x, randn((C, K), w_dtype, device, gen, 0.5), randn((C,), w_dtype, device, gen) if bias else None)
     kwargs = {"activation": activation, "dilation": D}
+    if packed is not None:
+        state = False
+        ids = [[i for i, n in enumerate(runs) for _ in range(n)] + [-1] * (L - sum(runs))
+               for L, runs in zip(lengths, packed, strict=True)]  # fmt: skip
+        kwargs["seq_idx"] = torch.tensor([i for row in ids for i in row], dtype=torch.int32, device=device)
     if not one_sequence:
         kwargs["query_start_loc"] = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
         kwargs["query_start_loc"] = kwargs["query_start_loc"].to(device)
@@ -217,19 +226,33 @@ def causal_conv1d_inputs(device: torch.device, dtype: torch.dtype, *, quick: boo
             yield causal_case(f"varlen-no-init-{tag}", (4, 9), init=False, K=K, D=D, **kw)
         yield causal_case(f"one-sequence-{layout}-{short}", (11,), one_sequence=True, K=4, D=1, **kw)
         yield causal_case(f"R0-{layout}-{short}", (), K=4, D=1, **kw)
-    yield causal_case(f"stateless-{short}", (6, 2), state=False, K=4, D=2, dtype=dtype, device=device, gen=gen, C=C)
+    kw = {"dtype": dtype, "device": device, "gen": gen, "C": C}
+    yield causal_case(f"stateless-{short}", (6, 2), state=False, K=4, D=2, **kw)
+    for K, D in ((4, 1), (3, 2)):  # Dao's packed sequences: runs in each row, then padding
+        packed = ((3, 1, 5), (17,), (1, 1, 2, 6))
+        yield causal_case(f"seq-idx-K{K}-D{D}-{short}", (12, 17, 13), packed=packed, K=K, D=D, **kw)
+    yield causal_case(f"seq-idx-one-row-{short}", (40,), packed=((9, 20, 8),), one_sequence=True, K=4, D=1, **kw)
+    for layout in LAYOUTS:  # fp32 weight and bias with x's dtype (Dao's convention)
+        tag = f"{layout}-{short}"
+        wide = {"layout": layout, "wide": True, **kw}
+        yield causal_case(f"fp32-weight-varlen-{tag}", (7, 0, 1, 12), pad=(2,), K=4, D=1, **wide)
+        yield causal_case(f"fp32-weight-noact-{tag}", (5, 9), activation=None, K=3, D=2, **wide)
+    yield causal_case(f"fp32-weight-seq-idx-{short}", (12, 17), packed=((3, 9), (17,)), K=4, D=1, wide=True, **kw)
 
 
 def update_case(
-    case_id, B, Lq, *, C, K, D, dtype, device, gen, spec=False, layout="cw", pad=(), bias=True, activation="silu"
-) -> Case:
-    """One ``causal_conv1d_update`` call: ``[B, C]`` when ``Lq`` is None, else ``[B, Lq, C]``."""
+    case_id, B, Lq, *, C, K, D, dtype, device, gen, spec=False, layout="cw", pad=(), bias=True, activation="silu",
+    wide=False,
+) -> Case:  # fmt: skip
+    """One ``causal_conv1d_update`` call: ``[B, C]`` when ``Lq`` is None, else ``[B, Lq, C]``; ``wide``:
+    fp32 weight and bias."""
     SL = (K - 1) * D
     W = SL + ((Lq or 1) - 1 if spec else 0) + (layout == "wc")
     slots = B + 2
     x = randn((B, C) if Lq is None else (B, Lq, C), dtype, device, gen)
     state = make_state(slots, C, W, layout, dtype, device, gen)
-    args = (x, state, randn((C, K), dtype, device, gen, 0.5), randn((C,), dtype, device, gen) if bias else None)
+    w_dtype = torch.float32 if wide else dtype
+    args = (x, state, randn((C, K), w_dtype, device, gen, 0.5), randn((C,), w_dtype, device, gen) if bias else None)
     sid = torch.randperm(slots, generator=gen)[:B].to(torch.int32)
     for i in pad:
         sid[i] = -1
@@ -252,6 +275,8 @@ def causal_conv1d_update_inputs(device: torch.device, dtype: torch.dtype, *, qui
             yield update_case(f"chunk-Lq3-{tag}", 4, 3, pad=(0,), K=K, D=D, **kw)
             yield update_case(f"spec-Lq4-{tag}", 4, 4, spec=True, pad=(2,), K=K, D=D, bias=False, **kw)
         yield update_case(f"B0-{layout}-{short}", 0, None, K=4, D=1, **kw)
+        yield update_case(f"fp32-weight-decode-{layout}-{short}", 5, None, pad=(1,), K=4, D=1, wide=True, **kw)
+        yield update_case(f"fp32-weight-spec-Lq3-{layout}-{short}", 4, 3, spec=True, K=3, D=2, wide=True, **kw)
 
 
 # ------------------------------------------------------------- bench grids

@@ -20,6 +20,10 @@ dtype, a 16-bit value for fp16/bf16: ``ACT`` is the formula id of ``exactfuse.op
 65,536 inputs found no difference from eager ``F.silu``; else ``div_rn(c, 1 + exp(-c))`` with libdevice
 ``exp``, as ATen's CUDA silu evaluates it), or -1 for no activation.
 
+With fp32 weights and a 16-bit ``x`` (Dao's convention, the ``causal_*`` ops) the products are fp32
+products rounded once each (``mul_rn``, as the spec's), and the SiLU reads the fp32 conv, unrounded, with
+fp32's formula: one rounding at the store.
+
 Index values are never trusted for addressing: a slot outside ``[0, slots)``, a token index outside
 ``[0, N)`` or a request offset outside ``[0, L]`` masks the access (the eager check rejects them first;
 under torch.compile and CUDA graphs it cannot read them). Row and slot base offsets are 64-bit always.
@@ -40,12 +44,14 @@ INIT_CODES = {"never": 0, "tensor": 1, "always": 2}
 
 @triton.jit
 def _tap_sum(
-    p_x, p_w, p_slot, p_tok, j, o_c, m_c, q_start, out_ok, read_state, slot_off, L, N,
+    p_x, p_w, p_slot, p_tok, p_seq, j, o_c, m_c, q_start, out_ok, read_state, slot_off, seq, L, N,
     stride_x, stride_w_c, stride_w_k, stride_s_c, stride_s_w,
     K: tl.constexpr, D: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr, READ_STATE: tl.constexpr,
+    HAS_SEQ_IDX: tl.constexpr,
 ):  # fmt: skip
     """The fp32 sum over taps ``k`` ascending of ``w[k] * (state or input)`` for rows ``j`` past their
-    request's start; without READ_STATE every tap is an input row (no row's tap reaches the state)."""
+    request's start; without READ_STATE every tap is an input row (no row's tap reaches the state).
+    HAS_SEQ_IDX: an input tap counts only where its row's ``seq_idx`` is the output row's ``seq``."""
     SL: tl.constexpr = (K - 1) * D
     acc = tl.zeros_like(j * o_c).to(tl.float32)
     for k in tl.static_range(K):
@@ -53,6 +59,8 @@ def _tap_sum(
         b_w = tl.load(p_w + o_c * stride_w_c + k * stride_w_k, mask=m_c).to(tl.float32)
         o_row = q_start + h - SL
         m_x = (h >= SL) & out_ok & (o_row >= 0) & (o_row < L)
+        if HAS_SEQ_IDX:
+            m_x = m_x & (tl.load(p_seq + o_row, mask=m_x, other=-1) == seq)
         if HAS_TOKEN_MAP:
             o_row = tl.load(p_tok + o_row, mask=m_x, other=0)
             m_x = m_x & (o_row >= 0) & (o_row < N)
@@ -69,14 +77,15 @@ def _tap_sum(
 
 @triton.jit
 def _conv_rows(
-    p_x, p_w, p_b, p_res, p_outer, p_out, p_slot, p_tok, o_t, o_c, m_c, q_start, out_ok, read_state, slot_off,
-    need_state, L, N, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_s_c, stride_s_w,
-    K: tl.constexpr, D: tl.constexpr, HAS_STATE: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr,
+    p_x, p_w, p_b, p_res, p_outer, p_out, p_slot, p_tok, p_seq, o_t, o_c, m_c, q_start, out_ok, read_state,
+    slot_off, seq, need_state, L, N, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k,
+    stride_s_c, stride_s_w, K: tl.constexpr, D: tl.constexpr, HAS_STATE: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
+    HAS_SEQ_IDX: tl.constexpr,
 ):  # fmt: skip
     """The conv output of logical rows ``o_t`` over channels ``o_c``, stored as residual or output.
 
-    Row values (``o_t``, ``q_start``, ``out_ok``, ``read_state``, ``slot_off`` and the slot pointers
+    Row values (``o_t``, ``q_start``, ``out_ok``, ``read_state``, ``slot_off``, ``seq`` and the slot pointers
     ``p_slot``) are scalars with ``o_c`` a vector (one row), or ``[BT, 1]`` columns with ``o_c`` a
     ``[1, BC]`` row (a tile): every expression broadcasts, and each output element is the same
     sequence of roundings either way. ``need_state`` (a scalar: whether any of the rows has a tap in the
@@ -88,18 +97,28 @@ def _conv_rows(
         read = need_state
     if read:
         acc = _tap_sum(
-                p_x, p_w, p_slot, p_tok, o_t - q_start, o_c, m_c, q_start, out_ok, read_state, slot_off, L, N,
-                stride_x, stride_w_c, stride_w_k, stride_s_c, stride_s_w, K, D, HAS_TOKEN_MAP, True,
+                p_x, p_w, p_slot, p_tok, p_seq, o_t - q_start, o_c, m_c, q_start, out_ok, read_state, slot_off, seq,
+                L, N, stride_x, stride_w_c, stride_w_k, stride_s_c, stride_s_w, K, D, HAS_TOKEN_MAP, True, HAS_SEQ_IDX,
             )  # fmt: skip
     else:
         acc = _tap_sum(
-                p_x, p_w, p_slot, p_tok, o_t - q_start, o_c, m_c, q_start, out_ok, read_state, slot_off, L, N,
-                stride_x, stride_w_c, stride_w_k, stride_s_c, stride_s_w, K, D, HAS_TOKEN_MAP, False,
+                p_x, p_w, p_slot, p_tok, p_seq, o_t - q_start, o_c, m_c, q_start, out_ok, read_state, slot_off, seq,
+                L, N, stride_x, stride_w_c, stride_w_k, stride_s_c, stride_s_w, K, D, HAS_TOKEN_MAP, False, HAS_SEQ_IDX,
             )  # fmt: skip
     _finish(
-        acc, p_x, p_b, p_res, p_outer, p_out, p_tok, o_t, o_c, m_c, out_ok, L, N, stride_res, stride_outer,
+        acc, p_x, p_w, p_b, p_res, p_outer, p_out, p_tok, o_t, o_c, m_c, out_ok, L, N, stride_res, stride_outer,
         stride_out, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
     )  # fmt: skip
+
+
+@triton.jit
+def _row_seq(p_seq, o_t, out_ok, L, HAS_SEQ_IDX: tl.constexpr):
+    """Rows ``o_t``'s ``seq_idx`` (HAS_SEQ_IDX; else 0) and ``out_ok`` without the padding rows
+    (``seq_idx < 0``), which have no output."""
+    if HAS_SEQ_IDX:
+        seq = tl.load(p_seq + o_t, mask=(o_t >= 0) & (o_t < L), other=-1)
+        return seq, out_ok & (seq >= 0)
+    return o_t * 0, out_ok
 
 
 @triton.jit
@@ -112,16 +131,23 @@ def _needs_state(j, read_state, SL: tl.constexpr):
 
 @triton.jit
 def _finish(
-    acc, p_x, p_b, p_res, p_outer, p_out, p_tok, o_t, o_c, m_c, out_ok, L, N, stride_res, stride_outer, stride_out,
+    acc, p_x, p_w, p_b, p_res, p_outer, p_out, p_tok, o_t, o_c, m_c, out_ok, L, N, stride_res, stride_outer, stride_out,
     HAS_TOKEN_MAP: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr,
     ACT: tl.constexpr,
 ):  # fmt: skip
-    """The tap sum ``acc`` (fp32) of rows ``o_t``: bias, rounding, SiLU, then the residual update or the store."""
+    """The tap sum ``acc`` (fp32) of rows ``o_t``: bias, rounding, SiLU, then the residual update or the store.
+    fp32 weights (p_w's dtype, part of the specialization): the SiLU reads the unrounded fp32 conv."""
     if HAS_BIAS:
         acc = acc + tl.load(p_b + o_c, mask=m_c).to(tl.float32)
-    conv = acc.to(p_x.dtype.element_ty)
-    if ACT >= 0:
-        conv = activation(conv.to(tl.float32), ACT).to(p_x.dtype.element_ty)
+    if p_w.dtype.element_ty == tl.float32:
+        conv = acc
+        if ACT >= 0:
+            conv = activation(conv, ACT)
+        conv = conv.to(p_x.dtype.element_ty)
+    else:
+        conv = acc.to(p_x.dtype.element_ty)
+        if ACT >= 0:
+            conv = activation(conv.to(tl.float32), ACT).to(p_x.dtype.element_ty)
     conv_out = tl.where(out_ok, conv, tl.zeros_like(conv))
     row_ok = (o_t >= 0) & (o_t < L)
 
@@ -142,26 +168,31 @@ def _finish(
 
 @triton.jit
 def _conv_runs(
-    p_x, p_w, p_b, p_res, p_outer, p_out, p_state, p_sid, p_qsl, p_acc, p_init, p_tok, i_t, o_c, m_c,
+    p_x, p_w, p_b, p_res, p_outer, p_out, p_state, p_sid, p_qsl, p_acc, p_init, p_tok, p_seq, i_t, o_c, m_c,
     L, R, N, slots, null_slot, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k,
     stride_s_slot, stride_s_c, stride_s_w, stride_sid,
     MODE: tl.constexpr, K: tl.constexpr, D: tl.constexpr, SQL: tl.constexpr, HAS_STATE: tl.constexpr,
     HAS_SID: tl.constexpr, INIT: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
     HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, BT: tl.constexpr, UNROLL: tl.constexpr,
+    HAS_SEQ_IDX: tl.constexpr,
 ):  # fmt: skip
     """Rows ``i_t * BT ...`` as ``BT // UNROLL`` runs of ``UNROLL`` consecutive rows (spec, prefill).
 
     The ``UNROLL + SL`` input rows a run's taps touch are loaded once into a register window and each
     output row takes its taps from it, ``(UNROLL + SL) / UNROLL`` loads an output row instead of ``K``.
     A tap that reaches before the row's request reads the state as in :func:`_conv_rows`, and the
-    sums are the same sequence of roundings, so the two paths give the same bits.
+    sums are the same sequence of roundings, so the two paths give the same bits. HAS_SEQ_IDX: the
+    window's ``seq_idx`` are loaded beside it, and a tap counts where its row's equals the output row's.
     """
     SL: tl.constexpr = (K - 1) * D
     start = i_t * BT + tl.arange(0, BT // UNROLL) * UNROLL
     window = ()
+    seqs = ()
     for i in tl.static_range(UNROLL + SL):
         g = start + (i - SL)
         m_g = (g >= 0) & (g < L)
+        if HAS_SEQ_IDX:
+            seqs += (tl.load(p_seq + g, mask=m_g, other=-1),)
         if HAS_TOKEN_MAP:
             g = tl.load(p_tok + g, mask=m_g, other=0)
             m_g = m_g & (g >= 0) & (g < N)
@@ -192,6 +223,8 @@ def _conv_runs(
             sid, state_ok, read_state, slot_off = first
         in_range = (q_start <= o_t) & (o_t < q_end)
         out_ok = in_range if MODE == 1 or not HAS_STATE else in_range & state_ok
+        if HAS_SEQ_IDX:
+            out_ok = out_ok & (seqs[i_r + SL] >= 0)
         p_slot = (p_state + sid.to(tl.int64) * stride_s_slot)[:, None]
         j = (o_t - q_start)[:, None]
         acc = tl.zeros_like(j * o_c).to(tl.float32)
@@ -204,41 +237,43 @@ def _conv_runs(
                     m_s = mask_and(m_c, (h < SL) & read_state[:, None])
                     p_s = p_slot + (h + slot_off[:, None]) * stride_s_w + o_c * stride_s_c
                     b_s = tl.load(p_s, mask=m_s, other=0.0).to(tl.float32)
-            acc = acc + mul_rn(weights[k], tl.where(h < SL, b_s, window[i_r + D * k]))
+            b_x = window[i_r + D * k]
+            if HAS_SEQ_IDX:
+                b_x = tl.where((seqs[i_r + D * k] == seqs[i_r + SL])[:, None], b_x, 0.0)
+            acc = acc + mul_rn(weights[k], tl.where(h < SL, b_s, b_x))
         _finish(
-            acc, p_x, p_b, p_res, p_outer, p_out, p_tok, o_t[:, None], o_c, m_c, out_ok[:, None], L, N,
+            acc, p_x, p_w, p_b, p_res, p_outer, p_out, p_tok, o_t[:, None], o_c, m_c, out_ok[:, None], L, N,
             stride_res, stride_outer, stride_out, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
         )  # fmt: skip
 
 
 @triton.jit(do_not_specialize=["L", "R", "N", "slots", "null_slot"])
 def conv_rows_kernel(
-    p_x, p_w, p_b, p_res, p_outer, p_out, p_state, p_sid, p_qsl, p_acc, p_init, p_tok,
+    p_x, p_w, p_b, p_res, p_outer, p_out, p_state, p_sid, p_qsl, p_acc, p_init, p_tok, p_seq,
     L, R, N, C, slots, null_slot,
     stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k,
     stride_s_slot, stride_s_c, stride_s_w, stride_sid,
     MODE: tl.constexpr, K: tl.constexpr, D: tl.constexpr, SQL: tl.constexpr,
     HAS_STATE: tl.constexpr, HAS_SID: tl.constexpr, INIT: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
-    BC: tl.constexpr, BW: tl.constexpr, BT: tl.constexpr, UNROLL: tl.constexpr,
+    BC: tl.constexpr, BW: tl.constexpr, BT: tl.constexpr, UNROLL: tl.constexpr, HAS_SEQ_IDX: tl.constexpr,
 ):  # fmt: skip
     """``BT`` logical rows x ``BC`` channels of the conv output; in decode also the row's state shift.
 
-    p_x: ``[N, C]`` rows ``stride_x`` apart, unit channel stride. p_w: ``[C, K]`` (strides
-    ``stride_w_c, stride_w_k``); p_b: ``[C]`` (HAS_BIAS). p_res / p_outer: ``[N, C]`` rows
-    ``stride_res`` / ``stride_outer`` apart, unit channel stride (HAS_RESIDUAL / HAS_OUTER); p_res is
-    read and written. p_out: ``[L, C]`` rows ``stride_out`` apart (without a residual). p_state:
-    logical ``[slots, C, W]`` with strides ``stride_s_slot, stride_s_c, stride_s_w`` (HAS_STATE).
-    p_sid: ``[R]`` int32 ``stride_sid`` apart (HAS_SID; else request ``r`` uses slot ``r``). p_qsl:
-    ``[R + 1]`` int32 (spec, prefill). p_acc: ``[>= R]`` int32 (spec). p_init: ``[>= R]`` bool (INIT 1).
-    p_tok: ``[L]`` int32/int64 logical -> physical rows (HAS_TOKEN_MAP). constexpr: MODE (0 decode,
-    1 spec, 2 prefill), K, D (dilation), SQL, INIT (0 never, 1 tensor, 2 always), the HAS_* flags,
-    ACT (the SiLU's formula id, -1 none), BC (channels per program), BW (``next_power_of_2(SL + SQL -
-    1)``), BT (rows per program:
-    1 in decode, where each row is a request and shifts its own window), UNROLL (spec, prefill: 1 loads
-    each tap's rows, more takes runs of UNROLL rows from a register window, :func:`_conv_runs`; a power
-    of two dividing BT). L, R, N, slots and null_slot
-    are runtime values, not specialized: one compile serves every batch.
+    p_x: ``[N, C]`` rows ``stride_x`` apart, unit channel stride. p_w: ``[C, K]`` (strides ``stride_w_c,
+    stride_w_k``), x's dtype or fp32; p_b: ``[C]``, p_w's dtype (HAS_BIAS). p_res / p_outer: ``[N, C]`` rows
+    ``stride_res`` / ``stride_outer`` apart, unit channel stride (HAS_RESIDUAL / HAS_OUTER); p_res is read and
+    written. p_out: ``[L, C]`` rows ``stride_out`` apart (without a residual). p_state: logical ``[slots, C, W]``
+    with strides ``stride_s_slot, stride_s_c, stride_s_w`` (HAS_STATE). p_sid: ``[R]`` int32 ``stride_sid`` apart
+    (HAS_SID; else request ``r`` uses slot ``r``). p_qsl: ``[R + 1]`` int32 (spec, prefill). p_acc: ``[>= R]`` int32
+    (spec). p_init: ``[>= R]`` bool (INIT 1). p_tok: ``[L]`` int32/int64 logical -> physical rows (HAS_TOKEN_MAP).
+    p_seq: ``[L]`` int32, each logical row's sequence (HAS_SEQ_IDX: Dao's ``seq_idx``; taps across a change are
+    zero, rows < 0 have no output; never with a state). constexpr: MODE (0 decode, 1 spec, 2 prefill), K, D
+    (dilation), SQL, INIT (0 never, 1 tensor, 2 always), the HAS_* flags, ACT (the SiLU's formula id, -1 none), BC
+    (channels per program), BW (``next_power_of_2(SL + SQL - 1)``), BT (rows per program: 1 in decode, where each
+    row is a request and shifts its own window), UNROLL (spec, prefill: 1 loads each tap's rows, more takes runs of
+    UNROLL rows from a register window, :func:`_conv_runs`; a power of two dividing BT). L, R, N, slots and
+    null_slot are runtime values, not specialized: one compile serves every batch.
     """
     SL: tl.constexpr = (K - 1) * D
     i_t = tl.program_id(0)
@@ -252,11 +287,13 @@ def conv_rows_kernel(
         out_ok = i_t < L
         if HAS_STATE:
             out_ok = out_ok & state_ok
+        seq, out_ok = _row_seq(p_seq, i_t, out_ok, L, HAS_SEQ_IDX)
         p_slot = p_state + sid.to(tl.int64) * stride_s_slot
         _conv_rows(
-            p_x, p_w, p_b, p_res, p_outer, p_out, p_slot, p_tok, i_t, o_c, m_c, i_t, out_ok, read_state, slot_off,
-            read_state, L, N, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_s_c,
-            stride_s_w, K, D, HAS_STATE, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
+            p_x, p_w, p_b, p_res, p_outer, p_out, p_slot, p_tok, p_seq, i_t, o_c, m_c, i_t, out_ok, read_state,
+            slot_off, seq, read_state, L, N, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k,
+            stride_s_c, stride_s_w, K, D, HAS_STATE, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
+            HAS_SEQ_IDX,
         )  # fmt: skip
         if HAS_STATE:
             write_window(
@@ -266,11 +303,11 @@ def conv_rows_kernel(
     elif UNROLL > 1:  # runs of UNROLL rows over a register window
         o_c = (i_c * BC + tl.arange(0, BC))[None, :]
         _conv_runs(
-            p_x, p_w, p_b, p_res, p_outer, p_out, p_state, p_sid, p_qsl, p_acc, p_init, p_tok, i_t, o_c, o_c < C,
-            L, R, N, slots, null_slot, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k,
+            p_x, p_w, p_b, p_res, p_outer, p_out, p_state, p_sid, p_qsl, p_acc, p_init, p_tok, p_seq, i_t, o_c,
+            o_c < C, L, R, N, slots, null_slot, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k,
             stride_s_slot, stride_s_c, stride_s_w, stride_sid,
             MODE, K, D, SQL, HAS_STATE, HAS_SID, INIT, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
-            BT, UNROLL,
+            BT, UNROLL, HAS_SEQ_IDX,
         )  # fmt: skip
     else:  # a [BT, BC] tile of rows, each row's request found by its own search
         o_t = i_t * BT + tl.arange(0, BT)
@@ -283,12 +320,14 @@ def conv_rows_kernel(
             r, R, p_sid, p_acc, p_init, slots, null_slot, stride_sid, MODE, SQL, HAS_STATE, HAS_SID, INIT
         )
         out_ok = in_range if MODE == 1 or not HAS_STATE else in_range & state_ok
+        seq, out_ok = _row_seq(p_seq, o_t, out_ok, L, HAS_SEQ_IDX)
         p_slot = p_state + sid.to(tl.int64) * stride_s_slot
         _conv_rows(
-            p_x, p_w, p_b, p_res, p_outer, p_out, p_slot[:, None], p_tok, o_t[:, None], o_c, m_c, q_start[:, None],
-            out_ok[:, None], read_state[:, None], slot_off[:, None], _needs_state(o_t - q_start, read_state, SL),
-            L, N, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_s_c, stride_s_w,
-            K, D, HAS_STATE, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
+            p_x, p_w, p_b, p_res, p_outer, p_out, p_slot[:, None], p_tok, p_seq, o_t[:, None], o_c, m_c,
+            q_start[:, None], out_ok[:, None], read_state[:, None], slot_off[:, None], seq[:, None],
+            _needs_state(o_t - q_start, read_state, SL), L, N, stride_x, stride_res, stride_outer, stride_out,
+            stride_w_c, stride_w_k, stride_s_c, stride_s_w, K, D, HAS_STATE, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER,
+            HAS_BIAS, ACT, HAS_SEQ_IDX,
         )  # fmt: skip
 
 

@@ -20,7 +20,10 @@ int32 or int64.
 Rounding, per (row, channel), ``rnd`` = round to nearest even to the activation dtype:
 ``acc = Σ_k w[c,k]·tap_k`` in fp32, ``k`` ascending, each product rounded to fp32 before its add (for
 fp16/bf16 operands the products are exact); ``conv = rnd(acc [+ bias])``; ``y = rnd(silu(conv))`` (the
-SiLU in fp32, as eager ``F.silu`` evaluates it) or ``y = conv`` without activation; ``conv_out = y``
+SiLU in fp32, as eager ``F.silu`` evaluates it) or ``y = conv`` without activation. With an fp32
+``weight`` (and bias) and 16-bit ``x`` (Dao's convention, ``causal_*`` only) the conv is not rounded
+before the SiLU: ``y = rnd(silu(acc [+ bias]))``, one rounding, as Dao's reference computes it (x and
+weight in fp32, conv, bias, activation, cast); for fp32 ``x`` both read the same. ``conv_out = y``
 where the row has an output, else 0. ``short_conv`` then stores
 ``rnd(fp32(outer) + fp32(rnd(residual + conv_out)))`` into ``residual`` (the outer step skipped without
 ``outer_residual``), which is eager ``residual.add_(F.silu(conv1d(...)))`` followed by ``outer + residual``.
@@ -90,6 +93,7 @@ def conv_reference(
     activation: str | None = "silu",
     residual: torch.Tensor | None = None,
     outer_residual: torch.Tensor | None = None,
+    seq_idx: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The conv family's spec (module docstring); returns ``conv_out`` per logical row ``[L, C]``.
 
@@ -98,6 +102,9 @@ def conv_reference(
     says whether the slot's history is read), ``"always"`` or ``"never"`` (zeros; the state is still
     written). A request whose index equals ``null_slot`` or lies outside ``[0, slots)`` has no state;
     in decode and prefill it has no output either. The SiLU is :func:`silu`.
+
+    ``seq_idx [L]`` int32 (Dao's packed sequences; only without a state): a tap on row ``s`` of row ``t``'s
+    window is zero unless ``seq_idx[s] == seq_idx[t]``, and a row with ``seq_idx[t] < 0`` has no output.
     """
     dtype, device = x.dtype, x.device
     N, C = x.shape
@@ -148,6 +155,9 @@ def conv_reference(
     row_read = _gather_or(read_state.long(), r, 0).bool()
     row_sid = _gather_or(sid_safe, r, 0)
     row_off = _gather_or(slot_off, r, 0)
+    if seq_idx is not None:
+        seq = seq_idx.long()
+        row_out_ok = row_out_ok & (seq >= 0)
 
     # Taps, ascending k, fp32.
     acc = torch.zeros(L, C, dtype=torch.float32, device=device)
@@ -161,16 +171,22 @@ def conv_reference(
             s_val = torch.zeros(L, C, dtype=torch.float32, device=device)
         x_row = (q_start + h - SL).clamp(max=L - 1).clamp(min=0)
         x_val = x_ext[_gather_or(phys, x_row, N)].float()
+        x_ok = row_out_ok
+        if seq_idx is not None:
+            x_ok = x_ok & (_gather_or(seq, q_start + h - SL, -1) == seq)
         tap = torch.where(
             from_state[:, None],
             torch.where(row_read[:, None], s_val, 0.0),
-            torch.where(row_out_ok[:, None], x_val, 0.0),
+            torch.where(x_ok[:, None], x_val, 0.0),
         )
         acc = acc + weight[:, k].float() * tap
     if bias is not None:
         acc = acc + bias.float()
-    conv = acc.to(dtype)
-    y = silu(conv).to(dtype) if activation == "silu" else conv
+    if weight.dtype == torch.float32:  # fp32 weights: the conv and its SiLU in fp32, one rounding
+        y = (silu(acc) if activation == "silu" else acc).to(dtype)
+    else:
+        conv = acc.to(dtype)
+        y = silu(conv).to(dtype) if activation == "silu" else conv
     conv_out = torch.where(row_out_ok[:, None], y, torch.zeros((), dtype=dtype, device=device))
 
     # State write-back, computed from the old state.
@@ -222,15 +238,17 @@ def short_conv_call(
 
 def causal_conv1d_call(
     x, weight, bias=None, activation="silu", dilation=1, conv_state=None, query_start_loc=None,
-    state_indices=None, has_initial_state=None, pad_slot_id=-1,
+    state_indices=None, has_initial_state=None, pad_slot_id=-1, seq_idx=None,
 ) -> dict:  # fmt: skip
     """A ``causal_conv1d`` call: prefill of its sequences (one over all rows without
-    ``query_start_loc``), histories of zeros without ``has_initial_state``, ``pad_slot_id`` the null slot."""
+    ``query_start_loc``), histories of zeros without ``has_initial_state``, ``pad_slot_id`` the null slot,
+    ``seq_idx`` per row."""
     return dict(
         x=x, weight=weight, mode="prefill", dilation=dilation, conv_state=conv_state, state_indices=state_indices,
         query_start_loc=one_sequence(x) if query_start_loc is None else query_start_loc, num_accepted_tokens=None,
         has_initial_state=has_initial_state, init="never" if has_initial_state is None else "tensor",
         spec_query_len=1, token_indices=None, null_slot=pad_slot_id, bias=bias, activation=activation,
+        seq_idx=seq_idx,
     )  # fmt: skip
 
 
@@ -312,22 +330,27 @@ def causal_conv1d(
     state_indices: torch.Tensor | None = None,
     has_initial_state: torch.Tensor | None = None,
     pad_slot_id: int = -1,
+    seq_idx: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Mamba-style varlen causal conv: ``out = act(rnd(Σ_k w·x + bias))``, ``[T, C] -> [T, C]``.
 
     x: ``[T, C]`` channel-last (last dim contiguous), sequences at ``query_start_loc [R+1]`` int32 or
-    int64 (``None``: one sequence). weight ``[C, K]``, bias ``[C]`` or None, activation None or "silu".
+    int64 (``None``: one sequence). weight ``[C, K]``, bias ``[C]`` or None (x's dtype, or both fp32:
+    then the conv and SiLU are fp32 with one rounding at the output), activation None or "silu".
     conv_state: logical ``[slots, C, W]`` with ``W >= (K-1)·dilation``; positions ``0 .. SL-1`` hold the
     history, oldest first, and get the sequence's last ``SL`` inputs. state_indices ``[>=R]`` int32, the
     first ``R`` used (None: request ``r`` uses slot ``r``); a request whose index is ``pad_slot_id`` is
     skipped (output rows 0, state untouched): ``-1`` (Dao's and vLLM's former ``PAD_SLOT_ID``) by
     default, ``0`` for vLLM's ``NULL_BLOCK_ID`` convention. has_initial_state ``[>=R]`` bool, the first
-    ``R`` used (None: every history starts at zeros).
+    ``R`` used (None: every history starts at zeros). seq_idx ``[T]`` int32 or None (Dao's packed
+    sequences, its ``[B, L]`` flattened; without ``conv_state``, as Dao takes no initial state with it):
+    the sequence of each row; a tap counts only when its row has the output row's ``seq_idx``, and a row
+    with ``seq_idx < 0`` (padding) gets 0. It splits the sequences of ``query_start_loc`` further.
     """
     return conv_reference(
         **causal_conv1d_call(
             x, weight, bias, activation, dilation, conv_state, query_start_loc, state_indices, has_initial_state,
-            pad_slot_id,
+            pad_slot_id, seq_idx,
         )
     )  # fmt: skip
 
@@ -346,12 +369,12 @@ def causal_conv1d_update(
 ) -> torch.Tensor:
     """Mamba-style decode step: ``[B, C]`` (one token per sequence) or ``[B, Lq, C]`` -> same shape.
 
-    Reads each sequence's history from ``conv_state`` (positions ``0 .. SL-1``) and shifts its inputs
-    in. ``[B, C]``: the state shifts by one. ``[B, Lq, C]`` without ``num_accepted_tokens``: it becomes
-    the last ``SL`` entries of ``history ‖ inputs``. With ``num_accepted_tokens [>=B]`` int32 (speculative
-    decoding, ``W >= SL + Lq - 1``): the history starts at ``clamp(accepted - 1, 0, Lq - 1)`` and the
-    state becomes ``history[1:] ‖ all Lq inputs``, as ``short_conv``'s spec mode. state_indices
-    ``[>=B]`` int32, the first ``B`` used; ``pad_slot_id`` as in :func:`causal_conv1d`.
+    Reads each sequence's history from ``conv_state`` (positions ``0 .. SL-1``) and shifts its inputs in. weight and
+    bias as in :func:`causal_conv1d` (x's dtype or fp32). ``[B, C]``: the state shifts by one. ``[B, Lq, C]``
+    without ``num_accepted_tokens``: it becomes the last ``SL`` entries of ``history ‖ inputs``. With
+    ``num_accepted_tokens [>=B]`` int32 (speculative decoding, ``W >= SL + Lq - 1``): the history starts at
+    ``clamp(accepted - 1, 0, Lq - 1)`` and the state becomes ``history[1:] ‖ all Lq inputs``, as ``short_conv``'s
+    spec mode. state_indices ``[>=B]`` int32, the first ``B`` used; ``pad_slot_id`` as in :func:`causal_conv1d`.
 
     history_at ``"end"`` (Dao's ``causal_conv1d_update``, transformers' PyTorch path; without
     ``num_accepted_tokens``): the history is the **last** ``SL`` positions of a window of any

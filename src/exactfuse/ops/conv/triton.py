@@ -35,6 +35,7 @@ def launch_conv(
     activation: str | None = "silu",
     residual: torch.Tensor | None = None,
     outer_residual: torch.Tensor | None = None,
+    seq_idx: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
     config: heuristics.ConvConfig | None = None,
 ) -> None:
@@ -82,17 +83,20 @@ def launch_conv(
     tok = token_indices if token_indices is not None else x
     sid_stride = state_indices.stride(0) if state_indices is not None else 0
     target = residual if residual is not None else out
-    act = chosen_formula("silu", x.dtype, x.device) if activation == "silu" else NO_ACTIVATION
+    # fp32 weights: the SiLU reads the fp32 conv, so it takes fp32's formula
+    act_dtype = torch.float32 if weight.dtype == torch.float32 else x.dtype
+    act = chosen_formula("silu", act_dtype, x.device) if activation == "silu" else NO_ACTIVATION
     torch.library.wrap_triton(conv_rows_kernel)[(triton.cdiv(L, cfg.BT), triton.cdiv(C, cfg.BC))](
         x, weight, bias if bias is not None else x, target, outer_residual if outer_residual is not None else x,
-        target, state, sid, qsl, acc, hinit, tok,
+        target, state, sid, qsl, acc, hinit, tok, seq_idx if seq_idx is not None else x,
         L, R, N, C, slots, null_slot,
         x.stride(0), target.stride(0), outer_residual.stride(0) if outer_residual is not None else 0,
         target.stride(0), weight.stride(0), weight.stride(1),
         *s_strides, sid_stride,
         HAS_STATE=has_state, HAS_RESIDUAL=residual is not None, HAS_OUTER=outer_residual is not None,
         HAS_BIAS=bias is not None, ACT=act, BC=cfg.BC, BW=cfg.BW, BT=cfg.BT,
-        UNROLL=cfg.unroll if mode != "decode" else 1, num_warps=cfg.num_warps, **flags,
+        UNROLL=cfg.unroll if mode != "decode" else 1, HAS_SEQ_IDX=seq_idx is not None, num_warps=cfg.num_warps,
+        **flags,
     )  # fmt: skip
     if mode != "decode" and has_state:
         torch.library.wrap_triton(conv_state_kernel)[(R, triton.cdiv(C, cfg.BC_STATE))](
@@ -137,11 +141,12 @@ def causal_conv1d_triton(
     state_indices: torch.Tensor | None = None,
     has_initial_state: torch.Tensor | None = None,
     pad_slot_id: int = -1,
+    seq_idx: torch.Tensor | None = None,
 ) -> torch.Tensor:
     out = empty(x.shape, x.dtype, x.device)
     call = native.causal_conv1d_call(
         x, weight, bias, activation, dilation, conv_state, query_start_loc, state_indices, has_initial_state,
-        pad_slot_id,
+        pad_slot_id, seq_idx,
     )  # fmt: skip
     launch_conv(**call, out=out)
     return out

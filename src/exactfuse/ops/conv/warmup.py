@@ -32,6 +32,12 @@ def schema_args(op, args: tuple, kwargs: dict) -> tuple:
     return tuple(bound.args)
 
 
+def _weight_dtypes(dtype, fp32_weights) -> list:
+    """The weight dtypes to warm up: x's; and fp32 (Dao's convention) when ``True in fp32_weights`` and x
+    is 16-bit."""
+    return [dtype] + ([torch.float32] if True in fp32_weights and dtype != torch.float32 else [])
+
+
 def _int32(values, device) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.int32, device=device)
 
@@ -83,19 +89,25 @@ def short_conv_warmup(
 
 @_causal_conv1d.warmup
 def causal_conv1d_warmup(
-    device, dtype, *, channels=(10240,), kernel_sizes=(4,), dilations=(1,), layouts=LAYOUTS, **other_ops_options
-) -> None:
+    device, dtype, *, channels=(10240,), kernel_sizes=(4,), dilations=(1,), layouts=LAYOUTS, packed=(False,),
+    fp32_weights=(False,), **other_ops_options,
+) -> None:  # fmt: skip
     """Every ``causal_conv1d`` specialization for these constants: bias or not, SiLU or none, a state
-    with or without initial states, or none."""
-    for C, K, D, layout, bias, act in itertools.product(
-        channels, kernel_sizes, dilations, layouts, (True, False), ("silu", None)
+    with or without initial states, or none; with ``packed=(False, True)`` also the stateless launch
+    with a ``seq_idx`` (Dao's packed sequences), and with ``fp32_weights=(False, True)`` each launch again
+    with fp32 weight and bias: both compiled only when asked for."""
+    for w_dtype, C, K, D, layout, bias, act in itertools.product(
+        _weight_dtypes(dtype, fp32_weights), channels, kernel_sizes, dilations, layouts, (True, False), ("silu", None)
     ):
         SL = (K - 1) * D
-        for state, init in ((True, True), (True, False), (False, False)):
+        variants = [(True, True, False), (True, False, False), (False, False, False)]
+        if True in packed and layout == layouts[0]:  # stateless: the state layout does not matter
+            variants.append((False, False, True))
+        for state, init, seq in variants:
             args = (
                 torch.zeros((1, C), dtype=dtype, device=device),
-                torch.zeros((C, K), dtype=dtype, device=device),
-                torch.zeros((C,), dtype=dtype, device=device) if bias else None,
+                torch.zeros((C, K), dtype=w_dtype, device=device),
+                torch.zeros((C,), dtype=w_dtype, device=device) if bias else None,
             )
             kwargs = {"activation": act, "dilation": D, "query_start_loc": _int32([0, 1], device)}
             if state:
@@ -103,18 +115,27 @@ def causal_conv1d_warmup(
                 kwargs["state_indices"] = _int32([1], device)
                 if init:
                     kwargs["has_initial_state"] = torch.zeros((1,), dtype=torch.bool, device=device)
+            if seq:
+                kwargs["seq_idx"] = _int32([0], device)
             _triton.causal_conv1d_triton(*schema_args(_causal_conv1d, args, kwargs))
 
 
 @_causal_conv1d_update.warmup
 def causal_conv1d_update_warmup(
     device, dtype, *, channels=(10240,), kernel_sizes=(4,), dilations=(1,), spec_query_lens=(4,),
-    layouts=LAYOUTS, **other_ops_options,
+    layouts=LAYOUTS, fp32_weights=(False,), **other_ops_options,
 ) -> None:  # fmt: skip
     """Every ``causal_conv1d_update`` specialization: ``[B, C]``, ``[B, Lq, C]``, speculative, bias or
-    not, SiLU or none."""
-    for C, K, D, sql, layout, bias, act in itertools.product(
-        channels, kernel_sizes, dilations, spec_query_lens, layouts, (True, False), ("silu", None)
+    not, SiLU or none; again with fp32 weight and bias when ``fp32_weights=(False, True)`` asks for it."""
+    for w_dtype, C, K, D, sql, layout, bias, act in itertools.product(
+        _weight_dtypes(dtype, fp32_weights),
+        channels,
+        kernel_sizes,
+        dilations,
+        spec_query_lens,
+        layouts,
+        (True, False),
+        ("silu", None),
     ):
         SL = (K - 1) * D
         for Lq, spec in ((None, False), (sql, False), (sql, True)):
@@ -122,8 +143,8 @@ def causal_conv1d_update_warmup(
             args = (
                 torch.zeros((1, C) if Lq is None else (1, Lq, C), dtype=dtype, device=device),
                 _state(3, C, W, layout, dtype, device),
-                torch.zeros((C, K), dtype=dtype, device=device),
-                torch.zeros((C,), dtype=dtype, device=device) if bias else None,
+                torch.zeros((C, K), dtype=w_dtype, device=device),
+                torch.zeros((C,), dtype=w_dtype, device=device) if bias else None,
             )
             kwargs = {"dilation": D, "state_indices": _int32([1], device), "activation": act}
             if spec:
