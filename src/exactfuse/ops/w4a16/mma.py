@@ -2,18 +2,19 @@
 ``mma.sync.m16n8k16`` operands, no shuffles and no shared memory.
 
 The weight is the A operand of ``out^T = W^T a^T`` (``fragment.py`` has the layout): every warp owns
-one 16-column tile of ``N`` and walks its K split 64 rows (one chunk) at a time, ``U`` chunks a loop
-step, the next step's words, activations and scales loaded before this step's are used. Per word (8
-weights): 3 shifts and 4 ``lop3`` give ``MAGIC + q`` in four 16-bit pairs, 4 ``sub`` (``- (MAGIC + z)``,
-exact) and 4 ``mul`` (times the scale, one rounding: the spec's ``(q - z) * s`` in the dtype, bit for
-bit) make the operand, and one MMA (two for 16 rows of ``a``) multiplies it by 8 rows of activations
-(B operand: lane ``l`` holds row ``l // 4``). Products are exact and summed in fp32 by the tensor core,
-each word into its own accumulator; the accumulators are summed once, after the loop.
+``TILES`` 16-column tiles of ``N`` and walks its K split one 64-row chunk at a time, the next chunk's
+words and activations loaded before this chunk's are used. Per word (8 weights): 3 shifts and 4
+``lop3`` give ``MAGIC + q`` in four 16-bit pairs, 4 ``sub`` (``- (MAGIC + z)``, exact) and 4 ``mul``
+(times the scale, one rounding: the spec's ``(q - z) * s`` in the dtype, bit for bit) make the operand,
+which multiplies each of ``BLOCKS`` blocks of 8 rows of activations (the B operand: lane ``l`` holds
+row ``l // 4`` of a block), one MMA a block. Products are exact and summed in fp32 by the tensor core,
+the four k-steps of a chunk into the same accumulators.
 
-An output tile of ``MMA_N`` (8 or 16) rows of ``a`` and ``16 NW`` columns belongs to one program per K
-split. With split-K each split stores its fp32 partial in a ``[S, M, N]`` workspace and the last split
-to arrive (``ops/splitk.py``'s arrival counters) sums them in split order and rounds (+ bias):
-deterministic, the result does not depend on the arrival order.
+An output tile of ``8 BLOCKS`` rows of ``a`` and ``16 TILES num_warps`` columns belongs to one program
+per K split. With split-K each split stores its fp32 partial in a ``[S, M, N]`` workspace and the last
+split to arrive (``ops/arrival.py``'s counters) sums them in split order and rounds (+ bias):
+deterministic, the result does not depend on the arrival order. The launch rule is
+``heuristics.fragment_config``.
 """
 
 from __future__ import annotations
