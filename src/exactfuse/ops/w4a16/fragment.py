@@ -28,8 +28,8 @@ and ``MAGIC + z_{r+8}`` twice: the four 32-bit pairs the dequantization multipli
 ``MAGIC + z`` (at most 143 or 1039) is exact in the dtype. A chunk lies in one group: the group size
 is a multiple of 64 (or one group spans K).
 
-:func:`pack` and :func:`unpack` are exact inverses; ``W4A16Linear`` keeps the GPTQ-order tensors of
-:mod:`~exactfuse.ops.w4a16.packing` as its checkpoint format and repacks when it is built or loaded.
+:func:`pack` takes the prepared GPTQ-order tensors of :mod:`~exactfuse.ops.w4a16.packing` (what
+``W4A16Linear`` stores) and :func:`unpack` gives them back: exact inverses.
 """
 
 from __future__ import annotations
