@@ -90,11 +90,13 @@ def main() -> None:
     parser.add_argument("--dtype", default="bf16", choices=list(DTYPES))
     parser.add_argument("--configs", default="4x4,4x2,8x2,2x4,4x8")
     parser.add_argument("--splits", default="1,2,4,8,16")
+    parser.add_argument("--stages", default="0", help="0: register prefetch; >= 2: a cp.async ring of that many slots")
     parser.add_argument("--check-only", action="store_true")
     args = parser.parse_args()
     dtype = DTYPES[args.dtype]
     configs = [tuple(int(v) for v in c.split("x")) for c in args.configs.split(",")]
     splits = [int(s) for s in args.splits.split(",")]
+    stages = [int(s) for s in args.stages.split(",")]
     dev, _, bw = device_info()
     lines = [f"{torch.cuda.get_device_name()} copy bandwidth {bw / 1e12:.2f} TB/s, {args.dtype}"]
     check = _check(dtype, dev, configs, splits)
@@ -118,22 +120,18 @@ def main() -> None:
             shipped = _timed(lambda i, a=a, ws=ws: exactfuse.w4a16_gemm(a, ws[i].qweight, ws[i].scales), copies)
             cublas = _timed(lambda i, a=a, dense=dense: a @ dense[i], copies)
             results = []
-            for warps, tiles in configs:
-                if (N // 16) % (warps * tiles):
+            for warps, tiles, split, st in ((w, t, sp, st) for w, t in configs for sp in splits for st in stages):
+                if (N // 16) % (warps * tiles) or (K // 64) % split:
                     continue
-                for split in splits:
-                    if (K // 64) % split:
-                        continue
-                    kw = dict(warps=warps, tiles=tiles, blocks=fragment_blocks(M), split=split)
-                    out = mma.launch_fragment(a, packs[0].words, packs[0].scales, None, None, **kw)
-                    want = native.w4a16_gemm(a, ws[0].qweight, ws[0].scales, None, None, None, 128)
-                    if not CONTRACT.check(out, want, args=(a, ws[0].qweight, ws[0].scales)).passed:
-                        results.append((float("inf"), f"{warps}x{tiles} s{split} FAILED"))
-                        continue
-                    t = _timed(
-                        lambda i, a=a, p=packs, kw=kw: mma.launch_fragment(a, *p[i][:2], None, None, **kw), copies
-                    )
-                    results.append((t, f"{warps}x{tiles} s{split}"))
+                kw = dict(warps=warps, tiles=tiles, blocks=fragment_blocks(M), split=split, stages=st)
+                name = f"{warps}x{tiles} s{split}" + (f" ring{st}" if st else "")
+                out = mma.launch_fragment(a, packs[0].words, packs[0].scales, None, None, **kw)
+                want = native.w4a16_gemm(a, ws[0].qweight, ws[0].scales, None, None, None, 128)
+                if not CONTRACT.check(out, want, args=(a, ws[0].qweight, ws[0].scales)).passed:
+                    results.append((float("inf"), f"{name} FAILED"))
+                    continue
+                t = _timed(lambda i, a=a, p=packs, kw=kw: mma.launch_fragment(a, *p[i][:2], None, None, **kw), copies)
+                results.append((t, name))
             rule = fragment_config(M, N, K)
             t_rule = _timed(
                 lambda i, a=a, p=packs, kw=rule: mma.launch_fragment(a, *p[i][:2], None, None, **kw), copies

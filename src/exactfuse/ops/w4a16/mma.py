@@ -32,8 +32,10 @@ from exactfuse.utils import empty, num_sms
 if HAS_GLUON:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
     _barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+    _async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
 
 
 def _dequant_asm(magic: int, ty: str) -> str:
@@ -113,7 +115,7 @@ if HAS_GLUON:
     def w4a16_fragment_kernel(
         p_a32, p_w, p_s32, p_bias, p_out, p_ws, p_count, M, N, K, stride_a32, chunks_per_split,
         GROUP_CHUNKS: gl.constexpr, HAS_BIAS: gl.constexpr, SPLIT: gl.constexpr, BLOCKS: gl.constexpr,
-        TILES: gl.constexpr, num_warps: gl.constexpr,
+        TILES: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr,
     ):  # fmt: skip
         """Rows ``8 BLOCKS program_id(1) ..`` and columns ``16 TILES num_warps program_id(0) ..`` of
         ``a @ W`` over K split ``program_id(2)`` (``chunks_per_split`` chunks of 64 rows).
@@ -124,7 +126,10 @@ if HAS_GLUON:
         ``[N]`` (HAS_BIAS). p_out: ``[M, N]`` contiguous. SPLIT: p_ws ``[S, M, N]`` fp32 and p_count,
         int32 arrival counters, one per output tile, zero on entry and left zero. Each warp takes TILES
         16-column tiles and BLOCKS blocks of 8 rows: a tile's operand, dequantized once, multiplies every
-        block's activations, a block's every tile.
+        block's activations, a block's every tile. STAGES 0: a chunk's words are loaded to registers one
+        chunk ahead; STAGES >= 2: they stream through a ring of STAGES shared-memory slots (cp.async,
+        ``STAGES - 1`` chunks in flight), each thread reading back only the 16-byte pieces it copied, so
+        no barrier orders the ring.
         """
         pid_n = gl.program_id(0)
         pid_m = gl.program_id(1)
@@ -168,14 +173,35 @@ if HAS_GLUON:
         acc1 = gl.zeros([R, TILES, BLOCKS], gl.float32, layout=L3)
         acc2 = gl.zeros([R, TILES, BLOCKS], gl.float32, layout=L3)
         acc3 = gl.zeros([R, TILES, BLOCKS], gl.float32, layout=L3)
-        words = gl.load(p_w + o_word + c_begin * 128)
+        c_last = c_begin + chunks_per_split - 1
+        if STAGES > 0:
+            ring = gl.allocate_shared_memory(
+                gl.int32, [STAGES, R, TILES, 4], gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0])
+            )
+            for i in gl.static_range(STAGES - 1):
+                _async_load(ring.index(i), p_w + o_word + gl.minimum(c_begin + i, c_last) * 128)
+                async_copy.commit_group()
+            words = gl.zeros([R, TILES, 4], gl.int32, layout=LW)
+        else:
+            words = gl.load(p_w + o_word + c_begin * 128)
         x0 = gl.load(p_a32 + o_a + c_begin * 32, mask=m_a, other=0)
         x1 = gl.load(p_a32 + o_a + (c_begin * 32 + 4), mask=m_a, other=0)
-        c_last = c_begin + chunks_per_split - 1
         for c in range(c_begin, c_begin + chunks_per_split):
             # the next chunk's loads before this chunk's math (the last chunk loads itself again: unused)
             c_next = gl.minimum(c + 1, c_last)
-            n_words = gl.load(p_w + o_word + c_next * 128)
+            if STAGES > 0:
+                # chunk c's slot is complete once at most STAGES - 2 younger copies are pending; the slot
+                # taken next was read by this thread in the previous step
+                async_copy.wait_group(STAGES - 2)
+                step = c - c_begin
+                _async_load(
+                    ring.index((step + STAGES - 1) % STAGES), p_w + o_word + gl.minimum(c + STAGES - 1, c_last) * 128
+                )
+                async_copy.commit_group()
+                words = ring.index(step % STAGES).load(LW)
+                n_words = words
+            else:
+                n_words = gl.load(p_w + o_word + c_next * 128)
             n_x0 = gl.load(p_a32 + o_a + c_next * 32, mask=m_a, other=0)
             n_x1 = gl.load(p_a32 + o_a + (c_next * 32 + 4), mask=m_a, other=0)
             o_g = o_s + (c // GROUP_CHUNKS) * (N // 16) * 32
@@ -199,6 +225,8 @@ if HAS_GLUON:
                     acc0, acc1, acc2, acc3, MMA,
                 )  # fmt: skip
             words, x0, x1 = n_words, n_x0, n_x1
+        if STAGES > 0:
+            async_copy.wait_group(0)
 
         # lane l: rows m0 = 8 block + 2 (l % 4) (+1), columns n = 16 tile + l // 4 (+8)
         o_n = gl.expand_dims(tile * 16 + lane_t // 4, 2)  # [R, T, 1]
@@ -273,6 +301,7 @@ def launch_fragment(
     tiles: int,
     blocks: int,
     split: int,
+    stages: int = 0,
 ) -> torch.Tensor:
     """``a[:, perm] @ W (+ bias)`` -> ``[M, N]`` from the fragment layout. ``split`` divides ``K / 64`` into
     splits; ``words.shape[0]`` (the 16-column tiles) is a multiple of ``warps * tiles``."""
@@ -296,7 +325,7 @@ def launch_fragment(
     w4a16_fragment_kernel[grid](
         a32, words, scales.view(torch.int32), b, out, ws, counts, M, N, K, a.stride(0) // 2,
         chunks // split, GROUP_CHUNKS=group_chunks, HAS_BIAS=bias is not None, SPLIT=split > 1, BLOCKS=blocks,
-        TILES=tiles, num_warps=warps,
+        TILES=tiles, STAGES=stages, num_warps=warps,
     )  # fmt: skip
     return out
 
