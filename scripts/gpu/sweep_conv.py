@@ -37,7 +37,7 @@ from sweep_io import emit
 from exactfuse.bench.results import geomean
 from exactfuse.bench.roofline import measure_copy_bandwidth
 from exactfuse.bench.timing import cudagraph_timer
-from exactfuse.ops.conv import _causal_conv1d, _short_conv, heuristics, native
+from exactfuse.ops.conv import _causal_conv1d, _short_conv, calls, heuristics
 from exactfuse.ops.conv.inputs import _causal_grid, _short_conv_grid
 from exactfuse.ops.conv.triton import launch_conv
 from exactfuse.testing import clone_args
@@ -67,7 +67,7 @@ def run(case, config):
     bound.apply_defaults()
     a = bound.arguments
     out = torch.empty_like(a["x"])
-    call = native.causal_conv1d_call(*a.values())
+    call = calls.causal_conv1d_call(*a.values())
     return (lambda: launch_conv(**call, out=out, config=config)), out, a["conv_state"]
 
 
@@ -77,7 +77,7 @@ def run_decode(case, config):
     bound = _short_conv.signature.bind(*args, **kwargs)
     bound.apply_defaults()
     a = bound.arguments
-    call = native.short_conv_call(*a.values())
+    call = calls.short_conv_call(*a.values())
     return (lambda: launch_conv(**call, config=config)), a["residual"], a["conv_state"]
 
 

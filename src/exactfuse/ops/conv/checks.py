@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.conv import native
+from exactfuse.ops.conv import calls
 from exactfuse.ops.conv.native import ACTIVATIONS, FLOAT_DTYPES, HISTORY_AT, INDEX_DTYPES, MODES
 
 PAD_SLOT_ID = -1  # the default pad_slot_id: Dao's causal-conv1d and vLLM's former PAD_SLOT_ID
@@ -76,7 +76,7 @@ def check_conv(
     seq_idx: torch.Tensor | None = None,
 ) -> None:
     """Validate a call of the conv family, read as :func:`~exactfuse.ops.conv.native.conv_reference`'s
-    keywords (``native.short_conv_call`` and its siblings; ``init`` follows from ``has_initial_state``,
+    keywords (``calls.short_conv_call`` and its siblings; ``init`` follows from ``has_initial_state``,
     which is what is checked); errors name the argument. Runs before any write.
 
     Index values (slots, token rows, request offsets) are checked only where they can be read without
@@ -202,7 +202,7 @@ def _check_values(op, N, L, mode, sql, conv_state, state_indices, qsl, token_ind
 
 def check_short_conv(*args, **kwargs) -> None:
     """``short_conv``'s arguments (the op's signature)."""
-    call = native.short_conv_call(*args, **kwargs)
+    call = calls.short_conv_call(*args, **kwargs)
     _tensor("short_conv", "residual", call["residual"], dim=2, dtypes=FLOAT_DTYPES, device=None)
     check_conv("short_conv", **call)
 
@@ -210,7 +210,7 @@ def check_short_conv(*args, **kwargs) -> None:
 def check_causal_conv1d(x: torch.Tensor, *args, **kwargs) -> None:
     """``causal_conv1d``'s arguments (the op's signature)."""
     _tensor("causal_conv1d", "x", x, dim=2, dtypes=FLOAT_DTYPES, device=None)
-    check_conv("causal_conv1d", **native.causal_conv1d_call(x, *args, **kwargs))
+    check_conv("causal_conv1d", **calls.causal_conv1d_call(x, *args, **kwargs))
 
 
 def check_causal_conv1d_update(
@@ -235,7 +235,7 @@ def check_causal_conv1d_update(
     _tensor(op, "conv_state", conv_state, dim=3, dtypes=FLOAT_DTYPES, device=None)
     if x.dim() == 3 and x.shape[1] > 1 and x.stride(1) != x.shape[2] * x.stride(2):
         _fail(op, f"x [B, Lq, C] must have rows Lq of one sequence adjacent, got strides {tuple(x.stride())}")
-    call = native.causal_conv1d_update_call(
+    call = calls.causal_conv1d_update_call(
         x, conv_state, weight, bias, activation, dilation, state_indices, num_accepted_tokens, pad_slot_id
     )
     check_conv(op, **call)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
-from exactfuse.ops.conv import _causal_conv1d, _causal_conv1d_update, _short_conv, native
+from exactfuse.ops.conv import _causal_conv1d, _causal_conv1d_update, _short_conv, calls
 from exactfuse.ops.conv.warmup import LAYOUTS, schema_args
 from exactfuse.registry import Case, LazyCase
 from exactfuse.testing.inputs import make_generator, randn
@@ -337,7 +337,7 @@ _causal_conv1d_update.grid("quick")(lambda d, t: _update_grid(d, t, ("B256-C1024
 
 # ------------------------------------------------------------------- cost
 def conv_bytes(call: dict) -> int:
-    """The minimum bytes of a call read as ``native.conv_reference``'s keywords (``native.short_conv_call``
+    """The minimum bytes of a call read as ``native.conv_reference``'s keywords (``calls.short_conv_call``
     and its siblings): each logical row of x read once and its output written once (``short_conv``: the
     residual read and written, the outer residual read); every request's history read and its new window
     written; the weights and bias."""
@@ -355,6 +355,6 @@ def conv_bytes(call: dict) -> int:
     return nbytes
 
 
-_short_conv.cost(bytes=lambda *args, **kwargs: conv_bytes(native.short_conv_call(*args, **kwargs)))
-_causal_conv1d.cost(bytes=lambda *args, **kwargs: conv_bytes(native.causal_conv1d_call(*args, **kwargs)))
-_causal_conv1d_update.cost(bytes=lambda *args, **kwargs: conv_bytes(native.causal_conv1d_update_call(*args, **kwargs)))
+_short_conv.cost(bytes=lambda *args, **kwargs: conv_bytes(calls.short_conv_call(*args, **kwargs)))
+_causal_conv1d.cost(bytes=lambda *args, **kwargs: conv_bytes(calls.causal_conv1d_call(*args, **kwargs)))
+_causal_conv1d_update.cost(bytes=lambda *args, **kwargs: conv_bytes(calls.causal_conv1d_update_call(*args, **kwargs)))

@@ -39,6 +39,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from exactfuse.ops.conv.calls import causal_conv1d_call, causal_conv1d_update_call, short_conv_call
+
 MODES = ("decode", "spec", "prefill")
 HISTORY_AT = ("start", "end")
 ACTIVATIONS = (None, "silu")
@@ -215,72 +217,6 @@ def conv_reference(
             ple = (outer_residual[phys].float() + ple.float()).to(dtype)
         residual.index_copy_(0, phys, ple)
     return conv_out
-
-
-# ------------------------------------------------------------- each op's call in conv_reference's terms
-# One reading per op of its arguments as :func:`conv_reference`'s keywords (mode, rows, query_start_loc,
-# init, null slot): the spec below, the checks (``checks.py``), the launch (``triton.py``) and the cost
-# (``inputs.py``) all go through it.
-def short_conv_call(
-    x, residual, conv_state, weight, state_indices, conv_mode, dilation=1, query_start_loc=None,
-    num_accepted_tokens=None, has_initial_state=None, spec_query_len=1, token_indices=None, outer_residual=None,
-) -> dict:  # fmt: skip
-    """A ``short_conv`` call: its mode; ``has_initial_state`` read per request in decode and prefill
-    when given (else every slot's history is read); slot 0 the null slot."""
-    init = "always" if has_initial_state is None or conv_mode == "spec" else "tensor"
-    return dict(
-        x=x, weight=weight, mode=conv_mode, dilation=dilation, conv_state=conv_state, state_indices=state_indices,
-        query_start_loc=query_start_loc, num_accepted_tokens=num_accepted_tokens,
-        has_initial_state=has_initial_state, init=init, spec_query_len=spec_query_len, token_indices=token_indices,
-        null_slot=0, residual=residual, outer_residual=outer_residual,
-    )  # fmt: skip
-
-
-def causal_conv1d_call(
-    x, weight, bias=None, activation="silu", dilation=1, conv_state=None, query_start_loc=None,
-    state_indices=None, has_initial_state=None, pad_slot_id=-1, seq_idx=None,
-) -> dict:  # fmt: skip
-    """A ``causal_conv1d`` call: prefill of its sequences (one over all rows without
-    ``query_start_loc``), histories of zeros without ``has_initial_state``, ``pad_slot_id`` the null slot,
-    ``seq_idx`` per row."""
-    return dict(
-        x=x, weight=weight, mode="prefill", dilation=dilation, conv_state=conv_state, state_indices=state_indices,
-        query_start_loc=one_sequence(x) if query_start_loc is None else query_start_loc, num_accepted_tokens=None,
-        has_initial_state=has_initial_state, init="never" if has_initial_state is None else "tensor",
-        spec_query_len=1, token_indices=None, null_slot=pad_slot_id, bias=bias, activation=activation,
-        seq_idx=seq_idx,
-    )  # fmt: skip
-
-
-def causal_conv1d_update_call(
-    x, conv_state, weight, bias=None, activation="silu", dilation=1, state_indices=None, num_accepted_tokens=None,
-    pad_slot_id=-1, history_at="start",
-) -> dict:  # fmt: skip
-    """A ``causal_conv1d_update`` call (``history_at="start"``, or the view :func:`end_history` returns):
-    ``[B, C]`` is decode; ``[B, Lq, C]`` is ``B`` sequences of ``Lq`` rows, prefill, or spec with
-    ``num_accepted_tokens``; every history is read; ``pad_slot_id`` the null slot."""
-    if x.dim() == 2:
-        mode, rows, qsl, sql = "decode", x, None, 1
-    else:
-        B, Lq, C = x.shape
-        rows, qsl, sql = x.reshape(B * Lq, C), uniform_starts(B, Lq, x.device), Lq
-        mode = "prefill" if num_accepted_tokens is None else "spec"
-    return dict(
-        x=rows, weight=weight, mode=mode, dilation=dilation, conv_state=conv_state, state_indices=state_indices,
-        query_start_loc=qsl, num_accepted_tokens=num_accepted_tokens if x.dim() == 3 else None,
-        has_initial_state=None, init="always", spec_query_len=sql, token_indices=None, null_slot=pad_slot_id,
-        bias=bias, activation=activation,
-    )  # fmt: skip
-
-
-def one_sequence(x: torch.Tensor) -> torch.Tensor:
-    """``query_start_loc`` of one sequence over all of ``x``'s rows: ``[0, T]`` int32."""
-    return torch.arange(2, dtype=torch.int32, device=x.device) * x.shape[0]
-
-
-def uniform_starts(batch: int, qlen: int, device: torch.device) -> torch.Tensor:
-    """``query_start_loc`` of ``batch`` sequences of ``qlen`` rows each: ``[0, qlen, 2·qlen, ...]`` int32."""
-    return torch.arange(batch + 1, dtype=torch.int32, device=device) * qlen
 
 
 # ---------------------------------------------------------------------------- the public specs

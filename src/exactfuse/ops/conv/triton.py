@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 import triton
 
-from exactfuse.ops.conv import heuristics, native
+from exactfuse.ops.conv import calls, heuristics, native
 from exactfuse.ops.conv.kernels import INIT_CODES, MODE_CODES, conv_rows_kernel, conv_state_kernel
 from exactfuse.ops.fastmath import chosen_formula
 from exactfuse.registry import platform
@@ -41,7 +41,7 @@ def launch_conv(
 ) -> None:
     """Launch the row kernel, then (spec, prefill, with a state) the write-back kernel.
 
-    Arguments as :func:`exactfuse.ops.conv.native.conv_reference` (a call read by ``native.short_conv_call``
+    Arguments as :func:`exactfuse.ops.conv.native.conv_reference` (a call read by ``calls.short_conv_call``
     and its siblings); ``num_accepted_tokens`` outside spec mode and ``has_initial_state`` unless
     ``init="tensor"`` are not passed to the kernels. ``out [L, C]`` receives the conv output when there is
     no ``residual``; ``config`` (sweeps, tests) replaces ``heuristics.conv_config``'s choice. Nothing here
@@ -123,7 +123,7 @@ def short_conv_triton(
     outer_residual: torch.Tensor | None = None,
 ) -> None:
     launch_conv(
-        **native.short_conv_call(
+        **calls.short_conv_call(
             x, residual, conv_state, weight, state_indices, conv_mode, dilation, query_start_loc,
             num_accepted_tokens, has_initial_state, spec_query_len, token_indices, outer_residual,
         )
@@ -144,7 +144,7 @@ def causal_conv1d_triton(
     seq_idx: torch.Tensor | None = None,
 ) -> torch.Tensor:
     out = empty(x.shape, x.dtype, x.device)
-    call = native.causal_conv1d_call(
+    call = calls.causal_conv1d_call(
         x, weight, bias, activation, dilation, conv_state, query_start_loc, state_indices, has_initial_state,
         pad_slot_id, seq_idx,
     )  # fmt: skip
@@ -166,7 +166,7 @@ def causal_conv1d_update_triton(
 ) -> torch.Tensor:
     out = empty(x.shape, x.dtype, x.device)
     conv_state = native.end_history(x, conv_state, weight, dilation, state_indices, pad_slot_id, history_at)
-    call = native.causal_conv1d_update_call(
+    call = calls.causal_conv1d_update_call(
         x, conv_state, weight, bias, activation, dilation, state_indices, num_accepted_tokens, pad_slot_id
     )
     launch_conv(**call, out=out.view(call["x"].shape))
