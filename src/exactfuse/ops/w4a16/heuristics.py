@@ -224,6 +224,7 @@ def fragment_blocks(M: int) -> int:
     return blocks
 
 
+@functools.lru_cache(maxsize=4096)
 def fragment_config(M: int, N: int, K: int, num_sms: int = H200_SMS) -> dict:
     """Launch arguments of the fragment kernel (``mma.launch_fragment``): 4 warps (fewer where N has fewer
     than 4 16-column tiles), ``fragment_blocks(M)`` blocks of 8 rows, and per warp 1 tile, 2 for wide N
@@ -244,4 +245,4 @@ def fragment_config(M: int, N: int, K: int, num_sms: int = H200_SMS) -> dict:
     chunks = K // 64
     splits = [s for s in range(1, chunks + 1) if chunks % s == 0 and (s == 1 or chunks // s >= FRAGMENT_MIN_CHUNKS)]
     split = next((s for s in splits if programs * s >= target), splits[-1])
-    return {"warps": warps, "tiles": tiles, "blocks": blocks, "split": split}
+    return {"warps": warps, "tiles": tiles, "blocks": blocks, "split": split}  # cached: callers do not mutate it
