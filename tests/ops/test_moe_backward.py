@@ -250,12 +250,15 @@ def test_opcheck():
 
 
 # ----------------------------------------------------------------- errors, declaration
+_HALF_OUT_FP16 = (torch.randn(3, 4), torch.randn(3, 8).half(), None, False, torch.float16)
+
+
 @pytest.mark.parametrize(
     ("args", "error", "match"),
     [
         ((torch.randn(3, 5), torch.randn(3, 8)), ValueError, r"grad must have the output's shape \[3, 4\], got"),
         ((torch.randn(3, 4).half(), torch.randn(3, 8)), TypeError, "grad must have the output's dtype torch.float32"),
-        ((torch.randn(3, 4), torch.randn(3, 8).half(), None, False, torch.float16), TypeError, "output.s dtype"),
+        (_HALF_OUT_FP16, TypeError, "grad must have the output's dtype torch.float16"),
         ((torch.randn(3, 4), torch.randn(3, 7)), ValueError, "gateup's last dimension must be even"),
         ((torch.randn(3, 4), torch.randn(3, 8), torch.rand(2)), ValueError, r"row_weights must be \[M\] = \[3\]"),
         (([1.0], torch.randn(3, 8)), TypeError, "grad must be a torch.Tensor, got list"),
