@@ -5,6 +5,7 @@
 | ``Bitwise()`` | every element has the native bit pattern (any NaN matches any NaN) |
 | ``Ulp(n)``    | every element is within n units in the last place of the dtype     |
 | ``Tolerance`` | ``isclose`` with the per-dtype (atol, rtol) table below            |
+| ``PerOutput`` | one contract per output of an op that returns several tensors      |
 
 NaN positions must match under every contract. A check returns a
 :class:`CheckResult` with the max abs error, max ulp, mismatch count and the
@@ -135,8 +136,30 @@ class Contract(abc.ABC):
             worst_index=_worst(worst_source, actual.shape),
         )
 
+    def for_outputs(self, n: int) -> list[Contract]:
+        """The contract of each of a call's ``n`` outputs: this one for all (:class:`PerOutput` differs)."""
+        return [self] * n
+
     def __repr__(self) -> str:
         return self.name
+
+
+class PerOutput(Contract):
+    """One contract per output, in order, for an op that returns a tuple of tensors whose outputs are held
+    to different contracts (an elementwise gradient bitwise, a reduction over another sum order by a
+    float64 reference). ``outputs``: ``(name, contract)`` pairs; the name labels the output in reports."""
+
+    def __init__(self, *outputs: tuple[str, Contract]):
+        self.outputs = tuple(outputs)
+        self.name = "; ".join(f"{name}: {c.name}" for name, c in self.outputs)
+
+    def for_outputs(self, n: int) -> list[Contract]:
+        if n != len(self.outputs):
+            raise ValueError(f"{self.name}: {n} outputs, the contract names {len(self.outputs)}")
+        return [c for _, c in self.outputs]
+
+    def check(self, actual, expected, **context):
+        raise TypeError(f"{self.name}: check each output with its own contract (for_outputs)")
 
 
 class Bitwise(Contract):

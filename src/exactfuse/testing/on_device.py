@@ -124,14 +124,16 @@ def check_call(
 ) -> CheckResult:
     """Run ``call()`` once with its outputs NaN-poisoned and check every output (the result, and for a
     mutating op the arguments ``args``/``kwargs`` it mutated) against ``expected`` by ``compare``
-    (:func:`check_output`, or :func:`check_on_device` for the contract's full result): the first
+    (:func:`check_output`, or :func:`check_on_device` for the contract's full result), each output under
+    its own contract where the op declares one per output (``PerOutput``): the first
     failure, else the pass with the largest error. ``exactfuse.testing.check_provider`` and the bench
     gate (``exactfuse.bench.gate.run_gate``) both check through it."""
     with poison_outputs():
         actual = collect_outputs(op, call(), args, kwargs)
     if len(actual) != len(expected):
         return CheckResult(False, contract.name, 0, detail=f"{len(actual)} outputs, expected {len(expected)}")
-    results = [compare(contract, a, e, args, kwargs, op) for a, e in zip(actual, expected, strict=True)]
+    contracts = contract.for_outputs(len(actual))  # one per output under PerOutput
+    results = [compare(c, a, e, args, kwargs, op) for c, a, e in zip(contracts, actual, expected, strict=True)]
     failed = [r for r in results if not r.passed]
     if failed:
         return failed[0]

@@ -1,4 +1,6 @@
-"""Declaration of ``moe_silu_and_mul``: the MoE expert activation ``silu(gate) * up [* w]``.
+"""Declaration of ``moe_silu_and_mul``: the MoE expert activation ``silu(gate) * up [* w]``; and of its
+backward op ``moe_silu_and_mul_backward`` (the gradients eager autograd computes), which the forward's
+autograd formula calls through the registry.
 
 Spec in ``native.py``, argument checks in ``checks.py``, kernel and what it takes in ``triton.py``, its launch
 rule in ``heuristics.py``, warmup in ``warmup.py``;
@@ -11,7 +13,8 @@ import torch
 
 from exactfuse.ops.moe_silu_and_mul import checks, native
 from exactfuse.ops.moe_silu_and_mul import triton as _triton
-from exactfuse.registry import Tolerance, Ulp, op, platform
+from exactfuse.registry import Bitwise, Tolerance, Ulp, op, platform
+from exactfuse.registry.contracts import Float64Relative, PerOutput
 
 # fp16/bf16 outputs: Ulp(1). Spec and kernel compute the same fp32 expression
 # in the same order and round once; the only freedom is the fp32 exp (on CUDA
@@ -37,10 +40,53 @@ moe_silu_and_mul.provider(
     supports_args=_triton.triton_supports,
     kernels=[_triton.moe_silu_and_mul_kernel],
 )(_triton.moe_silu_and_mul_triton)
-# Backward: the gradients eager autograd computes for the spec, written out (native.py).
-moe_silu_and_mul.differentiable("gateup", "row_weights", backward=native.moe_silu_and_mul_backward)
+
+# ------------------------------------------------------------------ backward
+# An op of its own: its spec is the written-out gradient of eager autograd (native.py), its Triton provider
+# the backward kernel. d gateup is elementwise and follows eager's roundings: Bitwise. d row_weights is a
+# sum over the N columns, which ATen's reduction kernel orders by its launch configuration (vectorized
+# per-thread partial sums, then warp and block trees) and the kernel in its own fixed order (a tree per
+# column tile, tiles in sequence): the same fp32 products in another order, so it is judged against the
+# float64 sum of those products, no worse than twice native's own error (floor 1e-6 relative).
+# Under the interpreter the reference's sigmoid is the CPU's (SLEEF), not the interpreter's numpy exp:
+# d gateup takes the gated activations' CPU contract, the per-dtype Tolerance.
+ROW_WEIGHTS_GRAD_CONTRACT = Float64Relative(native.row_weights_grad64, factor=2.0)
+BACKWARD_CONTRACT = PerOutput(("d_gateup", Bitwise()), ("d_row_weights", ROW_WEIGHTS_GRAD_CONTRACT))
+BACKWARD_INTERPRETER_CONTRACT = PerOutput(("d_gateup", Tolerance()), ("d_row_weights", ROW_WEIGHTS_GRAD_CONTRACT))
+moe_silu_and_mul_backward = op(
+    native.moe_silu_and_mul_backward,
+    contract=BACKWARD_CONTRACT,
+    interpreter_contract=BACKWARD_INTERPRETER_CONTRACT,
+    check=checks.check_moe_silu_and_mul_backward,
+)
+moe_silu_and_mul_backward.provider(
+    "triton",
+    supported=platform.triton_available,
+    supports_args=_triton.triton_supports_backward,
+    kernels=[_triton.moe_silu_and_mul_backward_kernel],
+)(_triton.moe_silu_and_mul_backward_triton)
+# Twice differentiable through the VJP of its spec (ATen has a derivative of sigmoid_backward), as the
+# written-out formula was when the forward called it directly.
+moe_silu_and_mul_backward.differentiable("grad", "gateup", "row_weights")
+
+
+# The forward's autograd formula calls the backward op, so the registry picks the provider: the Triton
+# kernel on CUDA, the written-out spec elsewhere (or where the kernel cannot read the gradient).
+def _moe_silu_and_mul_grad(
+    grad: torch.Tensor,
+    gateup: torch.Tensor,
+    row_weights: torch.Tensor | None = None,
+    interleaved: bool = False,
+    out_dtype: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    d_gateup, d_row_weights = moe_silu_and_mul_backward(grad, gateup, row_weights, interleaved, out_dtype)
+    return d_gateup, (d_row_weights if row_weights is not None else None)
+
+
+moe_silu_and_mul.differentiable("gateup", "row_weights", backward=_moe_silu_and_mul_grad)
 
 
 from exactfuse.ops.moe_silu_and_mul import warmup  # noqa: E402, F401  (the warmup hook, beside the launcher)
 
-moe_silu_and_mul.declared_in("exactfuse.ops.moe_silu_and_mul.inputs")  # inputs, grids, cost: on first use
+for _op in (moe_silu_and_mul, moe_silu_and_mul_backward):
+    _op.declared_in("exactfuse.ops.moe_silu_and_mul.inputs")  # inputs, grids, cost: on first use

@@ -1,6 +1,6 @@
-"""Launch choice of the MoE activation kernel (``triton.moe_silu_and_mul_kernel``): a static rule of the
-row width ``N``, the element size and the layout, never of the row count M, so every batch size reuses
-one compile and a traced launch is correct for every M (docs/heuristics.md has the sweeps).
+"""Launch choice of the MoE activation kernels (``triton.moe_silu_and_mul_kernel`` and its backward): a
+static rule of the row width ``N``, the element size and the layout, never of the row count M, so every
+batch size reuses one compile and a traced launch is correct for every M (docs/heuristics.md has the sweeps).
 """
 
 from __future__ import annotations
@@ -64,3 +64,12 @@ def moe_config(N: int, itemsize: int, interleaved: bool) -> MoeConfig:
     row_grid = -(-N // BN) <= MAX_COLUMN_TILES
     return MoeConfig(max(1, TARGET_ELEMENTS // BN), BN, NUM_WARPS, store_run=store_run(itemsize, interleaved),
                      row_grid=row_grid)  # fmt: skip
+
+
+def moe_backward_config(N: int) -> MoeConfig:
+    """The backward kernel's launch for rows of ``N`` outputs: the forward's tile (``BN`` from
+    :func:`moe_block_n`, ``BM = 1024 // BN`` rows, 4 warps), so a thread holds 8 outputs of each
+    gradient; the kernel reads ``BM``, ``BN`` and ``num_warps`` only. Not swept for the backward yet: the
+    forward's rule is the starting point."""
+    BN = moe_block_n(N)
+    return MoeConfig(max(1, TARGET_ELEMENTS // BN), BN, NUM_WARPS)

@@ -1,11 +1,11 @@
-"""Inputs of moe_silu_and_mul (shared by tests, ``verify`` and ``bench``), its benchmark grids and roofline
-cost. The registry imports this module on first use (``Op.declared_in``)."""
+"""Inputs of moe_silu_and_mul and moe_silu_and_mul_backward (shared by tests, ``verify`` and ``bench``),
+their benchmark grids and roofline cost. The registry imports this module on first use (``Op.declared_in``)."""
 
 from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.moe_silu_and_mul import moe_silu_and_mul
+from exactfuse.ops.moe_silu_and_mul import moe_silu_and_mul, moe_silu_and_mul_backward
 from exactfuse.registry import Case
 from exactfuse.testing.inputs import make_generator, randn_with_specials
 from exactfuse.utils import DTYPE_NAMES
@@ -110,3 +110,51 @@ def _bytes(
 
 
 moe_silu_and_mul.cost(bytes=_bytes)
+
+
+# ------------------------------------------------------------- backward: inputs, grids, cost
+@moe_silu_and_mul_backward.inputs
+def _backward_inputs(device: torch.device, dtype: torch.dtype, *, quick: bool = False, seed: int = 0):
+    """Each forward case with the output's gradient first (the output's dtype; NaN/Inf/zeros/subnormals
+    where the case has specials); the ``-rows`` variant reads the gradient as rows of a wider tensor
+    (row stride N + 3)."""
+    gen = make_generator(seed + 1000)
+    for case in _inputs(device, dtype, quick=quick, seed=seed):
+        gateup = case.args[0]
+        grad_dtype = (case.args[3] if len(case.args) > 3 else None) or dtype  # out_dtype or gateup's
+        M, N = gateup.shape[0], gateup.shape[1] // 2
+        specials = case.id.startswith("specials")
+        yield Case(case.id, (randn_with_specials((M, N), grad_dtype, device, gen, specials=specials), *case.args))
+        if M and N > 1 and case.id.startswith(("M3-", "M7-", "specials", "row-stride")):
+            wide = randn_with_specials((M, N + 3), grad_dtype, device, gen, specials=specials)
+            yield Case(f"{case.id}-rows", (wide[:, :N], *case.args))
+
+
+def _bench_backward(device: torch.device, dtype: torch.dtype, only: tuple[str, ...] | None = None):
+    """The forward's grid with a random output gradient first."""
+    for case in _bench_cases(device, dtype, only):
+        gateup = case.args[0]
+        grad = torch.randn((gateup.shape[0], gateup.shape[1] // 2), dtype=dtype, device=device)
+        yield Case(case.id, (grad, *case.args))
+
+
+moe_silu_and_mul_backward.grid("default")(_bench_backward)
+moe_silu_and_mul_backward.grid("quick")(lambda device, dtype: _bench_backward(device, dtype, QUICK_BENCH))
+
+
+def _backward_bytes(
+    grad: torch.Tensor,
+    gateup: torch.Tensor,
+    row_weights: torch.Tensor | None = None,
+    interleaved: bool = False,
+    out_dtype: torch.dtype | None = None,
+) -> int:
+    """Read the gradient ``[M, N]``, ``gateup`` and ``row_weights`` once; write ``d gateup`` and ``d
+    row_weights`` once."""
+    read = grad.numel() * grad.element_size() + gateup.numel() * gateup.element_size()
+    if row_weights is not None:
+        read += 2 * row_weights.numel() * row_weights.element_size()
+    return read + gateup.numel() * gateup.element_size()
+
+
+moe_silu_and_mul_backward.cost(bytes=_backward_bytes)

@@ -13,6 +13,11 @@ The interleaved layout is read as one contiguous ``[BM, 2*BN]`` tile and split
 into gate and up in registers (``reshape`` to ``[BM, BN, 2]`` + ``split``), so
 both layouts issue the same wide, coalesced loads; a stride-2 gather per
 operand would touch every sector twice.
+
+The backward kernel (``moe_silu_and_mul_backward_kernel``) computes what eager autograd computes for the
+spec (``native.moe_silu_and_mul_backward``), every product a ``mul_rn`` that no compiler contracts: the
+gateup gradient bit for bit; the row weights' gradient, a sum over the columns, in the kernel's own order
+(a tree within a column tile, tiles in order), deterministic but not ATen's reduction order.
 """
 
 from __future__ import annotations
@@ -21,8 +26,8 @@ import torch
 import triton
 import triton.language as tl
 
-from exactfuse.ops.math import exact_exp
-from exactfuse.ops.moe_silu_and_mul.heuristics import MAX_COLUMN_TILES, MoeConfig, moe_config
+from exactfuse.ops.math import exact_exp, mul_rn
+from exactfuse.ops.moe_silu_and_mul.heuristics import MAX_COLUMN_TILES, MoeConfig, moe_backward_config, moe_config
 from exactfuse.registry import platform
 from exactfuse.utils import empty, is_symbolic, needs_int64
 
@@ -185,6 +190,139 @@ def moe_silu_and_mul_triton(
     return launch_moe_silu_and_mul(gateup, row_weights, interleaved, out_dtype)
 
 
+# ------------------------------------------------------------------ backward
+@triton.jit(do_not_specialize=["M"])
+def moe_silu_and_mul_backward_kernel(
+    p_dy,
+    p_x,
+    p_w,
+    p_dx,
+    p_dw,
+    M,
+    N,
+    stride_dy,
+    stride_x,
+    stride_w,
+    INTERLEAVED: tl.constexpr,
+    HAS_WEIGHTS: tl.constexpr,
+    INT64_INDEX: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+):
+    """The gradients of ``y = g * sigmoid(g) * u [* w]`` for ``BM`` rows and one column tile, or, with
+    HAS_WEIGHTS, every column tile of the ``BM`` rows in order (the row weights' gradient sums a whole row).
+
+    p_dy: ``[M, N]`` the output's gradient, rows ``stride_dy`` apart, last dim contiguous. p_x: gateup
+    ``[M, 2N]`` as the forward kernel reads it (rows ``stride_x`` apart; split or INTERLEAVED). p_w: ``[M]``
+    ``stride_w`` apart (unused unless HAS_WEIGHTS). p_dx: ``[M, 2N]`` contiguous, gateup's layout. p_dw:
+    ``[M]`` contiguous, row_weights' dtype (unused unless HAS_WEIGHTS). Grid ``(row blocks, column
+    programs)``: without weights one program per column tile, with weights one per row block.
+
+    In fp32, as eager autograd: ``dy * y1`` summed over the row into ``dw`` (``y1 = (g s) u``); ``dy *= w``;
+    ``da = dy u``, ``d up = dy (g s)``, ``d gate = da s + (((da g) (1 - s)) s)``; a zero gateup gradient is
+    stored as +0 (autograd sums the halves' gradients into zeros of gateup's shape). constexpr:
+    INTERLEAVED, HAS_WEIGHTS, INT64_INDEX (offsets may reach 2**31), BM, BN.
+    """
+    i_m = tl.program_id(0)
+    if INT64_INDEX:
+        i_m = i_m.to(tl.int64)
+    o_m = i_m * BM + tl.arange(0, BM)
+    m_m = o_m < M
+    p_row = p_x + o_m[:, None] * stride_x
+    p_drow = p_dx + o_m[:, None] * (2 * N)
+    DT = p_dx.dtype.element_ty
+    if HAS_WEIGHTS:
+        b_w = tl.load(p_w + o_m * stride_w, mask=m_m).to(tl.float32)
+        b_dw = tl.zeros((BM,), dtype=tl.float32)
+    for i_n in range(tl.program_id(1), tl.cdiv(N, BN), tl.num_programs(1)):
+        o_n = i_n * BN + tl.arange(0, BN)
+        m_mn = m_m[:, None] & (o_n[None, :] < N)
+        if INTERLEAVED:
+            o_2n = i_n * (2 * BN) + tl.arange(0, 2 * BN)
+            m_2n = m_m[:, None] & (o_2n[None, :] < 2 * N)
+            b_g, b_u = tl.split(tl.reshape(tl.load(p_row + o_2n[None, :], mask=m_2n, other=0.0), (BM, BN, 2)))
+        else:
+            b_g = tl.load(p_row + o_n[None, :], mask=m_mn, other=0.0)
+            b_u = tl.load(p_row + N + o_n[None, :], mask=m_mn, other=0.0)
+        b_g = b_g.to(tl.float32)
+        b_u = b_u.to(tl.float32)
+        b_dy = tl.load(p_dy + o_m[:, None] * stride_dy + o_n[None, :], mask=m_mn, other=0.0).to(tl.float32)
+        b_s = tl.div_rn(1.0, 1.0 + exact_exp(-b_g))  # torch.sigmoid, as the forward kernel
+        b_a = mul_rn(b_g, b_s)
+        if HAS_WEIGHTS:
+            b_t = tl.where(m_mn, mul_rn(b_dy, mul_rn(b_a, b_u)), 0.0)  # mul's backward: grad * (a u)
+            b_dw += tl.sum(b_t, axis=1)
+            b_dy = mul_rn(b_dy, b_w[:, None])
+        b_da = mul_rn(b_dy, b_u)
+        b_du = mul_rn(b_dy, b_a)
+        b_dg = mul_rn(b_da, b_s) + mul_rn(mul_rn(mul_rn(b_da, b_g), 1.0 - b_s), b_s)
+        b_dg = tl.where(b_dg == 0.0, 0.0, b_dg).to(DT)  # -0 + 0 = +0, before the cast as autograd sums
+        b_du = tl.where(b_du == 0.0, 0.0, b_du).to(DT)
+        if INTERLEAVED:
+            tl.store(p_drow + o_2n[None, :], tl.reshape(tl.join(b_dg, b_du), (BM, 2 * BN)), mask=m_2n)
+        else:
+            tl.store(p_drow + o_n[None, :], b_dg, mask=m_mn)
+            tl.store(p_drow + N + o_n[None, :], b_du, mask=m_mn)
+    if HAS_WEIGHTS:
+        tl.store(p_dw + o_m, b_dw.to(p_dw.dtype.element_ty), mask=m_m)
+
+
+def launch_moe_silu_and_mul_backward(
+    grad: torch.Tensor,
+    gateup: torch.Tensor,
+    row_weights: torch.Tensor | None,
+    interleaved: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Launch :func:`moe_silu_and_mul_backward_kernel`: ``(d gateup [M, 2N], d row_weights [M])``, the
+    second an empty fp32 ``[0]`` without row weights. The launch depends on ``N`` alone
+    (:func:`~exactfuse.ops.moe_silu_and_mul.heuristics.moe_backward_config`), so a traced call is correct
+    for every M."""
+    M, N = gateup.shape[0], gateup.shape[1] // 2
+    dx = empty((M, 2 * N), gateup.dtype, gateup.device)
+    has_weights = row_weights is not None
+    if not has_weights:
+        dw = gateup.new_empty((0,), dtype=torch.float32)
+    elif N == 0:  # an empty sum
+        dw = torch.zeros((M,), dtype=row_weights.dtype, device=gateup.device)
+    else:
+        dw = empty((M,), row_weights.dtype, gateup.device)
+    if N == 0 or (not is_symbolic(M) and M == 0):
+        return dx, dw
+    cfg = moe_backward_config(N)
+    n_tiles = triton.cdiv(N, cfg.BN)
+    grid = (triton.cdiv(M, cfg.BM), 1 if has_weights else n_tiles)
+    torch.library.wrap_triton(moe_silu_and_mul_backward_kernel)[grid](
+        grad,
+        gateup,
+        row_weights if has_weights else gateup,
+        dx,
+        dw if has_weights else dx,
+        M,
+        N,
+        grad.stride(0),
+        gateup.stride(0),
+        row_weights.stride(0) if has_weights else 0,
+        INTERLEAVED=interleaved,
+        HAS_WEIGHTS=has_weights,
+        INT64_INDEX=needs_int64(M, max(grad.stride(0), gateup.stride(0), 2 * N)),
+        BM=cfg.BM,
+        BN=cfg.BN,
+        num_warps=cfg.num_warps,
+    )
+    return dx, dw
+
+
+def moe_silu_and_mul_backward_triton(
+    grad: torch.Tensor,
+    gateup: torch.Tensor,
+    row_weights: torch.Tensor | None = None,
+    interleaved: bool = False,
+    out_dtype: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return launch_moe_silu_and_mul_backward(grad, gateup, row_weights, interleaved)
+
+
+# ------------------------------------------------------------------ what the kernels take (supports_args)
 def triton_supports(
     gateup: torch.Tensor,
     row_weights: torch.Tensor | None = None,
@@ -199,3 +337,22 @@ def triton_supports(
     if gateup.stride(1) == 1 or gateup.numel() == 0:
         return True
     return f"gateup has strides {tuple(gateup.stride())}: the kernel reads rows with unit last stride"
+
+
+def triton_supports_backward(
+    grad: torch.Tensor,
+    gateup: torch.Tensor,
+    row_weights: torch.Tensor | None = None,
+    interleaved: bool = False,
+    out_dtype: torch.dtype | None = None,
+) -> bool | str:
+    """What the forward kernel takes, and a gradient read as rows with unit last stride (an expanded
+    ``y.sum()`` gradient, strides 0, falls back to the spec)."""
+    reason = triton_supports(gateup, row_weights, interleaved, out_dtype)
+    if reason is not True:
+        return reason
+    if not grad.is_cuda and (reason := platform.triton_reads("grad", grad)) is not True:
+        return reason
+    if grad.stride(1) == 1 or grad.numel() == 0:
+        return True
+    return f"grad has strides {tuple(grad.stride())}: the kernel reads rows with unit last stride"

@@ -1,11 +1,11 @@
-"""Warmup of moe_silu_and_mul: the launches ``exactfuse.warmup`` makes so that no kernel compiles inside a
-CUDA-graph capture."""
+"""Warmup of moe_silu_and_mul and moe_silu_and_mul_backward: the launches ``exactfuse.warmup`` makes so
+that no kernel compiles inside a CUDA-graph capture."""
 
 from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.moe_silu_and_mul import moe_silu_and_mul
+from exactfuse.ops.moe_silu_and_mul import moe_silu_and_mul, moe_silu_and_mul_backward
 from exactfuse.ops.moe_silu_and_mul import triton as _triton
 
 
@@ -33,3 +33,26 @@ def _warmup(
             for w_dtype in weights:
                 w = None if w_dtype is None else torch.ones((1,), dtype=w_dtype, device=device)
                 _triton.launch_moe_silu_and_mul(x, w, layout, out_dtype)
+
+
+@moe_silu_and_mul_backward.warmup
+def _backward_warmup(
+    device: torch.device,
+    dtype: torch.dtype,
+    *,
+    widths=(1024,),
+    interleaved=(False, True),
+    weights=(None, torch.float32),
+    out_dtype: torch.dtype | None = None,
+    **other_ops_options,
+) -> None:
+    """Compile the backward kernel for each width ``N`` x layout x row-weights dtype (``None``: no
+    weights), the output's gradient of ``out_dtype`` (default ``dtype``). The launch depends on ``N``
+    only, as the forward's does."""
+    for N in widths:
+        x = torch.ones((1, 2 * N), dtype=dtype, device=device)
+        grad = torch.ones((1, N), dtype=out_dtype or dtype, device=device)
+        for layout in (interleaved,) if isinstance(interleaved, bool) else interleaved:
+            for w_dtype in weights:
+                w = None if w_dtype is None else torch.ones((1,), dtype=w_dtype, device=device)
+                _triton.launch_moe_silu_and_mul_backward(grad, x, w, layout)
