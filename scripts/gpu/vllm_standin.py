@@ -6,7 +6,9 @@ travel without its compiled extension (scripts/vllm_carry.sh). Not part of the l
 - ``vllm/_C_stable_libtorch.py``, which vLLM's CUDA platform imports at start: it calls :func:`register_ops`,
   defining ``torch.ops._C.{silu_and_mul, gelu_and_mul, gelu_tanh_and_mul, rms_norm, fused_add_rms_norm,
   rotary_embedding}`` in plain torch (CUDA and CPU), with their out-argument conventions (``CALLS`` counts
-  them), and the CUTLASS capability queries vLLM asks at import, answered False;
+  them), the CUTLASS capability queries vLLM asks at import, answered False, and a stub for every other
+  ``torch.ops._C`` op that vLLM's modules name outside a function (its fusion passes' pattern tables):
+  the name resolves, a call raises;
 - ``vllm/vllm_flash_attn/__init__.py``: a placeholder without the flash-attention extensions (the run uses
   the Triton attention backend; vLLM's modules import the names at start);
 - ``xgrammar/``: a placeholder module when xgrammar is not installed (vLLM's structured-output module names
@@ -17,6 +19,7 @@ travel without its compiled extension (scripts/vllm_carry.sh). Not part of the l
 
 from __future__ import annotations
 
+import ast
 import collections
 import importlib.util
 import sys
@@ -46,8 +49,28 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, neox: bool) -
     return torch.stack([a * cos - b * sin, b * cos + a * sin], dim=-1).flatten(-2).to(x.dtype)
 
 
-def register_ops() -> None:
-    """Define the ``_C`` ops (once per process)."""
+def import_time_names(root: Path) -> list[str]:
+    """The ``torch.ops._C.<name>`` attributes read outside any function in the modules under ``root``."""
+    names = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            if isinstance(child, ast.Attribute) and ast.unparse(child.value) == "torch.ops._C":
+                names.add(child.attr)
+            visit(child)
+
+    for path in sorted(root.rglob("*.py")):
+        try:
+            visit(ast.parse(path.read_text()))
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+    return sorted(names)
+
+
+def register_ops(stubs: tuple[str, ...] = ()) -> None:
+    """Define the ``_C`` ops (once per process); ``stubs``: names to define as ops that raise when called."""
     global _LIB
     if _LIB is not None:
         return
@@ -105,7 +128,17 @@ def register_ops() -> None:
         lib.impl("rms_norm", rms_norm, key)
         lib.impl("fused_add_rms_norm", fused_add_rms_norm, key)
         lib.impl("rotary_embedding", rotary_embedding, key)
+    for name in (n for n in stubs if not hasattr(torch.ops._C, n)):
+        lib.define(f"{name}(Tensor[] args) -> ()")
+        lib.impl(name, _stub(name), "CompositeExplicitAutograd")
     _LIB = lib
+
+
+def _stub(name: str):
+    def call(args):
+        raise RuntimeError(f"torch.ops._C.{name}: vLLM's compiled extension is not on this machine")
+
+    return call
 
 
 XGRAMMAR_PLACEHOLDER = '''"""Placeholder for xgrammar: names resolve, building anything raises."""
@@ -152,7 +185,7 @@ def prepare(site: Path, archive: Path, exactfuse_version: str = "0.1.0") -> Path
             tar.extractall(site, filter="data")
     (site / "vllm" / "_C_stable_libtorch.py").write_text(
         '"""Stand-in for the compiled extension (scripts/gpu/vllm_standin.py)."""\n'
-        "from vllm_standin import register_ops\n\nregister_ops()\n"
+        f"from vllm_standin import register_ops\n\nregister_ops({tuple(import_time_names(site / 'vllm'))!r})\n"
     )
     (site / "vllm" / "vllm_flash_attn" / "__init__.py").write_text(FLASH_ATTN_PLACEHOLDER)
     if importlib.util.find_spec("xgrammar") is None:
