@@ -1,12 +1,12 @@
 """The fragment-layout kernel (``ops/w4a16/mma.py``) against the shipped W4A16 path and cuBLAS.
 
 Usage: PYTHONPATH=src python3 scripts/gpu/probe_w4a16_fragment.py [--ms 1,2,4,8,16,32,64] [--dtype bf16|fp16]
-       [--configs 4x4,4x2,8x2 (warps x tiles a warp)] [--splits 1,2,4,8,16] [--check-only]
+       [--configs 4x4,4x2,8x2 (warps x tiles a warp)] [--splits 1,2,4,8,16] [--unrolls 1,2,4] [--check-only]
 
 First every configuration is checked: dequantization bit for bit (one-hot activations pick single
 weight rows, products and sums exact) and the GEMM against the op's float64 contract, with bias, act-order
 and odd M. Then, per (K, N, M), weights rotated past the L2: the op as shipped (``w4a16_gemm``), the
-fragment kernel at every (warps x tiles, split) candidate and cuBLAS on the dense weight; µs, median of
+fragment kernel at every (warps x tiles, split, unroll) candidate and cuBLAS on the dense weight; µs, median of
 CUDA-graph replays, and % of the bytes' roofline at the measured copy bandwidth.
 Result: benchmarks/results/h200/sweeps/w4a16_fragment.txt (``_fp16`` for fp16).
 """
@@ -32,7 +32,7 @@ from exactfuse.ops.w4a16.packing import pack_rows
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def _check(dtype, dev, configs, splits) -> list[str]:
+def _check(dtype, dev, configs, splits, unrolls) -> list[str]:
     lines = []
     gen = torch.Generator(device=dev).manual_seed(0)
     for K, N, G in ((512, 128, 128), (4096, 256, 128), (1024, 64, -1), (2048, 512, 64)):
@@ -48,11 +48,11 @@ def _check(dtype, dev, configs, splits) -> list[str]:
         for warps, tiles in configs:
             if (N // 16) % (warps * tiles):
                 continue
-            for split in splits:
-                if (K // 64) % split:
+            for split, unroll in ((s, u) for s in splits for u in unrolls):
+                if (K // 64) % split or (K // 64 // split) % unroll:
                     continue
                 for blocks in (1, 2, 8):
-                    kw = dict(warps=warps, tiles=tiles, blocks=blocks, split=split)
+                    kw = dict(warps=warps, tiles=tiles, blocks=blocks, split=split, unroll=unroll)
                     rows = torch.randint(0, K, (8 * blocks,), device=dev, generator=gen)
                     onehot = torch.zeros(8 * blocks, K, device=dev, dtype=dtype)
                     onehot[torch.arange(8 * blocks), rows] = 1
@@ -90,16 +90,16 @@ def main() -> None:
     parser.add_argument("--dtype", default="bf16", choices=list(DTYPES))
     parser.add_argument("--configs", default="4x4,4x2,8x2,2x4,4x8")
     parser.add_argument("--splits", default="1,2,4,8,16")
-    parser.add_argument("--stages", default="0", help="0: register prefetch; >= 2: a cp.async ring of that many slots")
+    parser.add_argument("--unrolls", default="1,2,4", help="chunks a step (each step's loads issued a step ahead)")
     parser.add_argument("--check-only", action="store_true")
     args = parser.parse_args()
     dtype = DTYPES[args.dtype]
     configs = [tuple(int(v) for v in c.split("x")) for c in args.configs.split(",")]
     splits = [int(s) for s in args.splits.split(",")]
-    stages = [int(s) for s in args.stages.split(",")]
+    unrolls = [int(u) for u in args.unrolls.split(",")]
     dev, _, bw = device_info()
     lines = [f"{torch.cuda.get_device_name()} copy bandwidth {bw / 1e12:.2f} TB/s, {args.dtype}"]
-    check = _check(dtype, dev, configs, splits)
+    check = _check(dtype, dev, configs, splits, unrolls)
     lines += check
     print("\n".join(check), flush=True)
     if args.check_only or check[-1].endswith("failures"):
@@ -120,11 +120,11 @@ def main() -> None:
             shipped = _timed(lambda i, a=a, ws=ws: exactfuse.w4a16_gemm(a, ws[i].qweight, ws[i].scales), copies)
             cublas = _timed(lambda i, a=a, dense=dense: a @ dense[i], copies)
             results = []
-            for warps, tiles, split, st in ((w, t, sp, st) for w, t in configs for sp in splits for st in stages):
-                if (N // 16) % (warps * tiles) or (K // 64) % split:
+            for warps, tiles, split, un in ((w, t, sp, u) for w, t in configs for sp in splits for u in unrolls):
+                if (N // 16) % (warps * tiles) or (K // 64) % split or (K // 64 // split) % un:
                     continue
-                kw = dict(warps=warps, tiles=tiles, blocks=fragment_blocks(M), split=split, stages=st)
-                name = f"{warps}x{tiles} s{split}" + (f" ring{st}" if st else "")
+                kw = dict(warps=warps, tiles=tiles, blocks=fragment_blocks(M), split=split, unroll=un)
+                name = f"{warps}x{tiles} s{split} u{un}"
                 out = mma.launch_fragment(a, packs[0].words, packs[0].scales, None, None, **kw)
                 want = native.w4a16_gemm(a, ws[0].qweight, ws[0].scales, None, None, None, 128)
                 if not CONTRACT.check(out, want, args=(a, ws[0].qweight, ws[0].scales)).passed:

@@ -129,21 +129,23 @@ def test_gpu_kernel_dequantizes_bit_for_bit_and_meets_the_contract(dtype):
     packed = fragment.pack(qweight, scales, zeros)
     w = native.dequantize(qweight, scales, zeros, 128, dtype)
     configs = (
-        (4, 4, 1, 1, 0),
-        (4, 2, 2, 4, 0),
-        (2, 1, 1, 16, 0),
-        (4, 1, 8, 2, 0),
-        (1, 2, 4, 1, 0),
+        (4, 4, 1, 1, 1),
+        (4, 2, 2, 4, 1),
+        (2, 1, 1, 16, 1),
+        (4, 1, 8, 2, 1),
+        (1, 2, 4, 1, 1),
+        (4, 2, 1, 4, 2),
+        (4, 2, 2, 1, 2),
         (4, 1, 1, 2, 4),
-        (4, 2, 2, 1, 6),
-    )  # (warps, tiles, blocks, split, stages): register prefetch, then cp.async rings
-    for warps, tiles, blocks, split, stages in configs:
+        (4, 4, 2, 4, 4),
+    )  # (warps, tiles, blocks, split, unroll); 16 chunks, 2 a group: a step of 4 chunks spans two groups
+    for warps, tiles, blocks, split, unroll in configs:
         rows = torch.randint(0, 1024, (16 * blocks + 3,), device=dev)
         onehot = torch.zeros(len(rows), 1024, device=dev, dtype=dtype)
         onehot[torch.arange(len(rows)), rows] = 1
         out = mma.launch_fragment(onehot, packed.words, packed.scales, None, None, warps=warps, tiles=tiles,
-                                  blocks=blocks, split=split, stages=stages)  # fmt: skip
-        assert torch.equal(out, w[rows]), (warps, tiles, blocks, split, stages)
+                                  blocks=blocks, split=split, unroll=unroll)  # fmt: skip
+        assert torch.equal(out, w[rows]), (warps, tiles, blocks, split, unroll)
     o = exactfuse.get("w4a16_gemm_packed")
     for case in o.cases(dev, dtype, quick=False):
         with o.priority(["triton"]):

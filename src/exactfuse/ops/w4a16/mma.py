@@ -2,8 +2,9 @@
 ``mma.sync.m16n8k16`` operands, no shuffles and no shared memory.
 
 The weight is the A operand of ``out^T = W^T a^T`` (``fragment.py`` has the layout): every warp owns
-``TILES`` 16-column tiles of ``N`` and walks its K split one 64-row chunk at a time, the next chunk's
-words and activations loaded before this chunk's are used. Per word (8 weights): 3 shifts and 4
+``TILES`` 16-column tiles of ``N`` and walks its K split ``UNROLL`` 64-row chunks a step, the next step's
+words, scale records and activations (16-byte loads) issued before this step's are used, so that a warp
+keeps a step of every operand in flight. Per word (8 weights): 3 shifts and 4
 ``lop3`` give ``MAGIC + q`` in four 16-bit pairs, 4 ``sub`` (``- (MAGIC + z)``, exact) and 4 ``mul``
 (times the scale, one rounding: the spec's ``(q - z) * s`` in the dtype, bit for bit) make the operand,
 which multiplies each of ``BLOCKS`` blocks of 8 rows of activations (the B operand: lane ``l`` holds
@@ -32,10 +33,8 @@ from exactfuse.utils import empty, num_sms
 if HAS_GLUON:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
     _barrier = getattr(gl, "thread_barrier", None) or gl.barrier
-    _async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
 
 
 def _dequant_asm(magic: int, ty: str) -> str:
@@ -111,14 +110,69 @@ if HAS_GLUON:
             MMA, _MMA_CONSTRAINTS, [a0, a1, a2, a3, b0, b1, c0, c1, c2, c3], (gl.float32,) * 4, True, 1
         )
 
+    @gluon.jit
+    def _axis(n: gl.constexpr, dim: gl.constexpr, layout: gl.constexpr):
+        """``arange(n)`` along ``dim`` of the 4-D ``layout``, size 1 on the other dims."""
+        if dim == 0:
+            v = gl.arange(0, n, layout=gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, layout))))
+            out = gl.expand_dims(gl.expand_dims(gl.expand_dims(v, 1), 2), 3)
+        elif dim == 1:
+            v = gl.arange(0, n, layout=gl.SliceLayout(0, gl.SliceLayout(2, gl.SliceLayout(3, layout))))
+            out = gl.expand_dims(gl.expand_dims(gl.expand_dims(v, 0), 2), 3)
+        elif dim == 2:
+            v = gl.arange(0, n, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(3, layout))))
+            out = gl.expand_dims(gl.expand_dims(gl.expand_dims(v, 0), 1), 3)
+        else:
+            v = gl.arange(0, n, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, layout))))
+            out = gl.expand_dims(gl.expand_dims(gl.expand_dims(v, 0), 1), 2)
+        return out
+
+    @gluon.jit
+    def _unstack(x, layout: gl.constexpr, U: gl.constexpr):
+        """``x [R, C, U, 4]`` (all of it in one thread's registers) as its ``U`` slices ``[R, C, 4]`` in
+        ``layout``, chunk 0 first (``U`` 1, 2 or 4)."""
+        R: gl.constexpr = x.shape[0]
+        C: gl.constexpr = x.shape[1]
+        if U == 1:
+            out = (gl.convert_layout(gl.reshape(x, [R, C, 4]), layout),)
+        elif U == 2:
+            u0, u1 = gl.split(gl.permute(x, [0, 1, 3, 2]))
+            out = (gl.convert_layout(u0, layout), gl.convert_layout(u1, layout))
+        else:
+            y = gl.permute(gl.reshape(x, [R, C, 2, 2, 4]), [0, 1, 4, 2, 3])  # [R, C, 4, u // 2, u % 2]
+            even, odd = gl.split(y)
+            u0, u2 = gl.split(even)
+            u1, u3 = gl.split(odd)
+            out = (
+                gl.convert_layout(u0, layout), gl.convert_layout(u1, layout),
+                gl.convert_layout(u2, layout), gl.convert_layout(u3, layout),
+            )  # fmt: skip
+        return out
+
+    @gluon.jit
+    def _record(rec, layout: gl.constexpr):
+        """A scale record ``[R, T, 4]`` (``s_r, s_r8, MAGIC + z_r, MAGIC + z_r8`` pairs) as four ``[R, T,
+        4]`` tensors in ``layout``, each field repeated along the last dim."""
+        even, odd = gl.split(gl.reshape(rec, [rec.shape[0], rec.shape[1], 2, 2]))  # (s_r, z_r), (s_r8, z_r8)
+        sr, zr = gl.split(even)
+        s8, z8 = gl.split(odd)
+        return _repeat4(sr, layout), _repeat4(s8, layout), _repeat4(zr, layout), _repeat4(z8, layout)
+
+    @gluon.jit
+    def _repeat4(x, layout: gl.constexpr):
+        """``x [R, T]`` as ``[R, T, 4]`` in ``layout``, repeated along the last dim."""
+        y = gl.expand_dims(gl.convert_layout(x, gl.SliceLayout(2, layout)), 2)
+        return gl.broadcast(y, gl.full([x.shape[0], x.shape[1], 4], 0, gl.int32, layout=layout))[0]
+
     @gluon.jit(do_not_specialize=["M"])
     def w4a16_fragment_kernel(
         p_a32, p_w, p_s32, p_bias, p_out, p_ws, p_count, M, N, K, stride_a32, chunks_per_split,
         GROUP_CHUNKS: gl.constexpr, HAS_BIAS: gl.constexpr, SPLIT: gl.constexpr, BLOCKS: gl.constexpr,
-        TILES: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr,
+        TILES: gl.constexpr, UNROLL: gl.constexpr, num_warps: gl.constexpr,
     ):  # fmt: skip
         """Rows ``8 BLOCKS program_id(1) ..`` and columns ``16 TILES num_warps program_id(0) ..`` of
-        ``a @ W`` over K split ``program_id(2)`` (``chunks_per_split`` chunks of 64 rows).
+        ``a @ W`` over K split ``program_id(2)`` (``chunks_per_split`` chunks of 64 rows, a multiple of
+        ``UNROLL``).
 
         p_a32: ``[M, K]`` fp16/bf16 viewed as int32 pairs, rows ``stride_a32`` pairs apart (a multiple
         of 4), 16-byte aligned. p_w: ``words [N/16, K/64, 32, 4]`` int32; p_s32: ``scales [groups, N/16,
@@ -126,10 +180,9 @@ if HAS_GLUON:
         ``[N]`` (HAS_BIAS). p_out: ``[M, N]`` contiguous. SPLIT: p_ws ``[S, M, N]`` fp32 and p_count,
         int32 arrival counters, one per output tile, zero on entry and left zero. Each warp takes TILES
         16-column tiles and BLOCKS blocks of 8 rows: a tile's operand, dequantized once, multiplies every
-        block's activations, a block's every tile. STAGES 0: a chunk's words are loaded to registers one
-        chunk ahead; STAGES >= 2: they stream through a ring of STAGES shared-memory slots (cp.async,
-        ``STAGES - 1`` chunks in flight), each thread reading back only the 16-byte pieces it copied, so
-        no barrier orders the ring.
+        block's activations, a block's every tile. A step takes UNROLL chunks: their words, scale records
+        and activations (16-byte loads) are loaded a step ahead, so that ``UNROLL`` chunks of every
+        operand are in flight while the previous ones are multiplied.
         """
         pid_n = gl.program_id(0)
         pid_m = gl.program_id(1)
@@ -138,97 +191,78 @@ if HAS_GLUON:
         DEQUANT: gl.constexpr = _DEQUANT_BF16 if gl.bfloat16 == DT else _DEQUANT_FP16
         MMA: gl.constexpr = _MMA_BF16 if gl.bfloat16 == DT else _MMA_FP16
         R: gl.constexpr = 32 * num_warps
+        U: gl.constexpr = UNROLL
         LW: gl.constexpr = gl.BlockedLayout([1, TILES, 4], [32, 1, 1], [num_warps, 1, 1], [2, 1, 0])
         LA: gl.constexpr = gl.BlockedLayout([1, BLOCKS, 4], [32, 1, 1], [num_warps, 1, 1], [2, 1, 0])
+        LWU: gl.constexpr = gl.BlockedLayout([1, TILES, U, 4], [32, 1, 1, 1], [num_warps, 1, 1, 1], [3, 2, 1, 0])
+        LAU: gl.constexpr = gl.BlockedLayout([1, BLOCKS, U, 4], [32, 1, 1, 1], [num_warps, 1, 1, 1], [3, 2, 1, 0])
         L3: gl.constexpr = gl.BlockedLayout([1, TILES, BLOCKS], [32, 1, 1], [num_warps, 1, 1], [2, 1, 0])
         LT: gl.constexpr = gl.SliceLayout(2, L3)  # [R, T]
         LB: gl.constexpr = gl.SliceLayout(1, L3)  # [R, B]
-        rows: gl.constexpr = gl.SliceLayout(1, LT)
-        o_row = gl.arange(0, R, layout=rows)
-        lane = o_row % 32
-        tile = gl.expand_dims((pid_n * num_warps + o_row // 32) * TILES, 1) + gl.expand_dims(
-            gl.arange(0, TILES, layout=gl.SliceLayout(0, LT)), 0
-        )  # [R, T]
-        block = gl.expand_dims(gl.arange(0, BLOCKS, layout=gl.SliceLayout(0, LB)), 0)  # [1, B]
-        lane_t = gl.expand_dims(lane, 1)  # [R, 1] in LT
-        lane_b = gl.expand_dims(gl.convert_layout(lane, gl.SliceLayout(1, LB), assert_trivial=True), 1)
         chunks = K // 64
         c_begin = pid_s * chunks_per_split
-        # word [tile, chunk, lane, j]: [R, T, 4]
-        j_w = gl.expand_dims(gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LW))), 0), 1)
-        tile_w = gl.expand_dims(gl.convert_layout(tile, gl.SliceLayout(2, LW), assert_trivial=True), 2)
-        lane_w = gl.expand_dims(gl.convert_layout(lane_t, gl.SliceLayout(2, LW), assert_trivial=True), 2)
-        o_word = ((tile_w * chunks) * 32 + lane_w) * 4 + j_w
-        # activation pair of row m = 8 (B pid_m + block) + l // 4, k = 64 chunk + 16 (l % 4) + 2 j (and + 8): [R, B, 4]
-        j_a = gl.expand_dims(gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LA))), 0), 1)
-        m_b = (pid_m * BLOCKS + block) * 8 + lane_b // 4  # [R, B] in LB
-        m_a3 = gl.expand_dims(gl.convert_layout(m_b, gl.SliceLayout(2, LA), assert_trivial=True), 2)
-        q_a3 = gl.expand_dims(gl.convert_layout(lane_b % 4, gl.SliceLayout(2, LA), assert_trivial=True), 2)
-        o_a = m_a3 * stride_a32 + q_a3 * 8 + j_a
-        m_a = gl.broadcast(m_a3 < M, o_a)[0]
-        # scale record (group, tile, row l // 4): [R, T, 1] in LW
-        o_s = (tile_w * 8 + lane_w // 4) * 4
+        c_last = c_begin + chunks_per_split - U  # the last step's first chunk
+        # word [tile, chunk c + u, lane, j] and scale record [group of c + u, tile, row l // 4, j]: [R, T, U, 4]
+        r_w = _axis(R, 0, LWU)
+        tile_w = (pid_n * num_warps + r_w // 32) * TILES + _axis(TILES, 1, LWU)
+        u_w = _axis(U, 2, LWU)
+        j_w = _axis(4, 3, LWU)
+        o_word = ((tile_w * chunks) * 32 + r_w % 32) * 4 + j_w + u_w * 128
+        o_rec = (tile_w * 8 + (r_w % 32) // 4) * 4 + j_w
+        group_stride = (N // 16) * 32
+        # activation pair of row m = 8 (B pid_m + block) + l // 4, k = 64 (c + u) + 16 (l % 4) + 2 j (and
+        # + 8, the second load): [R, B, U, 4]
+        r_a = _axis(R, 0, LAU)
+        m_a = (pid_m * BLOCKS + _axis(BLOCKS, 1, LAU)) * 8 + (r_a % 32) // 4
+        o_a = m_a * stride_a32 + (r_a % 4) * 8 + _axis(4, 3, LAU) + _axis(U, 2, LAU) * 32
+        mask_a = gl.broadcast(m_a < M, o_a)[0]
 
         acc0 = gl.zeros([R, TILES, BLOCKS], gl.float32, layout=L3)
         acc1 = gl.zeros([R, TILES, BLOCKS], gl.float32, layout=L3)
         acc2 = gl.zeros([R, TILES, BLOCKS], gl.float32, layout=L3)
         acc3 = gl.zeros([R, TILES, BLOCKS], gl.float32, layout=L3)
-        c_last = c_begin + chunks_per_split - 1
-        if STAGES > 0:
-            ring = gl.allocate_shared_memory(
-                gl.int32, [STAGES, R, TILES, 4], gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0])
-            )
-            for i in gl.static_range(STAGES - 1):
-                _async_load(ring.index(i), p_w + o_word + gl.minimum(c_begin + i, c_last) * 128)
-                async_copy.commit_group()
-            words = gl.zeros([R, TILES, 4], gl.int32, layout=LW)
-        else:
-            words = gl.load(p_w + o_word + c_begin * 128)
-        x0 = gl.load(p_a32 + o_a + c_begin * 32, mask=m_a, other=0)
-        x1 = gl.load(p_a32 + o_a + (c_begin * 32 + 4), mask=m_a, other=0)
-        for c in range(c_begin, c_begin + chunks_per_split):
-            # the next chunk's loads before this chunk's math (the last chunk loads itself again: unused)
-            c_next = gl.minimum(c + 1, c_last)
-            if STAGES > 0:
-                # chunk c's slot is complete once at most STAGES - 2 younger copies are pending; the slot
-                # taken next was read by this thread in the previous step
-                async_copy.wait_group(STAGES - 2)
-                step = c - c_begin
-                _async_load(
-                    ring.index((step + STAGES - 1) % STAGES), p_w + o_word + gl.minimum(c + STAGES - 1, c_last) * 128
+        words = gl.load(p_w + o_word + c_begin * 128)
+        recs = gl.load(p_s32 + o_rec + ((c_begin + u_w) // GROUP_CHUNKS) * group_stride)
+        x0 = gl.load(p_a32 + o_a + c_begin * 32, mask=mask_a, other=0)
+        x1 = gl.load(p_a32 + o_a + (c_begin * 32 + 4), mask=mask_a, other=0)
+        for c in range(c_begin, c_begin + chunks_per_split, U):
+            # the next step's loads before this step's math (the last step loads itself again: unused)
+            c_next = gl.minimum(c + U, c_last)
+            n_words = gl.load(p_w + o_word + c_next * 128)
+            n_recs = gl.load(p_s32 + o_rec + ((c_next + u_w) // GROUP_CHUNKS) * group_stride)
+            n_x0 = gl.load(p_a32 + o_a + c_next * 32, mask=mask_a, other=0)
+            n_x1 = gl.load(p_a32 + o_a + (c_next * 32 + 4), mask=mask_a, other=0)
+            w_u = _unstack(words, LW, U)
+            rec_u = _unstack(recs, LW, U)
+            x0_u = _unstack(x0, LA, U)
+            x1_u = _unstack(x1, LA, U)
+            for u in gl.static_range(U):
+                sr, s8, zr, z8 = _record(rec_u[u], LW)
+                r0, r1, r2, r3 = gl.inline_asm_elementwise(
+                    DEQUANT, _DEQUANT_CONSTRAINTS, [w_u[u], sr, s8, zr, z8], (gl.int32,) * 4, True, 1
                 )
-                async_copy.commit_group()
-                words = ring.index(step % STAGES).load(LW)
-                n_words = words
-            else:
-                n_words = gl.load(p_w + o_word + c_next * 128)
-            n_x0 = gl.load(p_a32 + o_a + c_next * 32, mask=m_a, other=0)
-            n_x1 = gl.load(p_a32 + o_a + (c_next * 32 + 4), mask=m_a, other=0)
-            o_g = o_s + (c // GROUP_CHUNKS) * (N // 16) * 32
-            sr = gl.broadcast(gl.load(p_s32 + o_g), words)[0]
-            s8 = gl.broadcast(gl.load(p_s32 + o_g + 1), words)[0]
-            zr = gl.broadcast(gl.load(p_s32 + o_g + 2), words)[0]
-            z8 = gl.broadcast(gl.load(p_s32 + o_g + 3), words)[0]
-            r0, r1, r2, r3 = gl.inline_asm_elementwise(
-                DEQUANT, _DEQUANT_CONSTRAINTS, [words, sr, s8, zr, z8], (gl.int32,) * 4, True, 1
-            )
-            r0s = _steps(r0, LT)
-            r1s = _steps(r1, LT)
-            r2s = _steps(r2, LT)
-            r3s = _steps(r3, LT)
-            x0s = _steps(x0, LB)
-            x1s = _steps(x1, LB)
-            for j in gl.static_range(4):
-                acc0, acc1, acc2, acc3 = _mma_step(
-                    gl.expand_dims(r0s[j], 2), gl.expand_dims(r1s[j], 2), gl.expand_dims(r2s[j], 2),
-                    gl.expand_dims(r3s[j], 2), gl.expand_dims(x0s[j], 1), gl.expand_dims(x1s[j], 1),
-                    acc0, acc1, acc2, acc3, MMA,
-                )  # fmt: skip
-            words, x0, x1 = n_words, n_x0, n_x1
-        if STAGES > 0:
-            async_copy.wait_group(0)
+                r0s = _steps(r0, LT)
+                r1s = _steps(r1, LT)
+                r2s = _steps(r2, LT)
+                r3s = _steps(r3, LT)
+                x0s = _steps(x0_u[u], LB)
+                x1s = _steps(x1_u[u], LB)
+                for j in gl.static_range(4):
+                    acc0, acc1, acc2, acc3 = _mma_step(
+                        gl.expand_dims(r0s[j], 2), gl.expand_dims(r1s[j], 2), gl.expand_dims(r2s[j], 2),
+                        gl.expand_dims(r3s[j], 2), gl.expand_dims(x0s[j], 1), gl.expand_dims(x1s[j], 1),
+                        acc0, acc1, acc2, acc3, MMA,
+                    )  # fmt: skip
+            words, recs, x0, x1 = n_words, n_recs, n_x0, n_x1
 
         # lane l: rows m0 = 8 block + 2 (l % 4) (+1), columns n = 16 tile + l // 4 (+8)
+        o_row = gl.arange(0, R, layout=gl.SliceLayout(1, LT))
+        lane_t = gl.expand_dims(o_row % 32, 1)  # [R, 1] in LT
+        tile = gl.expand_dims((pid_n * num_warps + o_row // 32) * TILES, 1) + gl.expand_dims(
+            gl.arange(0, TILES, layout=gl.SliceLayout(0, LT)), 0
+        )  # [R, T]
+        block = gl.expand_dims(gl.arange(0, BLOCKS, layout=gl.SliceLayout(0, LB)), 0)  # [1, B]
+        lane_b = gl.expand_dims(gl.convert_layout(o_row % 32, gl.SliceLayout(1, LB), assert_trivial=True), 1)
         o_n = gl.expand_dims(tile * 16 + lane_t // 4, 2)  # [R, T, 1]
         o_m = gl.expand_dims((pid_m * BLOCKS + block) * 8 + (lane_b % 4) * 2, 1)  # [R, 1, B]
         o_n = gl.broadcast(o_n, acc0)[0]
@@ -301,10 +335,11 @@ def launch_fragment(
     tiles: int,
     blocks: int,
     split: int,
-    stages: int = 0,
+    unroll: int = 1,
 ) -> torch.Tensor:
     """``a[:, perm] @ W (+ bias)`` -> ``[M, N]`` from the fragment layout. ``split`` divides ``K / 64`` into
-    splits; ``words.shape[0]`` (the 16-column tiles) is a multiple of ``warps * tiles``."""
+    splits of a multiple of ``unroll`` (1, 2 or 4) chunks; ``words.shape[0]`` (the 16-column tiles) is a
+    multiple of ``warps * tiles``."""
     if perm is not None:
         a = permuted_columns(a, perm)
     if a.stride(1) != 1 or a.stride(0) % 8 or a.data_ptr() % 16:
@@ -314,6 +349,8 @@ def launch_fragment(
     N = n_tiles * TILE_N
     groups = scales.shape[0]
     group_chunks = chunks // groups
+    if chunks % split or (chunks // split) % unroll:
+        raise ValueError(f"split={split}, unroll={unroll}: the {chunks} chunks of K do not divide into them")
     out = empty((M, N), a.dtype, a.device)
     if M == 0:
         return out
@@ -325,7 +362,7 @@ def launch_fragment(
     w4a16_fragment_kernel[grid](
         a32, words, scales.view(torch.int32), b, out, ws, counts, M, N, K, a.stride(0) // 2,
         chunks // split, GROUP_CHUNKS=group_chunks, HAS_BIAS=bias is not None, SPLIT=split > 1, BLOCKS=blocks,
-        TILES=tiles, STAGES=stages, num_warps=warps,
+        TILES=tiles, UNROLL=unroll, num_warps=warps,
     )  # fmt: skip
     return out
 
