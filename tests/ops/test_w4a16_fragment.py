@@ -179,3 +179,18 @@ def test_bench_grid_builds_packed_cases():
     a, words, scales, perm, bias = case.args
     assert case.id == "M1-K4096-N4096" and words.shape == (256, 64, 32, 4) and scales.dtype == torch.float16
     assert perm is None and bias is None and a.shape == (1, 4096)
+
+
+@pytest.mark.parametrize("N", [16, 64, 256, 4096, 6144, 13824, 14336, 28672])
+@pytest.mark.parametrize("K", [64, 256, 1024, 4096, 5120, 8192, 14336, 28672])
+def test_launch_rule_takes_only_what_the_launcher_accepts(K, N):
+    """Every configuration ``fragment_config`` returns divides the layer as the kernel needs: tiles among
+    the warps, K's chunks among the splits and each split's chunks into steps."""
+    from exactfuse.ops.w4a16.heuristics import fragment_config
+
+    tile_cols, chunks = N // 16, K // 64
+    for M in (1, 2, 8, 9, 16, 33, 64, 300):
+        cfg = fragment_config(M, N, K, 132)
+        assert tile_cols % (cfg["warps"] * cfg["tiles"]) == 0, (M, cfg)
+        assert chunks % cfg["split"] == 0 and (chunks // cfg["split"]) % cfg["unroll"] == 0, (M, cfg)
+        assert cfg["unroll"] in (1, 2, 4) and 8 * cfg["blocks"] >= min(M, 64), (M, cfg)

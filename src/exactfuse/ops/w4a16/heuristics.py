@@ -227,22 +227,37 @@ def fragment_blocks(M: int) -> int:
 @functools.lru_cache(maxsize=4096)
 def fragment_config(M: int, N: int, K: int, num_sms: int = H200_SMS) -> dict:
     """Launch arguments of the fragment kernel (``mma.launch_fragment``): 4 warps (fewer where N has fewer
-    than 4 16-column tiles), ``fragment_blocks(M)`` blocks of 8 rows, and per warp 1 tile, 2 for wide N
-    at one block or at 8 blocks, 4 for wide N at 4 blocks; then the fewest K splits (divisors of
-    ``K / 64``, splits of at least ``FRAGMENT_MIN_CHUNKS`` chunks) that make 6.5 programs an SM up to 2
-    blocks, 1.7 from 4 blocks. Fit to the sweep over (warps, tiles, split) on the five bench layers at
-    M 1-64 (``probe w4a16_fragment``, sweeps/w4a16_fragment.txt): at M 1, 8 and 16 it takes the fastest
-    swept configuration or one within 1.06x of it (the 14336-row layer's 14 splits were not swept). From
-    M = 32 the kernel is slower than ``w4a16_gemm``'s tiles on every layer and the rule is not tuned."""
+    than 4 16-column tiles), ``fragment_blocks(M)`` blocks of 8 rows.
+
+    One block (M <= 8) up to N = 14336: one tile a warp, the fewest K splits that make 3.5 programs an SM,
+    and 4 chunks a step where that is one wave at 4 programs an SM (the registers of a 4-chunk step, 128 at
+    one tile, hold 4 programs of 4 warps an SM), else 2. Fit to ``probe w4a16_fragment --unrolls 1,2,4``
+    (sweeps/w4a16_fragment_unroll.txt): on the four such bench layers at M 1 and 8 it takes the fastest
+    swept configuration or one within 1.03x of it, 1.03-1.21x faster than one chunk a step.
+
+    Otherwise one chunk a step, and per warp 1 tile, 2 at one block or at 8 blocks, 4 for wide
+    N at 4 blocks; then the fewest K splits (divisors of ``K / 64``, splits of at least
+    ``FRAGMENT_MIN_CHUNKS`` chunks) that make 6.5 programs an SM up to 2 blocks, 1.7 from 4 blocks. Fit to
+    the sweep over (warps, tiles, split) on the five bench layers at M 1-64 (sweeps/w4a16_fragment.txt):
+    at M 1, 8 and 16 it takes the fastest swept configuration or one within 1.06x of it (the 14336-row
+    layer's 14 splits were not swept). From M = 32 the kernel is slower than ``w4a16_gemm``'s tiles on
+    every layer and the rule is not tuned."""
     tile_cols = N // 16
     blocks = fragment_blocks(M)
     wide = tile_cols >= FRAGMENT_WIDE_TILES
-    want = {1: 2 if wide else 1, 2: 1, 4: 4 if wide else 1, 8: 2}[blocks]
     warps = next(w for w in (4, 2, 1) if tile_cols % w == 0)
+    chunks = K // 64
+    splits = [s for s in range(1, chunks + 1) if chunks % s == 0 and (s == 1 or chunks // s >= FRAGMENT_MIN_CHUNKS)]
+    if blocks == 1 and tile_cols <= FRAGMENT_WIDE_TILES:
+        programs = tile_cols // warps
+        split = next((s for s in splits if programs * s >= 3.5 * num_sms), splits[-1])
+        per_split = chunks // split
+        one_wave = programs * split <= 4 * num_sms
+        unroll = 4 if one_wave and per_split % 4 == 0 else 2 if per_split % 2 == 0 else 1
+        return {"warps": warps, "tiles": 1, "blocks": 1, "split": split, "unroll": unroll}
+    want = {1: 2, 2: 1, 4: 4 if wide else 1, 8: 2}[blocks]
     tiles = next(t for t in (4, 2, 1) if t <= want and tile_cols % (warps * t) == 0)
     programs = (tile_cols // (warps * tiles)) * _cdiv(max(M, 1), 8 * blocks)
     target = (6.5 if blocks <= 2 else 1.7) * num_sms
-    chunks = K // 64
-    splits = [s for s in range(1, chunks + 1) if chunks % s == 0 and (s == 1 or chunks // s >= FRAGMENT_MIN_CHUNKS)]
     split = next((s for s in splits if programs * s >= target), splits[-1])
-    return {"warps": warps, "tiles": tiles, "blocks": blocks, "split": split}  # cached: callers do not mutate it
+    return {"warps": warps, "tiles": tiles, "blocks": blocks, "split": split, "unroll": 1}  # cached: not mutated
