@@ -181,6 +181,24 @@ def test_bench_grid_builds_packed_cases():
     assert perm is None and bias is None and a.shape == (1, 4096)
 
 
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_peers_take_the_same_weight_in_the_gptq_layout(symmetric):
+    """The packed op's peers (``w4a16_gemm``, tinygemm, cuBLAS dense) get the weight it was packed from,
+    zeros None where the weight is symmetric (tinygemm takes only that)."""
+    from exactfuse.ops.w4a16.inputs import make_case
+    from exactfuse.ops.w4a16.peers import _packed_gptq_args
+
+    a, qweight, scales, zeros, perm, bias, g = make_case(
+        "peer", 3, 256, 64, torch.float16, "cpu", torch.Generator().manual_seed(0), group_size=64,
+        symmetric=symmetric, act_order=True, bias=True,
+    ).args  # fmt: skip
+    packed = fragment.pack(qweight, scales, zeros, perm)
+    got = _packed_gptq_args((a, packed.words, packed.scales, packed.perm, bias), {})
+    assert got[0] is a and got[4] is packed.perm and got[5] is bias and got[6] == g == 64
+    assert torch.equal(got[1], qweight) and torch.equal(got[2], scales)
+    assert got[3] is None if symmetric else torch.equal(got[3], zeros)
+
+
 @pytest.mark.parametrize("N", [16, 64, 256, 4096, 6144, 13824, 14336, 28672])
 @pytest.mark.parametrize("K", [64, 256, 1024, 4096, 5120, 8192, 14336, 28672])
 def test_launch_rule_takes_only_what_the_launcher_accepts(K, N):

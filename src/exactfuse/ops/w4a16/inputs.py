@@ -82,7 +82,11 @@ def _inputs(device: torch.device, dtype: torch.dtype, *, quick: bool = False, se
 
 
 # ------------------------------------------------------------- bench grids
-BENCH_SHAPES = ((4096, 4096), (4096, 14336), (14336, 4096), (8192, 8192), (4096, 28672))
+# (K, N): 7-8B-class attention and MLP layers, a 70B-class MLP pair, a 13B-class MLP and a fused QKV
+BENCH_SHAPES = (
+    (4096, 4096), (4096, 14336), (14336, 4096), (8192, 8192), (4096, 28672),
+    (8192, 28672), (28672, 8192), (5120, 13824), (4096, 6144),
+)  # fmt: skip
 BENCH_M = (1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 2048, 4096)
 QUICK_GRID = ((1, 4096, 4096), (16, 4096, 14336), (128, 14336, 4096), (4096, 4096, 4096))
 

@@ -1,5 +1,6 @@
-"""Baselines timed beside w4a16_gemm by ``exactfuse bench``: cuBLAS on the dequantized weight (the
-dense-GEMM bound) and torch's int4 kernel (tinygemm)."""
+"""Baselines timed beside w4a16_gemm and w4a16_gemm_packed by ``exactfuse bench``: cuBLAS on the
+dequantized weight (the dense-GEMM bound) and torch's int4 kernel (tinygemm); beside the packed op also
+``w4a16_gemm`` on the same weight in the GPTQ layout."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import torch
 from exactfuse.bench.peers import PeerAdapter, PreparedCall, cuda_only, register_peer
 from exactfuse.ops.w4a16 import fragment, w4a16_gemm
 from exactfuse.ops.w4a16.native import dense_weight
-from exactfuse.ops.w4a16.packing import unpack_rows
+from exactfuse.ops.w4a16.packing import SYMMETRIC_ZERO, unpack_rows
 
 
 def _w4a16_args(args: tuple, kwargs: dict) -> dict:
@@ -63,23 +64,33 @@ register_peer(PeerAdapter("cublas-dense", "w4a16_gemm", cuda_only, _w4a16_cublas
 register_peer(PeerAdapter("torch-int4", "w4a16_gemm", cuda_only, _w4a16_torch_int4, accepts=_int4pack_accepts))
 
 
-def _packed_cublas_dense(args: tuple, kwargs: dict) -> PreparedCall:
-    """cuBLAS on the fragment layout's weight dequantized once, outside the timed region."""
+def _packed_gptq_args(args: tuple, kwargs: dict) -> tuple:
+    """The packed op's arguments as ``w4a16_gemm``'s: the weight unpacked to the GPTQ layout (zeros None
+    where every zero point is the symmetric 8)."""
     a, words, scales, perm, bias = (*args, *([None] * (5 - len(args))))[:5]
     perm, bias = kwargs.get("perm", perm), kwargs.get("bias", bias)
-    w = fragment.dequantize(words, scales)
-    if perm is not None:
-        a = a.index_select(1, perm.to(torch.int64))
-    return (lambda: torch.matmul(a, w)) if bias is None else (lambda: torch.addmm(bias, a, w))
+    qweight, s, z = fragment.unpack(words, scales)
+    zeros = None if bool((z == SYMMETRIC_ZERO).all()) else z
+    return a, qweight, s, zeros, perm, bias, (words.shape[1] * fragment.CHUNK_K) // scales.shape[0]
+
+
+def _packed_cublas_dense(args: tuple, kwargs: dict) -> PreparedCall:
+    """cuBLAS on the fragment layout's weight dequantized once, outside the timed region."""
+    return _w4a16_cublas_dense(_packed_gptq_args(args, kwargs), {})
 
 
 def _packed_gptq_layout(args: tuple, kwargs: dict) -> PreparedCall:
     """exactfuse's ``w4a16_gemm`` on the same weight in the GPTQ layout (unpacked outside the timed region)."""
-    a, words, scales, perm, bias = (*args, *([None] * (5 - len(args))))[:5]
-    perm, bias = kwargs.get("perm", perm), kwargs.get("bias", bias)
-    qweight, s, z = fragment.unpack(words, scales)
-    return lambda: w4a16_gemm(a, qweight, s, z, perm, bias, (words.shape[1] * 64) // scales.shape[0])
+    gptq = _packed_gptq_args(args, kwargs)
+    return lambda: w4a16_gemm(*gptq)
 
 
 register_peer(PeerAdapter("cublas-dense", "w4a16_gemm_packed", cuda_only, _packed_cublas_dense))
 register_peer(PeerAdapter("gptq-layout", "w4a16_gemm_packed", cuda_only, _packed_gptq_layout))
+register_peer(
+    PeerAdapter(
+        "torch-int4", "w4a16_gemm_packed", cuda_only,
+        lambda args, kwargs: _w4a16_torch_int4(_packed_gptq_args(args, kwargs), {}),
+        accepts=lambda *args, **kwargs: _int4pack_accepts(*_packed_gptq_args(args, kwargs)),
+    )
+)  # fmt: skip
