@@ -9,6 +9,7 @@ from exactfuse.ops.act_and_mul import gelu_mul as gelu_mul
 from exactfuse.ops.act_and_mul import silu_and_mul as silu_and_mul
 from exactfuse.ops.act_and_mul import silu_mul as silu_mul
 from exactfuse.ops.conv import causal_conv1d as causal_conv1d
+from exactfuse.ops.conv import causal_conv1d_fn as causal_conv1d_fn
 from exactfuse.ops.conv import causal_conv1d_update as causal_conv1d_update
 from exactfuse.ops.conv import short_conv as short_conv
 from exactfuse.ops.gelu_and_mul_sparse import gelu_and_mul_sparse as gelu_and_mul_sparse

@@ -1,18 +1,21 @@
-"""Declarations of ``short_conv`` (PLE), ``causal_conv1d`` and ``causal_conv1d_update`` (Mamba).
+"""Declarations of ``short_conv`` (PLE), ``causal_conv1d`` and ``causal_conv1d_update`` (Mamba), and of
+``causal_conv1d_fn`` (the stateless conv, differentiable) with its backward op ``causal_conv1d_fn_backward``.
 
 Spec in ``native.py``, argument checks in ``checks.py``, the launcher, providers and what they take in
 ``triton.py`` (its kernels in ``kernels.py`` and ``slots.py``), the launch rule in ``heuristics.py``, warmup
 in ``warmup.py``; inputs, benchmark grids and cost in ``inputs.py`` and peers in ``peers.py``, imported on
-first use.
+first use. The backward's kernels are in ``grad_kernels.py``.
 """
 
 from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.conv import checks, kernels, native
+from exactfuse.ops.conv import checks, grad_kernels, kernels, native
 from exactfuse.ops.conv import triton as _triton
 from exactfuse.registry import Bitwise, KeywordOp, Tolerance, op, platform
+from exactfuse.registry.autograd import requires_grad
+from exactfuse.registry.contracts import Float64Relative, PerOutput
 
 # Bitwise on CUDA: outputs and every slot of the state. The kernel sums the taps in the spec's order
 # with the spec's roundings and evaluates SiLU as ATen's CUDA kernel does (libdevice exp, IEEE
@@ -63,6 +66,71 @@ _causal_conv1d_update.provider(
 )(_triton.causal_conv1d_update_triton)
 
 
+# ------------------------------------------------------------------ the stateless conv and its backward
+# The same spec and kernel as causal_conv1d without a state; an op of its own because an op that writes a
+# state cache in place cannot have a backward (docs/contracts.md, "Gradients").
+_causal_conv1d_fn = op(
+    native.causal_conv1d_fn,
+    contract=CONTRACT,
+    interpreter_contract=INTERPRETER_CONTRACT,
+    check=checks.check_causal_conv1d_fn,
+    compiler="visible",
+)
+_causal_conv1d_fn.provider(
+    "triton", supported=platform.triton_available, supports_args=_triton.causal_conv1d_fn_supports, kernels=KERNELS
+)(_triton.causal_conv1d_fn_triton)
+
+
+def _grad64(index: int):
+    def reference(*args, **kwargs):
+        return native.conv_fn_grads64(*args, **kwargs)[index]
+
+    return reference
+
+
+# The backward sums over taps (dx) and over rows (d weight, d bias) in its own order, in fp32 with one
+# rounding, where eager autograd rounds each tap's contribution to dx to x's dtype before adding it and
+# orders the row sums by ATen's reduction: each output is judged against the float64 gradient of the same
+# taps, no worse than twice eager's own error (docs/contracts.md). The row sums are a fixed tree per tile of
+# rows, the tiles added in order: the same bits run to run.
+BACKWARD_CONTRACT = PerOutput(
+    ("d_x", Float64Relative(_grad64(0))),
+    ("d_weight", Float64Relative(_grad64(1))),
+    ("d_bias", Float64Relative(_grad64(2))),
+)
+causal_conv1d_fn_backward = op(
+    native.causal_conv1d_fn_backward,
+    contract=BACKWARD_CONTRACT,
+    check=checks.check_causal_conv1d_fn_backward,
+    compiler="visible",
+)
+causal_conv1d_fn_backward.provider(
+    "triton",
+    supported=platform.triton_available,
+    supports_args=_triton.causal_conv1d_fn_backward_supports,
+    kernels=[grad_kernels.conv_grad_rows_kernel, grad_kernels.conv_grad_x_kernel],
+)(_triton.causal_conv1d_fn_backward_triton)
+
+
+def _causal_conv1d_fn_grad(
+    grad: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activation: str | None = "silu",
+    dilation: int = 1,
+    query_start_loc: torch.Tensor | None = None,
+    seq_idx: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    d_x, d_weight, d_bias = causal_conv1d_fn_backward(
+        grad, x, weight, bias, activation, dilation, query_start_loc, seq_idx
+    )
+    return d_x, d_weight, (d_bias if bias is not None else None)
+
+
+_causal_conv1d_fn.differentiable("x", "weight", "bias", backward=_causal_conv1d_fn_grad)
+
+
 def _short_conv_call(
     x: torch.Tensor,
     residual: torch.Tensor,
@@ -101,6 +169,10 @@ def _causal_conv1d_call(
     seq_idx: torch.Tensor | None = None,
 ) -> torch.Tensor:
     pad_slot_id = checks.resolve_pad_slot_id("causal_conv1d", pad_slot_id, null_block_id)
+    if conv_state is None and requires_grad((x, weight, bias), {}):  # no state written: the differentiable op
+        if state_indices is not None or has_initial_state is not None:
+            raise ValueError("causal_conv1d: state_indices and has_initial_state need a conv_state")
+        return _causal_conv1d_fn(x, weight, bias, activation, dilation, query_start_loc, seq_idx)
     return _causal_conv1d(
         x, weight, bias, activation, dilation, conv_state, query_start_loc, state_indices,
         has_initial_state, pad_slot_id, seq_idx,
@@ -131,10 +203,12 @@ def _causal_conv1d_update_call(
 short_conv = KeywordOp(_short_conv, _short_conv_call)
 causal_conv1d = KeywordOp(_causal_conv1d, _causal_conv1d_call)
 causal_conv1d_update = KeywordOp(_causal_conv1d_update, _causal_conv1d_update_call)
+causal_conv1d_fn = _causal_conv1d_fn
 
 from exactfuse.ops.conv import warmup  # noqa: E402, F401  (the warmup hooks, beside the launchers)
 
-for _op in (_short_conv, _causal_conv1d, _causal_conv1d_update):  # inputs, grids, cost; peers: on first use
+for _op in (_short_conv, _causal_conv1d, _causal_conv1d_update, _causal_conv1d_fn, causal_conv1d_fn_backward):
+    # inputs, grids, cost; peers: on first use
     _op.declared_in("exactfuse.ops.conv.inputs", "exactfuse.ops.conv.peers")
 
-__all__ = ["causal_conv1d", "causal_conv1d_update", "short_conv"]
+__all__ = ["causal_conv1d", "causal_conv1d_fn", "causal_conv1d_fn_backward", "causal_conv1d_update", "short_conv"]

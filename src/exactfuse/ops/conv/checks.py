@@ -213,6 +213,43 @@ def check_causal_conv1d(x: torch.Tensor, *args, **kwargs) -> None:
     check_conv("causal_conv1d", **calls.causal_conv1d_call(x, *args, **kwargs))
 
 
+def check_causal_conv1d_fn(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activation: str | None = "silu",
+    dilation: int = 1,
+    query_start_loc: torch.Tensor | None = None,
+    seq_idx: torch.Tensor | None = None,
+) -> None:
+    """``causal_conv1d_fn``'s arguments: ``causal_conv1d``'s without a state."""
+    _check_stateless("causal_conv1d_fn", x, weight, bias, activation, dilation, query_start_loc, seq_idx)
+
+
+def _check_stateless(op, x, weight, bias, activation, dilation, query_start_loc, seq_idx) -> None:
+    _tensor(op, "x", x, dim=2, dtypes=FLOAT_DTYPES, device=None)
+    call = calls.causal_conv1d_call(x, weight, bias, activation, dilation, None, query_start_loc, seq_idx=seq_idx)
+    check_conv(op, **call)
+
+
+def check_causal_conv1d_fn_backward(
+    grad: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activation: str | None = "silu",
+    dilation: int = 1,
+    query_start_loc: torch.Tensor | None = None,
+    seq_idx: torch.Tensor | None = None,
+) -> None:
+    """The forward's arguments, then ``grad`` of x's shape, dtype and device."""
+    op = "causal_conv1d_fn_backward"
+    _check_stateless(op, x, weight, bias, activation, dilation, query_start_loc, seq_idx)
+    _tensor(op, "grad", grad, dim=2, dtypes=(x.dtype,), device=x.device)
+    if grad.shape != x.shape:
+        _fail(op, f"grad must have x's shape {tuple(x.shape)}, got {tuple(grad.shape)}")
+
+
 def check_causal_conv1d_update(
     x: torch.Tensor,
     conv_state: torch.Tensor,

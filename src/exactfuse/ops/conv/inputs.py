@@ -11,7 +11,14 @@ from collections.abc import Sequence
 
 import torch
 
-from exactfuse.ops.conv import _causal_conv1d, _causal_conv1d_update, _short_conv, calls
+from exactfuse.ops.conv import (
+    _causal_conv1d,
+    _causal_conv1d_fn,
+    _causal_conv1d_update,
+    _short_conv,
+    calls,
+    causal_conv1d_fn_backward,
+)
 from exactfuse.ops.conv.warmup import LAYOUTS, schema_args
 from exactfuse.registry import Case, LazyCase
 from exactfuse.testing.inputs import make_generator, randn
@@ -240,6 +247,44 @@ def causal_conv1d_inputs(device: torch.device, dtype: torch.dtype, *, quick: boo
     yield causal_case(f"fp32-weight-seq-idx-{short}", (12, 17), packed=((3, 9), (17,)), K=4, D=1, wide=True, **kw)
 
 
+def fn_case(case_id, lengths, *, grad: bool = False, **kw) -> Case:
+    """A ``causal_conv1d_fn`` case: :func:`causal_case` without a state (``grad``: with the output's
+    gradient in front, a ``causal_conv1d_fn_backward`` case)."""
+    x, weight, bias, activation, dilation, _, qsl, _, _, _, seq_idx = causal_case(
+        case_id, lengths, state=False, **kw
+    ).args
+    args = (x, weight, bias, activation, dilation, qsl, seq_idx)
+    if grad:
+        return positional(causal_conv1d_fn_backward, case_id, (randn(x.shape, x.dtype, x.device, kw["gen"]), *args), {})
+    return positional(_causal_conv1d_fn, case_id, args, {})
+
+
+def _fn_cases(device, dtype, *, quick: bool, seed: int, grad: bool):
+    """Sequences of several lengths (one empty), K and dilation, with and without bias and SiLU, one
+    sequence without ``query_start_loc``, Dao's packed ``seq_idx`` rows, fp32 weights with 16-bit x."""
+    gen = make_generator(seed)
+    short = DTYPE_NAMES[dtype]
+    kw = {"dtype": dtype, "device": device, "gen": gen, "C": 200 if device.type == "cpu" else 2000, "grad": grad}
+    for K, D in ((2, 1), (4, 1), (4, 2), (5, 3)) if not quick else ((4, 1), (3, 2)):
+        yield fn_case(f"varlen-K{K}-D{D}-{short}", (7, 0, 1, 12), K=K, D=D, **kw)
+        yield fn_case(f"varlen-nobias-noact-K{K}-D{D}-{short}", (3, 5), bias=False, activation=None, K=K, D=D, **kw)
+    yield fn_case(f"one-sequence-{short}", (70,), one_sequence=True, K=4, D=1, **kw)
+    yield fn_case(f"seq-idx-{short}", (12, 17, 13), packed=((3, 1, 5), (17,), (1, 1, 2, 6)), K=4, D=1, **kw)
+    yield fn_case(f"fp32-weight-{short}", (7, 0, 1, 12), K=4, D=1, wide=True, **kw)
+    yield fn_case(f"fp32-weight-noact-{short}", (5, 9), activation=None, K=3, D=2, wide=True, **kw)
+    yield fn_case(f"R0-{short}", (), K=4, D=1, **kw)
+
+
+@_causal_conv1d_fn.inputs
+def causal_conv1d_fn_inputs(device: torch.device, dtype: torch.dtype, *, quick: bool = False, seed: int = 0):
+    yield from _fn_cases(device, dtype, quick=quick, seed=seed, grad=False)
+
+
+@causal_conv1d_fn_backward.inputs
+def causal_conv1d_fn_backward_inputs(device: torch.device, dtype: torch.dtype, *, quick: bool = False, seed: int = 0):
+    yield from _fn_cases(device, dtype, quick=quick, seed=seed, grad=True)
+
+
 def update_case(
     case_id, B, Lq, *, C, K, D, dtype, device, gen, spec=False, layout="cw", pad=(), bias=True, activation="silu",
     wide=False,
@@ -327,12 +372,23 @@ def _update_grid(device, dtype, only=None):
             yield _lazy(case_id, update_case, seed, B, None, C=PLE_C, K=4, D=1, dtype=dtype, device=device)
 
 
+def _fn_grid(device, dtype, only=None, *, grad: bool = False):
+    for seed, (B, L) in enumerate(CAUSAL_SHAPES):
+        case_id = f"B{B}-L{L}-C{PLE_C}-K4"
+        if only is None or case_id in only:
+            yield _lazy(case_id, fn_case, seed, (L,) * B, C=PLE_C, K=4, D=1, dtype=dtype, device=device, grad=grad)
+
+
 _short_conv.grid("default")(_short_conv_grid)
 _short_conv.grid("quick")(lambda d, t: _short_conv_grid(d, t, ("decode-R256-cw", "prefill-L8192x1", "spec-R64-SQL4")))
 _causal_conv1d.grid("default")(_causal_grid)
 _causal_conv1d.grid("quick")(lambda d, t: _causal_grid(d, t, ("B8-L1024-C10240-K4",)))
 _causal_conv1d_update.grid("default")(_update_grid)
 _causal_conv1d_update.grid("quick")(lambda d, t: _update_grid(d, t, ("B256-C10240-K4",)))
+_causal_conv1d_fn.grid("default")(_fn_grid)
+_causal_conv1d_fn.grid("quick")(lambda d, t: _fn_grid(d, t, ("B8-L1024-C10240-K4",)))
+causal_conv1d_fn_backward.grid("default")(lambda d, t: _fn_grid(d, t, grad=True))
+causal_conv1d_fn_backward.grid("quick")(lambda d, t: _fn_grid(d, t, ("B8-L1024-C10240-K4",), grad=True))
 
 
 # ------------------------------------------------------------------- cost
@@ -358,3 +414,18 @@ def conv_bytes(call: dict) -> int:
 _short_conv.cost(bytes=lambda *args, **kwargs: conv_bytes(calls.short_conv_call(*args, **kwargs)))
 _causal_conv1d.cost(bytes=lambda *args, **kwargs: conv_bytes(calls.causal_conv1d_call(*args, **kwargs)))
 _causal_conv1d_update.cost(bytes=lambda *args, **kwargs: conv_bytes(calls.causal_conv1d_update_call(*args, **kwargs)))
+_causal_conv1d_fn.cost(
+    bytes=lambda x, weight, bias=None, activation="silu", dilation=1, query_start_loc=None, seq_idx=None: conv_bytes(
+        calls.causal_conv1d_call(x, weight, bias, activation, dilation, None, query_start_loc, seq_idx=seq_idx)
+    )
+)
+
+
+def _fn_backward_bytes(grad, x, weight, bias=None, *args, **kwargs) -> int:
+    """The output's gradient and x read, dx written once; the weight and bias read and their gradients
+    written."""
+    params = sum(t.numel() * t.element_size() for t in (weight, bias) if t is not None)
+    return 3 * x.numel() * x.element_size() + 2 * params
+
+
+causal_conv1d_fn_backward.cost(bytes=_fn_backward_bytes)

@@ -39,6 +39,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from exactfuse.ops.conv import calls
 from exactfuse.ops.conv.calls import causal_conv1d_call, causal_conv1d_update_call, short_conv_call
 
 MODES = ("decode", "spec", "prefill")
@@ -289,6 +290,111 @@ def causal_conv1d(
             pad_slot_id, seq_idx,
         )
     )  # fmt: skip
+
+
+def causal_conv1d_fn(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activation: str | None = "silu",
+    dilation: int = 1,
+    query_start_loc: torch.Tensor | None = None,
+    seq_idx: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """:func:`causal_conv1d` without a state cache, the form to train through: the same output for the
+    same arguments, every history zeros, nothing written in place, so the op has a backward (with
+    respect to ``x``, ``weight`` and ``bias``: :func:`causal_conv1d_fn_backward`)."""
+    return causal_conv1d(x, weight, bias, activation, dilation, None, query_start_loc, None, None, -1, seq_idx)
+
+
+def causal_conv1d_fn_backward(
+    grad: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activation: str | None = "silu",
+    dilation: int = 1,
+    query_start_loc: torch.Tensor | None = None,
+    seq_idx: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(d x, d weight, d bias)`` of :func:`causal_conv1d_fn` for the output's gradient ``grad [T, C]``,
+    each in its input's dtype (``d bias`` an empty fp32 ``[0]`` without a bias: an op returns tensors).
+
+    The gradients of the spec written out in fp32: the conv recomputed as the forward sums it; ``dconv =
+    silu_backward(grad, conv)`` (ATen's) at the conv the SiLU read, in x's dtype for 16-bit weights (the
+    conv rounded, the result rounded, as eager autograd gives it) and in fp32 for fp32 weights; zero on rows
+    without an output. Then ``dx[s] = Σ_k w[k] dconv[s + SL - D k]`` over the rows of ``s``'s sequence (and
+    ``seq_idx``), ``k`` ascending, rounded once; ``d weight[:, k] = Σ_t dconv[t] tap_k[t]`` and ``d bias =
+    Σ_t dconv[t]`` in fp32, rounded once. Eager autograd of the forward spec differs only in rounding
+    each tap's contribution to ``dx`` to x's dtype before it sums them, and in its sum order."""
+    return _fn_grads(grad, x, weight, bias, activation, dilation, query_start_loc, seq_idx, reference=False)
+
+
+def conv_fn_grads64(
+    grad: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activation: str | None = "silu",
+    dilation: int = 1,
+    query_start_loc: torch.Tensor | None = None,
+    seq_idx: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The float64 references of :func:`causal_conv1d_fn_backward`'s outputs (``Float64Relative``): the
+    same formula in float64 from the same inputs, nothing rounded (the SiLU's derivative
+    ``s (1 + c (1 - s))``, ``s = sigmoid(c)``)."""
+    return _fn_grads(grad, x, weight, bias, activation, dilation, query_start_loc, seq_idx, reference=True)
+
+
+def _fn_grads(grad, x, weight, bias, activation, dilation, query_start_loc, seq_idx, *, reference: bool):
+    """:func:`causal_conv1d_fn_backward` (fp32 with the spec's roundings) or its float64 reference."""
+    T, C = x.shape
+    K = weight.shape[1]
+    SL = (K - 1) * dilation
+    device = x.device
+    acc_dtype = torch.float64 if reference else torch.float32
+    qsl = (query_start_loc if query_start_loc is not None else calls.one_sequence(x)).long()
+    R = qsl.shape[0] - 1
+    t = torch.arange(T, device=device)
+    r = (torch.searchsorted(qsl[:R].contiguous(), t, right=True) - 1).clamp(max=R - 1).clamp(min=0)
+    q_start, q_end = _gather_or(qsl, r, 0), _gather_or(qsl, r + 1, 0)
+    out_ok = (q_start <= t) & (t < qsl[R])
+    seq = seq_idx.long() if seq_idx is not None else torch.zeros_like(t)
+    out_ok = out_ok & (seq >= 0)
+    last = max(T - 1, 0)
+    xs, ws = x.to(acc_dtype), weight.to(acc_dtype)
+
+    def tap(k: int) -> torch.Tensor:  # rows t's input tap k, zero where the forward reads none
+        src = t + dilation * k - SL
+        ok = out_ok & (src >= q_start) & (_gather_or(seq, src, -1) == seq)
+        return torch.where(ok[:, None], xs[src.clamp(0, last)], 0.0)
+
+    conv = torch.zeros(T, C, dtype=acc_dtype, device=device)
+    for k in range(K):
+        conv = conv + ws[:, k] * tap(k)
+    if bias is not None:
+        conv = conv + bias.to(acc_dtype)
+    g = torch.where(out_ok[:, None], grad.to(acc_dtype), 0.0)
+    if activation == "silu" and reference:
+        s = torch.sigmoid(conv)
+        g = g * s * (1 + conv * (1 - s))
+    elif activation == "silu" and weight.dtype == torch.float32:
+        g = torch.ops.aten.silu_backward(g, conv)
+    elif activation == "silu":
+        g = torch.ops.aten.silu_backward(g.to(x.dtype), conv.to(x.dtype)).float()
+    dconv = torch.where(out_ok[:, None], g, 0.0)
+    dx = torch.zeros(T, C, dtype=acc_dtype, device=device)
+    d_weight = torch.zeros(C, K, dtype=acc_dtype, device=device)
+    for k in range(K):
+        dest = t + (K - 1 - k) * dilation  # the row whose tap k is row t
+        ok = out_ok & (dest < q_end) & (_gather_or(seq, dest, -1) == seq)
+        dx = dx + ws[:, k] * torch.where(ok[:, None], dconv[dest.clamp(0, last)], 0.0)
+        d_weight[:, k] = (dconv * tap(k)).sum(0)
+    if reference:
+        d_bias = dconv.sum(0) if bias is not None else dconv.new_zeros((0,))
+        return dx, d_weight, d_bias
+    d_bias = dconv.sum(0).to(bias.dtype) if bias is not None else x.new_empty((0,), dtype=torch.float32)
+    return dx.to(x.dtype), d_weight.to(weight.dtype), d_bias
 
 
 def causal_conv1d_update(

@@ -1,4 +1,5 @@
-"""FLA's varlen causal conv (``fla.modules.causal_conv1d``, Triton), timed beside ``causal_conv1d``.
+"""FLA's varlen causal conv (``fla.modules.causal_conv1d``, Triton), timed beside ``causal_conv1d``; beside
+``causal_conv1d_fn_backward`` its backward and eager autograd's of the forward spec.
 
 FLA keeps a conv state per sequence ``[N, C, K]`` (the last ``K`` inputs) and returns a new one; the
 op keeps a slot cache ``conv_state[slots, C, W]`` read and written in place at ``state_indices``. The
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from exactfuse.bench.peers import PeerAdapter, PreparedCall, importable_on_cuda, register_peer
+from exactfuse.bench.peers import PeerAdapter, PreparedCall, cuda_only, importable_on_cuda, register_peer
 
 _FLA_CHUNK = 64  # causal_conv1d_fwd's default chunk of tokens, for which the chunk indices are built
 
@@ -70,6 +71,68 @@ register_peer(
         importable_on_cuda("fla.modules.causal_conv1d"),
         _fla_causal_conv1d,
         accepts=_fla_accepts,
+        distribution="fla-core",
+    )
+)
+
+
+def _fn_backward_inputs(args: tuple, kwargs: dict):
+    from exactfuse.ops.conv import causal_conv1d_fn_backward
+
+    bound = causal_conv1d_fn_backward.signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    a = bound.arguments
+    leaves = [t.detach().clone().requires_grad_() for t in (a["x"], a["weight"], a["bias"]) if t is not None]
+    return a, leaves
+
+
+def _eager_autograd_backward(args: tuple, kwargs: dict) -> PreparedCall:
+    """Eager autograd's backward of the forward spec (``native.causal_conv1d_fn``); the forward and its graph
+    are built outside the timed region, the backward pass is timed."""
+    from exactfuse.ops.conv import native
+
+    a, leaves = _fn_backward_inputs(args, kwargs)
+    bias = leaves[2] if a["bias"] is not None else None
+    with torch.enable_grad():
+        out = native.causal_conv1d_fn(
+            leaves[0], leaves[1], bias, a["activation"], a["dilation"], a["query_start_loc"], a["seq_idx"]
+        )
+    return lambda: torch.autograd.grad(out, leaves, a["grad"], retain_graph=True)
+
+
+def _fla_fn_accepts(*args, **kwargs) -> bool | str:
+    from exactfuse.ops.conv import causal_conv1d_fn_backward
+
+    bound = causal_conv1d_fn_backward.signature.bind(*args, **kwargs)
+    if bound.arguments.get("dilation", 1) != 1:
+        return "FLA's causal conv has no dilation"
+    if bound.arguments.get("seq_idx") is not None:
+        return "FLA's causal conv has no seq_idx"
+    return True
+
+
+def _fla_backward(args: tuple, kwargs: dict) -> PreparedCall:
+    """FLA's backward of its varlen causal conv, forward outside the timed region."""
+    from fla.modules.causal_conv1d import causal_conv1d
+
+    a, leaves = _fn_backward_inputs(args, kwargs)
+    x = leaves[0]
+    qsl = a["query_start_loc"]
+    cu = (qsl if qsl is not None else torch.tensor([0, x.shape[0]], device=x.device)).long()
+    bias = leaves[2] if a["bias"] is not None else None
+    with torch.enable_grad():
+        y, _ = causal_conv1d(x[None], leaves[1], bias, activation=a["activation"], cu_seqlens=cu)
+    return lambda: torch.autograd.grad(y, leaves, a["grad"][None], retain_graph=True)
+
+
+register_peer(PeerAdapter("eager-autograd", "causal_conv1d_fn_backward", cuda_only, _eager_autograd_backward))
+register_peer(
+    PeerAdapter(
+        "fla",
+        "causal_conv1d_fn_backward",
+        importable_on_cuda("fla.modules.causal_conv1d"),
+        _fla_backward,
+        accepts=_fla_fn_accepts,
         distribution="fla-core",
     )
 )

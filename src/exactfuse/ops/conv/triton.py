@@ -8,8 +8,9 @@ import torch
 import triton
 
 from exactfuse.ops.conv import calls, heuristics, native
+from exactfuse.ops.conv.grad_kernels import conv_grad_rows_kernel, conv_grad_x_kernel
 from exactfuse.ops.conv.kernels import INIT_CODES, MODE_CODES, conv_rows_kernel, conv_state_kernel
-from exactfuse.ops.fastmath import chosen_formula
+from exactfuse.ops.fastmath import SILU, chosen_formula
 from exactfuse.registry import platform
 from exactfuse.utils import empty, is_symbolic
 
@@ -173,6 +174,67 @@ def causal_conv1d_update_triton(
     return out
 
 
+def causal_conv1d_fn_triton(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activation: str | None = "silu",
+    dilation: int = 1,
+    query_start_loc: torch.Tensor | None = None,
+    seq_idx: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The forward kernel of ``causal_conv1d``, without a state."""
+    return causal_conv1d_triton(x, weight, bias, activation, dilation, None, query_start_loc, None, None, -1, seq_idx)
+
+
+def causal_conv1d_fn_backward_triton(
+    grad: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activation: str | None = "silu",
+    dilation: int = 1,
+    query_start_loc: torch.Tensor | None = None,
+    seq_idx: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return launch_conv_grad(grad, x, weight, bias, activation, dilation, query_start_loc, seq_idx)
+
+
+def launch_conv_grad(
+    grad, x, weight, bias, activation, dilation, query_start_loc, seq_idx, config: heuristics.ConvConfig | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(dx, dweight, dbias)`` from the two gradient kernels (``grad_kernels.py``); the weight and bias
+    gradients are the per-tile partial sums added over the tiles in a fixed order. ``config``: the row
+    kernel's rule (``heuristics.conv_config``) unless given (tests)."""
+    T, C = x.shape
+    K = weight.shape[1]
+    qsl = calls.one_sequence(x) if query_start_loc is None else query_start_loc
+    if qsl.dtype == torch.int64:
+        qsl = qsl.to(torch.int32)
+    R = qsl.shape[0] - 1
+    cfg = config or heuristics.conv_config(C, (K - 1) * dilation, "prefill")
+    BT = cfg.BT
+    tiles = triton.cdiv(T, BT)
+    dconv = torch.empty((T, C), dtype=torch.float32, device=x.device)
+    dw_parts = torch.empty((tiles, K, C), dtype=torch.float32, device=x.device)
+    db_parts = torch.empty((tiles, C), dtype=torch.float32, device=x.device) if bias is not None else dconv
+    dx = empty(x.shape, x.dtype, x.device)
+    seq = seq_idx if seq_idx is not None else qsl
+    grid = (tiles, triton.cdiv(C, cfg.BC))
+    flags = dict(K=K, D=dilation, HAS_SEQ_IDX=seq_idx is not None, BT=BT, BC=cfg.BC, num_warps=cfg.num_warps)
+    torch.library.wrap_triton(conv_grad_rows_kernel)[grid](
+        grad, x, weight, bias if bias is not None else weight, qsl, seq, dconv, dw_parts, db_parts, T, R, C,
+        grad.stride(0), x.stride(0), weight.stride(0), weight.stride(1),
+        HAS_BIAS=bias is not None, ACT=SILU if activation == "silu" else NO_ACTIVATION, **flags,
+    )  # fmt: skip
+    torch.library.wrap_triton(conv_grad_x_kernel)[grid](
+        dconv, weight, qsl, seq, dx, T, R, C, dx.stride(0), weight.stride(0), weight.stride(1), **flags
+    )
+    d_weight = dw_parts.sum(0).t().contiguous().to(weight.dtype)  # [C, K], as the spec's
+    d_bias = db_parts.sum(0).to(bias.dtype) if bias is not None else dconv.new_empty((0,))
+    return dx, d_weight, d_bias
+
+
 # ------------------------------------------------------------------ what the kernels take (supports_args)
 def _reads(*named: tuple[str, torch.Tensor | None]) -> bool | str:
     for name, t in named:
@@ -192,3 +254,18 @@ def causal_conv1d_supports(x, weight, bias=None, activation="silu", dilation=1, 
 
 def causal_conv1d_update_supports(x, conv_state, *_, **__) -> bool | str:
     return _reads(("x", x), ("conv_state", conv_state))
+
+
+def causal_conv1d_fn_supports(x, weight, *_, **__) -> bool | str:
+    return _reads(
+        ("x", x),
+    )
+
+
+def causal_conv1d_fn_backward_supports(grad, x, *_, **__) -> bool | str:
+    """CUDA tensors (or CPU ones under the interpreter, not bf16); ``grad`` and ``x`` with unit channel
+    stride (the checks ask it of ``x``; a gradient that is not, an expanded ``y.sum()`` one, falls back)."""
+    if grad.stride(-1) != 1 or grad.shape != x.shape:
+        shape, strides = tuple(grad.shape), tuple(grad.stride())
+        return f"grad has shape {shape} and strides {strides}: the kernel reads x's shape, unit channel stride"
+    return _reads(("grad", grad), ("x", x))

@@ -12,7 +12,13 @@ import itertools
 
 import torch
 
-from exactfuse.ops.conv import _causal_conv1d, _causal_conv1d_update, _short_conv
+from exactfuse.ops.conv import (
+    _causal_conv1d,
+    _causal_conv1d_fn,
+    _causal_conv1d_update,
+    _short_conv,
+    causal_conv1d_fn_backward,
+)
 from exactfuse.ops.conv import triton as _triton
 
 LAYOUTS = ("cw", "wc")  # storage [slot, C, W] / [slot, W, C], both viewed as logical [slot, C, W]
@@ -150,3 +156,40 @@ def causal_conv1d_update_warmup(
             if spec:
                 kwargs["num_accepted_tokens"] = _int32([1], device)
             _triton.causal_conv1d_update_triton(*schema_args(_causal_conv1d_update, args, kwargs))
+
+
+def _stateless_variants(device, dtype, channels, kernel_sizes, dilations, packed, fp32_weights):
+    """``causal_conv1d_fn``'s arguments for every specialization: bias or not, SiLU or none, ``seq_idx``
+    where ``packed`` asks for it, fp32 weights where ``fp32_weights`` does."""
+    for w_dtype, C, K, D, bias, act, seq in itertools.product(
+        _weight_dtypes(dtype, fp32_weights), channels, kernel_sizes, dilations, (True, False), ("silu", None), packed
+    ):
+        yield (
+            torch.zeros((1, C), dtype=dtype, device=device),
+            torch.zeros((C, K), dtype=w_dtype, device=device),
+            torch.zeros((C,), dtype=w_dtype, device=device) if bias else None,
+            act,
+            D,
+            _int32([0, 1], device),
+            _int32([0], device) if seq else None,
+        )
+
+
+@_causal_conv1d_fn.warmup
+def causal_conv1d_fn_warmup(
+    device, dtype, *, channels=(10240,), kernel_sizes=(4,), dilations=(1,), packed=(False,), fp32_weights=(False,),
+    **other_ops_options,
+) -> None:  # fmt: skip
+    """The stateless forward launches (the kernels ``causal_conv1d``'s warmup compiles without a state)."""
+    for args in _stateless_variants(device, dtype, channels, kernel_sizes, dilations, packed, fp32_weights):
+        _triton.causal_conv1d_fn_triton(*args)
+
+
+@causal_conv1d_fn_backward.warmup
+def causal_conv1d_fn_backward_warmup(
+    device, dtype, *, channels=(10240,), kernel_sizes=(4,), dilations=(1,), packed=(False,), fp32_weights=(False,),
+    **other_ops_options,
+) -> None:  # fmt: skip
+    """Both gradient kernels for every stateless specialization."""
+    for args in _stateless_variants(device, dtype, channels, kernel_sizes, dilations, packed, fp32_weights):
+        _triton.causal_conv1d_fn_backward_triton(torch.zeros_like(args[0]), *args)

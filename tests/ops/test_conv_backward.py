@@ -1,0 +1,189 @@
+"""Gradients of the causal conv: ``causal_conv1d`` called without a state cache runs ``causal_conv1d_fn``,
+whose backward op ``causal_conv1d_fn_backward`` has a Triton provider (``ops/conv/grad_kernels.py``).
+
+Dao-AILab/causal-conv1d's ``tests/test_causal_conv1d.py`` (``test_causal_conv1d``) is reproduced without
+an adapter: ``x [batch, dim, seqlen]`` channel-last, a slice of a wider tensor (batch 2, dims 64 and
+4096 + 32, widths 2-4, seqlens 1 to 4096, with and without bias and SiLU), fp32 ``weight`` and ``bias``;
+the reference casts x to fp32, runs ``F.conv1d`` (padding ``width - 1``, one group a channel), the
+activation, and casts back; one random output gradient; ``dx`` held to ``(rtol, atol)`` = ``(3e-4, 1e-3)``
+fp32, ``(3e-3, 5e-3)`` fp16, ``(1e-2, 5e-2)`` bf16 and ``dweight``, ``dbias`` to ``(1e-3, 1e-3)``, as
+there. Under the interpreter the grid is cut to what the CPU runs in seconds.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import exactfuse
+from exactfuse.ops.conv import causal_conv1d, causal_conv1d_fn_backward, heuristics, native
+from exactfuse.ops.conv.triton import launch_conv_grad
+from exactfuse.registry import InferenceOnlyError
+from exactfuse.testing import check_provider
+from exactfuse.utils import DTYPE_NAMES
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+DAO_TOL = {torch.float32: (3e-4, 1e-3), torch.float16: (3e-3, 5e-3), torch.bfloat16: (1e-2, 5e-2)}
+DAO_WEIGHT_TOL = (1e-3, 1e-3)
+DAO_SEQLENS = [1, 2, 8, 16, 32, 64, 128, 129, 130, 151, 256, 372, 512, 784, 1024, 1134, 2048, 4096]
+
+
+def dao_reference(x, weight, bias, activation):
+    """Dao's ``causal_conv1d_ref``: ``x [B, D, L]`` cast to the weight's dtype, a depthwise conv with
+    ``width - 1`` zeros in front, the activation, cast back."""
+    width = weight.shape[1]
+    out = F.conv1d(x.to(weight.dtype), weight.unsqueeze(1), bias, padding=width - 1, groups=x.shape[1])
+    out = out[..., : x.shape[-1]]
+    return (out if activation is None else F.silu(out)).to(x.dtype)
+
+
+def dao_case(dim, seqlen, width, has_bias, dtype, seed=0):
+    """Dao's inputs: channel-last ``x`` sliced from a wider tensor, fp32 weight and bias."""
+    gen = torch.Generator().manual_seed(seed)
+    wide = torch.randn(2, seqlen, 4096 + dim + 64, generator=gen).to(dtype)[:, :, 4096 : 4096 + dim]
+    x = wide.to(DEVICE).transpose(1, 2)  # [B, D, L], channels unit-stride
+    weight = torch.randn(dim, width, generator=gen).to(DEVICE)
+    bias = torch.randn(dim, generator=gen).to(DEVICE) if has_bias else None
+    return x, weight, bias
+
+
+def run_dao(dim, seqlen, width, has_bias, activation, dtype, provider):
+    x, weight, bias = dao_case(dim, seqlen, width, has_bias, dtype)
+    leaves = [t.detach().clone().requires_grad_() for t in (x, weight, bias) if t is not None]
+    refs = [t.detach().clone().requires_grad_() for t in (x, weight, bias) if t is not None]
+    B, D, L = x.shape
+    qsl = torch.arange(B + 1, dtype=torch.int32, device=DEVICE) * L
+    rows = leaves[0].transpose(1, 2).reshape(B * L, D)  # [B L, D]: a view, rows 4096 + dim + 64 apart
+    with exactfuse.get("causal_conv1d_fn").priority([provider]), causal_conv1d_fn_backward.priority([provider]):
+        bias_leaf = leaves[2] if has_bias else None
+        out = causal_conv1d(rows, leaves[1], bias_leaf, activation=activation, query_start_loc=qsl)
+    out = out.reshape(B, L, D).transpose(1, 2)
+    out_ref = dao_reference(refs[0], refs[1], refs[2] if has_bias else None, activation)
+    rtol, atol = DAO_TOL[dtype]
+    assert torch.allclose(out, out_ref, rtol=rtol, atol=atol)
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(dtype).to(DEVICE)
+    out.backward(g)
+    out_ref.backward(g)
+    assert torch.allclose(leaves[0].grad, refs[0].grad.to(dtype), rtol=rtol, atol=atol), "dx"
+    for name, got, want in zip(("dweight", "dbias"), leaves[1:], refs[1:], strict=False):
+        assert torch.allclose(got.grad, want.grad, rtol=DAO_WEIGHT_TOL[0], atol=DAO_WEIGHT_TOL[1]), name
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=DTYPE_NAMES.get)
+@pytest.mark.parametrize("width", [2, 3, 4])
+@pytest.mark.parametrize("seqlen", [1, 2, 129])
+@pytest.mark.parametrize(("has_bias", "activation"), [(True, "silu"), (False, None)], ids=["bias-silu", "plain"])
+def test_interpreter_dao_causal_conv1d_grid(dtype, width, seqlen, has_bias, activation):
+    run_dao(64, seqlen, width, has_bias, activation, dtype, "triton")
+
+
+DAO_GPU_GRID = list(itertools.product([64, 4096 + 32], DAO_SEQLENS, [2, 3, 4], [(True, "silu"), (False, None)]))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=DTYPE_NAMES.get)
+def test_gpu_dao_causal_conv1d_grid(dtype):
+    for dim, seqlen, width, (has_bias, activation) in DAO_GPU_GRID:
+        run_dao(dim, seqlen, width, has_bias, activation, dtype, "triton")
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=DTYPE_NAMES.get)
+def test_interpreter_backward_cases_meet_the_contract(dtype):
+    """Every declared case of the forward and of the backward op (varlen with an empty sequence, K and
+    dilation, packed ``seq_idx`` rows, fp32 weights, no rows) against their contracts."""
+    for o in (exactfuse.get("causal_conv1d_fn"), causal_conv1d_fn_backward):
+        failures = [c.id for c in o.cases("cpu", dtype) if not check_provider(o, "triton", c).passed]
+        assert not failures, (o.name, failures)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("BT", [2, 8])
+def test_interpreter_row_tiles_sum_in_a_fixed_order(BT):
+    """Several row tiles a sequence (and sequences across tiles): the weight and bias gradients are the
+    tiles' partial sums, the same bits every run, and meet the contract at every tile height."""
+    o = causal_conv1d_fn_backward
+    case = next(c for c in o.cases("cpu", torch.float32) if c.id == "seq-idx-fp32")
+    config = heuristics.ConvConfig(BT=BT, BC=64, BC_STATE=64, BW=4, num_warps=4)
+    first = launch_conv_grad(*case.args, config=config)
+    again = launch_conv_grad(*case.args, config=config)
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+    contracts = o.contract_for(torch.float32, "cpu").for_outputs(3)
+    for contract, got, want in zip(contracts, first, o.native(*case.args), strict=True):
+        result = contract.check(got, want, args=case.args, kwargs={})
+        assert result.passed, result.summary()
+
+
+def test_the_public_call_routes_gradients_to_the_stateless_op():
+    x = torch.randn(12, 8, requires_grad=True)
+    w = torch.randn(8, 4)
+    y = causal_conv1d(x, w, None, query_start_loc=torch.tensor([0, 5, 12], dtype=torch.int32))
+    assert y.requires_grad and y.grad_fn is not None
+    (dx,) = torch.autograd.grad(y, x, torch.ones_like(y))
+    x2 = x.detach().requires_grad_()
+    want = native.causal_conv1d(x2, w, None, "silu", 1, None, torch.tensor([0, 5, 12], dtype=torch.int32))
+    (ref,) = torch.autograd.grad(want, x2, torch.ones_like(want))
+    assert torch.allclose(dx, ref, rtol=1e-6, atol=1e-6)
+
+
+def test_a_state_cache_keeps_the_call_inference_only():
+    x = torch.randn(6, 8, requires_grad=True)
+    w = torch.randn(8, 4)
+    state = torch.zeros(2, 8, 3)
+    with pytest.raises(InferenceOnlyError, match="causal_conv1d"):
+        causal_conv1d(x, w, conv_state=state, state_indices=torch.tensor([1], dtype=torch.int32),
+                      query_start_loc=torch.tensor([0, 6], dtype=torch.int32))  # fmt: skip
+    with pytest.raises(ValueError, match="state_indices and has_initial_state need a conv_state"):
+        causal_conv1d(x, w, state_indices=torch.tensor([1], dtype=torch.int32))
+    assert torch.count_nonzero(state) == 0
+
+
+def test_backward_checks_name_the_argument():
+    x, w = torch.randn(6, 8), torch.randn(8, 4)
+    with pytest.raises(ValueError, match="causal_conv1d_fn_backward: grad must have x's shape"):
+        causal_conv1d_fn_backward(torch.randn(5, 8), x, w)
+    with pytest.raises(TypeError, match="causal_conv1d_fn_backward: grad must be float32"):
+        causal_conv1d_fn_backward(torch.randn(6, 8, dtype=torch.float16), x, w)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=DTYPE_NAMES.get)
+def test_gpu_backward_cases_meet_the_contract_and_repeat(dtype):
+    for o in (exactfuse.get("causal_conv1d_fn"), causal_conv1d_fn_backward):
+        for case in o.cases(DEVICE, dtype):
+            assert check_provider(o, "triton", case).passed, (o.name, case.id)
+    for case in causal_conv1d_fn_backward.cases(DEVICE, dtype):
+        with causal_conv1d_fn_backward.priority(["triton"]):
+            first, again = causal_conv1d_fn_backward(*case.args), causal_conv1d_fn_backward(*case.args)
+        assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True)), case.id
+
+
+@pytest.mark.gpu
+def test_gpu_backward_compiles_and_replays_in_a_graph():
+    """Under torch.compile the backward graph holds the backward op's kernels; a CUDA graph of a forward
+    and backward step replays the eager gradients."""
+    x = torch.randn(64, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(256, 4, device="cuda", requires_grad=True)
+    qsl = torch.tensor([0, 20, 64], dtype=torch.int32, device="cuda")
+    g = torch.randn(64, 256, device="cuda", dtype=torch.bfloat16)
+
+    def step():
+        y = causal_conv1d(x, w, None, query_start_loc=qsl)
+        return torch.autograd.grad(y, (x, w), g)
+
+    eager = step()
+    compiled = torch.compile(step, fullgraph=True)()
+    assert all(torch.allclose(a.float(), b.float(), rtol=1e-2, atol=1e-2) for a, b in zip(compiled, eager, strict=True))
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        step()
+        with torch.cuda.graph(graph, stream=stream):
+            replayed = step()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert all(torch.equal(a, b) for a, b in zip(replayed, eager, strict=True))
