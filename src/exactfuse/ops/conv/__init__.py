@@ -167,16 +167,34 @@ def _causal_conv1d_call(
     pad_slot_id: int | None = None,
     null_block_id: int | None = None,
     seq_idx: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+    cu_seqlens: torch.Tensor | None = None,
 ) -> torch.Tensor:
     pad_slot_id = checks.resolve_pad_slot_id("causal_conv1d", pad_slot_id, null_block_id)
+    activation = checks.resolve_activation(activation)
+    qsl = checks.resolve_alias("causal_conv1d", "query_start_loc", query_start_loc, "cu_seqlens", cu_seqlens)
+    rows, query_start_loc, seq_idx = checks.batch_rows("causal_conv1d", x, qsl, seq_idx)
     if conv_state is None and requires_grad((x, weight, bias), {}):  # no state written: the differentiable op
         if state_indices is not None or has_initial_state is not None:
             raise ValueError("causal_conv1d: state_indices and has_initial_state need a conv_state")
-        return _causal_conv1d_fn(x, weight, bias, activation, dilation, query_start_loc, seq_idx)
-    return _causal_conv1d(
-        x, weight, bias, activation, dilation, conv_state, query_start_loc, state_indices,
-        has_initial_state, pad_slot_id, seq_idx,
-    )  # fmt: skip
+        out = _causal_conv1d_fn(rows, weight, bias, activation, dilation, query_start_loc, seq_idx)
+    else:
+        out = _causal_conv1d(
+            rows, weight, bias, activation, dilation, conv_state, query_start_loc, state_indices,
+            has_initial_state, pad_slot_id, seq_idx,
+        )  # fmt: skip
+    return _plus_residual("causal_conv1d", out.view(x.shape), residual)
+
+
+def _plus_residual(op: str, out: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
+    """``out + residual`` (FLA's ``residual``): an elementwise add in x's dtype after the conv, as FLA's
+    reference adds it; not fused into the kernels."""
+    if residual is None:
+        return out
+    if not isinstance(residual, torch.Tensor) or residual.shape != out.shape or residual.dtype != out.dtype:
+        shape, dtype = tuple(out.shape), out.dtype
+        raise ValueError(f"{op}: residual must be a tensor of x's shape {shape} and dtype {dtype}")
+    return out + residual
 
 
 def _causal_conv1d_update_call(
@@ -192,12 +210,15 @@ def _causal_conv1d_update_call(
     pad_slot_id: int | None = None,
     null_block_id: int | None = None,
     history_at: str = "start",
+    residual: torch.Tensor | None = None,
 ) -> torch.Tensor:
     pad_slot_id = checks.resolve_pad_slot_id("causal_conv1d_update", pad_slot_id, null_block_id)
-    return _causal_conv1d_update(
+    activation = checks.resolve_activation(activation)
+    out = _causal_conv1d_update(
         x, conv_state, weight, bias, activation, dilation, state_indices, num_accepted_tokens, pad_slot_id,
         history_at,
     )  # fmt: skip
+    return _plus_residual("causal_conv1d_update", out, residual)
 
 
 short_conv = KeywordOp(_short_conv, _short_conv_call)

@@ -22,6 +22,36 @@ def resolve_pad_slot_id(op: str, pad_slot_id: int | None, null_block_id: int | N
     return null_block_id
 
 
+def resolve_activation(activation: str | None) -> str | None:
+    """``"swish"`` (FLA's and vLLM's name) is ``"silu"``."""
+    return "silu" if activation == "swish" else activation
+
+
+def resolve_alias(op: str, name: str, value, alias: str, alias_value):
+    """``value``, or ``alias_value`` given under the peer's name ``alias`` (both given: an error)."""
+    if alias_value is None:
+        return value
+    if value is not None:
+        _fail(op, f"{name} and {alias} name the same argument; pass one")
+    return alias_value
+
+
+def batch_rows(op: str, x, query_start_loc, seq_idx):
+    """A public call's ``x`` as rows: ``[T, C]`` as given; ``[B, T, C]`` (FLA's and Dao's batch-first
+    layout) as ``B`` sequences of ``T`` rows, or with ``query_start_loc`` (FLA's ``cu_seqlens``, ``B`` = 1)
+    the one row of packed sequences; a ``[B, T]`` ``seq_idx`` (Dao's) flattened with it."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 3:
+        return x, query_start_loc, seq_idx
+    B, T, C = x.shape
+    if query_start_loc is not None and B != 1:
+        _fail(op, f"x [B, T, C] with query_start_loc / cu_seqlens must have B = 1 (packed sequences), got B = {B}")
+    if query_start_loc is None:
+        query_start_loc = calls.uniform_starts(B, T, x.device)
+    if seq_idx is not None and seq_idx.dim() == 2:
+        seq_idx = seq_idx.reshape(-1)
+    return x.reshape(B * T, C), query_start_loc, seq_idx
+
+
 # ------------------------------------------------------------------------- argument checks
 def _fail(op: str, message: str, error: type = ValueError):
     raise error(f"{op}: {message}")

@@ -1,0 +1,176 @@
+"""FLA's causal-conv tests, reproduced against ``causal_conv1d`` / ``causal_conv1d_update`` without an adapter.
+
+From fla-org/flash-linear-attention, ``tests/modules/test_conv.py``:
+
+- ``test_conv``: ``x [B, T, D]`` (batch first), ``weight [D, W]`` and ``bias`` in x's dtype, ``"swish"`` or no
+  activation, an optional ``residual`` (a copy of x, itself a leaf); the reference convolves in fp32 for 16-bit
+  inputs (``F.conv1d``, ``W - 1`` zeros in front), applies the activation, casts back, then adds the residual in
+  x's dtype; one random output gradient; output and every gradient (x, weight, bias, residual) held to an
+  error ratio ``rms(ref - out) / rms(ref) < 1e-3`` (``fla.utils.assert_close``). The grid: B 2, (T, D, W) =
+  (64, 128, 3), (128, 128, 4), (500, 1024, 3), (1024, 1024, 4), fp32 and fp16.
+- ``test_conv_varlen``: ``x [1, T, D]`` of N = 4 packed sequences at int64 ``cu_seqlens`` (cut points drawn
+  from 16 .. T), T 500 / 1024, D 128 / 200 / 1024; the reference runs each sequence alone.
+- ``test_conv_decoding``: token by token through ``causal_conv1d_update`` with a cache of the last **W**
+  inputs ``[B, D, W]`` (zeros at first; weights zeroed there); the output and the final cache (the last
+  ``min(W, T)`` inputs) against the whole-sequence reference. exactfuse reads FLA's W-wide cache as Dao's
+  wide state: ``history_at="end"`` (the history is the last ``W - 1`` columns, the window shifts whole).
+
+Under the interpreter the grid keeps the shapes the CPU runs in seconds; the GPU test runs all of it.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import exactfuse
+from exactfuse.ops.conv import causal_conv1d, causal_conv1d_fn_backward, causal_conv1d_update
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+RATIO = 1e-3
+FLA_CONV = [  # (B, T, D, W, activation, has_bias, has_residual, dtype), FLA's test_conv
+    (2, 64, 128, 3, "swish", True, True, torch.float32),
+    (2, 128, 128, 4, "swish", False, True, torch.float32),
+    (2, 64, 128, 3, "swish", True, False, torch.float32),
+    (2, 128, 128, 4, "swish", False, False, torch.float32),
+    (2, 500, 1024, 3, None, True, True, torch.float32),
+    (2, 1024, 1024, 4, None, False, True, torch.float32),
+    (2, 64, 128, 3, None, True, False, torch.float16),
+    (2, 128, 128, 4, None, False, False, torch.float16),
+]
+FLA_VARLEN = [  # (N, T, D, W, activation, has_bias, has_residual, dtype), FLA's test_conv_varlen
+    (4, 500, 128, 3, "swish", True, True, torch.float32),
+    (4, 1024, 200, 4, "swish", False, True, torch.float32),
+    (4, 500, 128, 3, None, True, False, torch.float16),
+    (4, 1024, 1024, 4, None, False, False, torch.float16),
+]
+
+
+def err_ratio(ref: torch.Tensor, got: torch.Tensor) -> float:
+    ref, got = ref.detach().double(), got.detach().double()
+    return float((ref - got).square().mean().sqrt() / (ref.square().mean().sqrt() + 1e-15))
+
+
+def fla_reference(x, weight, bias, activation):
+    """``x [B, T, D]``: FLA's reference conv (fp32 for 16-bit inputs), activation, cast back."""
+    compute = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    W = weight.shape[1]
+    out = F.conv1d(x.transpose(1, 2).to(compute), weight.to(compute).unsqueeze(1),
+                   bias.to(compute) if bias is not None else None, padding=W - 1, groups=x.shape[2])  # fmt: skip
+    out = out[..., : x.shape[1]]
+    return (out if activation is None else F.silu(out)).to(x.dtype).transpose(1, 2)
+
+
+def leaves(B, T, D, W, has_bias, has_residual, dtype):
+    gen = torch.Generator().manual_seed(42)
+    x = torch.randn(B, T, D, generator=gen).to(DEVICE, dtype).requires_grad_()
+    weight = torch.randn(D, W, generator=gen).to(DEVICE, dtype).requires_grad_()
+    bias = torch.randn(D, generator=gen).to(DEVICE, dtype).requires_grad_() if has_bias else None
+    residual = x.detach().clone().requires_grad_() if has_residual else None
+    dy = torch.randn(B, T, D, generator=gen).to(DEVICE, dtype)
+    return [x, weight, bias, residual], dy
+
+
+def grads(out, tensors, dy):
+    present = [t for t in tensors if t is not None]
+    return torch.autograd.grad(out, present, dy)
+
+
+def check_fla(ref, got, ref_grads, got_grads, tensors):
+    assert err_ratio(ref, got) < RATIO, "y"
+    names = [n for n, t in zip(("dx", "dw", "db", "dr"), tensors, strict=True) if t is not None]
+    for name, r, g in zip(names, ref_grads, got_grads, strict=True):
+        assert err_ratio(r, g) < RATIO, name
+
+
+def run_fla_conv(B, T, D, W, activation, has_bias, has_residual, dtype, provider):
+    tensors, dy = leaves(B, T, D, W, has_bias, has_residual, dtype)
+    x, weight, bias, residual = tensors
+    ref = fla_reference(x, weight, bias, activation)
+    ref = ref + residual if has_residual else ref
+    ref_grads = grads(ref, tensors, dy)
+    with exactfuse.get("causal_conv1d_fn").priority([provider]), causal_conv1d_fn_backward.priority([provider]):
+        got = causal_conv1d(x, weight, bias, activation=activation, residual=residual)
+        check_fla(ref, got, ref_grads, grads(got, tensors, dy), tensors)
+
+
+def run_fla_varlen(N, T, D, W, activation, has_bias, has_residual, dtype, provider):
+    gen = torch.Generator().manual_seed(42)
+    cuts = torch.arange(16, T)[torch.randperm(T - 16, generator=gen)[: N - 1]]
+    cu_seqlens = torch.cat([torch.tensor([0]), cuts, torch.tensor([T])]).sort()[0].to(DEVICE)  # int64
+    tensors, dy = leaves(1, T, D, W, has_bias, has_residual, dtype)
+    x, weight, bias, residual = tensors
+    pieces = []
+    for bos, eos in zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist(), strict=True):
+        piece = fla_reference(x[:, bos:eos], weight, bias, activation)
+        pieces.append(piece + residual[:, bos:eos] if has_residual else piece)
+    ref = torch.cat(pieces, 1)
+    ref_grads = grads(ref, tensors, dy)
+    with exactfuse.get("causal_conv1d_fn").priority([provider]), causal_conv1d_fn_backward.priority([provider]):
+        got = causal_conv1d(x, weight, bias, activation=activation, residual=residual, cu_seqlens=cu_seqlens)
+        check_fla(ref, got, ref_grads, grads(got, tensors, dy), tensors)
+
+
+def run_fla_decoding(B, T, D, W, activation, has_bias, has_residual, dtype, provider):
+    gen = torch.Generator().manual_seed(42)
+    x = torch.randn(B, T, D, generator=gen).to(DEVICE, dtype)
+    weight = torch.randn(D, W, generator=gen).to(DEVICE, dtype) * 0
+    bias = torch.randn(D, generator=gen).to(DEVICE, dtype) if has_bias else None
+    residual = x.clone() if has_residual else None
+    ref = fla_reference(x, weight, bias, activation)
+    ref = ref + residual if has_residual else ref
+    ref_cache = x.new_zeros(B, D, W)
+    ref_cache[:, :, -min(W, T) :] = x[:, -min(W, T) :, :].transpose(1, 2)
+    got = torch.zeros_like(x)
+    cache = x.new_zeros(B, D, W)
+    with exactfuse.get("causal_conv1d_update").priority([provider]):
+        for i in range(T):
+            got[:, i : i + 1] = causal_conv1d_update(
+                x[:, i : i + 1], cache, weight, bias, activation=activation, history_at="end",
+                residual=residual[:, i : i + 1] if has_residual else None,
+            )  # fmt: skip
+    assert err_ratio(ref, got) < RATIO
+    assert err_ratio(ref_cache, cache) < RATIO
+
+
+SMALL = [c for c in FLA_CONV if c[1] * c[2] <= 128 * 128]
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("case", SMALL, ids=lambda c: f"T{c[1]}-W{c[3]}-{c[4]}-b{int(c[5])}-r{int(c[6])}-{c[7]}")
+def test_interpreter_fla_conv(case):
+    run_fla_conv(*case, "triton")
+
+
+@pytest.mark.interpreter
+def test_interpreter_fla_varlen_int64_cu_seqlens():
+    run_fla_varlen(4, 200, 64, 3, "swish", True, True, torch.float32, "triton")
+    run_fla_varlen(4, 200, 64, 4, None, False, False, torch.float16, "triton")
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("case", SMALL[:4] + SMALL[-2:], ids=lambda c: f"T{c[1]}-W{c[3]}-{c[4]}-r{int(c[6])}-{c[7]}")
+def test_interpreter_fla_decoding_with_a_w_wide_cache(case):
+    B, T, D, W, *rest = case
+    run_fla_decoding(B, min(T, 12), D, W, *rest, "triton")
+
+
+@pytest.mark.gpu
+def test_gpu_fla_grids():
+    for case in FLA_CONV:
+        run_fla_conv(*case, "triton")
+    for case in FLA_VARLEN:
+        run_fla_varlen(*case, "triton")
+    for case in FLA_CONV:
+        run_fla_decoding(*case, "triton")
+
+
+def test_residual_and_batch_layout_are_checked_by_name():
+    x, w = torch.randn(2, 5, 8), torch.randn(8, 4)
+    with pytest.raises(ValueError, match="causal_conv1d: residual must be a tensor of x's shape"):
+        causal_conv1d(x, w, residual=torch.randn(2, 5, 7))
+    with pytest.raises(ValueError, match="must have B = 1"):
+        causal_conv1d(x, w, cu_seqlens=torch.tensor([0, 5]))
+    with pytest.raises(ValueError, match="query_start_loc and cu_seqlens name the same argument"):
+        causal_conv1d(x[:1], w, cu_seqlens=torch.tensor([0, 5]), query_start_loc=torch.tensor([0, 5]))
