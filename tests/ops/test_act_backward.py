@@ -21,6 +21,7 @@ from exactfuse.ops.act_and_mul import triton as act_triton
 from exactfuse.registry import InferenceOnlyError
 from exactfuse.testing import CompileWatch, assert_contract_matrix, clone_args
 from exactfuse.testing.calls import clone_value
+from graph_support import capture
 
 # backward op -> its forward op and the forward's differentiable arguments
 BACKWARD = {
@@ -342,14 +343,7 @@ def test_gpu_warmup_then_cuda_graph_of_forward_and_backward(dtype):
         ds, dv = torch.autograd.grad(silu_mul(gate, up), [gate, up], static_grad)
         return dx1, dx2, dg, du, ds, dv
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        step()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_out = step()
+    graph, static_out = capture(step)
     assert watch.new() == [[], []], f"compiled during capture:\n{watch}"
     for _ in range(3):
         static_x.copy_(torch.randn_like(static_x))

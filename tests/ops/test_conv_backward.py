@@ -24,6 +24,7 @@ from exactfuse.ops.conv.triton import launch_conv_grad
 from exactfuse.registry import InferenceOnlyError
 from exactfuse.testing import check_provider
 from exactfuse.utils import DTYPE_NAMES
+from graph_support import capture
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 DAO_TOL = {torch.float32: (3e-4, 1e-3), torch.float16: (3e-3, 5e-3), torch.bfloat16: (1e-2, 5e-2)}
@@ -178,12 +179,7 @@ def test_gpu_backward_compiles_and_replays_in_a_graph():
     eager = step()
     compiled = torch.compile(step, fullgraph=True)()
     assert all(torch.allclose(a.float(), b.float(), rtol=1e-2, atol=1e-2) for a, b in zip(compiled, eager, strict=True))
-    graph = torch.cuda.CUDAGraph()
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        step()
-        with torch.cuda.graph(graph, stream=stream):
-            replayed = step()
+    graph, replayed = capture(step)
     graph.replay()
     torch.cuda.synchronize()
     assert all(torch.equal(a, b) for a, b in zip(replayed, eager, strict=True))

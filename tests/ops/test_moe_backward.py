@@ -11,6 +11,7 @@ from exactfuse.ops.moe_silu_and_mul import moe_silu_and_mul, moe_silu_and_mul_ba
 from exactfuse.ops.moe_silu_and_mul import triton as mt
 from exactfuse.testing import CompileWatch, assert_contract_matrix, clone_args
 from exactfuse.testing.calls import clone_value
+from graph_support import capture
 from moe_support import LAYOUT, pair
 
 SHORT = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
@@ -400,14 +401,7 @@ def test_gpu_warmup_then_cuda_graph_of_forward_and_backward(dtype):
         (dx_plain,) = torch.autograd.grad(moe_silu_and_mul(x, None, False), x, static_grad)
         return dx, dw, dx_plain
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        step()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_out = step()
+    graph, static_out = capture(step)
     assert watch.new() == [[], []], f"compiled during capture:\n{watch}"
     for _ in range(3):
         static_x.copy_(torch.randn_like(static_x))

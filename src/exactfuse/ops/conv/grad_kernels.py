@@ -41,15 +41,17 @@ def _tap(p_x, p_seq, o_t, q_start, o_c, m_c, out_ok, seq, L, stride_x, k, K: tl.
 
 
 @triton.jit
-def _rows(p_qsl, p_seq, o_t, L, R, HAS_SEQ_IDX: tl.constexpr):
-    """Rows ``o_t``'s sequence start, the end of the sequences, ``seq_idx`` and whether the row has an
-    output, as ``[BT, 1]`` columns."""
+def _tile(p_qsl, p_seq, L, R, C, HAS_SEQ_IDX: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr):
+    """This program's ``BT`` rows (a ``[BT, 1]`` column) and ``BC`` channels (``[1, BC]``, with their mask),
+    and per row its sequence's start, the end of that sequence, ``seq_idx`` and whether it has an output."""
+    o_t = tl.program_id(0) * BT + tl.arange(0, BT)
+    o_c = (tl.program_id(1) * BC + tl.arange(0, BC))[None, :]
     r = find_request(o_t, R, p_qsl)
     q_start = tl.load(p_qsl + r)
     q_end = tl.load(p_qsl + r + 1, mask=r + 1 <= R, other=0)
     in_range = (q_start <= o_t) & (o_t < tl.load(p_qsl + R))
     seq, out_ok = _row_seq(p_seq, o_t, in_range, L, HAS_SEQ_IDX)
-    return q_start[:, None], q_end[:, None], seq[:, None], out_ok[:, None]
+    return o_t[:, None], o_c, o_c < C, q_start[:, None], q_end[:, None], seq[:, None], out_ok[:, None]
 
 
 @triton.jit(do_not_specialize=["L", "R"])
@@ -67,13 +69,8 @@ def conv_grad_rows_kernel(
     (HAS_SEQ_IDX). Unit channel strides. p_dconv: ``[L, C]`` fp32, contiguous; p_dw: ``[tiles, K, C]`` fp32;
     p_db: ``[tiles, C]`` fp32 (HAS_BIAS). ACT: 0 SiLU, -1 none.
     """
+    rows, o_c, m_c, q_start, _, seq, out_ok = _tile(p_qsl, p_seq, L, R, C, HAS_SEQ_IDX, BT, BC)
     i_t = tl.program_id(0)
-    i_c = tl.program_id(1)
-    o_t = i_t * BT + tl.arange(0, BT)
-    o_c = (i_c * BC + tl.arange(0, BC))[None, :]
-    m_c = o_c < C
-    q_start, _, seq, out_ok = _rows(p_qsl, p_seq, o_t, L, R, HAS_SEQ_IDX)
-    rows = o_t[:, None]
     acc = tl.zeros([BT, BC], dtype=tl.float32)
     for k in tl.static_range(K):
         w_k = tl.load(p_w + o_c * stride_w_c + k * stride_w_k, mask=m_c).to(tl.float32)
@@ -94,7 +91,7 @@ def conv_grad_rows_kernel(
         dconv = g
     dconv = tl.where(out_ok & m_c, dconv, 0.0)
     tl.store(p_dconv + rows.to(tl.int64) * C + o_c, dconv, mask=m_row)
-    o_c1 = i_c * BC + tl.arange(0, BC)
+    o_c1 = tl.program_id(1) * BC + tl.arange(0, BC)
     m_c1 = o_c1 < C
     if HAS_BIAS:
         tl.store(p_db + i_t.to(tl.int64) * C + o_c1, tl.sum(dconv, 0), mask=m_c1)
@@ -112,13 +109,7 @@ def conv_grad_x_kernel(
     ascending over the rows of its own sequence (and ``seq_idx``), in fp32, rounded once to p_dx's dtype.
     p_dconv ``[L, C]`` fp32 contiguous (zero on rows without an output); p_dx ``[L, C]`` rows ``stride_dx``
     apart; the rest as :func:`conv_grad_rows_kernel`."""
-    i_t = tl.program_id(0)
-    i_c = tl.program_id(1)
-    o_t = i_t * BT + tl.arange(0, BT)
-    o_c = (i_c * BC + tl.arange(0, BC))[None, :]
-    m_c = o_c < C
-    _, q_end, seq, out_ok = _rows(p_qsl, p_seq, o_t, L, R, HAS_SEQ_IDX)
-    rows = o_t[:, None]
+    rows, o_c, m_c, _, q_end, seq, out_ok = _tile(p_qsl, p_seq, L, R, C, HAS_SEQ_IDX, BT, BC)
     acc = tl.zeros([BT, BC], dtype=tl.float32)
     for k in tl.static_range(K):
         dest = rows + (K - 1 - k) * D  # the row whose tap k is row s
