@@ -64,6 +64,23 @@ def test_kernels_accepts_the_layers_in_place_of_each_mixers_functions(model):
         _validate_layer(check_cls=type(wrapped), cls=repo.load(), repo=repo)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+def test_fn_layer_has_the_gradients_of_transformers_torch_path(dtype):
+    """The layer declares a backward: its gradients (x, weight, bias) against autograd of transformers'
+    PyTorch ``causal_conv1d_fn``, within Dao's gradient tolerances."""
+    h = _projection_chunk(3, 40, 9, dtype)
+    w, b = _weights(40, 4, dtype)
+    ours = [t.detach().clone().requires_grad_() for t in (h, w, b)]
+    ref = [t.detach().clone().requires_grad_() for t in (h, w, b)]
+    g = torch.randn(3, 40, 9).to(dtype)
+    got = torch.autograd.grad(CausalConv1dFn()(*ours, activation="silu"), ours, g)
+    want = torch.autograd.grad(_module("mamba").causal_conv1d_fn(*ref, activation="silu"), ref, g)
+    rtol, atol = (3e-4, 1e-3) if dtype == torch.float32 else (3e-3, 5e-3)
+    assert CausalConv1dFn.has_backward
+    for a, e in zip(got, want, strict=True):
+        torch.testing.assert_close(a, e, rtol=rtol, atol=atol)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("activation", ["silu", None])
 @pytest.mark.parametrize("B", [1, 3])

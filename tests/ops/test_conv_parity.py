@@ -182,6 +182,60 @@ def test_dao_wide_state_history_at_end(provider, dtype, layout, K, extra, Lq):
     assert torch.equal(state, expected_state)
 
 
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_NAMES.get)
+@pytest.mark.parametrize("layout", ["cw", "wc"])
+@pytest.mark.parametrize("K", [2, 3, 4])
+@pytest.mark.parametrize("Lq", [None, 4, 5], ids=lambda v: f"Lq{v}")
+@pytest.mark.parametrize("gather", [False, True], ids=["batch", "gather"])
+def test_dao_circular_state_cache_seqlens(provider, dtype, layout, K, Lq, gather):
+    """Dao's ``causal_conv1d_update`` with ``cache_seqlens`` (``test_causal_conv1d_update``, ``..._with_batch_
+    gather``): the state ``[batch, dim, state_len]``, ``state_len`` drawn from ``width - 1 .. width + 9``, is a
+    circular buffer; request ``b`` reads the ``width - 1`` positions before ``cache_seqlens[b]`` (modulo
+    ``state_len``), oldest first, and its inputs are written at ``cache_seqlens[b] + i`` (modulo);
+    ``cache_seqlens`` drawn from ``0 .. 1023`` (int32); weight and bias fp32 as there, outputs to Dao's
+    tolerances, the state ``torch.equal``; with a gather, a pool 10x the batch and -1 for two padded
+    requests (output 0, state untouched)."""
+    gen = make_generator(17)
+    B, C = 6, 16
+    W = int(torch.randint(K - 1, K + 10, (1,), generator=gen))
+    shape = (B, C) if Lq is None else (B, Lq, C)
+    x = randn(shape, dtype, gen)
+    weight = torch.randn((C, K), generator=gen).to(DEVICE)
+    bias = torch.randn((C,), generator=gen).to(DEVICE)
+    slots = 10 * B if gather else B
+    state = pool(slots, C, W, dtype, layout, gen)
+    sid = torch.randperm(slots, generator=gen)[:B].tolist() if gather else list(range(B))
+    if gather:
+        sid[1] = sid[4] = -1
+    seqlens = torch.randint(0, 1024, (B,), generator=gen, dtype=torch.int32)
+    before = state.clone()
+    kwargs = {"state_indices": torch.tensor(sid, dtype=torch.int32, device=DEVICE)} if gather else {}
+    out = run(causal_conv1d_update, provider, x, state, weight, bias, activation="silu",
+              cache_seqlens=seqlens.to(DEVICE), **kwargs)  # fmt: skip
+    expected_state = before.clone()
+    for b in range(B):
+        if sid[b] == -1:
+            assert torch.equal(out[b], torch.zeros_like(out[b]))
+            continue
+        rows = x[b].reshape(-1, C)
+        back = torch.remainder(torch.arange(-(K - 1), 0) + int(seqlens[b]), W)
+        ref, _ = reference(rows, before[sid[b]][:, back], weight, bias, "silu")
+        assert_close(out[b], ref.reshape(out[b].shape), dtype)
+        at = torch.remainder(torch.arange(rows.shape[0]) + int(seqlens[b]), W)
+        expected_state[sid[b]][:, at] = rows.T.to(dtype)
+    assert torch.equal(state, expected_state)
+
+
+def test_cache_seqlens_refuses_what_it_cannot_combine():
+    x, state, w = torch.randn(2, 3, 8), torch.randn(2, 8, 5), torch.randn(8, 4)
+    seqlens = torch.zeros(2, dtype=torch.int32)
+    with pytest.raises(ValueError, match="cache_seqlens .* takes neither num_accepted_tokens nor history_at='end'"):
+        causal_conv1d_update(x, state, w, cache_seqlens=seqlens, history_at="end")
+    with pytest.raises(ValueError, match="cache_seqlens must hold one entry per request"):
+        causal_conv1d_update(x, state, w, cache_seqlens=seqlens[:1])
+
+
 def packed_rows(seqlen: int, batch: int, gen, *, pad: bool, global_ids: bool):
     """Dao's ``seq_idx`` grid: each row cut into 1 to 4 sequences (a shorter true length with ``pad``,
     the rest -1). Returns ``seq_idx [batch, seqlen]`` and each row's sequence lengths."""

@@ -75,10 +75,11 @@ class CausalConv1dFn(nn.Module):
     """``causal_conv1d_fn(hidden_states [B, C, L], weight [C, K], bias [C] | None, activation, seq_idx)`` ->
     ``[B, C, L]``: each of the ``B`` rows one sequence with no history, as exactfuse's ``causal_conv1d`` over
     the channel-last view (no copy when the channels are the unit stride, as a projection's output is);
-    ``seq_idx [B, L]`` int32 (packed sequences) splits each row further, flattened to ``[B·L]``."""
+    ``seq_idx [B, L]`` int32 (packed sequences) splits each row further, flattened to ``[B·L]``. Without a
+    state the call has a backward (``causal_conv1d_fn``: x, weight and bias), so the layer serves training too."""
 
     can_torch_compile = True
-    has_backward = False
+    has_backward = True
 
     def forward(self, hidden_states, weight, bias=None, activation=None, **kwargs):
         seq_idx = kwargs.get("seq_idx")  # a keyword: kernels takes only the replaced function's signature

@@ -211,13 +211,23 @@ def _causal_conv1d_update_call(
     null_block_id: int | None = None,
     history_at: str = "start",
     residual: torch.Tensor | None = None,
+    cache_seqlens: torch.Tensor | None = None,
 ) -> torch.Tensor:
     pad_slot_id = checks.resolve_pad_slot_id("causal_conv1d_update", pad_slot_id, null_block_id)
     activation = checks.resolve_activation(activation)
-    out = _causal_conv1d_update(
-        x, conv_state, weight, bias, activation, dilation, state_indices, num_accepted_tokens, pad_slot_id,
-        history_at,
-    )  # fmt: skip
+    if cache_seqlens is not None:  # Dao's circular state: the op runs on each request's gathered history
+        checks.check_cache_seqlens(x, conv_state, num_accepted_tokens, history_at, cache_seqlens)
+        rows = x if x.dim() == 3 else x[:, None]
+        windows, indices = native.circular_window(
+            rows, conv_state, weight, dilation, state_indices, pad_slot_id, cache_seqlens
+        )
+        out = _causal_conv1d_update(x, windows, weight, bias, activation, dilation, indices, None, -1, "start")
+        native.store_circular(rows, conv_state, state_indices, pad_slot_id, cache_seqlens)
+    else:
+        out = _causal_conv1d_update(
+            x, conv_state, weight, bias, activation, dilation, state_indices, num_accepted_tokens, pad_slot_id,
+            history_at,
+        )  # fmt: skip
     return _plus_residual("causal_conv1d_update", out, residual)
 
 

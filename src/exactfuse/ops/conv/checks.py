@@ -52,6 +52,18 @@ def batch_rows(op: str, x, query_start_loc, seq_idx):
     return x.reshape(B * T, C), query_start_loc, seq_idx
 
 
+def check_cache_seqlens(x, conv_state, num_accepted_tokens, history_at, cache_seqlens) -> None:
+    """Dao's ``cache_seqlens``: ``[>= B]`` int32 on x's device, a circular state of its own convention."""
+    op = "causal_conv1d_update"
+    if num_accepted_tokens is not None or history_at != "start":
+        _fail(op, "cache_seqlens (Dao's circular state) takes neither num_accepted_tokens nor history_at='end'")
+    _tensor(op, "cache_seqlens", cache_seqlens, dim=1, dtypes=(torch.int32, torch.int64), device=x.device)
+    if cache_seqlens.shape[0] < x.shape[0]:
+        _fail(op, f"cache_seqlens must hold one entry per request (>= {x.shape[0]}), got {cache_seqlens.shape[0]}")
+    if not isinstance(conv_state, torch.Tensor) or conv_state.dim() != 3 or conv_state.shape[2] == 0:
+        _fail(op, "cache_seqlens needs a conv_state [slots, C, W] with W >= 1")
+
+
 # ------------------------------------------------------------------------- argument checks
 def _fail(op: str, message: str, error: type = ValueError):
     raise error(f"{op}: {message}")

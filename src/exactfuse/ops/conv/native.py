@@ -452,9 +452,56 @@ def shift_head(
     if keep == 0:
         return
     B, Lq, _ = x.shape
-    req = torch.arange(B, device=x.device)
-    sid = _gather_or(state_indices, req, null_slot) if state_indices is not None else req
-    ok = (sid != null_slot) & (sid >= 0) & (sid < conv_state.shape[0])
-    sid_safe = torch.where(ok, sid, 0)
+    ok, sid_safe = request_slots(B, conv_state, state_indices, null_slot)
     window = torch.cat([conv_state[sid_safe], x.transpose(1, 2).to(conv_state.dtype)], dim=2)
     store_windows(conv_state[:, :, :keep], sid_safe, ok, window[:, :, Lq : Lq + keep])
+
+
+def circular_window(
+    x: torch.Tensor,
+    conv_state: torch.Tensor,
+    weight: torch.Tensor,
+    dilation: int,
+    state_indices: torch.Tensor | None,
+    pad_slot_id: int,
+    cache_seqlens: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dao's circular state (``cache_seqlens``): for request ``b`` (rows ``x[b]``, ``x [B, Lq, C]``) the ``SL``
+    positions before ``cache_seqlens[b]`` (modulo the window ``W``) of its slot, oldest first, gathered into
+    a window of its own: ``(windows [B, C, SL], their indices [B] int32)``, request ``b`` at window ``b``,
+    ``-1`` for a padded request (no usable slot: output 0, nothing written)."""
+    B = x.shape[0]
+    SL = (weight.shape[1] - 1) * dilation
+    ok, sid_safe = request_slots(B, conv_state, state_indices, pad_slot_id)
+    back = torch.arange(-SL, 0, device=x.device)
+    pos = torch.remainder(cache_seqlens[:B].long()[:, None] + back, conv_state.shape[2])
+    windows = conv_state[sid_safe[:, None], :, pos].transpose(1, 2)  # [B, SL, C] -> [B, C, SL]
+    return windows, torch.where(ok, torch.arange(B, device=x.device), -1).to(torch.int32)
+
+
+def request_slots(
+    B: int, conv_state: torch.Tensor, state_indices: torch.Tensor | None, null_slot: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per request ``b < B``: whether it has a usable slot (its index is not ``null_slot`` and lies in
+    ``[0, slots)``; no ``state_indices``: slot ``b``), and the slot, 0 where it has none."""
+    req = torch.arange(B, device=conv_state.device)
+    sid = _gather_or(state_indices, req, null_slot) if state_indices is not None else req
+    ok = (sid != null_slot) & (sid >= 0) & (sid < conv_state.shape[0])
+    return ok, torch.where(ok, sid, 0)
+
+
+def store_circular(
+    x: torch.Tensor,
+    conv_state: torch.Tensor,
+    state_indices: torch.Tensor | None,
+    pad_slot_id: int,
+    cache_seqlens: torch.Tensor,
+) -> None:
+    """The inputs ``x [B, Lq, C]`` of each request with a usable slot written at positions
+    ``cache_seqlens[b] + i`` (modulo ``W``) of its slot, as Dao's circular update does."""
+    B, Lq, _ = x.shape
+    ok, sid_safe = request_slots(B, conv_state, state_indices, pad_slot_id)
+    pos = torch.remainder(cache_seqlens[:B].long()[:, None] + torch.arange(Lq, device=x.device), conv_state.shape[2])
+    new = conv_state[sid_safe].clone()
+    new.scatter_(2, pos[:, None, :].expand(-1, new.shape[1], -1), x.transpose(1, 2).to(new.dtype))
+    store_windows(conv_state, sid_safe, ok, new)
