@@ -7,6 +7,7 @@ import importlib
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 transformers = pytest.importorskip("transformers")
 kernels = pytest.importorskip("kernels")
@@ -81,6 +82,17 @@ def test_fn_layer_has_the_gradients_of_transformers_torch_path(dtype):
         torch.testing.assert_close(a, e, rtol=rtol, atol=atol)
 
 
+@pytest.mark.parametrize("B", [1, 3])
+def test_fn_takes_initial_states_as_daos_function_does(B):
+    """``initial_states [B, C, K - 1]`` are each row's history, as in Dao's ``causal_conv1d_fn`` (transformers'
+    PyTorch fallback takes none: its mixers pass none)."""
+    h = _projection_chunk(B, 40, 7, torch.float32)
+    w, b = _weights(40, 4, torch.float32)
+    states = torch.randn(B, 40, 3)
+    ref = F.silu(F.conv1d(torch.cat([states, h], dim=2), w.unsqueeze(1), b, groups=40))
+    torch.testing.assert_close(CausalConv1dFn()(h, w, b, initial_states=states, activation="silu"), ref)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("activation", ["silu", None])
 @pytest.mark.parametrize("B", [1, 3])
@@ -134,8 +146,10 @@ def test_bad_arguments_name_them():
         CausalConv1dFn()(h, w, b, activation="gelu")
     with pytest.raises(ValueError, match=r"seq_idx must be \[B, L\] = \[1, 2\]"):
         CausalConv1dFn()(h, w, b, activation="silu", seq_idx=torch.zeros(2, 1, dtype=torch.int32))
-    with pytest.raises(NotImplementedError, match="initial_states"):
-        CausalConv1dFn()(h, w, b, activation="silu", initial_states=torch.zeros(1, 8, 3, dtype=torch.float16))
+    with pytest.raises(NotImplementedError, match="return_final_states"):
+        CausalConv1dFn()(h, w, b, activation="silu", return_final_states=True)
+    with pytest.raises(ValueError, match="initial_states must be"):
+        CausalConv1dFn()(h, w, b, activation="silu", initial_states=torch.zeros(1, 8, 2, dtype=torch.float16))
     with pytest.raises(ValueError, match="conv_state"):
         CausalConv1dUpdate()(h[..., :1], torch.zeros(1, 8, 2, dtype=torch.float16), w, b)
 

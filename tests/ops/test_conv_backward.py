@@ -3,9 +3,10 @@ whose backward op ``causal_conv1d_fn_backward`` has a Triton provider (``ops/con
 
 Dao-AILab/causal-conv1d's ``tests/test_causal_conv1d.py`` (``test_causal_conv1d``) is reproduced without
 an adapter: ``x [batch, dim, seqlen]`` channel-last, a slice of a wider tensor (batch 2, dims 64 and
-4096 + 32, widths 2-4, seqlens 1 to 4096, with and without bias and SiLU), fp32 ``weight`` and ``bias``;
-the reference casts x to fp32, runs ``F.conv1d`` (padding ``width - 1``, one group a channel), the
-activation, and casts back; one random output gradient; ``dx`` held to ``(rtol, atol)`` = ``(3e-4, 1e-3)``
+4096 + 32, widths 2-4, seqlens 1 to 4096, with and without bias and SiLU, with and without initial states
+``[batch, dim, width - 1]``), fp32 ``weight`` and ``bias``; the reference casts x to fp32, runs ``F.conv1d``
+(padding ``width - 1``, or the initial states in front), the activation, and casts back; one random output
+gradient; ``dx`` and ``dinitial_states`` held to ``(rtol, atol)`` = ``(3e-4, 1e-3)``
 fp32, ``(3e-3, 5e-3)`` fp16, ``(1e-2, 5e-2)`` bf16 and ``dweight``, ``dbias`` to ``(1e-3, 1e-3)``, as
 there. Under the interpreter the grid is cut to what the CPU runs in seconds.
 """
@@ -32,45 +33,58 @@ DAO_WEIGHT_TOL = (1e-3, 1e-3)
 DAO_SEQLENS = [1, 2, 8, 16, 32, 64, 128, 129, 130, 151, 256, 372, 512, 784, 1024, 1134, 2048, 4096]
 
 
-def dao_reference(x, weight, bias, activation):
+def dao_reference(x, weight, bias, activation, initial_states=None):
     """Dao's ``causal_conv1d_ref``: ``x [B, D, L]`` cast to the weight's dtype, a depthwise conv with
-    ``width - 1`` zeros in front, the activation, cast back."""
+    ``width - 1`` zeros in front (or the initial states ``[B, D, width - 1]``), the activation, cast back."""
     width = weight.shape[1]
-    out = F.conv1d(x.to(weight.dtype), weight.unsqueeze(1), bias, padding=width - 1, groups=x.shape[1])
+    if initial_states is None:
+        out = F.conv1d(x.to(weight.dtype), weight.unsqueeze(1), bias, padding=width - 1, groups=x.shape[1])
+    else:
+        full = torch.cat([initial_states, x], dim=-1).to(weight.dtype)
+        out = F.conv1d(full, weight.unsqueeze(1), bias, padding=0, groups=x.shape[1])
     out = out[..., : x.shape[-1]]
     return (out if activation is None else F.silu(out)).to(x.dtype)
 
 
-def dao_case(dim, seqlen, width, has_bias, dtype, seed=0):
-    """Dao's inputs: channel-last ``x`` sliced from a wider tensor, fp32 weight and bias."""
+def dao_case(dim, seqlen, width, has_bias, dtype, initial=False, seed=0):
+    """Dao's inputs: channel-last ``x`` sliced from a wider tensor, fp32 weight and bias, initial states
+    ``[batch, width - 1, dim]`` transposed (``initial``)."""
     gen = torch.Generator().manual_seed(seed)
     wide = torch.randn(2, seqlen, 4096 + dim + 64, generator=gen).to(dtype)[:, :, 4096 : 4096 + dim]
     x = wide.to(DEVICE).transpose(1, 2)  # [B, D, L], channels unit-stride
     weight = torch.randn(dim, width, generator=gen).to(DEVICE)
     bias = torch.randn(dim, generator=gen).to(DEVICE) if has_bias else None
-    return x, weight, bias
+    states = torch.randn(2, width - 1, dim, generator=gen).to(dtype).to(DEVICE).transpose(1, 2) if initial else None
+    return x, weight, bias, states
 
 
-def run_dao(dim, seqlen, width, has_bias, activation, dtype, provider):
-    x, weight, bias = dao_case(dim, seqlen, width, has_bias, dtype)
-    leaves = [t.detach().clone().requires_grad_() for t in (x, weight, bias) if t is not None]
-    refs = [t.detach().clone().requires_grad_() for t in (x, weight, bias) if t is not None]
-    B, D, L = x.shape
+def run_dao(dim, seqlen, width, has_bias, activation, dtype, provider, initial=False):
+    inputs = dao_case(dim, seqlen, width, has_bias, dtype, initial)
+    present = [i for i, t in enumerate(inputs) if t is not None]
+    leaves = [None] * 4
+    refs = [None] * 4
+    for i in present:
+        leaves[i] = inputs[i].detach().clone().requires_grad_()
+        refs[i] = inputs[i].detach().clone().requires_grad_()
+    B, D, L = inputs[0].shape
     qsl = torch.arange(B + 1, dtype=torch.int32, device=DEVICE) * L
     rows = leaves[0].transpose(1, 2).reshape(B * L, D)  # [B L, D]: a view, rows 4096 + dim + 64 apart
     with exactfuse.get("causal_conv1d_fn").priority([provider]), causal_conv1d_fn_backward.priority([provider]):
-        bias_leaf = leaves[2] if has_bias else None
-        out = causal_conv1d(rows, leaves[1], bias_leaf, activation=activation, query_start_loc=qsl)
+        out = causal_conv1d(rows, leaves[1], leaves[2], activation=activation, query_start_loc=qsl,
+                            initial_states=leaves[3])  # fmt: skip
     out = out.reshape(B, L, D).transpose(1, 2)
-    out_ref = dao_reference(refs[0], refs[1], refs[2] if has_bias else None, activation)
+    out_ref = dao_reference(refs[0], refs[1], refs[2], activation, refs[3])
     rtol, atol = DAO_TOL[dtype]
     assert torch.allclose(out, out_ref, rtol=rtol, atol=atol)
     g = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(dtype).to(DEVICE)
     out.backward(g)
     out_ref.backward(g)
     assert torch.allclose(leaves[0].grad, refs[0].grad.to(dtype), rtol=rtol, atol=atol), "dx"
-    for name, got, want in zip(("dweight", "dbias"), leaves[1:], refs[1:], strict=False):
-        assert torch.allclose(got.grad, want.grad, rtol=DAO_WEIGHT_TOL[0], atol=DAO_WEIGHT_TOL[1]), name
+    for name, i in (("dweight", 1), ("dbias", 2)):
+        if i in present:
+            assert torch.allclose(leaves[i].grad, refs[i].grad, rtol=DAO_WEIGHT_TOL[0], atol=DAO_WEIGHT_TOL[1]), name
+    if initial:
+        assert torch.allclose(leaves[3].grad, refs[3].grad.to(dtype), rtol=rtol, atol=atol), "dinitial_states"
 
 
 @pytest.mark.interpreter
@@ -82,6 +96,16 @@ def test_interpreter_dao_causal_conv1d_grid(dtype, width, seqlen, has_bias, acti
     run_dao(64, seqlen, width, has_bias, activation, dtype, "triton")
 
 
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=DTYPE_NAMES.get)
+@pytest.mark.parametrize("width", [2, 4])
+@pytest.mark.parametrize("seqlen", [1, 8])
+def test_interpreter_dao_initial_states(dtype, width, seqlen):
+    """Dao's ``has_initial_states`` cases (channel-last x): outputs and every gradient, the initial
+    states' included."""
+    run_dao(64, seqlen, width, True, "silu", dtype, "triton", initial=True)
+
+
 DAO_GPU_GRID = list(itertools.product([64, 4096 + 32], DAO_SEQLENS, [2, 3, 4], [(True, "silu"), (False, None)]))
 
 
@@ -90,6 +114,7 @@ DAO_GPU_GRID = list(itertools.product([64, 4096 + 32], DAO_SEQLENS, [2, 3, 4], [
 def test_gpu_dao_causal_conv1d_grid(dtype):
     for dim, seqlen, width, (has_bias, activation) in DAO_GPU_GRID:
         run_dao(dim, seqlen, width, has_bias, activation, dtype, "triton")
+        run_dao(dim, seqlen, width, has_bias, activation, dtype, "triton", initial=True)
 
 
 @pytest.mark.interpreter
@@ -103,17 +128,18 @@ def test_interpreter_backward_cases_meet_the_contract(dtype):
 
 
 @pytest.mark.interpreter
+@pytest.mark.parametrize("case_id", ["seq-idx-fp32", "initial-states-K4-D1-fp32"])
 @pytest.mark.parametrize("BT", [2, 8])
-def test_interpreter_row_tiles_sum_in_a_fixed_order(BT):
+def test_interpreter_row_tiles_sum_in_a_fixed_order(BT, case_id):
     """Several row tiles a sequence (and sequences across tiles): the weight and bias gradients are the
     tiles' partial sums, the same bits every run, and meet the contract at every tile height."""
     o = causal_conv1d_fn_backward
-    case = next(c for c in o.cases("cpu", torch.float32) if c.id == "seq-idx-fp32")
+    case = next(c for c in o.cases("cpu", torch.float32) if c.id == case_id)
     config = heuristics.ConvConfig(BT=BT, BC=64, BC_STATE=64, BW=4, num_warps=4)
     first = launch_conv_grad(*case.args, config=config)
     again = launch_conv_grad(*case.args, config=config)
     assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
-    contracts = o.contract_for(torch.float32, "cpu").for_outputs(3)
+    contracts = o.contract_for(torch.float32, "cpu").for_outputs(4)
     for contract, got, want in zip(contracts, first, o.native(*case.args), strict=True):
         result = contract.check(got, want, args=case.args, kwargs={})
         assert result.passed, result.summary()

@@ -25,7 +25,7 @@ DIFFERENTIABLE = {
     "gelu_and_mul_backward": ("grad", "x"),
     "gelu_mul_backward": ("grad", "gate", "up"),
     "moe_silu_and_mul_backward": ("grad", "gateup", "row_weights"),
-    "causal_conv1d_fn": ("x", "weight", "bias"),
+    "causal_conv1d_fn": ("x", "weight", "bias", "initial_states"),
 }
 # Gradients whose backward kernel sums in its own order, held to the backward op's contract for that output
 # instead of eager's bits where the kernel runs: (op, input) -> (backward op, its output index, devices)
@@ -34,6 +34,7 @@ SUM_ORDER_GRADIENTS = {
     ("causal_conv1d_fn", "x"): ("causal_conv1d_fn_backward", 0, ("cpu", "cuda")),
     ("causal_conv1d_fn", "weight"): ("causal_conv1d_fn_backward", 1, ("cpu", "cuda")),
     ("causal_conv1d_fn", "bias"): ("causal_conv1d_fn_backward", 2, ("cpu", "cuda")),
+    ("causal_conv1d_fn", "initial_states"): ("causal_conv1d_fn_backward", 3, ("cpu", "cuda")),
 }
 INFERENCE_ONLY = (
     "short_conv",

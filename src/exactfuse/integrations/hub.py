@@ -75,15 +75,17 @@ class CausalConv1dFn(nn.Module):
     """``causal_conv1d_fn(hidden_states [B, C, L], weight [C, K], bias [C] | None, activation, seq_idx)`` ->
     ``[B, C, L]``: each of the ``B`` rows one sequence with no history, as exactfuse's ``causal_conv1d`` over
     the channel-last view (no copy when the channels are the unit stride, as a projection's output is);
-    ``seq_idx [B, L]`` int32 (packed sequences) splits each row further, flattened to ``[B·L]``. Without a
-    state the call has a backward (``causal_conv1d_fn``: x, weight and bias), so the layer serves training too."""
+    ``seq_idx [B, L]`` int32 (packed sequences) splits each row further, flattened to ``[B·L]``;
+    ``initial_states [B, C, K - 1]`` (Dao's) are each row's history. The call has a backward
+    (``causal_conv1d_fn``: x, weight, bias and initial states), so the layer serves training too."""
 
     can_torch_compile = True
     has_backward = True
 
     def forward(self, hidden_states, weight, bias=None, activation=None, **kwargs):
         seq_idx = kwargs.get("seq_idx")  # a keyword: kernels takes only the replaced function's signature
-        unmapped = [k for k in ("initial_states", "final_states_out") if kwargs.get(k) is not None]
+        initial_states = kwargs.get("initial_states")  # [B, C, K - 1], Dao's
+        unmapped = [k for k in ("final_states_out",) if kwargs.get(k) is not None]
         if kwargs.get("return_final_states"):
             unmapped.append("return_final_states")
         if unmapped:  # transformers' mixers pass none of them; refused rather than dropped
@@ -96,9 +98,12 @@ class CausalConv1dFn(nn.Module):
             if tuple(seq_idx.shape) != (B, L):
                 raise ValueError(f"causal_conv1d_fn: seq_idx must be [B, L] = [{B}, {L}], got {list(seq_idx.shape)}")
             seq_idx = seq_idx.reshape(B * L)
+        if initial_states is not None and starts is None:
+            starts = torch.tensor([0, L], dtype=torch.int32, device=x.device)
         out = exactfuse.causal_conv1d(
-            x, weight, bias, activation=_activation(activation), query_start_loc=starts, seq_idx=seq_idx
-        )
+            x, weight, bias, activation=_activation(activation), query_start_loc=starts, seq_idx=seq_idx,
+            initial_states=None if initial_states is None else initial_states.to(x.dtype),
+        )  # fmt: skip
         return out.view(B, L, C).transpose(1, 2).to(hidden_states.dtype)
 
 

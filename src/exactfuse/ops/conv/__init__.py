@@ -97,6 +97,7 @@ BACKWARD_CONTRACT = PerOutput(
     ("d_x", Float64Relative(_grad64(0))),
     ("d_weight", Float64Relative(_grad64(1))),
     ("d_bias", Float64Relative(_grad64(2))),
+    ("d_initial_states", Float64Relative(_grad64(3))),
 )
 causal_conv1d_fn_backward = op(
     native.causal_conv1d_fn_backward,
@@ -121,14 +122,15 @@ def _causal_conv1d_fn_grad(
     dilation: int = 1,
     query_start_loc: torch.Tensor | None = None,
     seq_idx: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    d_x, d_weight, d_bias = causal_conv1d_fn_backward(
-        grad, x, weight, bias, activation, dilation, query_start_loc, seq_idx
+    initial_states: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    d_x, d_weight, d_bias, d_init = causal_conv1d_fn_backward(
+        grad, x, weight, bias, activation, dilation, query_start_loc, seq_idx, initial_states
     )
-    return d_x, d_weight, (d_bias if bias is not None else None)
+    return d_x, d_weight, (d_bias if bias is not None else None), (d_init if initial_states is not None else None)
 
 
-_causal_conv1d_fn.differentiable("x", "weight", "bias", backward=_causal_conv1d_fn_grad)
+_causal_conv1d_fn.differentiable("x", "weight", "bias", "initial_states", backward=_causal_conv1d_fn_grad)
 
 
 def _short_conv_call(
@@ -169,15 +171,19 @@ def _causal_conv1d_call(
     seq_idx: torch.Tensor | None = None,
     residual: torch.Tensor | None = None,
     cu_seqlens: torch.Tensor | None = None,
+    initial_states: torch.Tensor | None = None,
 ) -> torch.Tensor:
     pad_slot_id = checks.resolve_pad_slot_id("causal_conv1d", pad_slot_id, null_block_id)
     activation = checks.resolve_activation(activation)
     qsl = checks.resolve_alias("causal_conv1d", "query_start_loc", query_start_loc, "cu_seqlens", cu_seqlens)
     rows, query_start_loc, seq_idx = checks.batch_rows("causal_conv1d", x, qsl, seq_idx)
-    if conv_state is None and requires_grad((x, weight, bias), {}):  # no state written: the differentiable op
+    stateless = conv_state is None and (initial_states is not None or requires_grad((x, weight, bias), {}))
+    if stateless:  # nothing written in place: the differentiable op (Dao's initial states are an input of it)
         if state_indices is not None or has_initial_state is not None:
             raise ValueError("causal_conv1d: state_indices and has_initial_state need a conv_state")
-        out = _causal_conv1d_fn(rows, weight, bias, activation, dilation, query_start_loc, seq_idx)
+        out = _causal_conv1d_fn(rows, weight, bias, activation, dilation, query_start_loc, seq_idx, initial_states)
+    elif initial_states is not None:
+        raise ValueError("causal_conv1d: initial_states (Dao's) and conv_state (a slot cache) name two histories")
     else:
         out = _causal_conv1d(
             rows, weight, bias, activation, dilation, conv_state, query_start_loc, state_indices,

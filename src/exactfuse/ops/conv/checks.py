@@ -263,15 +263,27 @@ def check_causal_conv1d_fn(
     dilation: int = 1,
     query_start_loc: torch.Tensor | None = None,
     seq_idx: torch.Tensor | None = None,
+    initial_states: torch.Tensor | None = None,
 ) -> None:
-    """``causal_conv1d_fn``'s arguments: ``causal_conv1d``'s without a state."""
-    _check_stateless("causal_conv1d_fn", x, weight, bias, activation, dilation, query_start_loc, seq_idx)
+    """``causal_conv1d_fn``'s arguments: ``causal_conv1d``'s without a state, and initial states."""
+    _check_stateless(
+        "causal_conv1d_fn", x, weight, bias, activation, dilation, query_start_loc, seq_idx, initial_states
+    )
 
 
-def _check_stateless(op, x, weight, bias, activation, dilation, query_start_loc, seq_idx) -> None:
+def _check_stateless(op, x, weight, bias, activation, dilation, query_start_loc, seq_idx, initial_states) -> None:
     _tensor(op, "x", x, dim=2, dtypes=FLOAT_DTYPES, device=None)
     call = calls.causal_conv1d_call(x, weight, bias, activation, dilation, None, query_start_loc, seq_idx=seq_idx)
     check_conv(op, **call)
+    if initial_states is None:
+        return
+    if seq_idx is not None:
+        _fail(op, "initial_states and seq_idx cannot be combined (Dao's causal_conv1d_fn takes neither with the other)")
+    _tensor(op, "initial_states", initial_states, dim=3, dtypes=(x.dtype,), device=x.device)
+    R = call["query_start_loc"].shape[0] - 1
+    want = (R, x.shape[1], (weight.shape[1] - 1) * dilation)
+    if tuple(initial_states.shape) != want:
+        _fail(op, f"initial_states must be [R, C, (K-1)·dilation] = {list(want)}, got {list(initial_states.shape)}")
 
 
 def check_causal_conv1d_fn_backward(
@@ -283,10 +295,11 @@ def check_causal_conv1d_fn_backward(
     dilation: int = 1,
     query_start_loc: torch.Tensor | None = None,
     seq_idx: torch.Tensor | None = None,
+    initial_states: torch.Tensor | None = None,
 ) -> None:
     """The forward's arguments, then ``grad`` of x's shape, dtype and device."""
     op = "causal_conv1d_fn_backward"
-    _check_stateless(op, x, weight, bias, activation, dilation, query_start_loc, seq_idx)
+    _check_stateless(op, x, weight, bias, activation, dilation, query_start_loc, seq_idx, initial_states)
     _tensor(op, "grad", grad, dim=2, dtypes=(x.dtype,), device=x.device)
     if grad.shape != x.shape:
         _fail(op, f"grad must have x's shape {tuple(x.shape)}, got {tuple(grad.shape)}")

@@ -11,6 +11,8 @@ search over ``query_start_loc`` (``slots.find_request``):
   since eager's ``silu_backward`` returns that dtype; unrounded for fp32 weights), zero on rows without an
   output. It stores ``dconv`` and, per program, the column sums ``Σ_rows dconv`` (d bias) and
   ``Σ_rows dconv · tap_k`` (d weight): fixed trees over the tile's rows.
+- The gradient of the initial states (``[R, C, SL]``, small) is gathered from ``dconv`` by torch in the
+  launcher (``native.initial_state_grads``).
 - :func:`conv_grad_x_kernel` gathers ``dx[s] = Σ_k w[k] · dconv[s + SL - D k]`` over the rows ``s + SL -
   D k`` of the same sequence (and ``seq_idx``) in fp32, ``k`` ascending, one rounding to x's dtype.
 
@@ -29,21 +31,30 @@ from exactfuse.ops.math import activation_backward, mul_rn
 
 
 @triton.jit
-def _tap(p_x, p_seq, o_t, q_start, o_c, m_c, out_ok, seq, L, stride_x, k, K: tl.constexpr, D: tl.constexpr,
-         HAS_SEQ_IDX: tl.constexpr):  # fmt: skip
-    """Tap ``k`` of rows ``o_t``: the input row ``o_t + D k - SL`` in fp32, zero where it lies before the
-    row's sequence, past the rows, across a ``seq_idx`` change, or where the row has no output."""
+def _tap(p_x, p_seq, p_init, o_t, r, q_start, o_c, m_c, out_ok, seq, L, stride_x, stride_i_r, stride_i_c, stride_i_w,
+         k, K: tl.constexpr, D: tl.constexpr, HAS_SEQ_IDX: tl.constexpr, HAS_INIT: tl.constexpr):  # fmt: skip
+    """Tap ``k`` of rows ``o_t``: the input row ``o_t + D k - SL`` in fp32; before the row's sequence its
+    history position (HAS_INIT: ``p_init[r]``, request ``r``'s initial state), else zero; zero past the rows,
+    across a ``seq_idx`` change, or where the row has no output."""
     o_row = o_t + D * k - (K - 1) * D
     m_x = (o_row >= q_start) & out_ok & (o_row < L)
     if HAS_SEQ_IDX:
         m_x = m_x & (tl.load(p_seq + o_row, mask=m_x, other=-1) == seq)
-    return tl.load(p_x + o_row.to(tl.int64) * stride_x + o_c, mask=mask_and(m_c, m_x), other=0.0).to(tl.float32)
+    value = tl.load(p_x + o_row.to(tl.int64) * stride_x + o_c, mask=mask_and(m_c, m_x), other=0.0).to(tl.float32)
+    if HAS_INIT:
+        h = o_row - q_start + (K - 1) * D  # the history position, for rows before the sequence's start
+        m_s = out_ok & (o_row < q_start)
+        o_s = r.to(tl.int64) * stride_i_r + o_c * stride_i_c + h * stride_i_w
+        value = tl.where(
+            o_row < q_start, tl.load(p_init + o_s, mask=mask_and(m_c, m_s), other=0.0).to(tl.float32), value
+        )
+    return value
 
 
 @triton.jit
 def _tile(p_qsl, p_seq, L, R, C, HAS_SEQ_IDX: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr):
     """This program's ``BT`` rows (a ``[BT, 1]`` column) and ``BC`` channels (``[1, BC]``, with their mask),
-    and per row its sequence's start, the end of that sequence, ``seq_idx`` and whether it has an output."""
+    and per row its sequence, that sequence's start and end, ``seq_idx`` and whether it has an output."""
     o_t = tl.program_id(0) * BT + tl.arange(0, BT)
     o_c = (tl.program_id(1) * BC + tl.arange(0, BC))[None, :]
     r = find_request(o_t, R, p_qsl)
@@ -51,30 +62,32 @@ def _tile(p_qsl, p_seq, L, R, C, HAS_SEQ_IDX: tl.constexpr, BT: tl.constexpr, BC
     q_end = tl.load(p_qsl + r + 1, mask=r + 1 <= R, other=0)
     in_range = (q_start <= o_t) & (o_t < tl.load(p_qsl + R))
     seq, out_ok = _row_seq(p_seq, o_t, in_range, L, HAS_SEQ_IDX)
-    return o_t[:, None], o_c, o_c < C, q_start[:, None], q_end[:, None], seq[:, None], out_ok[:, None]
+    return o_t[:, None], o_c, o_c < C, r[:, None], q_start[:, None], q_end[:, None], seq[:, None], out_ok[:, None]
 
 
 @triton.jit(do_not_specialize=["L", "R"])
 def conv_grad_rows_kernel(
-    p_g, p_x, p_w, p_b, p_qsl, p_seq, p_dconv, p_dw, p_db, L, R, C,
-    stride_g, stride_x, stride_w_c, stride_w_k,
+    p_g, p_x, p_w, p_b, p_qsl, p_seq, p_init, p_dconv, p_dw, p_db, L, R, C,
+    stride_g, stride_x, stride_w_c, stride_w_k, stride_i_r, stride_i_c, stride_i_w,
     K: tl.constexpr, D: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, HAS_SEQ_IDX: tl.constexpr,
-    BT: tl.constexpr, BC: tl.constexpr,
+    HAS_INIT: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
 ):  # fmt: skip
     """``dconv`` of ``BT`` rows x ``BC`` channels, and this tile's partial sums of the weight and bias
     gradients.
 
     p_g: the output's gradient ``[L, C]``, rows ``stride_g`` apart; p_x ``[L, C]`` rows ``stride_x`` apart;
     p_w ``[C, K]`` (x's dtype or fp32), p_b ``[C]`` (HAS_BIAS); p_qsl ``[R + 1]`` int32; p_seq ``[L]`` int32
-    (HAS_SEQ_IDX). Unit channel strides. p_dconv: ``[L, C]`` fp32, contiguous; p_dw: ``[tiles, K, C]`` fp32;
+    (HAS_SEQ_IDX); p_init ``[R, C, SL]`` with strides ``stride_i_*`` (HAS_INIT: each sequence's history). Unit
+    channel strides. p_dconv: ``[L, C]`` fp32, contiguous; p_dw: ``[tiles, K, C]`` fp32;
     p_db: ``[tiles, C]`` fp32 (HAS_BIAS). ACT: 0 SiLU, -1 none.
     """
-    rows, o_c, m_c, q_start, _, seq, out_ok = _tile(p_qsl, p_seq, L, R, C, HAS_SEQ_IDX, BT, BC)
+    rows, o_c, m_c, r, q_start, _, seq, out_ok = _tile(p_qsl, p_seq, L, R, C, HAS_SEQ_IDX, BT, BC)
     i_t = tl.program_id(0)
     acc = tl.zeros([BT, BC], dtype=tl.float32)
     for k in tl.static_range(K):
         w_k = tl.load(p_w + o_c * stride_w_c + k * stride_w_k, mask=m_c).to(tl.float32)
-        tap = _tap(p_x, p_seq, rows, q_start, o_c, m_c, out_ok, seq, L, stride_x, k, K, D, HAS_SEQ_IDX)
+        tap = _tap(p_x, p_seq, p_init, rows, r, q_start, o_c, m_c, out_ok, seq, L, stride_x, stride_i_r, stride_i_c,
+                   stride_i_w, k, K, D, HAS_SEQ_IDX, HAS_INIT)  # fmt: skip
         acc = acc + mul_rn(w_k, tap)
     if HAS_BIAS:
         acc = acc + tl.load(p_b + o_c, mask=m_c).to(tl.float32)
@@ -96,7 +109,8 @@ def conv_grad_rows_kernel(
     if HAS_BIAS:
         tl.store(p_db + i_t.to(tl.int64) * C + o_c1, tl.sum(dconv, 0), mask=m_c1)
     for k in tl.static_range(K):
-        tap = _tap(p_x, p_seq, rows, q_start, o_c, m_c, out_ok, seq, L, stride_x, k, K, D, HAS_SEQ_IDX)
+        tap = _tap(p_x, p_seq, p_init, rows, r, q_start, o_c, m_c, out_ok, seq, L, stride_x, stride_i_r, stride_i_c,
+                   stride_i_w, k, K, D, HAS_SEQ_IDX, HAS_INIT)  # fmt: skip
         tl.store(p_dw + (i_t.to(tl.int64) * K + k) * C + o_c1, tl.sum(mul_rn(dconv, tap), 0), mask=m_c1)
 
 
@@ -109,7 +123,7 @@ def conv_grad_x_kernel(
     ascending over the rows of its own sequence (and ``seq_idx``), in fp32, rounded once to p_dx's dtype.
     p_dconv ``[L, C]`` fp32 contiguous (zero on rows without an output); p_dx ``[L, C]`` rows ``stride_dx``
     apart; the rest as :func:`conv_grad_rows_kernel`."""
-    rows, o_c, m_c, _, q_end, seq, out_ok = _tile(p_qsl, p_seq, L, R, C, HAS_SEQ_IDX, BT, BC)
+    rows, o_c, m_c, _, _, q_end, seq, out_ok = _tile(p_qsl, p_seq, L, R, C, HAS_SEQ_IDX, BT, BC)
     acc = tl.zeros([BT, BC], dtype=tl.float32)
     for k in tl.static_range(K):
         dest = rows + (K - 1 - k) * D  # the row whose tap k is row s

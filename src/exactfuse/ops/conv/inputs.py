@@ -247,13 +247,15 @@ def causal_conv1d_inputs(device: torch.device, dtype: torch.dtype, *, quick: boo
     yield causal_case(f"fp32-weight-seq-idx-{short}", (12, 17), packed=((3, 9), (17,)), K=4, D=1, wide=True, **kw)
 
 
-def fn_case(case_id, lengths, *, grad: bool = False, **kw) -> Case:
-    """A ``causal_conv1d_fn`` case: :func:`causal_case` without a state (``grad``: with the output's
-    gradient in front, a ``causal_conv1d_fn_backward`` case)."""
+def fn_case(case_id, lengths, *, grad: bool = False, initial: bool = False, **kw) -> Case:
+    """A ``causal_conv1d_fn`` case: :func:`causal_case` without a state, with random initial states
+    (``initial``); ``grad``: with the output's gradient in front, a ``causal_conv1d_fn_backward`` case."""
     x, weight, bias, activation, dilation, _, qsl, _, _, _, seq_idx = causal_case(
         case_id, lengths, state=False, **kw
     ).args
-    args = (x, weight, bias, activation, dilation, qsl, seq_idx)
+    R, C, SL = len(lengths) if qsl is not None else 1, x.shape[1], (weight.shape[1] - 1) * dilation
+    states = randn((R, C, SL), x.dtype, x.device, kw["gen"]) if initial else None
+    args = (x, weight, bias, activation, dilation, qsl, seq_idx, states)
     if grad:
         return positional(causal_conv1d_fn_backward, case_id, (randn(x.shape, x.dtype, x.device, kw["gen"]), *args), {})
     return positional(_causal_conv1d_fn, case_id, args, {})
@@ -261,7 +263,8 @@ def fn_case(case_id, lengths, *, grad: bool = False, **kw) -> Case:
 
 def _fn_cases(device, dtype, *, quick: bool, seed: int, grad: bool):
     """Sequences of several lengths (one empty), K and dilation, with and without bias and SiLU, one
-    sequence without ``query_start_loc``, Dao's packed ``seq_idx`` rows, fp32 weights with 16-bit x."""
+    sequence without ``query_start_loc``, Dao's packed ``seq_idx`` rows, fp32 weights with 16-bit x,
+    initial states."""
     gen = make_generator(seed)
     short = DTYPE_NAMES[dtype]
     kw = {"dtype": dtype, "device": device, "gen": gen, "C": 200 if device.type == "cpu" else 2000, "grad": grad}
@@ -273,6 +276,8 @@ def _fn_cases(device, dtype, *, quick: bool, seed: int, grad: bool):
     yield fn_case(f"fp32-weight-{short}", (7, 0, 1, 12), K=4, D=1, wide=True, **kw)
     yield fn_case(f"fp32-weight-noact-{short}", (5, 9), activation=None, K=3, D=2, wide=True, **kw)
     yield fn_case(f"R0-{short}", (), K=4, D=1, **kw)
+    yield fn_case(f"initial-states-K4-D1-{short}", (7, 0, 1, 12), initial=True, K=4, D=1, **kw)
+    yield fn_case(f"initial-states-noact-K3-D2-{short}", (3, 9), initial=True, activation=None, K=3, D=2, **kw)
 
 
 @_causal_conv1d_fn.inputs

@@ -300,11 +300,23 @@ def causal_conv1d_fn(
     dilation: int = 1,
     query_start_loc: torch.Tensor | None = None,
     seq_idx: torch.Tensor | None = None,
+    initial_states: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """:func:`causal_conv1d` without a state cache, the form to train through: the same output for the
-    same arguments, every history zeros, nothing written in place, so the op has a backward (with
-    respect to ``x``, ``weight`` and ``bias``: :func:`causal_conv1d_fn_backward`)."""
-    return causal_conv1d(x, weight, bias, activation, dilation, None, query_start_loc, None, None, -1, seq_idx)
+    same arguments, nothing written in place, so the op has a backward (with respect to ``x``, ``weight``,
+    ``bias`` and ``initial_states``: :func:`causal_conv1d_fn_backward`). Every history is zeros, or with
+    ``initial_states [R, C, SL]`` (Dao's, ``SL = (K - 1)·dilation``) request ``r``'s is ``initial_states[r]``,
+    oldest first, as a ``conv_state`` window read by every request (not with ``seq_idx``)."""
+    state, every = initial_window(initial_states)
+    return causal_conv1d(x, weight, bias, activation, dilation, state, query_start_loc, None, every, -1, seq_idx)
+
+
+def initial_window(initial_states: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Initial states as ``causal_conv1d``'s ``(conv_state, has_initial_state)``: a copy (the conv writes its
+    state back; the input stays as it is) that every request reads; ``(None, None)`` without them."""
+    if initial_states is None:
+        return None, None
+    return initial_states.clone(), torch.ones(initial_states.shape[0], dtype=torch.bool, device=initial_states.device)
 
 
 def causal_conv1d_fn_backward(
@@ -316,18 +328,22 @@ def causal_conv1d_fn_backward(
     dilation: int = 1,
     query_start_loc: torch.Tensor | None = None,
     seq_idx: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(d x, d weight, d bias)`` of :func:`causal_conv1d_fn` for the output's gradient ``grad [T, C]``,
-    each in its input's dtype (``d bias`` an empty fp32 ``[0]`` without a bias: an op returns tensors).
+    initial_states: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(d x, d weight, d bias, d initial_states)`` of :func:`causal_conv1d_fn` for the output's gradient
+    ``grad [T, C]``, each in its input's dtype (``d bias`` and ``d initial_states`` an empty fp32 ``[0]``
+    without the input: an op returns tensors).
 
     The gradients of the spec written out in fp32: the conv recomputed as the forward sums it; ``dconv =
     silu_backward(grad, conv)`` (ATen's) at the conv the SiLU read, in x's dtype for 16-bit weights (the
     conv rounded, the result rounded, as eager autograd gives it) and in fp32 for fp32 weights; zero on rows
     without an output. Then ``dx[s] = Σ_k w[k] dconv[s + SL - D k]`` over the rows of ``s``'s sequence (and
     ``seq_idx``), ``k`` ascending, rounded once; ``d weight[:, k] = Σ_t dconv[t] tap_k[t]`` and ``d bias =
-    Σ_t dconv[t]`` in fp32, rounded once. Eager autograd of the forward spec differs only in rounding
-    each tap's contribution to ``dx`` to x's dtype before it sums them, and in its sum order."""
-    return _fn_grads(grad, x, weight, bias, activation, dilation, query_start_loc, seq_idx, reference=False)
+    Σ_t dconv[t]`` in fp32, rounded once. With initial states the taps in the history read them, and
+    ``d initial_states[r, :, j] = Σ_k w[k] dconv[start_r + j - D k]`` over the rows of sequence ``r``, ``k``
+    ascending. Eager autograd of the forward spec differs only in rounding each tap's contribution to ``dx``
+    to x's dtype before it sums them, and in its sum order."""
+    return _fn_grads(grad, x, weight, bias, activation, dilation, query_start_loc, seq_idx, initial_states, False)
 
 
 def conv_fn_grads64(
@@ -339,14 +355,15 @@ def conv_fn_grads64(
     dilation: int = 1,
     query_start_loc: torch.Tensor | None = None,
     seq_idx: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    initial_states: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The float64 references of :func:`causal_conv1d_fn_backward`'s outputs (``Float64Relative``): the
     same formula in float64 from the same inputs, nothing rounded (the SiLU's derivative
     ``s (1 + c (1 - s))``, ``s = sigmoid(c)``)."""
-    return _fn_grads(grad, x, weight, bias, activation, dilation, query_start_loc, seq_idx, reference=True)
+    return _fn_grads(grad, x, weight, bias, activation, dilation, query_start_loc, seq_idx, initial_states, True)
 
 
-def _fn_grads(grad, x, weight, bias, activation, dilation, query_start_loc, seq_idx, *, reference: bool):
+def _fn_grads(grad, x, weight, bias, activation, dilation, query_start_loc, seq_idx, initial_states, reference):
     """:func:`causal_conv1d_fn_backward` (fp32 with the spec's roundings) or its float64 reference."""
     T, C = x.shape
     K = weight.shape[1]
@@ -363,11 +380,17 @@ def _fn_grads(grad, x, weight, bias, activation, dilation, query_start_loc, seq_
     out_ok = out_ok & (seq >= 0)
     last = max(T - 1, 0)
     xs, ws = x.to(acc_dtype), weight.to(acc_dtype)
+    j_t = t - q_start
 
-    def tap(k: int) -> torch.Tensor:  # rows t's input tap k, zero where the forward reads none
+    def tap(k: int) -> torch.Tensor:  # rows t's tap k: an input row, a history position, or zero
         src = t + dilation * k - SL
         ok = out_ok & (src >= q_start) & (_gather_or(seq, src, -1) == seq)
-        return torch.where(ok[:, None], xs[src.clamp(0, last)], 0.0)
+        value = torch.where(ok[:, None], xs[src.clamp(0, last)], 0.0)
+        if initial_states is None:
+            return value
+        h = j_t + dilation * k
+        past = initial_states.to(acc_dtype)[r, :, h.clamp(0, max(SL - 1, 0))]
+        return torch.where((out_ok & (h < SL))[:, None], past, value)
 
     conv = torch.zeros(T, C, dtype=acc_dtype, device=device)
     for k in range(K):
@@ -390,11 +413,34 @@ def _fn_grads(grad, x, weight, bias, activation, dilation, query_start_loc, seq_
         ok = out_ok & (dest < q_end) & (_gather_or(seq, dest, -1) == seq)
         dx = dx + ws[:, k] * torch.where(ok[:, None], dconv[dest.clamp(0, last)], 0.0)
         d_weight[:, k] = (dconv * tap(k)).sum(0)
+    d_init = initial_state_grads(dconv, ws, qsl, dilation) if initial_states is not None else None
     if reference:
         d_bias = dconv.sum(0) if bias is not None else dconv.new_zeros((0,))
-        return dx, d_weight, d_bias
-    d_bias = dconv.sum(0).to(bias.dtype) if bias is not None else x.new_empty((0,), dtype=torch.float32)
-    return dx.to(x.dtype), d_weight.to(weight.dtype), d_bias
+        return dx, d_weight, d_bias, d_init if d_init is not None else dconv.new_zeros((0,))
+    empty = x.new_empty((0,), dtype=torch.float32)
+    d_bias = dconv.sum(0).to(bias.dtype) if bias is not None else empty
+    d_init = d_init.to(initial_states.dtype) if d_init is not None else empty
+    return dx.to(x.dtype), d_weight.to(weight.dtype), d_bias, d_init
+
+
+def initial_state_grads(dconv: torch.Tensor, weight: torch.Tensor, qsl: torch.Tensor, dilation: int) -> torch.Tensor:
+    """``d initial_states [R, C, SL]`` from ``dconv [T, C]`` (zero on rows without an output): history
+    position ``j`` of sequence ``r`` is tap ``k`` of row ``start_r + j - D k`` when that row is in the
+    sequence; ``Σ_k w[k] dconv[row]``, ``k`` ascending, in ``dconv``'s dtype (the spec's fp32, the reference's
+    float64)."""
+    T, C = dconv.shape
+    K = weight.shape[1]
+    SL = (K - 1) * dilation
+    qsl = qsl.long()
+    R = qsl.shape[0] - 1
+    j = torch.arange(SL, device=dconv.device)
+    out = dconv.new_zeros((R, SL, C))
+    for k in range(K):
+        row = qsl[:R, None] + j[None, :] - dilation * k  # [R, SL]
+        ok = (row >= qsl[:R, None]) & (row < qsl[1:, None])
+        value = torch.where(ok[..., None], dconv[row.clamp(0, max(T - 1, 0))], 0.0)
+        out = out + weight[:, k].to(dconv.dtype) * value
+    return out.transpose(1, 2)
 
 
 def causal_conv1d_update(

@@ -182,9 +182,19 @@ def causal_conv1d_fn_triton(
     dilation: int = 1,
     query_start_loc: torch.Tensor | None = None,
     seq_idx: torch.Tensor | None = None,
+    initial_states: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The forward kernel of ``causal_conv1d``, without a state."""
-    return causal_conv1d_triton(x, weight, bias, activation, dilation, None, query_start_loc, None, None, -1, seq_idx)
+    """The forward kernel of ``causal_conv1d``, without a state; with initial states, on a copy of them as
+    the state every request reads (the write-back goes to the copy)."""
+    if initial_states is None:
+        return causal_conv1d_triton(
+            x, weight, bias, activation, dilation, None, query_start_loc, None, None, -1, seq_idx
+        )
+    every = torch.ones(initial_states.shape[0], dtype=torch.bool, device=x.device)
+    window = initial_states.clone()
+    return causal_conv1d_triton(
+        x, weight, bias, activation, dilation, window, query_start_loc, None, every, -1, seq_idx
+    )
 
 
 def causal_conv1d_fn_backward_triton(
@@ -196,13 +206,15 @@ def causal_conv1d_fn_backward_triton(
     dilation: int = 1,
     query_start_loc: torch.Tensor | None = None,
     seq_idx: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return launch_conv_grad(grad, x, weight, bias, activation, dilation, query_start_loc, seq_idx)
+    initial_states: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    return launch_conv_grad(grad, x, weight, bias, activation, dilation, query_start_loc, seq_idx, initial_states)
 
 
 def launch_conv_grad(
-    grad, x, weight, bias, activation, dilation, query_start_loc, seq_idx, config: heuristics.ConvConfig | None = None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    grad, x, weight, bias, activation, dilation, query_start_loc, seq_idx, initial_states=None,
+    config: heuristics.ConvConfig | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """``(dx, dweight, dbias)`` from the two gradient kernels (``grad_kernels.py``); the weight and bias
     gradients are the per-tile partial sums added over the tiles in a fixed order. ``config``: the row
     kernel's rule (``heuristics.conv_config``) unless given (tests)."""
@@ -222,17 +234,23 @@ def launch_conv_grad(
     seq = seq_idx if seq_idx is not None else qsl
     grid = (tiles, triton.cdiv(C, cfg.BC))
     flags = dict(K=K, D=dilation, HAS_SEQ_IDX=seq_idx is not None, BT=BT, BC=cfg.BC, num_warps=cfg.num_warps)
+    init = initial_states if initial_states is not None else x
+    i_strides = initial_states.stride() if initial_states is not None else (0, 0, 0)
     torch.library.wrap_triton(conv_grad_rows_kernel)[grid](
-        grad, x, weight, bias if bias is not None else weight, qsl, seq, dconv, dw_parts, db_parts, T, R, C,
-        grad.stride(0), x.stride(0), weight.stride(0), weight.stride(1),
-        HAS_BIAS=bias is not None, ACT=SILU if activation == "silu" else NO_ACTIVATION, **flags,
+        grad, x, weight, bias if bias is not None else weight, qsl, seq, init, dconv, dw_parts, db_parts, T, R, C,
+        grad.stride(0), x.stride(0), weight.stride(0), weight.stride(1), *i_strides,
+        HAS_BIAS=bias is not None, ACT=SILU if activation == "silu" else NO_ACTIVATION,
+        HAS_INIT=initial_states is not None, **flags,
     )  # fmt: skip
     torch.library.wrap_triton(conv_grad_x_kernel)[grid](
         dconv, weight, qsl, seq, dx, T, R, C, dx.stride(0), weight.stride(0), weight.stride(1), **flags
     )
     d_weight = dw_parts.sum(0).t().contiguous().to(weight.dtype)  # [C, K], as the spec's
     d_bias = db_parts.sum(0).to(bias.dtype) if bias is not None else dconv.new_empty((0,))
-    return dx, d_weight, d_bias
+    if initial_states is None:
+        return dx, d_weight, d_bias, dconv.new_empty((0,))
+    d_init = native.initial_state_grads(dconv, weight.float(), qsl, dilation).to(initial_states.dtype)
+    return dx, d_weight, d_bias, d_init
 
 
 # ------------------------------------------------------------------ what the kernels take (supports_args)
