@@ -27,12 +27,17 @@ def _warmup(
     Options meant for other ops' warmups (``exactfuse.warmup`` passes them to
     every op) are ignored.
     """
+    for x, w, layout in _variants(device, dtype, widths, interleaved, weights):
+        _triton.launch_moe_silu_and_mul(x, w, layout, out_dtype)
+
+
+def _variants(device, dtype, widths, interleaved, weights):
+    """``(gateup [1, 2N], row weights or None, interleaved)`` for every width x layout x weights dtype."""
     for N in widths:
         x = torch.ones((1, 2 * N), dtype=dtype, device=device)
         for layout in (interleaved,) if isinstance(interleaved, bool) else interleaved:
             for w_dtype in weights:
-                w = None if w_dtype is None else torch.ones((1,), dtype=w_dtype, device=device)
-                _triton.launch_moe_silu_and_mul(x, w, layout, out_dtype)
+                yield x, None if w_dtype is None else torch.ones((1,), dtype=w_dtype, device=device), layout
 
 
 @moe_silu_and_mul_backward.warmup
@@ -49,10 +54,6 @@ def _backward_warmup(
     """Compile the backward kernel for each width ``N`` x layout x row-weights dtype (``None``: no
     weights), the output's gradient of ``out_dtype`` (default ``dtype``). The launch depends on ``N``
     only, as the forward's does."""
-    for N in widths:
-        x = torch.ones((1, 2 * N), dtype=dtype, device=device)
-        grad = torch.ones((1, N), dtype=out_dtype or dtype, device=device)
-        for layout in (interleaved,) if isinstance(interleaved, bool) else interleaved:
-            for w_dtype in weights:
-                w = None if w_dtype is None else torch.ones((1,), dtype=w_dtype, device=device)
-                _triton.launch_moe_silu_and_mul_backward(grad, x, w, layout)
+    for x, w, layout in _variants(device, dtype, widths, interleaved, weights):
+        grad = torch.ones((1, x.shape[1] // 2), dtype=out_dtype or dtype, device=device)
+        _triton.launch_moe_silu_and_mul_backward(grad, x, w, layout)
