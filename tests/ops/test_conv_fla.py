@@ -10,6 +10,9 @@ From fla-org/flash-linear-attention, ``tests/modules/test_conv.py``:
   (64, 128, 3), (128, 128, 4), (500, 1024, 3), (1024, 1024, 4), fp32 and fp16.
 - ``test_conv_varlen``: ``x [1, T, D]`` of N = 4 packed sequences at int64 ``cu_seqlens`` (cut points drawn
   from 16 .. T), T 500 / 1024, D 128 / 200 / 1024; the reference runs each sequence alone.
+- ``test_conv_with_cache_prefill_fwd``: a prefill (T 2 to 1024, some shorter than the window) reading a cache
+  ``[B, D, W]`` of the last ``W`` inputs (a zero pad, then each sequence's ``W - 1`` history), leaving the last
+  ``W`` inputs of ``cache ‖ x``: ``causal_conv1d(..., conv_state=cache, history_at="end")``.
 - ``test_conv_decoding``: token by token through ``causal_conv1d_update`` with a cache of the last **W**
   inputs ``[B, D, W]`` (zeros at first; weights zeroed there); the output and the final cache (the last
   ``min(W, T)`` inputs) against the whole-sequence reference. exactfuse reads FLA's W-wide cache as Dao's
@@ -134,6 +137,40 @@ def run_fla_decoding(B, T, D, W, activation, has_bias, has_residual, dtype, prov
     assert err_ratio(ref_cache, cache) < RATIO
 
 
+FLA_PREFILL = [  # FLA_CONV, then test_conv_with_cache_prefill_fwd's rows of prefills shorter than the window
+    *FLA_CONV,
+    (2, 2, 128, 4, "swish", True, True, torch.float32),
+    (2, 3, 128, 4, "swish", True, True, torch.float32),
+    (2, 4, 128, 4, "swish", True, True, torch.float32),
+    (2, 2, 128, 3, "swish", True, True, torch.float32),
+]
+
+
+def run_fla_prefill_with_cache(B, T, D, W, activation, has_bias, has_residual, dtype, provider):
+    """FLA's ``test_conv_with_cache_prefill_fwd``: a cache ``[B, D, W]`` whose last ``W - 1`` columns are each
+    sequence's history (the first a zero pad); the output against the reference with those initial states,
+    and the cache left as the last ``W`` inputs of ``cache ‖ x``."""
+    gen = torch.Generator().manual_seed(42)
+    x = torch.randn(B, T, D, generator=gen).to(DEVICE, dtype)
+    residual = torch.randn(B, T, D, generator=gen).to(DEVICE, dtype) if has_residual else None
+    weight = torch.randn(D, W, generator=gen).to(DEVICE, dtype)
+    bias = torch.randn(D, generator=gen).to(DEVICE, dtype) if has_bias else None
+    history = torch.randn(B, D, W - 1, generator=gen).to(DEVICE, dtype)
+    compute = torch.float32
+    full = torch.cat([history, x.transpose(1, 2)], dim=2).to(compute)
+    ref = F.conv1d(full, weight.to(compute).unsqueeze(1), None if bias is None else bias.to(compute), groups=D)
+    ref = (ref if activation is None else F.silu(ref)).to(dtype).transpose(1, 2)
+    ref = ref + residual if has_residual else ref
+    cache = torch.cat([torch.zeros(B, D, 1, device=DEVICE, dtype=dtype), history], dim=2)
+    want_cache = torch.cat([cache, x.transpose(1, 2)], dim=2)[:, :, -W:]
+    every = torch.ones(B, dtype=torch.bool, device=DEVICE)
+    with exactfuse.get("causal_conv1d").priority([provider]):
+        got = causal_conv1d(x, weight, bias, activation=activation, residual=residual, conv_state=cache,
+                            has_initial_state=every, history_at="end")  # fmt: skip
+    assert err_ratio(ref, got) < RATIO
+    assert torch.equal(cache, want_cache)
+
+
 SMALL = [c for c in FLA_CONV if c[1] * c[2] <= 128 * 128]
 
 
@@ -156,6 +193,12 @@ def test_interpreter_fla_decoding_with_a_w_wide_cache(case):
     run_fla_decoding(B, min(T, 12), D, W, *rest, "triton")
 
 
+@pytest.mark.interpreter
+@pytest.mark.parametrize("case", SMALL[:4] + FLA_PREFILL[-4:], ids=lambda c: f"T{c[1]}-W{c[3]}-{c[4]}-r{int(c[6])}")
+def test_interpreter_fla_prefill_with_a_w_wide_cache(case):
+    run_fla_prefill_with_cache(*case, "triton")
+
+
 @pytest.mark.gpu
 def test_gpu_fla_grids():
     for case in FLA_CONV:
@@ -164,6 +207,8 @@ def test_gpu_fla_grids():
         run_fla_varlen(*case, "triton")
     for case in FLA_CONV:
         run_fla_decoding(*case, "triton")
+    for case in FLA_PREFILL:
+        run_fla_prefill_with_cache(*case, "triton")
 
 
 def test_residual_and_batch_layout_are_checked_by_name():

@@ -227,6 +227,43 @@ def test_dao_circular_state_cache_seqlens(provider, dtype, layout, K, Lq, gather
     assert torch.equal(state, expected_state)
 
 
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_NAMES.get)
+@pytest.mark.parametrize("extra", [0, 1, 3])
+def test_prefill_history_at_end_varlen(provider, dtype, extra):
+    """``causal_conv1d(..., history_at="end")`` over a pool of windows ``W = K - 1 + extra`` (FLA's ``W = K`` at
+    ``extra = 1``): each request reads the last ``K - 1`` positions of its window (zeros without
+    ``has_initial_state``), and a request with rows leaves its window as the last ``W`` entries of ``window ‖
+    rows``; an empty request and a padded one (-1: output 0) leave theirs untouched."""
+    gen = make_generator(23)
+    K, C, lengths = 4, 16, (3, 0, 6, 1, 2)
+    T, R = sum(lengths), len(lengths)
+    W = K - 1 + extra
+    x = randn((T, C), dtype, gen)
+    weight = randn((C, K), dtype, gen)
+    state = pool(3 * R, C, W, dtype, "cw", gen)
+    sid = torch.randperm(3 * R, generator=gen)[:R].tolist()
+    sid[3] = -1
+    init = [True, True, False, True, False]
+    qsl = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device=DEVICE)
+    before = state.clone()
+    out = run(causal_conv1d, provider, x, weight, None, activation="silu", conv_state=state, query_start_loc=qsl,
+              state_indices=torch.tensor(sid, dtype=torch.int32, device=DEVICE),
+              has_initial_state=torch.tensor(init, device=DEVICE), history_at="end")  # fmt: skip
+    expected = before.clone()
+    for r, (a, n) in enumerate(zip(qsl[:-1].tolist(), lengths, strict=True)):
+        if sid[r] == -1:
+            assert torch.equal(out[a : a + n], torch.zeros_like(out[a : a + n]))
+            continue
+        if n == 0:  # no rows: nothing read, nothing written
+            continue
+        window = before[sid[r]] if init[r] else torch.zeros_like(before[sid[r]])
+        ref, full = reference(x[a : a + n], window, weight, None, "silu")
+        assert_close(out[a : a + n], ref, dtype)
+        expected[sid[r]] = full[:, -W:]
+    assert torch.equal(state, expected)
+
+
 def test_cache_seqlens_refuses_what_it_cannot_combine():
     x, state, w = torch.randn(2, 3, 8), torch.randn(2, 8, 5), torch.randn(8, 4)
     seqlens = torch.zeros(2, dtype=torch.int32)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.conv import checks, grad_kernels, kernels, native
+from exactfuse.ops.conv import calls, checks, grad_kernels, kernels, native
 from exactfuse.ops.conv import triton as _triton
 from exactfuse.registry import Bitwise, KeywordOp, Tolerance, op, platform
 from exactfuse.registry.autograd import requires_grad
@@ -172,6 +172,7 @@ def _causal_conv1d_call(
     residual: torch.Tensor | None = None,
     cu_seqlens: torch.Tensor | None = None,
     initial_states: torch.Tensor | None = None,
+    history_at: str = "start",
 ) -> torch.Tensor:
     pad_slot_id = checks.resolve_pad_slot_id("causal_conv1d", pad_slot_id, null_block_id)
     activation = checks.resolve_activation(activation)
@@ -185,11 +186,31 @@ def _causal_conv1d_call(
     elif initial_states is not None:
         raise ValueError("causal_conv1d: initial_states (Dao's) and conv_state (a slot cache) name two histories")
     else:
+        conv_state = _history_window(
+            rows, conv_state, weight, dilation, query_start_loc, state_indices, has_initial_state, pad_slot_id,
+            history_at,
+        )  # fmt: skip
         out = _causal_conv1d(
             rows, weight, bias, activation, dilation, conv_state, query_start_loc, state_indices,
             has_initial_state, pad_slot_id, seq_idx,
         )  # fmt: skip
     return _plus_residual("causal_conv1d", out.view(x.shape), residual)
+
+
+def _history_window(x, conv_state, weight, dilation, qsl, state_indices, has_initial_state, pad, history_at):
+    """The slot cache the prefill reads and writes: all of it (``history_at="start"``), or with the history
+    at the end of a wide window (FLA's ``[N, C, K]``, Dao's wide state) the view of its last ``SL``
+    positions, after ``native.shift_prefill_head`` has written the first ``W - SL`` (torch ops)."""
+    checks.check_history_at("causal_conv1d", history_at, conv_state)
+    if history_at == "start":
+        return conv_state
+    keep = conv_state.shape[2] - (weight.shape[1] - 1) * dilation
+    if keep < 0:
+        W = conv_state.shape[2]
+        raise ValueError(f"causal_conv1d: conv_state's window W = {W} is narrower than (K-1)·dilation")
+    starts = calls.one_sequence(x) if qsl is None else qsl
+    native.shift_prefill_head(x, conv_state, starts, state_indices, has_initial_state, pad, keep)
+    return conv_state[:, :, keep:]
 
 
 def _plus_residual(op: str, out: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:

@@ -52,6 +52,15 @@ def batch_rows(op: str, x, query_start_loc, seq_idx):
     return x.reshape(B * T, C), query_start_loc, seq_idx
 
 
+def check_history_at(op: str, history_at: str, conv_state) -> None:
+    """``history_at`` of a prefill call: ``"end"`` needs a state window at least ``SL`` wide (the checks of the
+    op then see the view of its last ``SL`` positions)."""
+    if history_at not in HISTORY_AT:
+        _fail(op, f"history_at must be 'start' or 'end', got {history_at!r}")
+    if history_at == "end" and conv_state is None:
+        _fail(op, "history_at='end' describes a conv_state; pass one")
+
+
 def check_cache_seqlens(x, conv_state, num_accepted_tokens, history_at, cache_seqlens) -> None:
     """Dao's ``cache_seqlens``: ``[>= B]`` int32 on x's device, a circular state of its own convention."""
     op = "causal_conv1d_update"

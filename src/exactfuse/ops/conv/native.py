@@ -551,3 +551,35 @@ def store_circular(
     new = conv_state[sid_safe].clone()
     new.scatter_(2, pos[:, None, :].expand(-1, new.shape[1], -1), x.transpose(1, 2).to(new.dtype))
     store_windows(conv_state, sid_safe, ok, new)
+
+
+def shift_prefill_head(
+    x: torch.Tensor,
+    conv_state: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    state_indices: torch.Tensor | None,
+    has_initial_state: torch.Tensor | None,
+    null_slot: int,
+    keep: int,
+) -> None:
+    """Prefill over a wide window with the history at its end (FLA's state of the last ``K`` inputs, Dao's
+    wide state): for request ``r`` (rows ``x[start_r : start_r + qlen_r]``) with a usable slot and rows,
+    positions ``i < keep`` become ``(window ‖ rows)[i + qlen_r]``, the window read as zeros without
+    ``has_initial_state[r]``; the last ``W - keep`` positions are the conv's (history at the end)."""
+    if keep == 0:
+        return
+    T, C = x.shape
+    W = conv_state.shape[2]
+    qsl = query_start_loc.long()
+    R = qsl.shape[0] - 1
+    ok, sid_safe = request_slots(R, conv_state, state_indices, null_slot)
+    start, qlen = qsl[:R], qsl[1:] - qsl[:R]
+    old = conv_state[sid_safe]
+    if has_initial_state is not None:
+        old = torch.where(has_initial_state[:R, None, None], old, torch.zeros((), dtype=old.dtype, device=old.device))
+    src = torch.arange(keep, device=x.device)[None, :] + qlen[:, None]  # [R, keep]: index into window ‖ rows
+    from_window = old.gather(2, src.clamp(max=W - 1)[:, None, :].expand(R, C, keep))
+    from_rows = x[(start[:, None] + src - W).clamp(0, max(T - 1, 0))].transpose(1, 2).to(old.dtype)
+    new = conv_state[sid_safe].clone()
+    new[:, :, :keep] = torch.where((src < W)[:, None, :], from_window, from_rows)
+    store_windows(conv_state, sid_safe, ok & (qlen > 0), new)
