@@ -217,5 +217,7 @@ def test_residual_and_batch_layout_are_checked_by_name():
         causal_conv1d(x, w, residual=torch.randn(2, 5, 7))
     with pytest.raises(ValueError, match="must have B = 1"):
         causal_conv1d(x, w, cu_seqlens=torch.tensor([0, 5]))
+    with pytest.raises(ValueError, match="history_at='end' describes a conv_state"):
+        causal_conv1d(x.requires_grad_(), w, history_at="end")
     with pytest.raises(ValueError, match="query_start_loc and cu_seqlens name the same argument"):
         causal_conv1d(x[:1], w, cu_seqlens=torch.tensor([0, 5]), query_start_loc=torch.tensor([0, 5]))

@@ -178,6 +178,7 @@ def _causal_conv1d_call(
     activation = checks.resolve_activation(activation)
     qsl = checks.resolve_alias("causal_conv1d", "query_start_loc", query_start_loc, "cu_seqlens", cu_seqlens)
     rows, query_start_loc, seq_idx = checks.batch_rows("causal_conv1d", x, qsl, seq_idx)
+    checks.check_history_at("causal_conv1d", history_at, conv_state)
     stateless = conv_state is None and (initial_states is not None or requires_grad((x, weight, bias), {}))
     if stateless:  # nothing written in place: the differentiable op (Dao's initial states are an input of it)
         if state_indices is not None or has_initial_state is not None:
@@ -201,7 +202,6 @@ def _history_window(x, conv_state, weight, dilation, qsl, state_indices, has_ini
     """The slot cache the prefill reads and writes: all of it (``history_at="start"``), or with the history
     at the end of a wide window (FLA's ``[N, C, K]``, Dao's wide state) the view of its last ``SL``
     positions, after ``native.shift_prefill_head`` has written the first ``W - SL`` (torch ops)."""
-    checks.check_history_at("causal_conv1d", history_at, conv_state)
     if history_at == "start":
         return conv_state
     keep = conv_state.shape[2] - (weight.shape[1] - 1) * dilation
