@@ -1,17 +1,18 @@
 """Declarations of ``short_conv`` (PLE), ``causal_conv1d`` and ``causal_conv1d_update`` (Mamba), and of
 ``causal_conv1d_fn`` (the stateless conv, differentiable) with its backward op ``causal_conv1d_fn_backward``.
 
-Spec in ``native.py``, argument checks in ``checks.py``, the launcher, providers and what they take in
-``triton.py`` (its kernels in ``kernels.py`` and ``slots.py``), the launch rule in ``heuristics.py``, warmup
-in ``warmup.py``; inputs, benchmark grids and cost in ``inputs.py`` and peers in ``peers.py``, imported on
-first use. The backward's kernels are in ``grad_kernels.py``.
+Spec in ``native.py`` (its host-side state-window steps in ``windows.py``), argument checks in
+``checks.py``, the launcher, providers and what they take in ``triton.py`` (its kernels in ``kernels.py``
+and ``slots.py``, the backward's in ``grad_kernels.py``), the launch rule in ``heuristics.py``, warmup in
+``warmup.py``; inputs, benchmark grids and cost in ``inputs.py`` and peers in ``peers.py``, imported on
+first use.
 """
 
 from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.conv import calls, checks, grad_kernels, kernels, native
+from exactfuse.ops.conv import calls, checks, grad_kernels, kernels, native, windows
 from exactfuse.ops.conv import triton as _triton
 from exactfuse.registry import Bitwise, KeywordOp, Tolerance, op, platform
 from exactfuse.registry.autograd import requires_grad
@@ -195,13 +196,15 @@ def _causal_conv1d_call(
             rows, weight, bias, activation, dilation, conv_state, query_start_loc, state_indices,
             has_initial_state, pad_slot_id, seq_idx,
         )  # fmt: skip
-    return _plus_residual("causal_conv1d", out.view(x.shape), residual)
+    if rows is not x:  # [B, T, C] in: its shape back (a 2-D call pays no view)
+        out = out.view(x.shape)
+    return _plus_residual("causal_conv1d", out, residual)
 
 
 def _history_window(x, conv_state, weight, dilation, qsl, state_indices, has_initial_state, pad, history_at):
     """The slot cache the prefill reads and writes: all of it (``history_at="start"``), or with the history
     at the end of a wide window (FLA's ``[N, C, K]``, Dao's wide state) the view of its last ``SL``
-    positions, after ``native.shift_prefill_head`` has written the first ``W - SL`` (torch ops)."""
+    positions, after ``windows.shift_prefill_head`` has written the first ``W - SL`` (torch ops)."""
     if history_at == "start":
         return conv_state
     keep = conv_state.shape[2] - (weight.shape[1] - 1) * dilation
@@ -209,7 +212,7 @@ def _history_window(x, conv_state, weight, dilation, qsl, state_indices, has_ini
         W = conv_state.shape[2]
         raise ValueError(f"causal_conv1d: conv_state's window W = {W} is narrower than (K-1)·dilation")
     starts = calls.one_sequence(x) if qsl is None else qsl
-    native.shift_prefill_head(x, conv_state, starts, state_indices, has_initial_state, pad, keep)
+    windows.shift_prefill_head(x, conv_state, starts, state_indices, has_initial_state, pad, keep)
     return conv_state[:, :, keep:]
 
 
@@ -245,11 +248,11 @@ def _causal_conv1d_update_call(
     if cache_seqlens is not None:  # Dao's circular state: the op runs on each request's gathered history
         checks.check_cache_seqlens(x, conv_state, num_accepted_tokens, history_at, cache_seqlens)
         rows = x if x.dim() == 3 else x[:, None]
-        windows, indices = native.circular_window(
+        history, indices = windows.circular_window(
             rows, conv_state, weight, dilation, state_indices, pad_slot_id, cache_seqlens
         )
-        out = _causal_conv1d_update(x, windows, weight, bias, activation, dilation, indices, None, -1, "start")
-        native.store_circular(rows, conv_state, state_indices, pad_slot_id, cache_seqlens)
+        out = _causal_conv1d_update(x, history, weight, bias, activation, dilation, indices, None, -1, "start")
+        windows.store_circular(rows, conv_state, state_indices, pad_slot_id, cache_seqlens)
     else:
         out = _causal_conv1d_update(
             x, conv_state, weight, bias, activation, dilation, state_indices, num_accepted_tokens, pad_slot_id,

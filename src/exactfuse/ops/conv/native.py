@@ -41,6 +41,7 @@ import torch.nn.functional as F
 
 from exactfuse.ops.conv import calls
 from exactfuse.ops.conv.calls import causal_conv1d_call, causal_conv1d_update_call, short_conv_call
+from exactfuse.ops.conv.windows import end_history, gather_or, initial_window, store_windows
 
 MODES = ("decode", "spec", "prefill")
 HISTORY_AT = ("start", "end")
@@ -53,28 +54,6 @@ def silu(conv: torch.Tensor) -> torch.Tensor:
     """Eager SiLU of the rounded conv (fp32 inside, one rounding). Tests on the CPU replace it with the
     interpreter's exp to compare every other step of a kernel bit for bit."""
     return F.silu(conv)
-
-
-def _gather_or(values: torch.Tensor, index: torch.Tensor, fill: int) -> torch.Tensor:
-    """``values[index]`` (int64) where ``0 <= index < len(values)``, else ``fill``; works for empty ``values``."""
-    padded = torch.cat([values.long(), values.new_full((1,), fill, dtype=torch.long)])
-    n = values.shape[0]
-    return padded[torch.where((index >= 0) & (index < n), index, n)]
-
-
-def store_windows(conv_state: torch.Tensor, sid_safe: torch.Tensor, write_ok: torch.Tensor, new: torch.Tensor) -> None:
-    """``conv_state[sid_safe[r]] = new[r]`` for the requests with ``write_ok``; a request without one
-    writes its slot's final value (its writer's, else the old one), so duplicate indices agree."""
-    R, slots = new.shape[0], conv_state.shape[0]
-    old = conv_state[sid_safe]
-    owner = torch.full((slots + 1,), R, dtype=torch.long, device=new.device)
-    owner.scatter_(0, torch.where(write_ok, sid_safe, slots), torch.arange(R, device=new.device))
-    own = owner[sid_safe]
-    new_ext = torch.cat([new, old[:1]])
-    final = torch.where(
-        write_ok[:, None, None], new, torch.where((own < R)[:, None, None], new_ext[own.clamp(max=R)], old)
-    )
-    conv_state[sid_safe] = final
 
 
 def conv_reference(
@@ -130,7 +109,7 @@ def conv_reference(
         R = query_start_loc.shape[0] - 1
         qsl = query_start_loc.long()
         r = (torch.searchsorted(qsl[:R].contiguous(), t, right=True) - 1).clamp(max=R - 1).clamp(min=0)
-        q_start = _gather_or(qsl, r, 0)
+        q_start = gather_or(qsl, r, 0)
         in_range = (q_start <= t) & (t < qsl[R])
         req_start = qsl[:R]
         qlen = qsl[1 : R + 1] - qsl[:R]
@@ -140,24 +119,24 @@ def conv_reference(
     # Request -> slot, permissions.
     has_state = conv_state is not None
     slots = conv_state.shape[0] if has_state else 1
-    sid = _gather_or(state_indices, req, null_slot) if state_indices is not None else req
+    sid = gather_or(state_indices, req, null_slot) if state_indices is not None else req
     state_ok = has_state & (sid != null_slot) & (sid >= 0) & (sid < slots)
     sid_safe = torch.where(state_ok, sid, 0)
     if init == "tensor":
-        has_init = state_ok & (_gather_or(has_initial_state.long(), req, 0) != 0)
+        has_init = state_ok & (gather_or(has_initial_state.long(), req, 0) != 0)
     else:
         has_init = state_ok & (init == "always")
     if mode == "spec":
-        slot_off = (_gather_or(num_accepted_tokens, req, 0) - 1).clamp(0, SQL - 1)
+        slot_off = (gather_or(num_accepted_tokens, req, 0) - 1).clamp(0, SQL - 1)
         read_state = state_ok
     else:
         slot_off = torch.zeros(R, dtype=torch.long, device=device)
         read_state = has_init
     out_ok_req = state_ok if (mode != "spec" and has_state) else torch.ones(R, dtype=torch.bool, device=device)
-    row_out_ok = in_range & _gather_or(out_ok_req.long(), r, 0).bool()
-    row_read = _gather_or(read_state.long(), r, 0).bool()
-    row_sid = _gather_or(sid_safe, r, 0)
-    row_off = _gather_or(slot_off, r, 0)
+    row_out_ok = in_range & gather_or(out_ok_req.long(), r, 0).bool()
+    row_read = gather_or(read_state.long(), r, 0).bool()
+    row_sid = gather_or(sid_safe, r, 0)
+    row_off = gather_or(slot_off, r, 0)
     if seq_idx is not None:
         seq = seq_idx.long()
         row_out_ok = row_out_ok & (seq >= 0)
@@ -173,10 +152,10 @@ def conv_reference(
         else:
             s_val = torch.zeros(L, C, dtype=torch.float32, device=device)
         x_row = (q_start + h - SL).clamp(max=L - 1).clamp(min=0)
-        x_val = x_ext[_gather_or(phys, x_row, N)].float()
+        x_val = x_ext[gather_or(phys, x_row, N)].float()
         x_ok = row_out_ok
         if seq_idx is not None:
-            x_ok = x_ok & (_gather_or(seq, q_start + h - SL, -1) == seq)
+            x_ok = x_ok & (gather_or(seq, q_start + h - SL, -1) == seq)
         tap = torch.where(
             from_state[:, None],
             torch.where(row_read[:, None], s_val, 0.0),
@@ -207,7 +186,7 @@ def conv_reference(
             pos = (slot_off + m).clamp(0, conv_state.shape[2] - 1)
             s_val = torch.where(read_state[:, None], old[req, :, pos], torch.zeros((), dtype=old.dtype, device=device))
             x_row = (req_start + m - SL).clamp(max=L - 1).clamp(min=0)
-            x_val = x_ext[_gather_or(phys, x_row, N)].to(old.dtype)
+            x_val = x_ext[gather_or(phys, x_row, N)].to(old.dtype)
             value = torch.where((m <= SL - 1)[:, None], s_val, x_val)
             new[:, :, i] = torch.where((write_ok & (i < count))[:, None], value, old[:, :, i])
         store_windows(conv_state, sid_safe, write_ok, new)
@@ -311,14 +290,6 @@ def causal_conv1d_fn(
     return causal_conv1d(x, weight, bias, activation, dilation, state, query_start_loc, None, every, -1, seq_idx)
 
 
-def initial_window(initial_states: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """Initial states as ``causal_conv1d``'s ``(conv_state, has_initial_state)``: a copy (the conv writes its
-    state back; the input stays as it is) that every request reads; ``(None, None)`` without them."""
-    if initial_states is None:
-        return None, None
-    return initial_states.clone(), torch.ones(initial_states.shape[0], dtype=torch.bool, device=initial_states.device)
-
-
 def causal_conv1d_fn_backward(
     grad: torch.Tensor,
     x: torch.Tensor,
@@ -374,7 +345,7 @@ def _fn_grads(grad, x, weight, bias, activation, dilation, query_start_loc, seq_
     R = qsl.shape[0] - 1
     t = torch.arange(T, device=device)
     r = (torch.searchsorted(qsl[:R].contiguous(), t, right=True) - 1).clamp(max=R - 1).clamp(min=0)
-    q_start, q_end = _gather_or(qsl, r, 0), _gather_or(qsl, r + 1, 0)
+    q_start, q_end = gather_or(qsl, r, 0), gather_or(qsl, r + 1, 0)
     out_ok = (q_start <= t) & (t < qsl[R])
     seq = seq_idx.long() if seq_idx is not None else torch.zeros_like(t)
     out_ok = out_ok & (seq >= 0)
@@ -384,7 +355,7 @@ def _fn_grads(grad, x, weight, bias, activation, dilation, query_start_loc, seq_
 
     def tap(k: int) -> torch.Tensor:  # rows t's tap k: an input row, a history position, or zero
         src = t + dilation * k - SL
-        ok = out_ok & (src >= q_start) & (_gather_or(seq, src, -1) == seq)
+        ok = out_ok & (src >= q_start) & (gather_or(seq, src, -1) == seq)
         value = torch.where(ok[:, None], xs[src.clamp(0, last)], 0.0)
         if initial_states is None:
             return value
@@ -410,7 +381,7 @@ def _fn_grads(grad, x, weight, bias, activation, dilation, query_start_loc, seq_
     d_weight = torch.zeros(C, K, dtype=acc_dtype, device=device)
     for k in range(K):
         dest = t + (K - 1 - k) * dilation  # the row whose tap k is row t
-        ok = out_ok & (dest < q_end) & (_gather_or(seq, dest, -1) == seq)
+        ok = out_ok & (dest < q_end) & (gather_or(seq, dest, -1) == seq)
         dx = dx + ws[:, k] * torch.where(ok[:, None], dconv[dest.clamp(0, last)], 0.0)
         d_weight[:, k] = (dconv * tap(k)).sum(0)
     d_init = initial_state_grads(dconv, ws, qsl, dilation) if initial_states is not None else None
@@ -476,110 +447,3 @@ def causal_conv1d_update(
         )
     )  # fmt: skip
     return out.reshape(x.shape)
-
-
-def end_history(x, conv_state, weight, dilation, state_indices, pad_slot_id, history_at) -> torch.Tensor:
-    """The state window the conv reads and writes: all of ``conv_state`` (``history_at="start"``), or for
-    Dao's wide window (``"end"``) the view of its last ``SL`` positions, after :func:`shift_head` has
-    shifted the first ``W - SL`` on the host side (the spec and the Triton provider both)."""
-    if history_at != "end":
-        return conv_state
-    keep = conv_state.shape[2] - (weight.shape[1] - 1) * dilation
-    shift_head(x if x.dim() == 3 else x[:, None], conv_state, state_indices, pad_slot_id, keep)
-    return conv_state[:, :, keep:]
-
-
-def shift_head(
-    x: torch.Tensor, conv_state: torch.Tensor, state_indices: torch.Tensor | None, null_slot: int, keep: int
-) -> None:
-    """Dao's wide window, its first ``keep`` positions: for request ``b`` (rows ``x[b] [Lq, C]``) with a
-    usable slot, positions ``i < keep`` become ``(window ‖ x[b])[i + Lq]``, read before any write; the
-    last ``W - keep`` positions are the conv's (history at the end). Nothing when ``keep = 0``."""
-    if keep == 0:
-        return
-    B, Lq, _ = x.shape
-    ok, sid_safe = request_slots(B, conv_state, state_indices, null_slot)
-    window = torch.cat([conv_state[sid_safe], x.transpose(1, 2).to(conv_state.dtype)], dim=2)
-    store_windows(conv_state[:, :, :keep], sid_safe, ok, window[:, :, Lq : Lq + keep])
-
-
-def circular_window(
-    x: torch.Tensor,
-    conv_state: torch.Tensor,
-    weight: torch.Tensor,
-    dilation: int,
-    state_indices: torch.Tensor | None,
-    pad_slot_id: int,
-    cache_seqlens: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Dao's circular state (``cache_seqlens``): for request ``b`` (rows ``x[b]``, ``x [B, Lq, C]``) the ``SL``
-    positions before ``cache_seqlens[b]`` (modulo the window ``W``) of its slot, oldest first, gathered into
-    a window of its own: ``(windows [B, C, SL], their indices [B] int32)``, request ``b`` at window ``b``,
-    ``-1`` for a padded request (no usable slot: output 0, nothing written)."""
-    B = x.shape[0]
-    SL = (weight.shape[1] - 1) * dilation
-    ok, sid_safe = request_slots(B, conv_state, state_indices, pad_slot_id)
-    back = torch.arange(-SL, 0, device=x.device)
-    pos = torch.remainder(cache_seqlens[:B].long()[:, None] + back, conv_state.shape[2])
-    windows = conv_state[sid_safe[:, None], :, pos].transpose(1, 2)  # [B, SL, C] -> [B, C, SL]
-    return windows, torch.where(ok, torch.arange(B, device=x.device), -1).to(torch.int32)
-
-
-def request_slots(
-    B: int, conv_state: torch.Tensor, state_indices: torch.Tensor | None, null_slot: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per request ``b < B``: whether it has a usable slot (its index is not ``null_slot`` and lies in
-    ``[0, slots)``; no ``state_indices``: slot ``b``), and the slot, 0 where it has none."""
-    req = torch.arange(B, device=conv_state.device)
-    sid = _gather_or(state_indices, req, null_slot) if state_indices is not None else req
-    ok = (sid != null_slot) & (sid >= 0) & (sid < conv_state.shape[0])
-    return ok, torch.where(ok, sid, 0)
-
-
-def store_circular(
-    x: torch.Tensor,
-    conv_state: torch.Tensor,
-    state_indices: torch.Tensor | None,
-    pad_slot_id: int,
-    cache_seqlens: torch.Tensor,
-) -> None:
-    """The inputs ``x [B, Lq, C]`` of each request with a usable slot written at positions
-    ``cache_seqlens[b] + i`` (modulo ``W``) of its slot, as Dao's circular update does."""
-    B, Lq, _ = x.shape
-    ok, sid_safe = request_slots(B, conv_state, state_indices, pad_slot_id)
-    pos = torch.remainder(cache_seqlens[:B].long()[:, None] + torch.arange(Lq, device=x.device), conv_state.shape[2])
-    new = conv_state[sid_safe].clone()
-    new.scatter_(2, pos[:, None, :].expand(-1, new.shape[1], -1), x.transpose(1, 2).to(new.dtype))
-    store_windows(conv_state, sid_safe, ok, new)
-
-
-def shift_prefill_head(
-    x: torch.Tensor,
-    conv_state: torch.Tensor,
-    query_start_loc: torch.Tensor,
-    state_indices: torch.Tensor | None,
-    has_initial_state: torch.Tensor | None,
-    null_slot: int,
-    keep: int,
-) -> None:
-    """Prefill over a wide window with the history at its end (FLA's state of the last ``K`` inputs, Dao's
-    wide state): for request ``r`` (rows ``x[start_r : start_r + qlen_r]``) with a usable slot and rows,
-    positions ``i < keep`` become ``(window ‖ rows)[i + qlen_r]``, the window read as zeros without
-    ``has_initial_state[r]``; the last ``W - keep`` positions are the conv's (history at the end)."""
-    if keep == 0:
-        return
-    T, C = x.shape
-    W = conv_state.shape[2]
-    qsl = query_start_loc.long()
-    R = qsl.shape[0] - 1
-    ok, sid_safe = request_slots(R, conv_state, state_indices, null_slot)
-    start, qlen = qsl[:R], qsl[1:] - qsl[:R]
-    old = conv_state[sid_safe]
-    if has_initial_state is not None:
-        old = torch.where(has_initial_state[:R, None, None], old, torch.zeros((), dtype=old.dtype, device=old.device))
-    src = torch.arange(keep, device=x.device)[None, :] + qlen[:, None]  # [R, keep]: index into window ‖ rows
-    from_window = old.gather(2, src.clamp(max=W - 1)[:, None, :].expand(R, C, keep))
-    from_rows = x[(start[:, None] + src - W).clamp(0, max(T - 1, 0))].transpose(1, 2).to(old.dtype)
-    new = conv_state[sid_safe].clone()
-    new[:, :, :keep] = torch.where((src < W)[:, None, :], from_window, from_rows)
-    store_windows(conv_state, sid_safe, ok & (qlen > 0), new)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 import triton
 
-from exactfuse.ops.conv import calls, heuristics, native
+from exactfuse.ops.conv import calls, heuristics, native, windows
 from exactfuse.ops.conv.grad_kernels import conv_grad_rows_kernel, conv_grad_x_kernel
 from exactfuse.ops.conv.kernels import INIT_CODES, MODE_CODES, conv_rows_kernel, conv_state_kernel
 from exactfuse.ops.fastmath import SILU, chosen_formula
@@ -166,7 +166,7 @@ def causal_conv1d_update_triton(
     history_at: str = "start",
 ) -> torch.Tensor:
     out = empty(x.shape, x.dtype, x.device)
-    conv_state = native.end_history(x, conv_state, weight, dilation, state_indices, pad_slot_id, history_at)
+    conv_state = windows.end_history(x, conv_state, weight, dilation, state_indices, pad_slot_id, history_at)
     call = calls.causal_conv1d_update_call(
         x, conv_state, weight, bias, activation, dilation, state_indices, num_accepted_tokens, pad_slot_id
     )
@@ -186,15 +186,8 @@ def causal_conv1d_fn_triton(
 ) -> torch.Tensor:
     """The forward kernel of ``causal_conv1d``, without a state; with initial states, on a copy of them as
     the state every request reads (the write-back goes to the copy)."""
-    if initial_states is None:
-        return causal_conv1d_triton(
-            x, weight, bias, activation, dilation, None, query_start_loc, None, None, -1, seq_idx
-        )
-    every = torch.ones(initial_states.shape[0], dtype=torch.bool, device=x.device)
-    window = initial_states.clone()
-    return causal_conv1d_triton(
-        x, weight, bias, activation, dilation, window, query_start_loc, None, every, -1, seq_idx
-    )
+    state, every = windows.initial_window(initial_states)
+    return causal_conv1d_triton(x, weight, bias, activation, dilation, state, query_start_loc, None, every, -1, seq_idx)
 
 
 def causal_conv1d_fn_backward_triton(
