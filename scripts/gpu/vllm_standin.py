@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import collections
 import importlib.util
+import re
 import sys
 import tarfile
 from pathlib import Path
@@ -50,15 +51,25 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, neox: bool) -
 
 
 def import_time_names(root: Path) -> list[str]:
-    """The ``torch.ops._C.<name>`` attributes read outside any function in the modules under ``root``."""
+    """The ``torch.ops._C.<name>`` attributes read outside any function in the modules under ``root``, and
+    the ``<name>.<overload>`` of every ``"_C::<name>.<overload>"`` string there (``vllm/_custom_ops.py``
+    registers fake kernels for them at import once ``<name>`` resolves, which needs the overload too)."""
     names = set()
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            if isinstance(child, ast.Lambda):
+                continue
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for decorator in child.decorator_list:
+                    visit(ast.Expression(decorator))
                 continue
             if isinstance(child, ast.Attribute) and ast.unparse(child.value) == "torch.ops._C":
                 names.add(child.attr)
+            if isinstance(child, ast.Constant) and isinstance(child.value, str):
+                qualified = re.fullmatch(r"_C::(\w+)\.(\w+)", child.value)
+                if qualified and qualified[2] != "default":
+                    names.add(f"{qualified[1]}.{qualified[2]}")
             visit(child)
 
     for path in sorted(root.rglob("*.py")):
@@ -128,9 +139,13 @@ def register_ops(stubs: tuple[str, ...] = ()) -> None:
         lib.impl("rms_norm", rms_norm, key)
         lib.impl("fused_add_rms_norm", fused_add_rms_norm, key)
         lib.impl("rotary_embedding", rotary_embedding, key)
-    for name in (n for n in stubs if not hasattr(torch.ops._C, n)):
+    overloads = [n for n in stubs if "." in n]
+    for name in (n for n in stubs if "." not in n and not hasattr(torch.ops._C, n)):
         lib.define(f"{name}(Tensor[] args) -> ()")
         lib.impl(name, _stub(name), "CompositeExplicitAutograd")
+        for overload in (o for o in overloads if o.split(".")[0] == name):
+            lib.define(f"{overload}(Tensor[] args) -> ()")
+            lib.impl(overload, _stub(overload), "CompositeExplicitAutograd")
     _LIB = lib
 
 
