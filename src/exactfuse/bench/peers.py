@@ -15,6 +15,7 @@ available adapter whose ``op`` is being benchmarked. Nothing here knows any op.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import importlib.metadata
@@ -101,3 +102,19 @@ def importable_on_cuda(module: str) -> Callable[[], bool]:
 def cuda_only() -> bool:
     """An ``available`` check for baselines built from torch itself: a CUDA device is present."""
     return torch.cuda.is_available()
+
+
+@contextlib.contextmanager
+def on_capture_stream():
+    """A stream context for a peer that records an autograd graph when prepared and runs only its backward
+    when called: the stream ``torch.cuda.graph`` captures on by default (the timer's CUDA graph,
+    ``triton.testing.do_bench_cudagraph``). Autograd runs each backward node on its forward's stream, so a
+    forward recorded anywhere else would put the timed backward's kernels outside the capture. The stream
+    waits for the caller's work before the block, and the caller's stream for the block's after it."""
+    if torch.cuda.graph.default_capture_stream is None:
+        torch.cuda.graph(torch.cuda.CUDAGraph())  # creates the class's default capture stream
+    stream, caller = torch.cuda.graph.default_capture_stream, torch.cuda.current_stream()
+    stream.wait_stream(caller)
+    with torch.cuda.stream(stream):
+        yield
+    caller.wait_stream(stream)

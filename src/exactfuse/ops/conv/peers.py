@@ -12,7 +12,14 @@ from __future__ import annotations
 
 import torch
 
-from exactfuse.bench.peers import PeerAdapter, PreparedCall, cuda_only, importable_on_cuda, register_peer
+from exactfuse.bench.peers import (
+    PeerAdapter,
+    PreparedCall,
+    cuda_only,
+    importable_on_cuda,
+    on_capture_stream,
+    register_peer,
+)
 
 _FLA_CHUNK = 64  # causal_conv1d_fwd's default chunk of tokens, for which the chunk indices are built
 
@@ -88,12 +95,12 @@ def _fn_backward_inputs(args: tuple, kwargs: dict):
 
 def _eager_autograd_backward(args: tuple, kwargs: dict) -> PreparedCall:
     """Eager autograd's backward of the forward spec (``native.causal_conv1d_fn``); the forward and its graph
-    are built outside the timed region, the backward pass is timed."""
+    are built outside the timed region (on the timer's capture stream), the backward pass is timed."""
     from exactfuse.ops.conv import native
 
     a, leaves = _fn_backward_inputs(args, kwargs)
     bias = leaves[2] if a["bias"] is not None else None
-    with torch.enable_grad():
+    with torch.enable_grad(), on_capture_stream():
         out = native.causal_conv1d_fn(
             leaves[0], leaves[1], bias, a["activation"], a["dilation"], a["query_start_loc"], a["seq_idx"]
         )
@@ -120,7 +127,7 @@ def _fla_backward(args: tuple, kwargs: dict) -> PreparedCall:
     qsl = a["query_start_loc"]
     cu = (qsl if qsl is not None else torch.tensor([0, x.shape[0]], device=x.device)).long()
     bias = leaves[2] if a["bias"] is not None else None
-    with torch.enable_grad():
+    with torch.enable_grad(), on_capture_stream():
         y, _ = causal_conv1d(x[None], leaves[1], bias, activation=a["activation"], cu_seqlens=cu)
     return lambda: torch.autograd.grad(y, leaves, a["grad"][None], retain_graph=True)
 
