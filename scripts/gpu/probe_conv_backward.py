@@ -2,12 +2,12 @@
 (``triton.launch_conv_grad``: the row kernel, the dx kernel, the partial-sum reductions) at several row
 kernel tiles, beside the forward op and FLA's backward on the same inputs.
 
-For each tile (``--tiles BTxBCxWARPS,...``) the launcher's outputs are checked first: ``dx`` bitwise against
-the shipped tile's (the dx kernel's sum order does not depend on the tile), the weight and bias gradients
-within 1e-5 relative of it (their tile sums are reordered); then timed (the harness's CUDA-graph timer) and
-profiled (``torch.profiler``, mean per kernel over 5 calls).
+Each configuration (the shipped one with the row kernel's tile replaced, ``--tiles BTxBCxWARPSxSTEPS,...``,
+or the dx kernel's, ``--x-tiles BTxBCxWARPS,...``) is checked first against the op's contract (native spec,
+float64 reference), then timed (the harness's CUDA-graph timer) and profiled (``torch.profiler``, mean per
+kernel over 5 calls).
 
-    PYTHONPATH=src python3 scripts/gpu/probe_conv_backward.py [--shape B,L] [--tiles 16x128x4,...]
+    PYTHONPATH=src python3 scripts/gpu/probe_conv_backward.py [--shape B,L] [--tiles ...] [--x-tiles ...]
 
 Result: benchmarks/results/h200/sweeps/conv_backward_probe.txt.
 """
@@ -19,7 +19,7 @@ import torch
 from sweep_io import emit
 
 from exactfuse.bench.timing import cudagraph_timer
-from exactfuse.ops.conv import heuristics, inputs, triton
+from exactfuse.ops.conv import causal_conv1d_fn, causal_conv1d_fn_backward, heuristics, inputs, triton
 from exactfuse.testing.inputs import make_generator
 
 TIMER = cudagraph_timer(rep_ms=50)
@@ -44,39 +44,40 @@ def kernel_times(call, n: int = 5) -> list[tuple[str, float]]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--shape", default="1,8192")
-    parser.add_argument("--tiles", default="16x128x4,32x128x4,64x128x8,16x256x4,32x64x4,64x64x4,8x256x4")
+    tiles = "16x128x4x16,16x128x4x4,32x64x4x8,64x64x4x4,64x32x4x4,32x128x8x8,16x64x2x16,8x128x2x16"
+    parser.add_argument("--tiles", default=tiles, help="row kernel tiles BTxBCxWARPSxSTEPS")
+    parser.add_argument("--x-tiles", default="32x128x4,64x128x8,128x64x8,16x256x4", help="dx tiles BTxBCxWARPS")
     args = parser.parse_args()
     B, L = (int(v) for v in args.shape.split(","))
     C, K = 10240, 4
     case = inputs.fn_case(f"B{B}-L{L}-C{C}-K{K}", (L,) * B, grad=True, C=C, K=K, D=1, dtype=torch.bfloat16,
                           device=torch.device("cuda"), gen=make_generator(0))  # fmt: skip
-    grad, x, w, b, act, D, qsl, seq_idx, init = case.args
-    shipped = heuristics.conv_config(C, (K - 1) * D, "prefill")
-    lines = [f"causal_conv1d_fn_backward bf16 B{B} L{L} C{C} K{K} SiLU, bias; shipped tile {shipped}", ""]
-    want = triton.launch_conv_grad(grad, x, w, b, act, D, qsl, seq_idx, init, config=shipped)
-    for tile in args.tiles.split(","):
-        BT, BC, warps = (int(v) for v in tile.split("x"))
-        cfg = dataclasses.replace(shipped, BT=BT, BC=BC, num_warps=warps)
+    op = causal_conv1d_fn_backward
+    contracts = op.contract_for(torch.bfloat16, "cuda").for_outputs(4)
+    want = op.native(*case.args)
+    shipped = heuristics.conv_grad_config(C)
+    lines = [f"causal_conv1d_fn_backward bf16 B{B} L{L} C{C} K{K} SiLU, bias; shipped {shipped}", ""]
+    rows = [
+        dict(BT=a, BC=b, num_warps=c, steps=d) for a, b, c, d in (map(int, t.split("x")) for t in args.tiles.split(","))
+    ]
+    xs = [dict(DX_BT=a, DX_BC=b, dx_warps=c) for a, b, c in (map(int, t.split("x")) for t in args.x_tiles.split(","))]
+    configs = [dataclasses.replace(shipped, **r) for r in rows] + [dataclasses.replace(shipped, **x) for x in xs]
+    for cfg in configs:
 
         def call(cfg=cfg):
-            return triton.launch_conv_grad(grad, x, w, b, act, D, qsl, seq_idx, init, config=cfg)
+            return triton.launch_conv_grad(*case.args, config=cfg)
 
-        got = call()
-        same_dx = torch.equal(got[0], want[0])
-        rel = max(float(((g.float() - r.float()).abs().max() / r.float().abs().max()).item()) for g, r in
-                  zip(got[1:3], want[1:3], strict=True))  # fmt: skip
-        ok = same_dx and rel <= 1e-5
+        results = [c.check(g, w, args=case.args, kwargs={}) for c, g, w in zip(contracts, call(), want, strict=True)]
+        ok = all(r.passed for r in results)
         us = TIMER(call) * 1e3 if ok else float("nan")
-        lines.append(f"tile {tile:>10}: {us:9.1f} us  dx bitwise={same_dx} dw/db rel={rel:.1e}")
+        label = f"rows {cfg.BT}x{cfg.BC}x{cfg.num_warps}x{cfg.steps} dx {cfg.DX_BT}x{cfg.DX_BC}x{cfg.dx_warps}"
+        lines.append(f"{label}: {us:9.1f} us  contract {'holds' if ok else 'FAILS'}")
         for name, t in kernel_times(call):
             lines.append(f"    {t:9.1f} us  {name}")
-    from exactfuse.ops.conv import causal_conv1d_fn
-
     lines.append("")
-    fwd = lambda: causal_conv1d_fn(x, w, b, act, D, qsl)  # noqa: E731
+    fwd = lambda: causal_conv1d_fn(*case.args[1:7])  # noqa: E731
     lines.append(f"forward causal_conv1d_fn: {TIMER(fwd) * 1e3:9.1f} us")
     try:
-        from exactfuse.bench.peers import on_capture_stream  # noqa: F401
         from exactfuse.ops.conv.peers import _fla_backward
 
         fla = _fla_backward(case.args, {})

@@ -51,26 +51,58 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, neox: bool) -
 
 
 def import_time_names(root: Path) -> list[str]:
-    """The ``torch.ops._C.<name>`` attributes read outside any function in the modules under ``root``, and
-    the ``<name>.<overload>`` of every ``"_C::<name>.<overload>"`` string there (``vllm/_custom_ops.py``
-    registers fake kernels for them at import once ``<name>`` resolves, which needs the overload too)."""
+    """The ``torch.ops._C.<name>`` attributes read outside any function in the modules under ``root``, with
+    ``<name>.<overload>`` for each ``torch.ops._C.<name>.<overload>`` read there and each
+    ``"_C::<name>.<overload>"`` string there (``vllm/_custom_ops.py`` registers fake kernels for them at import
+    once ``<name>`` resolves, which needs the overload too). A read under ``if hasattr(torch.ops._C, "<name>")``
+    names nothing: vLLM probes for that kernel, and leaving it undefined answers as a build without it."""
     names = set()
 
-    def visit(node: ast.AST) -> None:
+    def probed(test: ast.AST) -> set[str]:  # the X of each hasattr(torch.ops._C, "X") the test requires
+        terms = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+        return {
+            n.args[1].value
+            for n in terms
+            if isinstance(n, ast.Call) and ast.unparse(n.func) == "hasattr" and len(n.args) == 2
+            and ast.unparse(n.args[0]) == "torch.ops._C" and isinstance(n.args[1], ast.Constant)
+        }  # fmt: skip
+
+    def visit(node: ast.AST, guarded: frozenset = frozenset()) -> None:
+        if isinstance(node, ast.If):
+            visit(node.test, guarded)
+            for child in node.body:
+                visit_node(child, guarded | probed(node.test))
+            for child in node.orelse:
+                visit_node(child, guarded)
+            return
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.Lambda):
-                continue
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                for decorator in child.decorator_list:
-                    visit(ast.Expression(decorator))
-                continue
-            if isinstance(child, ast.Attribute) and ast.unparse(child.value) == "torch.ops._C":
+            visit_node(child, guarded)
+
+    def visit_node(child: ast.AST, guarded: frozenset) -> None:
+        if isinstance(child, ast.Lambda):
+            return
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for decorator in child.decorator_list:
+                visit(ast.Expression(decorator), guarded)
+            return
+        if isinstance(child, ast.Attribute) and ast.unparse(child.value) == "torch.ops._C":
+            if child.attr not in guarded:
                 names.add(child.attr)
-            if isinstance(child, ast.Constant) and isinstance(child.value, str):
-                qualified = re.fullmatch(r"_C::(\w+)\.(\w+)", child.value)
-                if qualified and qualified[2] != "default":
-                    names.add(f"{qualified[1]}.{qualified[2]}")
-            visit(child)
+        elif (
+            isinstance(child, ast.Attribute)
+            and isinstance(child.value, ast.Attribute)
+            and ast.unparse(child.value.value) == "torch.ops._C"
+            and child.value.attr not in guarded
+            and child.attr != "default"
+            and not child.attr.startswith("_")
+            and not hasattr(torch._ops.OpOverloadPacket, child.attr)
+        ):
+            names.add(f"{child.value.attr}.{child.attr}")
+        if isinstance(child, ast.Constant) and isinstance(child.value, str):
+            qualified = re.fullmatch(r"_C::(\w+)\.(\w+)", child.value)
+            if qualified and qualified[2] != "default" and qualified[1] not in guarded:
+                names.add(f"{qualified[1]}.{qualified[2]}")
+        visit(child, guarded)
 
     for path in sorted(root.rglob("*.py")):
         try:
@@ -139,13 +171,14 @@ def register_ops(stubs: tuple[str, ...] = ()) -> None:
         lib.impl("rms_norm", rms_norm, key)
         lib.impl("fused_add_rms_norm", fused_add_rms_norm, key)
         lib.impl("rotary_embedding", rotary_embedding, key)
-    overloads = [n for n in stubs if "." in n]
-    for name in (n for n in stubs if "." not in n and not hasattr(torch.ops._C, n)):
-        lib.define(f"{name}(Tensor[] args) -> ()")
-        lib.impl(name, _stub(name), "CompositeExplicitAutograd")
-        for overload in (o for o in overloads if o.split(".")[0] == name):
-            lib.define(f"{overload}(Tensor[] args) -> ()")
-            lib.impl(overload, _stub(overload), "CompositeExplicitAutograd")
+    for name in sorted({n.split(".")[0] for n in stubs}):  # an overload's op must resolve too
+        if not hasattr(torch.ops._C, name):
+            lib.define(f"{name}(Tensor[] args) -> ()")
+            lib.impl(name, _stub(name), "CompositeExplicitAutograd")
+    defined = {op.removeprefix("_C::") for op in lib._op_defs}
+    for overload in (n for n in stubs if "." in n and n not in defined):
+        lib.define(f"{overload}(Tensor[] args) -> ()")
+        lib.impl(overload, _stub(overload), "CompositeExplicitAutograd")
     _LIB = lib
 
 

@@ -129,13 +129,14 @@ def test_interpreter_backward_cases_meet_the_contract(dtype):
 
 @pytest.mark.interpreter
 @pytest.mark.parametrize("case_id", ["seq-idx-fp32", "initial-states-K4-D1-fp32"])
-@pytest.mark.parametrize("BT", [2, 8])
-def test_interpreter_row_tiles_sum_in_a_fixed_order(BT, case_id):
-    """Several row tiles a sequence (and sequences across tiles): the weight and bias gradients are the
-    tiles' partial sums, the same bits every run, and meet the contract at every tile height."""
+@pytest.mark.parametrize("BT, steps", [(2, 1), (2, 3), (8, 2)])
+def test_interpreter_row_tiles_sum_in_a_fixed_order(BT, steps, case_id):
+    """Several row tiles a sequence and a program (and sequences across tiles and programs): the weight
+    and bias gradients are the programs' partial sums, the same bits every run, and meet the contract at
+    every tile height and step count."""
     o = causal_conv1d_fn_backward
     case = next(c for c in o.cases("cpu", torch.float32) if c.id == case_id)
-    config = heuristics.ConvConfig(BT=BT, BC=64, BC_STATE=64, BW=4, num_warps=4)
+    config = heuristics.GradConfig(BT=BT, BC=64, steps=steps, num_warps=4, DX_BT=BT, DX_BC=32, dx_warps=4)
     first = launch_conv_grad(*case.args, config=config)
     again = launch_conv_grad(*case.args, config=config)
     assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))

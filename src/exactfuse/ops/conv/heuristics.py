@@ -68,3 +68,40 @@ def conv_config(C: int, window: int, mode: str, channels_contiguous: bool = Fals
         return ConvConfig(BT=1, BC=BC, BC_STATE=BC_STATE, BW=BW, num_warps=DECODE_WARPS)
     BT, BC = TILE_ROWS, max(16, min(c_block, TILE_CHANNELS))
     return ConvConfig(BT=BT, BC=BC, BC_STATE=BC_STATE, BW=BW, num_warps=NUM_WARPS)
+
+
+# The backward's row kernel: BT x BC tiles, STEPS of them down the rows a program (its weight and bias
+# gradient sums stay in registers across the steps and are reduced over the rows once); the dx kernel:
+# X_BT x X_BC tiles. From scripts/gpu/probe_conv_backward.py on the H200.
+GRAD_TILE_ROWS = 16
+GRAD_TILE_CHANNELS = 128
+GRAD_STEPS = 16
+GRAD_WARPS = 4
+GRAD_X_TILE_ROWS = 64
+GRAD_X_TILE_CHANNELS = 64
+GRAD_X_WARPS = 4
+
+
+@dataclass(frozen=True)
+class GradConfig:
+    """Launch parameters of ``causal_conv1d_fn_backward``'s two kernels: the row kernel's ``BT`` x ``BC``
+    tile, ``steps`` tiles down the rows a program, ``num_warps``; the dx kernel's ``DX_BT`` x ``DX_BC`` tile
+    and ``dx_warps``."""
+
+    BT: int
+    BC: int
+    steps: int
+    num_warps: int
+    DX_BT: int
+    DX_BC: int
+    dx_warps: int
+
+
+def conv_grad_config(C: int) -> GradConfig:
+    """The backward's tiles for ``C`` channels (a model constant), channel blocks capped at ``C``'s power
+    of two."""
+    c_block = next_power_of_2(max(C, 1))
+    return GradConfig(
+        BT=GRAD_TILE_ROWS, BC=max(16, min(c_block, GRAD_TILE_CHANNELS)), steps=GRAD_STEPS, num_warps=GRAD_WARPS,
+        DX_BT=GRAD_X_TILE_ROWS, DX_BC=max(16, min(c_block, GRAD_X_TILE_CHANNELS)), dx_warps=GRAD_X_WARPS,
+    )  # fmt: skip

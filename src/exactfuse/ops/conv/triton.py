@@ -12,7 +12,7 @@ from exactfuse.ops.conv.grad_kernels import conv_grad_rows_kernel, conv_grad_x_k
 from exactfuse.ops.conv.kernels import INIT_CODES, MODE_CODES, conv_rows_kernel, conv_state_kernel
 from exactfuse.ops.fastmath import SILU, chosen_formula
 from exactfuse.registry import platform
-from exactfuse.utils import empty, is_symbolic
+from exactfuse.utils import empty, is_symbolic, next_power_of_2
 
 NO_ACTIVATION = -1  # conv_rows_kernel's ACT without an activation (else a fastmath formula id)
 
@@ -206,43 +206,45 @@ def causal_conv1d_fn_backward_triton(
 
 def launch_conv_grad(
     grad, x, weight, bias, activation, dilation, query_start_loc, seq_idx, initial_states=None,
-    config: heuristics.ConvConfig | None = None,
+    config: heuristics.GradConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
-    """``(dx, dweight, dbias)`` from the two gradient kernels (``grad_kernels.py``); the weight and bias
-    gradients are the per-tile partial sums added over the tiles in a fixed order. ``config``: the row
-    kernel's rule (``heuristics.conv_config``) unless given (tests)."""
+    """``(dx, dweight, dbias, dinitial_states)`` from the two gradient kernels (``grad_kernels.py``); the
+    weight and bias gradients are the row programs' partial sums added over the programs in a fixed order.
+    ``config``: ``heuristics.conv_grad_config`` unless given (tests)."""
     T, C = x.shape
     K = weight.shape[1]
     qsl = calls.one_sequence(x) if query_start_loc is None else query_start_loc
     if qsl.dtype == torch.int64:
         qsl = qsl.to(torch.int32)
     R = qsl.shape[0] - 1
-    cfg = config or heuristics.conv_config(C, (K - 1) * dilation, "prefill")
-    BT = cfg.BT
-    tiles = triton.cdiv(T, BT)
-    dconv = torch.empty((T, C), dtype=torch.float32, device=x.device)
-    dw_parts = torch.empty((tiles, K, C), dtype=torch.float32, device=x.device)
-    db_parts = torch.empty((tiles, C), dtype=torch.float32, device=x.device) if bias is not None else dconv
+    cfg = config or heuristics.conv_grad_config(C)
+    programs = triton.cdiv(T, cfg.BT * cfg.steps)
+    # dconv is a 16-bit value unless an fp32 weight's SiLU made it (the spec rounds the SiLU's gradient to
+    # x's dtype for 16-bit weights, and without an activation dconv is the output's gradient): stored so
+    dconv_dtype = torch.float32 if weight.dtype == torch.float32 and activation == "silu" else x.dtype
+    dconv = torch.empty((T, C), dtype=dconv_dtype, device=x.device)
+    dw_parts = torch.empty((programs, K, C), dtype=torch.float32, device=x.device)
+    db_parts = torch.empty((programs, C), dtype=torch.float32, device=x.device) if bias is not None else dw_parts
     dx = empty(x.shape, x.dtype, x.device)
     seq = seq_idx if seq_idx is not None else qsl
-    grid = (tiles, triton.cdiv(C, cfg.BC))
-    flags = dict(K=K, D=dilation, HAS_SEQ_IDX=seq_idx is not None, BT=BT, BC=cfg.BC, num_warps=cfg.num_warps)
     init = initial_states if initial_states is not None else x
     i_strides = initial_states.stride() if initial_states is not None else (0, 0, 0)
-    torch.library.wrap_triton(conv_grad_rows_kernel)[grid](
+    torch.library.wrap_triton(conv_grad_rows_kernel)[(programs, triton.cdiv(C, cfg.BC))](
         grad, x, weight, bias if bias is not None else weight, qsl, seq, init, dconv, dw_parts, db_parts, T, R, C,
         grad.stride(0), x.stride(0), weight.stride(0), weight.stride(1), *i_strides,
-        HAS_BIAS=bias is not None, ACT=SILU if activation == "silu" else NO_ACTIVATION,
-        HAS_INIT=initial_states is not None, **flags,
+        K=K, KP=next_power_of_2(K), D=dilation, HAS_BIAS=bias is not None,
+        ACT=SILU if activation == "silu" else NO_ACTIVATION, HAS_SEQ_IDX=seq_idx is not None,
+        HAS_INIT=initial_states is not None, BT=cfg.BT, BC=cfg.BC, STEPS=cfg.steps, num_warps=cfg.num_warps,
     )  # fmt: skip
-    torch.library.wrap_triton(conv_grad_x_kernel)[grid](
-        dconv, weight, qsl, seq, dx, T, R, C, dx.stride(0), weight.stride(0), weight.stride(1), **flags
-    )
+    torch.library.wrap_triton(conv_grad_x_kernel)[(triton.cdiv(T, cfg.DX_BT), triton.cdiv(C, cfg.DX_BC))](
+        dconv, weight, qsl, seq, dx, T, R, C, dx.stride(0), weight.stride(0), weight.stride(1),
+        K=K, D=dilation, HAS_SEQ_IDX=seq_idx is not None, BT=cfg.DX_BT, BC=cfg.DX_BC, num_warps=cfg.dx_warps,
+    )  # fmt: skip
     d_weight = dw_parts.sum(0).t().contiguous().to(weight.dtype)  # [C, K], as the spec's
-    d_bias = db_parts.sum(0).to(bias.dtype) if bias is not None else dconv.new_empty((0,))
+    d_bias = db_parts.sum(0).to(bias.dtype) if bias is not None else dw_parts.new_empty((0,))
     if initial_states is None:
-        return dx, d_weight, d_bias, dconv.new_empty((0,))
-    d_init = native.initial_state_grads(dconv, weight.float(), qsl, dilation).to(initial_states.dtype)
+        return dx, d_weight, d_bias, dw_parts.new_empty((0,))
+    d_init = native.initial_state_grads(dconv.float(), weight.float(), qsl, dilation).to(initial_states.dtype)
     return dx, d_weight, d_bias, d_init
 
 
