@@ -72,7 +72,7 @@ def conv_config(C: int, window: int, mode: str, channels_contiguous: bool = Fals
 
 # The backward's row kernel: BT x BC tiles, STEPS of them down the rows a program (its weight and bias
 # gradient sums stay in registers across the steps and are reduced over the rows once); the dx kernel:
-# X_BT x X_BC tiles. Row kernel 32 x 64, 8 steps, 4 warps: 1.08x the 16 x 128 x 16-step tile, dx 64 x 64:
+# DX_BT x DX_BC tiles. Row kernel 32 x 64, 8 steps, 4 warps: 1.08x the 16 x 128 x 16-step tile, dx 64 x 64:
 # 1.0-1.5x the other tiles tried (sweeps/conv_backward_probe.txt).
 GRAD_TILE_ROWS = 32
 GRAD_TILE_CHANNELS = 64
