@@ -93,6 +93,23 @@ def test_fn_takes_initial_states_as_daos_function_does(B):
     torch.testing.assert_close(CausalConv1dFn()(h, w, b, initial_states=states, activation="silu"), ref)
 
 
+@pytest.mark.parametrize("L", [2, 7])
+def test_fn_returns_final_states_as_daos_function_does(L):
+    """``return_final_states``: ``(out, final_states [B, C, K - 1])``, the last ``K - 1`` columns of
+    ``initial_states ‖ x`` (zeros in front without them), into ``final_states_out`` when given."""
+    h = _projection_chunk(2, 40, L, torch.float32)
+    w, b = _weights(40, 4, torch.float32)
+    states = torch.randn(2, 40, 3)
+    buffer = torch.empty(2, 40, 3)
+    out, final = CausalConv1dFn()(h, w, b, initial_states=states, activation="silu", return_final_states=True,
+                                  final_states_out=buffer)  # fmt: skip
+    torch.testing.assert_close(out, F.silu(F.conv1d(torch.cat([states, h], dim=2), w.unsqueeze(1), b, groups=40)))
+    assert final.data_ptr() == buffer.data_ptr()
+    assert torch.equal(final, torch.cat([states, h], dim=2)[..., -3:])
+    _, final = CausalConv1dFn()(h, w, b, activation="silu", return_final_states=True)
+    assert torch.equal(final, F.pad(h, (3, 0))[..., -3:])
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("activation", ["silu", None])
 @pytest.mark.parametrize("B", [1, 3])
@@ -146,8 +163,8 @@ def test_bad_arguments_name_them():
         CausalConv1dFn()(h, w, b, activation="gelu")
     with pytest.raises(ValueError, match=r"seq_idx must be \[B, L\] = \[1, 2\]"):
         CausalConv1dFn()(h, w, b, activation="silu", seq_idx=torch.zeros(2, 1, dtype=torch.int32))
-    with pytest.raises(NotImplementedError, match="return_final_states"):
-        CausalConv1dFn()(h, w, b, activation="silu", return_final_states=True)
+    with pytest.raises(ValueError, match="final_states_out is written only with return_final_states=True"):
+        CausalConv1dFn()(h, w, b, activation="silu", final_states_out=torch.zeros(1, 8, 3, dtype=torch.float16))
     with pytest.raises(ValueError, match="initial_states must be"):
         CausalConv1dFn()(h, w, b, activation="silu", initial_states=torch.zeros(1, 8, 2, dtype=torch.float16))
     with pytest.raises(ValueError, match="conv_state"):

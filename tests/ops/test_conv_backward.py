@@ -146,6 +146,65 @@ def test_interpreter_row_tiles_sum_in_a_fixed_order(BT, steps, case_id):
         assert result.passed, result.summary()
 
 
+def final_states_reference(x, weight, bias, dilation, qsl, initial_states):
+    """Per sequence, as Dao's reference builds its final states: ``history ‖ x[start:end]ᵀ`` (the initial
+    states, or zeros), the conv with the history in front (fp64, SiLU) and the last ``SL`` columns."""
+    SL = (weight.shape[1] - 1) * dilation
+    outs, finals = [], []
+    for r in range(qsl.shape[0] - 1):
+        xs = x[qsl[r] : qsl[r + 1]].t()
+        history = initial_states[r] if initial_states is not None else xs.new_zeros((x.shape[1], SL))
+        full = torch.cat([history, xs], dim=1)
+        if xs.shape[1]:  # an empty sequence has no output (F.conv1d refuses an input narrower than its span)
+            conv = F.conv1d(full[None], weight.unsqueeze(1), bias, dilation=dilation, groups=x.shape[1])[0]
+            outs.append(F.silu(conv).t())
+        finals.append(full[:, full.shape[1] - SL :])
+    return torch.cat(outs), torch.stack(finals)
+
+
+@pytest.mark.parametrize("initial", [False, True], ids=["zeros", "initial-states"])
+@pytest.mark.parametrize(("K", "D"), [(4, 1), (3, 2)])
+def test_final_states_and_their_gradients(K, D, initial):
+    """``return_final_states``: each sequence's last ``(K-1)·D`` inputs (from the initial states where the
+    sequence is shorter, an empty one included), bit for bit; the gradients of a loss on the output and
+    the final states (x, weight, bias, initial states) as autograd of the reference's, fp64."""
+    gen = torch.Generator().manual_seed(5)
+    lengths, C, SL = (5, 0, 1, 12), 8, (K - 1) * D
+    qsl = torch.tensor([0, 5, 5, 6, 18], dtype=torch.int32)
+    inputs = [torch.randn(sum(lengths), C, generator=gen), torch.randn(C, K, generator=gen) * 0.5,
+              torch.randn(C, generator=gen), torch.randn(4, C, SL, generator=gen) if initial else None]  # fmt: skip
+    ours = [t.clone().requires_grad_() if t is not None else None for t in inputs]
+    refs = [t.double().requires_grad_() if t is not None else None for t in inputs]
+    out, final = causal_conv1d(*ours[:3], query_start_loc=qsl, dilation=D, initial_states=ours[3],
+                               return_final_states=True)  # fmt: skip
+    out_ref, final_ref = final_states_reference(*refs[:3], D, qsl, refs[3])
+    assert torch.equal(final, final_ref.float())
+    torch.testing.assert_close(out, out_ref.float(), rtol=1e-5, atol=1e-5)
+    g, h = torch.randn(out.shape, generator=gen), torch.randn(final.shape, generator=gen)
+    leaves = [t for t in ours if t is not None]
+    got = torch.autograd.grad((out * g).sum() + (final * h).sum(), leaves)
+    want = torch.autograd.grad((out_ref * g).sum() + (final_ref * h).sum(), [t for t in refs if t is not None])
+    for a, e in zip(got, want, strict=True):
+        torch.testing.assert_close(a, e.float(), rtol=1e-5, atol=1e-5)
+
+
+def test_final_states_out_is_written_and_checked():
+    x, w = torch.randn(6, 8), torch.randn(8, 4)
+    qsl = torch.tensor([0, 2, 6], dtype=torch.int32)
+    buffer = torch.empty(2, 8, 3)
+    _, final = causal_conv1d(x, w, query_start_loc=qsl, return_final_states=True, final_states_out=buffer)
+    assert final is buffer and torch.equal(buffer[1], x[3:].t()) and torch.equal(buffer[0, :, 1:], x[:2].t())
+    with pytest.raises(ValueError, match=r"final_states_out must be \[2, 8, 3\]"):
+        causal_conv1d(x, w, query_start_loc=qsl, return_final_states=True, final_states_out=torch.empty(2, 8, 4))
+    with pytest.raises(ValueError, match="final_states_out is written only with return_final_states=True"):
+        causal_conv1d(x, w, query_start_loc=qsl, final_states_out=buffer)
+    with pytest.raises(ValueError, match="return_final_states is not taken with seq_idx"):
+        causal_conv1d(x, w, seq_idx=torch.zeros(6, dtype=torch.int32), return_final_states=True)
+    with pytest.raises(ValueError, match="return_final_states: a conv_state"):
+        causal_conv1d(x, w, conv_state=torch.zeros(2, 8, 3), state_indices=torch.tensor([0, 1], dtype=torch.int32),
+                      query_start_loc=qsl, return_final_states=True)  # fmt: skip
+
+
 def test_the_public_call_routes_gradients_to_the_stateless_op():
     x = torch.randn(12, 8, requires_grad=True)
     w = torch.randn(8, 4)

@@ -76,8 +76,10 @@ class CausalConv1dFn(nn.Module):
     ``[B, C, L]``: each of the ``B`` rows one sequence with no history, as exactfuse's ``causal_conv1d`` over
     the channel-last view (no copy when the channels are the unit stride, as a projection's output is);
     ``seq_idx [B, L]`` int32 (packed sequences) splits each row further, flattened to ``[B·L]``;
-    ``initial_states [B, C, K - 1]`` (Dao's) are each row's history. The call has a backward
-    (``causal_conv1d_fn``: x, weight, bias and initial states), so the layer serves training too."""
+    ``initial_states [B, C, K - 1]`` (Dao's) are each row's history; ``return_final_states`` returns
+    ``(out, final_states [B, C, K - 1])``, the last inputs of each row (into ``final_states_out`` when given).
+    The call has a backward (``causal_conv1d_fn``: x, weight, bias and initial states; the final states'
+    gradient through torch ops), so the layer serves training too."""
 
     can_torch_compile = True
     has_backward = True
@@ -85,11 +87,8 @@ class CausalConv1dFn(nn.Module):
     def forward(self, hidden_states, weight, bias=None, activation=None, **kwargs):
         seq_idx = kwargs.get("seq_idx")  # a keyword: kernels takes only the replaced function's signature
         initial_states = kwargs.get("initial_states")  # [B, C, K - 1], Dao's
-        unmapped = [k for k in ("final_states_out",) if kwargs.get(k) is not None]
-        if kwargs.get("return_final_states"):
-            unmapped.append("return_final_states")
-        if unmapped:  # transformers' mixers pass none of them; refused rather than dropped
-            raise NotImplementedError(f"causal_conv1d_fn: {', '.join(unmapped)} not mapped by this layer")
+        return_final_states = bool(kwargs.get("return_final_states", False))
+        final_states_out = kwargs.get("final_states_out")  # [B, C, K - 1], written in place
         B, C, L = hidden_states.shape
         x = hidden_states.to(weight.dtype).transpose(1, 2).reshape(B * L, C)
         # one row is one sequence without a start table (no extra launch); rows of a batch need one
@@ -103,8 +102,17 @@ class CausalConv1dFn(nn.Module):
         out = exactfuse.causal_conv1d(
             x, weight, bias, activation=_activation(activation), query_start_loc=starts, seq_idx=seq_idx,
             initial_states=None if initial_states is None else initial_states.to(x.dtype),
+            return_final_states=return_final_states,
         )  # fmt: skip
-        return out.view(B, L, C).transpose(1, 2).to(hidden_states.dtype)
+        if return_final_states:  # Dao's: the last K - 1 inputs of each row, in the input's dtype
+            out, final = out
+            final = final.to(hidden_states.dtype)
+            if final_states_out is not None:
+                final = final_states_out.copy_(final)
+        elif final_states_out is not None:
+            raise ValueError("causal_conv1d_fn: final_states_out is written only with return_final_states=True")
+        out = out.view(B, L, C).transpose(1, 2).to(hidden_states.dtype)
+        return (out, final) if return_final_states else out
 
 
 class CausalConv1dUpdate(nn.Module):

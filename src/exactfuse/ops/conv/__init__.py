@@ -174,12 +174,15 @@ def _causal_conv1d_call(
     cu_seqlens: torch.Tensor | None = None,
     initial_states: torch.Tensor | None = None,
     history_at: str = "start",
-) -> torch.Tensor:
+    return_final_states: bool = False,
+    final_states_out: torch.Tensor | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     pad_slot_id = checks.resolve_pad_slot_id("causal_conv1d", pad_slot_id, null_block_id)
     activation = checks.resolve_activation(activation)
     qsl = checks.resolve_alias("causal_conv1d", "query_start_loc", query_start_loc, "cu_seqlens", cu_seqlens)
     rows, query_start_loc, seq_idx = checks.batch_rows("causal_conv1d", x, qsl, seq_idx)
     checks.check_history_at("causal_conv1d", history_at, conv_state)
+    checks.check_final_states(return_final_states, final_states_out, conv_state, seq_idx)
     stateless = conv_state is None and (initial_states is not None or requires_grad((x, weight, bias), {}))
     if stateless:  # nothing written in place: the differentiable op (Dao's initial states are an input of it)
         if state_indices is not None or has_initial_state is not None:
@@ -198,7 +201,15 @@ def _causal_conv1d_call(
         )  # fmt: skip
     if rows is not x:  # [B, T, C] in: its shape back (a 2-D call pays no view)
         out = out.view(x.shape)
-    return _plus_residual("causal_conv1d", out, residual)
+    out = _plus_residual("causal_conv1d", out, residual)
+    if not return_final_states:
+        return out
+    starts = calls.one_sequence(rows) if query_start_loc is None else query_start_loc
+    final = windows.final_states(rows, initial_states, starts, (weight.shape[1] - 1) * dilation)
+    if final_states_out is None:
+        return out, final
+    checks.check_final_states_out(final_states_out, final)
+    return out, final_states_out.copy_(final)
 
 
 def _history_window(x, conv_state, weight, dilation, qsl, state_indices, has_initial_state, pad, history_at):

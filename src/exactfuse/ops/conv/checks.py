@@ -61,6 +61,30 @@ def check_history_at(op: str, history_at: str, conv_state) -> None:
         _fail(op, "history_at='end' describes a conv_state; pass one")
 
 
+def check_final_states(return_final_states, final_states_out, conv_state, seq_idx) -> None:
+    """Dao's ``return_final_states`` / ``final_states_out``: each sequence's last ``SL`` inputs, for a call
+    without a slot cache (the cache keeps its own history) and without ``seq_idx`` (as Dao refuses it)."""
+    op = "causal_conv1d"
+    if final_states_out is not None and not return_final_states:
+        _fail(op, "final_states_out is written only with return_final_states=True")
+    if return_final_states and conv_state is not None:
+        _fail(op, "return_final_states: a conv_state (slot cache) keeps the final history itself")
+    if return_final_states and seq_idx is not None:
+        _fail(op, "return_final_states is not taken with seq_idx (packed sequences have no final state each)")
+
+
+def check_final_states_out(final_states_out, final: torch.Tensor) -> None:
+    """``final_states_out``: a tensor of the final states' shape ``[R, C, SL]``, dtype and device."""
+    if (
+        not isinstance(final_states_out, torch.Tensor)
+        or final_states_out.shape != final.shape
+        or final_states_out.dtype != final.dtype
+        or final_states_out.device != final.device
+    ):
+        want = f"{list(final.shape)} {final.dtype} on {final.device}"
+        _fail("causal_conv1d", f"final_states_out must be {want} (each sequence's last (K-1)*dilation inputs)")
+
+
 def check_cache_seqlens(x, conv_state, num_accepted_tokens, history_at, cache_seqlens) -> None:
     """Dao's ``cache_seqlens``: ``[>= B]`` int32 on x's device, a circular state of its own convention."""
     op = "causal_conv1d_update"

@@ -45,6 +45,26 @@ def initial_window(initial_states: torch.Tensor | None) -> tuple[torch.Tensor | 
     return initial_states.clone(), torch.ones(initial_states.shape[0], dtype=torch.bool, device=initial_states.device)
 
 
+def final_states(x: torch.Tensor, initial_states: torch.Tensor | None, starts: torch.Tensor, SL: int) -> torch.Tensor:
+    """Dao's ``return_final_states``: each sequence's last ``SL`` inputs ``[R, C, SL]`` in x's dtype, the
+    last ``SL`` columns of ``initial_states[r] ‖ x[start_r:end_r]ᵀ`` (zeros for the history without initial
+    states). Torch ops on ``x`` and ``initial_states``, so autograd carries their gradient."""
+    R, C = starts.shape[0] - 1, x.shape[1]
+    starts = starts.long()
+    lengths = starts[1:] - starts[:-1]  # [R]
+    j = torch.arange(SL, device=x.device)
+    row = starts[1:, None] - SL + j[None, :]  # [R, SL]: the input row of each final position
+    in_x = row >= starts[:-1, None]
+    # [R, C, SL]; without rows nothing to take (torch.compile specializes size 0: the test adds no guard)
+    taken = x.new_zeros((R, C, SL)) if x.shape[0] == 0 else x[row.clamp(0, x.shape[0] - 1)].transpose(1, 2)
+    if initial_states is None:
+        history = x.new_zeros((R, C, SL))
+    else:  # the history position of a final position before the sequence: lengths + j
+        h = (lengths[:, None] + j[None, :]).clamp(max=SL - 1)
+        history = initial_states.to(x.dtype).gather(2, h[:, None, :].expand(R, C, SL))
+    return torch.where(in_x[:, None, :], taken, history)
+
+
 def end_history(x, conv_state, weight, dilation, state_indices, pad_slot_id, history_at) -> torch.Tensor:
     """The state window the conv reads and writes: all of ``conv_state`` (``history_at="start"``), or for
     Dao's wide window (``"end"``) the view of its last ``SL`` positions, after :func:`shift_head` has
