@@ -192,6 +192,62 @@ def test_gpu_kernelized_mamba_keeps_logits_and_greedy_tokens():
             kernels.kernelize(model, mode=kernels.Mode.INFERENCE, device="cuda")
 
 
+@pytest.mark.parametrize("family", ["mamba", "mamba2"])
+def test_lora_step_through_a_kernelized_model_matches_the_unpatched_one(family, monkeypatch):
+    """One LoRA-style step (adapters on every projection, base frozen) through a Mamba / Mamba2 model
+    kernelized in training mode with the mapping: the conv runs in exactfuse (its backward included), and
+    the loss and every adapter gradient equal the unpatched model's within fp32 rounding (the unpatched
+    conv is ``nn.Conv1d``, whose sum order is not the ascending tap sum)."""
+    import kernels.layer.repos
+
+    import exactfuse
+
+    from .test_lora_grad import _adapters
+
+    monkeypatch.setattr(kernels.layer.repos, "_find_capability", lambda: 90)
+    calls = []
+    original = exactfuse.causal_conv1d
+    monkeypatch.setattr(exactfuse, "causal_conv1d", lambda *a, **k: calls.append(1) or original(*a, **k))
+    if family == "mamba":
+        cls, config = (
+            transformers.MambaForCausalLM,
+            transformers.MambaConfig(hidden_size=64, state_size=8, num_hidden_layers=2, vocab_size=96),
+        )
+    else:
+        cls, config = transformers.Mamba2ForCausalLM, transformers.Mamba2Config(
+            hidden_size=64, state_size=8, num_hidden_layers=2, vocab_size=96, num_heads=8, head_dim=16, n_groups=1,
+            chunk_size=16,
+        )  # fmt: skip
+    ids = torch.randint(0, 96, (2, 9), generator=torch.Generator().manual_seed(1))
+
+    def step(patch: bool):
+        torch.manual_seed(0)
+        model = cls(config).train()
+        params = _adapters(model)
+        if patch:
+            with kernels.use_kernel_mapping(kernel_mapping()):
+                kernels.kernelize(model, mode=kernels.Mode.TRAINING, device="cuda")
+        try:
+            loss = model(input_ids=ids, labels=ids).loss
+            grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
+        finally:  # transformers' function objects are shared by every model of the family in the process
+            with kernels.use_kernel_mapping({}, inherit_mapping=False):
+                kernels.kernelize(model, mode=kernels.Mode.TRAINING, device="cuda")
+        return loss.detach(), dict(zip(params, grads, strict=True))
+
+    loss, grads = step(False)
+    assert not calls
+    patched_loss, patched_grads = step(True)
+    assert len(calls) == config.num_hidden_layers
+    torch.testing.assert_close(patched_loss, loss, rtol=1e-6, atol=1e-6)
+    assert any(g is not None for g in grads.values())
+    for name, g in grads.items():
+        if g is None:  # an adapter off the loss's path (the same in both)
+            assert patched_grads[name] is None, name
+        else:
+            torch.testing.assert_close(patched_grads[name], g, rtol=1e-5, atol=1e-6, msg=name)
+
+
 @pytest.mark.interpreter
 def test_interpreter_layers_run_the_triton_kernels():
     """With Triton first (the interpreter here) the layers launch exactfuse's kernels on the mixer's
