@@ -11,7 +11,9 @@ cubin, what limits occupancy), shared memory, and how many of each SASS op the k
 static counts (code size, both sides of every branch), not executed instructions, and the local Triton
 may be newer than the GPU machine's: read differences between variants, then measure on the GPU.
 
-Presets: ``conv`` is the conv family's row kernel in causal_conv1d prefill (K = 4, SiLU, bias, a slot
+Presets: ``taps`` is the conv's tap sum alone, its weights read three ways (``taps_kernel``: what a layout
+conversion through shared memory costs); ``conv_grad`` the conv backward's row kernel (bf16, K = 4, SiLU,
+bias); ``conv`` is the conv family's row kernel in causal_conv1d prefill (K = 4, SiLU, bias, a slot
 cache, bf16); ``attention`` is sparse_paged_attention's partial kernel at (Hq, Hkv) = (24, 2), D = 128,
 block_n 64, split, fused gate; ``moe`` is moe_silu_and_mul's kernel at its N = 3072 bf16 configuration
 (BM 1, BN 1024, 4 warps) with fp32 row weights, split and interleaved, flat and row grid. Pointers and
@@ -28,6 +30,7 @@ import subprocess
 import tempfile
 
 import triton
+import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
@@ -64,10 +67,10 @@ def _conv(tile: str, warps: int) -> tuple[str, dict]:
     dims, _, unroll = tile.partition("u")
     bt, bc = (int(v) for v in dims.split("x"))
     types = {n: "*bf16" for n in ("p_x", "p_w", "p_b", "p_res", "p_outer", "p_out", "p_state")}
-    types |= {"p_sid": "*i32", "p_qsl": "*i32", "p_acc": "*i32", "p_init": "*i1", "p_tok": "*i32"}
+    types |= {"p_sid": "*i32", "p_qsl": "*i32", "p_acc": "*i32", "p_init": "*i1", "p_tok": "*i32", "p_seq": "*i32"}
     consts = dict(MODE=2, K=4, D=1, SQL=1, HAS_STATE=True, HAS_SID=True, INIT=1, HAS_TOKEN_MAP=False,
                   HAS_RESIDUAL=False, HAS_OUTER=False, HAS_BIAS=True, ACT=0, BC=bc, BW=4, BT=bt,
-                  UNROLL=int(unroll or 1))  # fmt: skip
+                  UNROLL=int(unroll or 1), HAS_SEQ_IDX=False)  # fmt: skip
     div16 = [*types, "stride_x", "stride_res", "stride_outer", "stride_out", "C"]
     ones = ["stride_w_k", "stride_s_w", "stride_sid"]
     return f"conv {tile}/{warps}", compile_sass(conv_rows_kernel, types, consts, div16, ones, warps)
@@ -100,10 +103,54 @@ def _moe(interleaved: bool, row_grid: bool) -> tuple[str, dict]:
     return label, compile_sass(kernel, types, consts, [*types, "N", "stride_x"], ("stride_w",), cfg.num_warps)
 
 
+@triton.jit
+def taps_kernel(p_x, p_w, p_out, L, C, stride_x, BT: tl.constexpr, BC: tl.constexpr, WEIGHT: tl.constexpr):
+    """The conv's tap sum alone (K = 4, bf16 rows, fp32 sum): WEIGHT 0 reads tap ``k``'s weights as the
+    kernels do, ``[1, BC]`` from a ``[C, K]`` weight (channels ``K`` apart); 1 the same channels from a
+    ``[K, C]`` weight; 2 a ``[K, C]`` weight read as a ``[BT, BC]`` tile (every row the same channels), the
+    x tile's shape and vector width."""
+    o_t = (tl.program_id(0) * BT + tl.arange(0, BT))[:, None]
+    o_c = (tl.program_id(1) * BC + tl.arange(0, BC))[None, :]
+    m = (o_t < L) & (o_c < C)
+    acc = tl.zeros([BT, BC], dtype=tl.float32)
+    for k in tl.static_range(4):
+        if WEIGHT == 0:
+            w = tl.load(p_w + o_c * 4 + k, mask=o_c < C).to(tl.float32)
+        elif WEIGHT == 1:
+            w = tl.load(p_w + k * C + o_c, mask=o_c < C).to(tl.float32)
+        else:
+            w = tl.load(p_w + k * C + o_c + o_t * 0, mask=m).to(tl.float32)
+        row = o_t + k - 3
+        x = tl.load(p_x + row.to(tl.int64) * stride_x + o_c, mask=m & (row >= 0), other=0.0).to(tl.float32)
+        acc += w * x
+    tl.store(p_out + o_t.to(tl.int64) * C + o_c, acc.to(tl.bfloat16), mask=m)
+
+
+def _taps(tile: str, weight: int, warps: int) -> tuple[str, dict]:
+    bt, bc = (int(v) for v in tile.split("x"))
+    types = {"p_x": "*bf16", "p_w": "*bf16", "p_out": "*bf16"}
+    label = f"taps {tile}/{warps} weight {('[C,K] [1,BC]', '[K,C] [1,BC]', '[K,C] [BT,BC]')[weight]}"
+    consts = dict(BT=bt, BC=bc, WEIGHT=weight)
+    return label, compile_sass(taps_kernel, types, consts, [*types, "stride_x", "C"], (), warps)
+
+
+def _conv_grad(tile: str, warps: int) -> tuple[str, dict]:
+    from exactfuse.ops.conv.grad_kernels import conv_grad_rows_kernel
+
+    bt, bc, steps = (int(v) for v in tile.split("x"))
+    types = {n: "*bf16" for n in ("p_g", "p_x", "p_w", "p_b", "p_init", "p_dconv")}
+    types |= {"p_qsl": "*i32", "p_seq": "*i32", "p_dw": "*fp32", "p_db": "*fp32"}
+    consts = dict(K=4, KP=4, D=1, HAS_BIAS=True, ACT=0, HAS_SEQ_IDX=False, HAS_INIT=False, BT=bt, BC=bc, STEPS=steps)
+    div16 = [*types, "stride_g", "stride_x", "C"]
+    result = compile_sass(conv_grad_rows_kernel, types, consts, div16, ["stride_w_k"], warps)
+    return f"conv_grad rows {tile}/{warps}", result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("preset", choices=["conv", "attention", "moe"])
-    parser.add_argument("--tiles", default="32x128,16x128,32x128u8", help="conv: BTxBC[uUNROLL],...")
+    parser.add_argument("preset", choices=["conv", "conv_grad", "taps", "attention", "moe"])
+    parser.add_argument("--tiles", help="conv, taps: BTxBC[uUNROLL],... (32x128,16x128,32x128u8); conv_grad: "
+                        "BTxBCxSTEPS,... (32x64x8,16x128x16)")  # fmt: skip
     parser.add_argument("--kv", default="bf16,fp8e4nv", help="attention: cache dtypes (Triton names)")
     parser.add_argument("--q", default="bf16", help="attention: q dtype (Triton name)")
     parser.add_argument("--warps", type=int, default=4, help="num_warps")
@@ -114,7 +161,12 @@ def main() -> None:
     parser.add_argument("--sass", help="a folder to write each kernel's SASS into")
     args = parser.parse_args()
     if args.preset == "conv":
-        jobs = [lambda t=t: _conv(t, args.warps) for t in args.tiles.split(",")]
+        jobs = [lambda t=t: _conv(t, args.warps) for t in (args.tiles or "32x128,16x128,32x128u8").split(",")]
+    elif args.preset == "conv_grad":
+        jobs = [lambda t=t: _conv_grad(t, args.warps) for t in (args.tiles or "32x64x8,16x128x16").split(",")]
+    elif args.preset == "taps":
+        tiles = (args.tiles or "16x128,32x64,8x256,4x512").split(",")
+        jobs = [lambda t=t, w=w: _taps(t, w, args.warps) for t in tiles for w in (0, 1, 2)]
     elif args.preset == "moe":
         jobs = [lambda i=i, r=r: _moe(i, r) for i in (False, True) for r in (False, True)]
     else:
