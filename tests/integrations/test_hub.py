@@ -192,12 +192,10 @@ def test_gpu_kernelized_mamba_keeps_logits_and_greedy_tokens():
             kernels.kernelize(model, mode=kernels.Mode.INFERENCE, device="cuda")
 
 
-@pytest.mark.parametrize("family", ["mamba", "mamba2"])
-def test_lora_step_through_a_kernelized_model_matches_the_unpatched_one(family, monkeypatch):
-    """One LoRA-style step (adapters on every projection, base frozen) through a Mamba / Mamba2 model
-    kernelized in training mode with the mapping: the conv runs in exactfuse (its backward included), and
-    the loss and every adapter gradient equal the unpatched model's within fp32 rounding (the unpatched
-    conv is ``nn.Conv1d``, whose sum order is not the ascending tap sum)."""
+def _mamba_lora_steps(family: str, device: str, dtype: torch.dtype, monkeypatch):
+    """One LoRA-style step (adapters on every projection, base frozen) through a tiny Mamba / Mamba2 model,
+    unpatched and kernelized in training mode with the mapping: ``(loss, grads, patched loss, patched
+    grads)``; the patched step must run the conv in exactfuse once a layer."""
     import kernels.layer.repos
 
     import exactfuse
@@ -218,11 +216,11 @@ def test_lora_step_through_a_kernelized_model_matches_the_unpatched_one(family, 
             hidden_size=64, state_size=8, num_hidden_layers=2, vocab_size=96, num_heads=8, head_dim=16, n_groups=1,
             chunk_size=16,
         )  # fmt: skip
-    ids = torch.randint(0, 96, (2, 9), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(0, 96, (2, 9), generator=torch.Generator().manual_seed(1)).to(device)
 
     def step(patch: bool):
         torch.manual_seed(0)
-        model = cls(config).train()
+        model = cls(config).to(device, dtype).train()
         params = _adapters(model)
         if patch:
             with kernels.use_kernel_mapping(kernel_mapping()):
@@ -239,13 +237,32 @@ def test_lora_step_through_a_kernelized_model_matches_the_unpatched_one(family, 
     assert not calls
     patched_loss, patched_grads = step(True)
     assert len(calls) == config.num_hidden_layers
-    torch.testing.assert_close(patched_loss, loss, rtol=1e-6, atol=1e-6)
     assert any(g is not None for g in grads.values())
+    for name, g in grads.items():  # an adapter off the loss's path is off it in both
+        assert (g is None) == (patched_grads[name] is None), name
+    return loss, grads, patched_loss, patched_grads
+
+
+@pytest.mark.parametrize("family", ["mamba", "mamba2"])
+def test_lora_step_through_a_kernelized_model_matches_the_unpatched_one(family, monkeypatch):
+    """fp32 on the CPU: the conv and its backward in exactfuse give the unpatched model's loss and adapter
+    gradients within fp32 rounding (the unpatched conv is ``nn.Conv1d``, whose sum order is not the
+    ascending tap sum)."""
+    loss, grads, patched_loss, patched_grads = _mamba_lora_steps(family, "cpu", torch.float32, monkeypatch)
+    torch.testing.assert_close(patched_loss, loss, rtol=1e-6, atol=1e-6)
     for name, g in grads.items():
-        if g is None:  # an adapter off the loss's path (the same in both)
-            assert patched_grads[name] is None, name
-        else:
+        if g is not None:
             torch.testing.assert_close(patched_grads[name], g, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", ["mamba", "mamba2"])
+def test_gpu_lora_step_through_a_kernelized_model_bf16_is_bitwise(family, monkeypatch):
+    """bf16 on the GPU: the loss and every adapter gradient equal the unpatched model's bit for bit."""
+    loss, grads, patched_loss, patched_grads = _mamba_lora_steps(family, "cuda", torch.bfloat16, monkeypatch)
+    assert torch.equal(patched_loss, loss)
+    for name, g in grads.items():
+        assert g is None or torch.equal(patched_grads[name], g), name
 
 
 @pytest.mark.interpreter
