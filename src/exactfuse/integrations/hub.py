@@ -89,6 +89,8 @@ class CausalConv1dFn(nn.Module):
         initial_states = kwargs.get("initial_states")  # [B, C, K - 1], Dao's
         return_final_states = bool(kwargs.get("return_final_states", False))
         final_states_out = kwargs.get("final_states_out")  # [B, C, K - 1], written in place
+        if final_states_out is not None and not return_final_states:
+            raise ValueError("causal_conv1d_fn: final_states_out is written only with return_final_states=True")
         B, C, L = hidden_states.shape
         x = hidden_states.to(weight.dtype).transpose(1, 2).reshape(B * L, C)
         # one row is one sequence without a start table (no extra launch); rows of a batch need one
@@ -109,8 +111,6 @@ class CausalConv1dFn(nn.Module):
             final = final.to(hidden_states.dtype)
             if final_states_out is not None:
                 final = final_states_out.copy_(final)
-        elif final_states_out is not None:
-            raise ValueError("causal_conv1d_fn: final_states_out is written only with return_final_states=True")
         out = out.view(B, L, C).transpose(1, 2).to(hidden_states.dtype)
         return (out, final) if return_final_states else out
 

@@ -182,7 +182,8 @@ def _causal_conv1d_call(
     qsl = checks.resolve_alias("causal_conv1d", "query_start_loc", query_start_loc, "cu_seqlens", cu_seqlens)
     rows, query_start_loc, seq_idx = checks.batch_rows("causal_conv1d", x, qsl, seq_idx)
     checks.check_history_at("causal_conv1d", history_at, conv_state)
-    checks.check_final_states(return_final_states, final_states_out, conv_state, seq_idx)
+    if return_final_states or final_states_out is not None:
+        checks.check_final_states(return_final_states, final_states_out, conv_state, seq_idx)
     stateless = conv_state is None and (initial_states is not None or requires_grad((x, weight, bias), {}))
     if stateless:  # nothing written in place: the differentiable op (Dao's initial states are an input of it)
         if state_indices is not None or has_initial_state is not None:
