@@ -42,7 +42,11 @@ def build_checkpoint(kind: str, path: Path) -> Path:
                   initializer_range=0.08)  # fmt: skip
     if kind == "lfm2":
         config = transformers.Lfm2Config(**common, num_hidden_layers=4, layer_types=["conv", "full_attention"] * 2,
-                                         conv_L_cache=3, block_auto_adjust_ff_dim=False)  # fmt: skip
+                                         conv_L_cache=3, block_auto_adjust_ff_dim=False,
+                                         # the widths LFM2 checkpoints carry and vLLM's model reads; transformers
+                                         # derives them from hidden_size and no longer writes them
+                                         conv_dim=common["hidden_size"], conv_dim_out=common["hidden_size"],
+                                         block_dim=common["hidden_size"])  # fmt: skip
         model = transformers.Lfm2ForCausalLM(config)
     else:
         model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**common, num_hidden_layers=2))

@@ -229,6 +229,11 @@ def test_conv_update_adapter_maps_decode_and_falls_back(vllm_stub):
     assert torch.equal(new[0], state[0])  # the null block is never written
     spec = update(x, state, weight, None, "silu", idx, torch.ones(3, dtype=torch.int32))
     assert spec[0] == "vllm"  # speculative decoding: vLLM's own function
+    # [B, blocks] indices (vLLM's mamba metadata): column 0 holds each request's state
+    blocks = torch.stack([idx, torch.tensor([1, 1, 1], dtype=torch.int32)], dim=1)
+    again = state.clone()
+    assert torch.equal(update(x, again, weight, None, "silu", conv_state_indices=blocks), out)
+    assert torch.equal(again, new)
 
 
 def test_conv_fn_adapter_maps_prefill_and_falls_back(vllm_stub):
@@ -247,6 +252,9 @@ def test_conv_fn_adapter_maps_prefill_and_falls_back(vllm_stub):
     torch.testing.assert_close(out.T, torch.cat([ref0, ref1]))
     torch.testing.assert_close(new[1], st0)
     torch.testing.assert_close(new[3], st1)
+    blocks, again = torch.stack([idx, idx.flip(0)], dim=1), state.clone()  # [B, blocks]: column 0 is the state
+    assert torch.equal(conv_fn(tokens.T, weight, None, again, qsl, blocks, initial, activation=None), out)
+    assert torch.equal(again, new)
     cached = conv_fn(tokens.T, weight, None, state, qsl, idx, initial, block_idx_first_scheduled_token=idx)
     assert cached[0] == "vllm"  # prefix-caching block tables: vLLM's own function
 

@@ -267,6 +267,12 @@ def _conv_args_match(x, conv_state, weight, bias, activation) -> bool:
     )
 
 
+def _state_column(indices: torch.Tensor | None) -> torch.Tensor | None:
+    """vLLM's state indices ``[B]`` or ``[B, blocks]``: without prefix caching (no block pointers) its
+    kernels read a request's state in column 0, a strided ``[B]`` view here."""
+    return indices[:, 0] if indices is not None and indices.dim() == 2 else indices
+
+
 def conv_fn_adapter(original):
     """vLLM's ``causal_conv1d_fn`` (x ``[C, T]``, a view of the channel-last ``[T, C]``; returns ``[C, T]``)
     over ``exactfuse.causal_conv1d``; ``original`` takes the calls outside the mapping."""
@@ -291,7 +297,7 @@ def conv_fn_adapter(original):
         rows = x.to(conv_states.dtype).transpose(0, 1)
         out = exactfuse.causal_conv1d(
             rows if rows.stride(1) == 1 else rows.contiguous(), weight, bias, activation=_activation(activation),
-            conv_state=conv_states, query_start_loc=query_start_loc, state_indices=cache_indices,
+            conv_state=conv_states, query_start_loc=query_start_loc, state_indices=_state_column(cache_indices),
             has_initial_state=has_initial_state, null_block_id=null_block_id,
         )  # fmt: skip
         return out.to(x.dtype).transpose(0, 1)
@@ -327,7 +333,8 @@ def conv_update_adapter(original):
         if x.dim() == 3:  # [B, C, L] -> a sequence's L rows adjacent
             rows = rows.transpose(1, 2).contiguous()
         out = exactfuse.causal_conv1d_update(
-            rows, conv_state, weight, bias, activation=_activation(activation), state_indices=conv_state_indices,
+            rows, conv_state, weight, bias, activation=_activation(activation),
+            state_indices=_state_column(conv_state_indices),
             null_block_id=null_block_id,
         )  # fmt: skip
         return (out.transpose(1, 2) if x.dim() == 3 else out).to(x.dtype)

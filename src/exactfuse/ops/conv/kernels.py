@@ -247,6 +247,36 @@ def _conv_runs(
         )  # fmt: skip
 
 
+@triton.jit
+def _tile(
+    p_x, p_w, p_b, p_res, p_outer, p_out, p_state, p_sid, p_qsl, p_acc, p_init, p_tok, p_seq, o_t, o_c, m_c,
+    L, R, N, slots, null_slot, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k,
+    stride_s_slot, stride_s_c, stride_s_w, stride_sid,
+    MODE: tl.constexpr, K: tl.constexpr, D: tl.constexpr, SQL: tl.constexpr, HAS_STATE: tl.constexpr,
+    HAS_SID: tl.constexpr, INIT: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+    HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, HAS_SEQ_IDX: tl.constexpr,
+):  # fmt: skip
+    """Rows ``o_t`` (a ``[BT]`` vector) x channels ``o_c`` (spec, prefill), each row's request found by its
+    own search, every tap masked by its row's request, state and sequence."""
+    SL: tl.constexpr = (K - 1) * D
+    r = find_request(o_t, R, p_qsl)
+    q_start = tl.load(p_qsl + r)
+    in_range = (q_start <= o_t) & (o_t < tl.load(p_qsl + R))
+    sid, state_ok, read_state, slot_off = request_slot(
+        r, R, p_sid, p_acc, p_init, slots, null_slot, stride_sid, MODE, SQL, HAS_STATE, HAS_SID, INIT
+    )
+    out_ok = in_range if MODE == 1 or not HAS_STATE else in_range & state_ok
+    seq, out_ok = _row_seq(p_seq, o_t, out_ok, L, HAS_SEQ_IDX)
+    p_slot = p_state + sid.to(tl.int64) * stride_s_slot
+    _conv_rows(
+        p_x, p_w, p_b, p_res, p_outer, p_out, p_slot[:, None], p_tok, p_seq, o_t[:, None], o_c, m_c,
+        q_start[:, None], out_ok[:, None], read_state[:, None], slot_off[:, None], seq[:, None],
+        _needs_state(o_t - q_start, read_state, SL), L, N, stride_x, stride_res, stride_outer, stride_out,
+        stride_w_c, stride_w_k, stride_s_c, stride_s_w, K, D, HAS_STATE, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER,
+        HAS_BIAS, ACT, HAS_SEQ_IDX,
+    )  # fmt: skip
+
+
 @triton.jit(do_not_specialize=["L", "R", "N", "slots", "null_slot"])
 def conv_rows_kernel(
     p_x, p_w, p_b, p_res, p_outer, p_out, p_state, p_sid, p_qsl, p_acc, p_init, p_tok, p_seq,
@@ -257,6 +287,7 @@ def conv_rows_kernel(
     HAS_STATE: tl.constexpr, HAS_SID: tl.constexpr, INIT: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
     BC: tl.constexpr, BW: tl.constexpr, BT: tl.constexpr, UNROLL: tl.constexpr, HAS_SEQ_IDX: tl.constexpr,
+    STEPS: tl.constexpr, CLEAN: tl.constexpr,
 ):  # fmt: skip
     """``BT`` logical rows x ``BC`` channels of the conv output; in decode also the row's state shift.
 
@@ -309,26 +340,61 @@ def conv_rows_kernel(
             MODE, K, D, SQL, HAS_STATE, HAS_SID, INIT, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
             BT, UNROLL, HAS_SEQ_IDX,
         )  # fmt: skip
-    else:  # a [BT, BC] tile of rows, each row's request found by its own search
-        o_t = i_t * BT + tl.arange(0, BT)
+    else:  # STEPS [BT, BC] tiles down the rows
         o_c = (i_c * BC + tl.arange(0, BC))[None, :]
         m_c = o_c < C
-        r = find_request(o_t, R, p_qsl)
-        q_start = tl.load(p_qsl + r)
-        in_range = (q_start <= o_t) & (o_t < tl.load(p_qsl + R))
-        sid, state_ok, read_state, slot_off = request_slot(
-            r, R, p_sid, p_acc, p_init, slots, null_slot, stride_sid, MODE, SQL, HAS_STATE, HAS_SID, INIT
-        )
-        out_ok = in_range if MODE == 1 or not HAS_STATE else in_range & state_ok
-        seq, out_ok = _row_seq(p_seq, o_t, out_ok, L, HAS_SEQ_IDX)
-        p_slot = p_state + sid.to(tl.int64) * stride_s_slot
-        _conv_rows(
-            p_x, p_w, p_b, p_res, p_outer, p_out, p_slot[:, None], p_tok, p_seq, o_t[:, None], o_c, m_c,
-            q_start[:, None], out_ok[:, None], read_state[:, None], slot_off[:, None], seq[:, None],
-            _needs_state(o_t - q_start, read_state, SL), L, N, stride_x, stride_res, stride_outer, stride_out,
-            stride_w_c, stride_w_k, stride_s_c, stride_s_w, K, D, HAS_STATE, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER,
-            HAS_BIAS, ACT, HAS_SEQ_IDX,
-        )  # fmt: skip
+        if CLEAN:  # tiles inside one request past its first SL rows take the lean tap sum
+            t_first = i_t * STEPS * BT
+            r0 = find_request(t_first, R, p_qsl)
+            q0 = tl.load(p_qsl + r0)
+            q1 = tl.load(p_qsl + r0 + 1)
+            state_ok = request_slot(
+                r0, R, p_sid, p_acc, p_init, slots, null_slot, stride_sid, MODE, SQL, HAS_STATE, HAS_SID, INIT
+            )[1]
+            for s in range(STEPS):
+                t0 = t_first + s * BT
+                if t0 >= q1:  # the next request(s): search again
+                    r0 = find_request(t0, R, p_qsl)
+                    q0 = tl.load(p_qsl + r0)
+                    q1 = tl.load(p_qsl + r0 + 1)
+                    state_ok = request_slot(
+                        r0, R, p_sid, p_acc, p_init, slots, null_slot, stride_sid, MODE, SQL, HAS_STATE, HAS_SID,
+                        INIT,
+                    )[1]  # fmt: skip
+                # every row and tap of the tile is an input row of request r0 with an output; q0 >= 0 and
+                # t0 + BT <= L bound the addresses whatever query_start_loc holds
+                clean = (t0 - q0 >= SL) & (t0 + BT <= q1) & (q0 >= 0) & (t0 + BT <= L)
+                if HAS_STATE:
+                    clean = clean & state_ok
+                if clean:
+                    o_t = (t0 + tl.arange(0, BT))[:, None]
+                    acc = tl.zeros_like(o_t * o_c).to(tl.float32)
+                    for k in tl.static_range(K):
+                        o_row = (o_t + (D * k - SL)).to(tl.int64)
+                        b_x = tl.load(p_x + o_row * stride_x + o_c, mask=m_c, other=0.0).to(tl.float32)
+                        b_w = tl.load(p_w + o_c * stride_w_c + k * stride_w_k, mask=m_c).to(tl.float32)
+                        acc = acc + mul_rn(b_w, b_x)
+                    _finish(
+                        acc, p_x, p_w, p_b, p_res, p_outer, p_out, p_tok, o_t, o_c, m_c, t0 >= 0, L, N, stride_res,
+                        stride_outer, stride_out, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
+                    )  # fmt: skip
+                else:
+                    _tile(
+                        p_x, p_w, p_b, p_res, p_outer, p_out, p_state, p_sid, p_qsl, p_acc, p_init, p_tok, p_seq,
+                        t0 + tl.arange(0, BT), o_c, m_c, L, R, N, slots, null_slot, stride_x, stride_res,
+                        stride_outer, stride_out, stride_w_c, stride_w_k, stride_s_slot, stride_s_c, stride_s_w,
+                        stride_sid, MODE, K, D, SQL, HAS_STATE, HAS_SID, INIT, HAS_TOKEN_MAP, HAS_RESIDUAL,
+                        HAS_OUTER, HAS_BIAS, ACT, HAS_SEQ_IDX,
+                    )  # fmt: skip
+        else:
+            for s in range(STEPS):
+                _tile(
+                    p_x, p_w, p_b, p_res, p_outer, p_out, p_state, p_sid, p_qsl, p_acc, p_init, p_tok, p_seq,
+                    (i_t * STEPS + s) * BT + tl.arange(0, BT), o_c, m_c, L, R, N, slots, null_slot, stride_x,
+                    stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_s_slot, stride_s_c,
+                    stride_s_w, stride_sid, MODE, K, D, SQL, HAS_STATE, HAS_SID, INIT, HAS_TOKEN_MAP, HAS_RESIDUAL,
+                    HAS_OUTER, HAS_BIAS, ACT, HAS_SEQ_IDX,
+                )  # fmt: skip
 
 
 @triton.jit(do_not_specialize=["L", "R", "N", "slots", "null_slot"])

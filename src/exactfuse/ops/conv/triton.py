@@ -87,7 +87,9 @@ def launch_conv(
     # fp32 weights: the SiLU reads the fp32 conv, so it takes fp32's formula
     act_dtype = torch.float32 if weight.dtype == torch.float32 else x.dtype
     act = chosen_formula("silu", act_dtype, x.device) if activation == "silu" else NO_ACTIVATION
-    torch.library.wrap_triton(conv_rows_kernel)[(triton.cdiv(L, cfg.BT), triton.cdiv(C, cfg.BC))](
+    steps = cfg.steps if mode != "decode" and cfg.unroll == 1 else 1
+    clean = cfg.clean and mode != "decode" and cfg.unroll == 1 and token_indices is None and seq_idx is None
+    torch.library.wrap_triton(conv_rows_kernel)[(triton.cdiv(L, cfg.BT * steps), triton.cdiv(C, cfg.BC))](
         x, weight, bias if bias is not None else x, target, outer_residual if outer_residual is not None else x,
         target, state, sid, qsl, acc, hinit, tok, seq_idx if seq_idx is not None else x,
         L, R, N, C, slots, null_slot,
@@ -96,8 +98,8 @@ def launch_conv(
         *s_strides, sid_stride,
         HAS_STATE=has_state, HAS_RESIDUAL=residual is not None, HAS_OUTER=outer_residual is not None,
         HAS_BIAS=bias is not None, ACT=act, BC=cfg.BC, BW=cfg.BW, BT=cfg.BT,
-        UNROLL=cfg.unroll if mode != "decode" else 1, HAS_SEQ_IDX=seq_idx is not None, num_warps=cfg.num_warps,
-        **flags,
+        UNROLL=cfg.unroll if mode != "decode" else 1, HAS_SEQ_IDX=seq_idx is not None, STEPS=steps, CLEAN=clean,
+        num_warps=cfg.num_warps, **flags,
     )  # fmt: skip
     if mode != "decode" and has_state:
         torch.library.wrap_triton(conv_state_kernel)[(R, triton.cdiv(C, cfg.BC_STATE))](
