@@ -62,18 +62,23 @@ def compile_sass(fn, types: dict, constexprs: dict, div16=(), ones=(), num_warps
 
 
 def _conv(tile: str, warps: int) -> tuple[str, dict]:
-    from exactfuse.ops.conv.kernels import conv_rows_kernel
+    from exactfuse.ops.conv.kernels import conv_lean_kernel, conv_rows_kernel
 
-    bt, bc, unroll, steps, general = re.fullmatch(r"(\d+)x(\d+)(?:u(\d+))?(?:s(\d+))?(g)?", tile).groups()
+    bt, bc, unroll, lean = re.fullmatch(r"(\d+)x(\d+)(?:u(\d+))?(l)?", tile).groups()
     bt, bc = int(bt), int(bc)
     types = {n: "*bf16" for n in ("p_x", "p_w", "p_b", "p_res", "p_outer", "p_out", "p_state")}
     types |= {"p_sid": "*i32", "p_qsl": "*i32", "p_acc": "*i32", "p_init": "*i1", "p_tok": "*i32", "p_seq": "*i32"}
-    consts = dict(MODE=2, K=4, D=1, SQL=1, HAS_STATE=True, HAS_SID=True, INIT=1, HAS_TOKEN_MAP=False,
-                  HAS_RESIDUAL=False, HAS_OUTER=False, HAS_BIAS=True, ACT=0, BC=bc, BW=4, BT=bt,
-                  UNROLL=int(unroll or 1), HAS_SEQ_IDX=False, STEPS=int(steps or 1), CLEAN=not general)  # fmt: skip
+    consts = dict(K=4, D=1, HAS_STATE=True, HAS_SID=True, INIT=1, HAS_RESIDUAL=False, HAS_OUTER=False,
+                  HAS_BIAS=True, ACT=0, BC=bc, BT=bt)  # fmt: skip
+    kernel = conv_lean_kernel
+    if not lean:
+        kernel = conv_rows_kernel
+        consts |= dict(MODE=2, SQL=1, HAS_TOKEN_MAP=False, BW=4, UNROLL=int(unroll or 1), HAS_SEQ_IDX=False,
+                       FIXUP=False)  # fmt: skip
+    types = {n: t for n, t in types.items() if n in kernel.arg_names}
     div16 = [*types, "stride_x", "stride_res", "stride_outer", "stride_out", "C"]
-    ones = ["stride_w_k", "stride_s_w", "stride_sid"]
-    return f"conv {tile}/{warps}", compile_sass(conv_rows_kernel, types, consts, div16, ones, warps, num_stages=1)
+    ones = [n for n in ("stride_w_k", "stride_s_w", "stride_sid") if n in kernel.arg_names]
+    return f"conv {tile}/{warps}", compile_sass(kernel, types, consts, div16, ones, warps, num_stages=1)
 
 
 def _attention(q: str, kv: str, warps: int, fixup: bool, prefetch: bool = False) -> tuple[str, dict]:
@@ -149,7 +154,7 @@ def _conv_grad(tile: str, warps: int) -> tuple[str, dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("preset", choices=["conv", "conv_grad", "taps", "attention", "moe"])
-    parser.add_argument("--tiles", help="conv: BTxBC[uUNROLL][sSTEPS][g: no clean tiles],... (16x128,16x128s4g); "
+    parser.add_argument("--tiles", help="conv: BTxBC[uUNROLL][l: the lean prefill kernel],... (16x128,16x128l); "
                         "taps: BTxBC[uUNROLL]; conv_grad: "
                         "BTxBCxSTEPS,... (32x64x8,16x128x16)")  # fmt: skip
     parser.add_argument("--kv", default="bf16,fp8e4nv", help="attention: cache dtypes (Triton names)")

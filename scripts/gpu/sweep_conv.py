@@ -4,8 +4,8 @@ Usage: PYTHONPATH=src python scripts/gpu/sweep_conv.py [--tiles 16x128,32x128u8,
        PYTHONPATH=src python scripts/gpu/sweep_conv.py --decode [--channels 64,128,...] [--warps 1,2,4,8]
 
 A tile is ``BTxBC`` (each tap's rows loaded) or ``BTxBCuU`` (runs of ``U`` rows over a register window,
-``ConvConfig.unroll``); a suffix ``sS`` walks ``S`` tiles down the rows a program (``ConvConfig.steps``) and
-``g`` gives every tile the per-row masked tap sum (``ConvConfig.clean`` off).
+``ConvConfig.unroll``); a suffix ``g`` gives every tile the row kernel's per-row masked tap sum (``ConvConfig.lean``
+off: no lean kernel).
 
 On the bench grid's causal_conv1d shapes (B x L in {1 x 8192, 8 x 1024, 64 x 128, 4 x 8192, 16 x 4096},
 C = 10240, K = 4, SiLU, slot cache with initial states) it times the row and write-back kernels with
@@ -51,16 +51,15 @@ DEFAULT_TILES = (
 )
 
 
-def parse_tile(text: str) -> tuple[int, int, int, int, bool]:
-    """``BTxBC[uU][sS][g]`` -> (BT, BC, unroll, steps, clean): ``"32x128u8"`` -> (32, 128, 8, 1, True),
-    ``"16x128s2g"`` -> (16, 128, 1, 2, False)."""
-    bt, bc, unroll, steps, general = re.fullmatch(r"(\d+)x(\d+)(?:u(\d+))?(?:s(\d+))?(g)?", text).groups()
-    return int(bt), int(bc), int(unroll or 1), int(steps or 1), not general
+def parse_tile(text: str) -> tuple[int, int, int, bool]:
+    """``BTxBC[uU][g]`` -> (BT, BC, unroll, lean): ``"32x128u8"`` -> (32, 128, 8, True), ``"16x128g"`` ->
+    (16, 128, 1, False)."""
+    bt, bc, unroll, general = re.fullmatch(r"(\d+)x(\d+)(?:u(\d+))?(g)?", text).groups()
+    return int(bt), int(bc), int(unroll or 1), not general
 
 
-def label(bt: int, bc: int, unroll: int, steps: int, clean: bool, warps: int) -> str:
-    return (f"{bt}x{bc}" + (f"u{unroll}" if unroll > 1 else "") + (f"s{steps}" if steps > 1 else "")
-            + ("" if clean else "g") + f"/{warps}")  # fmt: skip
+def label(bt: int, bc: int, unroll: int, lean: bool, warps: int) -> str:
+    return f"{bt}x{bc}" + (f"u{unroll}" if unroll > 1 else "") + ("" if lean else "g") + f"/{warps}"
 
 
 def run(case, config):
@@ -182,16 +181,16 @@ def main() -> None:
         call()
         roof = _causal_conv1d.bytes_fn(*case.args, **case.kwargs) / copy * 1e6
         row, times = [], {}
-        for (bt, bc, u, steps, clean), w in itertools.product(tiles, warps):
+        for (bt, bc, u, lean), w in itertools.product(tiles, warps):
             cfg = heuristics.ConvConfig(BT=bt, BC=bc, BC_STATE=shipped.BC_STATE, BW=shipped.BW, num_warps=w, unroll=u,
-                                        steps=steps, clean=clean)  # fmt: skip
+                                        lean=lean)  # fmt: skip
             call, out, state = run(case, cfg)
             call()
             if not (torch.equal(out, ref_out) and torch.equal(state, ref_state)):
-                row.append(f"{label(bt, bc, u, steps, clean, w)}: DIFFERS")
+                row.append(f"{label(bt, bc, u, lean, w)}: DIFFERS")
                 continue
-            times[(bt, bc, u, steps, clean, w)] = TIMER(call) * 1e3
-        base = times.get((shipped.BT, shipped.BC, shipped.unroll, shipped.steps, shipped.clean, shipped.num_warps))
+            times[(bt, bc, u, lean, w)] = TIMER(call) * 1e3
+        base = times.get((shipped.BT, shipped.BC, shipped.unroll, shipped.lean, shipped.num_warps))
         for key, us in sorted(times.items(), key=lambda kv: kv[1]):
             row.append(f"{label(*key)}: {us:.1f} ({100 * roof / us:.0f}%)")
             if base:

@@ -1,6 +1,6 @@
-"""The conv family's spec/prefill launch variants against the per-row masked tile, under the interpreter:
-register-window runs (``ConvConfig.unroll``), tiles walked down the rows (``steps``) and the lean tap sum of
-tiles inside one request (``clean``)."""
+"""The conv family's spec/prefill launch variants against the row kernel's per-row masked tile alone, under
+the interpreter: register-window runs (``ConvConfig.unroll``) and the lean prefill kernel with the row
+kernel's fixup launch (``ConvConfig.lean``)."""
 
 import dataclasses
 
@@ -29,16 +29,17 @@ def test_interpreter_register_window_gives_the_same_bits(unroll, monkeypatch):
     """Spec and prefill rows in runs over a register window (``ConvConfig.unroll``) against each tap's
     own loads: outputs, residuals and states bit for bit, for short_conv and causal_conv1d (its packed
     ``seq_idx`` cases included)."""
-    assert_same_bits(monkeypatch, {"unroll": unroll, "clean": False}, {"clean": False})
+    assert_same_bits(monkeypatch, {"unroll": unroll, "lean": False}, {"lean": False})
 
 
 @pytest.mark.interpreter
-@pytest.mark.parametrize("steps", [1, 3])
-def test_interpreter_clean_tiles_give_the_same_bits(steps, monkeypatch):
-    """Tiles of 4 rows, ``steps`` of them a program, with the lean tap sum wherever a tile lies inside one
-    request past its first ``SL`` rows, against the per-row masked tile everywhere: outputs, residuals and
-    states bit for bit (varlen requests, padded slots, initial states, spec rows, ``seq_idx``)."""
-    assert_same_bits(monkeypatch, {"BT": 4, "steps": steps}, {"BT": 4, "clean": False})
+@pytest.mark.parametrize("rows", [2, 4])
+def test_interpreter_lean_prefill_gives_the_same_bits(rows, monkeypatch):
+    """Tiles of ``rows`` rows: the lean kernel on the tiles with no request boundary near them, the fixup
+    launch on the rest, against the per-row masked tile everywhere: outputs, residuals and states bit for
+    bit (varlen and empty requests, padded slots, initial states, rows past the last request). 2-row tiles
+    are shorter than the taps' reach (``SL`` up to 6), so one boundary leaves several tiles."""
+    assert_same_bits(monkeypatch, {"BT": rows}, {"BT": rows, "lean": False})
 
 
 def assert_same_bits(monkeypatch, variant: dict, reference: dict) -> None:

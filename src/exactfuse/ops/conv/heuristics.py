@@ -42,14 +42,11 @@ class ConvConfig:
     BW: int
     num_warps: int
     unroll: int = 1  # spec/prefill rows a register window serves (triton.conv_rows_kernel's UNROLL)
-    steps: int = 1  # spec/prefill tiles a program walks down the rows (STEPS), its weights loaded once
-    clean: bool = True  # a tile inside one request past its first SL rows takes the lean tap sum (CLEAN)
+    lean: bool = True  # prefill: kernels.conv_lean_kernel, then the row kernel on the tiles it leaves (FIXUP)
 
     def __post_init__(self):
         if self.unroll < 1 or self.unroll & (self.unroll - 1) or self.BT % self.unroll:
             raise ValueError(f"unroll must be a power of two dividing BT = {self.BT}, got {self.unroll}")
-        if self.steps < 1 or (self.steps > 1 and self.unroll > 1):
-            raise ValueError(f"steps must be >= 1, and 1 with unroll > 1; got steps={self.steps}, unroll={self.unroll}")
 
 
 def conv_config(C: int, window: int, mode: str, channels_contiguous: bool = False) -> ConvConfig:

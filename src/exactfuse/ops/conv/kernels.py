@@ -287,7 +287,7 @@ def conv_rows_kernel(
     HAS_STATE: tl.constexpr, HAS_SID: tl.constexpr, INIT: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
     BC: tl.constexpr, BW: tl.constexpr, BT: tl.constexpr, UNROLL: tl.constexpr, HAS_SEQ_IDX: tl.constexpr,
-    STEPS: tl.constexpr, CLEAN: tl.constexpr,
+    FIXUP: tl.constexpr,
 ):  # fmt: skip
     """``BT`` logical rows x ``BC`` channels of the conv output; in decode also the row's state shift.
 
@@ -340,61 +340,99 @@ def conv_rows_kernel(
             MODE, K, D, SQL, HAS_STATE, HAS_SID, INIT, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
             BT, UNROLL, HAS_SEQ_IDX,
         )  # fmt: skip
-    else:  # STEPS [BT, BC] tiles down the rows
+    else:  # a [BT, BC] tile of rows: the program's own (every tile), or in FIXUP a tile the lean kernel left
         o_c = (i_c * BC + tl.arange(0, BC))[None, :]
-        m_c = o_c < C
-        if CLEAN:  # tiles inside one request past its first SL rows take the lean tap sum
-            t_first = i_t * STEPS * BT
-            r0 = find_request(t_first, R, p_qsl)
-            q0 = tl.load(p_qsl + r0)
-            q1 = tl.load(p_qsl + r0 + 1)
-            state_ok = request_slot(
-                r0, R, p_sid, p_acc, p_init, slots, null_slot, stride_sid, MODE, SQL, HAS_STATE, HAS_SID, INIT
-            )[1]
-            for s in range(STEPS):
-                t0 = t_first + s * BT
-                if t0 >= q1:  # the next request(s): search again
-                    r0 = find_request(t0, R, p_qsl)
-                    q0 = tl.load(p_qsl + r0)
-                    q1 = tl.load(p_qsl + r0 + 1)
-                    state_ok = request_slot(
-                        r0, R, p_sid, p_acc, p_init, slots, null_slot, stride_sid, MODE, SQL, HAS_STATE, HAS_SID,
-                        INIT,
-                    )[1]  # fmt: skip
-                # every row and tap of the tile is an input row of request r0 with an output; q0 >= 0 and
-                # t0 + BT <= L bound the addresses whatever query_start_loc holds
-                clean = (t0 - q0 >= SL) & (t0 + BT <= q1) & (q0 >= 0) & (t0 + BT <= L)
-                if HAS_STATE:
-                    clean = clean & state_ok
-                if clean:
-                    o_t = (t0 + tl.arange(0, BT))[:, None]
-                    acc = tl.zeros_like(o_t * o_c).to(tl.float32)
-                    for k in tl.static_range(K):
-                        o_row = (o_t + (D * k - SL)).to(tl.int64)
-                        b_x = tl.load(p_x + o_row * stride_x + o_c, mask=m_c, other=0.0).to(tl.float32)
-                        b_w = tl.load(p_w + o_c * stride_w_c + k * stride_w_k, mask=m_c).to(tl.float32)
-                        acc = acc + mul_rn(b_w, b_x)
-                    _finish(
-                        acc, p_x, p_w, p_b, p_res, p_outer, p_out, p_tok, o_t, o_c, m_c, t0 >= 0, L, N, stride_res,
-                        stride_outer, stride_out, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
-                    )  # fmt: skip
-                else:
-                    _tile(
-                        p_x, p_w, p_b, p_res, p_outer, p_out, p_state, p_sid, p_qsl, p_acc, p_init, p_tok, p_seq,
-                        t0 + tl.arange(0, BT), o_c, m_c, L, R, N, slots, null_slot, stride_x, stride_res,
-                        stride_outer, stride_out, stride_w_c, stride_w_k, stride_s_slot, stride_s_c, stride_s_w,
-                        stride_sid, MODE, K, D, SQL, HAS_STATE, HAS_SID, INIT, HAS_TOKEN_MAP, HAS_RESIDUAL,
-                        HAS_OUTER, HAS_BIAS, ACT, HAS_SEQ_IDX,
-                    )  # fmt: skip
-        else:
-            for s in range(STEPS):
-                _tile(
-                    p_x, p_w, p_b, p_res, p_outer, p_out, p_state, p_sid, p_qsl, p_acc, p_init, p_tok, p_seq,
-                    (i_t * STEPS + s) * BT + tl.arange(0, BT), o_c, m_c, L, R, N, slots, null_slot, stride_x,
-                    stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_s_slot, stride_s_c,
-                    stride_s_w, stride_sid, MODE, K, D, SQL, HAS_STATE, HAS_SID, INIT, HAS_TOKEN_MAP, HAS_RESIDUAL,
-                    HAS_OUTER, HAS_BIAS, ACT, HAS_SEQ_IDX,
-                )  # fmt: skip
+        t0 = i_t * BT
+        own = i_t >= 0
+        if FIXUP:
+            t0, own = _fixup_tile(i_t, L, R, p_qsl, SL, BT)
+        if own:
+            _tile(
+                p_x, p_w, p_b, p_res, p_outer, p_out, p_state, p_sid, p_qsl, p_acc, p_init, p_tok, p_seq,
+                t0 + tl.arange(0, BT), o_c, o_c < C, L, R, N, slots, null_slot, stride_x, stride_res, stride_outer,
+                stride_out, stride_w_c, stride_w_k, stride_s_slot, stride_s_c, stride_s_w, stride_sid, MODE, K, D,
+                SQL, HAS_STATE, HAS_SID, INIT, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT, HAS_SEQ_IDX,
+            )  # fmt: skip
+
+
+@triton.jit
+def _lean(t0, L, R, p_qsl, SL: tl.constexpr, BT: tl.constexpr):
+    """Whether prefill tile rows ``[t0, t0 + BT)`` are the lean kernel's: no request boundary
+    (``query_start_loc`` entry) in ``(t0 - SL, t0 + BT)``, so every row and tap lies in one request or every
+    row outside all of them, and every tap row in ``[0, L)``. Also whether the rows are inside request ``r``,
+    and ``r``. Only the two boundaries around ``t0`` are read: the others are sorted beyond them."""
+    r = find_request(t0, R, p_qsl)
+    q0 = tl.load(p_qsl + r)
+    q1 = tl.load(p_qsl + r + 1)
+    lean = (q0 <= t0 - SL) | (q0 >= t0 + BT)
+    lean = lean & ((q1 <= t0 - SL) | (q1 >= t0 + BT)) & (t0 >= SL) & (t0 + BT <= L)
+    return lean, (q0 <= t0) & (t0 < q1), r
+
+
+@triton.jit
+def _fixup_tile(p, L, R, p_qsl, SL: tl.constexpr, BT: tl.constexpr):
+    """Program ``p`` of the fixup launch: its tile's first row, and whether it owns a tile the lean kernel
+    left (:func:`_lean`). Programs ``[0, (R + 1) NB)`` take boundary ``i = p // NB``'s tiles ``t0`` in
+    ``[b - BT + 1, b + SL - 1]`` (at most NB), each owned by the first boundary whose range holds it; then
+    ``FT`` programs the first tiles (``t0 < SL``) and one the last (``t0 + BT > L`` when ``L`` is not a
+    multiple of ``BT``). With sorted boundaries every tile the lean kernel leaves has one owner."""
+    NB: tl.constexpr = (BT + SL - 2) // BT + 1
+    FT: tl.constexpr = (SL + BT - 1) // BT
+    T = (L + BT - 1) // BT
+    B = (R + 1) * NB
+    i = tl.minimum(p // NB, R)
+    b = tl.load(p_qsl + i)
+    prev = tl.load(p_qsl + i - 1, mask=i > 0, other=0)
+    tile = (tl.maximum(b - BT + 1, 0) + BT - 1) // BT + p % NB
+    own = (tile <= (b + SL - 1) // BT) & ((i == 0) | (tile > (prev + SL - 1) // BT)) & (tile >= FT) & (tile < T - 1)
+    tile = tl.where(p < B, tile, tl.where(p < B + FT, p - B, T - 1))
+    own = tl.where(p < B, own, tl.where(p < B + FT, tile < T, tile >= FT))
+    return tile * BT, own & ~_lean(tile * BT, L, R, p_qsl, SL, BT)[0]
+
+
+@triton.jit(do_not_specialize=["L", "R", "N", "slots", "null_slot"])
+def conv_lean_kernel(
+    p_x, p_w, p_b, p_res, p_outer, p_out, p_sid, p_qsl, p_init,
+    L, R, N, C, slots, null_slot,
+    stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_sid,
+    K: tl.constexpr, D: tl.constexpr, HAS_STATE: tl.constexpr, HAS_SID: tl.constexpr, INIT: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
+    BC: tl.constexpr, BT: tl.constexpr,
+):  # fmt: skip
+    """Prefill (no token map, no ``seq_idx``): a ``[BT, BC]`` tile of rows x channels whose rows and taps are
+    all in one request past its first ``SL`` rows (or all outside every request), :func:`_lean`. No tap
+    reaches a state, so the tile is ``K`` shifted loads of ``x`` and the tap sum, issued before the request
+    search they do not depend on; the other tiles are left to ``conv_rows_kernel``'s FIXUP launch. The sums
+    are :func:`_tap_sum`'s sequence of roundings, so every output is that kernel's bits. Arguments as
+    :func:`conv_rows_kernel`'s."""
+    SL: tl.constexpr = (K - 1) * D
+    t0 = tl.program_id(0) * BT
+    o_t = (t0 + tl.arange(0, BT))[:, None]
+    o_c = (tl.program_id(1) * BC + tl.arange(0, BC))[None, :]
+    m_c = o_c < C
+    taps = ()
+    for k in tl.static_range(K):
+        o_row = o_t + (D * k - SL)
+        m_x = mask_and(m_c, (o_row >= 0) & (o_row < L))
+        taps += (tl.load(p_x + o_row.to(tl.int64) * stride_x + o_c, mask=m_x, other=0.0),)
+    lean, inside, r = _lean(t0, L, R, p_qsl, SL, BT)
+    if lean:
+        out_ok = inside
+        if HAS_STATE:
+            out_ok = (
+                out_ok
+                & request_slot(
+                    r, R, p_sid, p_sid, p_init, slots, null_slot, stride_sid, 2, 1, HAS_STATE, HAS_SID, INIT
+                )[1]
+            )
+        acc = tl.zeros_like(o_t * o_c).to(tl.float32)
+        for k in tl.static_range(K):
+            b_w = tl.load(p_w + o_c * stride_w_c + k * stride_w_k, mask=m_c).to(tl.float32)
+            acc = acc + mul_rn(b_w, taps[k].to(tl.float32))
+        _finish(
+            acc, p_x, p_w, p_b, p_res, p_outer, p_out, p_x, o_t, o_c, m_c, out_ok, L, N, stride_res, stride_outer,
+            stride_out, False, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
+        )  # fmt: skip
 
 
 @triton.jit(do_not_specialize=["L", "R", "N", "slots", "null_slot"])

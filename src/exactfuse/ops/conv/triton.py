@@ -9,7 +9,7 @@ import triton
 
 from exactfuse.ops.conv import calls, heuristics, native, windows
 from exactfuse.ops.conv.grad_kernels import conv_grad_rows_kernel, conv_grad_x_kernel
-from exactfuse.ops.conv.kernels import INIT_CODES, MODE_CODES, conv_rows_kernel, conv_state_kernel
+from exactfuse.ops.conv.kernels import INIT_CODES, MODE_CODES, conv_lean_kernel, conv_rows_kernel, conv_state_kernel
 from exactfuse.ops.fastmath import SILU, chosen_formula
 from exactfuse.registry import platform
 from exactfuse.utils import empty, is_symbolic, next_power_of_2
@@ -87,19 +87,31 @@ def launch_conv(
     # fp32 weights: the SiLU reads the fp32 conv, so it takes fp32's formula
     act_dtype = torch.float32 if weight.dtype == torch.float32 else x.dtype
     act = chosen_formula("silu", act_dtype, x.device) if activation == "silu" else NO_ACTIVATION
-    steps = cfg.steps if mode != "decode" and cfg.unroll == 1 else 1
-    clean = cfg.clean and mode != "decode" and cfg.unroll == 1 and token_indices is None and seq_idx is None
-    torch.library.wrap_triton(conv_rows_kernel)[(triton.cdiv(L, cfg.BT * steps), triton.cdiv(C, cfg.BC))](
+    # prefill without a token map or seq_idx: the lean kernel takes the tiles inside one request (or outside
+    # all), then the row kernel's FIXUP launch the tiles at request boundaries and the ends
+    lean = cfg.lean and mode == "prefill" and cfg.unroll == 1 and token_indices is None and seq_idx is None
+    common = dict(
+        HAS_STATE=has_state, HAS_RESIDUAL=residual is not None, HAS_OUTER=outer_residual is not None,
+        HAS_BIAS=bias is not None, ACT=act, BC=cfg.BC, BT=cfg.BT, num_warps=cfg.num_warps,
+    )  # fmt: skip
+    if lean:
+        torch.library.wrap_triton(conv_lean_kernel)[(triton.cdiv(L, cfg.BT), triton.cdiv(C, cfg.BC))](
+            x, weight, bias if bias is not None else x, target, outer_residual if outer_residual is not None else x,
+            target, sid, qsl, hinit, L, R, N, C, slots, null_slot,
+            x.stride(0), target.stride(0), outer_residual.stride(0) if outer_residual is not None else 0,
+            target.stride(0), weight.stride(0), weight.stride(1), sid_stride,
+            K=K, D=dilation, HAS_SID=flags["HAS_SID"], INIT=flags["INIT"], **common,
+        )  # fmt: skip
+    boundary_tiles = (cfg.BT + SL - 2) // cfg.BT + 1  # tiles one boundary can leave (kernels._fixup_tile's NB)
+    rows_grid = (R + 1) * boundary_tiles + triton.cdiv(SL, cfg.BT) + 1 if lean else triton.cdiv(L, cfg.BT)
+    torch.library.wrap_triton(conv_rows_kernel)[(rows_grid, triton.cdiv(C, cfg.BC))](
         x, weight, bias if bias is not None else x, target, outer_residual if outer_residual is not None else x,
         target, state, sid, qsl, acc, hinit, tok, seq_idx if seq_idx is not None else x,
         L, R, N, C, slots, null_slot,
         x.stride(0), target.stride(0), outer_residual.stride(0) if outer_residual is not None else 0,
         target.stride(0), weight.stride(0), weight.stride(1),
-        *s_strides, sid_stride,
-        HAS_STATE=has_state, HAS_RESIDUAL=residual is not None, HAS_OUTER=outer_residual is not None,
-        HAS_BIAS=bias is not None, ACT=act, BC=cfg.BC, BW=cfg.BW, BT=cfg.BT,
-        UNROLL=cfg.unroll if mode != "decode" else 1, HAS_SEQ_IDX=seq_idx is not None, STEPS=steps, CLEAN=clean,
-        num_warps=cfg.num_warps, **flags,
+        *s_strides, sid_stride, BW=cfg.BW, UNROLL=cfg.unroll if mode != "decode" else 1,
+        HAS_SEQ_IDX=seq_idx is not None, FIXUP=lean, **common, **flags,
     )  # fmt: skip
     if mode != "decode" and has_state:
         torch.library.wrap_triton(conv_state_kernel)[(R, triton.cdiv(C, cfg.BC_STATE))](
