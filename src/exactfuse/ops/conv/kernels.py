@@ -1,8 +1,10 @@
 """Triton kernels of the conv family: ``short_conv``, ``causal_conv1d`` and ``causal_conv1d_update``.
 
-Two kernels, one per phase (launched by ``triton.py``), with ``constexpr`` flags for the three ops and three
-modes:
+Three kernels (launched by ``triton.py``), with ``constexpr`` flags for the three ops and three modes:
 
+- :func:`conv_lean_kernel` (prefill without a token map or ``seq_idx``): the ``[BT, BC]`` tiles with no
+  request boundary near them, each ``K`` shifted loads and the tap sum; the row kernel's FIXUP launch
+  then takes the tiles it left (at boundaries, the first and the last).
 - :func:`conv_rows_kernel`, one program per (row block, channel block): one row in decode, a
   ``[BT, BC]`` tile in spec/prefill (each tap's rows loaded, or runs of rows over a register window:
   ``UNROLL``), each row's request found by a binary search over ``query_start_loc``. Sums the ``K``
