@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 SILU, GELU_ERF, GELU_TANH = 0, 1, 2  # the exact formulas, as ATen's CUDA kernels evaluate them
 SILU_FAST, SILU_SIGMOID, SILU_EXP_FAST_DIV, SILU_EXP_NEWTON_DIV = 3, 4, 5, 6
 GELU_ERF_LIBDEVICE, GELU_TANH_APPROX, GELU_TANH_SIGMOID = 7, 8, 9
+SILU_FAST_FP16_FIXED = 10
 
 FORMULAS: dict[int, tuple[str, str]] = {  # id -> (activation, what it evaluates)
     SILU: ("silu", "exact: libdevice exp, IEEE division"),
@@ -52,6 +53,7 @@ FORMULAS: dict[int, tuple[str, str]] = {  # id -> (activation, what it evaluates
     GELU_ERF_LIBDEVICE: ("gelu_none", "tl.erf (libdevice erff)"),
     GELU_TANH_APPROX: ("gelu_tanh", "tanh.approx.f32"),
     GELU_TANH_SIGMOID: ("gelu_tanh", "x / (1 + ex2.approx exp(-2u)), approximate division"),
+    SILU_FAST_FP16_FIXED: ("silu", "ex2.approx exp, approximate division, eager's fp16 result at -2.7246, -4.9219"),
 }
 EXACT = {"silu": SILU, "gelu_none": GELU_ERF, "gelu_tanh": GELU_TANH}
 EXACT_FORMULAS = frozenset(EXACT.values())
@@ -62,7 +64,7 @@ EXACT_FORMULAS = frozenset(EXACT.values())
 # candidate taken. No GELU formula faster than the exact one proves out there.
 CANDIDATES: dict[tuple[str, torch.dtype], tuple[int, ...]] = {
     ("silu", torch.bfloat16): (SILU_FAST,),
-    ("silu", torch.float16): (SILU_EXP_NEWTON_DIV,),
+    ("silu", torch.float16): (SILU_FAST_FP16_FIXED, SILU_EXP_NEWTON_DIV),
 }
 # The ops whose kernels evaluate each activation through ``activation`` with the chosen formula.
 OPS_USING = {

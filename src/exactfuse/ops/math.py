@@ -132,6 +132,16 @@ def fast_silu(x):
 
 
 @triton.jit
+def fast_silu_fp16_fixed(x):
+    """:func:`fast_silu` with its two fp16 inputs whose quotient lands across an fp16 rounding boundary from
+    eager's (-2.7246 and -4.9219, ``benchmarks/results/h200/sweeps/fast_activation_proofs.txt``) given
+    eager's fp16 results: a correction table that ``fastmath.proof`` checks with every other input."""
+    y = fast_silu(x)
+    y = tl.where(x == -2.724609375, -0.1676025390625, y)
+    return tl.where(x == -4.921875, -0.035614013671875, y)
+
+
+@triton.jit
 def sigmoid_silu(x):
     """``x * sigmoid(x)`` with Triton's ``tl.sigmoid`` (as Inductor writes SiLU)."""
     return x * tl.sigmoid(x)
@@ -180,7 +190,7 @@ def sigmoid_tanh_gelu(x):
 @triton.jit
 def activation(x, FORMULA: tl.constexpr):
     """fp32 ``x`` -> fp32 activation by formula id (``fastmath.FORMULAS``): 0-2 evaluated as ATen's CUDA
-    kernels do, 3-9 fast formulas (``exactfuse.ops.math``) that a kernel takes only where proven."""
+    kernels do, 3-10 fast formulas (``exactfuse.ops.math``) that a kernel takes only where proven."""
     if FORMULA == 0:  # SILU
         return tl.div_rn(x, 1.0 + exact_exp(-x))
     elif FORMULA == 1:  # GELU_ERF
@@ -200,6 +210,8 @@ def activation(x, FORMULA: tl.constexpr):
         return fast_erf_gelu(x)
     elif FORMULA == 8:  # GELU_TANH_APPROX
         return fast_tanh_gelu(x)
+    elif FORMULA == 10:  # SILU_FAST_FP16_FIXED
+        return fast_silu_fp16_fixed(x)
     else:  # 9: GELU_TANH_SIGMOID
         return sigmoid_tanh_gelu(x)
 
