@@ -249,36 +249,6 @@ def _conv_runs(
         )  # fmt: skip
 
 
-@triton.jit
-def _tile(
-    p_x, p_w, p_b, p_res, p_outer, p_out, p_state, p_sid, p_qsl, p_acc, p_init, p_tok, p_seq, o_t, o_c, m_c,
-    L, R, N, slots, null_slot, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k,
-    stride_s_slot, stride_s_c, stride_s_w, stride_sid,
-    MODE: tl.constexpr, K: tl.constexpr, D: tl.constexpr, SQL: tl.constexpr, HAS_STATE: tl.constexpr,
-    HAS_SID: tl.constexpr, INIT: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-    HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, HAS_SEQ_IDX: tl.constexpr,
-):  # fmt: skip
-    """Rows ``o_t`` (a ``[BT]`` vector) x channels ``o_c`` (spec, prefill), each row's request found by its
-    own search, every tap masked by its row's request, state and sequence."""
-    SL: tl.constexpr = (K - 1) * D
-    r = find_request(o_t, R, p_qsl)
-    q_start = tl.load(p_qsl + r)
-    in_range = (q_start <= o_t) & (o_t < tl.load(p_qsl + R))
-    sid, state_ok, read_state, slot_off = request_slot(
-        r, R, p_sid, p_acc, p_init, slots, null_slot, stride_sid, MODE, SQL, HAS_STATE, HAS_SID, INIT
-    )
-    out_ok = in_range if MODE == 1 or not HAS_STATE else in_range & state_ok
-    seq, out_ok = _row_seq(p_seq, o_t, out_ok, L, HAS_SEQ_IDX)
-    p_slot = p_state + sid.to(tl.int64) * stride_s_slot
-    _conv_rows(
-        p_x, p_w, p_b, p_res, p_outer, p_out, p_slot[:, None], p_tok, p_seq, o_t[:, None], o_c, m_c,
-        q_start[:, None], out_ok[:, None], read_state[:, None], slot_off[:, None], seq[:, None],
-        _needs_state(o_t - q_start, read_state, SL), L, N, stride_x, stride_res, stride_outer, stride_out,
-        stride_w_c, stride_w_k, stride_s_c, stride_s_w, K, D, HAS_STATE, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER,
-        HAS_BIAS, ACT, HAS_SEQ_IDX,
-    )  # fmt: skip
-
-
 @triton.jit(do_not_specialize=["L", "R", "N", "slots", "null_slot"])
 def conv_rows_kernel(
     p_x, p_w, p_b, p_res, p_outer, p_out, p_state, p_sid, p_qsl, p_acc, p_init, p_tok, p_seq,
@@ -348,12 +318,24 @@ def conv_rows_kernel(
         own = i_t >= 0
         if FIXUP:
             t0, own = _fixup_tile(i_t, L, R, p_qsl, SL, BT)
-        if own:
-            _tile(
-                p_x, p_w, p_b, p_res, p_outer, p_out, p_state, p_sid, p_qsl, p_acc, p_init, p_tok, p_seq,
-                t0 + tl.arange(0, BT), o_c, o_c < C, L, R, N, slots, null_slot, stride_x, stride_res, stride_outer,
-                stride_out, stride_w_c, stride_w_k, stride_s_slot, stride_s_c, stride_s_w, stride_sid, MODE, K, D,
-                SQL, HAS_STATE, HAS_SID, INIT, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT, HAS_SEQ_IDX,
+        if own:  # each row's request found by its own search, every tap masked by its request, state, sequence
+            o_t = t0 + tl.arange(0, BT)
+            m_c = o_c < C
+            r = find_request(o_t, R, p_qsl)
+            q_start = tl.load(p_qsl + r)
+            in_range = (q_start <= o_t) & (o_t < tl.load(p_qsl + R))
+            sid, state_ok, read_state, slot_off = request_slot(
+                r, R, p_sid, p_acc, p_init, slots, null_slot, stride_sid, MODE, SQL, HAS_STATE, HAS_SID, INIT
+            )
+            out_ok = in_range if MODE == 1 or not HAS_STATE else in_range & state_ok
+            seq, out_ok = _row_seq(p_seq, o_t, out_ok, L, HAS_SEQ_IDX)
+            p_slot = p_state + sid.to(tl.int64) * stride_s_slot
+            _conv_rows(
+                p_x, p_w, p_b, p_res, p_outer, p_out, p_slot[:, None], p_tok, p_seq, o_t[:, None], o_c, m_c,
+                q_start[:, None], out_ok[:, None], read_state[:, None], slot_off[:, None], seq[:, None],
+                _needs_state(o_t - q_start, read_state, SL), L, N, stride_x, stride_res, stride_outer, stride_out,
+                stride_w_c, stride_w_k, stride_s_c, stride_s_w, K, D, HAS_STATE, HAS_TOKEN_MAP, HAS_RESIDUAL,
+                HAS_OUTER, HAS_BIAS, ACT, HAS_SEQ_IDX,
             )  # fmt: skip
 
 
