@@ -347,7 +347,8 @@ def _lean(t0, L, R, p_qsl, SL: tl.constexpr, BT: tl.constexpr):
     and ``r``. Only the two boundaries around ``t0`` are read: the others are sorted beyond them."""
     r = find_request(t0, R, p_qsl)
     q0 = tl.load(p_qsl + r)
-    q1 = tl.load(p_qsl + r + 1)
+    q1 = tl.load(p_qsl + r + 1, mask=r < R, other=0)
+    q1 = tl.where(r < R, q1, q0)  # no request (R = 0): its one boundary, and no row inside
     lean = (q0 <= t0 - SL) | (q0 >= t0 + BT)
     lean = lean & ((q1 <= t0 - SL) | (q1 >= t0 + BT)) & (t0 >= SL) & (t0 + BT <= L)
     return lean, (q0 <= t0) & (t0 < q1), r
