@@ -1,4 +1,5 @@
-"""FLA's varlen causal conv (``fla.modules.causal_conv1d``, Triton), timed beside ``causal_conv1d``; beside
+"""FLA's varlen causal conv (``fla.modules.causal_conv1d``, Triton), timed beside ``causal_conv1d``; its decode
+step beside ``causal_conv1d_update`` (the grid's cases with FLA's state of the last ``K`` inputs); beside
 ``causal_conv1d_fn_backward`` its backward and eager autograd's of the forward spec.
 
 FLA keeps a conv state per sequence ``[N, C, K]`` (the last ``K`` inputs) and returns a new one; the
@@ -78,6 +79,51 @@ register_peer(
         importable_on_cuda("fla.modules.causal_conv1d"),
         _fla_causal_conv1d,
         accepts=_fla_accepts,
+        distribution="fla-core",
+    )
+)
+
+
+def _update_arguments(args: tuple, kwargs: dict) -> dict:
+    from exactfuse.ops.conv import _causal_conv1d_update
+
+    bound = _causal_conv1d_update.signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    return bound.arguments
+
+
+def _fla_update_accepts(*args, **kwargs) -> bool | str:
+    """FLA's decode step keeps each request's last ``K`` inputs in row ``r`` of ``cache [B, C, K]``: the
+    op's calls with that state (``history_at="end"``, ``K`` columns, no state indices), one row each."""
+    a = _update_arguments(args, kwargs)
+    K = a["weight"].shape[1]
+    if a["history_at"] != "end" or a["conv_state"].shape[2] != K or a["state_indices"] is not None:
+        return "FLA's update keeps row r's last K inputs ([B, C, K], history_at='end', no state_indices)"
+    if a["x"].dim() != 2 or a["dilation"] != 1 or a["num_accepted_tokens"] is not None:
+        return "FLA's update takes one row a request, without dilation or speculative tokens"
+    if a["conv_state"].shape[0] != a["x"].shape[0] or not a["conv_state"].is_contiguous():
+        return "FLA's update reads a contiguous cache of one row a request"
+    return True
+
+
+def _fla_causal_conv1d_update(args: tuple, kwargs: dict) -> PreparedCall:
+    """FLA's ``causal_conv1d_update`` on the op's own cache (the same semantics: shift in the row, the conv
+    over the last ``K`` inputs, the cache updated in place)."""
+    from fla.modules.causal_conv1d import causal_conv1d_update
+
+    a = _update_arguments(args, kwargs)
+    return lambda: causal_conv1d_update(
+        a["x"], a["conv_state"], weight=a["weight"], bias=a["bias"], activation=a["activation"]
+    )
+
+
+register_peer(
+    PeerAdapter(
+        "fla",
+        "causal_conv1d_update",
+        importable_on_cuda("fla.modules.causal_conv1d"),
+        _fla_causal_conv1d_update,
+        accepts=_fla_update_accepts,
         distribution="fla-core",
     )
 )
