@@ -292,17 +292,10 @@ def causal_conv1d_fn_backward_inputs(device: torch.device, dtype: torch.dtype, *
 
 def update_case(
     case_id, B, Lq, *, C, K, D, dtype, device, gen, spec=False, layout="cw", pad=(), bias=True, activation="silu",
-    wide=False, last_k=False,
+    wide=False,
 ) -> Case:  # fmt: skip
     """One ``causal_conv1d_update`` call: ``[B, C]`` when ``Lq`` is None, else ``[B, Lq, C]``; ``wide``:
-    fp32 weight and bias; ``last_k``: FLA's decode state instead of a slot cache, request ``r``'s last ``K``
-    inputs in row ``r`` of ``[B, C, K]`` (``history_at="end"``, no state indices)."""
-    if last_k:
-        x = randn((B, C), dtype, device, gen)
-        state = randn((B, C, K), dtype, device, gen)
-        args = (x, state, randn((C, K), dtype, device, gen, 0.5), randn((C,), dtype, device, gen) if bias else None)
-        kwargs = {"dilation": D, "activation": activation, "history_at": "end"}
-        return positional(_causal_conv1d_update, case_id, args, kwargs)
+    fp32 weight and bias."""
     SL = (K - 1) * D
     W = SL + ((Lq or 1) - 1 if spec else 0) + (layout == "wc")
     slots = B + 2
@@ -317,6 +310,19 @@ def update_case(
     if spec:
         kwargs["num_accepted_tokens"] = torch.randint(0, Lq + 1, (B,), generator=gen, dtype=torch.int32).to(device)
     return positional(_causal_conv1d_update, case_id, args, kwargs)
+
+
+def last_k_update_case(case_id, B, *, C, K, dtype, device, gen) -> Case:
+    """One decode step of ``causal_conv1d_update`` with FLA's state instead of a slot cache: request ``r``'s
+    last ``K`` inputs in row ``r`` of ``[B, C, K]`` (``history_at="end"``, no state indices), SiLU, bias."""
+    x = randn((B, C), dtype, device, gen)
+    args = (
+        x,
+        randn((B, C, K), dtype, device, gen),
+        randn((C, K), dtype, device, gen, 0.5),
+        randn((C,), dtype, device, gen),
+    )
+    return positional(_causal_conv1d_update, case_id, args, {"activation": "silu", "history_at": "end"})
 
 
 @_causal_conv1d_update.inputs
@@ -380,12 +386,14 @@ def _causal_grid(device, dtype, only=None):
 def _update_grid(device, dtype, only=None):
     """The slot-cache decode at B = 1-1024, and the same batches with FLA's state of the last K inputs
     (``-lastK``, the cases its update is timed on)."""
-    for last_k in (False, True):
-        for seed, B in enumerate((1, 8, 64, 256, 1024)):
-            case_id = f"B{B}-C{PLE_C}-K4" + ("-lastK" if last_k else "")
-            if only is None or case_id in only:
-                yield _lazy(case_id, update_case, seed, B, None, C=PLE_C, K=4, D=1, dtype=dtype, device=device,
-                            last_k=last_k)  # fmt: skip
+    for seed, B in enumerate((1, 8, 64, 256, 1024)):
+        case_id = f"B{B}-C{PLE_C}-K4"
+        if only is None or case_id in only:
+            yield _lazy(case_id, update_case, seed, B, None, C=PLE_C, K=4, D=1, dtype=dtype, device=device)
+    for seed, B in enumerate((1, 8, 64, 256, 1024)):
+        case_id = f"B{B}-C{PLE_C}-K4-lastK"
+        if only is None or case_id in only:
+            yield _lazy(case_id, last_k_update_case, seed, B, C=PLE_C, K=4, dtype=dtype, device=device)
 
 
 def _fn_grid(device, dtype, only=None, *, grad: bool = False):

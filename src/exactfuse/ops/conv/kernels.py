@@ -37,7 +37,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from exactfuse.ops.conv.slots import find_request, mask_and, request_slot, write_window
+from exactfuse.ops.conv.slots import find_request, fixup_tile, lean_tile, mask_and, request_slot, write_window
 from exactfuse.ops.math import activation, mul_rn
 
 MODE_CODES = {"decode": 0, "spec": 1, "prefill": 2}
@@ -317,7 +317,7 @@ def conv_rows_kernel(
         t0 = i_t * BT
         own = i_t >= 0
         if FIXUP:
-            t0, own = _fixup_tile(i_t, L, R, p_qsl, SL, BT)
+            t0, own = fixup_tile(i_t, L, R, p_qsl, SL, BT)
         if own:  # each row's request found by its own search, every tap masked by its request, state, sequence
             o_t = t0 + tl.arange(0, BT)
             m_c = o_c < C
@@ -339,42 +339,6 @@ def conv_rows_kernel(
             )  # fmt: skip
 
 
-@triton.jit
-def _lean(t0, L, R, p_qsl, SL: tl.constexpr, BT: tl.constexpr):
-    """Whether prefill tile rows ``[t0, t0 + BT)`` are the lean kernel's: no request boundary
-    (``query_start_loc`` entry) in ``(t0 - SL, t0 + BT)``, so every row and tap lies in one request or every
-    row outside all of them, and every tap row in ``[0, L)``. Also whether the rows are inside request ``r``,
-    and ``r``. Only the two boundaries around ``t0`` are read: the others are sorted beyond them."""
-    r = find_request(t0, R, p_qsl)
-    q0 = tl.load(p_qsl + r)
-    q1 = tl.load(p_qsl + r + 1, mask=r < R, other=0)
-    q1 = tl.where(r < R, q1, q0)  # no request (R = 0): its one boundary, and no row inside
-    lean = (q0 <= t0 - SL) | (q0 >= t0 + BT)
-    lean = lean & ((q1 <= t0 - SL) | (q1 >= t0 + BT)) & (t0 >= SL) & (t0 + BT <= L)
-    return lean, (q0 <= t0) & (t0 < q1), r
-
-
-@triton.jit
-def _fixup_tile(p, L, R, p_qsl, SL: tl.constexpr, BT: tl.constexpr):
-    """Program ``p`` of the fixup launch: its tile's first row, and whether it owns a tile the lean kernel
-    left (:func:`_lean`). Programs ``[0, (R + 1) NB)`` take boundary ``i = p // NB``'s tiles ``t0`` in
-    ``[b - BT + 1, b + SL - 1]`` (at most NB), each owned by the first boundary whose range holds it; then
-    ``FT`` programs the first tiles (``t0 < SL``) and one the last (``t0 + BT > L`` when ``L`` is not a
-    multiple of ``BT``). With sorted boundaries every tile the lean kernel leaves has one owner."""
-    NB: tl.constexpr = (BT + SL - 2) // BT + 1
-    FT: tl.constexpr = (SL + BT - 1) // BT
-    T = (L + BT - 1) // BT
-    B = (R + 1) * NB
-    i = tl.minimum(p // NB, R)
-    b = tl.load(p_qsl + i)
-    prev = tl.load(p_qsl + i - 1, mask=i > 0, other=0)
-    tile = (tl.maximum(b - BT + 1, 0) + BT - 1) // BT + p % NB
-    own = (tile <= (b + SL - 1) // BT) & ((i == 0) | (tile > (prev + SL - 1) // BT)) & (tile >= FT) & (tile < T - 1)
-    tile = tl.where(p < B, tile, tl.where(p < B + FT, p - B, T - 1))
-    own = tl.where(p < B, own, tl.where(p < B + FT, tile < T, tile >= FT))
-    return tile * BT, own & ~_lean(tile * BT, L, R, p_qsl, SL, BT)[0]
-
-
 @triton.jit(do_not_specialize=["L", "R", "N", "slots", "null_slot"])
 def conv_lean_kernel(
     p_x, p_w, p_b, p_res, p_outer, p_out, p_sid, p_qsl, p_init,
@@ -385,7 +349,7 @@ def conv_lean_kernel(
     BC: tl.constexpr, BT: tl.constexpr,
 ):  # fmt: skip
     """Prefill (no token map, no ``seq_idx``): a ``[BT, BC]`` tile of rows x channels whose rows and taps are
-    all in one request past its first ``SL`` rows (or all outside every request), :func:`_lean`. No tap
+    all in one request past its first ``SL`` rows (or all outside every request), ``slots.lean_tile``. No tap
     reaches a state, so the tile is ``K`` shifted loads of ``x`` and the tap sum, issued before the request
     search they do not depend on; the other tiles are left to ``conv_rows_kernel``'s FIXUP launch. The sums
     are :func:`_tap_sum`'s sequence of roundings, so every output is that kernel's bits. Arguments as
@@ -400,16 +364,14 @@ def conv_lean_kernel(
         o_row = o_t + (D * k - SL)
         m_x = mask_and(m_c, (o_row >= 0) & (o_row < L))
         taps += (tl.load(p_x + o_row.to(tl.int64) * stride_x + o_c, mask=m_x, other=0.0),)
-    lean, inside, r = _lean(t0, L, R, p_qsl, SL, BT)
+    lean, inside, r = lean_tile(t0, L, R, p_qsl, SL, BT)
     if lean:
         out_ok = inside
-        if HAS_STATE:
-            out_ok = (
-                out_ok
-                & request_slot(
-                    r, R, p_sid, p_sid, p_init, slots, null_slot, stride_sid, 2, 1, HAS_STATE, HAS_SID, INIT
-                )[1]
-            )
+        if HAS_STATE:  # a request with no slot (padding) has no output; prefill mode (2), no spec rows (1)
+            state_ok = request_slot(
+                r, R, p_sid, p_sid, p_init, slots, null_slot, stride_sid, 2, 1, HAS_STATE, HAS_SID, INIT
+            )[1]
+            out_ok = out_ok & state_ok
         acc = tl.zeros_like(o_t * o_c).to(tl.float32)
         for k in tl.static_range(K):
             b_w = tl.load(p_w + o_c * stride_w_c + k * stride_w_k, mask=m_c).to(tl.float32)

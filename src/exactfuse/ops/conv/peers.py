@@ -25,16 +25,17 @@ from exactfuse.bench.peers import (
 _FLA_CHUNK = 64  # causal_conv1d_fwd's default chunk of tokens, for which the chunk indices are built
 
 
-def _arguments(args: tuple, kwargs: dict) -> dict:
-    from exactfuse.ops.conv import _causal_conv1d
+def _arguments(name: str, args: tuple, kwargs: dict) -> dict:
+    """The call's arguments by name, defaults filled in, read through the signature of the op ``conv.<name>``."""
+    from exactfuse.ops import conv
 
-    bound = _causal_conv1d.signature.bind(*args, **kwargs)
+    bound = getattr(conv, name).signature.bind(*args, **kwargs)
     bound.apply_defaults()
     return bound.arguments
 
 
 def _fla_accepts(*args, **kwargs) -> bool | str:
-    a = _arguments(args, kwargs)
+    a = _arguments("_causal_conv1d", args, kwargs)
     if a["dilation"] != 1:
         return "FLA's causal conv has no dilation"
     if a["state_indices"] is not None and bool((a["state_indices"] == a["pad_slot_id"]).any()):
@@ -46,7 +47,7 @@ def _fla_causal_conv1d(args: tuple, kwargs: dict) -> PreparedCall:
     from fla.modules.causal_conv1d import causal_conv1d
     from fla.ops.utils.index import prepare_chunk_indices
 
-    a = _arguments(args, kwargs)
+    a = _arguments("_causal_conv1d", args, kwargs)
     x, weight, state = a["x"], a["weight"], a["conv_state"]
     C, K = weight.shape
     qsl = a["query_start_loc"]
@@ -84,18 +85,10 @@ register_peer(
 )
 
 
-def _update_arguments(args: tuple, kwargs: dict) -> dict:
-    from exactfuse.ops.conv import _causal_conv1d_update
-
-    bound = _causal_conv1d_update.signature.bind(*args, **kwargs)
-    bound.apply_defaults()
-    return bound.arguments
-
-
 def _fla_update_accepts(*args, **kwargs) -> bool | str:
     """FLA's decode step keeps each request's last ``K`` inputs in row ``r`` of ``cache [B, C, K]``: the
     op's calls with that state (``history_at="end"``, ``K`` columns, no state indices), one row each."""
-    a = _update_arguments(args, kwargs)
+    a = _arguments("_causal_conv1d_update", args, kwargs)
     K = a["weight"].shape[1]
     if a["history_at"] != "end" or a["conv_state"].shape[2] != K or a["state_indices"] is not None:
         return "FLA's update keeps row r's last K inputs ([B, C, K], history_at='end', no state_indices)"
@@ -111,7 +104,7 @@ def _fla_causal_conv1d_update(args: tuple, kwargs: dict) -> PreparedCall:
     over the last ``K`` inputs, the cache updated in place)."""
     from fla.modules.causal_conv1d import causal_conv1d_update
 
-    a = _update_arguments(args, kwargs)
+    a = _arguments("_causal_conv1d_update", args, kwargs)
     return lambda: causal_conv1d_update(
         a["x"], a["conv_state"], weight=a["weight"], bias=a["bias"], activation=a["activation"]
     )
@@ -130,11 +123,7 @@ register_peer(
 
 
 def _fn_backward_inputs(args: tuple, kwargs: dict):
-    from exactfuse.ops.conv import causal_conv1d_fn_backward
-
-    bound = causal_conv1d_fn_backward.signature.bind(*args, **kwargs)
-    bound.apply_defaults()
-    a = bound.arguments
+    a = _arguments("causal_conv1d_fn_backward", args, kwargs)
     leaves = [t.detach().clone().requires_grad_() for t in (a["x"], a["weight"], a["bias"]) if t is not None]
     return a, leaves
 

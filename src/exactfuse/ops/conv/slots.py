@@ -1,5 +1,7 @@
 """The conv kernels' request and state-slot helpers (``kernels.py`` calls them): which request a row
-belongs to, the request's slot and permissions, and the write of a slot's new window.
+belongs to, which prefill tiles lie clear of every request boundary (the lean kernel's) and which program
+of the fixup launch takes each other one, the request's slot and permissions, and the write of a slot's
+new window.
 """
 
 from __future__ import annotations
@@ -84,3 +86,39 @@ def find_request(rows, R, p_qsl):
         hi = tl.where(starts_before, hi, mid - 1)
         span = span // 2
     return lo
+
+
+@triton.jit
+def lean_tile(t0, L, R, p_qsl, SL: tl.constexpr, BT: tl.constexpr):
+    """Whether prefill tile rows ``[t0, t0 + BT)`` are the lean kernel's: no request boundary
+    (``query_start_loc`` entry) in ``(t0 - SL, t0 + BT)``, so every row and tap lies in one request or every
+    row outside all of them, and every tap row in ``[0, L)``. Also whether the rows are inside request ``r``,
+    and ``r``. Only the two boundaries around ``t0`` are read: the others are sorted beyond them."""
+    r = find_request(t0, R, p_qsl)
+    q0 = tl.load(p_qsl + r)
+    q1 = tl.load(p_qsl + r + 1, mask=r < R, other=0)
+    q1 = tl.where(r < R, q1, q0)  # no request (R = 0): its one boundary, and no row inside
+    lean = (q0 <= t0 - SL) | (q0 >= t0 + BT)
+    lean = lean & ((q1 <= t0 - SL) | (q1 >= t0 + BT)) & (t0 >= SL) & (t0 + BT <= L)
+    return lean, (q0 <= t0) & (t0 < q1), r
+
+
+@triton.jit
+def fixup_tile(p, L, R, p_qsl, SL: tl.constexpr, BT: tl.constexpr):
+    """Program ``p`` of the fixup launch: its tile's first row, and whether it owns a tile the lean kernel
+    left (:func:`lean_tile`). Programs ``[0, (R + 1) NB)`` take boundary ``i = p // NB``'s tiles ``t0`` in
+    ``[b - BT + 1, b + SL - 1]`` (at most NB), each owned by the first boundary whose range holds it; then
+    ``FT`` programs the first tiles (``t0 < SL``) and one the last (``t0 + BT > L`` when ``L`` is not a
+    multiple of ``BT``). With sorted boundaries every tile the lean kernel leaves has one owner."""
+    NB: tl.constexpr = (BT + SL - 2) // BT + 1
+    FT: tl.constexpr = (SL + BT - 1) // BT
+    T = (L + BT - 1) // BT
+    B = (R + 1) * NB
+    i = tl.minimum(p // NB, R)
+    b = tl.load(p_qsl + i)
+    prev = tl.load(p_qsl + i - 1, mask=i > 0, other=0)
+    tile = (tl.maximum(b - BT + 1, 0) + BT - 1) // BT + p % NB
+    own = (tile <= (b + SL - 1) // BT) & ((i == 0) | (tile > (prev + SL - 1) // BT)) & (tile >= FT) & (tile < T - 1)
+    tile = tl.where(p < B, tile, tl.where(p < B + FT, p - B, T - 1))
+    own = tl.where(p < B, own, tl.where(p < B + FT, tile < T, tile >= FT))
+    return tile * BT, own & ~lean_tile(tile * BT, L, R, p_qsl, SL, BT)[0]

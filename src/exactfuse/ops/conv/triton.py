@@ -102,7 +102,7 @@ def launch_conv(
             target.stride(0), weight.stride(0), weight.stride(1), sid_stride,
             K=K, D=dilation, HAS_SID=flags["HAS_SID"], INIT=flags["INIT"], **common,
         )  # fmt: skip
-    boundary_tiles = (cfg.BT + SL - 2) // cfg.BT + 1  # tiles one boundary can leave (kernels._fixup_tile's NB)
+    boundary_tiles = (cfg.BT + SL - 2) // cfg.BT + 1  # tiles one boundary can leave (slots.fixup_tile's NB)
     rows_grid = (R + 1) * boundary_tiles + triton.cdiv(SL, cfg.BT) + 1 if lean else triton.cdiv(L, cfg.BT)
     torch.library.wrap_triton(conv_rows_kernel)[(rows_grid, triton.cdiv(C, cfg.BC))](
         x, weight, bias if bias is not None else x, target, outer_residual if outer_residual is not None else x,
