@@ -53,6 +53,10 @@ if interpreter_enabled():
         return exact_tanh(x)
 
     @triton.jit
+    def libdevice_tanh(x):
+        return exact_tanh(x)
+
+    @triton.jit
     def mul_rn(a, b):
         return a * b  # numpy multiplies and rounds; nothing is fused
 
@@ -65,6 +69,42 @@ else:
 
     @triton.jit
     def exact_tanh(x):
+        """fp32 ``tanhf`` as libdevice evaluates it (``__nv_tanhf``, the PTX Triton 3.6 inlines for
+        ``libdevice.tanh``; ATen's CUDA ``tanh`` gives the same bits on every 16-bit input), with its branch
+        on ``|x| < 0.6`` replaced by a select: both paths run, each with libdevice's instructions and
+        constants, and ``selp`` keeps the one libdevice takes (NaN takes the polynomial, as libdevice's
+        ``setp.ltu`` sends it). Branch-free, a thread's elements overlap instead of each running a divergent
+        region of its own. tests/ops/test_math.py compares it with :func:`libdevice_tanh` on all 2^32 fp32
+        inputs on the GPU."""
+        return tl.inline_asm_elementwise(
+            """{
+            .reg .b32 a, s, p, e, y, sign;
+            .reg .pred big, one;
+            abs.ftz.f32 a, $1;
+            mul.f32 s, $1, $1;
+            fma.rn.ftz.f32 p, 0f3C80F082, s, 0fBD563CAE;
+            fma.rn.ftz.f32 p, p, s, 0f3E085941;
+            fma.rn.ftz.f32 p, p, s, 0fBEAAA9ED;
+            fma.rn.ftz.f32 p, p, s, 0f00000000;
+            fma.rn.ftz.f32 p, p, $1, $1;
+            mul.f32 e, a, 0f4038AA3B;
+            ex2.approx.ftz.f32 e, e;
+            add.f32 e, e, 0f3F800000;
+            rcp.approx.ftz.f32 e, e;
+            fma.rn.ftz.f32 y, e, 0fC0000000, 0f3F800000;
+            setp.ge.f32 one, a, 0f41102CB4;
+            selp.f32 y, 0f3F800000, y, one;
+            and.b32 sign, $1, 0x80000000;
+            or.b32 y, y, sign;
+            setp.ge.f32 big, a, 0f3F19999A;
+            selp.f32 $0, y, p, big;
+            }""",
+            "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1,
+        )  # fmt: skip
+
+    @triton.jit
+    def libdevice_tanh(x):
+        """libdevice's ``tanhf`` as Triton calls it, branch and all: what ``exact_tanh`` is checked against."""
         return libdevice.tanh(x)
 
     @triton.jit

@@ -259,7 +259,7 @@ def conv_rows_kernel(
     HAS_STATE: tl.constexpr, HAS_SID: tl.constexpr, INIT: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
     BC: tl.constexpr, BW: tl.constexpr, BT: tl.constexpr, UNROLL: tl.constexpr, HAS_SEQ_IDX: tl.constexpr,
-    FIXUP: tl.constexpr,
+    FIXUP: tl.constexpr, HEAD: tl.constexpr,
 ):  # fmt: skip
     """``BT`` logical rows x ``BC`` channels of the conv output; in decode also the row's state shift.
 
@@ -273,10 +273,12 @@ def conv_rows_kernel(
     p_seq: ``[L]`` int32, each logical row's sequence (HAS_SEQ_IDX: Dao's ``seq_idx``; taps across a change are
     zero, rows < 0 have no output; never with a state). constexpr: MODE (0 decode, 1 spec, 2 prefill), K, D
     (dilation), SQL, INIT (0 never, 1 tensor, 2 always), the HAS_* flags, ACT (the SiLU's formula id, -1 none), BC
-    (channels per program), BW (``next_power_of_2(SL + SQL - 1)``), BT (rows per program: 1 in decode, where each
-    row is a request and shifts its own window), UNROLL (spec, prefill: 1 loads each tap's rows, more takes runs of
-    UNROLL rows from a register window, :func:`_conv_runs`; a power of two dividing BT). L, R, N, slots and
-    null_slot are runtime values, not specialized: one compile serves every batch.
+    (channels per program), BW (``next_power_of_2(HEAD + SL + SQL - 1)``), BT (rows per program: 1 in decode, where
+    each row is a request and shifts its own window), UNROLL (spec, prefill: 1 loads each tap's rows, more takes runs
+    of UNROLL rows from a register window, :func:`_conv_runs`; a power of two dividing BT), HEAD (Dao's wide window
+    with the history at its end: p_state points at the history, the ``HEAD`` positions before it shift with it,
+    ``(window ‖ rows)[qlen:]``; 0 otherwise). L, R, N, slots and null_slot are runtime values, not specialized:
+    one compile serves every batch.
     """
     SL: tl.constexpr = (K - 1) * D
     i_t = tl.program_id(0)
@@ -298,10 +300,10 @@ def conv_rows_kernel(
             stride_s_c, stride_s_w, K, D, HAS_STATE, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
             HAS_SEQ_IDX,
         )  # fmt: skip
-        if HAS_STATE:
+        if HAS_STATE:  # the whole window shifts by the one row: HEAD + SL positions from p_slot - HEAD
             write_window(
-                p_slot, p_x, p_tok, o_c, m_c, i_t, 1, 0, SL, state_ok, read_state, L, N,
-                stride_x, stride_s_c, stride_s_w, SL, SL, BW, HAS_TOKEN_MAP,
+                p_slot - HEAD * stride_s_w, p_x, p_tok, o_c, m_c, i_t, 1, 0, HEAD + SL, state_ok, read_state, L, N,
+                stride_x, stride_s_c, stride_s_w, HEAD + SL, HEAD + SL, BW, HAS_TOKEN_MAP,
             )  # fmt: skip
     elif UNROLL > 1:  # runs of UNROLL rows over a register window
         o_c = (i_c * BC + tl.arange(0, BC))[None, :]
@@ -389,16 +391,18 @@ def conv_state_kernel(
     stride_x, stride_s_slot, stride_s_c, stride_s_w, stride_sid,
     MODE: tl.constexpr, K: tl.constexpr, D: tl.constexpr, SQL: tl.constexpr,
     HAS_SID: tl.constexpr, INIT: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr,
-    BC: tl.constexpr, BW: tl.constexpr,
+    BC: tl.constexpr, BW: tl.constexpr, HEAD: tl.constexpr,
 ):  # fmt: skip
     """State write-back of one (request, channel block) in spec (MODE 1) or prefill (MODE 2) mode.
 
     Pointers and strides as in :func:`conv_rows_kernel`. Prefill: the window becomes the last ``SL``
     entries of ``history ‖ chunk`` (nothing when the chunk is empty); spec: ``history[1:] ‖ all chunk
-    rows``, positions from ``SL + qlen - 1`` on keep their values.
+    rows``, positions from ``SL + qlen - 1`` on keep their values. HEAD (prefill only): the ``HEAD`` positions
+    before the history at p_state shift with it, the window of ``HEAD + SL`` positions becoming the last ones of
+    ``window ‖ chunk``.
     """
     SL: tl.constexpr = (K - 1) * D
-    NW: tl.constexpr = SL + SQL - 1
+    NW: tl.constexpr = HEAD + SL + SQL - 1
     r = tl.program_id(0)
     i_c = tl.program_id(1)
     o_c = i_c * BC + tl.arange(0, BC)
@@ -414,9 +418,10 @@ def conv_state_kernel(
         write_ok = state_ok
     else:
         shift = qlen
-        count = r * 0 + SL
+        count = r * 0 + HEAD + SL
         write_ok = state_ok & (qlen > 0)
     write_window(
-        p_state + sid.to(tl.int64) * stride_s_slot, p_x, p_tok, o_c, m_c, q_start, shift, slot_off, count,
-        write_ok, read_state, L, N, stride_x, stride_s_c, stride_s_w, SL, NW, BW, HAS_TOKEN_MAP,
+        p_state + sid.to(tl.int64) * stride_s_slot - HEAD * stride_s_w, p_x, p_tok, o_c, m_c, q_start, shift,
+        slot_off, count, write_ok, read_state, L, N, stride_x, stride_s_c, stride_s_w, HEAD + SL, NW, BW,
+        HAS_TOKEN_MAP,
     )  # fmt: skip

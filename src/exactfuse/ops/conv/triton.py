@@ -39,13 +39,16 @@ def launch_conv(
     seq_idx: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
     config: heuristics.ConvConfig | None = None,
+    head: int = 0,
 ) -> None:
     """Launch the row kernel, then (spec, prefill, with a state) the write-back kernel.
 
     Arguments as :func:`exactfuse.ops.conv.native.conv_reference` (a call read by ``calls.short_conv_call``
     and its siblings); ``num_accepted_tokens`` outside spec mode and ``has_initial_state`` unless
     ``init="tensor"`` are not passed to the kernels. ``out [L, C]`` receives the conv output when there is
-    no ``residual``; ``config`` (sweeps, tests) replaces ``heuristics.conv_config``'s choice. Nothing here
+    no ``residual``; ``config`` (sweeps, tests) replaces ``heuristics.conv_config``'s choice. ``head``: the
+    state positions before ``conv_state`` (a view of Dao's wide window at its history, decode and prefill) that
+    the write-back shifts with the history. Nothing here
     branches on a row, request or slot count: the grids are expressions in them, and an empty grid
     launches nothing. The kernels read ``query_start_loc`` as int32: an int64 one (FLA's ``cu_seqlens``)
     is converted here, one device op (the eager check has bounded its values by the row count).
@@ -66,7 +69,7 @@ def launch_conv(
     state = conv_state if has_state else x
     s_strides = conv_state.stride() if has_state else (0, 0, 0)
     contiguous = not is_symbolic(s_strides[1]) and s_strides[1] == 1  # a symbolic stride is not 1
-    cfg = config or heuristics.conv_config(C, SL + SQL - 1, mode, contiguous)
+    cfg = config or heuristics.conv_config(C, head + SL + SQL - 1, mode, contiguous)
     slots = conv_state.shape[0] if has_state else 1
     flags = dict(
         MODE=MODE_CODES[mode],
@@ -76,6 +79,7 @@ def launch_conv(
         HAS_SID=state_indices is not None,
         INIT=INIT_CODES[init],
         HAS_TOKEN_MAP=token_indices is not None,
+        HEAD=head,
     )
     sid = state_indices if state_indices is not None else x
     qsl = query_start_loc if query_start_loc is not None else x
@@ -180,11 +184,13 @@ def causal_conv1d_update_triton(
     history_at: str = "start",
 ) -> torch.Tensor:
     out = empty(x.shape, x.dtype, x.device)
-    conv_state = windows.end_history(x, conv_state, weight, dilation, state_indices, pad_slot_id, history_at)
+    # Dao's wide window ("end"): the kernels read the history at its end and shift the head with it
+    head = conv_state.shape[2] - (weight.shape[1] - 1) * dilation if history_at == "end" else 0
     call = calls.causal_conv1d_update_call(
-        x, conv_state, weight, bias, activation, dilation, state_indices, num_accepted_tokens, pad_slot_id
-    )
-    launch_conv(**call, out=out.view(call["x"].shape))
+        x, conv_state[:, :, head:], weight, bias, activation, dilation, state_indices, num_accepted_tokens,
+        pad_slot_id,
+    )  # fmt: skip
+    launch_conv(**call, out=out.view(call["x"].shape), head=head)
     return out
 
 
