@@ -114,47 +114,6 @@ def _conv_rows(
 
 
 @triton.jit
-def _decode_row(
-    p_x, p_w, p_b, p_res, p_outer, p_out, p_slot, p_tok, i_t, o_c, m_c, out_ok, state_ok, read_state, L, N,
-    stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_s_c, stride_s_w,
-    K: tl.constexpr, D: tl.constexpr, HEAD: tl.constexpr, BW: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr,
-    HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
-):  # fmt: skip
-    """Decode row ``i_t`` (its own request) over channels ``o_c`` with a state: the slot's window of ``HEAD +
-    SL`` positions (from ``p_slot - HEAD``) is loaded once as a ``[BW, BC]`` tile (zeros unless ``read_state``),
-    each tap before the row is taken from it (a select and a sum of one value and zeros: the value itself,
-    a zero as +0), the output finished as :func:`_conv_rows` finishes it, and the window stored back from
-    the same registers one position down with the row's input last: ``(window ‖ x)[1:]``."""
-    SL: tl.constexpr = (K - 1) * D
-    WL: tl.constexpr = HEAD + SL
-    o_w = tl.arange(0, BW)[:, None]
-    p_win = p_slot - HEAD * stride_s_w + o_w * stride_s_w + o_c[None, :] * stride_s_c
-    win = tl.load(p_win, mask=mask_and((o_w < WL) & m_c[None, :], read_state), other=0.0)
-    row_ok = out_ok & (i_t >= 0) & (i_t < L)
-    o_row = i_t
-    if HAS_TOKEN_MAP:
-        o_row = tl.load(p_tok + i_t, mask=row_ok, other=0)
-        row_ok = row_ok & (o_row >= 0) & (o_row < N)
-    b_x = tl.load(p_x + o_row.to(tl.int64) * stride_x + o_c, mask=mask_and(m_c, row_ok), other=0.0)
-    acc = tl.zeros_like(o_c).to(tl.float32)
-    for k in tl.static_range(K):
-        b_w = tl.load(p_w + o_c * stride_w_c + k * stride_w_k, mask=m_c).to(tl.float32)
-        if D * k < SL:
-            tap = tl.sum(tl.where(o_w == HEAD + D * k, win, tl.zeros_like(win)), axis=0).to(tl.float32)
-        else:
-            tap = b_x.to(tl.float32)
-        acc = acc + mul_rn(b_w, tap)
-    _finish(
-        acc, p_x, p_w, p_b, p_res, p_outer, p_out, p_tok, i_t, o_c, m_c, out_ok, L, N, stride_res, stride_outer,
-        stride_out, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
-    )  # fmt: skip
-    tl.debug_barrier()  # every thread's window loads before any store into the slot
-    tl.store(p_win - stride_s_w, win, mask=mask_and((o_w >= 1) & (o_w < WL) & m_c[None, :], state_ok))
-    p_last = p_slot + (SL - 1) * stride_s_w + o_c * stride_s_c
-    tl.store(p_last, b_x.to(win.dtype), mask=mask_and(m_c, state_ok))
-
-
-@triton.jit
 def _row_seq(p_seq, o_t, out_ok, L, HAS_SEQ_IDX: tl.constexpr):
     """Rows ``o_t``'s ``seq_idx`` (HAS_SEQ_IDX; else 0) and ``out_ok`` without the padding rows
     (``seq_idx < 0``), which have no output."""
@@ -335,18 +294,16 @@ def conv_rows_kernel(
             out_ok = out_ok & state_ok
         seq, out_ok = _row_seq(p_seq, i_t, out_ok, L, HAS_SEQ_IDX)
         p_slot = p_state + sid.to(tl.int64) * stride_s_slot
-        if HAS_STATE:
-            _decode_row(
-                p_x, p_w, p_b, p_res, p_outer, p_out, p_slot, p_tok, i_t, o_c, m_c, out_ok, state_ok, read_state,
-                L, N, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_s_c, stride_s_w,
-                K, D, HEAD, BW, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
-            )  # fmt: skip
-        else:
-            _conv_rows(
-                p_x, p_w, p_b, p_res, p_outer, p_out, p_slot, p_tok, p_seq, i_t, o_c, m_c, i_t, out_ok, read_state,
-                slot_off, seq, read_state, L, N, stride_x, stride_res, stride_outer, stride_out, stride_w_c,
-                stride_w_k, stride_s_c, stride_s_w, K, D, HAS_STATE, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER,
-                HAS_BIAS, ACT, HAS_SEQ_IDX,
+        _conv_rows(
+            p_x, p_w, p_b, p_res, p_outer, p_out, p_slot, p_tok, p_seq, i_t, o_c, m_c, i_t, out_ok, read_state,
+            slot_off, seq, read_state, L, N, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k,
+            stride_s_c, stride_s_w, K, D, HAS_STATE, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
+            HAS_SEQ_IDX,
+        )  # fmt: skip
+        if HAS_STATE:  # the whole window shifts by the one row: HEAD + SL positions from p_slot - HEAD
+            write_window(
+                p_slot - HEAD * stride_s_w, p_x, p_tok, o_c, m_c, i_t, 1, 0, HEAD + SL, state_ok, read_state, L, N,
+                stride_x, stride_s_c, stride_s_w, HEAD + SL, HEAD + SL, BW, HAS_TOKEN_MAP,
             )  # fmt: skip
     elif UNROLL > 1:  # runs of UNROLL rows over a register window
         o_c = (i_c * BC + tl.arange(0, BC))[None, :]
