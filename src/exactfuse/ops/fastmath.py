@@ -41,6 +41,7 @@ SILU, GELU_ERF, GELU_TANH = 0, 1, 2  # the exact formulas, as ATen's CUDA kernel
 SILU_FAST, SILU_SIGMOID, SILU_EXP_FAST_DIV, SILU_EXP_NEWTON_DIV = 3, 4, 5, 6
 GELU_ERF_LIBDEVICE, GELU_TANH_APPROX, GELU_TANH_SIGMOID = 7, 8, 9
 SILU_FAST_FP16_FIXED = 10
+SILU_RCP = 11
 
 FORMULAS: dict[int, tuple[str, str]] = {  # id -> (activation, what it evaluates)
     SILU: ("silu", "exact: libdevice exp, IEEE division"),
@@ -54,6 +55,7 @@ FORMULAS: dict[int, tuple[str, str]] = {  # id -> (activation, what it evaluates
     GELU_TANH_APPROX: ("gelu_tanh", "tanh.approx.f32"),
     GELU_TANH_SIGMOID: ("gelu_tanh", "x / (1 + ex2.approx exp(-2u)), approximate division"),
     SILU_FAST_FP16_FIXED: ("silu", "ex2.approx exp, approximate division, eager's fp16 result at -2.7246, -4.9219"),
+    SILU_RCP: ("silu", "ex2.approx.ftz exp, x times rcp.approx.f32"),
 }
 EXACT = {"silu": SILU, "gelu_none": GELU_ERF, "gelu_tanh": GELU_TANH}
 EXACT_FORMULAS = frozenset(EXACT.values())

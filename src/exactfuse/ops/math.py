@@ -57,6 +57,14 @@ if interpreter_enabled():
         return exact_tanh(x)
 
     @triton.jit
+    def exp2_ftz(x):
+        return tl.exp2(x)
+
+    @triton.jit
+    def rcp_approx(x):
+        return 1.0 / x
+
+    @triton.jit
     def mul_rn(a, b):
         return a * b  # numpy multiplies and rounds; nothing is fused
 
@@ -123,10 +131,16 @@ else:
         return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1)
 
     @triton.jit
-    def _ex2_approx_ftz(x):
+    def exp2_ftz(x):
+        """``ex2.approx.ftz.f32``: ``2^x`` in one MUFU instruction, subnormal results flushed to zero."""
         return tl.inline_asm_elementwise(
             "ex2.approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1
         )
+
+    @triton.jit
+    def rcp_approx(x):
+        """``rcp.approx.f32``: ``1 / x`` in one MUFU instruction (about 1 ulp), subnormal results kept."""
+        return tl.inline_asm_elementwise("rcp.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1)
 
     @triton.jit
     def _erf_cuda13(x):
@@ -143,7 +157,7 @@ else:
         r = tl.fma(r, t, tl.where(big, 0.6290600299835205, 0.12837915122509003))
         s = tl.where(big, -a, x)
         r = tl.fma(r, s, s)
-        one_minus = 1.0 - _ex2_approx_ftz(r)
+        one_minus = 1.0 - exp2_ftz(r)
         return tl.where(big, tl.where(x < 0, -one_minus, one_minus), r)
 
     if int((torch.version.cuda or "0").split(".")[0]) >= 13:
@@ -179,6 +193,14 @@ def fast_silu_fp16_fixed(x):
     y = fast_silu(x)
     y = tl.where(x == -2.724609375, -0.1676025390625, y)
     return tl.where(x == -4.921875, -0.035614013671875, y)
+
+
+@triton.jit
+def rcp_silu(x):
+    """``x * (1 / (1 + exp(-x)))`` with ``ex2.approx.ftz`` (an exp that flushes leaves ``1 + exp`` as it is) and
+    ``rcp.approx.f32``, whose subnormal reciprocals are kept: flushed ones (``rcp.approx.ftz``) zero SiLU at
+    x in [-88.7, -87.3], where eager's is a normal number."""
+    return x * rcp_approx(1.0 + exp2_ftz(x * -1.4426950408889634))
 
 
 @triton.jit
@@ -230,7 +252,7 @@ def sigmoid_tanh_gelu(x):
 @triton.jit
 def activation(x, FORMULA: tl.constexpr):
     """fp32 ``x`` -> fp32 activation by formula id (``fastmath.FORMULAS``): 0-2 evaluated as ATen's CUDA
-    kernels do, 3-10 fast formulas (``exactfuse.ops.math``) that a kernel takes only where proven."""
+    kernels do, 3-11 fast formulas (``exactfuse.ops.math``) that a kernel takes only where proven."""
     if FORMULA == 0:  # SILU
         return tl.div_rn(x, 1.0 + exact_exp(-x))
     elif FORMULA == 1:  # GELU_ERF
@@ -252,6 +274,8 @@ def activation(x, FORMULA: tl.constexpr):
         return fast_tanh_gelu(x)
     elif FORMULA == 10:  # SILU_FAST_FP16_FIXED
         return fast_silu_fp16_fixed(x)
+    elif FORMULA == 11:  # SILU_RCP
+        return rcp_silu(x)
     else:  # 9: GELU_TANH_SIGMOID
         return sigmoid_tanh_gelu(x)
 
