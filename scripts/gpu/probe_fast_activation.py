@@ -1,5 +1,5 @@
 """Which activation formulas are bitwise over the whole 16-bit input space? Every formula of
-``exactfuse.ops.fastmath.FORMULAS`` (silu, gelu_none, gelu_tanh), fp16 and bf16: how many of the 65,536
+``exactfuse.ops.fastmath.FORMULAS`` (silu, gelu_none, gelu_tanh, sigmoid), fp16 and bf16: how many of the 65,536
 inputs differ from eager PyTorch, and the first few, through fastmath's own check (the kernels' helper).
 
     PYTHONPATH=src python3 scripts/gpu/probe_fast_activation.py [--out [PATH]]

@@ -4,7 +4,8 @@ The activation of an fp16 or bf16 tensor takes a 16-bit input, so its whole doma
 A fast formula (``exactfuse.ops.math``: approximate ``exp``, approximate division) gives eager PyTorch's
 bits on every input exactly when it gives them on all 65,536. :func:`proof` runs every pattern through
 the kernels' own activation helper (``exactfuse.ops.math.activation``) with each candidate formula id,
-rounds to the dtype and compares bit for bit with eager ``F.silu`` / ``F.gelu`` on the same device (any
+rounds to the dtype and compares bit for bit with eager ``F.silu`` / ``F.gelu`` / ``torch.sigmoid`` (the
+eager gate of ``sparse_paged_attention``) on the same device (any
 NaN matches any NaN). The first candidate with no differing input is admitted; when every candidate
 fails, the exact formula (the spec's math, which needs no proof) stays, and each failure is logged as a
 warning naming the (formula, dtype) pair. Launchers ask :func:`chosen_formula`, which proves once per
@@ -42,6 +43,7 @@ SILU_FAST, SILU_SIGMOID, SILU_EXP_FAST_DIV, SILU_EXP_NEWTON_DIV = 3, 4, 5, 6
 GELU_ERF_LIBDEVICE, GELU_TANH_APPROX, GELU_TANH_SIGMOID = 7, 8, 9
 SILU_FAST_FP16_FIXED = 10
 SILU_RCP = 11
+SIGMOID, SIGMOID_FAST, SIGMOID_RCP = 12, 13, 14
 
 FORMULAS: dict[int, tuple[str, str]] = {  # id -> (activation, what it evaluates)
     SILU: ("silu", "exact: libdevice exp, IEEE division"),
@@ -56,8 +58,11 @@ FORMULAS: dict[int, tuple[str, str]] = {  # id -> (activation, what it evaluates
     GELU_TANH_SIGMOID: ("gelu_tanh", "x / (1 + ex2.approx exp(-2u)), approximate division"),
     SILU_FAST_FP16_FIXED: ("silu", "ex2.approx exp, approximate division, eager's fp16 result at -2.7246, -4.9219"),
     SILU_RCP: ("silu", "ex2.approx.ftz exp, x times rcp.approx.f32"),
+    SIGMOID: ("sigmoid", "exact: libdevice exp, IEEE division"),
+    SIGMOID_FAST: ("sigmoid", "ex2.approx exp, approximate division"),
+    SIGMOID_RCP: ("sigmoid", "ex2.approx.ftz exp, rcp.approx.f32"),
 }
-EXACT = {"silu": SILU, "gelu_none": GELU_ERF, "gelu_tanh": GELU_TANH}
+EXACT = {"silu": SILU, "gelu_none": GELU_ERF, "gelu_tanh": GELU_TANH, "sigmoid": SIGMOID}
 EXACT_FORMULAS = frozenset(EXACT.values())
 
 # What the kernels try, fastest first, per (activation, dtype); the exact formula follows as the last
@@ -73,6 +78,7 @@ OPS_USING = {
     "silu": ("silu_and_mul", "silu_mul", "short_conv", "causal_conv1d", "causal_conv1d_update"),
     "gelu_none": ("gelu_and_mul", "gelu_mul"),
     "gelu_tanh": ("gelu_and_mul", "gelu_mul"),
+    "sigmoid": ("sparse_paged_attention",),  # its eager gate: torch.sigmoid(gate) rounded to the dtype
 }
 INPUTS = 1 << 16
 SHOWN = 4  # differing inputs a check keeps
@@ -133,9 +139,12 @@ def all_inputs(dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
 
 
 def reference(activation: str, x: torch.Tensor) -> torch.Tensor:
-    """Eager PyTorch's activation of ``x`` in ``x``'s dtype: the spec's ``F.silu`` / ``F.gelu``."""
+    """Eager PyTorch's activation of ``x`` in ``x``'s dtype: the spec's ``F.silu`` / ``F.gelu`` /
+    ``torch.sigmoid``."""
     if activation == "silu":
         return F.silu(x)
+    if activation == "sigmoid":
+        return torch.sigmoid(x)
     return F.gelu(x, approximate=activation.removeprefix("gelu_"))
 
 

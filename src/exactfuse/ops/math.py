@@ -251,8 +251,9 @@ def sigmoid_tanh_gelu(x):
 
 @triton.jit
 def activation(x, FORMULA: tl.constexpr):
-    """fp32 ``x`` -> fp32 activation by formula id (``fastmath.FORMULAS``): 0-2 evaluated as ATen's CUDA
-    kernels do, 3-11 fast formulas (``exactfuse.ops.math``) that a kernel takes only where proven."""
+    """fp32 ``x`` -> fp32 activation by formula id (``fastmath.FORMULAS``): the exact ones (0-2, and 12 for
+    sigmoid) evaluated as ATen's CUDA kernels do, the others fast formulas that a kernel takes only where
+    proven."""
     if FORMULA == 0:  # SILU
         return tl.div_rn(x, 1.0 + exact_exp(-x))
     elif FORMULA == 1:  # GELU_ERF
@@ -276,6 +277,12 @@ def activation(x, FORMULA: tl.constexpr):
         return fast_silu_fp16_fixed(x)
     elif FORMULA == 11:  # SILU_RCP
         return rcp_silu(x)
+    elif FORMULA == 12:  # SIGMOID: as ATen's CUDA sigmoid
+        return tl.div_rn(1.0, 1.0 + exact_exp(-x))
+    elif FORMULA == 13:  # SIGMOID_FAST
+        return 1.0 / (1.0 + tl.exp(-x))
+    elif FORMULA == 14:  # SIGMOID_RCP
+        return rcp_approx(1.0 + exp2_ftz(x * -1.4426950408889634))
     else:  # 9: GELU_TANH_SIGMOID
         return sigmoid_tanh_gelu(x)
 

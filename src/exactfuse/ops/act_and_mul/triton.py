@@ -42,7 +42,7 @@ from exactfuse.ops.math import activation, activation_backward, mul_rn
 from exactfuse.registry import platform
 from exactfuse.utils import empty, is_symbolic, needs_int64
 
-ACTIVATIONS = EXACT  # activation name -> its exact formula id
+ACTIVATIONS = {a: EXACT[a] for a in ("silu", "gelu_none", "gelu_tanh")}  # activation name -> its exact formula id
 
 
 @triton.jit(do_not_specialize=["T"])

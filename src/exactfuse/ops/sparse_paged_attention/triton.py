@@ -21,8 +21,11 @@ to ``V``'s compute dtype (``q``'s; fp16 for fp8 ``V``) for the ``P @ V`` dot, ``
 
 Gate (``GATE``: 0 none, 1 fused, 2 eager): ``sigmoid_fp32(g) = 1 / (1 + exp(-g))`` with libdevice ``exp``
 and an IEEE division, the expression eager PyTorch's CUDA sigmoid evaluates, so the gate stage is bit
-for bit the declared formula on the rounded attention. Offsets into the caches and the partials are
-int64; ``rows``, request, page and split counts are runtime arguments (not specialized).
+for bit the declared formula on the rounded attention. The eager gate rounds the sigmoid of a 16-bit gate
+to the dtype, a function of 65,536 inputs: ``SIGMOID`` is the formula ``exactfuse.ops.fastmath`` admits for
+it (a fast one only where its exhaustive proof found no difference from ``torch.sigmoid``). Offsets into
+the caches and the partials are int64; ``rows``, request, page and split counts are runtime arguments (not
+specialized).
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ import triton
 import triton.language as tl
 
 from exactfuse.ops.arrival import arrival_counters
-from exactfuse.ops.math import exact_exp
+from exactfuse.ops.fastmath import SIGMOID, chosen_formula
+from exactfuse.ops.math import activation, exact_exp
 from exactfuse.ops.sparse_paged_attention import heuristics
 from exactfuse.ops.sparse_paged_attention.heuristics import AttentionConfig
 from exactfuse.ops.sparse_paged_attention.native import FP8_DTYPES
@@ -54,16 +58,15 @@ def _load_gate(gate_ptr, row, heads, d, hmask, s_g_row, s_g_head, GATE: tl.const
 
 
 @triton.jit
-def _gate(attn, g, dtype: tl.constexpr, GATE: tl.constexpr):
+def _gate(attn, g, dtype: tl.constexpr, GATE: tl.constexpr, SIGMOID: tl.constexpr):
     """``attn`` (fp32) rounded to ``dtype``, times the gate ``g`` (fp32, :func:`_load_gate`) as ``GATE``
-    declares, still fp32."""
+    declares, still fp32; the eager gate's sigmoid by formula ``SIGMOID``."""
     a = attn.to(dtype).to(tl.float32)
     if GATE == 0:
         return a
-    sig = tl.div_rn(1.0, 1.0 + exact_exp(-g))
     if GATE == 2:
-        sig = sig.to(dtype).to(tl.float32)
-    return a * sig
+        return a * activation(g, SIGMOID).to(dtype).to(tl.float32)
+    return a * tl.div_rn(1.0, 1.0 + exact_exp(-g))
 
 
 @triton.jit
@@ -115,7 +118,7 @@ def sparse_attention_partial_kernel(
     G: tl.constexpr, HQ: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_COUNTS: tl.constexpr, GATE: tl.constexpr, SPLIT: tl.constexpr, FIXUP: tl.constexpr,
     PV_FP16: tl.constexpr, V_PAIRS: tl.constexpr, PREFETCH_SLOTS: tl.constexpr, MERGE_GROUP: tl.constexpr,
-    PDL: tl.constexpr = False,
+    PDL: tl.constexpr = False, SIGMOID: tl.constexpr = SIGMOID,
 ):  # fmt: skip
     """Pointers: q/gate/out ``[rows, Hq, D]``, k/v ``[pages, page_size, Hkv, D]`` (last strides 1),
     idx ``[rows, W]``, counts ``[rows]``, table ``[requests, max_pages]``, req ``[rows]`` (int32);
@@ -208,17 +211,17 @@ def sparse_attention_partial_kernel(
                 o = _merge_splits(part_ptr, lse_ptr, row64, heads, hmask, d, rows, num_splits, HQ, D, MERGE_GROUP)
                 tl.atomic_xchg(counter, 0)  # zero for the next launch
                 g_val = _load_gate(gate_ptr, row64, heads, d, hmask, s_g_row, s_g_head, GATE)
-                _store_heads(o, g_val, out_ptr, row64, heads, d, hmask, s_o_row, s_o_head, GATE)
+                _store_heads(o, g_val, out_ptr, row64, heads, d, hmask, s_o_row, s_o_head, GATE, SIGMOID)
     else:
         g_val = _load_gate(gate_ptr, row64, heads, d, hmask, s_g_row, s_g_head, GATE)
-        _store_heads(o, g_val, out_ptr, row64, heads, d, hmask, s_o_row, s_o_head, GATE)
+        _store_heads(o, g_val, out_ptr, row64, heads, d, hmask, s_o_row, s_o_head, GATE, SIGMOID)
 
 
 @triton.jit
-def _store_heads(o, g, out_ptr, row, heads, d, hmask, s_o_row, s_o_head, GATE: tl.constexpr):
+def _store_heads(o, g, out_ptr, row, heads, d, hmask, s_o_row, s_o_head, GATE: tl.constexpr, SIGMOID: tl.constexpr):
     """Heads ``heads`` (``[M]``, ``hmask`` in range), columns ``d`` of row ``row``: ``o`` (fp32) rounded, gated
     by ``g`` (:func:`_load_gate`), stored."""
-    y = _gate(o, g, out_ptr.dtype.element_ty, GATE)
+    y = _gate(o, g, out_ptr.dtype.element_ty, GATE, SIGMOID)
     tl.store(out_ptr + row * s_o_row + heads[:, None] * s_o_head + d[None, :], y.to(out_ptr.dtype.element_ty),
              mask=hmask[:, None])  # fmt: skip
 
@@ -270,7 +273,7 @@ def _merge_splits(
 def sparse_attention_merge_kernel(
     part_ptr, lse_ptr, gate_ptr, out_ptr, rows, num_splits, s_g_row, s_g_head, s_o_row, s_o_head,
     HQ: tl.constexpr, D: tl.constexpr, GATE: tl.constexpr, MERGE_GROUP: tl.constexpr,
-    BLOCK_D: tl.constexpr = 0, PDL: tl.constexpr = False,
+    BLOCK_D: tl.constexpr = 0, PDL: tl.constexpr = False, SIGMOID: tl.constexpr = SIGMOID,
 ):  # fmt: skip
     """The second launch of a split without ``FIXUP``, grid ``(rows, HQ, D // BLOCK_D)``: one (row, head,
     ``BLOCK_D`` columns; 0: all ``D``), :func:`_merge_splits`. ``PDL``: launched as a programmatic dependent
@@ -284,7 +287,7 @@ def sparse_attention_merge_kernel(
     if PDL:
         tl.extra.cuda.gdc_wait()
     o = _merge_splits(part_ptr, lse_ptr, row, heads, hmask, d, rows, num_splits, HQ, D, MERGE_GROUP)
-    _store_heads(o, g_val, out_ptr, row, heads, d, hmask, s_o_row, s_o_head, GATE)
+    _store_heads(o, g_val, out_ptr, row, heads, d, hmask, s_o_row, s_o_head, GATE, SIGMOID)
 
 
 def _even(t: torch.Tensor) -> bool:
@@ -333,6 +336,10 @@ def launch_sparse_paged_attention(
     counters = arrival_counters(q.device, rows * Hkv) if fixup else lse  # placeholder when not FIXUP
     gate = q if output_gate is None else output_gate  # a placeholder pointer with q's dtype when GATE = 0
     gate_code = GATES[None if output_gate is None else gate_rounding]
+    # the eager gate rounds torch.sigmoid(gate) to out's dtype: a proven 16-bit formula where gate has it too
+    sigmoid = SIGMOID
+    if gate_code == GATES["eager"] and output_gate.dtype == out.dtype:
+        sigmoid = chosen_formula("sigmoid", out.dtype, q.device)
     G = Hq // Hkv
     torch.library.wrap_triton(sparse_attention_partial_kernel)[(rows, Hkv, splits)](
         q, k_cache, v_cache, logical_indices, logical_indices if counts is None else counts, block_table,
@@ -345,7 +352,7 @@ def launch_sparse_paged_attention(
         G=G, HQ=Hq, D=D, BLOCK_M=heuristics.block_m(G), BLOCK_N=config.block_n,
         HAS_COUNTS=counts is not None, GATE=0 if splits > 1 and not fixup else gate_code,
         SPLIT=splits > 1, FIXUP=fixup, PV_FP16=fp8, V_PAIRS=fp8 and _even(v_cache),
-        PREFETCH_SLOTS=config.prefetch_slots, MERGE_GROUP=MERGE_GROUP, PDL=pdl,
+        PREFETCH_SLOTS=config.prefetch_slots, MERGE_GROUP=MERGE_GROUP, PDL=pdl, SIGMOID=sigmoid,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     if merge_launch:
@@ -357,7 +364,8 @@ def launch_sparse_paged_attention(
         launch = {"PDL": True, "launch_pdl": True} if pdl else {}
         torch.library.wrap_triton(sparse_attention_merge_kernel)[(rows, Hq, D // block_d)](
             part, lse, gate, out, rows, splits, gate.stride(0), gate.stride(1), out.stride(0), out.stride(1),
-            HQ=Hq, D=D, GATE=gate_code, MERGE_GROUP=group, num_warps=config.merge_warps, **shape, **launch,
+            HQ=Hq, D=D, GATE=gate_code, MERGE_GROUP=group, SIGMOID=sigmoid, num_warps=config.merge_warps, **shape,
+            **launch,
         )  # fmt: skip
 
 
