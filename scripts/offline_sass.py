@@ -13,7 +13,7 @@ may be newer than the GPU machine's: read differences between variants, then mea
 
 Presets: ``taps`` is the conv's tap sum alone, its weights read three ways (``taps_kernel``: what a layout
 conversion through shared memory costs); ``conv_grad`` the conv backward's row kernel (bf16, K = 4, SiLU,
-bias); ``conv`` is the conv family's row kernel in causal_conv1d prefill (K = 4, SiLU, bias, a slot
+bias); ``conv`` is the conv family's row kernel in causal_conv1d prefill (K = 4, bf16's fast SiLU ``ACT``, bias, a slot
 cache, bf16); ``attention`` is sparse_paged_attention's partial kernel at (Hq, Hkv) = (24, 2), D = 128,
 block_n 64, split, fused gate; ``moe`` is moe_silu_and_mul's kernel at its N = 3072 bf16 configuration
 (BM 1, BN 1024, 4 warps) with fp32 row weights, split and interleaved, flat and row grid. Pointers and
@@ -34,6 +34,8 @@ import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
+# the conv presets' SiLU: the first bf16 candidate, the formula the H200 proves (fastmath.CANDIDATES)
+ACT = 3  # exactfuse.ops.fastmath.SILU_FAST
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 TARGET = GPUTarget("cuda", 90, 32)
 
@@ -69,7 +71,7 @@ def _conv(tile: str, warps: int) -> tuple[str, dict]:
     types = {n: "*bf16" for n in ("p_x", "p_w", "p_b", "p_res", "p_outer", "p_out", "p_state")}
     types |= {"p_sid": "*i32", "p_qsl": "*i32", "p_acc": "*i32", "p_init": "*i1", "p_tok": "*i32", "p_seq": "*i32"}
     consts = dict(K=4, D=1, HAS_STATE=True, HAS_SID=True, INIT=1, HAS_RESIDUAL=False, HAS_OUTER=False,
-                  HAS_BIAS=True, ACT=0, BC=bc, BT=bt)  # fmt: skip
+                  HAS_BIAS=True, ACT=ACT, BC=bc, BT=bt)  # fmt: skip
     kernel = conv_lean_kernel
     if not lean:
         kernel = conv_rows_kernel
