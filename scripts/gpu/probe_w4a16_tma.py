@@ -1,6 +1,6 @@
 """The fragment kernel with its weight words streamed by TMA into a shared-memory ring, against the shipped one.
 
-Usage: PYTHONPATH=src python3 scripts/gpu/probe_w4a16_tma.py [--ms 1,8] [--stages 4,6,8] [--unrolls 2,4]
+Usage: PYTHONPATH=src python3 scripts/gpu/probe_w4a16_tma.py [--ms 1,8,16] [--stages 4,6,8] [--unrolls 2,4]
        [--splits 2,4,8,16] [--check-only]
 
 ``mma.py``'s kernel loads each lane's words with its own 16-byte loads a step ahead, so the bytes in flight
@@ -38,7 +38,7 @@ from sweep_w4a16_tiles import ROTATE_BYTES, SHAPES, TIMER, device_info
 
 from exactfuse.ops.arrival import arrival_counters
 from exactfuse.ops.w4a16 import fragment, mma, native
-from exactfuse.ops.w4a16.heuristics import fragment_config
+from exactfuse.ops.w4a16.heuristics import fragment_blocks, fragment_config
 from exactfuse.ops.w4a16.inputs import _random_prepared
 from exactfuse.ops.w4a16.mma import _axis, _barrier, _finish, _mma_step, _record, _reduce, _steps, _unstack
 from exactfuse.ops.w4a16.packing import pack_rows
@@ -208,14 +208,14 @@ def launch_tma(a, words, scales, perm, bias, *, warps: int, blocks: int, split: 
     return out
 
 
-def _configs(K: int, N: int, splits, unrolls, stages):
+def _configs(K: int, N: int, M: int, splits, unrolls, stages):
     chunks = K // 64
     for split in splits:
         for unroll in unrolls:
             if chunks % split or (chunks // split) % unroll or (N // 16) % 4:
                 continue
             for st in stages:
-                yield dict(warps=4, blocks=1, split=split, unroll=unroll, stages=st)
+                yield dict(warps=4, blocks=fragment_blocks(M), split=split, unroll=unroll, stages=st)
 
 
 def _check(dtype, dev, splits, unrolls, stages) -> list[str]:
@@ -229,9 +229,9 @@ def _check(dtype, dev, splits, unrolls, stages) -> list[str]:
         packed = fragment.pack(pack_rows(q), scales, zeros)
         perm = torch.randperm(K, device=dev, generator=gen).to(torch.int32)
         bias = torch.randn(N, device=dev, generator=gen).to(dtype)
-        for kw in _configs(K, N, splits, unrolls, stages):
-            same = dict(warps=4, tiles=1, blocks=1, split=kw["split"], unroll=kw["unroll"])
-            for M in (1, 3, 8):
+        for M in (1, 3, 8, 16):
+            for kw in _configs(K, N, M, splits, unrolls, stages):
+                same = dict(warps=4, tiles=1, blocks=kw["blocks"], split=kw["split"], unroll=kw["unroll"])
                 a = torch.randn(M, K, device=dev, dtype=dtype, generator=gen)
                 for p, b in ((None, None), (perm, bias)):
                     got = launch_tma(a, packed.words, packed.scales, p, b, **kw)
@@ -253,7 +253,7 @@ def _timed(fn, copies: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ms", default="1,8")
+    parser.add_argument("--ms", default="1,8,16")
     parser.add_argument("--splits", default="2,4,8,16")
     parser.add_argument("--unrolls", default="2,4")
     parser.add_argument("--stages", default="4,6,8")
@@ -286,7 +286,7 @@ def main() -> None:
             )
             cublas = _timed(lambda i, a=a, dense=dense: a @ dense[i], copies)
             results = []
-            for kw in _configs(K, N, splits, unrolls, stages):
+            for kw in _configs(K, N, M, splits, unrolls, stages):
                 t = _timed(lambda i, a=a, p=packs, kw=kw: launch_tma(a, *p[i][:2], None, None, **kw), copies)
                 results.append((t, f"s{kw['split']} u{kw['unroll']} st{kw['stages']}"))
             results.sort()
