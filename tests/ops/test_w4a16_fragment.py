@@ -36,6 +36,36 @@ def test_pack_unpack_is_the_identity_and_dequantizes_as_the_spec(K, N, G, dtype)
     assert torch.equal(fragment.dequantize(sym.words, sym.scales), native.dequantize(qweight, scales, None, G, dtype))
 
 
+@pytest.mark.interpreter
+@pytest.mark.parametrize("K, N, G", [*SHAPES, (1024, 32, 256)])
+def test_dense_from_fragment_is_the_spec_dequantization(K, N, G):
+    """The one-kernel dequantization of the layout (the packed op's dense path above M = 128): the spec's
+    bits for every (tile, chunk), a partial last block of chunks and groups of several chunks included.
+    fp16: the interpreter's fp32 -> bf16 conversion does not round to nearest (bf16 on the GPU, below)."""
+    from exactfuse.ops.w4a16 import dequant
+
+    dtype = torch.float16
+    qweight, scales, zeros = _weights(K, N, G, dtype, seed=3)
+    for z in (zeros, None):
+        packed = fragment.pack(qweight, scales, z)
+        got = dequant.dense_from_fragment(packed.words, packed.scales)
+        assert torch.equal(got, native.dequantize(qweight, scales, z, G, dtype))
+
+
+@pytest.mark.interpreter
+def test_packed_dense_gemm_is_the_packed_spec():
+    from exactfuse.ops.w4a16 import dequant
+
+    qweight, scales, zeros = _weights(256, 64, 128, torch.float16)
+    perm = torch.randperm(256).to(torch.int32)
+    packed = fragment.pack(qweight, scales, zeros, perm)
+    a = torch.randn(7, 256, dtype=torch.float16)
+    bias = torch.randn(64, dtype=torch.float16)
+    for p, b in ((None, None), (packed.perm, bias)):
+        want = native.w4a16_gemm_packed(a, packed.words, packed.scales, p, b)
+        assert torch.equal(dequant.packed_dense_gemm(a, packed.words, packed.scales, p, b), want)
+
+
 def _mma_model(words: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
     """``out [M, N]`` (float64) as the kernel forms it: per tile, chunk and k-step, the 32 lanes' words
     placed where ``mma.sync.m16n8k16`` reads its A operand, the activations where it reads B (lane
@@ -155,6 +185,24 @@ def test_gpu_kernel_dequantizes_bit_for_bit_and_meets_the_contract(dtype):
         assert res.passed, f"{case.case_id}: {res.summary()}"
         again = o(*case.args, **case.kwargs)
         assert torch.equal(got, again), f"{case.case_id}: not deterministic"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", GPU_DTYPES)
+def test_gpu_packed_op_above_m_128_is_native_bit_for_bit(dtype):
+    """Above M = 128 the provider dequantizes the layout and multiplies with cuBLAS, as the spec does."""
+    from exactfuse.ops.w4a16 import mma
+    from exactfuse.ops.w4a16.heuristics import DENSE_ABOVE_M
+
+    dev = torch.device("cuda")
+    qweight, scales, zeros = (t.to(dev) for t in _weights(2048, 768, 128, dtype, seed=5))
+    perm = torch.randperm(2048, device=dev).to(torch.int32)
+    packed = fragment.pack(qweight, scales, zeros, perm)
+    bias = torch.randn(768, device=dev).to(dtype)
+    for M in (DENSE_ABOVE_M + 1, 1000):
+        a = torch.randn(M, 2048, device=dev, dtype=dtype)
+        got = mma.w4a16_gemm_packed_triton(a, *packed, bias)
+        assert torch.equal(got, native.w4a16_gemm_packed(a, *packed, bias)), M
 
 
 @pytest.mark.gpu

@@ -12,6 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
+from exactfuse.ops.w4a16.fragment import MAGIC
 from exactfuse.ops.w4a16.heuristics import TileConfig
 from exactfuse.utils import empty
 
@@ -157,12 +158,75 @@ def dequantize_dense(
     return w
 
 
+@triton.jit
+def fragment_dequant_kernel(p_words, p_s, p_w, N, chunks, group_chunks, MAGIC: tl.constexpr, CB: tl.constexpr):
+    """Dense weight ``p_w [K, N]`` (the scales' dtype, contiguous) from the fragment layout
+    (``fragment.py``): 16-column tile ``program_id(0)``, chunks ``CB program_id(1) ..`` of 64 rows.
+
+    p_words: ``[N/16, K/64, 32, 4]`` int32; p_s: ``[groups, N/16, 8, 8]`` records (a group is
+    ``group_chunks`` chunks). Word ``[tile, c, 4 r + qq, j]``, nibble ``4 e + 2 h + b`` is the code of
+    row ``k = 64 c + 16 qq + 8 h + 2 j + e`` and column ``n = 16 tile + r + 8 b``; its record fields are
+    ``s`` at ``2 b`` and ``MAGIC + z`` at ``4 + 2 b``. ``((MAGIC + q) - (MAGIC + z)) * s`` in fp32 is exact
+    but the product, rounded once to the dtype: ``fragment.dequantize``'s bits.
+    """
+    tile = tl.program_id(0)
+    o_c = (tl.program_id(1) * CB + tl.arange(0, CB))[:, None, None, None, None]
+    o_r = tl.arange(0, 8)[None, :, None, None, None]
+    o_q = tl.arange(0, 4)[None, None, :, None, None]
+    o_j = tl.arange(0, 4)[None, None, None, :, None]
+    nib = tl.arange(0, 8)[None, None, None, None, :]
+    m_c = o_c < chunks
+    words = tl.load(p_words + ((tile * chunks + o_c) * 32 + o_r * 4 + o_q) * 4 + o_j, mask=m_c, other=0)
+    code = ((words >> (nib * 4)) & 0xF).to(tl.float32)  # [CB, 8, 4, 4, 8]
+    b = nib & 1
+    rec = p_s + (((o_c // group_chunks) * (N // 16) + tile) * 8 + o_r) * 8 + 2 * b
+    s = tl.load(rec, mask=m_c, other=0.0).to(tl.float32)
+    zz = tl.load(rec + 4, mask=m_c, other=0.0).to(tl.float32)
+    value = ((code + MAGIC) - zz) * s
+    o_k = o_c * 64 + o_q * 16 + ((nib >> 1) & 1) * 8 + o_j * 2 + (nib >> 2)
+    o_n = tile * 16 + o_r + 8 * b
+    tl.store(p_w + o_k.to(tl.int64) * N + o_n, value.to(p_w.dtype.element_ty), mask=m_c)
+
+
+FRAGMENT_DEQUANT_CHUNKS = 4  # chunks of 64 rows a program of fragment_dequant_kernel: [256, 16] values
+
+
+def dense_from_fragment(words: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """The ``[K, N]`` weight of the fragment layout in ``scales``' dtype, in one kernel (the bits of
+    ``fragment.dequantize``, the spec's)."""
+    tiles, chunks = words.shape[:2]
+    w = empty((chunks * 64, tiles * 16), scales.dtype, scales.device)
+    cb = FRAGMENT_DEQUANT_CHUNKS
+    torch.library.wrap_triton(fragment_dequant_kernel)[(tiles, triton.cdiv(chunks, cb))](
+        words, scales, w, tiles * 16, chunks, chunks // scales.shape[0],
+        MAGIC=MAGIC[scales.dtype], CB=cb,
+    )  # fmt: skip
+    return w
+
+
 def permuted_columns(a: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
     """``a[:, perm]`` as a new contiguous tensor, 0 where an entry of ``perm`` is outside [0, K) (as the
     fused kernels read it): the act-order activations of the paths that do not gather in the kernel."""
     index = perm.to(torch.int64)
     K = a.shape[1]
     return torch.where((index >= 0) & (index < K), a.index_select(1, index.clamp(0, K - 1)), 0)
+
+
+def packed_dense_gemm(
+    a: torch.Tensor,
+    words: torch.Tensor,
+    scales: torch.Tensor,
+    perm: torch.Tensor | None,
+    bias: torch.Tensor | None,
+) -> torch.Tensor:
+    """``w4a16_gemm_packed`` as the ``dense`` configuration: the fragment layout dequantized into a
+    ``[K, N]`` buffer (:func:`dense_from_fragment`), then the spec's ``torch.matmul`` (+ bias): bitwise
+    equal to native, at the cost of ``2 * K * N`` transient bytes."""
+    w = dense_from_fragment(words, scales)
+    if perm is not None:
+        a = permuted_columns(a, perm)
+    out = torch.matmul(a, w)
+    return out if bias is None else out + bias
 
 
 def dense_gemm(

@@ -15,7 +15,9 @@ An output tile of ``8 BLOCKS`` rows of ``a`` and ``16 TILES num_warps`` columns 
 per K split. With split-K each split stores its fp32 partial in a ``[S, M, N]`` workspace and the last
 split to arrive (``ops/arrival.py``'s counters) sums them in split order and rounds (+ bias):
 deterministic, the result does not depend on the arrival order. The launch rule is
-``heuristics.fragment_config``.
+``heuristics.fragment_config``. Above ``heuristics.DENSE_ABOVE_M`` rows (``w4a16_gemm``'s boundary for its dense
+path) the provider dequantizes the layout in one kernel (``dequant.dense_from_fragment``) and multiplies with
+``torch.matmul``, as the spec does, bit for bit.
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ from __future__ import annotations
 import torch
 
 from exactfuse.ops.arrival import arrival_counters
-from exactfuse.ops.w4a16.dequant import permuted_columns
+from exactfuse.ops.w4a16.dequant import packed_dense_gemm, permuted_columns
 from exactfuse.ops.w4a16.fragment import CHUNK_K, TILE_N
-from exactfuse.ops.w4a16.heuristics import fragment_config
+from exactfuse.ops.w4a16.heuristics import DENSE_ABOVE_M, fragment_config
 from exactfuse.ops.w4a16.staged import HAS_GLUON, wgmma_unavailable
 from exactfuse.registry.platform import interpreter_enabled
 from exactfuse.utils import empty, num_sms
@@ -397,6 +399,8 @@ def w4a16_gemm_packed_triton(
     perm: torch.Tensor | None = None,
     bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
+    if a.shape[0] > DENSE_ABOVE_M:  # w4a16_gemm's rule: above it the dense weight and cuBLAS
+        return packed_dense_gemm(a, words, scales, perm, bias)
     N, K = words.shape[0] * TILE_N, words.shape[1] * CHUNK_K
     cfg = fragment_config(a.shape[0], N, K, num_sms(a.device))
     return launch_fragment(a, words, scales, perm, bias, **cfg)

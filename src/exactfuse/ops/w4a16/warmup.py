@@ -8,6 +8,7 @@ import torch
 from exactfuse.ops.w4a16 import fragment, w4a16_gemm, w4a16_gemm_packed
 from exactfuse.ops.w4a16 import mma as _mma
 from exactfuse.ops.w4a16 import triton as _triton
+from exactfuse.ops.w4a16.heuristics import DENSE_ABOVE_M
 from exactfuse.ops.w4a16.packing import random_weights
 
 # a row count in every bucket of heuristics.BUCKETS (M = 2 is the two-row GEMV's) and the dense path; on
@@ -56,8 +57,9 @@ def _warmup(
             _triton.launch_w4a16_gemm(a, w.qweight, w.scales, w.zeros, w.perm, b, w.group_size, deterministic)
 
 
-# one M for every block count of the fragment kernel (heuristics.fragment_blocks: 1, 2, 4, 8)
-PACKED_WARMUP_M = (1, 16, 32, 64, 128)
+# one M for every block count of the fragment kernel (heuristics.fragment_blocks: 1, 2, 4, 8), and one above
+# heuristics.DENSE_ABOVE_M (the layout's dequantization kernel, then cuBLAS)
+PACKED_WARMUP_M = (1, 16, 32, 64, 128, DENSE_ABOVE_M + 1)
 
 
 @w4a16_gemm_packed.warmup
