@@ -192,13 +192,9 @@ def _causal_conv1d_call(
     elif initial_states is not None:
         raise ValueError("causal_conv1d: initial_states (Dao's) and conv_state (a slot cache) name two histories")
     else:
-        conv_state = _history_window(
-            rows, conv_state, weight, dilation, query_start_loc, state_indices, has_initial_state, pad_slot_id,
-            history_at,
-        )  # fmt: skip
         out = _causal_conv1d(
             rows, weight, bias, activation, dilation, conv_state, query_start_loc, state_indices,
-            has_initial_state, pad_slot_id, seq_idx,
+            has_initial_state, pad_slot_id, seq_idx, history_at,
         )  # fmt: skip
     if rows is not x:  # [B, T, C] in: its shape back (a 2-D call pays no view)
         out = out.view(x.shape)
@@ -211,21 +207,6 @@ def _causal_conv1d_call(
         return out, final
     checks.check_final_states_out(final_states_out, final)
     return out, final_states_out.copy_(final)
-
-
-def _history_window(x, conv_state, weight, dilation, qsl, state_indices, has_initial_state, pad, history_at):
-    """The slot cache the prefill reads and writes: all of it (``history_at="start"``), or with the history
-    at the end of a wide window (FLA's ``[N, C, K]``, Dao's wide state) the view of its last ``SL``
-    positions, after ``windows.shift_prefill_head`` has written the first ``W - SL`` (torch ops)."""
-    if history_at == "start":
-        return conv_state
-    keep = conv_state.shape[2] - (weight.shape[1] - 1) * dilation
-    if keep < 0:
-        W = conv_state.shape[2]
-        raise ValueError(f"causal_conv1d: conv_state's window W = {W} is narrower than (K-1)·dilation")
-    starts = calls.one_sequence(x) if qsl is None else qsl
-    windows.shift_prefill_head(x, conv_state, starts, state_indices, has_initial_state, pad, keep)
-    return conv_state[:, :, keep:]
 
 
 def _plus_residual(op: str, out: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:

@@ -25,9 +25,10 @@ def short_conv_call(
 
 def causal_conv1d_call(
     x, weight, bias=None, activation="silu", dilation=1, conv_state=None, query_start_loc=None,
-    state_indices=None, has_initial_state=None, pad_slot_id=-1, seq_idx=None,
+    state_indices=None, has_initial_state=None, pad_slot_id=-1, seq_idx=None, history_at="start",
 ) -> dict:  # fmt: skip
-    """A ``causal_conv1d`` call: prefill of its sequences (one over all rows without
+    """A ``causal_conv1d`` call (``history_at="start"``, or the view of a wide window's history that
+    ``windows.prefill_end_history`` returns): prefill of its sequences (one over all rows without
     ``query_start_loc``), histories of zeros without ``has_initial_state``, ``pad_slot_id`` the null slot,
     ``seq_idx`` per row."""
     return dict(

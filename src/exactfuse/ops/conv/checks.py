@@ -282,10 +282,27 @@ def check_short_conv(*args, **kwargs) -> None:
     check_conv("short_conv", **call)
 
 
-def check_causal_conv1d(x: torch.Tensor, *args, **kwargs) -> None:
-    """``causal_conv1d``'s arguments (the op's signature)."""
-    _tensor("causal_conv1d", "x", x, dim=2, dtypes=FLOAT_DTYPES, device=None)
-    check_conv("causal_conv1d", **calls.causal_conv1d_call(x, *args, **kwargs))
+def check_causal_conv1d(
+    x, weight, bias=None, activation="silu", dilation=1, conv_state=None, query_start_loc=None,
+    state_indices=None, has_initial_state=None, pad_slot_id=-1, seq_idx=None, history_at="start",
+) -> None:  # fmt: skip
+    """``causal_conv1d``'s arguments (the op's signature); with ``history_at="end"`` the checks see the view
+    of the window's last ``SL`` positions, which must exist."""
+    op = "causal_conv1d"
+    _tensor(op, "x", x, dim=2, dtypes=FLOAT_DTYPES, device=None)
+    check_history_at(op, history_at, conv_state)
+    if history_at == "end" and isinstance(dilation, int) and dilation >= 1:  # else check_conv names dilation
+        _tensor(op, "conv_state", conv_state, dim=3, dtypes=FLOAT_DTYPES, device=None)
+        _tensor(op, "weight", weight, dim=2, dtypes=FLOAT_DTYPES, device=None)
+        keep = conv_state.shape[2] - (weight.shape[1] - 1) * dilation
+        if keep < 0:
+            _fail(op, f"conv_state's window W = {conv_state.shape[2]} is narrower than (K-1)·dilation")
+        conv_state = conv_state[:, :, keep:]
+    call = calls.causal_conv1d_call(
+        x, weight, bias, activation, dilation, conv_state, query_start_loc, state_indices, has_initial_state,
+        pad_slot_id, seq_idx,
+    )  # fmt: skip
+    check_conv(op, **call)
 
 
 def check_causal_conv1d_fn(

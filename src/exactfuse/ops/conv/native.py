@@ -41,7 +41,7 @@ import torch.nn.functional as F
 
 from exactfuse.ops.conv import calls
 from exactfuse.ops.conv.calls import causal_conv1d_call, causal_conv1d_update_call, short_conv_call
-from exactfuse.ops.conv.windows import end_history, gather_or, initial_window, store_windows
+from exactfuse.ops.conv.windows import end_history, gather_or, initial_window, prefill_end_history, store_windows
 
 MODES = ("decode", "spec", "prefill")
 HISTORY_AT = ("start", "end")
@@ -247,6 +247,7 @@ def causal_conv1d(
     has_initial_state: torch.Tensor | None = None,
     pad_slot_id: int = -1,
     seq_idx: torch.Tensor | None = None,
+    history_at: str = "start",
 ) -> torch.Tensor:
     """Mamba-style varlen causal conv: ``out = act(rnd(Σ_k w·x + bias))``, ``[T, C] -> [T, C]``.
 
@@ -262,7 +263,14 @@ def causal_conv1d(
     sequences, its ``[B, L]`` flattened; without ``conv_state``, as Dao takes no initial state with it):
     the sequence of each row; a tap counts only when its row has the output row's ``seq_idx``, and a row
     with ``seq_idx < 0`` (padding) gets 0. It splits the sequences of ``query_start_loc`` further.
+
+    history_at ``"end"`` (FLA's state of the last ``K`` inputs, Dao's wide state): the history is the
+    **last** ``SL`` positions of each window, and a request with rows makes its whole window the last ``W``
+    entries of ``window ‖ rows`` (read as zeros without ``has_initial_state``; :func:`prefill_end_history`).
     """
+    if history_at == "end":
+        conv_state = prefill_end_history(x, conv_state, weight, dilation, query_start_loc, state_indices,
+                                          has_initial_state, pad_slot_id)  # fmt: skip
     return conv_reference(
         **causal_conv1d_call(
             x, weight, bias, activation, dilation, conv_state, query_start_loc, state_indices, has_initial_state,

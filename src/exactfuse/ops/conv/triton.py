@@ -161,13 +161,18 @@ def causal_conv1d_triton(
     has_initial_state: torch.Tensor | None = None,
     pad_slot_id: int = -1,
     seq_idx: torch.Tensor | None = None,
+    history_at: str = "start",
 ) -> torch.Tensor:
     out = empty(x.shape, x.dtype, x.device)
+    head = 0
+    if history_at == "end":  # the kernels read the history at the window's end and shift the head with it
+        head = conv_state.shape[2] - (weight.shape[1] - 1) * dilation
+        conv_state = conv_state[:, :, head:]
     call = calls.causal_conv1d_call(
         x, weight, bias, activation, dilation, conv_state, query_start_loc, state_indices, has_initial_state,
         pad_slot_id, seq_idx,
     )  # fmt: skip
-    launch_conv(**call, out=out)
+    launch_conv(**call, out=out, head=head)
     return out
 
 

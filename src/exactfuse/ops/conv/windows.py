@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from exactfuse.ops.conv import calls
+
 
 def gather_or(values: torch.Tensor, index: torch.Tensor, fill: int) -> torch.Tensor:
     """``values[index]`` (int64) where ``0 <= index < len(values)``, else ``fill``; works for empty ``values``."""
@@ -73,6 +75,18 @@ def end_history(x, conv_state, weight, dilation, state_indices, pad_slot_id, his
         return conv_state
     keep = conv_state.shape[2] - (weight.shape[1] - 1) * dilation
     shift_head(x if x.dim() == 3 else x[:, None], conv_state, state_indices, pad_slot_id, keep)
+    return conv_state[:, :, keep:]
+
+
+def prefill_end_history(
+    x, conv_state, weight, dilation, query_start_loc, state_indices, has_initial_state, null_slot
+) -> torch.Tensor:
+    """A prefill's state window with the history at the end of a wide window (FLA's ``[N, C, K]``, Dao's wide
+    state): the view of its last ``SL`` positions, after :func:`shift_prefill_head` has written the first
+    ``W - SL`` (the spec; the Triton provider shifts them in its kernels)."""
+    keep = conv_state.shape[2] - (weight.shape[1] - 1) * dilation
+    starts = calls.one_sequence(x) if query_start_loc is None else query_start_loc
+    shift_prefill_head(x, conv_state, starts, state_indices, has_initial_state, null_slot, keep)
     return conv_state[:, :, keep:]
 
 
