@@ -38,6 +38,8 @@ def _fla_accepts(*args, **kwargs) -> bool | str:
     a = _arguments("_causal_conv1d", args, kwargs)
     if a["dilation"] != 1:
         return "FLA's causal conv has no dilation"
+    if a["history_at"] != "start":
+        return "the peer's adapter reads the slot cache's history at the window's start"
     if a["state_indices"] is not None and bool((a["state_indices"] == a["pad_slot_id"]).any()):
         return "FLA's causal conv has no padded requests"
     return True
