@@ -32,17 +32,22 @@ from exactfuse.ops.w4a16.packing import pack_rows
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def _check(dtype, dev, configs, splits, unrolls) -> list[str]:
-    lines = []
-    gen = torch.Generator(device=dev).manual_seed(0)
+def check_layers(dtype, dev, gen):
+    """The checks' layers, asymmetric, groups of 128, 64 and one: ``(K, N, G, qweight, scales, zeros, act-order
+    perm, bias)``, drawn from ``gen``."""
     for K, N, G in ((512, 128, 128), (4096, 256, 128), (1024, 64, -1), (2048, 512, 64)):
         groups = 1 if G == -1 else K // G
         q = torch.randint(0, 16, (K, N), device=dev, dtype=torch.int32, generator=gen)
         scales = (torch.rand(groups, N, device=dev, generator=gen) * 0.02 + 1e-3).to(dtype)
         zeros = torch.randint(0, 16, (groups, N), device=dev, generator=gen).to(torch.uint8)
-        qweight = pack_rows(q)
         perm = torch.randperm(K, device=dev, generator=gen).to(torch.int32)
-        bias = torch.randn(N, device=dev, generator=gen).to(dtype)
+        yield K, N, G, pack_rows(q), scales, zeros, perm, torch.randn(N, device=dev, generator=gen).to(dtype)
+
+
+def _check(dtype, dev, configs, splits, unrolls) -> list[str]:
+    lines = []
+    gen = torch.Generator(device=dev).manual_seed(0)
+    for K, N, G, qweight, scales, zeros, perm, bias in check_layers(dtype, dev, gen):
         packed = fragment.pack(qweight, scales, zeros)
         w = native.dequantize(qweight, scales, zeros, G, dtype)
         for warps, tiles in configs:
@@ -71,6 +76,25 @@ def _check(dtype, dev, configs, splits, unrolls) -> list[str]:
                         lines.append(f"FAIL K{K} N{N} G{G} {kw}")
     lines.append(f"check {dtype}: {'all pass' if not lines else f'{len(lines)} failures'}")
     return lines
+
+
+def rotated_layers(K: int, N: int, dtype, dev) -> tuple[int, list, list, list]:
+    """Enough random group-128 layers to rotate past the L2: ``(copies, prepared GPTQ weights, their fragment
+    layouts, their dense weights)``."""
+    w0 = _random_prepared(K, N, dtype, dev)
+    copies = max(1, min(16, -(-ROTATE_BYTES // (w0.qweight.numel() * 4))))
+    ws = [w0] + [_random_prepared(K, N, dtype, dev) for _ in range(copies - 1)]
+    packs = [fragment.pack(w.qweight, w.scales, None) for w in ws]
+    dense = [native.dense_weight(w.qweight, w.scales, None, None, 128, dtype) for w in ws]
+    return copies, ws, packs, dense
+
+
+def ranked(results: list, K: int, N: int, M: int, bw: float) -> tuple[float, str, float, str]:
+    """``(µs, name)`` timings -> the fastest's µs and name, the roofline µs of the layer's bytes (group 128)
+    at copy bandwidth ``bw``, and the four fastest as text."""
+    results.sort()
+    nbytes = K * N // 2 + (K // 128) * N * 2 + M * K * 2 + M * N * 2
+    return *results[0], nbytes / bw * 1e6, ", ".join(f"{t:.1f} {n}" for t, n in results[:4])
 
 
 def _timed(fn, copies: int) -> float:
@@ -109,11 +133,7 @@ def main() -> None:
         "K N M | shipped us | fragment best us (warps x tiles, split) | cuBLAS us | % roofline | x shipped | x cuBLAS"
     )
     for K, N in SHAPES:
-        w0 = _random_prepared(K, N, dtype, dev)
-        copies = max(1, min(16, -(-ROTATE_BYTES // (w0.qweight.numel() * 4))))
-        ws = [w0] + [_random_prepared(K, N, dtype, dev) for _ in range(copies - 1)]
-        packs = [fragment.pack(w.qweight, w.scales, None) for w in ws]
-        dense = [native.dense_weight(w.qweight, w.scales, None, None, 128, dtype) for w in ws]
+        copies, ws, packs, dense = rotated_layers(K, N, dtype, dev)
         for M in (int(m) for m in args.ms.split(",")):
             a = torch.randn(M, K, device=dev, dtype=dtype)
 
@@ -136,11 +156,7 @@ def main() -> None:
             t_rule = _timed(
                 lambda i, a=a, p=packs, kw=rule: mma.launch_fragment(a, *p[i][:2], None, None, **kw), copies
             )
-            results.sort()
-            best, name = results[0]
-            nbytes = K * N // 2 + (K // 128) * N * 2 + M * K * 2 + M * N * 2
-            roof = nbytes / bw * 1e6
-            top = ", ".join(f"{t:.1f} {n}" for t, n in results[:4])
+            best, name, roof, top = ranked(results, K, N, M, bw)
             lines.append(
                 f"{K} {N} {M} | {shipped:.1f} | {best:.1f} ({name}) | {cublas:.1f} | {100 * roof / best:.0f}% | "
                 f"{shipped / best:.2f}x | {cublas / best:.2f}x | rule {t_rule:.1f} ({rule}) | top: {top}"

@@ -33,19 +33,18 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 sys.path.insert(0, os.path.dirname(__file__))
+from probe_w4a16_fragment import _timed, check_layers, ranked, rotated_layers
 from sweep_io import emit
-from sweep_w4a16_tiles import ROTATE_BYTES, SHAPES, TIMER, device_info
+from sweep_w4a16_tiles import SHAPES, device_info
 
 from exactfuse.ops.arrival import arrival_counters
-from exactfuse.ops.w4a16 import fragment, mma, native
+from exactfuse.ops.w4a16 import fragment, mma
 from exactfuse.ops.w4a16.heuristics import fragment_blocks, fragment_config
-from exactfuse.ops.w4a16.inputs import _random_prepared
-from exactfuse.ops.w4a16.mma import _axis, _barrier, _finish, _mma_step, _record, _reduce, _steps, _unstack
-from exactfuse.ops.w4a16.packing import pack_rows
+from exactfuse.ops.w4a16.mma import _axis, _barrier, fragment_epilogue, fragment_step
 from exactfuse.utils import empty
 
 # mma.py's inline PTX (Gluon constexprs): the pair dequantization and the m16n8k16 MMA
-DEQUANT_BF16, DEQUANT_FP16, DEQUANT_CONSTRAINTS = mma._DEQUANT_BF16, mma._DEQUANT_FP16, mma._DEQUANT_CONSTRAINTS
+DEQUANT_BF16, DEQUANT_FP16 = mma._DEQUANT_BF16, mma._DEQUANT_FP16
 MMA_BF16, MMA_FP16 = mma._MMA_BF16, mma._MMA_FP16
 
 
@@ -127,53 +126,16 @@ def w4a16_fragment_tma_kernel(
         # [warps, U, 32, 4] -> [warps, 32, U, 4] -> [R, 1, U, 4]: lane l of warp w, the kernel's row 32 w + l
         words = gl.reshape(gl.permute(gl.reshape(got, [num_warps, U, 32, 4]), [0, 2, 1, 3]), [R, 1, U, 4])
         words = gl.convert_layout(words, LWU)
-        w_u = _unstack(words, LW, U)
-        rec_u = _unstack(recs, LW, U)
-        x0_u = _unstack(x0, LA, U)
-        x1_u = _unstack(x1, LA, U)
-        for u in gl.static_range(U):
-            sr, s8, zr, z8 = _record(rec_u[u], LW)
-            r0, r1, r2, r3 = gl.inline_asm_elementwise(
-                DEQUANT, DEQUANT_CONSTRAINTS, [w_u[u], sr, s8, zr, z8], (gl.int32,) * 4, True, 1
-            )
-            r0s = _steps(r0, LT)
-            r1s = _steps(r1, LT)
-            r2s = _steps(r2, LT)
-            r3s = _steps(r3, LT)
-            x0s = _steps(x0_u[u], LB)
-            x1s = _steps(x1_u[u], LB)
-            for j in gl.static_range(4):
-                acc0, acc1, acc2, acc3 = _mma_step(
-                    gl.expand_dims(r0s[j], 2), gl.expand_dims(r1s[j], 2), gl.expand_dims(r2s[j], 2),
-                    gl.expand_dims(r3s[j], 2), gl.expand_dims(x0s[j], 1), gl.expand_dims(x1s[j], 1),
-                    acc0, acc1, acc2, acc3, MMA,
-                )  # fmt: skip
+        acc0, acc1, acc2, acc3 = fragment_step(
+            words, recs, x0, x1, acc0, acc1, acc2, acc3, LW, LA, LT, LB, U, DEQUANT, MMA
+        )
         recs, x0, x1 = n_recs, n_x0, n_x1
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(bars.index(i))
 
-    o_row = gl.arange(0, R, layout=gl.SliceLayout(1, LT))
-    lane_t = gl.expand_dims(o_row % 32, 1)
-    tile = gl.expand_dims(tile0 + o_row // 32, 1)
-    block = gl.expand_dims(gl.arange(0, BLOCKS, layout=gl.SliceLayout(0, LB)), 0)
-    lane_b = gl.expand_dims(gl.convert_layout(o_row % 32, gl.SliceLayout(1, LB), assert_trivial=True), 1)
-    o_n = gl.broadcast(gl.expand_dims(tile * 16 + lane_t // 4, 2), acc0)[0]
-    o_m = gl.broadcast(gl.expand_dims((pid_m * BLOCKS + block) * 8 + (lane_b % 4) * 2, 1), acc0)[0]
-    _finish(acc0, p_out, p_bias, p_ws, o_m, o_n, M, N, HAS_BIAS, SPLIT)
-    _finish(acc1, p_out, p_bias, p_ws, o_m + 1, o_n, M, N, HAS_BIAS, SPLIT)
-    _finish(acc2, p_out, p_bias, p_ws, o_m, o_n + 8, M, N, HAS_BIAS, SPLIT)
-    _finish(acc3, p_out, p_bias, p_ws, o_m + 1, o_n + 8, M, N, HAS_BIAS, SPLIT)
-    if SPLIT:
-        _barrier()
-        S = gl.num_programs(2)
-        tile_id = pid_m * gl.num_programs(0) + pid_n
-        arrived = gl.atomic_add(p_count + tile_id, 1, sem="acq_rel", scope="gpu")
-        if arrived == S - 1:
-            _reduce(p_out, p_bias, p_ws, o_m, o_n, M, N, S, HAS_BIAS)
-            _reduce(p_out, p_bias, p_ws, o_m + 1, o_n, M, N, S, HAS_BIAS)
-            _reduce(p_out, p_bias, p_ws, o_m, o_n + 8, M, N, S, HAS_BIAS)
-            _reduce(p_out, p_bias, p_ws, o_m + 1, o_n + 8, M, N, S, HAS_BIAS)
-            gl.store(p_count + tile_id, 0)
+    fragment_epilogue(
+        acc0, acc1, acc2, acc3, p_out, p_bias, p_ws, p_count, M, N, tile0, pid_m, LT, LB, R, 1, BLOCKS, HAS_BIAS, SPLIT
+    )
 
 
 def words_descriptor(words: torch.Tensor, warps: int, unroll: int) -> TensorDescriptor:
@@ -221,14 +183,8 @@ def _configs(K: int, N: int, M: int, splits, unrolls, stages):
 def _check(dtype, dev, splits, unrolls, stages) -> list[str]:
     lines = []
     gen = torch.Generator(device=dev).manual_seed(0)
-    for K, N, G in ((512, 128, 128), (4096, 256, 128), (1024, 64, -1), (2048, 512, 64)):
-        groups = 1 if G == -1 else K // G
-        q = torch.randint(0, 16, (K, N), device=dev, dtype=torch.int32, generator=gen)
-        scales = (torch.rand(groups, N, device=dev, generator=gen) * 0.02 + 1e-3).to(dtype)
-        zeros = torch.randint(0, 16, (groups, N), device=dev, generator=gen).to(torch.uint8)
-        packed = fragment.pack(pack_rows(q), scales, zeros)
-        perm = torch.randperm(K, device=dev, generator=gen).to(torch.int32)
-        bias = torch.randn(N, device=dev, generator=gen).to(dtype)
+    for K, N, G, qweight, scales, zeros, perm, bias in check_layers(dtype, dev, gen):
+        packed = fragment.pack(qweight, scales, zeros)
         for M in (1, 3, 8, 16):
             for kw in _configs(K, N, M, splits, unrolls, stages):
                 same = dict(warps=4, tiles=1, blocks=kw["blocks"], split=kw["split"], unroll=kw["unroll"])
@@ -240,15 +196,6 @@ def _check(dtype, dev, splits, unrolls, stages) -> list[str]:
                         lines.append(f"FAIL K{K} N{N} G{G} M{M} {kw} perm={p is not None}: not mma.py's bits")
     lines.append(f"check {dtype}: {'all pass' if not lines else f'{len(lines)} failures'}")
     return lines
-
-
-def _timed(fn, copies: int) -> float:
-    def body():
-        for i in range(copies):
-            fn(i)
-
-    body()
-    return TIMER(body) * 1e3 / copies
 
 
 def main() -> None:
@@ -273,11 +220,7 @@ def main() -> None:
         "K N M | rule us (config) | TMA best us (split, unroll, stages) | cuBLAS us | % roofline | x rule | top"
     )
     for K, N in SHAPES:
-        w0 = _random_prepared(K, N, dtype, dev)
-        copies = max(1, min(16, -(-ROTATE_BYTES // (w0.qweight.numel() * 4))))
-        ws = [w0] + [_random_prepared(K, N, dtype, dev) for _ in range(copies - 1)]
-        packs = [fragment.pack(w.qweight, w.scales, None) for w in ws]
-        dense = [native.dense_weight(w.qweight, w.scales, None, None, 128, dtype) for w in ws]
+        copies, _, packs, dense = rotated_layers(K, N, dtype, dev)
         for M in (int(m) for m in args.ms.split(",")):
             a = torch.randn(M, K, device=dev, dtype=dtype)
             rule = fragment_config(M, N, K)
@@ -289,11 +232,7 @@ def main() -> None:
             for kw in _configs(K, N, M, splits, unrolls, stages):
                 t = _timed(lambda i, a=a, p=packs, kw=kw: launch_tma(a, *p[i][:2], None, None, **kw), copies)
                 results.append((t, f"s{kw['split']} u{kw['unroll']} st{kw['stages']}"))
-            results.sort()
-            best, name = results[0]
-            nbytes = K * N // 2 + (K // 128) * N * 2 + M * K * 2 + M * N * 2
-            roof = nbytes / bw * 1e6
-            top = ", ".join(f"{t:.1f} {n}" for t, n in results[:4])
+            best, name, roof, top = ranked(results, K, N, M, bw)
             lines.append(
                 f"{K} {N} {M} | {t_rule:.1f} ({rule}) | {best:.1f} ({name}) | {cublas:.1f} | "
                 f"{100 * roof / best:.0f}% | {t_rule / best:.2f}x | {top}"

@@ -234,33 +234,58 @@ if HAS_GLUON:
             n_recs = gl.load(p_s32 + o_rec + ((c_next + u_w) // GROUP_CHUNKS) * group_stride)
             n_x0 = gl.load(p_a32 + o_a + c_next * 32, mask=mask_a, other=0)
             n_x1 = gl.load(p_a32 + o_a + (c_next * 32 + 4), mask=mask_a, other=0)
-            w_u = _unstack(words, LW, U)
-            rec_u = _unstack(recs, LW, U)
-            x0_u = _unstack(x0, LA, U)
-            x1_u = _unstack(x1, LA, U)
-            for u in gl.static_range(U):
-                sr, s8, zr, z8 = _record(rec_u[u], LW)
-                r0, r1, r2, r3 = gl.inline_asm_elementwise(
-                    DEQUANT, _DEQUANT_CONSTRAINTS, [w_u[u], sr, s8, zr, z8], (gl.int32,) * 4, True, 1
-                )
-                r0s = _steps(r0, LT)
-                r1s = _steps(r1, LT)
-                r2s = _steps(r2, LT)
-                r3s = _steps(r3, LT)
-                x0s = _steps(x0_u[u], LB)
-                x1s = _steps(x1_u[u], LB)
-                for j in gl.static_range(4):
-                    acc0, acc1, acc2, acc3 = _mma_step(
-                        gl.expand_dims(r0s[j], 2), gl.expand_dims(r1s[j], 2), gl.expand_dims(r2s[j], 2),
-                        gl.expand_dims(r3s[j], 2), gl.expand_dims(x0s[j], 1), gl.expand_dims(x1s[j], 1),
-                        acc0, acc1, acc2, acc3, MMA,
-                    )  # fmt: skip
+            acc0, acc1, acc2, acc3 = fragment_step(
+                words, recs, x0, x1, acc0, acc1, acc2, acc3, LW, LA, LT, LB, U, DEQUANT, MMA
+            )
             words, recs, x0, x1 = n_words, n_recs, n_x0, n_x1
 
+        fragment_epilogue(
+            acc0, acc1, acc2, acc3, p_out, p_bias, p_ws, p_count, M, N, pid_n * num_warps, pid_m,
+            LT, LB, R, TILES, BLOCKS, HAS_BIAS, SPLIT,
+        )  # fmt: skip
+
+    @gluon.jit
+    def fragment_step(
+        words, recs, x0, x1, acc0, acc1, acc2, acc3, LW: gl.constexpr, LA: gl.constexpr, LT: gl.constexpr,
+        LB: gl.constexpr, U: gl.constexpr, DEQUANT: gl.constexpr, MMA: gl.constexpr,
+    ):  # fmt: skip
+        """One kernel step: ``U`` chunks of words ``[R, T, U, 4]``, scale records (the same) and activations
+        ``x0``, ``x1`` ``[R, B, U, 4]`` dequantized and multiplied into the four accumulators, chunk by chunk,
+        k-step by k-step; the accumulators back."""
+        w_u = _unstack(words, LW, U)
+        rec_u = _unstack(recs, LW, U)
+        x0_u = _unstack(x0, LA, U)
+        x1_u = _unstack(x1, LA, U)
+        for u in gl.static_range(U):
+            sr, s8, zr, z8 = _record(rec_u[u], LW)
+            r0, r1, r2, r3 = gl.inline_asm_elementwise(
+                DEQUANT, _DEQUANT_CONSTRAINTS, [w_u[u], sr, s8, zr, z8], (gl.int32,) * 4, True, 1
+            )
+            r0s = _steps(r0, LT)
+            r1s = _steps(r1, LT)
+            r2s = _steps(r2, LT)
+            r3s = _steps(r3, LT)
+            x0s = _steps(x0_u[u], LB)
+            x1s = _steps(x1_u[u], LB)
+            for j in gl.static_range(4):
+                acc0, acc1, acc2, acc3 = _mma_step(
+                    gl.expand_dims(r0s[j], 2), gl.expand_dims(r1s[j], 2), gl.expand_dims(r2s[j], 2),
+                    gl.expand_dims(r3s[j], 2), gl.expand_dims(x0s[j], 1), gl.expand_dims(x1s[j], 1),
+                    acc0, acc1, acc2, acc3, MMA,
+                )  # fmt: skip
+        return acc0, acc1, acc2, acc3
+
+    @gluon.jit
+    def fragment_epilogue(
+        acc0, acc1, acc2, acc3, p_out, p_bias, p_ws, p_count, M, N, warp0, pid_m, LT: gl.constexpr, LB: gl.constexpr,
+        R: gl.constexpr, TILES: gl.constexpr, BLOCKS: gl.constexpr, HAS_BIAS: gl.constexpr, SPLIT: gl.constexpr,
+    ):  # fmt: skip
+        """The accumulators of the program's tiles (``TILES (warp0 + row // 32) ..``) and blocks stored: the
+        output, or with SPLIT the split's partial and, for the last split of the tile to arrive, the sum."""
         # lane l: rows m0 = 8 block + 2 (l % 4) (+1), columns n = 16 tile + l // 4 (+8)
         o_row = gl.arange(0, R, layout=gl.SliceLayout(1, LT))
         lane_t = gl.expand_dims(o_row % 32, 1)  # [R, 1] in LT
-        tile = gl.expand_dims((pid_n * num_warps + o_row // 32) * TILES, 1) + gl.expand_dims(
+        tile = gl.expand_dims((warp0 + o_row // 32) * TILES, 1) + gl.expand_dims(
             gl.arange(0, TILES, layout=gl.SliceLayout(0, LT)), 0
         )  # [R, T]
         block = gl.expand_dims(gl.arange(0, BLOCKS, layout=gl.SliceLayout(0, LB)), 0)  # [1, B]
@@ -279,7 +304,7 @@ if HAS_GLUON:
             # L1 (.cg) after the acquire and sums them in the fixed order s = 0, 1, ...
             _barrier()
             S = gl.num_programs(2)
-            tile_id = pid_m * gl.num_programs(0) + pid_n
+            tile_id = pid_m * gl.num_programs(0) + gl.program_id(0)
             arrived = gl.atomic_add(p_count + tile_id, 1, sem="acq_rel", scope="gpu")
             if arrived == S - 1:
                 _reduce(p_out, p_bias, p_ws, o_m, o_n, M, N, S, HAS_BIAS)
