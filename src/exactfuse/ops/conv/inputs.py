@@ -250,7 +250,7 @@ def causal_conv1d_inputs(device: torch.device, dtype: torch.dtype, *, quick: boo
 def fn_case(case_id, lengths, *, grad: bool = False, initial: bool = False, **kw) -> Case:
     """A ``causal_conv1d_fn`` case: :func:`causal_case` without a state, with random initial states
     (``initial``); ``grad``: with the output's gradient in front, a ``causal_conv1d_fn_backward`` case."""
-    x, weight, bias, activation, dilation, _, qsl, _, _, _, seq_idx = causal_case(
+    x, weight, bias, activation, dilation, _, qsl, _, _, _, seq_idx, _ = causal_case(
         case_id, lengths, state=False, **kw
     ).args
     R, C, SL = len(lengths) if qsl is not None else 1, x.shape[1], (weight.shape[1] - 1) * dilation
