@@ -28,8 +28,9 @@ def run(provider: str, case, op):
 def test_interpreter_register_window_gives_the_same_bits(unroll, monkeypatch):
     """Spec and prefill rows in runs over a register window (``ConvConfig.unroll``) against each tap's
     own loads: outputs, residuals and states bit for bit, for short_conv and causal_conv1d (its packed
-    ``seq_idx`` cases included)."""
-    assert_same_bits(monkeypatch, {"unroll": unroll, "lean": False}, {"lean": False})
+    ``seq_idx`` cases included), without the two 676-row strided-index cases (their index stride is the
+    slot lookup's, which the window does not change; the GPU tests run them)."""
+    assert_same_bits(monkeypatch, {"unroll": unroll, "lean": False}, {"lean": False}, skip=("decode", "strided"))
 
 
 @pytest.mark.interpreter
