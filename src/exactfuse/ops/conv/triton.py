@@ -149,6 +149,16 @@ def short_conv_triton(
     )  # fmt: skip
 
 
+def _history_view(conv_state, weight, dilation, history_at):
+    """``(the state the kernels read, head)``: with Dao's wide window (``history_at="end"``) the view of its
+    last ``SL`` positions and the ``W - SL`` before them, which the kernels shift with it; else the state
+    itself (no slicing on the decode path) and 0."""
+    if history_at != "end":
+        return conv_state, 0
+    head = conv_state.shape[2] - (weight.shape[1] - 1) * dilation
+    return conv_state[:, :, head:], head
+
+
 def causal_conv1d_triton(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -164,10 +174,7 @@ def causal_conv1d_triton(
     history_at: str = "start",
 ) -> torch.Tensor:
     out = empty(x.shape, x.dtype, x.device)
-    head = 0
-    if history_at == "end":  # the kernels read the history at the window's end and shift the head with it
-        head = conv_state.shape[2] - (weight.shape[1] - 1) * dilation
-        conv_state = conv_state[:, :, head:]
+    conv_state, head = _history_view(conv_state, weight, dilation, history_at)
     call = calls.causal_conv1d_call(
         x, weight, bias, activation, dilation, conv_state, query_start_loc, state_indices, has_initial_state,
         pad_slot_id, seq_idx,
@@ -189,12 +196,10 @@ def causal_conv1d_update_triton(
     history_at: str = "start",
 ) -> torch.Tensor:
     out = empty(x.shape, x.dtype, x.device)
-    # Dao's wide window ("end"): the kernels read the history at its end and shift the head with it
-    head = conv_state.shape[2] - (weight.shape[1] - 1) * dilation if history_at == "end" else 0
+    conv_state, head = _history_view(conv_state, weight, dilation, history_at)
     call = calls.causal_conv1d_update_call(
-        x, conv_state[:, :, head:], weight, bias, activation, dilation, state_indices, num_accepted_tokens,
-        pad_slot_id,
-    )  # fmt: skip
+        x, conv_state, weight, bias, activation, dilation, state_indices, num_accepted_tokens, pad_slot_id
+    )
     launch_conv(**call, out=out.view(call["x"].shape), head=head)
     return out
 
