@@ -44,6 +44,7 @@ GELU_ERF_LIBDEVICE, GELU_TANH_APPROX, GELU_TANH_SIGMOID = 7, 8, 9
 SILU_FAST_FP16_FIXED = 10
 SILU_RCP = 11
 SIGMOID, SIGMOID_FAST, SIGMOID_RCP = 12, 13, 14
+SILU_RCP_FP16_FIXED, SIGMOID_RCP_FP16_FIXED = 15, 16
 
 FORMULAS: dict[int, tuple[str, str]] = {  # id -> (activation, what it evaluates)
     SILU: ("silu", "exact: libdevice exp, IEEE division"),
@@ -61,6 +62,8 @@ FORMULAS: dict[int, tuple[str, str]] = {  # id -> (activation, what it evaluates
     SIGMOID: ("sigmoid", "exact: libdevice exp, IEEE division"),
     SIGMOID_FAST: ("sigmoid", "ex2.approx exp, approximate division"),
     SIGMOID_RCP: ("sigmoid", "ex2.approx.ftz exp, rcp.approx.f32"),
+    SILU_RCP_FP16_FIXED: ("silu", "ex2.approx.ftz exp, x times rcp.approx.f32, eager's fp16 result at -2.7246, -4.9219"),
+    SIGMOID_RCP_FP16_FIXED: ("sigmoid", "ex2.approx.ftz exp, rcp.approx.f32, eager's fp16 result at 0.0068359, -0.0063477"),
 }
 EXACT = {"silu": SILU, "gelu_none": GELU_ERF, "gelu_tanh": GELU_TANH, "sigmoid": SIGMOID}
 EXACT_FORMULAS = frozenset(EXACT.values())
@@ -70,8 +73,10 @@ EXACT_FORMULAS = frozenset(EXACT.values())
 # (benchmarks/results/h200/sweeps/fast_activation_proofs.txt); a failure elsewhere is logged and the next
 # candidate taken. No GELU formula faster than the exact one proves out there.
 CANDIDATES: dict[tuple[str, torch.dtype], tuple[int, ...]] = {
-    ("silu", torch.bfloat16): (SILU_FAST,),
-    ("silu", torch.float16): (SILU_FAST_FP16_FIXED, SILU_EXP_NEWTON_DIV),
+    ("silu", torch.bfloat16): (SILU_RCP, SILU_FAST),
+    ("silu", torch.float16): (SILU_RCP_FP16_FIXED, SILU_FAST_FP16_FIXED, SILU_EXP_NEWTON_DIV),
+    ("sigmoid", torch.bfloat16): (SIGMOID_RCP, SIGMOID_FAST),
+    ("sigmoid", torch.float16): (SIGMOID_RCP_FP16_FIXED,),
 }
 # The ops whose kernels evaluate each activation through ``activation`` with the chosen formula.
 OPS_USING = {

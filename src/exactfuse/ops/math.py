@@ -186,13 +186,27 @@ def fast_silu(x):
 
 
 @triton.jit
-def fast_silu_fp16_fixed(x):
-    """:func:`fast_silu` with its two fp16 inputs whose quotient lands across an fp16 rounding boundary from
-    eager's (-2.7246 and -4.9219, ``benchmarks/results/h200/sweeps/fast_activation_proofs.txt``) given
-    eager's fp16 results: a correction table that ``fastmath.proof`` checks with every other input."""
-    y = fast_silu(x)
+def fix_fp16_silu(x, y):
+    """``y`` (a fast SiLU of fp16 ``x``) with eager's fp16 results at the two inputs whose fast quotient lands
+    across an fp16 rounding boundary from eager's (-2.7246 and -4.9219, the same two for :func:`fast_silu`
+    and :func:`rcp_silu`; ``benchmarks/results/h200/sweeps/fast_activation_proofs.txt``): a correction
+    table that ``fastmath.proof`` checks together with every other input."""
     y = tl.where(x == -2.724609375, -0.1676025390625, y)
     return tl.where(x == -4.921875, -0.035614013671875, y)
+
+
+@triton.jit
+def fix_fp16_sigmoid(x, y):
+    """``y`` (a fast sigmoid of fp16 ``x``) with eager's fp16 results at the two inputs where the exact fp32
+    sigmoid sits on or next to an fp16 rounding tie (0.0068359 and -0.0063477, the same sweeps file)."""
+    y = tl.where(x == 0.0068359375, 0.501953125, y)
+    return tl.where(x == -0.00634765625, 0.49853515625, y)
+
+
+@triton.jit
+def fast_silu_fp16_fixed(x):
+    """:func:`fast_silu` corrected by :func:`fix_fp16_silu`."""
+    return fix_fp16_silu(x, fast_silu(x))
 
 
 @triton.jit
@@ -200,7 +214,13 @@ def rcp_silu(x):
     """``x * (1 / (1 + exp(-x)))`` with ``ex2.approx.ftz`` (an exp that flushes leaves ``1 + exp`` as it is) and
     ``rcp.approx.f32``, whose subnormal reciprocals are kept: flushed ones (``rcp.approx.ftz``) zero SiLU at
     x in [-88.7, -87.3], where eager's is a normal number."""
-    return x * rcp_approx(1.0 + exp2_ftz(x * -1.4426950408889634))
+    return x * rcp_sigmoid(x)
+
+
+@triton.jit
+def rcp_sigmoid(x):
+    """``1 / (1 + exp(-x))`` with ``ex2.approx.ftz`` and ``rcp.approx.f32`` (:func:`rcp_silu`)."""
+    return rcp_approx(1.0 + exp2_ftz(x * -1.4426950408889634))
 
 
 @triton.jit
@@ -282,7 +302,11 @@ def activation(x, FORMULA: tl.constexpr):
     elif FORMULA == 13:  # SIGMOID_FAST
         return 1.0 / (1.0 + tl.exp(-x))
     elif FORMULA == 14:  # SIGMOID_RCP
-        return rcp_approx(1.0 + exp2_ftz(x * -1.4426950408889634))
+        return rcp_sigmoid(x)
+    elif FORMULA == 15:  # SILU_RCP_FP16_FIXED
+        return fix_fp16_silu(x, rcp_silu(x))
+    elif FORMULA == 16:  # SIGMOID_RCP_FP16_FIXED
+        return fix_fp16_sigmoid(x, rcp_sigmoid(x))
     else:  # 9: GELU_TANH_SIGMOID
         return sigmoid_tanh_gelu(x)
 
