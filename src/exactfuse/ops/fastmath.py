@@ -62,8 +62,14 @@ FORMULAS: dict[int, tuple[str, str]] = {  # id -> (activation, what it evaluates
     SIGMOID: ("sigmoid", "exact: libdevice exp, IEEE division"),
     SIGMOID_FAST: ("sigmoid", "ex2.approx exp, approximate division"),
     SIGMOID_RCP: ("sigmoid", "ex2.approx.ftz exp, rcp.approx.f32"),
-    SILU_RCP_FP16_FIXED: ("silu", "ex2.approx.ftz exp, x times rcp.approx.f32, eager's fp16 result at -2.7246, -4.9219"),
-    SIGMOID_RCP_FP16_FIXED: ("sigmoid", "ex2.approx.ftz exp, rcp.approx.f32, eager's fp16 result at 0.0068359, -0.0063477"),
+    SILU_RCP_FP16_FIXED: (
+        "silu",
+        "ex2.approx.ftz exp, x times rcp.approx.f32, eager's fp16 result at -2.7246, -4.9219",
+    ),
+    SIGMOID_RCP_FP16_FIXED: (
+        "sigmoid",
+        "ex2.approx.ftz exp, rcp.approx.f32, eager's fp16 result at 0.0068359, -0.0063477",
+    ),
 }
 EXACT = {"silu": SILU, "gelu_none": GELU_ERF, "gelu_tanh": GELU_TANH, "sigmoid": SIGMOID}
 EXACT_FORMULAS = frozenset(EXACT.values())
