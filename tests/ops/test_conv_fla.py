@@ -211,6 +211,35 @@ def test_gpu_fla_grids():
         run_fla_prefill_with_cache(*case, "triton")
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["causal_conv1d", "causal_conv1d_update"])
+def test_gpu_fla_peers_give_the_ops_outputs(name):
+    """The bench's FLA peers on the grid cases they accept give the op's outputs (the result, and the cache
+    updated in place) within FLA's rounding of the spec's: what the bench's gate compares before timing."""
+    from exactfuse.bench.peers import peers_for
+    from exactfuse.ops.conv import inputs
+    from exactfuse.registry import OPS
+    from exactfuse.testing import clone_args
+    from exactfuse.testing.calls import collect_outputs
+
+    op = OPS[name]
+    (peer,) = [p for p in peers_for(name) if p.name == "fla"]
+    grid = {"causal_conv1d": inputs._causal_grid, "causal_conv1d_update": inputs._update_grid}[name]
+    checked = 0
+    for lazy in grid(torch.device("cuda"), torch.bfloat16):
+        case = lazy.materialize()
+        if peer.accepts(*case.args, **case.kwargs) is not True:
+            continue
+        (a, k), (sa, sk) = clone_args(case.args, case.kwargs), clone_args(case.args, case.kwargs)
+        got = collect_outputs(op, peer.prepare(a, k)(), a, k)
+        want = collect_outputs(op, op.run_provider("native", *sa, **sk), sa, sk)
+        assert len(got) == len(want), f"{case.id}: {len(got)} outputs, the op has {len(want)}"
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g.float(), w.float(), atol=2e-2, rtol=2e-2, msg=lambda m, c=case.id: f"{c}: {m}")
+        checked += 1
+    assert checked >= 5
+
+
 def test_residual_and_batch_layout_are_checked_by_name():
     x, w = torch.randn(2, 5, 8), torch.randn(8, 4)
     with pytest.raises(ValueError, match="causal_conv1d: residual must be a tensor of x's shape"):

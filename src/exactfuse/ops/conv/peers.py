@@ -107,9 +107,10 @@ def _fla_causal_conv1d_update(args: tuple, kwargs: dict) -> PreparedCall:
     from fla.modules.causal_conv1d import causal_conv1d_update
 
     a = _arguments("_causal_conv1d_update", args, kwargs)
+    # FLA returns (y, cache); the cache is the op's argument, which the gate reads as the mutated output
     return lambda: causal_conv1d_update(
         a["x"], a["conv_state"], weight=a["weight"], bias=a["bias"], activation=a["activation"]
-    )
+    )[0]
 
 
 register_peer(
