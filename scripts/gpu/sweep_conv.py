@@ -25,6 +25,12 @@ C = 10240, K = 4, D = 3, both state layouts) with ``BC`` channels a program (eac
 its request's ``[BW, BC]`` state window) x warps, each checked bit for bit (residual and state) against
 the shipped rule's first; at R <= 8 also a plain copy of the same bytes (half read, half written), the
 issue's small-batch reference. Result: sweeps/conv_decode.txt.
+
+``--update`` does the same for causal_conv1d_update on the grid's ``-lastK`` cases (FLA's decode state:
+each request's last ``K`` inputs in row ``r`` of ``[B, C, K]``, ``history_at="end"``, B = 1-1024), with
+fla-core's autotuned ``causal_conv1d_update`` timed on the same inputs in the same run (its output and
+state within 2e-2 of the shipped rule's, and the configuration its autotuner chose). Result:
+sweeps/conv_update_decode.txt.
 """
 
 from __future__ import annotations
@@ -39,9 +45,9 @@ from sweep_io import emit
 from exactfuse.bench.results import geomean
 from exactfuse.bench.roofline import measure_copy_bandwidth
 from exactfuse.bench.timing import cudagraph_timer
-from exactfuse.ops.conv import _causal_conv1d, _short_conv, calls, heuristics
-from exactfuse.ops.conv.inputs import _causal_grid, _short_conv_grid
-from exactfuse.ops.conv.triton import launch_conv
+from exactfuse.ops.conv import _causal_conv1d, _causal_conv1d_update, _short_conv, calls, heuristics
+from exactfuse.ops.conv.inputs import _causal_grid, _short_conv_grid, _update_grid
+from exactfuse.ops.conv.triton import _history_view, launch_conv
 from exactfuse.testing import clone_args
 
 TIMER = cudagraph_timer(rep_ms=10)
@@ -83,26 +89,66 @@ def run_decode(case, config):
     return (lambda: launch_conv(**call, config=config)), a["residual"], a["conv_state"]
 
 
-def sweep_decode(channels: list[int], warps: list[int], copy: float) -> None:
-    """``--decode``: channels a program x warps on the decode shapes (sweeps/conv_decode.txt)."""
-    lines = [f"copy {copy / 1e9:,.0f} GB/s; short_conv decode, bf16; shipped rule: heuristics.conv_config",
+def run_update(case, config):
+    """causal_conv1d_update's launch on a copy of ``case`` with ``config``: (call, output, state)."""
+    args, kwargs = clone_args(case.args, case.kwargs)
+    bound = _causal_conv1d_update.signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    a = dict(bound.arguments)
+    state, history_at = a["conv_state"], a.pop("history_at")
+    a["conv_state"], head = _history_view(state, a["weight"], a["dilation"], history_at)
+    call = calls.causal_conv1d_update_call(*a.values())
+    out = torch.empty_like(a["x"])
+    return (lambda: launch_conv(**call, out=out.view(call["x"].shape), config=config, head=head)), out, state
+
+
+def fla_update(case, ref_out, ref_state) -> str:
+    """fla-core's update on a copy of ``case``: µs, its autotuned configuration, and whether its output and
+    state are within 2e-2 of exactfuse's."""
+    from fla.modules.causal_conv1d.ops import causal_conv1d_update_kernel
+
+    from exactfuse.ops.conv.peers import _fla_causal_conv1d_update
+
+    args, kwargs = clone_args(case.args, case.kwargs)
+    state = _causal_conv1d_update.signature.bind(*args, **kwargs).arguments["conv_state"]
+    call = _fla_causal_conv1d_update(args, kwargs)
+    out = call()
+    close = all(torch.allclose(x.float(), y.float(), atol=2e-2, rtol=2e-2)
+                for x, y in ((out, ref_out), (state, ref_state)))  # fmt: skip
+    us = TIMER(call) * 1e3
+    best = getattr(causal_conv1d_update_kernel, "best_config", None)
+    return f"| fla {us:.1f} ({best})" + ("" if close else " NOT within 2e-2 of exactfuse's")
+
+
+def sweep_decode(channels: list[int], warps: list[int], copy: float, update: bool = False) -> None:
+    """``--decode``: channels a program x warps on short_conv's decode shapes (sweeps/conv_decode.txt);
+    ``update``: on causal_conv1d_update's ``-lastK`` cases, beside fla-core (sweeps/conv_update_decode.txt)."""
+    op, runner = (_causal_conv1d_update, run_update) if update else (_short_conv, run_decode)
+    lines = [f"copy {copy / 1e9:,.0f} GB/s; {op.name} decode, bf16; shipped rule: heuristics.conv_config",
              "shape | BC/warps: µs (% roofline) ..., fastest first"]  # fmt: skip
     ratios: dict[tuple, list[float]] = {}
-    decode = [f"decode-R{R}-{lay}" for R in (1, 8, 64, 256, 1024) for lay in ("cw", "wc")]
-    for lazy in _short_conv_grid(torch.device("cuda"), torch.bfloat16, decode):
+    if update:
+        cases = _update_grid(
+            torch.device("cuda"), torch.bfloat16, [f"B{B}-C10240-K4-lastK" for B in (1, 8, 64, 256, 1024)]
+        )
+    else:
+        decode = [f"decode-R{R}-{lay}" for R in (1, 8, 64, 256, 1024) for lay in ("cw", "wc")]
+        cases = _short_conv_grid(torch.device("cuda"), torch.bfloat16, decode)
+    for lazy in cases:
         case = lazy.materialize()
-        a = _short_conv.signature.bind(*case.args, **case.kwargs).arguments
+        a = op.signature.bind(*case.args, **case.kwargs).arguments
         C, K = a["weight"].shape
-        shipped = heuristics.conv_config(C, (K - 1) * a["dilation"], "decode", a["conv_state"].stride(1) == 1)
-        call, ref_res, ref_state = run_decode(case, shipped)
+        view = _history_view(a["conv_state"], a["weight"], 1, a.get("history_at", "start"))[0]
+        shipped = heuristics.conv_config(C, (K - 1) * a["dilation"], "decode", view.stride(1) == 1)
+        call, ref_out, ref_state = runner(case, shipped)
         call()
-        roof = _short_conv.bytes_fn(*case.args, **case.kwargs) / copy * 1e6
+        roof = op.bytes_fn(*case.args, **case.kwargs) / copy * 1e6
         row, times = [], {}
         for bc, w in itertools.product(channels, warps):
             cfg = heuristics.ConvConfig(BT=1, BC=bc, BC_STATE=bc, BW=shipped.BW, num_warps=w)
-            call, res, state = run_decode(case, cfg)
+            call, out, state = runner(case, cfg)
             call()
-            if not (torch.equal(res, ref_res) and torch.equal(state, ref_state)):
+            if not (torch.equal(out, ref_out) and torch.equal(state, ref_state)):
                 row.append(f"{bc}/{w}: DIFFERS")
                 continue
             times[(bc, w)] = TIMER(call) * 1e3
@@ -111,9 +157,10 @@ def sweep_decode(channels: list[int], warps: list[int], copy: float) -> None:
             row.append(f"{bc}/{w}: {us:.1f} ({100 * roof / us:.0f}%)")
             if base:
                 ratios.setdefault((bc, w), []).append(base / us)
-        nbytes = _short_conv.bytes_fn(*case.args, **case.kwargs)
-        if a["state_indices"].shape[0] <= 8:  # the small-batch target: a plain copy moving the same bytes
-            src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
+        if update:
+            row.append(fla_update(case, ref_out, ref_state))
+        elif a["state_indices"].shape[0] <= 8:  # the small-batch target: a plain copy moving the same bytes
+            src = torch.empty(op.bytes_fn(*case.args, **case.kwargs) // 2, dtype=torch.uint8, device="cuda")
             dst = torch.empty_like(src)
             row.append(f"| copy of the same bytes: {TIMER(lambda d=dst, s=src: d.copy_(s)) * 1e3:.1f}")
         lines.append(f"{case.id} (shipped {shipped.BC}/{shipped.num_warps}) | " + " ".join(row))
@@ -121,7 +168,7 @@ def sweep_decode(channels: list[int], warps: list[int], copy: float) -> None:
     ranked = sorted(ratios.items(), key=lambda kv: -geomean(kv[1]))
     lines.append("geomean speedup over the shipped rule: " + ", ".join(f"{bc}/{w} {geomean(v):.2f}"
                                                                       for (bc, w), v in ranked))  # fmt: skip
-    emit("conv_decode.txt", lines)
+    emit("conv_update_decode.txt" if update else "conv_decode.txt", lines)
 
 
 def floor(case, copy: float) -> str:
@@ -155,12 +202,14 @@ def main() -> None:
     parser.add_argument("--warps", help="warps to time (default 4,8; with --decode 1,2,4,8)")
     parser.add_argument("--floor", action="store_true", help="also the SiLU's cost, beside FLA (conv_floor.txt)")
     parser.add_argument("--decode", action="store_true", help="short_conv decode: channels x warps (conv_decode.txt)")
-    parser.add_argument("--channels", default="64,128,256,512,1024", help="--decode: channels a program")
+    update_help = "causal_conv1d_update on FLA's state, beside fla-core (conv_update_decode.txt)"
+    parser.add_argument("--update", action="store_true", help=update_help)
+    parser.add_argument("--channels", default="64,128,256,512,1024", help="--decode, --update: channels a program")
     opts = parser.parse_args()
     copy = measure_copy_bandwidth(torch.device("cuda"))
-    if opts.decode:
+    if opts.decode or opts.update:
         warps = [int(w) for w in (opts.warps or "1,2,4,8").split(",")]
-        sweep_decode([int(c) for c in opts.channels.split(",")], warps, copy)
+        sweep_decode([int(c) for c in opts.channels.split(",")], warps, copy, update=opts.update)
         return
     tiles = [parse_tile(t) for t in opts.tiles.split(",")]
     warps = [int(w) for w in (opts.warps or "4,8").split(",")]
