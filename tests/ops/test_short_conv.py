@@ -1,16 +1,19 @@
 """short_conv: spec against a per-request loop, the kernel bit for bit, bad input, CUDA graphs, compile."""
 
+import functools
+
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
 import exactfuse
+from conv_support import one_layout
 from exactfuse.ops.conv import kernels as sc_kernels
 from exactfuse.ops.conv import native, short_conv
 from exactfuse.ops.conv.heuristics import conv_config
 from exactfuse.ops.conv.inputs import make_state, short_conv_case
-from exactfuse.testing import CompileWatch, check_provider, clone_args, make_generator
+from exactfuse.testing import CompileWatch, check_call, check_on_device, clone_args, collect_outputs, make_generator
 from exactfuse.utils import DTYPE_NAMES
 
 INTERP_DTYPES = [torch.float16, torch.float32]
@@ -126,21 +129,26 @@ def test_native_is_the_unfused_eager_sequence():
 @pytest.mark.parametrize("dtype", INTERP_DTYPES, ids=DTYPE_NAMES.get)
 def test_interpreter_bitwise_every_case(dtype, monkeypatch):
     """Residual and every slot bit for bit against the spec with the interpreter's exp; the states also
-    against the spec itself; slot 0 unchanged; the declared contract (``verify``) holds."""
+    against the spec itself; slot 0 unchanged; the declared contract (``verify``) holds. One NaN-poisoned
+    launch a case serves all four."""
     failures = []
-    for case in short_conv.cases("cpu", dtype):
+    contract = short_conv.op.contract_for(dtype, "cpu")
+    # every case once over the two dtypes: each in one state layout here, the other in the other dtype
+    for case in one_layout(short_conv.cases("cpu", dtype), turn=INTERP_DTYPES.index(dtype)):
         assert short_conv.select(*case.args, **case.kwargs).name in ("native", "triton")
         assert short_conv.providers["triton"].accepts(*case.args, **case.kwargs) is True, case.id
-        t_args, _ = run("triton", case)
-        e_args, _ = run("native", case)
+        e_args, e_kwargs = run("native", case)
+        with monkeypatch.context() as m:
+            m.setattr(native, "silu", interpreter_silu)
+            i_args, _ = run("native", case)
+        t_args, t_kwargs = clone_args(case.args, case.kwargs)
+        launch = functools.partial(short_conv.run_provider, "triton", *t_args, **t_kwargs)
+        expected = collect_outputs(short_conv.op, None, e_args, e_kwargs)
+        result = check_call(short_conv.op, launch, t_args, t_kwargs, expected, contract, compare=check_on_device)
         try:
             assert_bitwise(t_args[2], e_args[2], "conv_state vs native")
             assert_bitwise(t_args[2][0], case.args[2][0], "slot 0")
-            with monkeypatch.context() as m:
-                m.setattr(native, "silu", interpreter_silu)
-                i_args, _ = run("native", case)
             assert_bitwise(t_args[1], i_args[1], "residual vs native with the interpreter's exp")
-            result = check_provider(short_conv.op, "triton", case)
             assert result.passed, result.summary()
         except AssertionError as error:
             failures.append(f"{case.id}: {error}")
