@@ -10,16 +10,17 @@ weights (``--tiny``: a small one, for a check on the CPU). Variants, each checke
 - ``w4a16``: every decoder ``nn.Linear`` a ``W4A16Linear`` (group 128, symmetric, round to nearest);
   ``dequant``: the same model with each ``W4A16Linear`` replaced by an ``nn.Linear`` of its dequantized
   weight, the baseline W4A16 is measured against; ``w4a16-exact``: ``apply`` on the W4A16 model
-  (``silu_mul`` on the two W4A16 projections' outputs, logits bit-equal).
+  (``silu_mul`` on the two W4A16 projections' outputs, logits bit-equal); ``w4a16-fragment``: the W4A16
+  model with every layer in the fragment layout (``W4A16Linear(layout="fragment")``, ``w4a16_gemm_packed``).
 
-Rows: the decoder layers' forward (rotary embedding given, no final norm or head) at batch 1 and 64 as
+Rows: the decoder layers' forward (rotary embedding given, no final norm or head) at batch 1, 16 and 64 as
 one decode step over a 1024-token context (a fixed KV buffer of 1025 slots per layer, the new token
 written into the last), and at 2048 prefill tokens (batch 1, causal, no cache); the median of CUDA-graph
 replays. ``mlp %``: the four MLPs alone (the same inputs) over the layers. With ``--generate``:
-``generate`` tokens/s (32 new tokens after 16 prompt tokens) at batch 1 and 64, bf16, exact and fast,
-eager (a dynamic cache) and compiled (``cache_implementation="static"``: transformers compiles the decode
-step on a CUDA device); each after a call of the same length, in two rounds. ``--no-layers`` skips
-the layer rows (generate only).
+``generate`` tokens/s (32 new tokens after 16 prompt tokens) at batch 1 and 64, bf16, exact, fast and
+the two W4A16 models, eager (a dynamic cache) and compiled (``cache_implementation="static"``:
+transformers compiles the decode step on a CUDA device); each after a call of the same length, in two
+rounds. ``--no-layers`` skips the layer rows (generate only).
 Result: benchmarks/results/h200/transformers_decoder_layers.txt (``--no-layers``: transformers_generate.txt).
 """
 
@@ -131,10 +132,11 @@ def layers_call(model, hidden, cache):
 
 
 GENERATE_MODES = {"eager": {}, "compiled": {"cache_implementation": "static"}}
+GENERATE_VARIANTS = ("bf16", "exact", "fast", "w4a16", "w4a16-fragment")
 
 
 def generate_rates(models: dict, config, device, gen, modes=tuple(GENERATE_MODES)) -> list[str]:
-    """``generate`` tokens/s of bf16, exact and fast in each of ``modes``, at batch 1 and 64."""
+    """``generate`` tokens/s of :data:`GENERATE_VARIANTS` in each of ``modes``, at batch 1 and 64."""
     torch._dynamo.config.cache_size_limit = 64  # three models x two batch sizes share the forward's code
     lines = []
     for mode in modes:
@@ -144,7 +146,7 @@ def generate_rates(models: dict, config, device, gen, modes=tuple(GENERATE_MODES
             kw = dict(attention_mask=torch.ones_like(ids), pad_token_id=0, do_sample=False, max_new_tokens=32,
                       min_new_tokens=32, **extra)  # fmt: skip
             rates: dict[str, list[float]] = {}
-            for name in ("bf16", "exact", "fast") * 2:  # two rounds, the faster kept: no order effect
+            for name in GENERATE_VARIANTS * 2:  # two rounds, the faster kept: no order effect
                 m = models[name]
                 m.generate(ids, **kw)  # the same length: a static cache of the same size, compiled once
                 if device == "cuda":
@@ -205,10 +207,15 @@ def main() -> None:
     w4, dense = quantized(base)
     w4_exact = copy.deepcopy(w4)
     apply(w4_exact)
-    models = {"bf16": base, "exact": exact, "fast": fast, "dequant": dense, "w4a16": w4, "w4a16-exact": w4_exact}
+    w4_fragment = copy.deepcopy(w4)
+    for m in w4_fragment.modules():
+        if isinstance(m, W4A16Linear):
+            m.repack()
+    models = {"bf16": base, "exact": exact, "fast": fast, "dequant": dense, "w4a16": w4, "w4a16-exact": w4_exact,
+              "w4a16-fragment": w4_fragment}  # fmt: skip
     time_ms = timer(device)
     gen = torch.Generator(device=device).manual_seed(1)
-    shapes = [("decode B1", 1, 1), ("decode B64", 64, 1), (f"prefill {PREFILL}", 1, PREFILL)]
+    shapes = [("decode B1", 1, 1), ("decode B16", 16, 1), ("decode B64", 64, 1), (f"prefill {PREFILL}", 1, PREFILL)]
     lines = [f"{torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}, torch {torch.__version__}, "
              f"transformers {transformers.__version__}; hidden {config.hidden_size}, intermediate "
              f"{config.intermediate_size}, {config.num_hidden_layers} layers, {dtype}"]  # fmt: skip
@@ -232,6 +239,8 @@ def main() -> None:
                 "w4a16": f"max |d| {float((outs['w4a16'] - outs['dequant']).abs().max()):.2g} vs dequant"
                 + ("" if torch.equal(repeat["w4a16"], outs["w4a16"]) else ", NOT REPEATABLE"),
                 "w4a16-exact": _same(outs["w4a16-exact"], outs["w4a16"]),
+                "w4a16-fragment": f"max |d| {float((outs['w4a16-fragment'] - outs['dequant']).abs().max()):.2g} "
+                "vs dequant",
             }
             if checks["exact"] != "bit-equal" or checks["w4a16-exact"] != "bit-equal":
                 failed.append(f"{label}: exact mode changed the layers' output: exact {checks['exact']}; "
@@ -239,7 +248,8 @@ def main() -> None:
                 print(failed[-1], flush=True)
             times = {name: time_ms(call) * 1e3 for name, call in calls.items()}
             mlps = {name: time_ms(lambda c=call: c(mlp_only=True)) * 1e3 for name, call in calls.items()}
-            baseline = {"exact": "bf16", "fast": "bf16", "w4a16": "dequant", "dequant": "bf16", "w4a16-exact": "w4a16"}
+            baseline = {"exact": "bf16", "fast": "bf16", "w4a16": "dequant", "dequant": "bf16", "w4a16-exact": "w4a16",
+                        "w4a16-fragment": "w4a16"}  # fmt: skip
             for name in models:
                 ref = baseline.get(name)
                 ratio = f"{times[ref] / times[name]:.3f}x {ref}" if ref else ""

@@ -53,6 +53,27 @@ def test_save_then_load_gives_the_layers_quantized_directly(tmp_path, sym):
         assert torch.equal(loaded(input_ids=ids).logits, model(input_ids=ids).logits)
 
 
+def test_load_in_the_fragment_layout_gives_the_same_logits(tmp_path, caplog):
+    model = _llama(0)
+    saved = save_gptq(model, tmp_path, group_size=64, sym=False)
+    gptq, frag = _llama(1), _llama(2)
+    load_gptq(gptq, tmp_path)
+    assert load_gptq(frag, tmp_path, layout="fragment") == sorted(saved)
+    assert all(frag.get_submodule(p).layout == "fragment" for p in saved)
+    ids = torch.randint(0, 96, (1, 7), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert torch.equal(frag(input_ids=ids).logits, gptq(input_ids=ids).logits)
+    # groups of 32 rows have no fragment layout: those layers keep the GPTQ layout, named in a warning
+    save_gptq(_llama(0), tmp_path / "g32", group_size=32)
+    small = _llama(3)
+    with caplog.at_level("WARNING", logger="exactfuse.integrations.gptq"):
+        load_gptq(small, tmp_path / "g32", layout="fragment")
+    assert all(small.get_submodule(p).layout == "gptq" for p in saved)
+    assert "keeps the GPTQ layout" in caplog.text and saved[0] in caplog.text
+    with pytest.raises(ValueError, match="layout must be one of"):
+        load_gptq(_llama(4), tmp_path, layout="marlin")
+
+
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [

@@ -60,3 +60,90 @@ def test_layer_on_the_triton_provider_interpreter():
 
 def _layer_args(layer):
     return layer.qweight, layer.scales, layer.zeros, layer.perm, layer.bias, layer.group_size
+
+
+# ------------------------------------------------------------------ layout="fragment"
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_fragment_layout_is_the_gptq_layers_weight_and_checkpoint(symmetric):
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(256, 64, bias=True).half()
+    gptq = W4A16Linear.from_linear(lin, group_size=64, symmetric=symmetric)
+    frag = W4A16Linear.from_linear(lin, group_size=64, symmetric=symmetric, layout="fragment")
+    assert frag.layout == "fragment" and not hasattr(frag, "qweight") and "layout='fragment'" in repr(frag)
+    x = torch.randn(3, 5, 256, dtype=torch.float16)
+    assert torch.equal(frag.dense_weight(), gptq.dense_weight())
+    assert torch.equal(frag(x), gptq(x))  # both specs: the same dequantized weight, the same matmul
+    # the checkpoint is the GPTQ layout's, key for key and bit for bit
+    saved, want = frag.state_dict(), gptq.state_dict()
+    assert set(saved) == set(want) and all(torch.equal(saved[k], want[k]) for k in want)
+    # and loads into either layout
+    clone = W4A16Linear(256, 64, group_size=64, symmetric=symmetric, bias=True, layout="fragment")
+    clone.load_state_dict(want)
+    assert torch.equal(clone.words, frag.words) and torch.equal(clone.fragment_scales, frag.fragment_scales)
+    back = W4A16Linear(256, 64, group_size=64, symmetric=symmetric, bias=True)
+    back.load_state_dict(saved)
+    assert torch.equal(back.qweight, gptq.qweight) and torch.equal(back.scales, gptq.scales)
+
+
+def test_fragment_layout_converts_dtype_as_the_gptq_layout():
+    """The records hold MAGIC + z, whose value depends on the dtype: ``.to(dtype)`` repacks them."""
+    torch.manual_seed(1)
+    lin = torch.nn.Linear(128, 32, bias=True).half()
+    gptq = W4A16Linear.from_linear(lin, group_size=64, symmetric=False).to(torch.bfloat16)
+    frag = W4A16Linear.from_linear(lin, group_size=64, symmetric=False, layout="fragment").to(torch.bfloat16)
+    assert frag.fragment_scales.dtype == torch.bfloat16 and frag.bias.dtype == torch.bfloat16
+    assert torch.equal(frag.dense_weight(), gptq.dense_weight())
+    x = torch.randn(4, 128, dtype=torch.bfloat16)
+    assert torch.equal(frag(x), gptq(x))
+
+
+def test_fragment_layout_with_act_order():
+    gen = make_generator(0)
+    order = torch.randperm(256, generator=gen)
+    t = quantize_rtn(torch.randn((64, 256), generator=gen), 64, False, format="v1", order=order,
+                     scale_dtype=torch.float16)  # fmt: skip
+    gptq = W4A16Linear.from_gptq(t.qweight, t.qzeros, t.scales, t.g_idx)
+    frag = W4A16Linear.from_gptq(t.qweight, t.qzeros, t.scales, t.g_idx, layout="fragment")
+    x = torch.randn(5, 256, dtype=torch.float16)
+    assert torch.equal(frag(x), gptq(x)) and torch.equal(frag.perm, gptq.perm)
+    clone = W4A16Linear(256, 64, group_size=64, symmetric=False, act_order=True, layout="fragment")
+    clone.load_state_dict(gptq.state_dict())
+    assert torch.equal(clone(x), gptq(x))
+
+
+def test_fragment_layout_errors_name_what_it_cannot_take():
+    with pytest.raises(ValueError, match="layout must be one of"):
+        W4A16Linear(256, 64, layout="marlin")
+    with pytest.raises(ValueError, match="groups must be a multiple of 64 rows"):
+        W4A16Linear(256, 64, group_size=32, layout="fragment")
+    with pytest.raises(ValueError, match="no per-row groups"):
+        W4A16Linear(256, 64, groups=2, layout="fragment")
+    layer = W4A16Linear(256, 64, group_size=64, bias=True, layout="fragment")
+    full = W4A16Linear.from_linear(torch.nn.Linear(256, 64).half(), group_size=64).state_dict()
+    with pytest.raises(RuntimeError, match='Missing key\\(s\\) in state_dict: "qweight"'):
+        layer.load_state_dict({k: v for k, v in full.items() if k != "qweight"})
+    wrong = {**full, "scales": full["scales"][:2]}
+    with pytest.raises(RuntimeError, match="size mismatch for scales"):
+        layer.load_state_dict(wrong)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_gpu_fragment_layout_meets_the_contract_at_every_path(dtype):
+    """The fragment layer's kernel (M <= 128) and dense path (M > 128) on the GPU: within the op's contract of
+    the GPTQ layer's spec, which dequantizes the same weight."""
+    from exactfuse.ops.w4a16 import w4a16_gemm_packed
+    from exactfuse.ops.w4a16.mma import gluon_gpu_available
+
+    if not gluon_gpu_available():
+        pytest.skip("w4a16_gemm_packed's kernel needs sm_90")
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(4096, 1024, bias=True).to("cuda", dtype)
+    frag = W4A16Linear.from_linear(lin, group_size=128, layout="fragment")
+    for M in (1, 16, 64, 200):
+        x = torch.randn(M, 4096, device="cuda", dtype=dtype)
+        with w4a16_gemm_packed.priority(["triton"]):
+            y = frag(x)
+        want = torch.matmul(x, frag.dense_weight()) + frag.bias
+        args = (x, frag.words, frag.fragment_scales, frag.perm, frag.bias)
+        assert w4a16_gemm_packed.contract.check(y, want, args=args).passed, M

@@ -11,14 +11,18 @@ name. The config keys read: ``bits`` (4), ``group_size``, ``desc_act``, ``sym``,
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from exactfuse.layers.w4a16 import W4A16Linear
+from exactfuse.layers.w4a16 import LAYOUTS, W4A16Linear
+from exactfuse.ops.w4a16 import fragment
 from exactfuse.ops.w4a16.packing import PACK, SYMMETRIC_ZERO, pack_cols, quantize_rtn
+
+log = logging.getLogger(__name__)
 
 CONFIG = "quantize_config.json"
 WEIGHTS = "model.safetensors"
@@ -114,11 +118,16 @@ def read_config(path: str | Path) -> dict:
     return config
 
 
-def load_gptq(model: nn.Module, path: str | Path, *, dtype: torch.dtype | None = None) -> list[str]:
+def load_gptq(
+    model: nn.Module, path: str | Path, *, dtype: torch.dtype | None = None, layout: str = "gptq"
+) -> list[str]:
     """Load a GPTQ directory into ``model`` (built from its config on a real device): each ``nn.Linear``
     with a ``P.qweight`` in the checkpoint becomes a :class:`W4A16Linear` (in ``dtype``, default the
     Linear's if fp16/bf16, else fp16) and every other tensor is loaded by name. Returns the replaced
-    module paths."""
+    module paths. ``layout="fragment"`` repacks each layer the fragment layout takes
+    (``W4A16Linear``'s docstring; the others keep the GPTQ layout, with a warning naming them)."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"load_gptq: layout must be one of {LAYOUTS}, got {layout!r}")
     config = read_config(path)
     fmt, sym = FORMATS[config.get("checkpoint_format", "gptq")], bool(config.get("sym", True))
     file = Path(path) / WEIGHTS
@@ -149,6 +158,11 @@ def load_gptq(model: nn.Module, path: str | Path, *, dtype: torch.dtype | None =
             qweight.to(device), _to(tensors.pop(f"{p}.qzeros", None), device), tensors.pop(f"{p}.scales").to(device),
             _to(g_idx, device), _to(tensors.pop(f"{p}.bias", None), device), format=fmt, sym=sym, dtype=act_dtype,
         )  # fmt: skip
+        if layout == "fragment":
+            if reason := fragment.layout_unsupported(layer.in_features, layer.out_features, layer.scales.shape[0]):
+                log.warning("load_gptq: %s keeps the GPTQ layout: the fragment layout %s", p, reason)
+            else:
+                layer.repack()
         setattr(parent, attr, layer)
         replaced.append(p)
     missing, unexpected = model.load_state_dict(tensors, strict=False)

@@ -5,8 +5,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from exactfuse.ops.w4a16 import dense_weight, w4a16_gemm
+from exactfuse.ops.w4a16 import dense_weight, fragment, w4a16_gemm, w4a16_gemm_packed
 from exactfuse.ops.w4a16.packing import PACK, prepare_gptq, quantize_rtn
+
+LAYOUTS = ("gptq", "fragment")
+_GPTQ_BUFFERS = ("qweight", "scales", "zeros")
 
 
 class W4A16Linear(nn.Module):
@@ -26,6 +29,17 @@ class W4A16Linear(nn.Module):
     Up to 128 rows of ``x`` run the fused kernel; more rows (prefill) dequantize
     ``W`` into a transient ``[K, N]`` buffer (``2 * K * N`` bytes from the caching
     allocator) and multiply with cuBLAS (``exactfuse.ops.w4a16.heuristics``).
+
+    ``layout="fragment"`` holds the same weight repacked once for ``w4a16_gemm_packed``
+    (``exactfuse.ops.w4a16.fragment``: ``words`` and ``fragment_scales`` in place of
+    ``qweight``, ``scales`` and ``zeros``, the same bytes), which is faster at decode sizes
+    (docs/performance.md: M <= 16 on the wide layers) and slower at M 32-128. Its
+    ``state_dict`` is still the GPTQ layout's (unpacked on save, repacked on load: exact
+    inverses), so checkpoints do not depend on the layout; ``.to(dtype)`` converts the
+    scales as the GPTQ layout does. It needs groups of a multiple of 64 rows (or one group)
+    and ``K % 64 == N % 16 == 0``, no per-row ``groups``, and its kernel runs on sm_90
+    (elsewhere the op's native path). ``deterministic`` does not apply: its split-K is
+    always finished in a fixed order.
     """
 
     def __init__(
@@ -42,9 +56,12 @@ class W4A16Linear(nn.Module):
         source_format: str = "v1",
         deterministic: bool = True,
         groups: int | None = None,
+        layout: str = "gptq",
     ):
         super().__init__()
         K, N = in_features, out_features
+        if layout not in LAYOUTS:
+            raise ValueError(f"W4A16Linear: layout must be one of {LAYOUTS}, got {layout!r}")
         if groups is None:
             G = K if group_size == -1 else group_size
             if K % PACK or G <= 0 or K % G:
@@ -70,6 +87,81 @@ class W4A16Linear(nn.Module):
         self.register_buffer("perm", torch.arange(K, dtype=torch.int32, device=device) if act_order else None)
         self.register_buffer("bias", torch.zeros((N,), dtype=dtype, device=device) if bias else None)
         self.register_buffer("group_index", per_row)
+        self.layout = "gptq"
+        if layout == "fragment":
+            self.repack()
+
+    def repack(self) -> W4A16Linear:
+        """Hold the weight in the fragment layout from now on (module docstring); returns ``self``."""
+        if self.layout == "fragment":
+            return self
+        K, N, groups = self.in_features, self.out_features, self.scales.shape[0]
+        if self.group_index is not None:
+            raise ValueError("W4A16Linear: layout='fragment' has no per-row groups (groups=...)")
+        if reason := fragment.layout_unsupported(K, N, groups):
+            raise ValueError(f"W4A16Linear: layout='fragment' does not take this layer: {reason}")
+        packed = fragment.pack(self.qweight, self.scales, self.zeros)
+        for name in _GPTQ_BUFFERS:
+            delattr(self, name)
+        # not in state_dict: _save_to_state_dict writes the GPTQ tensors they unpack to
+        self.register_buffer("words", packed.words, persistent=False)
+        self.register_buffer("fragment_scales", packed.scales, persistent=False)
+        self.layout = "fragment"
+        return self
+
+    def _gptq_tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """``(qweight, scales, zeros)`` of the GPTQ layout (unpacked from the fragment layout)."""
+        if self.layout == "gptq":
+            return self.qweight, self.scales, self.zeros
+        qweight, scales, zeros = fragment.unpack(self.words, self.fragment_scales)
+        return qweight, scales, None if self.symmetric else zeros
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        if self.layout == "fragment":
+            for name, t in zip(_GPTQ_BUFFERS, self._gptq_tensors(), strict=True):
+                if t is not None:
+                    destination[prefix + name] = t
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):  # fmt: skip
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+        if self.layout != "fragment":
+            return
+        groups = self.fragment_scales.shape[0]
+        shapes = {"qweight": (self.in_features // PACK, self.out_features), "scales": (groups, self.out_features)}
+        if not self.symmetric:
+            shapes["zeros"] = shapes["scales"]
+        keys = {name: prefix + name for name in shapes}
+        consumed = set(keys.values())
+        unexpected_keys[:] = [k for k in unexpected_keys if k not in consumed]
+        missing_keys.extend(key for key in keys.values() if key not in state_dict)
+        got = {name: state_dict[key] for name, key in keys.items() if key in state_dict}
+        if len(got) < len(keys):
+            return
+        wrong = [
+            f"{keys[n]}: {list(t.shape)}, expected {list(shapes[n])}" for n, t in got.items() if t.shape != shapes[n]
+        ]
+        if wrong:
+            error_msgs.append("size mismatch for " + "; ".join(wrong))
+            return
+        scales = got["scales"].to(self.fragment_scales.device, self.fragment_scales.dtype)
+        zeros = got["zeros"].to(scales.device) if "zeros" in got else None
+        packed = fragment.pack(got["qweight"].to(scales.device), scales, zeros)
+        self.words.copy_(packed.words)
+        self.fragment_scales.copy_(packed.scales)
+
+    def _apply(self, fn, recurse=True):
+        if self.layout != "fragment":
+            return super()._apply(fn, recurse)
+        # the records hold MAGIC + z, whose value depends on the dtype: convert the scales, then repack
+        scales, zeros = fragment.unpack_scales(self.fragment_scales)
+        self._buffers["fragment_scales"] = None
+        super()._apply(fn, recurse)
+        self._buffers["fragment_scales"] = fragment.pack_scales(fn(scales), fn(zeros))
+        return self
 
     @classmethod
     def from_gptq(
@@ -84,12 +176,15 @@ class W4A16Linear(nn.Module):
         format: str = "v1",
         sym: bool | None = None,
         dtype: torch.dtype | None = None,
+        layout: str = "gptq",
     ) -> W4A16Linear:
         """From GPTQ checkpoint tensors (layouts in :mod:`exactfuse.ops.w4a16.packing`).
 
         ``sym=None`` infers symmetry from the zero points; ``dtype`` (default:
-        the scales') is the activation dtype the layer will run in.
+        the scales') is the activation dtype the layer will run in; ``layout``: as the constructor's.
         """
+        if layout not in LAYOUTS:
+            raise ValueError(f"W4A16Linear.from_gptq: layout must be one of {LAYOUTS}, got {layout!r}")
         p = prepare_gptq(qweight, qzeros, scales, g_idx, bits=bits, format=format, sym=sym)
         K, N = p.qweight.shape[0] * PACK, p.qweight.shape[1]
         dtype = dtype or scales.dtype
@@ -114,26 +209,32 @@ class W4A16Linear(nn.Module):
             if tuple(bias.shape) != (N,):
                 raise ValueError(f"W4A16Linear.from_gptq: bias must be [N] = [{N}], got {list(bias.shape)}")
             layer.bias.copy_(bias.to(dtype))
-        return layer
+        return layer.repack() if layout == "fragment" else layer
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, group_size: int = 128, symmetric: bool = True) -> W4A16Linear:
+    def from_linear(
+        cls, linear: nn.Linear, group_size: int = 128, symmetric: bool = True, layout: str = "gptq"
+    ) -> W4A16Linear:
         """Round-to-nearest quantization of an ``nn.Linear`` (fp16/bf16 keep their dtype, else fp16)."""
         w = linear.weight.detach()
         dtype = w.dtype if w.dtype in (torch.float16, torch.bfloat16) else torch.float16
         t = quantize_rtn(w, group_size, symmetric, format="v2", scale_dtype=dtype)
         bias = None if linear.bias is None else linear.bias.detach()
-        return cls.from_gptq(t.qweight, t.qzeros, t.scales, None, bias, format="v2", sym=symmetric, dtype=dtype)
+        return cls.from_gptq(
+            t.qweight, t.qzeros, t.scales, None, bias, format="v2", sym=symmetric, dtype=dtype, layout=layout
+        )
 
     def dense_weight(self) -> torch.Tensor:
         """The dequantized ``[K, N]`` weight in the activation dtype (for dense baselines)."""
-        return dense_weight(
-            self.qweight, self.scales, self.zeros, self.perm, self.group_size, group_index=self.group_index
-        )
+        qweight, scales, zeros = self._gptq_tensors()
+        return dense_weight(qweight, scales, zeros, self.perm, self.group_size, group_index=self.group_index)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x [..., K]`` -> ``[..., N]`` in ``x``'s dtype."""
         x2 = x.reshape(-1, self.in_features)
+        if self.layout == "fragment":
+            y = w4a16_gemm_packed(x2, self.words, self.fragment_scales, self.perm, self.bias)
+            return y.reshape(*x.shape[:-1], self.out_features)
         y = w4a16_gemm(
             x2, self.qweight, self.scales, self.zeros, self.perm, self.bias, self.group_size, self.deterministic,
             self.group_index,
@@ -145,5 +246,6 @@ class W4A16Linear(nn.Module):
             f"in_features={self.in_features}, out_features={self.out_features}, "
             f"format='gptq-{self.source_format}', group_size={self.group_size}, symmetric={self.symmetric}, "
             f"act_order={self.act_order}, bias={self.bias is not None}"
+            + ("" if self.layout == "gptq" else f", layout='{self.layout}'")
             + ("" if self.group_index is None else f", groups={self.scales.shape[0]} (a group per row)")
         )
