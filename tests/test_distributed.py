@@ -101,6 +101,25 @@ def test_w4a16_shards_reassemble_to_the_layer(group_size, symmetric, bias):
     assert _relative_error(rows, reference) <= 2 * _relative_error(full, reference)
 
 
+def test_w4a16_fragment_layout_shards_are_the_gptq_layers_shards():
+    from exactfuse import distributed
+
+    gptq = _w4a16_layer(64, False, True)
+    frag = _w4a16_layer(64, False, True).repack()
+    for shard in (distributed.shard_column, distributed.shard_row):
+        for r in range(2):
+            want, got = shard(gptq, r, 2), shard(frag, r, 2)
+            assert got.layout == "fragment"
+            saved = got.state_dict()
+            assert all(torch.equal(saved[k], v) for k, v in want.state_dict().items())
+    # a shard without a fragment layout (8 output columns, not a multiple of 16) keeps the GPTQ layout
+    narrow = distributed.shard_column(frag, 1, 8)
+    assert narrow.layout == "gptq"
+    assert all(
+        torch.equal(narrow.state_dict()[k], v) for k, v in distributed.shard_column(gptq, 1, 8).state_dict().items()
+    )
+
+
 def test_w4a16_sharding_errors_name_the_argument():
     from exactfuse import distributed
     from exactfuse.layers import W4A16Linear

@@ -94,9 +94,20 @@ def _check_world(what: str, size: int, rank: int, world: int, multiple: int) -> 
     return size // world
 
 
+def _in_layout_of(layer, shard):
+    """``shard`` in ``layer``'s layout where the shard takes it (a fragment-layout layer's shard that has no
+    fragment layout, e.g. one with a group per row, stays in the GPTQ layout)."""
+    if layer.layout == "fragment" and shard.fragment_unsupported() is None:
+        return shard.repack()
+    return shard
+
+
 def shard_column(layer, rank: int, world: int):
     """Rank ``rank``'s column-parallel shard of a ``W4A16Linear``: output features
-    ``[rank * N / world, (rank + 1) * N / world)``; the shards' outputs concatenated are the layer's."""
+    ``[rank * N / world, (rank + 1) * N / world)``; the shards' outputs concatenated are the layer's.
+    A layer in the fragment layout gives its shard in that layout where the shard takes it."""
+    if layer.layout == "fragment":
+        return _in_layout_of(layer, shard_column(layer.unpacked(), rank, world))
     n = _check_world("shard_column: out_features", layer.out_features, rank, world, 8)
     cols = slice(rank * n, (rank + 1) * n)
     shard = _sharded_like(layer, layer.in_features, n, group_size=layer.group_size, bias=layer.bias is not None)
@@ -120,7 +131,10 @@ def shard_row(layer, rank: int, world: int):
     An act-order layer's groups are spread over all of K, so its shard keeps its rows in checkpoint
     order with a group per row (``W4A16Linear(groups=...)``: every group's scales, each row's group in
     ``group_index``); K / world need then be a multiple of 8 only, and the shard dequantizes its weight
-    at every M (the fused kernels read one group per run of rows)."""
+    at every M (the fused kernels read one group per run of rows). A layer in the fragment layout gives
+    its shard in that layout where the shard takes it."""
+    if layer.layout == "fragment":
+        return _in_layout_of(layer, shard_row(layer.unpacked(), rank, world))
     if layer.group_index is not None:
         raise ValueError("shard_row: the layer has a group per row already (a shard); shard the full layer")
     if layer.perm is not None:

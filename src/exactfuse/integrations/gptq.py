@@ -19,7 +19,6 @@ import torch
 from torch import nn
 
 from exactfuse.layers.w4a16 import LAYOUTS, W4A16Linear
-from exactfuse.ops.w4a16 import fragment
 from exactfuse.ops.w4a16.packing import PACK, SYMMETRIC_ZERO, pack_cols, quantize_rtn
 
 log = logging.getLogger(__name__)
@@ -159,7 +158,7 @@ def load_gptq(
             _to(g_idx, device), _to(tensors.pop(f"{p}.bias", None), device), format=fmt, sym=sym, dtype=act_dtype,
         )  # fmt: skip
         if layout == "fragment":
-            if reason := fragment.layout_unsupported(layer.in_features, layer.out_features, layer.scales.shape[0]):
+            if reason := layer.fragment_unsupported():
                 log.warning("load_gptq: %s keeps the GPTQ layout: the fragment layout %s", p, reason)
             else:
                 layer.repack()

@@ -91,14 +91,18 @@ class W4A16Linear(nn.Module):
         if layout == "fragment":
             self.repack()
 
+    def fragment_unsupported(self) -> str | None:
+        """Why this layer has no fragment layout (None: it has)."""
+        if self.group_index is not None:
+            return "it has no per-row groups (groups=...)"
+        groups = (self.scales if self.layout == "gptq" else self.fragment_scales).shape[0]
+        return fragment.layout_unsupported(self.in_features, self.out_features, groups)
+
     def repack(self) -> W4A16Linear:
-        """Hold the weight in the fragment layout from now on (module docstring); returns ``self``."""
+        """Hold the weight in the fragment layout from now on (class docstring); returns ``self``."""
         if self.layout == "fragment":
             return self
-        K, N, groups = self.in_features, self.out_features, self.scales.shape[0]
-        if self.group_index is not None:
-            raise ValueError("W4A16Linear: layout='fragment' has no per-row groups (groups=...)")
-        if reason := fragment.layout_unsupported(K, N, groups):
+        if reason := self.fragment_unsupported():
             raise ValueError(f"W4A16Linear: layout='fragment' does not take this layer: {reason}")
         packed = fragment.pack(self.qweight, self.scales, self.zeros)
         for name in _GPTQ_BUFFERS:
@@ -108,6 +112,18 @@ class W4A16Linear(nn.Module):
         self.register_buffer("fragment_scales", packed.scales, persistent=False)
         self.layout = "fragment"
         return self
+
+    def unpacked(self) -> W4A16Linear:
+        """The same layer in the GPTQ layout: ``self`` if it is, else a new one (``state_dict`` is shared)."""
+        if self.layout == "gptq":
+            return self
+        layer = W4A16Linear(
+            self.in_features, self.out_features, group_size=self.group_size, symmetric=self.symmetric,
+            act_order=self.act_order, bias=self.bias is not None, dtype=self.fragment_scales.dtype,
+            device=self.words.device, source_format=self.source_format, deterministic=self.deterministic,
+        )  # fmt: skip
+        layer.load_state_dict(self.state_dict())
+        return layer
 
     def _gptq_tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """``(qweight, scales, zeros)`` of the GPTQ layout (unpacked from the fragment layout)."""
