@@ -1,6 +1,7 @@
 """Compile a kernel for sm_90a without a GPU and print its registers, shared memory and SASS op mix.
 
 Usage: PYTHONPATH=src python scripts/offline_sass.py conv [--tiles 32x128,32x128u8 ...] [--warps 4]
+       PYTHONPATH=src python scripts/offline_sass.py decode [--tiles 64,128] [--warps 1]
        PYTHONPATH=src python scripts/offline_sass.py attention [--kv bf16,fp8e4nv,fp8e5] [--q bf16] [--fixup]
        PYTHONPATH=src python scripts/offline_sass.py moe          (flat and row grid, both layouts)
        ... [--op F2F,F2FP,LDG,LDGSTS,LDS,HMMA] [--sass DIR]   (count these ops; write each kernel's SASS)
@@ -11,12 +12,14 @@ cubin, what limits occupancy), shared memory, and how many of each SASS op the k
 static counts (code size, both sides of every branch), not executed instructions, and the local Triton
 may be newer than the GPU machine's: read differences between variants, then measure on the GPU.
 
-Presets: ``taps`` is the conv's tap sum alone, its weights read three ways (``taps_kernel``: what a layout
-conversion through shared memory costs); ``conv_grad`` the conv backward's row kernel (bf16, K = 4, SiLU,
-bias); ``conv`` is the conv family's row kernel in causal_conv1d prefill (K = 4, bf16's fast SiLU ``ACT``, bias, a slot
-cache, bf16); ``attention`` is sparse_paged_attention's partial kernel at (Hq, Hkv) = (24, 2), D = 128,
-block_n 64, split, fused gate; ``moe`` is moe_silu_and_mul's kernel at its N = 3072 bf16 configuration
-(BM 1, BN 1024, 4 warps) with fp32 row weights, split and interleaved, flat and row grid. Pointers and
+Presets: ``decode`` is the conv row kernel's decode step on FLA's ``[B, C, K]`` state (``--tiles``:
+channels a program), with and without ``WINDOW_FIRST``; ``taps`` is the conv's tap sum alone, its
+weights read three ways (``taps_kernel``: what a layout conversion through shared memory costs);
+``conv_grad`` the conv backward's row kernel (bf16, K = 4, SiLU, bias); ``conv`` is the conv family's
+row kernel in causal_conv1d prefill (K = 4, bf16's fast SiLU ``ACT``, bias, a slot cache, bf16);
+``attention`` is sparse_paged_attention's partial kernel at (Hq, Hkv) = (24, 2), D = 128, block_n 64,
+split, fused gate; ``moe`` is moe_silu_and_mul's kernel at its N = 3072 bf16 configuration (BM 1, BN
+1024, 4 warps) with fp32 row weights, split and interleaved, flat and row grid. Pointers and
 row strides are marked 16-divisible and unit strides constant, as the launches specialize them.
 """
 
@@ -35,7 +38,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 # the conv presets' SiLU: the first bf16 candidate, the formula the H200 proves (fastmath.CANDIDATES)
-ACT = 3  # exactfuse.ops.fastmath.SILU_FAST
+ACT = 11  # exactfuse.ops.fastmath.SILU_RCP
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 TARGET = GPUTarget("cuda", 90, 32)
 
@@ -76,11 +79,27 @@ def _conv(tile: str, warps: int) -> tuple[str, dict]:
     if not lean:
         kernel = conv_rows_kernel
         consts |= dict(MODE=2, SQL=1, HAS_TOKEN_MAP=False, BW=4, UNROLL=int(unroll or 1), HAS_SEQ_IDX=False,
-                       FIXUP=False, HEAD=0)  # fmt: skip
+                       FIXUP=False, HEAD=0, WINDOW_FIRST=False)  # fmt: skip
     types = {n: t for n, t in types.items() if n in kernel.arg_names}
     div16 = [*types, "stride_x", "stride_res", "stride_outer", "stride_out", "C"]
     ones = [n for n in ("stride_w_k", "stride_s_w", "stride_sid") if n in kernel.arg_names]
     return f"conv {tile}/{warps}", compile_sass(kernel, types, consts, div16, ones, warps, num_stages=1)
+
+
+def _decode(bc: int, warps: int, window_first: bool) -> tuple[str, dict]:
+    """The row kernel's decode step on FLA's state (``[B, C, K]``, K = 4, the history at the end: HEAD 1),
+    bf16, SiLU, bias, no state indices."""
+    from exactfuse.ops.conv.kernels import conv_rows_kernel as kernel
+
+    types = {n: "*bf16" for n in ("p_x", "p_w", "p_b", "p_res", "p_outer", "p_out", "p_state")}
+    types |= {"p_sid": "*i32", "p_qsl": "*i32", "p_acc": "*i32", "p_init": "*i1", "p_tok": "*i32", "p_seq": "*i32"}
+    consts = dict(MODE=0, K=4, D=1, SQL=1, HAS_STATE=True, HAS_SID=False, INIT=2, HAS_TOKEN_MAP=False,
+                  HAS_RESIDUAL=False, HAS_OUTER=False, HAS_BIAS=True, ACT=ACT, BC=bc, BW=4, BT=1, UNROLL=1,
+                  HAS_SEQ_IDX=False, FIXUP=False, HEAD=1, WINDOW_FIRST=window_first)  # fmt: skip
+    div16 = [*types, "stride_x", "stride_out", "stride_s_slot", "stride_s_c", "C"]
+    ones = ["stride_w_k", "stride_s_w", "stride_sid"]
+    label = f"decode [B, C, K] {bc}/{warps}{' window first' if window_first else ''}"
+    return label, compile_sass(kernel, types, consts, div16, ones, warps, num_stages=1)
 
 
 def _attention(q: str, kv: str, warps: int, fixup: bool, prefetch: bool = False) -> tuple[str, dict]:
@@ -155,7 +174,7 @@ def _conv_grad(tile: str, warps: int) -> tuple[str, dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("preset", choices=["conv", "conv_grad", "taps", "attention", "moe"])
+    parser.add_argument("preset", choices=["conv", "decode", "conv_grad", "taps", "attention", "moe"])
     parser.add_argument("--tiles", help="conv: BTxBC[uUNROLL][l: the lean prefill kernel],... (16x128,16x128l); "
                         "taps: BTxBC[uUNROLL]; conv_grad: "
                         "BTxBCxSTEPS,... (32x64x8,16x128x16)")  # fmt: skip
@@ -170,6 +189,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.preset == "conv":
         jobs = [lambda t=t: _conv(t, args.warps) for t in (args.tiles or "32x128,16x128,32x128u8").split(",")]
+    elif args.preset == "decode":  # --tiles: channels a program
+        channels = [int(c) for c in (args.tiles or "64,128").split(",")]
+        jobs = [lambda c=c, f=f: _decode(c, args.warps, f) for c in channels for f in (False, True)]
     elif args.preset == "conv_grad":
         jobs = [lambda t=t: _conv_grad(t, args.warps) for t in (args.tiles or "32x64x8,16x128x16").split(",")]
     elif args.preset == "taps":

@@ -22,7 +22,8 @@ memory system needs. Result: sweeps/conv_floor.txt.
 
 ``--decode`` times short_conv's decode launch instead, on the bench grid's decode shapes (R rows of
 C = 10240, K = 4, D = 3, both state layouts) with ``BC`` channels a program (each program also shifts
-its request's ``[BW, BC]`` state window) x warps, each checked bit for bit (residual and state) against
+its request's ``[BW, BC]`` state window) x warps x the window's loads before the taps' or after them
+(``ConvConfig.window_first``, labelled ``f``), each checked bit for bit (residual and state) against
 the shipped rule's first; at R <= 8 also a plain copy of the same bytes (half read, half written), the
 issue's small-batch reference. Result: sweeps/conv_decode.txt.
 
@@ -144,19 +145,19 @@ def sweep_decode(channels: list[int], warps: list[int], copy: float, update: boo
         call()
         roof = op.bytes_fn(*case.args, **case.kwargs) / copy * 1e6
         row, times = [], {}
-        for bc, w in itertools.product(channels, warps):
-            cfg = heuristics.ConvConfig(BT=1, BC=bc, BC_STATE=bc, BW=shipped.BW, num_warps=w)
+        for bc, w, first in itertools.product(channels, warps, (False, True)):
+            cfg = heuristics.ConvConfig(BT=1, BC=bc, BC_STATE=bc, BW=shipped.BW, num_warps=w, window_first=first)
             call, out, state = runner(case, cfg)
             call()
             if not (torch.equal(out, ref_out) and torch.equal(state, ref_state)):
-                row.append(f"{bc}/{w}: DIFFERS")
+                row.append(f"{decode_label(bc, w, first)}: DIFFERS")
                 continue
-            times[(bc, w)] = TIMER(call) * 1e3
-        base = times.get((shipped.BC, shipped.num_warps))
-        for (bc, w), us in sorted(times.items(), key=lambda kv: kv[1]):
-            row.append(f"{bc}/{w}: {us:.1f} ({100 * roof / us:.0f}%)")
+            times[(bc, w, first)] = TIMER(call) * 1e3
+        base = times.get((shipped.BC, shipped.num_warps, shipped.window_first))
+        for key, us in sorted(times.items(), key=lambda kv: kv[1]):
+            row.append(f"{decode_label(*key)}: {us:.1f} ({100 * roof / us:.0f}%)")
             if base:
-                ratios.setdefault((bc, w), []).append(base / us)
+                ratios.setdefault(key, []).append(base / us)
         if update:
             row.append(fla_update(case, ref_out, ref_state))
         elif a["state_indices"].shape[0] <= 8:  # the small-batch target: a plain copy moving the same bytes
@@ -166,9 +167,14 @@ def sweep_decode(channels: list[int], warps: list[int], copy: float, update: boo
         lines.append(f"{case.id} (shipped {shipped.BC}/{shipped.num_warps}) | " + " ".join(row))
         print(lines[-1], flush=True)
     ranked = sorted(ratios.items(), key=lambda kv: -geomean(kv[1]))
-    lines.append("geomean speedup over the shipped rule: " + ", ".join(f"{bc}/{w} {geomean(v):.2f}"
-                                                                      for (bc, w), v in ranked))  # fmt: skip
+    lines.append("geomean speedup over the shipped rule: " + ", ".join(f"{decode_label(*k)} {geomean(v):.2f}"
+                                                                      for k, v in ranked))  # fmt: skip
     emit("conv_update_decode.txt" if update else "conv_decode.txt", lines)
+
+
+def decode_label(bc: int, warps: int, window_first: bool) -> str:
+    """``BC/warps``, with ``f`` when the window's loads come first (``ConvConfig.window_first``)."""
+    return f"{bc}/{warps}" + ("f" if window_first else "")
 
 
 def floor(case, copy: float) -> str:

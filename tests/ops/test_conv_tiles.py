@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from conv_support import one_layout
-from exactfuse.ops.conv import causal_conv1d, causal_conv1d_fn, heuristics, short_conv
-from exactfuse.testing import clone_args
+from exactfuse.ops.conv import causal_conv1d, causal_conv1d_fn, causal_conv1d_update, heuristics, short_conv
+from exactfuse.ops.conv.inputs import last_k_update_case
+from exactfuse.testing import clone_args, make_generator
 
 INT_VIEW = {torch.float16: torch.int16, torch.float32: torch.int32}
 
@@ -46,18 +47,33 @@ def test_interpreter_lean_prefill_gives_the_same_bits(monkeypatch):
     assert_same_bits(monkeypatch, {"BT": 4}, {"BT": 4, "lean": False}, ops, skip=("decode", "spec", "strided"))
 
 
+@pytest.mark.interpreter
+def test_interpreter_decode_window_first_gives_the_same_bits(monkeypatch):
+    """Decode with the shifted window loaded before the taps (``ConvConfig.window_first``) against the taps
+    first: outputs, residuals and states bit for bit, short_conv's and causal_conv1d_update's single-mode
+    decode cases (each in one state layout, both layouts used), and FLA's ``[B, C, K]`` state with the
+    history at its end (the window's head shifted too)."""
+    fla = [last_k_update_case(f"lastK-B{B}", B, C=48, K=4, dtype=torch.float32, device="cpu", gen=make_generator(B))
+           for B in (1, 3)]  # fmt: skip
+    assert_same_bits(
+        monkeypatch, {"window_first": True}, {"window_first": False}, (short_conv, causal_conv1d_update),
+        skip=("spec", "prefill", "chunk", "mixed"), extra={causal_conv1d_update: fla},
+    )  # fmt: skip
+
+
 def assert_same_bits(
-    monkeypatch, variant: dict, reference: dict, ops=(short_conv, causal_conv1d), skip=("decode",)
-) -> None:
+    monkeypatch, variant: dict, reference: dict, ops=(short_conv, causal_conv1d), skip=("decode",),
+    extra: dict | None = None,
+) -> None:  # fmt: skip
     """Every case of ``ops`` (fp32, CPU) whose id names none of the modes in ``skip``, in one state layout,
-    launched with the shipped rule changed by ``variant`` and by ``reference``: every floating-point argument
-    and output bit for bit."""
+    and the cases of ``extra[op]``, launched with the shipped
+    rule changed by ``variant`` and by ``reference``: every floating-point argument and output bit for bit."""
     shipped = heuristics.conv_config
     failures = []
     for op in ops:
         cases = [case for case in op.cases("cpu", torch.float32) if not any(mode in case.id for mode in skip)]
         # a case declared in both state layouts in one of them, by turns within its mode (each layout in every mode)
-        for case in one_layout(cases):
+        for case in [*one_layout(cases), *(extra or {}).get(op, ())]:
             runs = []
             for change in (variant, reference):
                 with monkeypatch.context() as m:

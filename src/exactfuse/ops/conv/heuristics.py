@@ -43,6 +43,7 @@ class ConvConfig:
     num_warps: int
     unroll: int = 1  # spec/prefill rows a register window serves (triton.conv_rows_kernel's UNROLL)
     lean: bool = True  # prefill: kernels.conv_lean_kernel, then the row kernel on the tiles it leaves (FIXUP)
+    window_first: bool = False  # decode: the shifted window loaded before the taps (the kernel's WINDOW_FIRST)
 
     def __post_init__(self):
         if self.unroll < 1 or self.unroll & (self.unroll - 1) or self.BT % self.unroll:

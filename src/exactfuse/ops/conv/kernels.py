@@ -37,7 +37,16 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from exactfuse.ops.conv.slots import find_request, fixup_tile, lean_tile, mask_and, request_slot, write_window
+from exactfuse.ops.conv.slots import (
+    find_request,
+    fixup_tile,
+    lean_tile,
+    mask_and,
+    request_slot,
+    store_window,
+    window_values,
+    write_window,
+)
 from exactfuse.ops.math import activation, mul_rn
 
 MODE_CODES = {"decode": 0, "spec": 1, "prefill": 2}
@@ -259,7 +268,7 @@ def conv_rows_kernel(
     HAS_STATE: tl.constexpr, HAS_SID: tl.constexpr, INIT: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
     BC: tl.constexpr, BW: tl.constexpr, BT: tl.constexpr, UNROLL: tl.constexpr, HAS_SEQ_IDX: tl.constexpr,
-    FIXUP: tl.constexpr, HEAD: tl.constexpr,
+    FIXUP: tl.constexpr, HEAD: tl.constexpr, WINDOW_FIRST: tl.constexpr,
 ):  # fmt: skip
     """``BT`` logical rows x ``BC`` channels of the conv output; in decode also the row's state shift.
 
@@ -277,8 +286,10 @@ def conv_rows_kernel(
     each row is a request and shifts its own window), UNROLL (spec, prefill: 1 loads each tap's rows, more takes runs
     of UNROLL rows from a register window, :func:`_conv_runs`; a power of two dividing BT), HEAD (Dao's wide window
     with the history at its end: p_state points at the history, the ``HEAD`` positions before it shift with it,
-    ``(window ‖ rows)[qlen:]``; 0 otherwise). L, R, N, slots and null_slot are runtime values, not specialized:
-    one compile serves every batch.
+    ``(window ‖ rows)[qlen:]``; 0 otherwise), WINDOW_FIRST (decode with a state: the shifted window's loads are
+    issued before the taps', so that a program waits on one round of loads, not two; the window is held in
+    registers until its store). L, R, N, slots and null_slot are runtime values, not specialized: one compile
+    serves every batch.
     """
     SL: tl.constexpr = (K - 1) * D
     i_t = tl.program_id(0)
@@ -294,15 +305,24 @@ def conv_rows_kernel(
             out_ok = out_ok & state_ok
         seq, out_ok = _row_seq(p_seq, i_t, out_ok, L, HAS_SEQ_IDX)
         p_slot = p_state + sid.to(tl.int64) * stride_s_slot
+        # the whole window shifts by the one row: HEAD + SL positions from p_slot - HEAD
+        p_window = p_slot - HEAD * stride_s_w
+        if HAS_STATE and WINDOW_FIRST:
+            b_window, m_window = window_values(
+                p_window, p_x, p_tok, o_c, m_c, i_t, 1, 0, HEAD + SL, state_ok, read_state, L, N,
+                stride_x, stride_s_c, stride_s_w, HEAD + SL, HEAD + SL, BW, HAS_TOKEN_MAP,
+            )  # fmt: skip
         _conv_rows(
             p_x, p_w, p_b, p_res, p_outer, p_out, p_slot, p_tok, p_seq, i_t, o_c, m_c, i_t, out_ok, read_state,
             slot_off, seq, read_state, L, N, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k,
             stride_s_c, stride_s_w, K, D, HAS_STATE, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
             HAS_SEQ_IDX,
         )  # fmt: skip
-        if HAS_STATE:  # the whole window shifts by the one row: HEAD + SL positions from p_slot - HEAD
+        if HAS_STATE and WINDOW_FIRST:
+            store_window(p_window, o_c, m_c, b_window, m_window, stride_s_c, stride_s_w, BW)
+        elif HAS_STATE:
             write_window(
-                p_slot - HEAD * stride_s_w, p_x, p_tok, o_c, m_c, i_t, 1, 0, HEAD + SL, state_ok, read_state, L, N,
+                p_window, p_x, p_tok, o_c, m_c, i_t, 1, 0, HEAD + SL, state_ok, read_state, L, N,
                 stride_x, stride_s_c, stride_s_w, HEAD + SL, HEAD + SL, BW, HAS_TOKEN_MAP,
             )  # fmt: skip
     elif UNROLL > 1:  # runs of UNROLL rows over a register window

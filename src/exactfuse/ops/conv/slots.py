@@ -54,6 +54,21 @@ def write_window(
     All loads precede a CTA barrier, all stores follow it, so no thread overwrites a position that
     another thread of the program has yet to read (the taps included).
     """
+    b_new, m_w = window_values(
+        p_slot, p_x, p_tok, o_c, m_c, q_start, shift, base, count, write_ok, read_state, L, N,
+        stride_x, stride_s_c, stride_s_w, SL, NW, BW, HAS_TOKEN_MAP,
+    )  # fmt: skip
+    store_window(p_slot, o_c, m_c, b_new, m_w, stride_s_c, stride_s_w, BW)
+
+
+@triton.jit
+def window_values(
+    p_slot, p_x, p_tok, o_c, m_c, q_start, shift, base, count, write_ok, read_state, L, N,
+    stride_x, stride_s_c, stride_s_w,
+    SL: tl.constexpr, NW: tl.constexpr, BW: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr,
+):  # fmt: skip
+    """:func:`write_window`'s loads: the new window ``[BW, BC]`` in the state's dtype and the mask of the
+    positions to write. Its caller stores them with :func:`store_window`, after every read of the slot."""
     o_i = tl.arange(0, BW)
     m = shift + o_i
     from_state = m < SL
@@ -67,7 +82,13 @@ def write_window(
         o_row = tl.load(p_tok + o_row, mask=m_x, other=0)
         m_x = m_x & (o_row >= 0) & (o_row < N)
     b_x = tl.load(p_x + o_row.to(tl.int64)[:, None] * stride_x + o_c[None, :], mask=m_x[:, None] & m_c[None, :])
-    b_new = tl.where(from_state[:, None], b_s, b_x.to(b_s.dtype))
+    return tl.where(from_state[:, None], b_s, b_x.to(b_s.dtype)), m_w
+
+
+@triton.jit
+def store_window(p_slot, o_c, m_c, b_new, m_w, stride_s_c, stride_s_w, BW: tl.constexpr):
+    """Store :func:`window_values`' window at positions ``0 .. BW - 1`` of the slot, after a CTA barrier."""
+    o_i = tl.arange(0, BW)
     tl.debug_barrier()
     tl.store(p_slot + o_i[:, None] * stride_s_w + o_c[None, :] * stride_s_c, b_new, mask=m_w[:, None] & m_c[None, :])
 

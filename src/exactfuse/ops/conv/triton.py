@@ -115,7 +115,8 @@ def launch_conv(
         x.stride(0), target.stride(0), outer_residual.stride(0) if outer_residual is not None else 0,
         target.stride(0), weight.stride(0), weight.stride(1),
         *s_strides, sid_stride, BW=cfg.BW, UNROLL=cfg.unroll if mode != "decode" else 1,
-        HAS_SEQ_IDX=seq_idx is not None, FIXUP=lean, **common, **flags,
+        HAS_SEQ_IDX=seq_idx is not None, FIXUP=lean, WINDOW_FIRST=cfg.window_first and mode == "decode", **common,
+        **flags,
     )  # fmt: skip
     if mode != "decode" and has_state:
         torch.library.wrap_triton(conv_state_kernel)[(R, triton.cdiv(C, cfg.BC_STATE))](
