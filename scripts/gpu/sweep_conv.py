@@ -48,7 +48,7 @@ from exactfuse.bench.roofline import measure_copy_bandwidth
 from exactfuse.bench.timing import cudagraph_timer
 from exactfuse.ops.conv import _causal_conv1d, _causal_conv1d_update, _short_conv, calls, heuristics
 from exactfuse.ops.conv.inputs import _causal_grid, _short_conv_grid, _update_grid
-from exactfuse.ops.conv.triton import _history_view, launch_conv
+from exactfuse.ops.conv.triton import _history_head, launch_conv
 from exactfuse.testing import clone_args
 
 TIMER = cudagraph_timer(rep_ms=10)
@@ -97,7 +97,7 @@ def run_update(case, config):
     bound.apply_defaults()
     a = dict(bound.arguments)
     state, history_at = a["conv_state"], a.pop("history_at")
-    a["conv_state"], head = _history_view(state, a["weight"], a["dilation"], history_at)
+    head = _history_head(state, a["weight"], a["dilation"], history_at)
     call = calls.causal_conv1d_update_call(*a.values())
     out = torch.empty_like(a["x"])
     return (lambda: launch_conv(**call, out=out.view(call["x"].shape), config=config, head=head)), out, state
@@ -139,8 +139,9 @@ def sweep_decode(channels: list[int], warps: list[int], copy: float, update: boo
         case = lazy.materialize()
         a = op.signature.bind(*case.args, **case.kwargs).arguments
         C, K = a["weight"].shape
-        view = _history_view(a["conv_state"], a["weight"], 1, a.get("history_at", "start"))[0]
-        shipped = heuristics.conv_config(C, (K - 1) * a["dilation"], "decode", view.stride(1) == 1)
+        head = _history_head(a["conv_state"], a["weight"], a["dilation"], a.get("history_at", "start"))
+        window = head + (K - 1) * a["dilation"]
+        shipped = heuristics.conv_config(C, window, "decode", a["conv_state"].stride(1) == 1)
         call, ref_out, ref_state = runner(case, shipped)
         call()
         roof = op.bytes_fn(*case.args, **case.kwargs) / copy * 1e6

@@ -285,7 +285,8 @@ def conv_rows_kernel(
     (channels per program), BW (``next_power_of_2(HEAD + SL + SQL - 1)``), BT (rows per program: 1 in decode, where
     each row is a request and shifts its own window), UNROLL (spec, prefill: 1 loads each tap's rows, more takes runs
     of UNROLL rows from a register window, :func:`_conv_runs`; a power of two dividing BT), HEAD (Dao's wide window
-    with the history at its end: p_state points at the history, the ``HEAD`` positions before it shift with it,
+    with the history at its end: each slot's history starts ``HEAD`` positions into p_state's window, and those
+    positions shift with it,
     ``(window ‖ rows)[qlen:]``; 0 otherwise), WINDOW_FIRST (decode with a state: the shifted window's loads are
     issued before the taps', so that a program waits on one round of loads, not two; the window is held in
     registers until its store). L, R, N, slots and null_slot are runtime values, not specialized: one compile
@@ -294,6 +295,7 @@ def conv_rows_kernel(
     SL: tl.constexpr = (K - 1) * D
     i_t = tl.program_id(0)
     i_c = tl.program_id(1)
+    p_hist = p_state + HEAD * stride_s_w  # each slot's history: HEAD positions into its window
     if MODE == 0:  # one row, one request
         o_c = i_c * BC + tl.arange(0, BC)
         m_c = o_c < C
@@ -304,9 +306,9 @@ def conv_rows_kernel(
         if HAS_STATE:
             out_ok = out_ok & state_ok
         seq, out_ok = _row_seq(p_seq, i_t, out_ok, L, HAS_SEQ_IDX)
-        p_slot = p_state + sid.to(tl.int64) * stride_s_slot
-        # the whole window shifts by the one row: HEAD + SL positions from p_slot - HEAD
-        p_window = p_slot - HEAD * stride_s_w
+        # the whole window shifts by the one row: HEAD + SL positions from the slot's start
+        p_window = p_state + sid.to(tl.int64) * stride_s_slot
+        p_slot = p_window + HEAD * stride_s_w
         if HAS_STATE and WINDOW_FIRST:
             b_window, m_window = window_values(
                 p_window, p_x, p_tok, o_c, m_c, i_t, 1, 0, HEAD + SL, state_ok, read_state, L, N,
@@ -328,7 +330,7 @@ def conv_rows_kernel(
     elif UNROLL > 1:  # runs of UNROLL rows over a register window
         o_c = (i_c * BC + tl.arange(0, BC))[None, :]
         _conv_runs(
-            p_x, p_w, p_b, p_res, p_outer, p_out, p_state, p_sid, p_qsl, p_acc, p_init, p_tok, p_seq, i_t, o_c,
+            p_x, p_w, p_b, p_res, p_outer, p_out, p_hist, p_sid, p_qsl, p_acc, p_init, p_tok, p_seq, i_t, o_c,
             o_c < C, L, R, N, slots, null_slot, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k,
             stride_s_slot, stride_s_c, stride_s_w, stride_sid,
             MODE, K, D, SQL, HAS_STATE, HAS_SID, INIT, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
@@ -351,7 +353,7 @@ def conv_rows_kernel(
             )
             out_ok = in_range if MODE == 1 or not HAS_STATE else in_range & state_ok
             seq, out_ok = _row_seq(p_seq, o_t, out_ok, L, HAS_SEQ_IDX)
-            p_slot = p_state + sid.to(tl.int64) * stride_s_slot
+            p_slot = p_hist + sid.to(tl.int64) * stride_s_slot
             _conv_rows(
                 p_x, p_w, p_b, p_res, p_outer, p_out, p_slot[:, None], p_tok, p_seq, o_t[:, None], o_c, m_c,
                 q_start[:, None], out_ok[:, None], read_state[:, None], slot_off[:, None], seq[:, None],
@@ -417,9 +419,9 @@ def conv_state_kernel(
 
     Pointers and strides as in :func:`conv_rows_kernel`. Prefill: the window becomes the last ``SL``
     entries of ``history ‖ chunk`` (nothing when the chunk is empty); spec: ``history[1:] ‖ all chunk
-    rows``, positions from ``SL + qlen - 1`` on keep their values. HEAD (prefill only): the ``HEAD`` positions
-    before the history at p_state shift with it, the window of ``HEAD + SL`` positions becoming the last ones of
-    ``window ‖ chunk``.
+    rows``, positions from ``SL + qlen - 1`` on keep their values. HEAD (prefill only): each slot's history
+    starts ``HEAD`` positions into its window at p_state, and the window of ``HEAD + SL`` positions becomes the
+    last ones of ``window ‖ chunk``.
     """
     SL: tl.constexpr = (K - 1) * D
     NW: tl.constexpr = HEAD + SL + SQL - 1
@@ -441,7 +443,7 @@ def conv_state_kernel(
         count = r * 0 + HEAD + SL
         write_ok = state_ok & (qlen > 0)
     write_window(
-        p_state + sid.to(tl.int64) * stride_s_slot - HEAD * stride_s_w, p_x, p_tok, o_c, m_c, q_start, shift,
+        p_state + sid.to(tl.int64) * stride_s_slot, p_x, p_tok, o_c, m_c, q_start, shift,
         slot_off, count, write_ok, read_state, L, N, stride_x, stride_s_c, stride_s_w, HEAD + SL, NW, BW,
         HAS_TOKEN_MAP,
     )  # fmt: skip

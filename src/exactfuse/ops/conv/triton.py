@@ -47,8 +47,9 @@ def launch_conv(
     and its siblings); ``num_accepted_tokens`` outside spec mode and ``has_initial_state`` unless
     ``init="tensor"`` are not passed to the kernels. ``out [L, C]`` receives the conv output when there is
     no ``residual``; ``config`` (sweeps, tests) replaces ``heuristics.conv_config``'s choice. ``head``: the
-    state positions before ``conv_state`` (a view of Dao's wide window at its history, decode and prefill) that
-    the write-back shifts with the history. Nothing here
+    positions of each ``conv_state`` window before its history (Dao's wide window with the history at its
+    end, decode and prefill), which the write-back shifts with the history; ``conv_state`` is the whole
+    state. Nothing here
     branches on a row, request or slot count: the grids are expressions in them, and an empty grid
     launches nothing. The kernels read ``query_start_loc`` as int32: an int64 one (FLA's ``cu_seqlens``)
     is converted here, one device op (the eager check has bounded its values by the row count).
@@ -150,14 +151,13 @@ def short_conv_triton(
     )  # fmt: skip
 
 
-def _history_view(conv_state, weight, dilation, history_at):
-    """``(the state the kernels read, head)``: with Dao's wide window (``history_at="end"``) the view of its
-    last ``SL`` positions and the ``W - SL`` before them, which the kernels shift with it; else the state
-    itself (no slicing on the decode path) and 0."""
-    if history_at != "end":
-        return conv_state, 0
-    head = conv_state.shape[2] - (weight.shape[1] - 1) * dilation
-    return conv_state[:, :, head:], head
+def _history_head(conv_state, weight, dilation, history_at) -> int:
+    """The positions before each slot's history: with Dao's wide window (``history_at="end"``) the ``W - SL``
+    before its last ``SL``, which the kernels shift with it; else 0. The kernels take the whole state (its
+    windows' own alignment visible to the compiler)."""
+    if history_at != "end" or conv_state is None:
+        return 0
+    return conv_state.shape[2] - (weight.shape[1] - 1) * dilation
 
 
 def causal_conv1d_triton(
@@ -175,7 +175,7 @@ def causal_conv1d_triton(
     history_at: str = "start",
 ) -> torch.Tensor:
     out = empty(x.shape, x.dtype, x.device)
-    conv_state, head = _history_view(conv_state, weight, dilation, history_at)
+    head = _history_head(conv_state, weight, dilation, history_at)
     call = calls.causal_conv1d_call(
         x, weight, bias, activation, dilation, conv_state, query_start_loc, state_indices, has_initial_state,
         pad_slot_id, seq_idx,
@@ -197,7 +197,7 @@ def causal_conv1d_update_triton(
     history_at: str = "start",
 ) -> torch.Tensor:
     out = empty(x.shape, x.dtype, x.device)
-    conv_state, head = _history_view(conv_state, weight, dilation, history_at)
+    head = _history_head(conv_state, weight, dilation, history_at)
     call = calls.causal_conv1d_update_call(
         x, conv_state, weight, bias, activation, dilation, state_indices, num_accepted_tokens, pad_slot_id
     )
