@@ -1,12 +1,12 @@
 """Baselines timed beside w4a16_gemm and w4a16_gemm_packed by ``exactfuse bench``: cuBLAS on the
-dequantized weight (the dense-GEMM bound) and torch's int4 kernel (tinygemm); beside the packed op also
-``w4a16_gemm`` on the same weight in the GPTQ layout."""
+dequantized weight (the dense-GEMM bound), torch's int4 kernel (tinygemm) and GemLite's A16W4 Triton
+kernel; beside the packed op also ``w4a16_gemm`` on the same weight in the GPTQ layout."""
 
 from __future__ import annotations
 
 import torch
 
-from exactfuse.bench.peers import PeerAdapter, PreparedCall, cuda_only, register_peer
+from exactfuse.bench.peers import PeerAdapter, PreparedCall, cuda_only, importable_on_cuda, register_peer
 from exactfuse.ops.w4a16 import fragment, w4a16_gemm
 from exactfuse.ops.w4a16.native import dense_weight
 from exactfuse.ops.w4a16.packing import SYMMETRIC_ZERO, unpack_rows
@@ -60,8 +60,43 @@ def _w4a16_torch_int4(args: tuple, kwargs: dict) -> PreparedCall:
     return lambda: torch._weight_int4pack_mm(a, packed, group_size, scales_zeros) + bias
 
 
+def _gemlite_accepts(*args, **kwargs) -> bool | str:
+    x = _w4a16_args(args, kwargs)
+    if x["perm"] is not None or x["group_index"] is not None:
+        return "GemLite's A16W4 reads groups in row order (no act-order permutation or per-row groups)"
+    G, K = x["group_size"], x["a"].shape[1]
+    if G == -1 or G % 32 or K % G or G == K:
+        return "GemLite's A16W4 takes groups of a multiple of 32 rows that divide K"
+    return True
+
+
+def _w4a16_gemlite(args: tuple, kwargs: dict) -> PreparedCall:
+    """GemLite's ``GemLiteLinear`` (Triton, 4-bit weights, fp16/bf16 activations) on the same codes, scales and
+    zero points, packed outside the timed region: HQQ's ``(q - z) * s`` per group, symmetric weights with the
+    integer zero 8 (that form exactly), explicit zero points in GemLite's default fused form ``q * s - z s``."""
+    from gemlite import DType, GemLiteLinear
+
+    x = _w4a16_args(args, kwargs)
+    a, qweight = x["a"], x["qweight"]
+    K, N = a.shape[1], qweight.shape[1]
+    dtype = DType.BF16 if a.dtype == torch.bfloat16 else DType.FP16
+    layer = GemLiteLinear(
+        4, group_size=x["group_size"], in_features=K, out_features=N, input_dtype=dtype, output_dtype=dtype
+    )
+    codes = unpack_rows(qweight).t().contiguous().to(torch.uint8)  # [N, K], 0..15
+    zeros = SYMMETRIC_ZERO if x["zeros"] is None else x["zeros"].t().contiguous().to(a.dtype)
+    layer.pack(codes, x["scales"].t().contiguous(), zeros, x["bias"])
+    return lambda: layer(a)
+
+
 register_peer(PeerAdapter("cublas-dense", "w4a16_gemm", cuda_only, _w4a16_cublas_dense))
 register_peer(PeerAdapter("torch-int4", "w4a16_gemm", cuda_only, _w4a16_torch_int4, accepts=_int4pack_accepts))
+register_peer(
+    PeerAdapter(
+        "gemlite", "w4a16_gemm", importable_on_cuda("gemlite"), _w4a16_gemlite, accepts=_gemlite_accepts,
+        distribution="gemlite",
+    )
+)  # fmt: skip
 
 
 def _packed_gptq_args(args: tuple, kwargs: dict) -> tuple:
@@ -92,5 +127,13 @@ register_peer(
         "torch-int4", "w4a16_gemm_packed", cuda_only,
         lambda args, kwargs: _w4a16_torch_int4(_packed_gptq_args(args, kwargs), {}),
         accepts=lambda *args, **kwargs: _int4pack_accepts(*_packed_gptq_args(args, kwargs)),
+    )
+)  # fmt: skip
+register_peer(
+    PeerAdapter(
+        "gemlite", "w4a16_gemm_packed", importable_on_cuda("gemlite"),
+        lambda args, kwargs: _w4a16_gemlite(_packed_gptq_args(args, kwargs), {}),
+        accepts=lambda *args, **kwargs: _gemlite_accepts(*_packed_gptq_args(args, kwargs)),
+        distribution="gemlite",
     )
 )  # fmt: skip
