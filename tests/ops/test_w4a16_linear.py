@@ -125,6 +125,8 @@ def test_fragment_layout_errors_name_what_it_cannot_take():
     wrong = {**full, "scales": full["scales"][:2]}
     with pytest.raises(RuntimeError, match="size mismatch for scales"):
         layer.load_state_dict(wrong)
+    with pytest.raises(TypeError, match="keeps its scales in float16 or bfloat16"):
+        layer.float()
 
 
 @pytest.mark.gpu

@@ -114,7 +114,7 @@ class W4A16Linear(nn.Module):
         return self
 
     def unpacked(self) -> W4A16Linear:
-        """The same layer in the GPTQ layout: ``self`` if it is, else a new one (``state_dict`` is shared)."""
+        """The same layer in the GPTQ layout: ``self`` if it is, else a new one built from this one's ``state_dict``."""
         if self.layout == "gptq":
             return self
         layer = W4A16Linear(
@@ -174,9 +174,14 @@ class W4A16Linear(nn.Module):
             return super()._apply(fn, recurse)
         # the records hold MAGIC + z, whose value depends on the dtype: convert the scales, then repack
         scales, zeros = fragment.unpack_scales(self.fragment_scales)
+        scales = fn(scales)
+        if scales.dtype not in fragment.MAGIC:
+            raise TypeError(
+                f"W4A16Linear: layout='fragment' keeps its scales in float16 or bfloat16, not {scales.dtype}"
+            )
         self._buffers["fragment_scales"] = None
         super()._apply(fn, recurse)
-        self._buffers["fragment_scales"] = fragment.pack_scales(fn(scales), fn(zeros))
+        self._buffers["fragment_scales"] = fragment.pack_scales(scales, fn(zeros))
         return self
 
     @classmethod
