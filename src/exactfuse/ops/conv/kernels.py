@@ -285,12 +285,11 @@ def conv_rows_kernel(
     (channels per program), BW (``next_power_of_2(HEAD + SL + SQL - 1)``), BT (rows per program: 1 in decode, where
     each row is a request and shifts its own window), UNROLL (spec, prefill: 1 loads each tap's rows, more takes runs
     of UNROLL rows from a register window, :func:`_conv_runs`; a power of two dividing BT), HEAD (Dao's wide window
-    with the history at its end: each slot's history starts ``HEAD`` positions into p_state's window, and those
-    positions shift with it,
-    ``(window ‖ rows)[qlen:]``; 0 otherwise), WINDOW_FIRST (decode with a state: the shifted window's loads are
-    issued before the taps', so that a program waits on one round of loads, not two; the window is held in
-    registers until its store). L, R, N, slots and null_slot are runtime values, not specialized: one compile
-    serves every batch.
+    with the history at its end: each slot's history starts ``HEAD`` positions into its window at p_state, and
+    those positions shift with it, ``(window ‖ rows)[qlen:]``; 0 otherwise), WINDOW_FIRST (decode with a state:
+    the shifted window's loads are issued before the taps', so that a program waits on one round of loads, not
+    two; the window is held in registers until its store). L, R, N, slots and null_slot are runtime values, not
+    specialized: one compile serves every batch.
     """
     SL: tl.constexpr = (K - 1) * D
     i_t = tl.program_id(0)
