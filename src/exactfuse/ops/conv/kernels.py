@@ -45,7 +45,6 @@ from exactfuse.ops.conv.slots import (
     request_slot,
     store_window,
     window_values,
-    write_window,
 )
 from exactfuse.ops.math import activation, mul_rn
 
@@ -319,13 +318,13 @@ def conv_rows_kernel(
             stride_s_c, stride_s_w, K, D, HAS_STATE, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
             HAS_SEQ_IDX,
         )  # fmt: skip
-        if HAS_STATE and WINDOW_FIRST:
-            store_window(p_window, o_c, m_c, b_window, m_window, stride_s_c, stride_s_w, BW)
-        elif HAS_STATE:
-            write_window(
+        if HAS_STATE and not WINDOW_FIRST:
+            b_window, m_window = window_values(
                 p_window, p_x, p_tok, o_c, m_c, i_t, 1, 0, HEAD + SL, state_ok, read_state, L, N,
                 stride_x, stride_s_c, stride_s_w, HEAD + SL, HEAD + SL, BW, HAS_TOKEN_MAP,
             )  # fmt: skip
+        if HAS_STATE:
+            store_window(p_window, o_c, m_c, b_window, m_window, stride_s_c, stride_s_w, BW)
     elif UNROLL > 1:  # runs of UNROLL rows over a register window
         o_c = (i_c * BC + tl.arange(0, BC))[None, :]
         _conv_runs(
@@ -441,8 +440,9 @@ def conv_state_kernel(
         shift = qlen
         count = r * 0 + HEAD + SL
         write_ok = state_ok & (qlen > 0)
-    write_window(
-        p_state + sid.to(tl.int64) * stride_s_slot, p_x, p_tok, o_c, m_c, q_start, shift,
-        slot_off, count, write_ok, read_state, L, N, stride_x, stride_s_c, stride_s_w, HEAD + SL, NW, BW,
-        HAS_TOKEN_MAP,
+    p_window = p_state + sid.to(tl.int64) * stride_s_slot
+    b_window, m_window = window_values(
+        p_window, p_x, p_tok, o_c, m_c, q_start, shift, slot_off, count, write_ok, read_state, L, N,
+        stride_x, stride_s_c, stride_s_w, HEAD + SL, NW, BW, HAS_TOKEN_MAP,
     )  # fmt: skip
+    store_window(p_window, o_c, m_c, b_window, m_window, stride_s_c, stride_s_w, BW)

@@ -43,32 +43,15 @@ def request_slot(r, R, p_sid, p_acc, p_init, slots, null_slot, stride_sid, MODE,
 
 
 @triton.jit
-def write_window(
-    p_slot, p_x, p_tok, o_c, m_c, q_start, shift, base, count, write_ok, read_state, L, N,
-    stride_x, stride_s_c, stride_s_w,
-    SL: tl.constexpr, NW: tl.constexpr, BW: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr,
-):  # fmt: skip
-    """New window of one slot: position ``i < count`` becomes history index ``m = shift + i``: the old
-    state at ``base + m`` (0 unless ``read_state``) for ``m < SL``, else logical row ``q_start + m - SL``.
-
-    All loads precede a CTA barrier, all stores follow it, so no thread overwrites a position that
-    another thread of the program has yet to read (the taps included).
-    """
-    b_new, m_w = window_values(
-        p_slot, p_x, p_tok, o_c, m_c, q_start, shift, base, count, write_ok, read_state, L, N,
-        stride_x, stride_s_c, stride_s_w, SL, NW, BW, HAS_TOKEN_MAP,
-    )  # fmt: skip
-    store_window(p_slot, o_c, m_c, b_new, m_w, stride_s_c, stride_s_w, BW)
-
-
-@triton.jit
 def window_values(
     p_slot, p_x, p_tok, o_c, m_c, q_start, shift, base, count, write_ok, read_state, L, N,
     stride_x, stride_s_c, stride_s_w,
     SL: tl.constexpr, NW: tl.constexpr, BW: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr,
 ):  # fmt: skip
-    """:func:`write_window`'s loads: the new window ``[BW, BC]`` in the state's dtype and the mask of the
-    positions to write. Its caller stores them with :func:`store_window`, after every read of the slot."""
+    """The new window of one slot, loaded: position ``i < count`` becomes history index ``m = shift + i``, the
+    old state at ``base + m`` (0 unless ``read_state``) for ``m < SL``, else logical row ``q_start + m - SL``.
+    Returns the window ``[BW, BC]`` in the state's dtype and the mask of the positions to write; the caller
+    stores them with :func:`store_window` once every read of the slot (the taps included) is issued."""
     o_i = tl.arange(0, BW)
     m = shift + o_i
     from_state = m < SL
@@ -87,7 +70,8 @@ def window_values(
 
 @triton.jit
 def store_window(p_slot, o_c, m_c, b_new, m_w, stride_s_c, stride_s_w, BW: tl.constexpr):
-    """Store :func:`window_values`' window at positions ``0 .. BW - 1`` of the slot, after a CTA barrier."""
+    """Store :func:`window_values`' window at positions ``0 .. BW - 1`` of the slot. All of the program's loads
+    precede the CTA barrier before it, so no thread overwrites a position another has yet to read."""
     o_i = tl.arange(0, BW)
     tl.debug_barrier()
     tl.store(p_slot + o_i[:, None] * stride_s_w + o_c[None, :] * stride_s_c, b_new, mask=m_w[:, None] & m_c[None, :])
