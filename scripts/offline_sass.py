@@ -13,7 +13,8 @@ static counts (code size, both sides of every branch), not executed instructions
 may be newer than the GPU machine's: read differences between variants, then measure on the GPU.
 
 Presets: ``decode`` is the conv row kernel's decode step on FLA's ``[B, C, K]`` state (``--tiles``:
-channels a program), with and without ``WINDOW_FIRST``; ``taps`` is the conv's tap sum alone, its
+channels a program), with and without ``WINDOW_TILE`` (``S_ALIGN`` 4: the channel stride K); ``taps`` is the
+conv's tap sum alone, its
 weights read three ways (``taps_kernel``: what a layout conversion through shared memory costs);
 ``conv_grad`` the conv backward's row kernel (bf16, K = 4, SiLU, bias); ``conv`` is the conv family's
 row kernel in causal_conv1d prefill (K = 4, bf16's fast SiLU ``ACT``, bias, a slot cache, bf16);
@@ -79,14 +80,14 @@ def _conv(tile: str, warps: int) -> tuple[str, dict]:
     if not lean:
         kernel = conv_rows_kernel
         consts |= dict(MODE=2, SQL=1, HAS_TOKEN_MAP=False, BW=4, UNROLL=int(unroll or 1), HAS_SEQ_IDX=False,
-                       FIXUP=False, HEAD=0, WINDOW_FIRST=False)  # fmt: skip
+                       FIXUP=False, HEAD=0, WINDOW_TILE=False, S_ALIGN=1)  # fmt: skip
     types = {n: t for n, t in types.items() if n in kernel.arg_names}
     div16 = [*types, "stride_x", "stride_res", "stride_outer", "stride_out", "C"]
     ones = [n for n in ("stride_w_k", "stride_s_w", "stride_sid") if n in kernel.arg_names]
     return f"conv {tile}/{warps}", compile_sass(kernel, types, consts, div16, ones, warps, num_stages=1)
 
 
-def _decode(bc: int, warps: int, window_first: bool) -> tuple[str, dict]:
+def _decode(bc: int, warps: int, tile: bool) -> tuple[str, dict]:
     """The row kernel's decode step on FLA's state (``[B, C, K]``, K = 4, the history at the end: HEAD 1),
     bf16, SiLU, bias, no state indices."""
     from exactfuse.ops.conv.kernels import conv_rows_kernel as kernel
@@ -95,10 +96,10 @@ def _decode(bc: int, warps: int, window_first: bool) -> tuple[str, dict]:
     types |= {"p_sid": "*i32", "p_qsl": "*i32", "p_acc": "*i32", "p_init": "*i1", "p_tok": "*i32", "p_seq": "*i32"}
     consts = dict(MODE=0, K=4, D=1, SQL=1, HAS_STATE=True, HAS_SID=False, INIT=2, HAS_TOKEN_MAP=False,
                   HAS_RESIDUAL=False, HAS_OUTER=False, HAS_BIAS=True, ACT=ACT, BC=bc, BW=4, BT=1, UNROLL=1,
-                  HAS_SEQ_IDX=False, FIXUP=False, HEAD=1, WINDOW_FIRST=window_first)  # fmt: skip
-    div16 = [*types, "stride_x", "stride_out", "stride_s_slot", "stride_s_c", "C"]
+                  HAS_SEQ_IDX=False, FIXUP=False, HEAD=1, WINDOW_TILE=tile, S_ALIGN=4)  # fmt: skip
+    div16 = [*types, "stride_x", "stride_out", "stride_s_slot", "C"]  # stride_s_c is K = 4: not 16-divisible
     ones = ["stride_w_k", "stride_s_w", "stride_sid"]
-    label = f"decode [B, C, K] {bc}/{warps}{' window first' if window_first else ''}"
+    label = f"decode [B, C, K] {bc}/{warps}{' window tile' if tile else ''}"
     return label, compile_sass(kernel, types, consts, div16, ones, warps, num_stages=1)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from exactfuse.ops.conv.slots import WINDOW_LEVELS
 from exactfuse.utils import next_power_of_2
 
 # Elements of the write-back kernel's [window, channels] state tile (spec, prefill): 4096 keeps a
@@ -43,7 +44,7 @@ class ConvConfig:
     num_warps: int
     unroll: int = 1  # spec/prefill rows a register window serves (triton.conv_rows_kernel's UNROLL)
     lean: bool = True  # prefill: kernels.conv_lean_kernel, then the row kernel on the tiles it leaves (FIXUP)
-    window_first: bool = False  # decode: the shifted window loaded before the taps (the kernel's WINDOW_FIRST)
+    window_tile: bool = False  # decode: the slot's window held in registers (the row kernel's WINDOW_TILE)
 
     def __post_init__(self):
         if self.unroll < 1 or self.unroll & (self.unroll - 1) or self.BT % self.unroll:
@@ -67,7 +68,8 @@ def conv_config(C: int, window: int, mode: str, channels_contiguous: bool = Fals
     if mode == "decode":
         want = DECODE_CHANNELS_CONTIGUOUS if channels_contiguous else DECODE_CHANNELS_STRIDED
         BC = max(16, min(c_block, want, DECODE_TILE_ELEMENTS // BW))
-        return ConvConfig(BT=1, BC=BC, BC_STATE=BC_STATE, BW=BW, num_warps=DECODE_WARPS)
+        tile = not channels_contiguous and BW <= 2**WINDOW_LEVELS
+        return ConvConfig(BT=1, BC=BC, BC_STATE=BC_STATE, BW=BW, num_warps=DECODE_WARPS, window_tile=tile)
     BT, BC = TILE_ROWS, max(16, min(c_block, TILE_CHANNELS))
     return ConvConfig(BT=BT, BC=BC, BC_STATE=BC_STATE, BW=BW, num_warps=NUM_WARPS)
 

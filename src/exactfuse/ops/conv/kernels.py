@@ -44,6 +44,8 @@ from exactfuse.ops.conv.slots import (
     mask_and,
     request_slot,
     store_window,
+    window_columns,
+    window_tile,
     window_values,
 )
 from exactfuse.ops.math import activation, mul_rn
@@ -257,6 +259,56 @@ def _conv_runs(
         )  # fmt: skip
 
 
+@triton.jit
+def _decode_window(
+    p_x, p_w, p_b, p_res, p_outer, p_out, p_window, p_tok, i_t, o_c, m_c, out_ok, state_ok, read_state, L, N,
+    stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_s_c, stride_s_w,
+    K: tl.constexpr, D: tl.constexpr, HEAD: tl.constexpr, BC: tl.constexpr, BW: tl.constexpr, S_ALIGN: tl.constexpr,
+    HAS_TOKEN_MAP: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr,
+    ACT: tl.constexpr,
+):  # fmt: skip
+    """Decode row ``i_t`` with its slot's window held in registers: the ``HEAD + SL`` old positions loaded once
+    as a ``[BC, BW]`` tile (each channel's window one vector access where the state's channel stride is a
+    multiple of ``S_ALIGN`` elements, a power of two the launcher read off the stride), the taps taken from
+    its columns and the row, and the window shifted by one in registers and stored back. The same values and
+    roundings as :func:`_conv_rows` followed by :func:`window_values` / :func:`store_window`."""
+    SL: tl.constexpr = (K - 1) * D
+    NW: tl.constexpr = HEAD + SL
+    stride_s_c = (stride_s_c // S_ALIGN) * S_ALIGN  # the same value, its alignment visible to the compiler
+    o_w = tl.arange(0, BW)
+    p_old = p_window + o_c[:, None] * stride_s_c + o_w[None, :] * stride_s_w
+    m_old = m_c[:, None] & (o_w < NW)[None, :]
+    old = tl.load(p_old, mask=mask_and(m_old, read_state), other=0.0)
+    o_row = i_t
+    m_x = state_ok & (o_row >= 0) & (o_row < L)
+    if HAS_TOKEN_MAP:
+        o_row = tl.load(p_tok + o_row, mask=m_x, other=0)
+        m_x = m_x & (o_row >= 0) & (o_row < N)
+    b_x = tl.load(p_x + o_row.to(tl.int64) * stride_x + o_c, mask=mask_and(m_c, m_x), other=0.0)
+    cols = window_columns(old, BC, BW)
+    acc = tl.zeros_like(o_c).to(tl.float32)
+    for k in tl.static_range(K):  # position HEAD + D k of old window ‖ row; the last tap is the row
+        b_w = tl.load(p_w + o_c * stride_w_c + k * stride_w_k, mask=m_c).to(tl.float32)
+        if HEAD + D * k < NW:
+            acc = acc + mul_rn(b_w, cols[HEAD + D * k].to(tl.float32))
+        else:
+            acc = acc + mul_rn(b_w, b_x.to(tl.float32))
+    _finish(
+        acc, p_x, p_w, p_b, p_res, p_outer, p_out, p_tok, i_t, o_c, m_c, out_ok, L, N, stride_res, stride_outer,
+        stride_out, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
+    )  # fmt: skip
+    shifted = ()
+    for i in tl.static_range(BW):  # position i takes i + 1; the row enters at NW - 1; positions >= NW are not stored
+        if i + 1 < NW:
+            shifted += (cols[i + 1],)
+        elif i + 1 == NW:
+            shifted += (b_x.to(old.dtype),)
+        else:
+            shifted += (cols[i],)
+    tl.debug_barrier()  # every thread's loads of the window precede any store into it
+    tl.store(p_old, window_tile(shifted, BC, BW), mask=mask_and(m_old, state_ok))
+
+
 @triton.jit(do_not_specialize=["L", "R", "N", "slots", "null_slot"])
 def conv_rows_kernel(
     p_x, p_w, p_b, p_res, p_outer, p_out, p_state, p_sid, p_qsl, p_acc, p_init, p_tok, p_seq,
@@ -267,7 +319,7 @@ def conv_rows_kernel(
     HAS_STATE: tl.constexpr, HAS_SID: tl.constexpr, INIT: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
     BC: tl.constexpr, BW: tl.constexpr, BT: tl.constexpr, UNROLL: tl.constexpr, HAS_SEQ_IDX: tl.constexpr,
-    FIXUP: tl.constexpr, HEAD: tl.constexpr, WINDOW_FIRST: tl.constexpr,
+    FIXUP: tl.constexpr, HEAD: tl.constexpr, WINDOW_TILE: tl.constexpr, S_ALIGN: tl.constexpr,
 ):  # fmt: skip
     """``BT`` logical rows x ``BC`` channels of the conv output; in decode also the row's state shift.
 
@@ -285,9 +337,10 @@ def conv_rows_kernel(
     each row is a request and shifts its own window), UNROLL (spec, prefill: 1 loads each tap's rows, more takes runs
     of UNROLL rows from a register window, :func:`_conv_runs`; a power of two dividing BT), HEAD (Dao's wide window
     with the history at its end: each slot's history starts ``HEAD`` positions into its window at p_state, and
-    those positions shift with it, ``(window ‖ rows)[qlen:]``; 0 otherwise), WINDOW_FIRST (decode with a state:
-    the shifted window's loads are issued before the taps', so that a program waits on one round of loads, not
-    two; the window is held in registers until its store). L, R, N, slots and null_slot are runtime values, not
+    those positions shift with it, ``(window ‖ rows)[qlen:]``; 0 otherwise), WINDOW_TILE (decode with a state: the
+    window held in registers, :func:`_decode_window`; each channel's window a run of ``BW`` positions at most
+    ``2 ** slots.WINDOW_LEVELS``), S_ALIGN (a power of two dividing ``stride_s_c``, for WINDOW_TILE's vector access).
+    L, R, N, slots and null_slot are runtime values, not
     specialized: one compile serves every batch.
     """
     SL: tl.constexpr = (K - 1) * D
@@ -306,25 +359,25 @@ def conv_rows_kernel(
         seq, out_ok = _row_seq(p_seq, i_t, out_ok, L, HAS_SEQ_IDX)
         # the whole window shifts by the one row: HEAD + SL positions from the slot's start
         p_window = p_state + sid.to(tl.int64) * stride_s_slot
-        p_slot = p_window + HEAD * stride_s_w
-        if HAS_STATE and WINDOW_FIRST:
-            b_window, m_window = window_values(
-                p_window, p_x, p_tok, o_c, m_c, i_t, 1, 0, HEAD + SL, state_ok, read_state, L, N,
-                stride_x, stride_s_c, stride_s_w, HEAD + SL, HEAD + SL, BW, HAS_TOKEN_MAP,
+        if HAS_STATE and WINDOW_TILE:
+            _decode_window(
+                p_x, p_w, p_b, p_res, p_outer, p_out, p_window, p_tok, i_t, o_c, m_c, out_ok, state_ok, read_state,
+                L, N, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_s_c, stride_s_w,
+                K, D, HEAD, BC, BW, S_ALIGN, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
             )  # fmt: skip
-        _conv_rows(
-            p_x, p_w, p_b, p_res, p_outer, p_out, p_slot, p_tok, p_seq, i_t, o_c, m_c, i_t, out_ok, read_state,
-            slot_off, seq, read_state, L, N, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k,
-            stride_s_c, stride_s_w, K, D, HAS_STATE, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
-            HAS_SEQ_IDX,
-        )  # fmt: skip
-        if HAS_STATE and not WINDOW_FIRST:
-            b_window, m_window = window_values(
-                p_window, p_x, p_tok, o_c, m_c, i_t, 1, 0, HEAD + SL, state_ok, read_state, L, N,
-                stride_x, stride_s_c, stride_s_w, HEAD + SL, HEAD + SL, BW, HAS_TOKEN_MAP,
+        else:
+            _conv_rows(
+                p_x, p_w, p_b, p_res, p_outer, p_out, p_window + HEAD * stride_s_w, p_tok, p_seq, i_t, o_c, m_c, i_t,
+                out_ok, read_state, slot_off, seq, read_state, L, N, stride_x, stride_res, stride_outer, stride_out,
+                stride_w_c, stride_w_k, stride_s_c, stride_s_w, K, D, HAS_STATE, HAS_TOKEN_MAP, HAS_RESIDUAL,
+                HAS_OUTER, HAS_BIAS, ACT, HAS_SEQ_IDX,
             )  # fmt: skip
-        if HAS_STATE:
-            store_window(p_window, o_c, m_c, b_window, m_window, stride_s_c, stride_s_w, BW)
+            if HAS_STATE:
+                b_window, m_window = window_values(
+                    p_window, p_x, p_tok, o_c, m_c, i_t, 1, 0, HEAD + SL, state_ok, read_state, L, N,
+                    stride_x, stride_s_c, stride_s_w, HEAD + SL, HEAD + SL, BW, HAS_TOKEN_MAP,
+                )  # fmt: skip
+                store_window(p_window, o_c, m_c, b_window, m_window, stride_s_c, stride_s_w, BW)
     elif UNROLL > 1:  # runs of UNROLL rows over a register window
         o_c = (i_c * BC + tl.arange(0, BC))[None, :]
         _conv_runs(

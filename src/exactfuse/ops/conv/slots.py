@@ -127,3 +127,44 @@ def fixup_tile(p, L, R, p_qsl, SL: tl.constexpr, BT: tl.constexpr):
     tile = tl.where(p < B, tile, tl.where(p < B + FT, p - B, T - 1))
     own = tl.where(p < B, own, tl.where(p < B + FT, tile < T, tile >= FT))
     return tile * BT, own & ~lean_tile(tile * BT, L, R, p_qsl, SL, BT)[0]
+
+
+# decode's register window (kernels.decode_window): at most 2 ** WINDOW_LEVELS positions
+WINDOW_LEVELS = tl.constexpr(4)
+
+
+@triton.jit
+def window_columns(tile, BC: tl.constexpr, BW: tl.constexpr):
+    """The ``BW`` columns of a ``[BC, BW]`` tile (``BW`` a power of two, at most ``2 ** WINDOW_LEVELS``), in
+    order, as a tuple of ``[BC]`` vectors. Reshapes and splits only: each halving takes a part's even and odd
+    positions, so the values (NaN payloads and signed zeros included) are moved, never computed."""
+    parts = (tile,) if BW > 1 else (tl.reshape(tile, (BC,)),)
+    for level in tl.static_range(WINDOW_LEVELS):
+        if (1 << level) < BW:
+            evens = ()
+            odds = ()
+            for j in tl.static_range(1 << level):
+                part = parts[j]
+                if (BW >> level) > 2:
+                    part = tl.reshape(part, (BC, (BW >> level) // 2, 2))
+                even, odd = tl.split(part)
+                evens += (even,)
+                odds += (odd,)
+            parts = evens + odds
+    return parts
+
+
+@triton.jit
+def window_tile(columns, BC: tl.constexpr, BW: tl.constexpr):
+    """The ``[BC, BW]`` tile of ``BW`` columns: the inverse of :func:`window_columns`."""
+    parts = columns
+    for level in tl.static_range(WINDOW_LEVELS - 1, -1, -1):
+        if (1 << level) < BW:
+            merged = ()
+            for j in tl.static_range(1 << level):
+                part = tl.join(parts[j], parts[(1 << level) + j])
+                if (BW >> level) > 2:
+                    part = tl.reshape(part, (BC, BW >> level))
+                merged += (part,)
+            parts = merged
+    return parts[0] if BW > 1 else tl.reshape(parts[0], (BC, 1))

@@ -10,6 +10,7 @@ import triton
 from exactfuse.ops.conv import calls, heuristics, native, windows
 from exactfuse.ops.conv.grad_kernels import conv_grad_rows_kernel, conv_grad_x_kernel
 from exactfuse.ops.conv.kernels import INIT_CODES, MODE_CODES, conv_lean_kernel, conv_rows_kernel, conv_state_kernel
+from exactfuse.ops.conv.slots import WINDOW_LEVELS
 from exactfuse.ops.fastmath import SILU, chosen_formula
 from exactfuse.registry import platform
 from exactfuse.utils import empty, is_symbolic, next_power_of_2
@@ -116,7 +117,8 @@ def launch_conv(
         x.stride(0), target.stride(0), outer_residual.stride(0) if outer_residual is not None else 0,
         target.stride(0), weight.stride(0), weight.stride(1),
         *s_strides, sid_stride, BW=cfg.BW, UNROLL=cfg.unroll if mode != "decode" else 1,
-        HAS_SEQ_IDX=seq_idx is not None, FIXUP=lean, WINDOW_FIRST=cfg.window_first and mode == "decode", **common,
+        HAS_SEQ_IDX=seq_idx is not None, FIXUP=lean, S_ALIGN=_stride_alignment(s_strides[1]),
+        WINDOW_TILE=cfg.window_tile and mode == "decode" and cfg.BW <= 2**WINDOW_LEVELS, **common,
         **flags,
     )  # fmt: skip
     if mode != "decode" and has_state:
@@ -126,6 +128,14 @@ def launch_conv(
             x.stride(0), *s_strides, sid_stride,
             BC=cfg.BC_STATE, BW=cfg.BW, num_warps=cfg.num_warps, **flags,
         )  # fmt: skip
+
+
+def _stride_alignment(stride) -> int:
+    """The largest power of two (at most 16) dividing a state stride, for the kernels' vector accesses; 1 for a
+    symbolic stride (a model constant in practice, but not one the launcher may read under torch.compile)."""
+    if is_symbolic(stride) or stride <= 0:
+        return 1
+    return min(stride & -stride, 16)
 
 
 def short_conv_triton(
