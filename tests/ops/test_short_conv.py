@@ -271,6 +271,11 @@ def test_heuristic_depends_on_model_constants_only():
     assert (conv_config(10240, 9, "prefill").BT, conv_config(10240, 9, "prefill").BC) == (16, 128)
     assert conv_config(200, 12, "spec").BC == 128 and conv_config(200, 12, "spec").BC_STATE == 256
     assert conv_config(7, 1, "decode").BC == 16 and conv_config(7, 1, "prefill").BC == 16
+    # [slot, C, W] windows on a multiple of two elements (FLA's [B, C, 4]) are held in registers, one a thread
+    tile = conv_config(10240, 4, "decode", state_align=4)
+    assert (tile.BC, tile.num_warps, tile.window_tile) == (128, 4, True)
+    assert not conv_config(10240, 9, "decode", state_align=1).window_tile
+    assert not conv_config(10240, 4, "decode", channels_contiguous=True, state_align=4).window_tile
 
 
 def test_cost_counts_rows_and_windows():

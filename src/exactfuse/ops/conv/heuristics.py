@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exactfuse.ops.conv.slots import WINDOW_LEVELS
 from exactfuse.utils import next_power_of_2
 
 # Elements of the write-back kernel's [window, channels] state tile (spec, prefill): 4096 keeps a
@@ -29,6 +28,13 @@ DECODE_CHANNELS_CONTIGUOUS = 128
 DECODE_CHANNELS_STRIDED = 64
 DECODE_TILE_ELEMENTS = 2048
 DECODE_WARPS = 1
+# Decode over [slot, C, W] storage whose channel stride is a multiple of two or more elements (FLA's [B, C, K]):
+# each channel's window one vector load and store, held in registers (ConvConfig.window_tile), one channel a thread
+# over 128 channels and 4 warps: 1.59x the 64-channel one-warp rule at B = 1024, C = 10240, K = 4
+# (sweeps/conv_update_decode.txt). An odd stride (short_conv's K = 4, D = 3 window of 9) gains nothing from it.
+DECODE_WINDOW_TILE_CHANNELS = 128
+DECODE_WINDOW_TILE_WARPS = 4
+DECODE_WINDOW_TILE_MAX = 16  # window positions the register window takes (slots.window_columns' tuple)
 
 
 @dataclass(frozen=True)
@@ -51,14 +57,17 @@ class ConvConfig:
             raise ValueError(f"unroll must be a power of two dividing BT = {self.BT}, got {self.unroll}")
 
 
-def conv_config(C: int, window: int, mode: str, channels_contiguous: bool = False) -> ConvConfig:
+def conv_config(C: int, window: int, mode: str, channels_contiguous: bool = False, state_align: int = 1) -> ConvConfig:
     """Static launch parameters for ``C`` channels and a written window of ``window`` positions;
-    ``channels_contiguous``: the state's channel stride is 1 (``[slot, W, C]`` storage), a cache constant.
+    ``channels_contiguous``: the state's channel stride is 1 (``[slot, W, C]`` storage), and ``state_align``
+    the power of two that divides it (1 when unknown), both cache constants.
 
     Decode rows (one a program) also shift their state window: one warp a program, over
     :data:`DECODE_CHANNELS_CONTIGUOUS` channels (``[slot, W, C]`` storage, each window position a
     contiguous run) or :data:`DECODE_CHANNELS_STRIDED` (``[slot, C, W]``, whose channels lie ``W``
-    elements apart), at most :data:`DECODE_TILE_ELEMENTS` state values a program. Spec and prefill rows
+    elements apart), at most :data:`DECODE_TILE_ELEMENTS` state values a program; ``[slot, C, W]`` windows
+    that start on a multiple of two elements are held in registers instead, one a thread
+    (:data:`DECODE_WINDOW_TILE_CHANNELS`). Spec and prefill rows
     hold only ``K`` taps and take the :data:`TILE_ROWS` x :data:`TILE_CHANNELS` tile; their write-back
     kernel a ``[BW, BC_STATE]`` state tile. All from ``scripts/gpu/sweep_conv.py`` on the H200.
     """
@@ -66,10 +75,13 @@ def conv_config(C: int, window: int, mode: str, channels_contiguous: bool = Fals
     c_block = next_power_of_2(max(C, 1))
     BC_STATE = max(16, min(c_block, STATE_TILE_ELEMENTS // BW, 1024))
     if mode == "decode":
+        if not channels_contiguous and state_align >= 2 and BW <= DECODE_WINDOW_TILE_MAX:
+            BC = max(16, min(c_block, DECODE_WINDOW_TILE_CHANNELS))
+            warps = max(1, min(DECODE_WINDOW_TILE_WARPS, BC // 32))
+            return ConvConfig(BT=1, BC=BC, BC_STATE=BC_STATE, BW=BW, num_warps=warps, window_tile=True)
         want = DECODE_CHANNELS_CONTIGUOUS if channels_contiguous else DECODE_CHANNELS_STRIDED
         BC = max(16, min(c_block, want, DECODE_TILE_ELEMENTS // BW))
-        tile = not channels_contiguous and BW <= 2**WINDOW_LEVELS
-        return ConvConfig(BT=1, BC=BC, BC_STATE=BC_STATE, BW=BW, num_warps=DECODE_WARPS, window_tile=tile)
+        return ConvConfig(BT=1, BC=BC, BC_STATE=BC_STATE, BW=BW, num_warps=DECODE_WARPS)
     BT, BC = TILE_ROWS, max(16, min(c_block, TILE_CHANNELS))
     return ConvConfig(BT=BT, BC=BC, BC_STATE=BC_STATE, BW=BW, num_warps=NUM_WARPS)
 

@@ -338,8 +338,8 @@ def conv_rows_kernel(
     of UNROLL rows from a register window, :func:`_conv_runs`; a power of two dividing BT), HEAD (Dao's wide window
     with the history at its end: each slot's history starts ``HEAD`` positions into its window at p_state, and
     those positions shift with it, ``(window ‖ rows)[qlen:]``; 0 otherwise), WINDOW_TILE (decode with a state: the
-    window held in registers, :func:`_decode_window`; each channel's window a run of ``BW`` positions at most
-    ``2 ** slots.WINDOW_LEVELS``), S_ALIGN (a power of two dividing ``stride_s_c``, for WINDOW_TILE's vector access).
+    window held in registers, :func:`_decode_window`), S_ALIGN (a power of two dividing ``stride_s_c``, for
+    WINDOW_TILE's vector access).
     L, R, N, slots and null_slot are runtime values, not
     specialized: one compile serves every batch.
     """

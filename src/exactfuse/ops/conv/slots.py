@@ -129,17 +129,14 @@ def fixup_tile(p, L, R, p_qsl, SL: tl.constexpr, BT: tl.constexpr):
     return tile * BT, own & ~lean_tile(tile * BT, L, R, p_qsl, SL, BT)[0]
 
 
-# decode's register window (kernels.decode_window): at most 2 ** WINDOW_LEVELS positions
-WINDOW_LEVELS = tl.constexpr(4)
-
-
 @triton.jit
 def window_columns(tile, BC: tl.constexpr, BW: tl.constexpr):
-    """The ``BW`` columns of a ``[BC, BW]`` tile (``BW`` a power of two, at most ``2 ** WINDOW_LEVELS``), in
-    order, as a tuple of ``[BC]`` vectors. Reshapes and splits only: each halving takes a part's even and odd
-    positions, so the values (NaN payloads and signed zeros included) are moved, never computed."""
+    """The ``BW`` columns of a ``[BC, BW]`` tile (``BW`` a power of two, kept small by the launcher:
+    ``heuristics.DECODE_WINDOW_TILE_MAX``), in order, as a tuple of ``[BC]`` vectors. Reshapes and splits only:
+    each halving takes a part's even and odd positions, so the values (NaN payloads and signed zeros included)
+    are moved, never computed."""
     parts = (tile,) if BW > 1 else (tl.reshape(tile, (BC,)),)
-    for level in tl.static_range(WINDOW_LEVELS):
+    for level in tl.static_range(BW):  # log2(BW) halvings
         if (1 << level) < BW:
             evens = ()
             odds = ()
@@ -158,7 +155,7 @@ def window_columns(tile, BC: tl.constexpr, BW: tl.constexpr):
 def window_tile(columns, BC: tl.constexpr, BW: tl.constexpr):
     """The ``[BC, BW]`` tile of ``BW`` columns: the inverse of :func:`window_columns`."""
     parts = columns
-    for level in tl.static_range(WINDOW_LEVELS - 1, -1, -1):
+    for level in tl.static_range(BW - 1, -1, -1):
         if (1 << level) < BW:
             merged = ()
             for j in tl.static_range(1 << level):

@@ -10,7 +10,6 @@ import triton
 from exactfuse.ops.conv import calls, heuristics, native, windows
 from exactfuse.ops.conv.grad_kernels import conv_grad_rows_kernel, conv_grad_x_kernel
 from exactfuse.ops.conv.kernels import INIT_CODES, MODE_CODES, conv_lean_kernel, conv_rows_kernel, conv_state_kernel
-from exactfuse.ops.conv.slots import WINDOW_LEVELS
 from exactfuse.ops.fastmath import SILU, chosen_formula
 from exactfuse.registry import platform
 from exactfuse.utils import empty, is_symbolic, next_power_of_2
@@ -71,7 +70,8 @@ def launch_conv(
     state = conv_state if has_state else x
     s_strides = conv_state.stride() if has_state else (0, 0, 0)
     contiguous = not is_symbolic(s_strides[1]) and s_strides[1] == 1  # a symbolic stride is not 1
-    cfg = config or heuristics.conv_config(C, head + SL + SQL - 1, mode, contiguous)
+    s_align = _stride_alignment(s_strides[1])
+    cfg = config or heuristics.conv_config(C, head + SL + SQL - 1, mode, contiguous, s_align)
     slots = conv_state.shape[0] if has_state else 1
     flags = dict(
         MODE=MODE_CODES[mode],
@@ -117,8 +117,8 @@ def launch_conv(
         x.stride(0), target.stride(0), outer_residual.stride(0) if outer_residual is not None else 0,
         target.stride(0), weight.stride(0), weight.stride(1),
         *s_strides, sid_stride, BW=cfg.BW, UNROLL=cfg.unroll if mode != "decode" else 1,
-        HAS_SEQ_IDX=seq_idx is not None, FIXUP=lean, S_ALIGN=_stride_alignment(s_strides[1]),
-        WINDOW_TILE=cfg.window_tile and mode == "decode" and cfg.BW <= 2**WINDOW_LEVELS, **common,
+        HAS_SEQ_IDX=seq_idx is not None, FIXUP=lean, S_ALIGN=s_align,
+        WINDOW_TILE=cfg.window_tile and mode == "decode" and cfg.BW <= heuristics.DECODE_WINDOW_TILE_MAX, **common,
         **flags,
     )  # fmt: skip
     if mode != "decode" and has_state:
