@@ -260,18 +260,36 @@ def _conv_runs(
 
 
 @triton.jit
+def _tap_weights(p_w, o_c, m_c, stride_w_c, stride_w_k, K: tl.constexpr, BC: tl.constexpr, W_ALIGN: tl.constexpr):
+    """The ``K`` taps' weights of channels ``o_c`` in fp32, a tuple: one ``[BC, KW]`` tile load (each channel's
+    ``K`` weights one vector access where ``stride_w_c`` is a multiple of ``W_ALIGN`` elements), its columns
+    taken by :func:`slots.window_columns`. ``K <= 32``: the register window's ``BW <= 16`` bounds it."""
+    KW: tl.constexpr = 1 if K <= 1 else (2 if K <= 2 else (4 if K <= 4 else (8 if K <= 8 else (16 if K <= 16 else 32))))
+    tl.static_assert(K <= KW)
+    stride_w_c = (stride_w_c // W_ALIGN) * W_ALIGN  # the same value, its alignment visible to the compiler
+    o_k = tl.arange(0, KW)
+    p_tile = p_w + o_c[:, None] * stride_w_c + o_k[None, :] * stride_w_k
+    columns = window_columns(tl.load(p_tile, mask=m_c[:, None] & (o_k < K)[None, :], other=0.0), BC, KW)
+    weights = ()
+    for k in tl.static_range(K):
+        weights += (columns[k].to(tl.float32),)
+    return weights
+
+
+@triton.jit
 def _decode_window(
     p_x, p_w, p_b, p_res, p_outer, p_out, p_window, p_tok, i_t, o_c, m_c, out_ok, state_ok, read_state, L, N,
     stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_s_c, stride_s_w,
     K: tl.constexpr, D: tl.constexpr, HEAD: tl.constexpr, BC: tl.constexpr, BW: tl.constexpr, S_ALIGN: tl.constexpr,
-    HAS_TOKEN_MAP: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr,
-    ACT: tl.constexpr,
+    W_ALIGN: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr,
+    HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
 ):  # fmt: skip
     """Decode row ``i_t`` with its slot's window held in registers: the ``HEAD + SL`` old positions loaded once
     as a ``[BC, BW]`` tile (each channel's window one vector access where the state's channel stride is a
     multiple of ``S_ALIGN`` elements, a power of two the launcher read off the stride), the taps taken from
     its columns and the row, and the window shifted by one in registers and stored back. The same values and
-    roundings as :func:`_conv_rows` followed by :func:`window_values` / :func:`store_window`."""
+    roundings as :func:`_conv_rows` followed by :func:`window_values` / :func:`store_window`; the weights as
+    :func:`_tap_weights` loads them."""
     SL: tl.constexpr = (K - 1) * D
     NW: tl.constexpr = HEAD + SL
     stride_s_c = (stride_s_c // S_ALIGN) * S_ALIGN  # the same value, its alignment visible to the compiler
@@ -286,13 +304,13 @@ def _decode_window(
         m_x = m_x & (o_row >= 0) & (o_row < N)
     b_x = tl.load(p_x + o_row.to(tl.int64) * stride_x + o_c, mask=mask_and(m_c, m_x), other=0.0)
     cols = window_columns(old, BC, BW)
+    weights = _tap_weights(p_w, o_c, m_c, stride_w_c, stride_w_k, K, BC, W_ALIGN)
     acc = tl.zeros_like(o_c).to(tl.float32)
     for k in tl.static_range(K):  # position HEAD + D k of old window ‖ row; the last tap is the row
-        b_w = tl.load(p_w + o_c * stride_w_c + k * stride_w_k, mask=m_c).to(tl.float32)
         if HEAD + D * k < NW:
-            acc = acc + mul_rn(b_w, cols[HEAD + D * k].to(tl.float32))
+            acc = acc + mul_rn(weights[k], cols[HEAD + D * k].to(tl.float32))
         else:
-            acc = acc + mul_rn(b_w, b_x.to(tl.float32))
+            acc = acc + mul_rn(weights[k], b_x.to(tl.float32))
     _finish(
         acc, p_x, p_w, p_b, p_res, p_outer, p_out, p_tok, i_t, o_c, m_c, out_ok, L, N, stride_res, stride_outer,
         stride_out, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
@@ -319,7 +337,7 @@ def conv_rows_kernel(
     HAS_STATE: tl.constexpr, HAS_SID: tl.constexpr, INIT: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
     BC: tl.constexpr, BW: tl.constexpr, BT: tl.constexpr, UNROLL: tl.constexpr, HAS_SEQ_IDX: tl.constexpr,
-    FIXUP: tl.constexpr, HEAD: tl.constexpr, WINDOW_TILE: tl.constexpr, S_ALIGN: tl.constexpr,
+    FIXUP: tl.constexpr, HEAD: tl.constexpr, WINDOW_TILE: tl.constexpr, S_ALIGN: tl.constexpr, W_ALIGN: tl.constexpr,
 ):  # fmt: skip
     """``BT`` logical rows x ``BC`` channels of the conv output; in decode also the row's state shift.
 
@@ -338,8 +356,8 @@ def conv_rows_kernel(
     of UNROLL rows from a register window, :func:`_conv_runs`; a power of two dividing BT), HEAD (Dao's wide window
     with the history at its end: each slot's history starts ``HEAD`` positions into its window at p_state, and
     those positions shift with it, ``(window ‖ rows)[qlen:]``; 0 otherwise), WINDOW_TILE (decode with a state: the
-    window held in registers, :func:`_decode_window`), S_ALIGN (a power of two dividing ``stride_s_c``, for
-    WINDOW_TILE's vector access).
+    window held in registers, :func:`_decode_window`), S_ALIGN and W_ALIGN (powers of two dividing ``stride_s_c``
+    and ``stride_w_c``, for WINDOW_TILE's vector accesses).
     L, R, N, slots and null_slot are runtime values, not
     specialized: one compile serves every batch.
     """
@@ -363,7 +381,7 @@ def conv_rows_kernel(
             _decode_window(
                 p_x, p_w, p_b, p_res, p_outer, p_out, p_window, p_tok, i_t, o_c, m_c, out_ok, state_ok, read_state,
                 L, N, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_s_c, stride_s_w,
-                K, D, HEAD, BC, BW, S_ALIGN, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
+                K, D, HEAD, BC, BW, S_ALIGN, W_ALIGN, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
             )  # fmt: skip
         else:
             _conv_rows(

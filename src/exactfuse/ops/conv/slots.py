@@ -131,8 +131,8 @@ def fixup_tile(p, L, R, p_qsl, SL: tl.constexpr, BT: tl.constexpr):
 
 @triton.jit
 def window_columns(tile, BC: tl.constexpr, BW: tl.constexpr):
-    """The ``BW`` columns of a ``[BC, BW]`` tile (``BW`` a power of two, kept small by the launcher:
-    ``heuristics.DECODE_WINDOW_TILE_MAX``), in order, as a tuple of ``[BC]`` vectors. Reshapes and splits only:
+    """The ``BW`` columns of a ``[BC, BW]`` tile (``BW`` a power of two; its ``log2(BW)`` halvings unroll at
+    compile time), in order, as a tuple of ``[BC]`` vectors. Reshapes and splits only:
     each halving takes a part's even and odd positions, so the values (NaN payloads and signed zeros included)
     are moved, never computed."""
     parts = (tile,) if BW > 1 else (tl.reshape(tile, (BC,)),)

@@ -117,7 +117,7 @@ def launch_conv(
         x.stride(0), target.stride(0), outer_residual.stride(0) if outer_residual is not None else 0,
         target.stride(0), weight.stride(0), weight.stride(1),
         *s_strides, sid_stride, BW=cfg.BW, UNROLL=cfg.unroll if mode != "decode" else 1,
-        HAS_SEQ_IDX=seq_idx is not None, FIXUP=lean, S_ALIGN=s_align,
+        HAS_SEQ_IDX=seq_idx is not None, FIXUP=lean, S_ALIGN=s_align, W_ALIGN=_stride_alignment(weight.stride(0)),
         WINDOW_TILE=cfg.window_tile and mode == "decode" and cfg.BW <= heuristics.DECODE_WINDOW_TILE_MAX, **common,
         **flags,
     )  # fmt: skip
