@@ -25,7 +25,7 @@ from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, Stateles
 
 import exactfuse
 from exactfuse.ops.gelu_and_mul_sparse import STD_MULTIPLIER
-from exactfuse.ops.w4a16 import random_weights
+from exactfuse.ops.w4a16 import fragment, random_weights
 from exactfuse.testing import make_generator
 from exactfuse.testing.on_device import check_on_device
 
@@ -85,6 +85,8 @@ SPECS = {
     ),
     # K = width; the weights are fixed per device and dtype (_fixed)
     "w4a16_gemm": Spec("w4a16_gemm", _activations, gpu_width=4096, cpu_width=256),
+    # the same weight in the fragment layout (fragment.pack); an sm_90 kernel of inline PTX, so not on the CPU
+    "w4a16_gemm_packed": Spec("w4a16_gemm_packed", _activations, gpu_width=4096, cpu=False),
     # x [T, C] as one sequence (query_start_loc None), K = 4 taps, weight and bias fixed. Not on the CPU:
     # there the op is opaque (registry/library.py), and Inductor (torch 2.13) fails to lower the
     # functionalized call of a custom op whose mutable argument (conv_state) is None.
@@ -102,6 +104,10 @@ def _fixed(spec: Spec, width: int, device: torch.device, dtype: torch.dtype) -> 
         if spec.op == "w4a16_gemm":
             w = random_weights(width, width if device.type == "cuda" else 64, dtype, device, gen)
             tensors, extra = (w.qweight, w.scales), (w.qweight, w.scales, w.zeros, w.perm, None, w.group_size)
+        elif spec.op == "w4a16_gemm_packed":
+            w = random_weights(width, width, dtype, device, gen)
+            packed = fragment.pack(w.qweight, w.scales, w.zeros, w.perm)
+            tensors, extra = (packed.words, packed.scales), (packed.words, packed.scales, packed.perm, None)
         else:
             weight = torch.randn(width, 4, generator=gen).to(device, dtype)
             bias = torch.randn(width, generator=gen).to(device, dtype)
@@ -117,7 +123,7 @@ def _width(spec: Spec, device: torch.device) -> int:
 
 
 def _extra(spec: Spec, device: torch.device, dtype: torch.dtype) -> tuple:
-    if spec.op in ("w4a16_gemm", "causal_conv1d"):
+    if spec.op in ("w4a16_gemm", "w4a16_gemm_packed", "causal_conv1d"):
         return _fixed(spec, _width(spec, device), device, dtype)
     return spec.extra
 
