@@ -68,6 +68,10 @@ if interpreter_enabled():
     def mul_rn(a, b):
         return a * b  # numpy multiplies and rounds; nothing is fused
 
+    @triton.jit
+    def fma_rn(a, b, c):
+        return a * b + c  # the callers' products are exact, so this rounds once, as an FMA does
+
 else:
     from triton.language.extra import libdevice
 
@@ -123,6 +127,16 @@ else:
         eager's products keep them."""
         return tl.inline_asm_elementwise(
             "mul.rn.f32 $0, $1, $2;", "=f,f,f", [a, b], dtype=tl.float32, is_pure=True, pack=1
+        )
+
+    @triton.jit
+    def fma_rn(a, b, c):
+        """fp32 ``fma.rn.f32``: ``a * b + c`` rounded once. Where fp32 holds the product exactly (two fp16
+        values: at most 22 significant bits, magnitudes 2^-48 to 2^32) it is ``c + mul_rn(a, b)`` bit for bit,
+        in one instruction instead of two; bf16 products can leave fp32's range or precision, fp32 ones
+        always can."""
+        return tl.inline_asm_elementwise(
+            "fma.rn.f32 $0, $1, $2, $3;", "=f,f,f,f", [a, b, c], dtype=tl.float32, is_pure=True, pack=1
         )
 
     @triton.jit

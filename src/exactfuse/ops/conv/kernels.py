@@ -15,12 +15,14 @@ Three kernels (launched by ``triton.py``), with ``constexpr`` flags for the thre
   spec and prefill mode so that every row has read the old state: writes the new window.
 
 Each product is ``mul_rn`` (``exactfuse.ops.math``: ``mul.rn.f32``, which the compiler does not contract
-into an FMA), then added: for fp16/bf16 operands the product is exact anyway, for fp32 this keeps the
-spec's separately rounded multiply and add. The SiLU reads the conv already rounded to the activation
-dtype, a 16-bit value for fp16/bf16: ``ACT`` is the formula id of ``exactfuse.ops.math.activation`` that
-``exactfuse.ops.fastmath.chosen_formula`` admits (a fast formula only where its exhaustive proof over all
-65,536 inputs found no difference from eager ``F.silu``; else ``div_rn(c, 1 + exp(-c))`` with libdevice
-``exp``, as ATen's CUDA silu evaluates it), or -1 for no activation.
+into an FMA), then added, the spec's separately rounded multiply and add. Where both factors are fp16
+values (fp16 weights, input and state) the product is exact in fp32, so one ``fma_rn`` gives the same bits
+(:func:`_tap`); bf16 products can fall outside fp32's range or precision, so bf16 keeps the two.
+
+The SiLU reads the conv already rounded to the activation dtype, a 16-bit value for fp16/bf16: ``ACT`` is the
+formula id of ``exactfuse.ops.math.activation`` that ``exactfuse.ops.fastmath.chosen_formula`` admits (a fast
+formula only where its exhaustive proof over all 65,536 inputs found no difference from eager ``F.silu``; else
+``div_rn(c, 1 + exp(-c))`` with libdevice ``exp``, as ATen's CUDA silu evaluates it), or -1 for no activation.
 
 With fp32 weights and a 16-bit ``x`` (Dao's convention, the ``causal_*`` ops) the products are fp32
 products rounded once each (``mul_rn``, as the spec's), and the SiLU reads the fp32 conv, unrounded, with
@@ -48,10 +50,19 @@ from exactfuse.ops.conv.slots import (
     window_tile,
     window_values,
 )
-from exactfuse.ops.math import activation, mul_rn
+from exactfuse.ops.math import activation, fma_rn, mul_rn
 
 MODE_CODES = {"decode": 0, "spec": 1, "prefill": 2}
 INIT_CODES = {"never": 0, "tensor": 1, "always": 2}
+
+
+@triton.jit
+def _tap(acc, w, x, EXACT: tl.constexpr):
+    """``acc + w * x`` (fp32) as the spec rounds it, the product and then the sum; one ``fma_rn`` where EXACT
+    (both factors fp16 values, whose product fp32 holds exactly, so the FMA's one rounding is the sum's)."""
+    if EXACT:
+        return fma_rn(w, x, acc)
+    return acc + mul_rn(w, x)
 
 
 @triton.jit
@@ -65,6 +76,11 @@ def _tap_sum(
     request's start; without READ_STATE every tap is an input row (no row's tap reaches the state).
     HAS_SEQ_IDX: an input tap counts only where its row's ``seq_idx`` is the output row's ``seq``."""
     SL: tl.constexpr = (K - 1) * D
+    FP16_TAPS: tl.constexpr = (
+        (p_w.dtype.element_ty == tl.float16)
+        & (p_x.dtype.element_ty == tl.float16)
+        & ((p_slot.dtype.element_ty == tl.float16) | (not READ_STATE))
+    )
     acc = tl.zeros_like(j * o_c).to(tl.float32)
     for k in tl.static_range(K):
         h = j + D * k
@@ -83,7 +99,7 @@ def _tap_sum(
             b_x = tl.where(h < SL, b_s.to(tl.float32), b_x)
         else:
             b_x = tl.where(h < SL, 0.0, b_x)
-        acc = acc + mul_rn(b_w, b_x)
+        acc = _tap(acc, b_w, b_x, FP16_TAPS)
     return acc
 
 
@@ -197,6 +213,11 @@ def _conv_runs(
     window's ``seq_idx`` are loaded beside it, and a tap counts where its row's equals the output row's.
     """
     SL: tl.constexpr = (K - 1) * D
+    FP16_TAPS: tl.constexpr = (
+        (p_w.dtype.element_ty == tl.float16)
+        & (p_x.dtype.element_ty == tl.float16)
+        & ((p_state.dtype.element_ty == tl.float16) | (not HAS_STATE))
+    )
     start = i_t * BT + tl.arange(0, BT // UNROLL) * UNROLL
     window = ()
     seqs = ()
@@ -252,7 +273,7 @@ def _conv_runs(
             b_x = window[i_r + D * k]
             if HAS_SEQ_IDX:
                 b_x = tl.where((seqs[i_r + D * k] == seqs[i_r + SL])[:, None], b_x, 0.0)
-            acc = acc + mul_rn(weights[k], tl.where(h < SL, b_s, b_x))
+            acc = _tap(acc, weights[k], tl.where(h < SL, b_s, b_x), FP16_TAPS)
         _finish(
             acc, p_x, p_w, p_b, p_res, p_outer, p_out, p_tok, o_t[:, None], o_c, m_c, out_ok[:, None], L, N,
             stride_res, stride_outer, stride_out, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
@@ -292,6 +313,11 @@ def _decode_window(
     :func:`_tap_weights` loads them."""
     SL: tl.constexpr = (K - 1) * D
     NW: tl.constexpr = HEAD + SL
+    FP16_TAPS: tl.constexpr = (
+        (p_w.dtype.element_ty == tl.float16)
+        & (p_x.dtype.element_ty == tl.float16)
+        & (p_window.dtype.element_ty == tl.float16)
+    )
     stride_s_c = (stride_s_c // S_ALIGN) * S_ALIGN  # the same value, its alignment visible to the compiler
     o_w = tl.arange(0, BW)
     p_old = p_window + o_c[:, None] * stride_s_c + o_w[None, :] * stride_s_w
@@ -308,9 +334,9 @@ def _decode_window(
     acc = tl.zeros_like(o_c).to(tl.float32)
     for k in tl.static_range(K):  # position HEAD + D k of old window ‖ row; the last tap is the row
         if HEAD + D * k < NW:
-            acc = acc + mul_rn(weights[k], cols[HEAD + D * k].to(tl.float32))
+            acc = _tap(acc, weights[k], cols[HEAD + D * k].to(tl.float32), FP16_TAPS)
         else:
-            acc = acc + mul_rn(weights[k], b_x.to(tl.float32))
+            acc = _tap(acc, weights[k], b_x.to(tl.float32), FP16_TAPS)
     _finish(
         acc, p_x, p_w, p_b, p_res, p_outer, p_out, p_tok, i_t, o_c, m_c, out_ok, L, N, stride_res, stride_outer,
         stride_out, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
@@ -448,6 +474,7 @@ def conv_lean_kernel(
     are :func:`_tap_sum`'s sequence of roundings, so every output is that kernel's bits. Arguments as
     :func:`conv_rows_kernel`'s."""
     SL: tl.constexpr = (K - 1) * D
+    FP16_TAPS: tl.constexpr = (p_w.dtype.element_ty == tl.float16) & (p_x.dtype.element_ty == tl.float16)
     t0 = tl.program_id(0) * BT
     o_t = (t0 + tl.arange(0, BT))[:, None]
     o_c = (tl.program_id(1) * BC + tl.arange(0, BC))[None, :]
@@ -468,7 +495,7 @@ def conv_lean_kernel(
         acc = tl.zeros_like(o_t * o_c).to(tl.float32)
         for k in tl.static_range(K):
             b_w = tl.load(p_w + o_c * stride_w_c + k * stride_w_k, mask=m_c).to(tl.float32)
-            acc = acc + mul_rn(b_w, taps[k].to(tl.float32))
+            acc = _tap(acc, b_w, taps[k].to(tl.float32), FP16_TAPS)
         _finish(
             acc, p_x, p_w, p_b, p_res, p_outer, p_out, p_x, o_t, o_c, m_c, out_ok, L, N, stride_res, stride_outer,
             stride_out, False, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
