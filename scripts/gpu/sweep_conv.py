@@ -23,7 +23,8 @@ memory system needs. Result: sweeps/conv_floor.txt.
 ``--decode`` times short_conv's decode launch instead, on the bench grid's decode shapes (R rows of
 C = 10240, K = 4, D = 3, both state layouts) with ``BC`` channels a program (each program also shifts
 its request's ``[BW, BC]`` state window) x warps x the window held in registers or loaded twice
-(``ConvConfig.window_tile``, labelled ``t``), each checked bit for bit (residual and state) against
+(``ConvConfig.window_tile``, labelled ``t``) x the grid's order (``ConvConfig.channels_first``, labelled ``c``:
+consecutive programs take one row's channel blocks), each checked bit for bit (residual and state) against
 the shipped rule's first; at R <= 8 also a plain copy of the same bytes (half read, half written), the
 issue's small-batch reference. Result: sweeps/conv_decode.txt.
 
@@ -148,15 +149,17 @@ def sweep_decode(channels: list[int], warps: list[int], copy: float, update: boo
         call()
         roof = op.bytes_fn(*case.args, **case.kwargs) / copy * 1e6
         row, times = [], {}
-        for bc, w, tile in itertools.product(channels, warps, (False, True)):
-            cfg = heuristics.ConvConfig(BT=1, BC=bc, BC_STATE=bc, BW=shipped.BW, num_warps=w, window_tile=tile)
+        for bc, w, tile, first in itertools.product(channels, warps, (False, True), (False, True)):
+            cfg = heuristics.ConvConfig(
+                BT=1, BC=bc, BC_STATE=bc, BW=shipped.BW, num_warps=w, window_tile=tile, channels_first=first
+            )
             call, out, state = runner(case, cfg)
             call()
             if not (torch.equal(out, ref_out) and torch.equal(state, ref_state)):
-                row.append(f"{decode_label(bc, w, tile)}: DIFFERS")
+                row.append(f"{decode_label(bc, w, tile, first)}: DIFFERS")
                 continue
-            times[(bc, w, tile)] = TIMER(call) * 1e3
-        base = times.get((shipped.BC, shipped.num_warps, shipped.window_tile))
+            times[(bc, w, tile, first)] = TIMER(call) * 1e3
+        base = times.get((shipped.BC, shipped.num_warps, shipped.window_tile, shipped.channels_first))
         for key, us in sorted(times.items(), key=lambda kv: kv[1]):
             row.append(f"{decode_label(*key)}: {us:.1f} ({100 * roof / us:.0f}%)")
             if base:
@@ -175,9 +178,10 @@ def sweep_decode(channels: list[int], warps: list[int], copy: float, update: boo
     emit("conv_update_decode.txt" if update else "conv_decode.txt", lines)
 
 
-def decode_label(bc: int, warps: int, tile: bool) -> str:
-    """``BC/warps``, with ``t`` when the window is held in registers (``ConvConfig.window_tile``)."""
-    return f"{bc}/{warps}" + ("t" if tile else "")
+def decode_label(bc: int, warps: int, tile: bool, channels_first: bool) -> str:
+    """``BC/warps``, with ``t`` when the window is held in registers (``ConvConfig.window_tile``) and ``c`` on
+    the grid whose consecutive programs take one row's channel blocks (``ConvConfig.channels_first``)."""
+    return f"{bc}/{warps}" + ("t" if tile else "") + ("c" if channels_first else "")
 
 
 def floor(case, copy: float) -> str:

@@ -62,6 +62,21 @@ def test_interpreter_decode_window_tile_gives_the_same_bits(monkeypatch):
     )  # fmt: skip
 
 
+@pytest.mark.interpreter
+def test_interpreter_decode_channels_first_grid_gives_the_same_bits(monkeypatch):
+    """Decode on the one-axis grid whose consecutive programs take one row's channel blocks
+    (``ConvConfig.channels_first``), with and without the register window, against the two-axis grid:
+    outputs, residuals and states bit for bit on short_conv's and causal_conv1d_update's decode cases
+    (a channel count no block divides, R = 0 included) and FLA's ``[B, C, K]`` state."""
+    fla = [last_k_update_case(f"lastK-B{B}", B, C=48, K=4, dtype=torch.float32, device="cpu", gen=make_generator(B))
+           for B in (1, 3)]  # fmt: skip
+    for tile in (False, True):
+        assert_same_bits(
+            monkeypatch, {"channels_first": True, "window_tile": tile}, {"window_tile": tile},
+            (short_conv, causal_conv1d_update), skip=("spec", "prefill", "chunk"), extra={causal_conv1d_update: fla},
+        )  # fmt: skip
+
+
 def assert_same_bits(
     monkeypatch, variant: dict, reference: dict, ops=(short_conv, causal_conv1d), skip=("decode",),
     extra: dict | None = None,

@@ -51,6 +51,7 @@ class ConvConfig:
     unroll: int = 1  # spec/prefill rows a register window serves (triton.conv_rows_kernel's UNROLL)
     lean: bool = True  # prefill: kernels.conv_lean_kernel, then the row kernel on the tiles it leaves (FIXUP)
     window_tile: bool = False  # decode: the slot's window held in registers (the row kernel's WINDOW_TILE)
+    channels_first: bool = False  # decode: consecutive programs take one row's channel blocks (CHANNELS_FIRST)
 
     def __post_init__(self):
         if self.unroll < 1 or self.unroll & (self.unroll - 1) or self.BT % self.unroll:

@@ -364,6 +364,7 @@ def conv_rows_kernel(
     HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
     BC: tl.constexpr, BW: tl.constexpr, BT: tl.constexpr, UNROLL: tl.constexpr, HAS_SEQ_IDX: tl.constexpr,
     FIXUP: tl.constexpr, HEAD: tl.constexpr, WINDOW_TILE: tl.constexpr, S_ALIGN: tl.constexpr, W_ALIGN: tl.constexpr,
+    CHANNELS_FIRST: tl.constexpr,
 ):  # fmt: skip
     """``BT`` logical rows x ``BC`` channels of the conv output; in decode also the row's state shift.
 
@@ -383,13 +384,19 @@ def conv_rows_kernel(
     with the history at its end: each slot's history starts ``HEAD`` positions into its window at p_state, and
     those positions shift with it, ``(window ‖ rows)[qlen:]``; 0 otherwise), WINDOW_TILE (decode with a state: the
     window held in registers, :func:`_decode_window`), S_ALIGN and W_ALIGN (powers of two dividing ``stride_s_c``
-    and ``stride_w_c``, for WINDOW_TILE's vector accesses).
+    and ``stride_w_c``, for WINDOW_TILE's vector accesses), CHANNELS_FIRST (decode: a one-axis grid, program
+    ``r * cdiv(C, BC) + c`` taking row ``r``'s channel block ``c``, so that neighbouring programs read
+    neighbouring bytes; else rows on axis 0 and channel blocks on axis 1).
     L, R, N, slots and null_slot are runtime values, not
     specialized: one compile serves every batch.
     """
     SL: tl.constexpr = (K - 1) * D
-    i_t = tl.program_id(0)
-    i_c = tl.program_id(1)
+    if MODE == 0 and CHANNELS_FIRST:  # one flat axis: consecutive programs take one row's channel blocks
+        i_t = tl.program_id(0) // tl.cdiv(C, BC)
+        i_c = tl.program_id(0) % tl.cdiv(C, BC)
+    else:
+        i_t = tl.program_id(0)
+        i_c = tl.program_id(1)
     p_hist = p_state + HEAD * stride_s_w  # each slot's history: HEAD positions into its window
     if MODE == 0:  # one row, one request
         o_c = i_c * BC + tl.arange(0, BC)

@@ -110,7 +110,9 @@ def launch_conv(
         )  # fmt: skip
     boundary_tiles = (cfg.BT + SL - 2) // cfg.BT + 1  # tiles one boundary can leave (slots.fixup_tile's NB)
     rows_grid = (R + 1) * boundary_tiles + triton.cdiv(SL, cfg.BT) + 1 if lean else triton.cdiv(L, cfg.BT)
-    torch.library.wrap_triton(conv_rows_kernel)[(rows_grid, triton.cdiv(C, cfg.BC))](
+    channels_first = cfg.channels_first and mode == "decode"
+    grid = (L * triton.cdiv(C, cfg.BC), 1) if channels_first else (rows_grid, triton.cdiv(C, cfg.BC))
+    torch.library.wrap_triton(conv_rows_kernel)[grid](
         x, weight, bias if bias is not None else x, target, outer_residual if outer_residual is not None else x,
         target, state, sid, qsl, acc, hinit, tok, seq_idx if seq_idx is not None else x,
         L, R, N, C, slots, null_slot,
@@ -118,6 +120,7 @@ def launch_conv(
         target.stride(0), weight.stride(0), weight.stride(1),
         *s_strides, sid_stride, BW=cfg.BW, UNROLL=cfg.unroll if mode != "decode" else 1,
         HAS_SEQ_IDX=seq_idx is not None, FIXUP=lean, S_ALIGN=s_align, W_ALIGN=_stride_alignment(weight.stride(0)),
+        CHANNELS_FIRST=channels_first,
         WINDOW_TILE=cfg.window_tile and mode == "decode" and cfg.BW <= heuristics.DECODE_WINDOW_TILE_MAX, **common,
         **flags,
     )  # fmt: skip
