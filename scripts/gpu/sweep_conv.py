@@ -28,10 +28,11 @@ consecutive programs take one row's channel blocks), each checked bit for bit (r
 the shipped rule's first; at R <= 8 also a plain copy of the same bytes (half read, half written), the
 issue's small-batch reference. Result: sweeps/conv_decode.txt.
 
-``--update`` does the same for causal_conv1d_update on the grid's ``-lastK`` cases (FLA's decode state:
-each request's last ``K`` inputs in row ``r`` of ``[B, C, K]``, ``history_at="end"``, B = 1-1024), with
-fla-core's autotuned ``causal_conv1d_update`` timed on the same inputs in the same run (its output and
-state within 2e-2 of the shipped rule's, and the configuration its autotuner chose). Result:
+``--update`` does the same for causal_conv1d_update at B = 1-1024: on the grid's slot-cache cases
+(``[slots, C, K - 1]`` with state indices, an odd channel stride) and on its ``-lastK`` cases (FLA's decode
+state: each request's last ``K`` inputs in row ``r`` of ``[B, C, K]``, ``history_at="end"``), those beside
+fla-core's autotuned ``causal_conv1d_update`` timed on the same inputs in the same run (its output and state
+within 2e-2 of the shipped rule's, and the configuration its autotuner chose). Result:
 sweeps/conv_update_decode.txt.
 """
 
@@ -130,9 +131,9 @@ def sweep_decode(channels: list[int], warps: list[int], copy: float, update: boo
              "shape | BC/warps: µs (% roofline) ..., fastest first"]  # fmt: skip
     ratios: dict[tuple, list[float]] = {}
     if update:
-        cases = _update_grid(
-            torch.device("cuda"), torch.bfloat16, [f"B{B}-C10240-K4-lastK" for B in (1, 8, 64, 256, 1024)]
-        )
+        batches = (1, 8, 64, 256, 1024)
+        ids = [f"B{B}-C10240-K4{state}" for state in ("-lastK", "") for B in batches]
+        cases = _update_grid(torch.device("cuda"), torch.bfloat16, ids)
     else:
         decode = [f"decode-R{R}-{lay}" for R in (1, 8, 64, 256, 1024) for lay in ("cw", "wc")]
         cases = _short_conv_grid(torch.device("cuda"), torch.bfloat16, decode)
@@ -164,7 +165,7 @@ def sweep_decode(channels: list[int], warps: list[int], copy: float, update: boo
             row.append(f"{decode_label(*key)}: {us:.1f} ({100 * roof / us:.0f}%)")
             if base:
                 ratios.setdefault(key, []).append(base / us)
-        if update:
+        if update and case.id.endswith("-lastK"):  # FLA's own state; the slot cache is not one it takes
             row.append(fla_update(case, ref_out, ref_state))
         elif a["state_indices"].shape[0] <= 8:  # the small-batch target: a plain copy moving the same bytes
             src = torch.empty(op.bytes_fn(*case.args, **case.kwargs) // 2, dtype=torch.uint8, device="cuda")
