@@ -23,7 +23,8 @@ memory system needs. Result: sweeps/conv_floor.txt.
 ``--decode`` times short_conv's decode launch instead, on the bench grid's decode shapes (R rows of
 C = 10240, K = 4, D = 3, both state layouts) with ``BC`` channels a program (each program also shifts
 its request's ``[BW, BC]`` state window) x warps x the window held in registers or loaded twice
-(``ConvConfig.window_tile``, labelled ``t``) x the grid's order (``ConvConfig.channels_first``, labelled ``c``:
+(``ConvConfig.window_tile``, labelled ``t``) or, over dense ``[C, W]`` slots, the block's windows moved as one
+flat run (``ConvConfig.flat_window``, ``f``) x the grid's order (``ConvConfig.channels_first``, labelled ``c``:
 consecutive programs take one row's channel blocks), each checked bit for bit (residual and state) against
 the shipped rule's first; at R <= 8 also a plain copy of the same bytes (half read, half written), the
 issue's small-batch reference. Result: sweeps/conv_decode.txt.
@@ -50,7 +51,7 @@ from exactfuse.bench.roofline import measure_copy_bandwidth
 from exactfuse.bench.timing import cudagraph_timer
 from exactfuse.ops.conv import _causal_conv1d, _causal_conv1d_update, _short_conv, calls, heuristics
 from exactfuse.ops.conv.inputs import _causal_grid, _short_conv_grid, _update_grid
-from exactfuse.ops.conv.triton import _history_head, _stride_alignment, launch_conv
+from exactfuse.ops.conv.triton import _dense_windows, _history_head, _stride_alignment, launch_conv
 from exactfuse.testing import clone_args
 
 TIMER = cudagraph_timer(rep_ms=10)
@@ -152,17 +153,21 @@ def sweep_decode(channels: list[int], warps: list[int], copy: float, update: boo
         call()
         roof = op.bytes_fn(*case.args, **case.kwargs) / copy * 1e6
         row, times = [], {}
-        for bc, w, tile, first in itertools.product(channels, warps, (False, True), (False, True)):
+        for bc, w, path, first in itertools.product(channels, warps, ("", "t", "f"), (False, True)):
+            if path == "f" and not _dense_windows(a["conv_state"].stride(), window, C, bc):
+                continue  # the launcher would take the two loads: the flat run only over dense [C, W] slots
             cfg = heuristics.ConvConfig(
-                BT=1, BC=bc, BC_STATE=bc, BW=shipped.BW, num_warps=w, window_tile=tile, channels_first=first
-            )
+                BT=1, BC=bc, BC_STATE=bc, BW=shipped.BW, num_warps=w, window_tile=path == "t",
+                flat_window=path == "f", channels_first=first,
+            )  # fmt: skip
             call, out, state = runner(case, cfg)
             call()
             if not (torch.equal(out, ref_out) and torch.equal(state, ref_state)):
-                row.append(f"{decode_label(bc, w, tile, first)}: DIFFERS")
+                row.append(f"{decode_label(bc, w, path, first)}: DIFFERS")
                 continue
-            times[(bc, w, tile, first)] = TIMER(call) * 1e3
-        base = times.get((shipped.BC, shipped.num_warps, shipped.window_tile, shipped.channels_first))
+            times[(bc, w, path, first)] = TIMER(call) * 1e3
+        shipped_path = "t" if shipped.window_tile else ("f" if shipped.flat_window else "")
+        base = times.get((shipped.BC, shipped.num_warps, shipped_path, shipped.channels_first))
         for key, us in sorted(times.items(), key=lambda kv: kv[1]):
             row.append(f"{decode_label(*key)}: {us:.1f} ({100 * roof / us:.0f}%)")
             if base:
@@ -181,10 +186,11 @@ def sweep_decode(channels: list[int], warps: list[int], copy: float, update: boo
     emit("conv_update_decode.txt" if update else "conv_decode.txt", lines)
 
 
-def decode_label(bc: int, warps: int, tile: bool, channels_first: bool) -> str:
-    """``BC/warps``, with ``t`` when the window is held in registers (``ConvConfig.window_tile``) and ``c`` on
-    the grid whose consecutive programs take one row's channel blocks (``ConvConfig.channels_first``)."""
-    return f"{bc}/{warps}" + ("t" if tile else "") + ("c" if channels_first else "")
+def decode_label(bc: int, warps: int, path: str, channels_first: bool) -> str:
+    """``BC/warps``, with ``t`` when the window is held in registers (``ConvConfig.window_tile``), ``f`` when
+    the block's windows move as one flat run (``ConvConfig.flat_window``), and ``c`` on the grid whose
+    consecutive programs take one row's channel blocks (``ConvConfig.channels_first``)."""
+    return f"{bc}/{warps}{path}" + ("c" if channels_first else "")
 
 
 def floor(case, copy: float) -> str:
@@ -220,7 +226,7 @@ def main() -> None:
     parser.add_argument("--decode", action="store_true", help="short_conv decode: channels x warps (conv_decode.txt)")
     update_help = "causal_conv1d_update on FLA's state, beside fla-core (conv_update_decode.txt)"
     parser.add_argument("--update", action="store_true", help=update_help)
-    parser.add_argument("--channels", default="64,128,256,512,1024", help="--decode, --update: channels a program")
+    parser.add_argument("--channels", default="64,128,256", help="--decode, --update: channels a program")
     opts = parser.parse_args()
     copy = measure_copy_bandwidth(torch.device("cuda"))
     if opts.decode or opts.update:

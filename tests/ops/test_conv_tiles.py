@@ -77,19 +77,36 @@ def test_interpreter_decode_channels_first_grid_gives_the_same_bits(monkeypatch)
         )  # fmt: skip
 
 
+@pytest.mark.interpreter
+def test_interpreter_decode_flat_window_gives_the_same_bits(monkeypatch):
+    """Decode with each program's dense ``[BC, W]`` block of windows read and written as one flat run and
+    the taps and the shifted window gathered from it (``ConvConfig.flat_window``; the launcher takes it
+    where the slots are dense and ``BC`` divides ``C``, else the two-load path) against the two-load path:
+    outputs, residuals and states bit for bit on the decode cases in ``[slot, C, W]`` storage, and FLA's
+    ``[B, C, K]`` state (8 channels a program, which divides every case's C but the odd ones)."""
+    fla = [last_k_update_case(f"lastK-B{B}", B, C=48, K=4, dtype=torch.float32, device="cpu", gen=make_generator(B))
+           for B in (1, 3)]  # fmt: skip
+    assert_same_bits(
+        monkeypatch, {"flat_window": True, "BC": 8}, {"BC": 8}, (short_conv, causal_conv1d_update),
+        skip=("spec", "prefill", "chunk", "-wc-"), extra={causal_conv1d_update: fla}, every_layout=True,
+    )  # fmt: skip
+
+
 def assert_same_bits(
     monkeypatch, variant: dict, reference: dict, ops=(short_conv, causal_conv1d), skip=("decode",),
-    extra: dict | None = None,
+    extra: dict | None = None, every_layout: bool = False,
 ) -> None:  # fmt: skip
-    """Every case of ``ops`` (fp32, CPU) whose id names none of the modes in ``skip``, in one state layout,
-    and the cases of ``extra[op]``, launched with the shipped
-    rule changed by ``variant`` and by ``reference``: every floating-point argument and output bit for bit."""
+    """Every case of ``ops`` (fp32, CPU) whose id names none of the strings in ``skip``, in one state layout
+    (``every_layout``: in each layout ``skip`` leaves), and the cases of ``extra[op]``, launched with the
+    shipped rule changed by ``variant`` and by ``reference``: every floating-point argument and output bit
+    for bit."""
     shipped = heuristics.conv_config
     failures = []
     for op in ops:
         cases = [case for case in op.cases("cpu", torch.float32) if not any(mode in case.id for mode in skip)]
         # a case declared in both state layouts in one of them, by turns within its mode (each layout in every mode)
-        for case in [*one_layout(cases), *(extra or {}).get(op, ())]:
+        chosen = cases if every_layout else list(one_layout(cases))
+        for case in [*chosen, *(extra or {}).get(op, ())]:
             runs = []
             for change in (variant, reference):
                 with monkeypatch.context() as m:

@@ -52,6 +52,7 @@ class ConvConfig:
     lean: bool = True  # prefill: kernels.conv_lean_kernel, then the row kernel on the tiles it leaves (FIXUP)
     window_tile: bool = False  # decode: the slot's window held in registers (the row kernel's WINDOW_TILE)
     channels_first: bool = False  # decode: consecutive programs take one row's channel blocks (CHANNELS_FIRST)
+    flat_window: bool = False  # decode over dense [C, W] slots: the block's windows as one flat run (FLAT_WINDOW)
 
     def __post_init__(self):
         if self.unroll < 1 or self.unroll & (self.unroll - 1) or self.BT % self.unroll:

@@ -299,18 +299,23 @@ def _tap_weights(p_w, o_c, m_c, stride_w_c, stride_w_k, K: tl.constexpr, BC: tl.
 
 @triton.jit
 def _decode_window(
-    p_x, p_w, p_b, p_res, p_outer, p_out, p_window, p_tok, i_t, o_c, m_c, out_ok, state_ok, read_state, L, N,
+    p_x, p_w, p_b, p_res, p_outer, p_out, p_window, p_tok, i_t, c0, o_c, m_c, out_ok, state_ok, read_state, L, N,
     stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_s_c, stride_s_w,
     K: tl.constexpr, D: tl.constexpr, HEAD: tl.constexpr, BC: tl.constexpr, BW: tl.constexpr, S_ALIGN: tl.constexpr,
     W_ALIGN: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr,
-    HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
+    HAS_BIAS: tl.constexpr, ACT: tl.constexpr, FLAT: tl.constexpr,
 ):  # fmt: skip
     """Decode row ``i_t`` with its slot's window held in registers: the ``HEAD + SL`` old positions loaded once
     as a ``[BC, BW]`` tile (each channel's window one vector access where the state's channel stride is a
     multiple of ``S_ALIGN`` elements, a power of two the launcher read off the stride), the taps taken from
     its columns and the row, and the window shifted by one in registers and stored back. The same values and
     roundings as :func:`_conv_rows` followed by :func:`window_values` / :func:`store_window`; the weights as
-    :func:`_tap_weights` loads them."""
+    :func:`_tap_weights` loads them.
+
+    FLAT (the launcher's check: a dense ``[C, HEAD + SL]`` block per slot, channels ``c0 ... c0 + BC`` all
+    below ``C``): the block's ``BC (HEAD + SL)`` elements are one contiguous run, loaded and stored as a flat
+    vector of 16-byte accesses whatever the window's length; the taps and the shifted window are gathered
+    from it (``tl.gather``: through shared memory at two or more warps, shuffles at one)."""
     SL: tl.constexpr = (K - 1) * D
     NW: tl.constexpr = HEAD + SL
     FP16_TAPS: tl.constexpr = (
@@ -318,10 +323,15 @@ def _decode_window(
         & (p_x.dtype.element_ty == tl.float16)
         & (p_window.dtype.element_ty == tl.float16)
     )
-    stride_s_c = (stride_s_c // S_ALIGN) * S_ALIGN  # the same value, its alignment visible to the compiler
-    o_w = tl.arange(0, BW)
-    p_old = p_window + o_c[:, None] * stride_s_c + o_w[None, :] * stride_s_w
-    m_old = m_c[:, None] & (o_w < NW)[None, :]
+    if FLAT:
+        o_f = tl.arange(0, BC * BW)
+        p_old = p_window + c0.to(tl.int64) * NW + o_f
+        m_old = o_f < BC * NW
+    else:
+        stride_s_c = (stride_s_c // S_ALIGN) * S_ALIGN  # the same value, its alignment visible to the compiler
+        o_w = tl.arange(0, BW)
+        p_old = p_window + o_c[:, None] * stride_s_c + o_w[None, :] * stride_s_w
+        m_old = m_c[:, None] & (o_w < NW)[None, :]
     old = tl.load(p_old, mask=mask_and(m_old, read_state), other=0.0)
     o_row = i_t
     m_x = state_ok & (o_row >= 0) & (o_row < L)
@@ -329,28 +339,40 @@ def _decode_window(
         o_row = tl.load(p_tok + o_row, mask=m_x, other=0)
         m_x = m_x & (o_row >= 0) & (o_row < N)
     b_x = tl.load(p_x + o_row.to(tl.int64) * stride_x + o_c, mask=mask_and(m_c, m_x), other=0.0)
-    cols = window_columns(old, BC, BW)
+    if not FLAT:
+        cols = window_columns(old, BC, BW)
     weights = _tap_weights(p_w, o_c, m_c, stride_w_c, stride_w_k, K, BC, W_ALIGN)
     acc = tl.zeros_like(o_c).to(tl.float32)
     for k in tl.static_range(K):  # position HEAD + D k of old window ‖ row; the last tap is the row
         if HEAD + D * k < NW:
-            acc = _tap(acc, weights[k], cols[HEAD + D * k].to(tl.float32), FP16_TAPS)
+            if FLAT:  # noqa: SIM108 (a constexpr branch: cols exists only without FLAT)
+                tap = tl.gather(old, (o_c - c0) * NW + (HEAD + D * k), 0)
+            else:
+                tap = cols[HEAD + D * k]
+            acc = _tap(acc, weights[k], tap.to(tl.float32), FP16_TAPS)
         else:
             acc = _tap(acc, weights[k], b_x.to(tl.float32), FP16_TAPS)
     _finish(
         acc, p_x, p_w, p_b, p_res, p_outer, p_out, p_tok, i_t, o_c, m_c, out_ok, L, N, stride_res, stride_outer,
         stride_out, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
     )  # fmt: skip
-    shifted = ()
-    for i in tl.static_range(BW):  # position i takes i + 1; the row enters at NW - 1; positions >= NW are not stored
-        if i + 1 < NW:
-            shifted += (cols[i + 1],)
-        elif i + 1 == NW:
-            shifted += (b_x.to(old.dtype),)
-        else:
-            shifted += (cols[i],)
+    if FLAT:  # element j of the run: channel j // NW, position j % NW, which takes j + 1 or the row
+        channel = o_f // NW
+        shifted = tl.gather(old, tl.minimum(o_f + 1, BC * BW - 1), 0)
+        entering = tl.gather(b_x.to(old.dtype), tl.minimum(channel, BC - 1), 0)
+        new = tl.where(o_f - channel * NW == NW - 1, entering, shifted)
+    else:
+        shifted = ()
+        for i in tl.static_range(BW):  # position i takes i + 1; the row enters at NW - 1; positions >= NW stay
+            if i + 1 < NW:
+                shifted += (cols[i + 1],)
+            elif i + 1 == NW:
+                shifted += (b_x.to(old.dtype),)
+            else:
+                shifted += (cols[i],)
+        new = window_tile(shifted, BC, BW)
     tl.debug_barrier()  # every thread's loads of the window precede any store into it
-    tl.store(p_old, window_tile(shifted, BC, BW), mask=mask_and(m_old, state_ok))
+    tl.store(p_old, new, mask=mask_and(m_old, state_ok))
 
 
 @triton.jit(do_not_specialize=["L", "R", "N", "slots", "null_slot"])
@@ -364,7 +386,7 @@ def conv_rows_kernel(
     HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
     BC: tl.constexpr, BW: tl.constexpr, BT: tl.constexpr, UNROLL: tl.constexpr, HAS_SEQ_IDX: tl.constexpr,
     FIXUP: tl.constexpr, HEAD: tl.constexpr, WINDOW_TILE: tl.constexpr, S_ALIGN: tl.constexpr, W_ALIGN: tl.constexpr,
-    CHANNELS_FIRST: tl.constexpr,
+    CHANNELS_FIRST: tl.constexpr, FLAT_WINDOW: tl.constexpr,
 ):  # fmt: skip
     """``BT`` logical rows x ``BC`` channels of the conv output; in decode also the row's state shift.
 
@@ -386,7 +408,9 @@ def conv_rows_kernel(
     window held in registers, :func:`_decode_window`), S_ALIGN and W_ALIGN (powers of two dividing ``stride_s_c``
     and ``stride_w_c``, for WINDOW_TILE's vector accesses), CHANNELS_FIRST (decode: a one-axis grid, program
     ``r * cdiv(C, BC) + c`` taking row ``r``'s channel block ``c``, so that neighbouring programs read
-    neighbouring bytes; else rows on axis 0 and channel blocks on axis 1).
+    neighbouring bytes; else rows on axis 0 and channel blocks on axis 1), FLAT_WINDOW (decode with a state
+    whose slots are dense ``[C, HEAD + SL]`` blocks and ``BC`` dividing ``C``: each program's windows read and
+    written as one flat run, :func:`_decode_window`'s FLAT).
     L, R, N, slots and null_slot are runtime values, not
     specialized: one compile serves every batch.
     """
@@ -410,11 +434,12 @@ def conv_rows_kernel(
         seq, out_ok = _row_seq(p_seq, i_t, out_ok, L, HAS_SEQ_IDX)
         # the whole window shifts by the one row: HEAD + SL positions from the slot's start
         p_window = p_state + sid.to(tl.int64) * stride_s_slot
-        if HAS_STATE and WINDOW_TILE:
+        if HAS_STATE and (WINDOW_TILE or FLAT_WINDOW):
             _decode_window(
-                p_x, p_w, p_b, p_res, p_outer, p_out, p_window, p_tok, i_t, o_c, m_c, out_ok, state_ok, read_state,
-                L, N, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_s_c, stride_s_w,
-                K, D, HEAD, BC, BW, S_ALIGN, W_ALIGN, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
+                p_x, p_w, p_b, p_res, p_outer, p_out, p_window, p_tok, i_t, i_c * BC, o_c, m_c, out_ok, state_ok,
+                read_state, L, N, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_s_c,
+                stride_s_w, K, D, HEAD, BC, BW, S_ALIGN, W_ALIGN, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
+                FLAT_WINDOW,
             )  # fmt: skip
         else:
             _conv_rows(

@@ -111,6 +111,7 @@ def launch_conv(
     boundary_tiles = (cfg.BT + SL - 2) // cfg.BT + 1  # tiles one boundary can leave (slots.fixup_tile's NB)
     rows_grid = (R + 1) * boundary_tiles + triton.cdiv(SL, cfg.BT) + 1 if lean else triton.cdiv(L, cfg.BT)
     channels_first = cfg.channels_first and mode == "decode"
+    flat = cfg.flat_window and mode == "decode" and _dense_windows(s_strides, head + SL, C, cfg.BC)
     grid = (L * triton.cdiv(C, cfg.BC), 1) if channels_first else (rows_grid, triton.cdiv(C, cfg.BC))
     torch.library.wrap_triton(conv_rows_kernel)[grid](
         x, weight, bias if bias is not None else x, target, outer_residual if outer_residual is not None else x,
@@ -120,7 +121,7 @@ def launch_conv(
         target.stride(0), weight.stride(0), weight.stride(1),
         *s_strides, sid_stride, BW=cfg.BW, UNROLL=cfg.unroll if mode != "decode" else 1,
         HAS_SEQ_IDX=seq_idx is not None, FIXUP=lean, S_ALIGN=s_align, W_ALIGN=_stride_alignment(weight.stride(0)),
-        CHANNELS_FIRST=channels_first,
+        CHANNELS_FIRST=channels_first, FLAT_WINDOW=flat,
         WINDOW_TILE=cfg.window_tile and mode == "decode" and cfg.BW <= heuristics.DECODE_WINDOW_TILE_MAX, **common,
         **flags,
     )  # fmt: skip
@@ -131,6 +132,16 @@ def launch_conv(
             x.stride(0), *s_strides, sid_stride,
             BC=cfg.BC_STATE, BW=cfg.BW, num_warps=cfg.num_warps, **flags,
         )  # fmt: skip
+
+
+def _dense_windows(s_strides, window: int, C: int, BC: int) -> bool:
+    """Whether each slot's channel blocks are dense runs of ``BC · window`` elements (unit window stride, the
+    channel stride the window) with ``BC`` dividing ``C``: the flat decode path's condition. False for a
+    symbolic stride (cache constants in practice, but not ones the launcher may read under torch.compile)."""
+    stride_c, stride_w = s_strides[1], s_strides[2]
+    if is_symbolic(stride_c) or is_symbolic(stride_w) or is_symbolic(C):
+        return False
+    return stride_w == 1 and stride_c == window and C % BC == 0
 
 
 def _stride_alignment(stride) -> int:
