@@ -17,7 +17,7 @@ Three kernels (launched by ``triton.py``), with ``constexpr`` flags for the thre
 Each product is ``mul_rn`` (``exactfuse.ops.math``: ``mul.rn.f32``, which the compiler does not contract
 into an FMA), then added, the spec's separately rounded multiply and add. Where both factors are fp16
 values (fp16 weights, input and state) the product is exact in fp32, so one ``fma_rn`` gives the same bits
-(:func:`_tap`); bf16 products can fall outside fp32's range or precision, so bf16 keeps the two.
+(:func:`rounding.tap`); bf16 products can fall outside fp32's range or precision, so bf16 keeps the two.
 
 The SiLU reads the conv already rounded to the activation dtype, a 16-bit value for fp16/bf16: ``ACT`` is the
 formula id of ``exactfuse.ops.math.activation`` that ``exactfuse.ops.fastmath.chosen_formula`` admits (a fast
@@ -31,7 +31,8 @@ fp32's formula: one rounding at the store.
 Index values are never trusted for addressing: a slot outside ``[0, slots)``, a token index outside
 ``[0, N)`` or a request offset outside ``[0, L]`` masks the access (the eager check rejects them first;
 under torch.compile and CUDA graphs it cannot read them). Row and slot base offsets are 64-bit always.
-The request and state-slot helpers both kernels share are in ``slots.py``.
+The request and state-slot helpers the kernels share are in ``slots.py``, the spec's roundings (each tap,
+the output's epilogue) in ``rounding.py``, the decode step's window in registers in ``decode.py``.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from exactfuse.ops.conv.decode import decode_window
+from exactfuse.ops.conv.rounding import finish, tap
 from exactfuse.ops.conv.slots import (
     find_request,
     fixup_tile,
@@ -46,23 +49,11 @@ from exactfuse.ops.conv.slots import (
     mask_and,
     request_slot,
     store_window,
-    window_columns,
-    window_tile,
     window_values,
 )
-from exactfuse.ops.math import activation, fma_rn, mul_rn
 
 MODE_CODES = {"decode": 0, "spec": 1, "prefill": 2}
 INIT_CODES = {"never": 0, "tensor": 1, "always": 2}
-
-
-@triton.jit
-def _tap(acc, w, x, EXACT: tl.constexpr):
-    """``acc + w * x`` (fp32) as the spec rounds it, the product and then the sum; one ``fma_rn`` where EXACT
-    (both factors fp16 values, whose product fp32 holds exactly, so the FMA's one rounding is the sum's)."""
-    if EXACT:
-        return fma_rn(w, x, acc)
-    return acc + mul_rn(w, x)
 
 
 @triton.jit
@@ -99,7 +90,7 @@ def _tap_sum(
             b_x = tl.where(h < SL, b_s.to(tl.float32), b_x)
         else:
             b_x = tl.where(h < SL, 0.0, b_x)
-        acc = _tap(acc, b_w, b_x, FP16_TAPS)
+        acc = tap(acc, b_w, b_x, FP16_TAPS)
     return acc
 
 
@@ -133,7 +124,7 @@ def _conv_rows(
                 p_x, p_w, p_slot, p_tok, p_seq, o_t - q_start, o_c, m_c, q_start, out_ok, read_state, slot_off, seq,
                 L, N, stride_x, stride_w_c, stride_w_k, stride_s_c, stride_s_w, K, D, HAS_TOKEN_MAP, False, HAS_SEQ_IDX,
             )  # fmt: skip
-    _finish(
+    finish(
         acc, p_x, p_w, p_b, p_res, p_outer, p_out, p_tok, o_t, o_c, m_c, out_ok, L, N, stride_res, stride_outer,
         stride_out, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
     )  # fmt: skip
@@ -155,43 +146,6 @@ def _needs_state(j, read_state, SL: tl.constexpr):
     scalar, so that rows past their requests' first ``SL`` skip the state loads, every one of which
     would be masked off (in long prefill sequences, nearly every run)."""
     return tl.max(tl.where((j < SL) & read_state, 1, 0), 0) > 0
-
-
-@triton.jit
-def _finish(
-    acc, p_x, p_w, p_b, p_res, p_outer, p_out, p_tok, o_t, o_c, m_c, out_ok, L, N, stride_res, stride_outer, stride_out,
-    HAS_TOKEN_MAP: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr,
-    ACT: tl.constexpr,
-):  # fmt: skip
-    """The tap sum ``acc`` (fp32) of rows ``o_t``: bias, rounding, SiLU, then the residual update or the store.
-    fp32 weights (p_w's dtype, part of the specialization): the SiLU reads the unrounded fp32 conv."""
-    if HAS_BIAS:
-        acc = acc + tl.load(p_b + o_c, mask=m_c).to(tl.float32)
-    if p_w.dtype.element_ty == tl.float32:
-        conv = acc
-        if ACT >= 0:
-            conv = activation(conv, ACT)
-        conv = conv.to(p_x.dtype.element_ty)
-    else:
-        conv = acc.to(p_x.dtype.element_ty)
-        if ACT >= 0:
-            conv = activation(conv.to(tl.float32), ACT).to(p_x.dtype.element_ty)
-    conv_out = tl.where(out_ok, conv, tl.zeros_like(conv))
-    row_ok = (o_t >= 0) & (o_t < L)
-
-    if HAS_RESIDUAL:
-        o_out = tl.load(p_tok + o_t, mask=row_ok, other=-1) if HAS_TOKEN_MAP else o_t
-        m_out = mask_and(m_c, row_ok & (o_out >= 0) & (o_out < N))
-        o_out = o_out.to(tl.int64)
-        p_r = p_res + o_out * stride_res + o_c
-        b_r = tl.load(p_r, mask=m_out)
-        b_y = (b_r.to(tl.float32) + conv_out.to(tl.float32)).to(p_res.dtype.element_ty)
-        if HAS_OUTER:
-            b_o = tl.load(p_outer + o_out * stride_outer + o_c, mask=m_out)
-            b_y = (b_o.to(tl.float32) + b_y.to(tl.float32)).to(p_res.dtype.element_ty)
-        tl.store(p_r, b_y, mask=m_out)
-    else:
-        tl.store(p_out + o_t.to(tl.int64) * stride_out + o_c, conv_out, mask=mask_and(m_c, row_ok))
 
 
 @triton.jit
@@ -273,106 +227,11 @@ def _conv_runs(
             b_x = window[i_r + D * k]
             if HAS_SEQ_IDX:
                 b_x = tl.where((seqs[i_r + D * k] == seqs[i_r + SL])[:, None], b_x, 0.0)
-            acc = _tap(acc, weights[k], tl.where(h < SL, b_s, b_x), FP16_TAPS)
-        _finish(
+            acc = tap(acc, weights[k], tl.where(h < SL, b_s, b_x), FP16_TAPS)
+        finish(
             acc, p_x, p_w, p_b, p_res, p_outer, p_out, p_tok, o_t[:, None], o_c, m_c, out_ok[:, None], L, N,
             stride_res, stride_outer, stride_out, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
         )  # fmt: skip
-
-
-@triton.jit
-def _tap_weights(p_w, o_c, m_c, stride_w_c, stride_w_k, K: tl.constexpr, BC: tl.constexpr, W_ALIGN: tl.constexpr):
-    """The ``K`` taps' weights of channels ``o_c`` in fp32, a tuple: one ``[BC, KW]`` tile load (each channel's
-    ``K`` weights one vector access where ``stride_w_c`` is a multiple of ``W_ALIGN`` elements), its columns
-    taken by :func:`slots.window_columns`. ``K <= 32``: the register window's ``BW <= 16`` bounds it."""
-    KW: tl.constexpr = 1 if K <= 1 else (2 if K <= 2 else (4 if K <= 4 else (8 if K <= 8 else (16 if K <= 16 else 32))))
-    tl.static_assert(K <= KW)
-    stride_w_c = (stride_w_c // W_ALIGN) * W_ALIGN  # the same value, its alignment visible to the compiler
-    o_k = tl.arange(0, KW)
-    p_tile = p_w + o_c[:, None] * stride_w_c + o_k[None, :] * stride_w_k
-    columns = window_columns(tl.load(p_tile, mask=m_c[:, None] & (o_k < K)[None, :], other=0.0), BC, KW)
-    weights = ()
-    for k in tl.static_range(K):
-        weights += (columns[k].to(tl.float32),)
-    return weights
-
-
-@triton.jit
-def _decode_window(
-    p_x, p_w, p_b, p_res, p_outer, p_out, p_window, p_tok, i_t, c0, o_c, m_c, out_ok, state_ok, read_state, L, N,
-    stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_s_c, stride_s_w,
-    K: tl.constexpr, D: tl.constexpr, HEAD: tl.constexpr, BC: tl.constexpr, BW: tl.constexpr, S_ALIGN: tl.constexpr,
-    W_ALIGN: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr,
-    HAS_BIAS: tl.constexpr, ACT: tl.constexpr, FLAT: tl.constexpr,
-):  # fmt: skip
-    """Decode row ``i_t`` with its slot's window held in registers: the ``HEAD + SL`` old positions loaded once
-    as a ``[BC, BW]`` tile (each channel's window one vector access where the state's channel stride is a
-    multiple of ``S_ALIGN`` elements, a power of two the launcher read off the stride), the taps taken from
-    its columns and the row, and the window shifted by one in registers and stored back. The same values and
-    roundings as :func:`_conv_rows` followed by :func:`window_values` / :func:`store_window`; the weights as
-    :func:`_tap_weights` loads them.
-
-    FLAT (the launcher's check: a dense ``[C, HEAD + SL]`` block per slot, channels ``c0 ... c0 + BC`` all
-    below ``C``): the block's ``BC (HEAD + SL)`` elements are one contiguous run, loaded and stored as a flat
-    vector of 16-byte accesses whatever the window's length; the taps and the shifted window are gathered
-    from it (``tl.gather``: through shared memory at two or more warps, shuffles at one)."""
-    SL: tl.constexpr = (K - 1) * D
-    NW: tl.constexpr = HEAD + SL
-    FP16_TAPS: tl.constexpr = (
-        (p_w.dtype.element_ty == tl.float16)
-        & (p_x.dtype.element_ty == tl.float16)
-        & (p_window.dtype.element_ty == tl.float16)
-    )
-    if FLAT:
-        o_f = tl.arange(0, BC * BW)
-        p_old = p_window + c0.to(tl.int64) * NW + o_f
-        m_old = o_f < BC * NW
-    else:
-        stride_s_c = (stride_s_c // S_ALIGN) * S_ALIGN  # the same value, its alignment visible to the compiler
-        o_w = tl.arange(0, BW)
-        p_old = p_window + o_c[:, None] * stride_s_c + o_w[None, :] * stride_s_w
-        m_old = m_c[:, None] & (o_w < NW)[None, :]
-    old = tl.load(p_old, mask=mask_and(m_old, read_state), other=0.0)
-    o_row = i_t
-    m_x = state_ok & (o_row >= 0) & (o_row < L)
-    if HAS_TOKEN_MAP:
-        o_row = tl.load(p_tok + o_row, mask=m_x, other=0)
-        m_x = m_x & (o_row >= 0) & (o_row < N)
-    b_x = tl.load(p_x + o_row.to(tl.int64) * stride_x + o_c, mask=mask_and(m_c, m_x), other=0.0)
-    if not FLAT:
-        cols = window_columns(old, BC, BW)
-    weights = _tap_weights(p_w, o_c, m_c, stride_w_c, stride_w_k, K, BC, W_ALIGN)
-    acc = tl.zeros_like(o_c).to(tl.float32)
-    for k in tl.static_range(K):  # position HEAD + D k of old window ‖ row; the last tap is the row
-        if HEAD + D * k < NW:
-            if FLAT:  # noqa: SIM108 (a constexpr branch: cols exists only without FLAT)
-                tap = tl.gather(old, (o_c - c0) * NW + (HEAD + D * k), 0)
-            else:
-                tap = cols[HEAD + D * k]
-            acc = _tap(acc, weights[k], tap.to(tl.float32), FP16_TAPS)
-        else:
-            acc = _tap(acc, weights[k], b_x.to(tl.float32), FP16_TAPS)
-    _finish(
-        acc, p_x, p_w, p_b, p_res, p_outer, p_out, p_tok, i_t, o_c, m_c, out_ok, L, N, stride_res, stride_outer,
-        stride_out, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
-    )  # fmt: skip
-    if FLAT:  # element j of the run: channel j // NW, position j % NW, which takes j + 1 or the row
-        channel = o_f // NW
-        shifted = tl.gather(old, tl.minimum(o_f + 1, BC * BW - 1), 0)
-        entering = tl.gather(b_x.to(old.dtype), tl.minimum(channel, BC - 1), 0)
-        new = tl.where(o_f - channel * NW == NW - 1, entering, shifted)
-    else:
-        shifted = ()
-        for i in tl.static_range(BW):  # position i takes i + 1; the row enters at NW - 1; positions >= NW stay
-            if i + 1 < NW:
-                shifted += (cols[i + 1],)
-            elif i + 1 == NW:
-                shifted += (b_x.to(old.dtype),)
-            else:
-                shifted += (cols[i],)
-        new = window_tile(shifted, BC, BW)
-    tl.debug_barrier()  # every thread's loads of the window precede any store into it
-    tl.store(p_old, new, mask=mask_and(m_old, state_ok))
 
 
 @triton.jit(do_not_specialize=["L", "R", "N", "slots", "null_slot"])
@@ -405,12 +264,12 @@ def conv_rows_kernel(
     of UNROLL rows from a register window, :func:`_conv_runs`; a power of two dividing BT), HEAD (Dao's wide window
     with the history at its end: each slot's history starts ``HEAD`` positions into its window at p_state, and
     those positions shift with it, ``(window ‖ rows)[qlen:]``; 0 otherwise), WINDOW_TILE (decode with a state: the
-    window held in registers, :func:`_decode_window`), S_ALIGN and W_ALIGN (powers of two dividing ``stride_s_c``
+    window held in registers, :func:`decode.decode_window`), S_ALIGN and W_ALIGN (powers of two dividing ``stride_s_c``
     and ``stride_w_c``, for WINDOW_TILE's vector accesses), CHANNELS_FIRST (decode: a one-axis grid, program
     ``r * cdiv(C, BC) + c`` taking row ``r``'s channel block ``c``, so that neighbouring programs read
     neighbouring bytes; else rows on axis 0 and channel blocks on axis 1), FLAT_WINDOW (decode with a state
     whose slots are dense ``[C, HEAD + SL]`` blocks and ``BC`` dividing ``C``: each program's windows read and
-    written as one flat run, :func:`_decode_window`'s FLAT).
+    written as one flat run, :func:`decode.decode_window`'s FLAT).
     L, R, N, slots and null_slot are runtime values, not
     specialized: one compile serves every batch.
     """
@@ -435,7 +294,7 @@ def conv_rows_kernel(
         # the whole window shifts by the one row: HEAD + SL positions from the slot's start
         p_window = p_state + sid.to(tl.int64) * stride_s_slot
         if HAS_STATE and (WINDOW_TILE or FLAT_WINDOW):
-            _decode_window(
+            decode_window(
                 p_x, p_w, p_b, p_res, p_outer, p_out, p_window, p_tok, i_t, i_c * BC, o_c, m_c, out_ok, state_ok,
                 read_state, L, N, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_s_c,
                 stride_s_w, K, D, HEAD, BC, BW, S_ALIGN, W_ALIGN, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
@@ -527,8 +386,8 @@ def conv_lean_kernel(
         acc = tl.zeros_like(o_t * o_c).to(tl.float32)
         for k in tl.static_range(K):
             b_w = tl.load(p_w + o_c * stride_w_c + k * stride_w_k, mask=m_c).to(tl.float32)
-            acc = _tap(acc, b_w, taps[k].to(tl.float32), FP16_TAPS)
-        _finish(
+            acc = tap(acc, b_w, taps[k].to(tl.float32), FP16_TAPS)
+        finish(
             acc, p_x, p_w, p_b, p_res, p_outer, p_out, p_x, o_t, o_c, m_c, out_ok, L, N, stride_res, stride_outer,
             stride_out, False, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
         )  # fmt: skip
