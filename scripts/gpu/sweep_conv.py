@@ -51,7 +51,7 @@ from exactfuse.bench.roofline import measure_copy_bandwidth
 from exactfuse.bench.timing import cudagraph_timer
 from exactfuse.ops.conv import _causal_conv1d, _causal_conv1d_update, _short_conv, calls, heuristics
 from exactfuse.ops.conv.inputs import _causal_grid, _short_conv_grid, _update_grid
-from exactfuse.ops.conv.triton import _dense_windows, _history_head, _stride_alignment, launch_conv
+from exactfuse.ops.conv.triton import _dense_windows, _history_head, launch_conv
 from exactfuse.testing import clone_args
 
 TIMER = cudagraph_timer(rep_ms=10)
@@ -146,9 +146,7 @@ def sweep_decode(channels: list[int], warps: list[int], copy: float, update: boo
         C, K = a["weight"].shape
         head = _history_head(a["conv_state"], a["weight"], a["dilation"], a.get("history_at", "start"))
         window = head + (K - 1) * a["dilation"]
-        shipped = heuristics.conv_config(
-            C, window, "decode", a["conv_state"].stride(1) == 1, _stride_alignment(a["conv_state"].stride(1))
-        )
+        shipped = heuristics.conv_config(C, window, "decode", a["conv_state"].stride(1) == 1)
         call, ref_out, ref_state = runner(case, shipped)
         call()
         roof = op.bytes_fn(*case.args, **case.kwargs) / copy * 1e6

@@ -264,18 +264,22 @@ def test_keyword_only_api():
 
 
 def test_heuristic_depends_on_model_constants_only():
+    # windows of at most 16 positions are held in registers: over [slot, C, W] one channel a thread, 1024 state
+    # values a program; over [slot, W, C] one warp over 256 channels
     cfg = conv_config(10240, 9, "decode")
-    assert (cfg.BT, cfg.BC, cfg.BW, cfg.BC_STATE, cfg.num_warps) == (1, 64, 16, 256, 1)
-    assert conv_config(10240, 9, "decode", channels_contiguous=True).BC == 128
-    assert conv_config(10240, 20, "decode", channels_contiguous=True).BC == 64  # at most 2048 state values
+    assert (cfg.BT, cfg.BC, cfg.BW, cfg.BC_STATE, cfg.num_warps, cfg.window_tile) == (1, 64, 16, 256, 2, True)
+    fla = conv_config(10240, 4, "decode")
+    assert (fla.BC, fla.num_warps, fla.window_tile) == (256, 8, True)
+    wc = conv_config(10240, 9, "decode", channels_contiguous=True)
+    assert (wc.BC, wc.num_warps, wc.window_tile) == (256, 1, True)
+    # longer windows: one warp, at most 2048 state values a program
+    long = conv_config(10240, 20, "decode", channels_contiguous=True)
+    assert (long.BC, long.num_warps, long.window_tile) == (64, 1, False)
+    assert conv_config(10240, 20, "decode").BC == 64
     assert (conv_config(10240, 9, "prefill").BT, conv_config(10240, 9, "prefill").BC) == (16, 128)
     assert conv_config(200, 12, "spec").BC == 128 and conv_config(200, 12, "spec").BC_STATE == 256
     assert conv_config(7, 1, "decode").BC == 16 and conv_config(7, 1, "prefill").BC == 16
-    # [slot, C, W] windows on a multiple of two elements (FLA's [B, C, 4]) are held in registers, one a thread
-    tile = conv_config(10240, 4, "decode", state_align=4)
-    assert (tile.BC, tile.num_warps, tile.window_tile) == (128, 4, True)
-    assert not conv_config(10240, 9, "decode", state_align=1).window_tile
-    assert not conv_config(10240, 4, "decode", channels_contiguous=True, state_align=4).window_tile
+    assert conv_config(7, 1, "decode").num_warps == 1
 
 
 def test_cost_counts_rows_and_windows():

@@ -21,19 +21,20 @@ STATE_TILE_ELEMENTS = 4096
 TILE_ROWS = 16
 TILE_CHANNELS = 128
 NUM_WARPS = 4
-# Decode: channels a program and warps. One warp over 128 channels ([slot, W, C] storage) or 64 ([slot, C,
-# W]) is 1.66x / 1.17x the four-warp 256-channel block at R = 256, C = 10240, K = 4, D = 3: 95% and 54%
-# of the roofline (sweeps/conv_decode.txt).
+# Decode without a register window (windows longer than DECODE_WINDOW_TILE_MAX positions): one warp over 128
+# channels ([slot, W, C] storage) or 64 ([slot, C, W]), at most DECODE_TILE_ELEMENTS state values a program.
 DECODE_CHANNELS_CONTIGUOUS = 128
 DECODE_CHANNELS_STRIDED = 64
 DECODE_TILE_ELEMENTS = 2048
 DECODE_WARPS = 1
-# Decode over [slot, C, W] storage whose channel stride is a multiple of two or more elements (FLA's [B, C, K]):
-# each channel's window one vector load and store, held in registers (ConvConfig.window_tile), one channel a thread
-# over 128 channels and 4 warps: 1.59x the 64-channel one-warp rule at B = 1024, C = 10240, K = 4
-# (sweeps/conv_update_decode.txt). An odd stride (short_conv's K = 4, D = 3 window of 9) gains nothing from it.
-DECODE_WINDOW_TILE_CHANNELS = 128
-DECODE_WINDOW_TILE_WARPS = 4
+# Decode with the slot's window held in registers (ConvConfig.window_tile), loaded once as a [BC, BW] tile and
+# shifted there. [slot, C, W] storage: one channel a thread, DECODE_WINDOW_TILE_ELEMENTS state values a program
+# (256 channels over 8 warps at K = 4, 64 over 2 at short_conv's window of 9); [slot, W, C]: one warp over
+# DECODE_WINDOW_TILE_CONTIGUOUS channels. Over the shipped rules before it: 1.16x geomean on FLA's [B, C, K],
+# 1.2-1.4x on the [slots, C, K - 1] cache, 1.01x on short_conv's [C, W] slots, 1.09x on [W, C]
+# (sweeps/conv_update_decode.txt, sweeps/conv_decode.txt).
+DECODE_WINDOW_TILE_ELEMENTS = 1024
+DECODE_WINDOW_TILE_CONTIGUOUS = 256
 DECODE_WINDOW_TILE_MAX = 16  # window positions the register window takes (slots.window_columns' tuple)
 
 
@@ -59,27 +60,29 @@ class ConvConfig:
             raise ValueError(f"unroll must be a power of two dividing BT = {self.BT}, got {self.unroll}")
 
 
-def conv_config(C: int, window: int, mode: str, channels_contiguous: bool = False, state_align: int = 1) -> ConvConfig:
+def conv_config(C: int, window: int, mode: str, channels_contiguous: bool = False) -> ConvConfig:
     """Static launch parameters for ``C`` channels and a written window of ``window`` positions;
-    ``channels_contiguous``: the state's channel stride is 1 (``[slot, W, C]`` storage), and ``state_align``
-    the power of two that divides it (1 when unknown), both cache constants.
+    ``channels_contiguous``: the state's channel stride is 1 (``[slot, W, C]`` storage), a cache constant.
 
-    Decode rows (one a program) also shift their state window: one warp a program, over
-    :data:`DECODE_CHANNELS_CONTIGUOUS` channels (``[slot, W, C]`` storage, each window position a
-    contiguous run) or :data:`DECODE_CHANNELS_STRIDED` (``[slot, C, W]``, whose channels lie ``W``
-    elements apart), at most :data:`DECODE_TILE_ELEMENTS` state values a program; ``[slot, C, W]`` windows
-    that start on a multiple of two elements are held in registers instead, one a thread
-    (:data:`DECODE_WINDOW_TILE_CHANNELS`). Spec and prefill rows
-    hold only ``K`` taps and take the :data:`TILE_ROWS` x :data:`TILE_CHANNELS` tile; their write-back
-    kernel a ``[BW, BC_STATE]`` state tile. All from ``scripts/gpu/sweep_conv.py`` on the H200.
+    Decode rows (one a program) also shift their state window. Windows of at most
+    :data:`DECODE_WINDOW_TILE_MAX` positions are held in registers (``window_tile``): over ``[slot, C, W]``
+    storage one channel a thread, :data:`DECODE_WINDOW_TILE_ELEMENTS` state values a program; over ``[slot, W,
+    C]`` one warp over :data:`DECODE_WINDOW_TILE_CONTIGUOUS` channels. Longer windows take one warp over
+    :data:`DECODE_CHANNELS_CONTIGUOUS` or :data:`DECODE_CHANNELS_STRIDED` channels, at most
+    :data:`DECODE_TILE_ELEMENTS` state values a program. Spec and prefill rows hold only ``K`` taps and take
+    the :data:`TILE_ROWS` x :data:`TILE_CHANNELS` tile; their write-back kernel a ``[BW, BC_STATE]`` state
+    tile. All from ``scripts/gpu/sweep_conv.py`` on the H200.
     """
     BW = next_power_of_2(max(window, 1))
     c_block = next_power_of_2(max(C, 1))
     BC_STATE = max(16, min(c_block, STATE_TILE_ELEMENTS // BW, 1024))
     if mode == "decode":
-        if not channels_contiguous and state_align >= 2 and BW <= DECODE_WINDOW_TILE_MAX:
-            BC = max(16, min(c_block, DECODE_WINDOW_TILE_CHANNELS))
-            warps = max(1, min(DECODE_WINDOW_TILE_WARPS, BC // 32))
+        if BW <= DECODE_WINDOW_TILE_MAX:
+            if channels_contiguous:
+                BC, warps = max(16, min(c_block, DECODE_WINDOW_TILE_CONTIGUOUS)), 1
+            else:
+                BC = max(16, min(c_block, DECODE_WINDOW_TILE_ELEMENTS // BW))
+                warps = max(1, BC // 32)
             return ConvConfig(BT=1, BC=BC, BC_STATE=BC_STATE, BW=BW, num_warps=warps, window_tile=True)
         want = DECODE_CHANNELS_CONTIGUOUS if channels_contiguous else DECODE_CHANNELS_STRIDED
         BC = max(16, min(c_block, want, DECODE_TILE_ELEMENTS // BW))

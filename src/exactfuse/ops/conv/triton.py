@@ -71,7 +71,7 @@ def launch_conv(
     s_strides = conv_state.stride() if has_state else (0, 0, 0)
     contiguous = not is_symbolic(s_strides[1]) and s_strides[1] == 1  # a symbolic stride is not 1
     s_align = _stride_alignment(s_strides[1])
-    cfg = config or heuristics.conv_config(C, head + SL + SQL - 1, mode, contiguous, s_align)
+    cfg = config or heuristics.conv_config(C, head + SL + SQL - 1, mode, contiguous)
     slots = conv_state.shape[0] if has_state else 1
     flags = dict(
         MODE=MODE_CODES[mode],
