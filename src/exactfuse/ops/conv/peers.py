@@ -105,12 +105,8 @@ def _fla_causal_conv1d_update(args: tuple, kwargs: dict) -> PreparedCall:
     """FLA's ``causal_conv1d_update`` on the op's own cache (the same semantics: shift in the row, the conv
     over the last ``K`` inputs, the cache updated in place)."""
     from fla.modules.causal_conv1d import causal_conv1d_update
-    from fla.modules.causal_conv1d.ops import causal_conv1d_update_kernel
 
     a = _arguments("_causal_conv1d_update", args, kwargs)
-    # FLA's autotune key is (C, K) and the dtypes, not the batch: a config tuned at B = 1 would be kept for
-    # B = 1024 (7x slower there). Forgetting it makes FLA tune for each case it is timed on, its best per shape.
-    getattr(causal_conv1d_update_kernel, "fn", causal_conv1d_update_kernel).cache.clear()
     # FLA returns (y, cache); the cache is the op's argument, which the gate reads as the mutated output
     return lambda: causal_conv1d_update(
         a["x"], a["conv_state"], weight=a["weight"], bias=a["bias"], activation=a["activation"]
