@@ -106,54 +106,29 @@ def run_update(case, config):
     return (lambda: launch_conv(**call, out=out.view(call["x"].shape), config=config, head=head)), out, state
 
 
-def fla_update(case, ref_out, ref_state, each_config: bool = False) -> str:
+def fla_update(case, ref_out, ref_state) -> str:
     """fla-core's update on a copy of ``case``: µs, its autotuned configuration, and whether its output and
-    state are within 2e-2 of exactfuse's; ``each_config``: also each of its autotuner's configurations
-    alone (the autotuner then has one to run and times none), the fastest three and how many were timed."""
+    state are within 2e-2 of exactfuse's."""
     from fla.modules.causal_conv1d.ops import causal_conv1d_update_kernel
 
     from exactfuse.ops.conv.peers import _fla_causal_conv1d_update
 
-    def prepared():
-        args, kwargs = clone_args(case.args, case.kwargs)
-        state = _causal_conv1d_update.signature.bind(*args, **kwargs).arguments["conv_state"]
-        return _fla_causal_conv1d_update(args, kwargs), state
-
-    call, state = prepared()
+    args, kwargs = clone_args(case.args, case.kwargs)
+    state = _causal_conv1d_update.signature.bind(*args, **kwargs).arguments["conv_state"]
+    call = _fla_causal_conv1d_update(args, kwargs)
     out = call()
     close = all(torch.allclose(x.float(), y.float(), atol=2e-2, rtol=2e-2)
                 for x, y in ((out, ref_out), (state, ref_state)))  # fmt: skip
     us = TIMER(call) * 1e3
     # the autotuner sits under FLA's @triton.heuristics wrapper
     tuner = getattr(causal_conv1d_update_kernel, "fn", causal_conv1d_update_kernel)
-    cell = f"| fla {us:.1f} ({getattr(tuner, 'best_config', None)})" + (
-        "" if close else " NOT within 2e-2 of exactfuse's"
-    )
-    if not each_config:
-        return cell
-    configs, chosen = tuner.configs, dict(tuner.cache)
-    times = []
-    try:
-        for cfg in configs:
-            tuner.configs = [cfg]
-            tuner.cache.clear()
-            one, _ = prepared()
-            one()
-            times.append((TIMER(one) * 1e3, f"BD {cfg.kwargs['BD']}/{cfg.num_warps}w"))
-    finally:  # the autotuner as it was: its configurations and the choices it made
-        tuner.configs = configs
-        tuner.cache.clear()
-        tuner.cache.update(chosen)
-    fastest = ", ".join(f"{name}: {t:.1f}" for t, name in sorted(times)[:3])
-    return cell + f" | fla each config ({len(times)}): {fastest}"
+    best = getattr(tuner, "best_config", None)
+    return f"| fla {us:.1f} ({best})" + ("" if close else " NOT within 2e-2 of exactfuse's")
 
 
-def sweep_decode(
-    channels: list[int], warps: list[int], copy: float, update: bool = False, fla_configs: bool = False
-) -> None:
+def sweep_decode(channels: list[int], warps: list[int], copy: float, update: bool = False) -> None:
     """``--decode``: channels a program x warps on short_conv's decode shapes (sweeps/conv_decode.txt);
-    ``update``: on causal_conv1d_update's ``-lastK`` cases, beside fla-core (sweeps/conv_update_decode.txt),
-    ``fla_configs``: and beside each of fla-core's configurations alone."""
+    ``update``: on causal_conv1d_update's ``-lastK`` cases, beside fla-core (sweeps/conv_update_decode.txt)."""
     op, runner = (_causal_conv1d_update, run_update) if update else (_short_conv, run_decode)
     lines = [f"copy {copy / 1e9:,.0f} GB/s; {op.name} decode, bf16; shipped rule: heuristics.conv_config",
              "shape | BC/warps: µs (% roofline) ..., fastest first"]  # fmt: skip
@@ -196,7 +171,7 @@ def sweep_decode(
             if base:
                 ratios.setdefault(key, []).append(base / us)
         if update and case.id.endswith("-lastK"):  # FLA's own state; the slot cache is not one it takes
-            row.append(fla_update(case, ref_out, ref_state, fla_configs))
+            row.append(fla_update(case, ref_out, ref_state))
         elif a["state_indices"].shape[0] <= 8:  # the small-batch target: a plain copy moving the same bytes
             src = torch.empty(op.bytes_fn(*case.args, **case.kwargs) // 2, dtype=torch.uint8, device="cuda")
             dst = torch.empty_like(src)
@@ -250,15 +225,11 @@ def main() -> None:
     update_help = "causal_conv1d_update on FLA's state, beside fla-core (conv_update_decode.txt)"
     parser.add_argument("--update", action="store_true", help=update_help)
     parser.add_argument("--channels", default="64,128,256", help="--decode, --update: channels a program")
-    each_help = "--update: also time each of fla-core's autotune configurations alone (its best per shape)"
-    parser.add_argument("--fla-configs", action="store_true", help=each_help)
     opts = parser.parse_args()
     copy = measure_copy_bandwidth(torch.device("cuda"))
     if opts.decode or opts.update:
         warps = [int(w) for w in (opts.warps or "1,2,4,8").split(",")]
-        sweep_decode(
-            [int(c) for c in opts.channels.split(",")], warps, copy, update=opts.update, fla_configs=opts.fla_configs
-        )
+        sweep_decode([int(c) for c in opts.channels.split(",")], warps, copy, update=opts.update)
         return
     tiles = [parse_tile(t) for t in opts.tiles.split(",")]
     warps = [int(w) for w in (opts.warps or "4,8").split(",")]
