@@ -2,10 +2,10 @@
 (the grid's ``-lastK`` cases, bf16): what bounds each kernel at B = 64 and B = 1024 (DRAM against issue
 slots, stalls), where exactfuse measures 0.87-0.96x FLA's time.
 
-``bash scripts/gpu/run.sh ncu conv_update`` profiles one call each, after a warm call (FLA's autotuner
-picks its configuration at that first call, at B = 64, and keeps it for B = 1024: its key is the channels
-and taps, not the batch). Checked first: exactfuse's output and state against the spec bit for bit, FLA's
-within 2e-2 of them.
+``bash scripts/gpu/run.sh ncu conv_update`` profiles one call each, after a warm call; FLA runs at the
+fastest configuration of its autotuner's set for each shape (the ``fla`` peer's choice,
+``peers._fla_update_config``, timed before the profiled region). Checked first: exactfuse's output and
+state against the spec bit for bit, FLA's within 2e-2 of them.
 """
 
 from ncu_summary import main, profile_calls
