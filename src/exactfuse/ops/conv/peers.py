@@ -117,8 +117,8 @@ def _fla_update_config(a: dict, run):
     timed alone (``run()`` on the call's own tensors; its cache restored once after).
 
     FLA's own autotuner times every configuration together with a clone and a copy-back of the whole
-    cache (``restore_value=["cache"]`` runs inside Triton's timed call), which outweigh the kernel from
-    B = 64 on, and keys on the channels and taps but not the batch: its pick is noise (one run chose a
+    cache (``restore_value=["cache"]`` runs inside Triton's timed call), each moving as many bytes as the
+    kernel reads and writes of it, and keys on the channels and taps but not the batch: its pick is noise (one run chose a
     configuration 7x slower at B = 1024 in fp16 than the one it chose in bf16). Timing the kernel alone
     gives FLA the configuration its tuning is meant to find."""
     from triton.testing import do_bench
