@@ -118,9 +118,9 @@ def _fla_update_config(a: dict, run):
 
     FLA's own autotuner times every configuration together with a clone and a copy-back of the whole
     cache (``restore_value=["cache"]`` runs inside Triton's timed call), each moving as many bytes as the
-    kernel reads and writes of it, and keys on the channels and taps but not the batch: its pick is noise (one run chose a
-    configuration 7x slower at B = 1024 in fp16 than the one it chose in bf16). Timing the kernel alone
-    gives FLA the configuration its tuning is meant to find."""
+    kernel reads and writes of it, and keys on the channels and taps but not the batch: its pick is noise
+    (one run chose a configuration 7x slower at B = 1024 in fp16 than the one it chose in bf16). Timing the
+    kernel alone gives FLA the configuration its tuning is meant to find."""
     from triton.testing import do_bench
 
     x, state, weight = a["x"], a["conv_state"], a["weight"]
