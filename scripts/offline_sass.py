@@ -13,7 +13,8 @@ static counts (code size, both sides of every branch), not executed instructions
 may be newer than the GPU machine's: read differences between variants, then measure on the GPU.
 
 Presets: ``decode`` is the conv row kernel's decode step on FLA's ``[B, C, K]`` state (``--tiles``:
-channels a program), with and without ``WINDOW_TILE`` (``S_ALIGN`` 4: the channel stride K); ``taps`` is the
+channels a program), with and without ``WINDOW_TILE`` (``S_ALIGN`` 4: the channel stride K), and with ``--fla``
+fla-core's update kernel on the same call; ``taps`` is the
 conv's tap sum alone, its
 weights read three ways (``taps_kernel``: what a layout conversion through shared memory costs);
 ``conv_grad`` the conv backward's row kernel (bf16, K = 4, SiLU, bias); ``conv`` is the conv family's
@@ -105,6 +106,23 @@ def _decode(bc: int, warps: int, tile: bool) -> tuple[str, dict]:
     return label, compile_sass(kernel, types, consts, div16, ones, warps, num_stages=1)
 
 
+def _fla_update(bd: int, warps: int) -> tuple[str, dict]:
+    """fla-core's update kernel (``causal_conv1d_update_kernel``) on the same call as :func:`_decode`: bf16,
+    C = 10240, K = 4, SiLU, bias, its cache as the state; ``bd`` channels a program (FLA's ``BD``)."""
+    from fla.modules.causal_conv1d.ops import causal_conv1d_update_kernel
+
+    kernel = causal_conv1d_update_kernel
+    while not hasattr(kernel, "arg_names") or not hasattr(kernel, "src"):  # under @heuristics and its autotuner
+        kernel = kernel.fn
+    types = {n: "*bf16" for n in ("x", "cache", "residual", "y", "weight", "bias")}
+    consts = dict(D=10240, W=4, BD=bd, BW=4, ACTIVATION="silu", USE_INITIAL_STATE=True, HAS_WEIGHT=True,
+                  HAS_BIAS=True, HAS_RESIDUAL=False)  # fmt: skip
+    div16 = [*types, "stride_x_n", "stride_y_n"]
+    return f"fla update BD {bd}/{warps}", compile_sass(
+        kernel, types, consts, div16, ("stride_x_d", "stride_y_d"), warps
+    )
+
+
 def _attention(q: str, kv: str, warps: int, fixup: bool, prefetch: bool = False) -> tuple[str, dict]:
     from exactfuse.ops.sparse_paged_attention.triton import sparse_attention_partial_kernel as kernel
 
@@ -189,12 +207,15 @@ def main() -> None:
     parser.add_argument("--op", default="F2F,F2FP,HADD2,LDG,LDGSTS,LDS,STS,HMMA,FFMA,IMAD",
                         help="SASS op prefixes to count (comma-separated)")  # fmt: skip
     parser.add_argument("--sass", help="a folder to write each kernel's SASS into")
+    parser.add_argument("--fla", action="store_true", help="decode: also fla-core's update kernel (fla importable)")
     args = parser.parse_args()
     if args.preset == "conv":
         jobs = [lambda t=t: _conv(t, args.warps) for t in (args.tiles or "32x128,16x128,32x128u8").split(",")]
     elif args.preset == "decode":  # --tiles: channels a program
         channels = [int(c) for c in (args.tiles or "64,128").split(",")]
         jobs = [lambda c=c, f=f: _decode(c, args.warps, f) for c in channels for f in (False, True)]
+        if args.fla:
+            jobs += [lambda c=c: _fla_update(c, args.warps) for c in channels]
     elif args.preset == "conv_grad":
         jobs = [lambda t=t: _conv_grad(t, args.warps) for t in (args.tiles or "32x64x8,16x128x16").split(",")]
     elif args.preset == "taps":
