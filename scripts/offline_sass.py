@@ -76,7 +76,7 @@ def _conv(tile: str, warps: int) -> tuple[str, dict]:
     types = {n: "*bf16" for n in ("p_x", "p_w", "p_b", "p_res", "p_outer", "p_out", "p_state")}
     types |= {"p_sid": "*i32", "p_qsl": "*i32", "p_acc": "*i32", "p_init": "*i1", "p_tok": "*i32", "p_seq": "*i32"}
     consts = dict(K=4, D=1, HAS_STATE=True, HAS_SID=True, INIT=1, HAS_RESIDUAL=False, HAS_OUTER=False,
-                  HAS_BIAS=True, ACT=ACT, BC=bc, BT=bt)  # fmt: skip
+                  HAS_BIAS=True, ACT=ACT, BC=bc, BT=bt, EVEN_C=True)  # fmt: skip
     kernel = conv_lean_kernel
     if not lean:
         kernel = conv_rows_kernel
@@ -99,7 +99,7 @@ def _decode(bc: int, warps: int, tile: bool) -> tuple[str, dict]:
     consts = dict(MODE=0, K=4, D=1, SQL=1, HAS_STATE=True, HAS_SID=False, INIT=2, HAS_TOKEN_MAP=False,
                   HAS_RESIDUAL=False, HAS_OUTER=False, HAS_BIAS=True, ACT=ACT, BC=bc, BW=4, BT=1, UNROLL=1,
                   HAS_SEQ_IDX=False, FIXUP=False, HEAD=1, WINDOW_TILE=tile, S_ALIGN=4, W_ALIGN=4,
-                  CHANNELS_FIRST=False, FLAT_WINDOW=False)  # fmt: skip
+                  CHANNELS_FIRST=False, FLAT_WINDOW=False, EVEN_C=True)  # fmt: skip
     div16 = [*types, "stride_x", "stride_out", "stride_s_slot", "C"]  # stride_s_c is K = 4: not 16-divisible
     ones = ["stride_w_k", "stride_s_w", "stride_sid"]
     label = f"decode [B, C, K] {bc}/{warps}{' window tile' if tile else ''}"

@@ -1,6 +1,6 @@
-"""The conv family's spec/prefill launch variants against the row kernel's per-row masked tile alone, under
-the interpreter: register-window runs (``ConvConfig.unroll``) and the lean prefill kernel with the row
-kernel's fixup launch (``ConvConfig.lean``)."""
+"""The conv family's launch variants against the plain launch, under the interpreter: register-window runs
+(``ConvConfig.unroll``), the lean prefill kernel with the row kernel's fixup launch (``ConvConfig.lean``),
+the decode paths (register window, flat run, channels-first grid) and channel blocks without masks."""
 
 import dataclasses
 
@@ -9,7 +9,7 @@ import torch
 
 from conv_support import one_layout
 from exactfuse.ops.conv import causal_conv1d, causal_conv1d_fn, causal_conv1d_update, heuristics, short_conv
-from exactfuse.ops.conv.inputs import last_k_update_case
+from exactfuse.ops.conv.inputs import causal_case, last_k_update_case, short_conv_case, update_case
 from exactfuse.testing import clone_args, make_generator
 
 INT_VIEW = {torch.float16: torch.int16, torch.float32: torch.int32}
@@ -92,12 +92,32 @@ def test_interpreter_decode_flat_window_gives_the_same_bits(monkeypatch):
     )  # fmt: skip
 
 
+@pytest.mark.interpreter
+def test_interpreter_unmasked_channel_blocks_give_the_same_bits(monkeypatch):
+    """Channel blocks that divide ``C`` launch without channel masks (``EVEN_C``): ``C`` = 48 at 16 channels a
+    program (no masks) against 32 (a masked half block), in every mode: short_conv decode in both state
+    layouts, spec and prefill (40- and 7-row requests: lean tiles and fixup tiles), causal_conv1d prefill,
+    causal_conv1d_update
+    on the slot cache and on FLA's state; outputs, residuals and states bit for bit."""
+    kw = {"C": 48, "dtype": torch.float32, "device": "cpu"}
+    short = [short_conv_case(f"decode-{layout}", "decode", decodes=3, K=3, D=2, layout=layout, gen=make_generator(i),
+                             **kw) for i, layout in enumerate(("cw", "wc"))]  # fmt: skip
+    short.append(short_conv_case("spec", "spec", (2, 2), sql=2, accepted=(1, 2), K=3, D=2, gen=make_generator(2), **kw))
+    short.append(short_conv_case("prefill", "prefill", (40, 7), K=3, D=2, layout="wc", gen=make_generator(3), **kw))
+    causal = [causal_case("prefill", (40, 7), K=4, D=1, gen=make_generator(5), **kw)]
+    update = [update_case("decode", 3, None, K=4, D=1, gen=make_generator(6), **kw),
+              last_k_update_case("lastK", 3, K=4, gen=make_generator(7), **kw)]  # fmt: skip
+    extra = {short_conv: short, causal_conv1d: causal, causal_conv1d_update: update}
+    assert_same_bits(monkeypatch, {"BC": 16, "BC_STATE": 16}, {"BC": 32, "BC_STATE": 32}, tuple(extra), ("",), extra)
+
+
 def assert_same_bits(
     monkeypatch, variant: dict, reference: dict, ops=(short_conv, causal_conv1d), skip=("decode",),
     extra: dict | None = None, every_layout: bool = False,
 ) -> None:  # fmt: skip
-    """Every case of ``ops`` (fp32, CPU) whose id names none of the strings in ``skip``, in one state layout
-    (``every_layout``: in each layout ``skip`` leaves), and the cases of ``extra[op]``, launched with the
+    """Every case of ``ops`` (fp32, CPU) whose id names none of the strings in ``skip`` (``""`` names every
+    one), in one state layout (``every_layout``: in each layout ``skip`` leaves), and the cases of
+    ``extra[op]``, launched with the
     shipped rule changed by ``variant`` and by ``reference``: every floating-point argument and output bit
     for bit."""
     shipped = heuristics.conv_config

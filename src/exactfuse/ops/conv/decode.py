@@ -12,13 +12,21 @@ from exactfuse.ops.conv.slots import mask_and, window_columns, window_tile
 
 
 @triton.jit
+def aligned(stride, ALIGN: tl.constexpr):
+    """``stride``, a positive multiple of ``ALIGN`` (a power of two), with that alignment visible to the compiler:
+    an unsigned shift down and back (a signed division would add its rounding fix-up)."""
+    UNSIGNED: tl.constexpr = tl.uint64 if stride.dtype == tl.int64 else tl.uint32
+    return (stride.to(UNSIGNED) // ALIGN * ALIGN).to(stride.dtype)
+
+
+@triton.jit
 def tap_weights(p_w, o_c, m_c, stride_w_c, stride_w_k, K: tl.constexpr, BC: tl.constexpr, W_ALIGN: tl.constexpr):
     """The ``K`` taps' weights of channels ``o_c`` in fp32, a tuple: one ``[BC, KW]`` tile load (each channel's
     ``K`` weights one vector access where ``stride_w_c`` is a multiple of ``W_ALIGN`` elements), its columns
     taken by :func:`slots.window_columns`. ``K <= 32``: the register window's ``BW <= 16`` bounds it."""
     KW: tl.constexpr = 1 if K <= 1 else (2 if K <= 2 else (4 if K <= 4 else (8 if K <= 8 else (16 if K <= 16 else 32))))
     tl.static_assert(K <= KW)
-    stride_w_c = (stride_w_c // W_ALIGN) * W_ALIGN  # the same value, its alignment visible to the compiler
+    stride_w_c = aligned(stride_w_c, W_ALIGN)
     o_k = tl.arange(0, KW)
     p_tile = p_w + o_c[:, None] * stride_w_c + o_k[None, :] * stride_w_k
     columns = window_columns(tl.load(p_tile, mask=m_c[:, None] & (o_k < K)[None, :], other=0.0), BC, KW)
@@ -59,7 +67,7 @@ def decode_window(
         p_old = p_window + c0.to(tl.int64) * NW + o_f
         m_old = o_f < BC * NW
     else:
-        stride_s_c = (stride_s_c // S_ALIGN) * S_ALIGN  # the same value, its alignment visible to the compiler
+        stride_s_c = aligned(stride_s_c, S_ALIGN)
         o_w = tl.arange(0, BW)
         p_old = p_window + o_c[:, None] * stride_s_c + o_w[None, :] * stride_s_w
         m_old = m_c[:, None] & (o_w < NW)[None, :]

@@ -57,6 +57,15 @@ INIT_CODES = {"never": 0, "tensor": 1, "always": 2}
 
 
 @triton.jit
+def channel_mask(o_c, C, EVEN_C: tl.constexpr):
+    """``o_c < C``, or a constant True where the launcher found ``BC`` dividing ``C`` (EVEN_C), which removes the
+    channel masks from the program's loads and stores."""
+    if EVEN_C:
+        return tl.full(o_c.shape, True, tl.int1)
+    return o_c < C
+
+
+@triton.jit
 def _tap_sum(
     p_x, p_w, p_slot, p_tok, p_seq, j, o_c, m_c, q_start, out_ok, read_state, slot_off, seq, L, N,
     stride_x, stride_w_c, stride_w_k, stride_s_c, stride_s_w,
@@ -245,7 +254,7 @@ def conv_rows_kernel(
     HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
     BC: tl.constexpr, BW: tl.constexpr, BT: tl.constexpr, UNROLL: tl.constexpr, HAS_SEQ_IDX: tl.constexpr,
     FIXUP: tl.constexpr, HEAD: tl.constexpr, WINDOW_TILE: tl.constexpr, S_ALIGN: tl.constexpr, W_ALIGN: tl.constexpr,
-    CHANNELS_FIRST: tl.constexpr, FLAT_WINDOW: tl.constexpr,
+    CHANNELS_FIRST: tl.constexpr, FLAT_WINDOW: tl.constexpr, EVEN_C: tl.constexpr,
 ):  # fmt: skip
     """``BT`` logical rows x ``BC`` channels of the conv output; in decode also the row's state shift.
 
@@ -269,7 +278,7 @@ def conv_rows_kernel(
     ``r * cdiv(C, BC) + c`` taking row ``r``'s channel block ``c``, so that neighbouring programs read
     neighbouring bytes; else rows on axis 0 and channel blocks on axis 1), FLAT_WINDOW (decode with a state
     whose slots are dense ``[C, HEAD + SL]`` blocks and ``BC`` dividing ``C``: each program's windows read and
-    written as one flat run, :func:`decode.decode_window`'s FLAT).
+    written as one flat run, :func:`decode.decode_window`'s FLAT), EVEN_C (``BC`` divides ``C``: no channel masks).
     L, R, N, slots and null_slot are runtime values, not
     specialized: one compile serves every batch.
     """
@@ -283,7 +292,7 @@ def conv_rows_kernel(
     p_hist = p_state + HEAD * stride_s_w  # each slot's history: HEAD positions into its window
     if MODE == 0:  # one row, one request
         o_c = i_c * BC + tl.arange(0, BC)
-        m_c = o_c < C
+        m_c = channel_mask(o_c, C, EVEN_C)
         sid, state_ok, read_state, slot_off = request_slot(
             i_t, R, p_sid, p_acc, p_init, slots, null_slot, stride_sid, MODE, SQL, HAS_STATE, HAS_SID, INIT
         )
@@ -317,8 +326,8 @@ def conv_rows_kernel(
         o_c = (i_c * BC + tl.arange(0, BC))[None, :]
         _conv_runs(
             p_x, p_w, p_b, p_res, p_outer, p_out, p_hist, p_sid, p_qsl, p_acc, p_init, p_tok, p_seq, i_t, o_c,
-            o_c < C, L, R, N, slots, null_slot, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k,
-            stride_s_slot, stride_s_c, stride_s_w, stride_sid,
+            channel_mask(o_c, C, EVEN_C), L, R, N, slots, null_slot, stride_x, stride_res, stride_outer, stride_out,
+            stride_w_c, stride_w_k, stride_s_slot, stride_s_c, stride_s_w, stride_sid,
             MODE, K, D, SQL, HAS_STATE, HAS_SID, INIT, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
             BT, UNROLL, HAS_SEQ_IDX,
         )  # fmt: skip
@@ -330,7 +339,7 @@ def conv_rows_kernel(
             t0, own = fixup_tile(i_t, L, R, p_qsl, SL, BT)
         if own:  # each row's request found by its own search, every tap masked by its request, state, sequence
             o_t = t0 + tl.arange(0, BT)
-            m_c = o_c < C
+            m_c = channel_mask(o_c, C, EVEN_C)
             r = find_request(o_t, R, p_qsl)
             q_start = tl.load(p_qsl + r)
             in_range = (q_start <= o_t) & (o_t < tl.load(p_qsl + R))
@@ -356,7 +365,7 @@ def conv_lean_kernel(
     stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_sid,
     K: tl.constexpr, D: tl.constexpr, HAS_STATE: tl.constexpr, HAS_SID: tl.constexpr, INIT: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
-    BC: tl.constexpr, BT: tl.constexpr,
+    BC: tl.constexpr, BT: tl.constexpr, EVEN_C: tl.constexpr,
 ):  # fmt: skip
     """Prefill (no token map, no ``seq_idx``): a ``[BT, BC]`` tile of rows x channels whose rows and taps are
     all in one request past its first ``SL`` rows (or all outside every request), ``slots.lean_tile``. No tap
@@ -369,7 +378,7 @@ def conv_lean_kernel(
     t0 = tl.program_id(0) * BT
     o_t = (t0 + tl.arange(0, BT))[:, None]
     o_c = (tl.program_id(1) * BC + tl.arange(0, BC))[None, :]
-    m_c = o_c < C
+    m_c = channel_mask(o_c, C, EVEN_C)
     taps = ()
     for k in tl.static_range(K):
         o_row = o_t + (D * k - SL)

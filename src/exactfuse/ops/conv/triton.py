@@ -99,6 +99,7 @@ def launch_conv(
     common = dict(
         HAS_STATE=has_state, HAS_RESIDUAL=residual is not None, HAS_OUTER=outer_residual is not None,
         HAS_BIAS=bias is not None, ACT=act, BC=cfg.BC, BT=cfg.BT, num_warps=cfg.num_warps,
+        EVEN_C=not is_symbolic(C) and C % cfg.BC == 0,
     )  # fmt: skip
     if lean:
         torch.library.wrap_triton(conv_lean_kernel)[(triton.cdiv(L, cfg.BT), triton.cdiv(C, cfg.BC))](
