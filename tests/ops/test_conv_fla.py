@@ -250,3 +250,31 @@ def test_residual_and_batch_layout_are_checked_by_name():
         causal_conv1d(x.requires_grad_(), w, history_at="end")
     with pytest.raises(ValueError, match="query_start_loc and cu_seqlens name the same argument"):
         causal_conv1d(x[:1], w, cu_seqlens=torch.tensor([0, 5]), query_start_loc=torch.tensor([0, 5]))
+
+
+def test_fla_update_peer_runs_the_fastest_configuration_timed_alone(monkeypatch):
+    """The ``fla`` update peer times each configuration of FLA's autotuner alone (the autotuner left with that
+    one, so it times nothing itself), keeps the fastest for the call's shape, and leaves the autotuner's set
+    and the call's cache as they were; a second call of that shape reuses the choice."""
+    import types
+
+    import triton.testing
+
+    from exactfuse.ops.conv import peers
+
+    tuner, speed, runs = types.SimpleNamespace(configs=["a", "b", "c"]), {"a": 3.0, "b": 1.0, "c": 2.0}, []
+    monkeypatch.setattr(peers, "_fla_update_tuner", lambda: tuner)
+    monkeypatch.setattr(peers, "_FLA_UPDATE_CONFIGS", {})
+    state = torch.randn(2, 8, 4)
+    before = state.clone()
+
+    def run():  # what FLA's update would do: shift the cache in place, with the tuner's one configuration
+        runs.append(tuple(tuner.configs))
+        state.copy_(state.roll(-1, 2))
+
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **_: (fn(), speed[tuner.configs[0]])[1])
+    a = {"x": torch.randn(2, 8), "conv_state": state, "weight": torch.randn(8, 4), "bias": None, "activation": "silu"}
+    assert peers._fla_update_config(a, run) == "b"
+    assert runs == [("a",), ("b",), ("c",)], "each configuration timed alone"
+    assert tuner.configs == ["a", "b", "c"] and torch.equal(state, before)
+    assert peers._fla_update_config(a, run) == "b" and len(runs) == 3, "the choice is kept for the shape"
