@@ -36,24 +36,17 @@ import tempfile
 
 import triton
 import triton.language as tl
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+
+from exactfuse.testing.offline import compile_offline
 
 # the conv presets' SiLU: the first bf16 candidate, the formula the H200 proves (fastmath.CANDIDATES)
 ACT = 11  # exactfuse.ops.fastmath.SILU_RCP
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-TARGET = GPUTarget("cuda", 90, 32)
 
 
 def compile_sass(fn, types: dict, constexprs: dict, div16=(), ones=(), num_warps=4, num_stages=None) -> dict:
     """Registers, shared bytes and the SASS op counts of ``fn`` compiled with these argument types."""
-    names = list(fn.arg_names)
-    sig = {n: types.get(n, "i32") for n in names}
-    sig.update({n: "constexpr" for n in (*constexprs, *ones)})
-    consts = {(names.index(k),): v for k, v in constexprs.items()} | {(names.index(k),): 1 for k in ones}
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in div16}
-    options = {"num_warps": num_warps} | ({"num_stages": num_stages} if num_stages else {})
-    kernel = triton.compile(ASTSource(fn, sig, constexprs=consts, attrs=attrs), target=TARGET, options=options)
+    kernel = compile_offline(fn, types, constexprs, div16, ones, num_warps, num_stages)
     with tempfile.TemporaryDirectory() as tmp:
         cubin = os.path.join(tmp, "kernel.cubin")
         with open(cubin, "wb") as f:

@@ -1,0 +1,66 @@
+"""The conv kernels compiled for sm_90 on the CPU (``exactfuse.testing.offline``) under the specializations the
+launcher produces: the interpreter runs the kernels' Python, so a front-end error that only a constexpr
+argument raises (a stride Triton specializes to the constant 1, a flag that removes a branch) shows only here
+or on a GPU. The compiles run in a child process without ``TRITON_INTERPRET`` (under it ``triton.jit`` gives
+interpreted functions, which do not compile)."""
+
+import os
+import subprocess
+import sys
+
+POINTERS = {n: "*bf16" for n in ("p_x", "p_w", "p_b", "p_res", "p_outer", "p_out", "p_state")} | {
+    "p_sid": "*i32", "p_qsl": "*i32", "p_acc": "*i32", "p_init": "*i1", "p_tok": "*i32", "p_seq": "*i32",
+}  # fmt: skip
+BASE = dict(K=4, D=1, SQL=1, HAS_STATE=True, HAS_SID=True, INIT=1, HAS_TOKEN_MAP=False, HAS_RESIDUAL=True,
+            HAS_OUTER=False, HAS_BIAS=True, UNROLL=1, HAS_SEQ_IDX=False, HEAD=0, CHANNELS_FIRST=False,
+            FLAT_WINDOW=False)  # fmt: skip
+# (label, constexprs, the integer arguments equal to 1): decode over [slot, W, C] (channel stride 1) and
+# [slot, C, W] (window stride 1, channel stride K - 1 = 3 or K = 4), K = 1 (weight stride 1), the flat run
+# and the two-load path
+DECODE = [
+    ("decode wc", dict(BC=256, BW=4, WINDOW_TILE=True, S_ALIGN=1, W_ALIGN=4), ["stride_s_c"]),
+    ("decode cw odd", dict(BC=256, BW=4, WINDOW_TILE=True, S_ALIGN=1, W_ALIGN=4), ["stride_s_w"]),
+    ("decode cw even", dict(BC=256, BW=4, WINDOW_TILE=True, S_ALIGN=4, W_ALIGN=4, HEAD=1), ["stride_s_w"]),
+    ("decode K1", dict(BC=256, BW=1, WINDOW_TILE=True, S_ALIGN=1, W_ALIGN=1, K=1), ["stride_s_w", "stride_w_c"]),
+    ("decode flat", dict(BC=256, BW=4, WINDOW_TILE=False, FLAT_WINDOW=True, S_ALIGN=1, W_ALIGN=4), ["stride_s_w"]),
+    ("decode two loads", dict(BC=64, BW=16, WINDOW_TILE=False, S_ALIGN=1, W_ALIGN=4), ["stride_s_w"]),
+]
+
+
+def compile_all() -> list[str]:
+    """Every variant, with and without channel masks; the failures as ``label: error``."""
+    from exactfuse.ops.conv.kernels import conv_lean_kernel, conv_rows_kernel
+    from exactfuse.ops.fastmath import SILU_RCP
+    from exactfuse.testing.offline import compile_offline
+
+    jobs = []
+    for even_c in (False, True):
+        for label, consts, ones in DECODE:
+            c = BASE | dict(ACT=SILU_RCP, MODE=0, BT=1, FIXUP=False, EVEN_C=even_c) | consts
+            div16 = [*POINTERS, "stride_x"]
+            jobs.append((f"{label} EVEN_C={even_c}", conv_rows_kernel, POINTERS, c, div16, ["stride_w_k", *ones], 8))
+        rows = BASE | dict(ACT=SILU_RCP, MODE=2, BC=128, BW=4, BT=16, FIXUP=True, WINDOW_TILE=False, S_ALIGN=1,
+                           W_ALIGN=4, EVEN_C=even_c)  # fmt: skip
+        jobs.append((f"prefill rows EVEN_C={even_c}", conv_rows_kernel, POINTERS, rows, [*POINTERS, "stride_x"],
+                     ["stride_w_k", "stride_s_w"], 4))  # fmt: skip
+        lean = {k: v for k, v in rows.items() if k in conv_lean_kernel.arg_names}
+        types = {k: v for k, v in POINTERS.items() if k in conv_lean_kernel.arg_names}
+        jobs.append((f"prefill lean EVEN_C={even_c}", conv_lean_kernel, types, lean, [*types, "stride_x"],
+                     ["stride_w_k"], 4))  # fmt: skip
+    failures = []
+    for label, kernel, types, consts, div16, ones, warps in jobs:
+        try:
+            compile_offline(kernel, types, consts, div16, ones, warps)
+        except Exception as exc:  # every variant's error, not the first
+            said = [line for line in str(exc).splitlines() if line.strip(" ^")]  # the message, not the caret lines
+            failures.append(f"{label}: {type(exc).__name__}: {' | '.join(said[-2:])}")
+    return failures
+
+
+def test_conv_kernels_compile_for_sm90_under_the_launchers_specializations():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = "import test_conv_compile as t; f = t.compile_all(); print('\\n'.join(f)); raise SystemExit(len(f) > 0)"
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(root, "tests", "ops"), os.path.join(root, "src")])
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
