@@ -75,7 +75,7 @@ def _conv(tile: str, warps: int) -> tuple[str, dict]:
         kernel = conv_rows_kernel
         consts |= dict(MODE=2, SQL=1, HAS_TOKEN_MAP=False, BW=4, UNROLL=int(unroll or 1), HAS_SEQ_IDX=False,
                        FIXUP=False, HEAD=0, WINDOW_TILE=False, S_ALIGN=1, W_ALIGN=1,
-                       CHANNELS_FIRST=False, FLAT_WINDOW=False)  # fmt: skip
+                       CHANNELS_FIRST=False, FLAT_WINDOW=False, WINDOW_RT=False)  # fmt: skip
     types = {n: t for n, t in types.items() if n in kernel.arg_names}
     div16 = [*types, "stride_x", "stride_res", "stride_outer", "stride_out", "C"]
     ones = [n for n in ("stride_w_k", "stride_s_w", "stride_sid") if n in kernel.arg_names]
@@ -92,7 +92,7 @@ def _decode(bc: int, warps: int, tile: bool) -> tuple[str, dict]:
     consts = dict(MODE=0, K=4, D=1, SQL=1, HAS_STATE=True, HAS_SID=False, INIT=2, HAS_TOKEN_MAP=False,
                   HAS_RESIDUAL=False, HAS_OUTER=False, HAS_BIAS=True, ACT=ACT, BC=bc, BW=4, BT=1, UNROLL=1,
                   HAS_SEQ_IDX=False, FIXUP=False, HEAD=1, WINDOW_TILE=tile, S_ALIGN=4, W_ALIGN=4,
-                  CHANNELS_FIRST=False, FLAT_WINDOW=False, EVEN_C=True)  # fmt: skip
+                  CHANNELS_FIRST=False, FLAT_WINDOW=False, EVEN_C=True, WINDOW_RT=False)  # fmt: skip
     div16 = [*types, "stride_x", "stride_out", "stride_s_slot", "C"]  # stride_s_c is K = 4: not 16-divisible
     ones = ["stride_w_k", "stride_s_w", "stride_sid"]
     label = f"decode [B, C, K] {bc}/{warps}{' window tile' if tile else ''}"

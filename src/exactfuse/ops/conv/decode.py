@@ -48,8 +48,11 @@ def decode_window(
     HAS_BIAS: tl.constexpr, ACT: tl.constexpr, FLAT: tl.constexpr,
 ):  # fmt: skip
     """Decode row ``i_t`` with its slot's window held in registers: the ``HEAD + SL`` old positions loaded once
-    as a ``[BC, BW]`` tile (each channel's window one vector access where the state's channel stride is a
-    multiple of ``S_ALIGN`` elements, a power of two the launcher read off the stride), the taps taken from
+    as a ``[BW, BC]`` tile and viewed as ``[BC, BW]`` (each channel's window one vector access where the state's
+    channel stride is a multiple of ``S_ALIGN`` elements, a power of two the launcher read off the stride;
+    over ``[slot, C, W]`` storage where no such power divides it, the caller passes a window stride Triton has
+    not specialized, so that the threads lie along the channels, each holding its channels' whole windows),
+    the taps taken from
     its columns and the row, and the window shifted by one in registers and stored back. The same values and
     roundings as ``kernels._conv_rows`` followed by ``slots.window_values`` / ``store_window``; the weights as
     :func:`tap_weights` loads them.
@@ -72,9 +75,11 @@ def decode_window(
     else:
         stride_s_c = aligned(stride_s_c, S_ALIGN)
         o_w = tl.arange(0, BW)
-        p_old = p_window + o_c[:, None] * stride_s_c + o_w[None, :] * stride_s_w
-        m_old = m_c[:, None] & (o_w < NW)[None, :]
+        p_old = p_window + o_w[:, None] * stride_s_w + o_c[None, :] * stride_s_c
+        m_old = m_c[None, :] & (o_w < NW)[:, None]
     old = tl.load(p_old, mask=mask_and(m_old, read_state), other=0.0)
+    if not FLAT:
+        old = tl.trans(old)
     o_row = i_t
     m_x = state_ok & (o_row >= 0) & (o_row < L)
     if HAS_TOKEN_MAP:
@@ -114,4 +119,6 @@ def decode_window(
                 shifted += (cols[i],)
         new = window_tile(shifted, BC, BW)
     tl.debug_barrier()  # every thread's loads of the window precede any store into it
+    if not FLAT:
+        new = tl.trans(new)
     tl.store(p_old, new, mask=mask_and(m_old, state_ok))

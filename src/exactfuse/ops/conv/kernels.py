@@ -243,18 +243,18 @@ def _conv_runs(
         )  # fmt: skip
 
 
-@triton.jit(do_not_specialize=["L", "R", "N", "slots", "null_slot"])
+@triton.jit(do_not_specialize=["L", "R", "N", "slots", "null_slot", "stride_s_w_rt"])
 def conv_rows_kernel(
     p_x, p_w, p_b, p_res, p_outer, p_out, p_state, p_sid, p_qsl, p_acc, p_init, p_tok, p_seq,
     L, R, N, C, slots, null_slot,
     stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k,
-    stride_s_slot, stride_s_c, stride_s_w, stride_sid,
+    stride_s_slot, stride_s_c, stride_s_w, stride_sid, stride_s_w_rt,
     MODE: tl.constexpr, K: tl.constexpr, D: tl.constexpr, SQL: tl.constexpr,
     HAS_STATE: tl.constexpr, HAS_SID: tl.constexpr, INIT: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
     BC: tl.constexpr, BW: tl.constexpr, BT: tl.constexpr, UNROLL: tl.constexpr, HAS_SEQ_IDX: tl.constexpr,
     FIXUP: tl.constexpr, HEAD: tl.constexpr, WINDOW_TILE: tl.constexpr, S_ALIGN: tl.constexpr, W_ALIGN: tl.constexpr,
-    CHANNELS_FIRST: tl.constexpr, FLAT_WINDOW: tl.constexpr, EVEN_C: tl.constexpr,
+    CHANNELS_FIRST: tl.constexpr, FLAT_WINDOW: tl.constexpr, EVEN_C: tl.constexpr, WINDOW_RT: tl.constexpr,
 ):  # fmt: skip
     """``BT`` logical rows x ``BC`` channels of the conv output; in decode also the row's state shift.
 
@@ -279,6 +279,9 @@ def conv_rows_kernel(
     neighbouring bytes; else rows on axis 0 and channel blocks on axis 1), FLAT_WINDOW (decode with a state
     whose slots are dense ``[C, HEAD + SL]`` blocks and ``BC`` dividing ``C``: each program's windows read and
     written as one flat run, :func:`decode.decode_window`'s FLAT), EVEN_C (``BC`` divides ``C``: no channel masks).
+    WINDOW_RT (the launcher's check: ``[slot, C, W]`` storage whose channel stride no power of two above 1
+    divides): the register window's offsets from ``stride_s_w_rt``, ``stride_s_w`` again but never specialized,
+    since over scalar accesses a window stride known to be 1 makes Triton lay the threads along the window.
     L, R, N, slots and null_slot are runtime values, not
     specialized: one compile serves every batch.
     """
@@ -303,11 +306,14 @@ def conv_rows_kernel(
         # the whole window shifts by the one row: HEAD + SL positions from the slot's start
         p_window = p_state + sid.to(tl.int64) * stride_s_slot
         if HAS_STATE and (WINDOW_TILE or FLAT_WINDOW):
+            window_stride = stride_s_w
+            if WINDOW_RT:  # scalar accesses: one thread a channel only where the stride is not a known 1
+                window_stride = stride_s_w_rt
             decode_window(
                 p_x, p_w, p_b, p_res, p_outer, p_out, p_window, p_tok, i_t, i_c * BC, o_c, m_c, out_ok, state_ok,
                 read_state, L, N, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_s_c,
-                stride_s_w, K, D, HEAD, BC, BW, S_ALIGN, W_ALIGN, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
-                FLAT_WINDOW,
+                window_stride, K, D, HEAD, BC, BW, S_ALIGN, W_ALIGN, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS,
+                ACT, FLAT_WINDOW,
             )  # fmt: skip
         else:
             _conv_rows(
