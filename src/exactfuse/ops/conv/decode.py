@@ -52,10 +52,9 @@ def decode_window(
     channel stride is a multiple of ``S_ALIGN`` elements, a power of two the launcher read off the stride;
     over ``[slot, C, W]`` storage where no such power divides it, the caller passes a window stride Triton has
     not specialized, so that the threads lie along the channels, each holding its channels' whole windows),
-    the taps taken from
-    its columns and the row, and the window shifted by one in registers and stored back. The same values and
-    roundings as ``kernels._conv_rows`` followed by ``slots.window_values`` / ``store_window``; the weights as
-    :func:`tap_weights` loads them.
+    the taps taken from its columns and the row, and the window shifted by one in registers and stored back.
+    The same values and roundings as ``kernels._conv_rows`` followed by ``slots.window_values`` /
+    ``store_window``; the weights as :func:`tap_weights` loads them.
 
     FLAT (the launcher's check: a dense ``[C, HEAD + SL]`` block per slot, channels ``c0 ... c0 + BC`` all
     below ``C``): the block's ``BC (HEAD + SL)`` elements are one contiguous run, loaded and stored as a flat

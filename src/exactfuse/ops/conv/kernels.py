@@ -43,6 +43,7 @@ import triton.language as tl
 from exactfuse.ops.conv.decode import decode_window
 from exactfuse.ops.conv.rounding import finish, tap
 from exactfuse.ops.conv.slots import (
+    channel_mask,
     find_request,
     fixup_tile,
     lean_tile,
@@ -54,15 +55,6 @@ from exactfuse.ops.conv.slots import (
 
 MODE_CODES = {"decode": 0, "spec": 1, "prefill": 2}
 INIT_CODES = {"never": 0, "tensor": 1, "always": 2}
-
-
-@triton.jit
-def channel_mask(o_c, C, EVEN_C: tl.constexpr):
-    """``o_c < C``, or a constant True where the launcher found ``BC`` dividing ``C`` (EVEN_C), which removes the
-    channel masks from the program's loads and stores."""
-    if EVEN_C:
-        return tl.full(o_c.shape, True, tl.int1)
-    return o_c < C
 
 
 @triton.jit

@@ -18,6 +18,15 @@ def mask_and(m, s):
 
 
 @triton.jit
+def channel_mask(o_c, C, EVEN_C: tl.constexpr):
+    """``o_c < C``, or a constant True where the launcher found ``BC`` dividing ``C`` (EVEN_C), which removes the
+    channel masks from the program's loads and stores."""
+    if EVEN_C:
+        return tl.full(o_c.shape, True, tl.int1)
+    return o_c < C
+
+
+@triton.jit
 def request_slot(r, R, p_sid, p_acc, p_init, slots, null_slot, stride_sid, MODE, SQL, HAS_STATE, HAS_SID, INIT):
     """Request ``r``'s slot (``sid`` clamped to 0 when unusable), whether it has one, whether its
     history is read, and its window offset (spec roll-back)."""
