@@ -71,7 +71,9 @@ def _conv(tile: str, warps: int) -> tuple[str, dict]:
     consts = dict(K=4, D=1, HAS_STATE=True, HAS_SID=True, INIT=1, HAS_RESIDUAL=False, HAS_OUTER=False,
                   HAS_BIAS=True, ACT=ACT, BC=bc, BT=bt, EVEN_C=True)  # fmt: skip
     kernel = conv_lean_kernel
-    if not lean:
+    if lean:  # a contiguous [C, 4] bf16 weight: each channel's taps one 64-bit word (the launcher's W_WORD)
+        consts |= dict(UNROLL=int(unroll or 1), W_ALIGN=4, W_WORD=4)
+    else:
         kernel = conv_rows_kernel
         consts |= dict(MODE=2, SQL=1, HAS_TOKEN_MAP=False, BW=4, UNROLL=int(unroll or 1), HAS_SEQ_IDX=False,
                        FIXUP=False, HEAD=0, WINDOW_TILE=False, S_ALIGN=1, W_ALIGN=1,

@@ -47,10 +47,18 @@ def compile_all() -> list[str]:
                            W_ALIGN=4, EVEN_C=even_c)  # fmt: skip
         jobs.append((f"prefill rows EVEN_C={even_c}", conv_rows_kernel, POINTERS, rows, [*POINTERS, "stride_x"],
                      ["stride_w_k", "stride_s_w"], 4))  # fmt: skip
-        lean = {k: v for k, v in rows.items() if k in conv_lean_kernel.arg_names}
         types = {k: v for k, v in POINTERS.items() if k in conv_lean_kernel.arg_names}
-        jobs.append((f"prefill lean EVEN_C={even_c}", conv_lean_kernel, types, lean, [*types, "stride_x"],
-                     ["stride_w_k"], 4))  # fmt: skip
+        # the lean tile's rows as K shifted loads, as runs of 8 over a register window, and so at dilation 3
+        # (short_conv's 9-row reach) with an outer residual and no state
+        for tag, change in (
+            ("", {}),
+            (" runs", dict(BT=32, UNROLL=8)),
+            (" runs D3", dict(BT=32, UNROLL=8, D=3, HAS_OUTER=True, HAS_STATE=False)),
+            (" runs word", dict(BT=32, UNROLL=8, W_WORD=4)),
+        ):
+            lean = {k: v for k, v in (rows | dict(W_WORD=0) | change).items() if k in conv_lean_kernel.arg_names}
+            jobs.append((f"prefill lean{tag} EVEN_C={even_c}", conv_lean_kernel, types, lean, [*types, "stride_x"],
+                         ["stride_w_k"], 4))  # fmt: skip
     failures = []
     for label, kernel, types, consts, div16, ones, warps in jobs:
         try:

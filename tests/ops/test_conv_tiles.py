@@ -9,10 +9,11 @@ import torch
 
 from conv_support import one_layout
 from exactfuse.ops.conv import causal_conv1d, causal_conv1d_fn, causal_conv1d_update, heuristics, short_conv
+from exactfuse.ops.conv import triton as conv_triton
 from exactfuse.ops.conv.inputs import causal_case, last_k_update_case, short_conv_case, update_case
 from exactfuse.testing import clone_args, make_generator
 
-INT_VIEW = {torch.float16: torch.int16, torch.float32: torch.int32}
+INT_VIEW = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32}
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:
@@ -36,15 +37,47 @@ def test_interpreter_register_window_gives_the_same_bits(unroll, monkeypatch):
 
 
 @pytest.mark.interpreter
-def test_interpreter_lean_prefill_gives_the_same_bits(monkeypatch):
-    """Tiles of 4 rows: the lean kernel on the tiles with no request boundary near them, the fixup launch
+@pytest.mark.parametrize(("rows", "unroll"), [(4, 1), (8, 2), (8, 8)])
+def test_interpreter_lean_prefill_gives_the_same_bits(rows, unroll, monkeypatch):
+    """Tiles of 4 or 8 rows: the lean kernel on the tiles with no request boundary near them, the fixup launch
     on the rest, against the per-row masked tile everywhere: outputs, residuals and states bit for bit
     (varlen and empty requests, padded slots, initial states, rows past the last request, no request at
     all: causal_conv1d_fn's R0 case). The taps reach ``SL`` = 1 to 6 rows back, so one boundary leaves one
-    to three tiles and the first tiles number up to 2. Prefill cases only (no other mode takes the lean
-    kernel), without the two 676-row strided-index ones (half the time; the GPU tests run them)."""
+    to three tiles and the first tiles number up to 2. The lean tile's rows as one run each (``unroll`` 1:
+    ``K`` shifted loads), as four runs of 2 over a register window, or as one run of 8. Prefill cases only (no
+    other mode takes the lean kernel), without the two 676-row strided-index ones (half the time; the GPU
+    tests run them)."""
     ops = (short_conv, causal_conv1d, causal_conv1d_fn)
-    assert_same_bits(monkeypatch, {"BT": 4}, {"BT": 4, "lean": False}, ops, skip=("decode", "spec", "strided"))
+    variant = {"BT": rows, "unroll": unroll}
+    assert_same_bits(monkeypatch, variant, {"BT": rows, "lean": False}, ops, skip=("decode", "spec", "strided"))
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_interpreter_lean_weight_words_give_the_same_bits(dtype, monkeypatch):
+    """16-bit weights: the lean kernel reads each channel's taps as one word where they make one (K = 4: 64
+    bits, K = 2: 32; ``decode.tile_weights``) and as a ``[BC, KW]`` tile otherwise (K = 3), in runs of 4 rows
+    over a register window, against the per-row masked tile: causal_conv1d prefill outputs and states bit for
+    bit (varlen requests, so lean and fixup tiles both)."""
+    words = {}
+    for K in (2, 3, 4):
+        case = causal_case(f"prefill-K{K}", (40, 7), K=K, D=1, C=48, dtype=dtype, device="cpu", gen=make_generator(K))
+        words[K] = conv_triton._weight_word(case.args[1])
+        variant, reference = {"BT": 8, "unroll": 4}, {"BT": 8, "lean": False}
+        assert_same_bits(monkeypatch, variant, reference, (causal_conv1d,), ("",), {causal_conv1d: [case]}, dtype=dtype)
+    assert words == {2: 2, 3: 0, 4: 4}
+
+
+def test_weight_word_needs_dense_aligned_16_bit_taps():
+    """The launcher's word check (``triton._weight_word``): a contiguous ``[C, 4]`` or ``[C, 2]`` 16-bit weight
+    makes words; fp32, 3 taps, a transposed view and a view starting mid-word do not."""
+    w = torch.zeros(8, 4, dtype=torch.bfloat16)
+    assert conv_triton._weight_word(w) == 4
+    assert conv_triton._weight_word(torch.zeros(8, 2, dtype=torch.float16)) == 2
+    assert conv_triton._weight_word(w.float()) == 0
+    assert conv_triton._weight_word(torch.zeros(8, 3, dtype=torch.bfloat16)) == 0
+    assert conv_triton._weight_word(torch.zeros(4, 8, dtype=torch.bfloat16).t()) == 0
+    assert conv_triton._weight_word(torch.zeros(9 * 4, dtype=torch.bfloat16)[2:34].view(8, 4)) == 0
 
 
 @pytest.mark.interpreter
@@ -113,9 +146,9 @@ def test_interpreter_unmasked_channel_blocks_give_the_same_bits(monkeypatch):
 
 def assert_same_bits(
     monkeypatch, variant: dict, reference: dict, ops=(short_conv, causal_conv1d), skip=("decode",),
-    extra: dict | None = None, every_layout: bool = False,
+    extra: dict | None = None, every_layout: bool = False, dtype: torch.dtype = torch.float32,
 ) -> None:  # fmt: skip
-    """Every case of ``ops`` (fp32, CPU) whose id names none of the strings in ``skip`` (``""`` names every
+    """Every case of ``ops`` (``dtype``, CPU) whose id names none of the strings in ``skip`` (``""`` names every
     one), in one state layout (``every_layout``: in each layout ``skip`` leaves), and the cases of
     ``extra[op]``, launched with the
     shipped rule changed by ``variant`` and by ``reference``: every floating-point argument and output bit
@@ -123,7 +156,7 @@ def assert_same_bits(
     shipped = heuristics.conv_config
     failures = []
     for op in ops:
-        cases = [case for case in op.cases("cpu", torch.float32) if not any(mode in case.id for mode in skip)]
+        cases = [case for case in op.cases("cpu", dtype) if not any(mode in case.id for mode in skip)]
         # a case declared in both state layouts in one of them, by turns within its mode (each layout in every mode)
         chosen = cases if every_layout else list(one_layout(cases))
         for case in [*chosen, *(extra or {}).get(op, ())]:

@@ -40,8 +40,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from exactfuse.ops.conv.decode import decode_window
-from exactfuse.ops.conv.rounding import finish, tap
+from exactfuse.ops.conv.decode import decode_window, tile_weights
+from exactfuse.ops.conv.rounding import bias_values, conv_value, finish, store_conv, tap
 from exactfuse.ops.conv.slots import (
     channel_mask,
     find_request,
@@ -363,25 +363,32 @@ def conv_lean_kernel(
     stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_sid,
     K: tl.constexpr, D: tl.constexpr, HAS_STATE: tl.constexpr, HAS_SID: tl.constexpr, INIT: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
-    BC: tl.constexpr, BT: tl.constexpr, EVEN_C: tl.constexpr,
+    BC: tl.constexpr, BT: tl.constexpr, EVEN_C: tl.constexpr, UNROLL: tl.constexpr, W_ALIGN: tl.constexpr,
+    W_WORD: tl.constexpr,
 ):  # fmt: skip
     """Prefill (no token map, no ``seq_idx``): a ``[BT, BC]`` tile of rows x channels whose rows and taps are
     all in one request past its first ``SL`` rows (or all outside every request), ``slots.lean_tile``. No tap
-    reaches a state, so the tile is ``K`` shifted loads of ``x`` and the tap sum, issued before the request
-    search they do not depend on; the other tiles are left to ``conv_rows_kernel``'s FIXUP launch. The sums
-    are :func:`_tap_sum`'s sequence of roundings, so every output is that kernel's bits. Arguments as
-    :func:`conv_rows_kernel`'s."""
+    reaches a state, so the tile is loads of ``x`` and the tap sum, the loads issued before the request search
+    they do not depend on; the other tiles are left to ``conv_rows_kernel``'s FIXUP launch.
+
+    The tile's rows are ``BT / UNROLL`` runs of ``UNROLL`` consecutive rows: the ``UNROLL + SL`` input rows a
+    run's taps touch are loaded and widened to fp32 once, each a ``[BT / UNROLL, BC]`` tile (at ``UNROLL`` 1,
+    ``K`` shifted loads of the tile's rows). The bias is read as a tile of that shape (its repeated rows hit the
+    L1), and so are the weights where each channel's taps are one word (W_WORD, ``decode.tile_weights``), so
+    that the window's register layout is the program's and no tile moves between threads. The sums are
+    :func:`_tap_sum`'s sequence of roundings, so every output is that kernel's bits. Arguments as
+    :func:`conv_rows_kernel`'s; W_ALIGN as there, W_WORD: ``tile_weights``'."""
     SL: tl.constexpr = (K - 1) * D
-    FP16_TAPS: tl.constexpr = (p_w.dtype.element_ty == tl.float16) & (p_x.dtype.element_ty == tl.float16)
     t0 = tl.program_id(0) * BT
-    o_t = (t0 + tl.arange(0, BT))[:, None]
+    start = (t0 + tl.arange(0, BT // UNROLL) * UNROLL)[:, None]  # each run's first row
     o_c = (tl.program_id(1) * BC + tl.arange(0, BC))[None, :]
     m_c = channel_mask(o_c, C, EVEN_C)
-    taps = ()
-    for k in tl.static_range(K):
-        o_row = o_t + (D * k - SL)
-        m_x = mask_and(m_c, (o_row >= 0) & (o_row < L))
-        taps += (tl.load(p_x + o_row.to(tl.int64) * stride_x + o_c, mask=m_x, other=0.0),)
+    # a tile the lean kernel may take has every tap row in [0, L) (lean_tile); the others load nothing
+    m_x = mask_and(m_c, (t0 >= SL) & (t0 + BT <= L))
+    p_rows = p_x + start.to(tl.int64) * stride_x + o_c
+    window = ()  # input rows start - SL ... start + UNROLL - 1 (a row no tap reads is never loaded: dead code)
+    for i in tl.static_range(UNROLL + SL):
+        window += (tl.load(p_rows + (i - SL) * stride_x.to(tl.int64), mask=m_x, other=0.0),)
     lean, inside, r = lean_tile(t0, L, R, p_qsl, SL, BT)
     if lean:
         out_ok = inside
@@ -390,13 +397,50 @@ def conv_lean_kernel(
                 r, R, p_sid, p_sid, p_init, slots, null_slot, stride_sid, 2, 1, HAS_STATE, HAS_SID, INIT
             )[1]
             out_ok = out_ok & state_ok
-        acc = tl.zeros_like(o_t * o_c).to(tl.float32)
-        for k in tl.static_range(K):
-            b_w = tl.load(p_w + o_c * stride_w_c + k * stride_w_k, mask=m_c).to(tl.float32)
-            acc = tap(acc, b_w, taps[k].to(tl.float32), FP16_TAPS)
-        finish(
-            acc, p_x, p_w, p_b, p_res, p_outer, p_out, p_x, o_t, o_c, m_c, out_ok, L, N, stride_res, stride_outer,
-            stride_out, False, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
+        # every row of the tile is in [0, L): rows' bases, then a uniform step a row
+        row = start.to(tl.int64)
+        p_res_rows = p_res + row * stride_res
+        p_outer_rows = p_outer + row * stride_outer
+        p_out_rows = p_out + row * stride_out
+        if out_ok:  # a scalar: the rows outside every request (or without a slot) take the branch below
+            _lean_runs(
+                window, p_x, p_w, p_b, p_res_rows, p_outer_rows, p_out_rows, start, o_c, m_c, stride_res,
+                stride_outer, stride_out, stride_w_c, stride_w_k, K, D, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT, BC,
+                UNROLL, W_ALIGN, W_WORD, False,
+            )  # fmt: skip
+        else:
+            _lean_runs(
+                window, p_x, p_w, p_b, p_res_rows, p_outer_rows, p_out_rows, start, o_c, m_c, stride_res,
+                stride_outer, stride_out, stride_w_c, stride_w_k, K, D, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT, BC,
+                UNROLL, W_ALIGN, W_WORD, True,
+            )  # fmt: skip
+
+
+@triton.jit
+def _lean_runs(
+    window, p_x, p_w, p_b, p_res_rows, p_outer_rows, p_out_rows, start, o_c, m_c, stride_res, stride_outer,
+    stride_out, stride_w_c, stride_w_k, K: tl.constexpr, D: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+    HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, BC: tl.constexpr, UNROLL: tl.constexpr,
+    W_ALIGN: tl.constexpr, W_WORD: tl.constexpr, ZERO: tl.constexpr,
+):  # fmt: skip
+    """The lean kernel's outputs, row ``i_r`` of every run at a time: the taps from ``window``, the epilogue, the
+    store at the rows' bases plus ``i_r`` rows. ZERO (rows outside every request, or of a request without a
+    slot): the conv output is zero, and only the residual update or the store of zeros remains."""
+    FP16_TAPS: tl.constexpr = (p_w.dtype.element_ty == tl.float16) & (p_x.dtype.element_ty == tl.float16)
+    if not ZERO:
+        weights = tile_weights(p_w, o_c, m_c, start, stride_w_c, stride_w_k, K, BC, W_ALIGN, W_WORD)
+        b_bias = bias_values(p_b, o_c, m_c, start, HAS_BIAS)
+    for i_r in tl.static_range(UNROLL):
+        if ZERO:
+            conv = tl.zeros_like(start * o_c).to(p_x.dtype.element_ty)
+        else:
+            acc = tl.zeros_like(start * o_c).to(tl.float32)
+            for k in tl.static_range(K):
+                acc = tap(acc, weights[k], window[i_r + D * k].to(tl.float32), FP16_TAPS)
+            conv = conv_value(acc, b_bias, p_x, p_w, HAS_BIAS, ACT)
+        store_conv(
+            conv, p_res_rows + i_r * stride_res.to(tl.int64), p_outer_rows + i_r * stride_outer.to(tl.int64),
+            p_out_rows + i_r * stride_out.to(tl.int64), o_c, m_c, HAS_RESIDUAL, HAS_OUTER,
         )  # fmt: skip
 
 

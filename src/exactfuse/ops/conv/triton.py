@@ -95,7 +95,7 @@ def launch_conv(
     act = chosen_formula("silu", act_dtype, x.device) if activation == "silu" else NO_ACTIVATION
     # prefill without a token map or seq_idx: the lean kernel takes the tiles inside one request (or outside
     # all), then the row kernel's FIXUP launch the tiles at request boundaries and the ends
-    lean = cfg.lean and mode == "prefill" and cfg.unroll == 1 and token_indices is None and seq_idx is None
+    lean = cfg.lean and mode == "prefill" and token_indices is None and seq_idx is None
     common = dict(
         HAS_STATE=has_state, HAS_RESIDUAL=residual is not None, HAS_OUTER=outer_residual is not None,
         HAS_BIAS=bias is not None, ACT=act, BC=cfg.BC, BT=cfg.BT, num_warps=cfg.num_warps,
@@ -107,7 +107,8 @@ def launch_conv(
             target, sid, qsl, hinit, L, R, N, C, slots, null_slot,
             x.stride(0), target.stride(0), outer_residual.stride(0) if outer_residual is not None else 0,
             target.stride(0), weight.stride(0), weight.stride(1), sid_stride,
-            K=K, D=dilation, HAS_SID=flags["HAS_SID"], INIT=flags["INIT"], **common,
+            K=K, D=dilation, HAS_SID=flags["HAS_SID"], INIT=flags["INIT"], UNROLL=cfg.unroll,
+            W_ALIGN=_stride_alignment(weight.stride(0)), W_WORD=_weight_word(weight), **common,
         )  # fmt: skip
     boundary_tiles = (cfg.BT + SL - 2) // cfg.BT + 1  # tiles one boundary can leave (slots.fixup_tile's NB)
     rows_grid = (R + 1) * boundary_tiles + triton.cdiv(SL, cfg.BT) + 1 if lean else triton.cdiv(L, cfg.BT)
@@ -122,7 +123,7 @@ def launch_conv(
         L, R, N, C, slots, null_slot,
         x.stride(0), target.stride(0), outer_residual.stride(0) if outer_residual is not None else 0,
         target.stride(0), weight.stride(0), weight.stride(1),
-        *s_strides, sid_stride, s_strides[2], BW=cfg.BW, UNROLL=cfg.unroll if mode != "decode" else 1,
+        *s_strides, sid_stride, s_strides[2], BW=cfg.BW, UNROLL=cfg.unroll if mode != "decode" and not lean else 1,
         HAS_SEQ_IDX=seq_idx is not None, FIXUP=lean, S_ALIGN=s_align, W_ALIGN=_stride_alignment(weight.stride(0)),
         CHANNELS_FIRST=channels_first, FLAT_WINDOW=flat, WINDOW_RT=window_rt,
         WINDOW_TILE=cfg.window_tile and mode == "decode" and cfg.BW <= heuristics.DECODE_WINDOW_TILE_MAX, **common,
@@ -145,6 +146,19 @@ def _dense_windows(s_strides, window: int, C: int, BC: int) -> bool:
     if is_symbolic(stride_c) or is_symbolic(stride_w) or is_symbolic(C):
         return False
     return stride_w == 1 and stride_c == window and C % BC == 0
+
+
+def _weight_word(weight: torch.Tensor) -> int:
+    """The taps a channel's weights make one word of (2 or 4: 32 or 64 bits), where they are 16-bit values with
+    unit tap stride, the channel stride the tap count and an aligned start; else 0 (``decode.tile_weights``).
+    0 for a symbolic stride or offset (model constants in practice, not ones the launcher may read under
+    torch.compile). The allocator aligns a tensor's storage to at least 256 bytes."""
+    K = weight.shape[1]
+    facts = (*weight.stride(), weight.storage_offset())
+    if weight.element_size() != 2 or K not in (2, 4) or any(is_symbolic(v) for v in facts):
+        return 0
+    stride_c, stride_k, offset = facts
+    return K if stride_k == 1 and stride_c == K and offset % K == 0 else 0
 
 
 def _stride_alignment(stride) -> int:
