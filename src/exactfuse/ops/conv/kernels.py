@@ -428,7 +428,7 @@ def _lean_runs(
     slot): the conv output is zero, and only the residual update or the store of zeros remains."""
     FP16_TAPS: tl.constexpr = (p_w.dtype.element_ty == tl.float16) & (p_x.dtype.element_ty == tl.float16)
     if not ZERO:
-        weights = tile_weights(p_w, o_c, m_c, start, stride_w_c, stride_w_k, K, BC, W_ALIGN, W_WORD)
+        weights = tile_weights(p_w, o_c, m_c, start, stride_w_c, stride_w_k, K, W_ALIGN, W_WORD)
         b_bias = bias_values(p_b, o_c, m_c, start, HAS_BIAS)
     for i_r in tl.static_range(UNROLL):
         if ZERO:
