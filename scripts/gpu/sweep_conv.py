@@ -4,8 +4,8 @@ Usage: PYTHONPATH=src python scripts/gpu/sweep_conv.py [--tiles 16x128,32x128u8,
        PYTHONPATH=src python scripts/gpu/sweep_conv.py --decode [--channels 64,128,...] [--warps 1,2,4,8]
 
 A tile is ``BTxBC`` (each tap's rows loaded) or ``BTxBCuU`` (runs of ``U`` rows over a register window,
-``ConvConfig.unroll``); a suffix ``g`` gives every tile the row kernel's per-row masked tap sum (``ConvConfig.lean``
-off: no lean kernel).
+``ConvConfig.unroll``: in the lean kernel, and in the row kernel's tiles where there is none); a suffix ``g``
+gives every tile the row kernel's per-row masked tap sum (``ConvConfig.lean`` off: no lean kernel).
 
 On the bench grid's causal_conv1d shapes (B x L in {1 x 8192, 8 x 1024, 64 x 128, 4 x 8192, 16 x 4096},
 C = 10240, K = 4, SiLU, slot cache with initial states) it times the row and write-back kernels with
@@ -55,10 +55,7 @@ from exactfuse.ops.conv.triton import _dense_windows, _history_head, launch_conv
 from exactfuse.testing import clone_args
 
 TIMER = cudagraph_timer(rep_ms=10)
-DEFAULT_TILES = (
-    "16x128,32x128,32x64,16x128u4,16x128u8,16x128u16,32x128u8,32x128u16,32x128u32,64x128u16,"
-    "64x128u32,32x64u8,64x64u16,32x256u8"
-)
+DEFAULT_TILES = "16x128,32x128,32x64,16x128u4,32x64u8,32x128u8,64x64u8,32x128u16,64x64u16,64x128u16,16x128g"
 
 
 def parse_tile(text: str) -> tuple[int, int, int, bool]:
