@@ -72,7 +72,7 @@ def tile_weights(
         columns = tap_weights(p_w, tl.reshape(o_c, (BC,)), tl.reshape(m_c, (BC,)), stride_w_c, stride_w_k, K, BC,
                               W_ALIGN)  # fmt: skip
         for k in tl.static_range(K):
-            weights += (tl.reshape(columns[k], o_c.shape),)
+            weights += (columns[k][None, :] if len(o_c.shape) == 2 else columns[k],)
     return weights
 
 
