@@ -13,10 +13,9 @@ static counts (code size, both sides of every branch), not executed instructions
 may be newer than the GPU machine's: read differences between variants, then measure on the GPU.
 
 Presets: ``decode`` is the conv row kernel's decode step on FLA's ``[B, C, K]`` state (``--tiles``:
-channels a program), with and without ``WINDOW_TILE`` (``S_ALIGN`` 4: the channel stride K), and with ``--fla``
-fla-core's update kernel on the same call; ``taps`` is the
-conv's tap sum alone, its
-weights read three ways (``taps_kernel``: what a layout conversion through shared memory costs);
+channels a program, ``--rows``: rows a program), with and without ``WINDOW_TILE`` (``S_ALIGN`` 4: the channel
+stride K), and with ``--fla`` fla-core's update kernel on the same call; ``taps`` is the conv's tap sum alone,
+its weights read three ways (``taps_kernel``: what a layout conversion through shared memory costs);
 ``conv_grad`` the conv backward's row kernel (bf16, K = 4, SiLU, bias); ``conv`` is the conv family's
 row kernel in causal_conv1d prefill (K = 4, bf16's fast SiLU ``ACT``, bias, a slot cache, bf16);
 ``attention`` is sparse_paged_attention's partial kernel at (Hq, Hkv) = (24, 2), D = 128, block_n 64,
@@ -77,14 +76,14 @@ def _conv(tile: str, warps: int) -> tuple[str, dict]:
         kernel = conv_rows_kernel
         consts |= dict(MODE=2, SQL=1, HAS_TOKEN_MAP=False, BW=4, UNROLL=int(unroll or 1), HAS_SEQ_IDX=False,
                        FIXUP=False, HEAD=0, WINDOW_TILE=False, S_ALIGN=1, W_ALIGN=1,
-                       CHANNELS_FIRST=False, FLAT_WINDOW=False, WINDOW_RT=False)  # fmt: skip
+                       CHANNELS_FIRST=False, FLAT_WINDOW=False, SCALAR_WINDOW=False)  # fmt: skip
     types = {n: t for n, t in types.items() if n in kernel.arg_names}
     div16 = [*types, "stride_x", "stride_res", "stride_outer", "stride_out", "C"]
     ones = [n for n in ("stride_w_k", "stride_s_w", "stride_sid") if n in kernel.arg_names]
     return f"conv {tile}/{warps}", compile_sass(kernel, types, consts, div16, ones, warps, num_stages=1)
 
 
-def _decode(bc: int, warps: int, tile: bool) -> tuple[str, dict]:
+def _decode(bc: int, warps: int, tile: bool, rows: int = 1) -> tuple[str, dict]:
     """The row kernel's decode step on FLA's state (``[B, C, K]``, K = 4, the history at the end: HEAD 1),
     bf16, SiLU, bias, no state indices."""
     from exactfuse.ops.conv.kernels import conv_rows_kernel as kernel
@@ -92,12 +91,12 @@ def _decode(bc: int, warps: int, tile: bool) -> tuple[str, dict]:
     types = {n: "*bf16" for n in ("p_x", "p_w", "p_b", "p_res", "p_outer", "p_out", "p_state")}
     types |= {"p_sid": "*i32", "p_qsl": "*i32", "p_acc": "*i32", "p_init": "*i1", "p_tok": "*i32", "p_seq": "*i32"}
     consts = dict(MODE=0, K=4, D=1, SQL=1, HAS_STATE=True, HAS_SID=False, INIT=2, HAS_TOKEN_MAP=False,
-                  HAS_RESIDUAL=False, HAS_OUTER=False, HAS_BIAS=True, ACT=ACT, BC=bc, BW=4, BT=1, UNROLL=1,
+                  HAS_RESIDUAL=False, HAS_OUTER=False, HAS_BIAS=True, ACT=ACT, BC=bc, BW=4, BT=rows, UNROLL=1,
                   HAS_SEQ_IDX=False, FIXUP=False, HEAD=1, WINDOW_TILE=tile, S_ALIGN=4, W_ALIGN=4,
-                  CHANNELS_FIRST=False, FLAT_WINDOW=False, EVEN_C=True, WINDOW_RT=False)  # fmt: skip
+                  CHANNELS_FIRST=False, FLAT_WINDOW=False, EVEN_C=True, SCALAR_WINDOW=False)  # fmt: skip
     div16 = [*types, "stride_x", "stride_out", "stride_s_slot", "C"]  # stride_s_c is K = 4: not 16-divisible
     ones = ["stride_w_k", "stride_s_w", "stride_sid"]
-    label = f"decode [B, C, K] {bc}/{warps}{' window tile' if tile else ''}"
+    label = f"decode [B, C, K] {bc}/{warps}{' window tile' if tile else ''}{f' {rows} rows' if rows > 1 else ''}"
     return label, compile_sass(kernel, types, consts, div16, ones, warps, num_stages=1)
 
 
@@ -202,13 +201,14 @@ def main() -> None:
     parser.add_argument("--op", default="F2F,F2FP,HADD2,LDG,LDGSTS,LDS,STS,HMMA,FFMA,IMAD",
                         help="SASS op prefixes to count (comma-separated)")  # fmt: skip
     parser.add_argument("--sass", help="a folder to write each kernel's SASS into")
+    parser.add_argument("--rows", type=int, default=1, help="decode: rows a program (ConvConfig.BT)")
     parser.add_argument("--fla", action="store_true", help="decode: also fla-core's update kernel (fla importable)")
     args = parser.parse_args()
     if args.preset == "conv":
         jobs = [lambda t=t: _conv(t, args.warps) for t in (args.tiles or "32x128,16x128,32x128u8").split(",")]
     elif args.preset == "decode":  # --tiles: channels a program
         channels = [int(c) for c in (args.tiles or "64,128").split(",")]
-        jobs = [lambda c=c, f=f: _decode(c, args.warps, f) for c in channels for f in (False, True)]
+        jobs = [lambda c=c, f=f: _decode(c, args.warps, f, args.rows) for c in channels for f in (False, True)]
         if args.fla:
             jobs += [lambda c=c: _fla_update(c, args.warps) for c in channels]
     elif args.preset == "conv_grad":

@@ -1,7 +1,8 @@
 """Sweep the conv family's spec/prefill tile on the GPU: rows x channels a program, and warps.
 
 Usage: PYTHONPATH=src python scripts/gpu/sweep_conv.py [--tiles 16x128,32x128u8,...] [--warps 4,8] [--floor]
-       PYTHONPATH=src python scripts/gpu/sweep_conv.py --decode [--channels 64,128,...] [--warps 1,2,4,8]
+       PYTHONPATH=src python scripts/gpu/sweep_conv.py --decode|--update [--channels 64,128,...] [--warps 1,2,4,8]
+                                                       [--rows 1,2,4] [--paths ,t,f]
 
 A tile is ``BTxBC`` (each tap's rows loaded) or ``BTxBCuU`` (runs of ``U`` rows over a register window,
 ``ConvConfig.unroll``: in the lean kernel, and in the row kernel's tiles where there is none); a suffix ``g``
@@ -25,7 +26,8 @@ C = 10240, K = 4, D = 3, both state layouts) with ``BC`` channels a program (eac
 its request's ``[BW, BC]`` state window) x warps x the window held in registers or loaded twice
 (``ConvConfig.window_tile``, labelled ``t``) or, over dense ``[C, W]`` slots, the block's windows moved as one
 flat run (``ConvConfig.flat_window``, ``f``) x the grid's order (``ConvConfig.channels_first``, labelled ``c``:
-consecutive programs take one row's channel blocks), each checked bit for bit (residual and state) against
+consecutive programs take one row's channel blocks) x rows a program (``--rows``, ``ConvConfig.BT``, labelled
+``rN``), each checked bit for bit (residual and state) against
 the shipped rule's first; at R <= 8 also a plain copy of the same bytes (half read, half written), the
 issue's small-batch reference. Result: sweeps/conv_decode.txt.
 
@@ -119,9 +121,12 @@ def fla_update(case, ref_out, ref_state) -> str:
     return f"| fla {us:.1f} ({call.config})" + ("" if close else " NOT within 2e-2 of exactfuse's")
 
 
-def sweep_decode(channels: list[int], warps: list[int], copy: float, update: bool = False) -> None:
-    """``--decode``: channels a program x warps on short_conv's decode shapes (sweeps/conv_decode.txt);
-    ``update``: on causal_conv1d_update's ``-lastK`` cases, beside fla-core (sweeps/conv_update_decode.txt)."""
+def sweep_decode(
+    channels: list[int], warps: list[int], copy: float, update: bool = False, rows=(1,), paths=("", "t", "f")
+) -> None:
+    """``--decode``: channels a program x warps x rows a program x window paths on short_conv's decode shapes
+    (sweeps/conv_decode.txt); ``update``: on causal_conv1d_update's ``-lastK`` cases, beside fla-core
+    (sweeps/conv_update_decode.txt)."""
     op, runner = (_causal_conv1d_update, run_update) if update else (_short_conv, run_decode)
     lines = [f"copy {copy / 1e9:,.0f} GB/s; {op.name} decode, bf16; shipped rule: heuristics.conv_config",
              "shape | BC/warps: µs (% roofline) ..., fastest first"]  # fmt: skip
@@ -144,21 +149,21 @@ def sweep_decode(channels: list[int], warps: list[int], copy: float, update: boo
         call()
         roof = op.bytes_fn(*case.args, **case.kwargs) / copy * 1e6
         row, times = [], {}
-        for bc, w, path, first in itertools.product(channels, warps, ("", "t", "f"), (False, True)):
+        for bc, w, path, first, bt in itertools.product(channels, warps, paths, (False, True), rows):
             if path == "f" and not _dense_windows(a["conv_state"].stride(), window, C, bc):
                 continue  # the launcher would take the two loads: the flat run only over dense [C, W] slots
             cfg = heuristics.ConvConfig(
-                BT=1, BC=bc, BC_STATE=bc, BW=shipped.BW, num_warps=w, window_tile=path == "t",
+                BT=bt, BC=bc, BC_STATE=bc, BW=shipped.BW, num_warps=w, window_tile=path == "t",
                 flat_window=path == "f", channels_first=first,
             )  # fmt: skip
             call, out, state = runner(case, cfg)
             call()
             if not (torch.equal(out, ref_out) and torch.equal(state, ref_state)):
-                row.append(f"{decode_label(bc, w, path, first)}: DIFFERS")
+                row.append(f"{decode_label(bc, w, path, first, bt)}: DIFFERS")
                 continue
-            times[(bc, w, path, first)] = TIMER(call) * 1e3
+            times[(bc, w, path, first, bt)] = TIMER(call) * 1e3
         shipped_path = "t" if shipped.window_tile else ("f" if shipped.flat_window else "")
-        base = times.get((shipped.BC, shipped.num_warps, shipped_path, shipped.channels_first))
+        base = times.get((shipped.BC, shipped.num_warps, shipped_path, shipped.channels_first, shipped.BT))
         for key, us in sorted(times.items(), key=lambda kv: kv[1]):
             row.append(f"{decode_label(*key)}: {us:.1f} ({100 * roof / us:.0f}%)")
             if base:
@@ -177,11 +182,12 @@ def sweep_decode(channels: list[int], warps: list[int], copy: float, update: boo
     emit("conv_update_decode.txt" if update else "conv_decode.txt", lines)
 
 
-def decode_label(bc: int, warps: int, path: str, channels_first: bool) -> str:
+def decode_label(bc: int, warps: int, path: str, channels_first: bool, rows: int = 1) -> str:
     """``BC/warps``, with ``t`` when the window is held in registers (``ConvConfig.window_tile``), ``f`` when
-    the block's windows move as one flat run (``ConvConfig.flat_window``), and ``c`` on the grid whose
-    consecutive programs take one row's channel blocks (``ConvConfig.channels_first``)."""
-    return f"{bc}/{warps}{path}" + ("c" if channels_first else "")
+    the block's windows move as one flat run (``ConvConfig.flat_window``), ``c`` on the grid whose
+    consecutive programs take one row's channel blocks (``ConvConfig.channels_first``), and ``rN`` for ``N``
+    rows a program (``ConvConfig.BT``)."""
+    return f"{bc}/{warps}{path}" + ("c" if channels_first else "") + (f"r{rows}" if rows > 1 else "")
 
 
 def floor(case, copy: float) -> str:
@@ -218,11 +224,14 @@ def main() -> None:
     update_help = "causal_conv1d_update on FLA's state, beside fla-core (conv_update_decode.txt)"
     parser.add_argument("--update", action="store_true", help=update_help)
     parser.add_argument("--channels", default="64,128,256", help="--decode, --update: channels a program")
+    parser.add_argument("--rows", default="1", help="--decode, --update: rows a program (ConvConfig.BT)")
+    parser.add_argument("--paths", default=",t,f", help="--decode, --update: window paths ('', t, f)")
     opts = parser.parse_args()
     copy = measure_copy_bandwidth(torch.device("cuda"))
     if opts.decode or opts.update:
         warps = [int(w) for w in (opts.warps or "1,2,4,8").split(",")]
-        sweep_decode([int(c) for c in opts.channels.split(",")], warps, copy, update=opts.update)
+        rows = [int(r) for r in opts.rows.split(",")]
+        sweep_decode([int(c) for c in opts.channels.split(",")], warps, copy, opts.update, rows, opts.paths.split(","))
         return
     tiles = [parse_tile(t) for t in opts.tiles.split(",")]
     warps = [int(w) for w in (opts.warps or "4,8").split(",")]

@@ -111,6 +111,24 @@ def test_interpreter_decode_channels_first_grid_gives_the_same_bits(monkeypatch)
 
 
 @pytest.mark.interpreter
+def test_interpreter_decode_rows_per_program_give_the_same_bits(monkeypatch):
+    """Decode with several rows a program (``ConvConfig.BT`` in decode: each row its own request and window, one
+    after another, the weights and bias read once): 3 rows a program (so the last program's rows run past the
+    batch) with and without the register window, and 2 on the channels-first grid, against one row a
+    program: outputs, residuals and states bit for bit on short_conv's and causal_conv1d_update's decode cases
+    (R = 0 included) and FLA's ``[B, C, K]`` state."""
+    fla = [last_k_update_case(f"lastK-B{B}", B, C=48, K=4, dtype=torch.float32, device="cpu", gen=make_generator(B))
+           for B in (1, 4)]  # fmt: skip
+    for change in ({"BT": 3, "window_tile": True}, {"BT": 3, "window_tile": False},
+                   {"BT": 2, "window_tile": True, "channels_first": True}):  # fmt: skip
+        reference = {k: v for k, v in change.items() if k != "BT"}
+        assert_same_bits(
+            monkeypatch, change, reference, (short_conv, causal_conv1d_update), skip=("spec", "prefill", "chunk"),
+            extra={causal_conv1d_update: fla},
+        )  # fmt: skip
+
+
+@pytest.mark.interpreter
 def test_interpreter_decode_flat_window_gives_the_same_bits(monkeypatch):
     """Decode with each program's dense ``[BC, W]`` block of windows read and written as one flat run and
     the taps and the shifted window gathered from it (``ConvConfig.flat_window``; the launcher takes it

@@ -78,20 +78,24 @@ def tile_weights(
 
 @triton.jit
 def decode_window(
-    p_x, p_w, p_b, p_res, p_outer, p_out, p_window, p_tok, i_t, c0, o_c, m_c, out_ok, state_ok, read_state, L, N,
-    stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_s_c, stride_s_w,
+    p_x, p_w, weights, b_bias, p_res, p_outer, p_out, p_window, p_tok, i_t, c0, o_c, m_c, out_ok, state_ok,
+    read_state, L, N, stride_x, stride_res, stride_outer, stride_out, stride_s_c, stride_s_w,
     K: tl.constexpr, D: tl.constexpr, HEAD: tl.constexpr, BC: tl.constexpr, BW: tl.constexpr, S_ALIGN: tl.constexpr,
-    W_ALIGN: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr,
-    HAS_BIAS: tl.constexpr, ACT: tl.constexpr, FLAT: tl.constexpr,
+    HAS_TOKEN_MAP: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr,
+    ACT: tl.constexpr, FLAT: tl.constexpr, SCALAR: tl.constexpr,
 ):  # fmt: skip
     """Decode row ``i_t`` with its slot's window held in registers: the ``HEAD + SL`` old positions loaded once
     as a ``[BW, BC]`` tile and viewed as ``[BC, BW]`` (each channel's window one vector access where the state's
-    channel stride is a multiple of ``S_ALIGN`` elements, a power of two the launcher read off the stride;
-    over ``[slot, C, W]`` storage where no such power divides it, the caller passes a window stride Triton has
-    not specialized, so that the threads lie along the channels, each holding its channels' whole windows),
+    channel stride is a multiple of ``S_ALIGN`` elements, a power of two the launcher read off the stride),
     the taps taken from its columns and the row, and the window shifted by one in registers and stored back.
+
+    SCALAR (the launcher's check: ``[slot, C, W]`` storage whose channel stride no power of two above 1
+    divides, so a channel's window is no vector access): each position loaded and stored as a ``[BC]`` vector
+    of its own, one channel a thread. A ``[BW, BC]`` tile of scalar accesses has no axis the compiler must put
+    across the threads, and Triton 3.6 puts the window's there (then moves the columns through shared memory).
     The same values and roundings as ``kernels._conv_rows`` followed by ``slots.window_values`` /
-    ``store_window``; the weights as :func:`tap_weights` loads them.
+    ``store_window``. ``weights`` (:func:`tap_weights`) and ``b_bias`` (``rounding.bias_values``) are the
+    caller's, read once for the rows a program takes.
 
     FLAT (the launcher's check: a dense ``[C, HEAD + SL]`` block per slot, channels ``c0 ... c0 + BC`` all
     below ``C``): the block's ``BC (HEAD + SL)`` elements are one contiguous run, loaded and stored as a flat
@@ -104,27 +108,31 @@ def decode_window(
         & (p_x.dtype.element_ty == tl.float16)
         & (p_window.dtype.element_ty == tl.float16)
     )
+    stride_s_c = aligned(stride_s_c, S_ALIGN)
     if FLAT:
         o_f = tl.arange(0, BC * BW)
         p_old = p_window + c0.to(tl.int64) * NW + o_f
         m_old = o_f < BC * NW
+        old = tl.load(p_old, mask=mask_and(m_old, read_state), other=0.0)
+    elif SCALAR:  # each position a [BC] vector: one layout, the channels across the threads
+        p_old = p_window + o_c * stride_s_c
+        cols = ()
+        for i in tl.static_range(BW):
+            if i < NW:
+                cols += (tl.load(p_old + i * stride_s_w, mask=mask_and(m_c, read_state), other=0.0),)
+            else:  # padding to BW: never read, never stored
+                cols += (tl.zeros_like(o_c).to(p_window.dtype.element_ty),)
     else:
-        stride_s_c = aligned(stride_s_c, S_ALIGN)
         o_w = tl.arange(0, BW)
         p_old = p_window + o_w[:, None] * stride_s_w + o_c[None, :] * stride_s_c
         m_old = m_c[None, :] & (o_w < NW)[:, None]
-    old = tl.load(p_old, mask=mask_and(m_old, read_state), other=0.0)
-    if not FLAT:
-        old = tl.trans(old)
+        cols = window_columns(tl.trans(tl.load(p_old, mask=mask_and(m_old, read_state), other=0.0)), BC, BW)
     o_row = i_t
     m_x = state_ok & (o_row >= 0) & (o_row < L)
     if HAS_TOKEN_MAP:
         o_row = tl.load(p_tok + o_row, mask=m_x, other=0)
         m_x = m_x & (o_row >= 0) & (o_row < N)
     b_x = tl.load(p_x + o_row.to(tl.int64) * stride_x + o_c, mask=mask_and(m_c, m_x), other=0.0)
-    if not FLAT:
-        cols = window_columns(old, BC, BW)
-    weights = tap_weights(p_w, o_c, m_c, stride_w_c, stride_w_k, K, BC, W_ALIGN)
     acc = tl.zeros_like(o_c).to(tl.float32)
     for k in tl.static_range(K):  # position HEAD + D k of old window ‖ row; the last tap is the row
         if HEAD + D * k < NW:
@@ -136,7 +144,7 @@ def decode_window(
         else:
             acc = tap(acc, weights[k], b_x.to(tl.float32), FP16_TAPS)
     finish(
-        acc, p_x, p_w, p_b, p_res, p_outer, p_out, p_tok, i_t, o_c, m_c, out_ok, L, N, stride_res, stride_outer,
+        acc, b_bias, p_x, p_w, p_res, p_outer, p_out, p_tok, i_t, o_c, m_c, out_ok, L, N, stride_res, stride_outer,
         stride_out, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
     )  # fmt: skip
     if FLAT:  # element j of the run: channel j // NW, position j % NW, which takes j + 1 or the row
@@ -150,11 +158,14 @@ def decode_window(
             if i + 1 < NW:
                 shifted += (cols[i + 1],)
             elif i + 1 == NW:
-                shifted += (b_x.to(old.dtype),)
+                shifted += (b_x.to(p_window.dtype.element_ty),)
             else:
                 shifted += (cols[i],)
-        new = window_tile(shifted, BC, BW)
     tl.debug_barrier()  # every thread's loads of the window precede any store into it
-    if not FLAT:
-        new = tl.trans(new)
-    tl.store(p_old, new, mask=mask_and(m_old, state_ok))
+    if FLAT:
+        tl.store(p_old, new, mask=mask_and(m_old, state_ok))
+    elif SCALAR:
+        for i in tl.static_range(NW):
+            tl.store(p_old + i * stride_s_w, shifted[i], mask=mask_and(m_c, state_ok))
+    else:
+        tl.store(p_old, tl.trans(window_tile(shifted, BC, BW)), mask=mask_and(m_old, state_ok))

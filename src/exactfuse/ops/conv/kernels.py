@@ -40,7 +40,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from exactfuse.ops.conv.decode import decode_window, tile_weights
+from exactfuse.ops.conv.decode import decode_window, tap_weights, tile_weights
 from exactfuse.ops.conv.rounding import bias_values, conv_value, finish, store_conv, tap
 from exactfuse.ops.conv.slots import (
     channel_mask,
@@ -126,8 +126,8 @@ def _conv_rows(
                 L, N, stride_x, stride_w_c, stride_w_k, stride_s_c, stride_s_w, K, D, HAS_TOKEN_MAP, False, HAS_SEQ_IDX,
             )  # fmt: skip
     finish(
-        acc, p_x, p_w, p_b, p_res, p_outer, p_out, p_tok, o_t, o_c, m_c, out_ok, L, N, stride_res, stride_outer,
-        stride_out, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
+        acc, bias_values(p_b, o_c, m_c, o_t, HAS_BIAS), p_x, p_w, p_res, p_outer, p_out, p_tok, o_t, o_c, m_c, out_ok,
+        L, N, stride_res, stride_outer, stride_out, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
     )  # fmt: skip
 
 
@@ -189,6 +189,7 @@ def _conv_runs(
     weights = ()
     for k in tl.static_range(K):
         weights += (tl.load(p_w + o_c * stride_w_c + k * stride_w_k, mask=m_c).to(tl.float32),)
+    b_bias = bias_values(p_b, o_c, m_c, start[:, None], HAS_BIAS)  # once for the program's runs
     # a run's request: found once, for its first row; only a program with a run that crosses a request
     # boundary (rare in long sequences) searches again for every row
     r_first = find_request(start, R, p_qsl)
@@ -230,23 +231,23 @@ def _conv_runs(
                 b_x = tl.where((seqs[i_r + D * k] == seqs[i_r + SL])[:, None], b_x, 0.0)
             acc = tap(acc, weights[k], tl.where(h < SL, b_s, b_x), FP16_TAPS)
         finish(
-            acc, p_x, p_w, p_b, p_res, p_outer, p_out, p_tok, o_t[:, None], o_c, m_c, out_ok[:, None], L, N,
+            acc, b_bias, p_x, p_w, p_res, p_outer, p_out, p_tok, o_t[:, None], o_c, m_c, out_ok[:, None], L, N,
             stride_res, stride_outer, stride_out, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
         )  # fmt: skip
 
 
-@triton.jit(do_not_specialize=["L", "R", "N", "slots", "null_slot", "stride_s_w_rt"])
+@triton.jit(do_not_specialize=["L", "R", "N", "slots", "null_slot"])
 def conv_rows_kernel(
     p_x, p_w, p_b, p_res, p_outer, p_out, p_state, p_sid, p_qsl, p_acc, p_init, p_tok, p_seq,
     L, R, N, C, slots, null_slot,
     stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k,
-    stride_s_slot, stride_s_c, stride_s_w, stride_sid, stride_s_w_rt,
+    stride_s_slot, stride_s_c, stride_s_w, stride_sid,
     MODE: tl.constexpr, K: tl.constexpr, D: tl.constexpr, SQL: tl.constexpr,
     HAS_STATE: tl.constexpr, HAS_SID: tl.constexpr, INIT: tl.constexpr, HAS_TOKEN_MAP: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
     BC: tl.constexpr, BW: tl.constexpr, BT: tl.constexpr, UNROLL: tl.constexpr, HAS_SEQ_IDX: tl.constexpr,
     FIXUP: tl.constexpr, HEAD: tl.constexpr, WINDOW_TILE: tl.constexpr, S_ALIGN: tl.constexpr, W_ALIGN: tl.constexpr,
-    CHANNELS_FIRST: tl.constexpr, FLAT_WINDOW: tl.constexpr, EVEN_C: tl.constexpr, WINDOW_RT: tl.constexpr,
+    CHANNELS_FIRST: tl.constexpr, FLAT_WINDOW: tl.constexpr, EVEN_C: tl.constexpr, SCALAR_WINDOW: tl.constexpr,
 ):  # fmt: skip
     """``BT`` logical rows x ``BC`` channels of the conv output; in decode also the row's state shift.
 
@@ -260,22 +261,21 @@ def conv_rows_kernel(
     p_seq: ``[L]`` int32, each logical row's sequence (HAS_SEQ_IDX: Dao's ``seq_idx``; taps across a change are
     zero, rows < 0 have no output; never with a state). constexpr: MODE (0 decode, 1 spec, 2 prefill), K, D
     (dilation), SQL, INIT (0 never, 1 tensor, 2 always), the HAS_* flags, ACT (the SiLU's formula id, -1 none), BC
-    (channels per program), BW (``next_power_of_2(HEAD + SL + SQL - 1)``), BT (rows per program: 1 in decode, where
-    each row is a request and shifts its own window), UNROLL (spec, prefill: 1 loads each tap's rows, more takes runs
-    of UNROLL rows from a register window, :func:`_conv_runs`; a power of two dividing BT), HEAD (Dao's wide window
+    (channels per program), BW (``next_power_of_2(HEAD + SL + SQL - 1)``), BT (rows per program; in decode each row
+    is a request and shifts its own window, the program's rows one after another, its weights and bias read once),
+    UNROLL (spec, prefill: 1 loads each tap's rows, more takes runs of UNROLL rows from a register window,
+    :func:`_conv_runs`; a power of two dividing BT), HEAD (Dao's wide window
     with the history at its end: each slot's history starts ``HEAD`` positions into its window at p_state, and
     those positions shift with it, ``(window ‖ rows)[qlen:]``; 0 otherwise), WINDOW_TILE (decode with a state: the
     window held in registers, :func:`decode.decode_window`), S_ALIGN and W_ALIGN (powers of two dividing ``stride_s_c``
     and ``stride_w_c``, for WINDOW_TILE's vector accesses), CHANNELS_FIRST (decode: a one-axis grid, program
-    ``r * cdiv(C, BC) + c`` taking row ``r``'s channel block ``c``, so that neighbouring programs read
+    ``r * cdiv(C, BC) + c`` taking row block ``r``'s channel block ``c``, so that neighbouring programs read
     neighbouring bytes; else rows on axis 0 and channel blocks on axis 1), FLAT_WINDOW (decode with a state
     whose slots are dense ``[C, HEAD + SL]`` blocks and ``BC`` dividing ``C``: each program's windows read and
     written as one flat run, :func:`decode.decode_window`'s FLAT), EVEN_C (``BC`` divides ``C``: no channel masks).
-    WINDOW_RT (the launcher's check: ``[slot, C, W]`` storage whose channel stride no power of two above 1
-    divides): the register window's offsets from ``stride_s_w_rt``, ``stride_s_w`` again but never specialized,
-    since over scalar accesses a window stride known to be 1 makes Triton lay the threads along the window.
-    L, R, N, slots and null_slot are runtime values, not
-    specialized: one compile serves every batch.
+    SCALAR_WINDOW (the launcher's check: ``[slot, C, W]`` storage whose channel stride no power of two above 1
+    divides): the register window one ``[BC]`` vector a position, ``decode.decode_window``'s SCALAR.
+    L, R, N, slots and null_slot are runtime values, not specialized: one compile serves every batch.
     """
     SL: tl.constexpr = (K - 1) * D
     if MODE == 0 and CHANNELS_FIRST:  # one flat axis: consecutive programs take one row's channel blocks
@@ -285,41 +285,44 @@ def conv_rows_kernel(
         i_t = tl.program_id(0)
         i_c = tl.program_id(1)
     p_hist = p_state + HEAD * stride_s_w  # each slot's history: HEAD positions into its window
-    if MODE == 0:  # one row, one request
+    if MODE == 0:  # BT rows, each one request, in turn
         o_c = i_c * BC + tl.arange(0, BC)
         m_c = channel_mask(o_c, C, EVEN_C)
-        sid, state_ok, read_state, slot_off = request_slot(
-            i_t, R, p_sid, p_acc, p_init, slots, null_slot, stride_sid, MODE, SQL, HAS_STATE, HAS_SID, INIT
-        )
-        out_ok = i_t < L
-        if HAS_STATE:
-            out_ok = out_ok & state_ok
-        seq, out_ok = _row_seq(p_seq, i_t, out_ok, L, HAS_SEQ_IDX)
-        # the whole window shifts by the one row: HEAD + SL positions from the slot's start
-        p_window = p_state + sid.to(tl.int64) * stride_s_slot
-        if HAS_STATE and (WINDOW_TILE or FLAT_WINDOW):
-            window_stride = stride_s_w
-            if WINDOW_RT:  # scalar accesses: one thread a channel only where the stride is not a known 1
-                window_stride = stride_s_w_rt
-            decode_window(
-                p_x, p_w, p_b, p_res, p_outer, p_out, p_window, p_tok, i_t, i_c * BC, o_c, m_c, out_ok, state_ok,
-                read_state, L, N, stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_s_c,
-                window_stride, K, D, HEAD, BC, BW, S_ALIGN, W_ALIGN, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS,
-                ACT, FLAT_WINDOW,
-            )  # fmt: skip
-        else:
-            _conv_rows(
-                p_x, p_w, p_b, p_res, p_outer, p_out, p_window + HEAD * stride_s_w, p_tok, p_seq, i_t, o_c, m_c, i_t,
-                out_ok, read_state, slot_off, seq, read_state, L, N, stride_x, stride_res, stride_outer, stride_out,
-                stride_w_c, stride_w_k, stride_s_c, stride_s_w, K, D, HAS_STATE, HAS_TOKEN_MAP, HAS_RESIDUAL,
-                HAS_OUTER, HAS_BIAS, ACT, HAS_SEQ_IDX,
-            )  # fmt: skip
+        WINDOW: tl.constexpr = HAS_STATE and (WINDOW_TILE or FLAT_WINDOW)
+        if WINDOW:  # the weights and the bias once for the program's rows
+            weights = tap_weights(p_w, o_c, m_c, stride_w_c, stride_w_k, K, BC, W_ALIGN)
+            b_bias = bias_values(p_b, o_c, m_c, 0, HAS_BIAS)
+        for i_r in tl.static_range(BT):
+            i_row = i_t * BT + i_r
+            sid, state_ok, read_state, slot_off = request_slot(
+                i_row, R, p_sid, p_acc, p_init, slots, null_slot, stride_sid, MODE, SQL, HAS_STATE, HAS_SID, INIT
+            )
+            out_ok = i_row < L
             if HAS_STATE:
-                b_window, m_window = window_values(
-                    p_window, p_x, p_tok, o_c, m_c, i_t, 1, 0, HEAD + SL, state_ok, read_state, L, N,
-                    stride_x, stride_s_c, stride_s_w, HEAD + SL, HEAD + SL, BW, HAS_TOKEN_MAP,
+                out_ok = out_ok & state_ok
+            seq, out_ok = _row_seq(p_seq, i_row, out_ok, L, HAS_SEQ_IDX)
+            # the whole window shifts by the one row: HEAD + SL positions from the slot's start
+            p_window = p_state + sid.to(tl.int64) * stride_s_slot
+            if WINDOW:
+                decode_window(
+                    p_x, p_w, weights, b_bias, p_res, p_outer, p_out, p_window, p_tok, i_row, i_c * BC, o_c, m_c,
+                    out_ok, state_ok, read_state, L, N, stride_x, stride_res, stride_outer, stride_out, stride_s_c,
+                    stride_s_w, K, D, HEAD, BC, BW, S_ALIGN, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
+                    FLAT_WINDOW, SCALAR_WINDOW,
                 )  # fmt: skip
-                store_window(p_window, o_c, m_c, b_window, m_window, stride_s_c, stride_s_w, BW)
+            else:
+                _conv_rows(
+                    p_x, p_w, p_b, p_res, p_outer, p_out, p_window + HEAD * stride_s_w, p_tok, p_seq, i_row, o_c, m_c,
+                    i_row, out_ok, read_state, slot_off, seq, read_state, L, N, stride_x, stride_res, stride_outer,
+                    stride_out, stride_w_c, stride_w_k, stride_s_c, stride_s_w, K, D, HAS_STATE, HAS_TOKEN_MAP,
+                    HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT, HAS_SEQ_IDX,
+                )  # fmt: skip
+                if HAS_STATE:
+                    b_window, m_window = window_values(
+                        p_window, p_x, p_tok, o_c, m_c, i_row, 1, 0, HEAD + SL, state_ok, read_state, L, N,
+                        stride_x, stride_s_c, stride_s_w, HEAD + SL, HEAD + SL, BW, HAS_TOKEN_MAP,
+                    )  # fmt: skip
+                    store_window(p_window, o_c, m_c, b_window, m_window, stride_s_c, stride_s_w, BW)
     elif UNROLL > 1:  # runs of UNROLL rows over a register window
         o_c = (i_c * BC + tl.arange(0, BC))[None, :]
         _conv_runs(

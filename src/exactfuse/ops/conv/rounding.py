@@ -67,14 +67,14 @@ def store_conv(conv, p_res, p_outer, p_out, o_c, m_out, HAS_RESIDUAL: tl.constex
 
 @triton.jit
 def finish(
-    acc, p_x, p_w, p_b, p_res, p_outer, p_out, p_tok, o_t, o_c, m_c, out_ok, L, N, stride_res, stride_outer, stride_out,
-    HAS_TOKEN_MAP: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr,
-    ACT: tl.constexpr,
+    acc, b_bias, p_x, p_w, p_res, p_outer, p_out, p_tok, o_t, o_c, m_c, out_ok, L, N, stride_res, stride_outer,
+    stride_out, HAS_TOKEN_MAP: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr,
+    HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
 ):  # fmt: skip
-    """The tap sum ``acc`` (fp32) of rows ``o_t``: bias, rounding, SiLU (:func:`conv_value`), zero where not
-    ``out_ok``, then the residual update or the store (:func:`store_conv`) at rows ``o_t`` (through the token
-    map where HAS_TOKEN_MAP)."""
-    conv = conv_value(acc, bias_values(p_b, o_c, m_c, o_t, HAS_BIAS), p_x, p_w, HAS_BIAS, ACT)
+    """The tap sum ``acc`` (fp32) of rows ``o_t``: the bias ``b_bias`` (:func:`bias_values`, read once by the
+    caller), rounding, SiLU (:func:`conv_value`), zero where not ``out_ok``, then the residual update or the
+    store (:func:`store_conv`) at rows ``o_t`` (through the token map where HAS_TOKEN_MAP)."""
+    conv = conv_value(acc, b_bias, p_x, p_w, HAS_BIAS, ACT)
     conv_out = tl.where(out_ok, conv, tl.zeros_like(conv))
     row_ok = (o_t >= 0) & (o_t < L)
     if HAS_RESIDUAL:

@@ -114,18 +114,19 @@ def launch_conv(
     rows_grid = (R + 1) * boundary_tiles + triton.cdiv(SL, cfg.BT) + 1 if lean else triton.cdiv(L, cfg.BT)
     channels_first = cfg.channels_first and mode == "decode"
     flat = cfg.flat_window and mode == "decode" and _dense_windows(s_strides, head + SL, C, cfg.BC)
-    # [slot, C, W] windows of scalar accesses: the register window's offsets from an unspecialized window stride
-    window_rt = mode == "decode" and has_state and not contiguous and s_align == 1
-    grid = (L * triton.cdiv(C, cfg.BC), 1) if channels_first else (rows_grid, triton.cdiv(C, cfg.BC))
+    # [slot, C, W] windows of scalar accesses: the register window one [BC] vector a position
+    scalar_window = mode == "decode" and has_state and not contiguous and s_align == 1
+    channel_blocks = triton.cdiv(C, cfg.BC)
+    grid = (triton.cdiv(L, cfg.BT) * channel_blocks, 1) if channels_first else (rows_grid, channel_blocks)
     torch.library.wrap_triton(conv_rows_kernel)[grid](
         x, weight, bias if bias is not None else x, target, outer_residual if outer_residual is not None else x,
         target, state, sid, qsl, acc, hinit, tok, seq_idx if seq_idx is not None else x,
         L, R, N, C, slots, null_slot,
         x.stride(0), target.stride(0), outer_residual.stride(0) if outer_residual is not None else 0,
         target.stride(0), weight.stride(0), weight.stride(1),
-        *s_strides, sid_stride, s_strides[2], BW=cfg.BW, UNROLL=cfg.unroll if mode != "decode" and not lean else 1,
+        *s_strides, sid_stride, BW=cfg.BW, UNROLL=cfg.unroll if mode != "decode" and not lean else 1,
         HAS_SEQ_IDX=seq_idx is not None, FIXUP=lean, S_ALIGN=s_align, W_ALIGN=_stride_alignment(weight.stride(0)),
-        CHANNELS_FIRST=channels_first, FLAT_WINDOW=flat, WINDOW_RT=window_rt,
+        CHANNELS_FIRST=channels_first, FLAT_WINDOW=flat, SCALAR_WINDOW=scalar_window,
         WINDOW_TILE=cfg.window_tile and mode == "decode" and cfg.BW <= heuristics.DECODE_WINDOW_TILE_MAX, **common,
         **flags,
     )  # fmt: skip
