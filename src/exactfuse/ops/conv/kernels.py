@@ -380,7 +380,7 @@ def conv_lean_kernel(
     L1), and so are the weights where each channel's taps are one word (W_WORD, ``decode.tile_weights``), so
     that the window's register layout is the program's and no tile moves between threads. The sums are
     :func:`_tap_sum`'s sequence of roundings, so every output is that kernel's bits. Arguments as
-    :func:`conv_rows_kernel`'s; W_ALIGN as there, W_WORD: ``tile_weights``'."""
+    :func:`conv_rows_kernel`'s (W_WORD: the launcher's check for ``tile_weights``)."""
     SL: tl.constexpr = (K - 1) * D
     t0 = tl.program_id(0) * BT
     start = (t0 + tl.arange(0, BT // UNROLL) * UNROLL)[:, None]  # each run's first row
@@ -408,14 +408,14 @@ def conv_lean_kernel(
         if out_ok:  # a scalar: the rows outside every request (or without a slot) take the branch below
             _lean_runs(
                 window, p_x, p_w, p_b, p_res_rows, p_outer_rows, p_out_rows, start, o_c, m_c, stride_res,
-                stride_outer, stride_out, stride_w_c, stride_w_k, K, D, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT, BC,
-                UNROLL, W_ALIGN, W_WORD, False,
+                stride_outer, stride_out, stride_w_c, stride_w_k, K, D, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT, UNROLL,
+                W_ALIGN, W_WORD, False,
             )  # fmt: skip
         else:
             _lean_runs(
                 window, p_x, p_w, p_b, p_res_rows, p_outer_rows, p_out_rows, start, o_c, m_c, stride_res,
-                stride_outer, stride_out, stride_w_c, stride_w_k, K, D, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT, BC,
-                UNROLL, W_ALIGN, W_WORD, True,
+                stride_outer, stride_out, stride_w_c, stride_w_k, K, D, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT, UNROLL,
+                W_ALIGN, W_WORD, True,
             )  # fmt: skip
 
 
@@ -423,8 +423,8 @@ def conv_lean_kernel(
 def _lean_runs(
     window, p_x, p_w, p_b, p_res_rows, p_outer_rows, p_out_rows, start, o_c, m_c, stride_res, stride_outer,
     stride_out, stride_w_c, stride_w_k, K: tl.constexpr, D: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-    HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, BC: tl.constexpr, UNROLL: tl.constexpr,
-    W_ALIGN: tl.constexpr, W_WORD: tl.constexpr, ZERO: tl.constexpr,
+    HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, UNROLL: tl.constexpr, W_ALIGN: tl.constexpr,
+    W_WORD: tl.constexpr, ZERO: tl.constexpr,
 ):  # fmt: skip
     """The lean kernel's outputs, row ``i_r`` of every run at a time: the taps from ``window``, the epilogue, the
     store at the rows' bases plus ``i_r`` rows. ZERO (rows outside every request, or of a request without a
