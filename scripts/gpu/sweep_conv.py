@@ -57,7 +57,7 @@ from exactfuse.ops.conv.triton import _dense_windows, _history_head, launch_conv
 from exactfuse.testing import clone_args
 
 TIMER = cudagraph_timer(rep_ms=10)
-DEFAULT_TILES = "16x128,32x128,16x128u4,16x128u8,16x256u8,32x64u8,32x128u8,64x64u8,32x128u16,64x128u16,16x128g"
+DEFAULT_TILES = "16x128,32x128,16x128u4,16x128u8,16x256u8,8x512u8,32x64u8,32x128u8,64x64u8,32x128u16,16x128g"
 
 
 def parse_tile(text: str) -> tuple[int, int, int, bool]:
