@@ -64,13 +64,14 @@ def conv_config(C: int, window: int, mode: str, channels_contiguous: bool = Fals
     """Static launch parameters for ``C`` channels and a written window of ``window`` positions;
     ``channels_contiguous``: the state's channel stride is 1 (``[slot, W, C]`` storage), a cache constant.
 
-    Decode rows (one a program) also shift their state window. Windows of at most
-    :data:`DECODE_WINDOW_TILE_MAX` positions are held in registers (``window_tile``): over ``[slot, C, W]``
-    storage one channel a thread, :data:`DECODE_WINDOW_TILE_ELEMENTS` state values a program; over ``[slot, W,
-    C]`` one warp over :data:`DECODE_WINDOW_TILE_CONTIGUOUS` channels. Longer windows take one warp over
-    :data:`DECODE_CHANNELS_CONTIGUOUS` or :data:`DECODE_CHANNELS_STRIDED` channels, at most
-    :data:`DECODE_TILE_ELEMENTS` state values a program. Spec and prefill rows hold only ``K`` taps and take
-    the :data:`TILE_ROWS` x :data:`TILE_CHANNELS` tile; their write-back kernel a ``[BW, BC_STATE]`` state
+    Decode rows (one a program here; ``BT`` rows a program run one after another) also shift their state
+    window. Windows of at most :data:`DECODE_WINDOW_TILE_MAX` positions are held in registers
+    (``window_tile``): over ``[slot, C, W]`` storage one channel a thread, :data:`DECODE_WINDOW_TILE_ELEMENTS`
+    state values a program; over ``[slot, W, C]`` one warp over :data:`DECODE_WINDOW_TILE_CONTIGUOUS`
+    channels. Longer windows take one warp over :data:`DECODE_CHANNELS_CONTIGUOUS` or
+    :data:`DECODE_CHANNELS_STRIDED` channels, at most :data:`DECODE_TILE_ELEMENTS` state values a program.
+    Spec and prefill rows hold only ``K`` taps and take the :data:`TILE_ROWS` x :data:`TILE_CHANNELS` tile;
+    their write-back kernel a ``[BW, BC_STATE]`` state
     tile. All from ``scripts/gpu/sweep_conv.py`` on the H200.
     """
     BW = next_power_of_2(max(window, 1))
