@@ -71,8 +71,7 @@ def conv_config(C: int, window: int, mode: str, channels_contiguous: bool = Fals
     channels. Longer windows take one warp over :data:`DECODE_CHANNELS_CONTIGUOUS` or
     :data:`DECODE_CHANNELS_STRIDED` channels, at most :data:`DECODE_TILE_ELEMENTS` state values a program.
     Spec and prefill rows hold only ``K`` taps and take the :data:`TILE_ROWS` x :data:`TILE_CHANNELS` tile;
-    their write-back kernel a ``[BW, BC_STATE]`` state
-    tile. All from ``scripts/gpu/sweep_conv.py`` on the H200.
+    their write-back kernel a ``[BW, BC_STATE]`` state tile. All from ``scripts/gpu/sweep_conv.py`` on the H200.
     """
     BW = next_power_of_2(max(window, 1))
     c_block = next_power_of_2(max(C, 1))
