@@ -235,8 +235,9 @@ def main() -> None:
         return
     tiles = [parse_tile(t) for t in opts.tiles.split(",")]
     warps = [int(w) for w in (opts.warps or "4,8").split(",")]
-    lines = [f"copy {copy / 1e9:,.0f} GB/s; shipped tile {heuristics.TILE_ROWS}x{heuristics.TILE_CHANNELS}, "
-             f"{heuristics.NUM_WARPS} warps", "shape | BTxBC/warps: µs (% roofline) ..."]  # fmt: skip
+    h = heuristics
+    shipped_tile = label(h.TILE_ROWS, h.TILE_CHANNELS, h.TILE_UNROLL, True, h.NUM_WARPS)
+    lines = [f"copy {copy / 1e9:,.0f} GB/s; shipped tile {shipped_tile}", "shape | BTxBC/warps: µs (% roofline) ..."]
     ratios: dict[tuple, list[float]] = {}
     floors = [f"copy {copy / 1e9:,.0f} GB/s; shipped tile, causal_conv1d prefill, bf16, slot cache",
               "shape | copy roofline µs | provider activation µs (% roofline) ..."]  # fmt: skip

@@ -21,6 +21,9 @@ STATE_TILE_ELEMENTS = 4096
 TILE_ROWS = 16
 TILE_CHANNELS = 128
 NUM_WARPS = 4
+# Rows a register window serves in the lean prefill kernel (ConvConfig.unroll): 1, each tap's rows loaded, until
+# sweep conv has timed the runs of the single-layout lean kernel (docs/heuristics.md).
+TILE_UNROLL = 1
 # Decode without a register window (windows longer than DECODE_WINDOW_TILE_MAX positions): one warp over 128
 # channels ([slot, W, C] storage) or 64 ([slot, C, W]), at most DECODE_TILE_ELEMENTS state values a program.
 DECODE_CHANNELS_CONTIGUOUS = 128
@@ -36,6 +39,8 @@ DECODE_WARPS = 1
 DECODE_WINDOW_TILE_ELEMENTS = 1024
 DECODE_WINDOW_TILE_CONTIGUOUS = 256
 DECODE_WINDOW_TILE_MAX = 16  # window positions the register window takes (slots.window_columns' tuple)
+# Decode rows a program (ConvConfig.BT), one after another: 1 until sweep conv --update --rows has timed more.
+DECODE_ROWS = 1
 
 
 @dataclass(frozen=True)
@@ -83,12 +88,13 @@ def conv_config(C: int, window: int, mode: str, channels_contiguous: bool = Fals
             else:
                 BC = max(16, min(c_block, DECODE_WINDOW_TILE_ELEMENTS // BW))
                 warps = max(1, BC // 32)
-            return ConvConfig(BT=1, BC=BC, BC_STATE=BC_STATE, BW=BW, num_warps=warps, window_tile=True)
+            return ConvConfig(BT=DECODE_ROWS, BC=BC, BC_STATE=BC_STATE, BW=BW, num_warps=warps, window_tile=True)
         want = DECODE_CHANNELS_CONTIGUOUS if channels_contiguous else DECODE_CHANNELS_STRIDED
         BC = max(16, min(c_block, want, DECODE_TILE_ELEMENTS // BW))
         return ConvConfig(BT=1, BC=BC, BC_STATE=BC_STATE, BW=BW, num_warps=DECODE_WARPS)
     BT, BC = TILE_ROWS, max(16, min(c_block, TILE_CHANNELS))
-    return ConvConfig(BT=BT, BC=BC, BC_STATE=BC_STATE, BW=BW, num_warps=NUM_WARPS)
+    unroll = TILE_UNROLL if mode == "prefill" else 1  # spec rows take the row kernel's tile
+    return ConvConfig(BT=BT, BC=BC, BC_STATE=BC_STATE, BW=BW, num_warps=NUM_WARPS, unroll=unroll)
 
 
 # The backward's row kernel: BT x BC tiles, STEPS of them down the rows a program (its weight and bias
