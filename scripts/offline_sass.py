@@ -61,7 +61,8 @@ def compile_sass(fn, types: dict, constexprs: dict, div16=(), ones=(), num_warps
 
 
 def _conv(tile: str, warps: int) -> tuple[str, dict]:
-    from exactfuse.ops.conv.kernels import conv_lean_kernel, conv_rows_kernel
+    from exactfuse.ops.conv.kernels import conv_rows_kernel
+    from exactfuse.ops.conv.lean import conv_lean_kernel
 
     bt, bc, unroll, lean = re.fullmatch(r"(\d+)x(\d+)(?:u(\d+))?(l)?", tile).groups()
     bt, bc = int(bt), int(bc)

@@ -56,7 +56,7 @@ def test_interpreter_lean_prefill_gives_the_same_bits(rows, unroll, monkeypatch)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_interpreter_lean_weight_words_give_the_same_bits(dtype, monkeypatch):
     """16-bit weights: the lean kernel reads each channel's taps as one word where they make one (K = 4: 64
-    bits, K = 2: 32; ``decode.tile_weights``) and as a ``[BC, KW]`` tile otherwise (K = 3), in runs of 4 rows
+    bits, K = 2: 32; ``lean.tile_weights``) and as a ``[BC, KW]`` tile otherwise (K = 3), in runs of 4 rows
     over a register window, against the per-row masked tile: causal_conv1d prefill outputs and states bit for
     bit (varlen requests, so lean and fixup tiles both)."""
     words = {}

@@ -40,43 +40,6 @@ def tap_weights(p_w, o_c, m_c, stride_w_c, stride_w_k, K: tl.constexpr, BC: tl.c
 
 
 @triton.jit
-def tile_weights(
-    p_w, o_c, m_c, rows, stride_w_c, stride_w_k, K: tl.constexpr, W_ALIGN: tl.constexpr, WORD: tl.constexpr
-):
-    """The ``K`` taps' weights of channels ``o_c`` (a ``[1, BC]`` row, or a ``[BC]`` vector) in fp32 for values of
-    ``o_c + rows``'s shape (a tile's, or the vector's where ``rows`` is a scalar), a tuple.
-
-    WORD (the launcher's check: 16-bit weights whose channel's ``K`` = WORD taps are one aligned 32- or 64-bit
-    word, ``stride_w_c`` = K, ``stride_w_k`` = 1): each channel's taps loaded as that word in the tile's shape,
-    so the load takes the tile's register layout, and taken from it by shifts and masks (bit moves; a bf16
-    value's fp32 bits are its own shifted up 16). Otherwise :func:`tap_weights`'s ``[BC, KW]`` load, in
-    ``o_c``'s shape, whose values the compiler moves to the tile's layout (the weights, not the tile)."""
-    weights = ()
-    if WORD > 0:
-        tl.static_assert(K == WORD)
-        WORD_TYPE: tl.constexpr = tl.int64 if WORD == 4 else tl.int32
-        word = tl.load(p_w.to(tl.pointer_type(WORD_TYPE)) + o_c + rows * 0, mask=mask_and(m_c, rows * 0 == 0))
-        halves = (word.to(tl.int32),)
-        if WORD == 4:
-            halves += ((word >> 32).to(tl.int32),)
-        for k in tl.static_range(K):
-            half = halves[k // 2]
-            if p_w.dtype.element_ty == tl.bfloat16:
-                bits = (half << 16) if k % 2 == 0 else (half & -65536)
-                weights += (bits.to(tl.float32, bitcast=True),)
-            else:
-                bits = half if k % 2 == 0 else (half >> 16)
-                weights += (bits.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32),)
-    else:
-        BC: tl.constexpr = o_c.numel
-        columns = tap_weights(p_w, tl.reshape(o_c, (BC,)), tl.reshape(m_c, (BC,)), stride_w_c, stride_w_k, K, BC,
-                              W_ALIGN)  # fmt: skip
-        for k in tl.static_range(K):
-            weights += (columns[k][None, :] if len(o_c.shape) == 2 else columns[k],)
-    return weights
-
-
-@triton.jit
 def decode_window(
     p_x, p_w, weights, b_bias, p_res, p_outer, p_out, p_window, p_tok, i_t, c0, o_c, m_c, out_ok, state_ok,
     read_state, L, N, stride_x, stride_res, stride_outer, stride_out, stride_s_c, stride_s_w,

@@ -55,7 +55,7 @@ class ConvConfig:
     BW: int
     num_warps: int
     unroll: int = 1  # rows a register window serves: the lean prefill kernel's, else the row kernel's (UNROLL)
-    lean: bool = True  # prefill: kernels.conv_lean_kernel, then the row kernel on the tiles it leaves (FIXUP)
+    lean: bool = True  # prefill: lean.conv_lean_kernel, then the row kernel on the tiles it leaves (FIXUP)
     window_tile: bool = False  # decode: the slot's window held in registers (the row kernel's WINDOW_TILE)
     channels_first: bool = False  # decode: consecutive programs take one row's channel blocks (CHANNELS_FIRST)
     flat_window: bool = False  # decode over dense [C, W] slots: the block's windows as one flat run (FLAT_WINDOW)

@@ -1,10 +1,9 @@
 """Triton kernels of the conv family: ``short_conv``, ``causal_conv1d`` and ``causal_conv1d_update``.
 
-Three kernels (launched by ``triton.py``), with ``constexpr`` flags for the three ops and three modes:
+Two kernels (launched by ``triton.py``), with ``constexpr`` flags for the three ops and three modes, beside
+``lean.conv_lean_kernel`` (prefill without a token map or ``seq_idx``: the tiles with no request boundary
+near them, whose rows the row kernel's FIXUP launch then leaves):
 
-- :func:`conv_lean_kernel` (prefill without a token map or ``seq_idx``): the ``[BT, BC]`` tiles with no
-  request boundary near them, each ``K`` shifted loads and the tap sum; the row kernel's FIXUP launch
-  then takes the tiles it left (at boundaries, the first and the last).
 - :func:`conv_rows_kernel`, one program per (row block, channel block): one row in decode, a
   ``[BT, BC]`` tile in spec/prefill (each tap's rows loaded, or runs of rows over a register window:
   ``UNROLL``), each row's request found by a binary search over ``query_start_loc``. Sums the ``K``
@@ -32,7 +31,8 @@ Index values are never trusted for addressing: a slot outside ``[0, slots)``, a 
 ``[0, N)`` or a request offset outside ``[0, L]`` masks the access (the eager check rejects them first;
 under torch.compile and CUDA graphs it cannot read them). Row and slot base offsets are 64-bit always.
 The request and state-slot helpers the kernels share are in ``slots.py``, the spec's roundings (each tap,
-the output's epilogue) in ``rounding.py``, the decode step's window in registers in ``decode.py``.
+the output's epilogue) in ``rounding.py``, the decode step's window in registers in ``decode.py``; the lean
+kernel shares them.
 """
 
 from __future__ import annotations
@@ -40,13 +40,12 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from exactfuse.ops.conv.decode import decode_window, tap_weights, tile_weights
-from exactfuse.ops.conv.rounding import bias_values, conv_value, finish, store_conv, tap
+from exactfuse.ops.conv.decode import decode_window, tap_weights
+from exactfuse.ops.conv.rounding import bias_values, finish, tap
 from exactfuse.ops.conv.slots import (
     channel_mask,
     find_request,
     fixup_tile,
-    lean_tile,
     mask_and,
     request_slot,
     store_window,
@@ -357,94 +356,6 @@ def conv_rows_kernel(
                 stride_w_c, stride_w_k, stride_s_c, stride_s_w, K, D, HAS_STATE, HAS_TOKEN_MAP, HAS_RESIDUAL,
                 HAS_OUTER, HAS_BIAS, ACT, HAS_SEQ_IDX,
             )  # fmt: skip
-
-
-@triton.jit(do_not_specialize=["L", "R", "N", "slots", "null_slot"])
-def conv_lean_kernel(
-    p_x, p_w, p_b, p_res, p_outer, p_out, p_sid, p_qsl, p_init,
-    L, R, N, C, slots, null_slot,
-    stride_x, stride_res, stride_outer, stride_out, stride_w_c, stride_w_k, stride_sid,
-    K: tl.constexpr, D: tl.constexpr, HAS_STATE: tl.constexpr, HAS_SID: tl.constexpr, INIT: tl.constexpr,
-    HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
-    BC: tl.constexpr, BT: tl.constexpr, EVEN_C: tl.constexpr, UNROLL: tl.constexpr, W_ALIGN: tl.constexpr,
-    W_WORD: tl.constexpr,
-):  # fmt: skip
-    """Prefill (no token map, no ``seq_idx``): a ``[BT, BC]`` tile of rows x channels whose rows and taps are
-    all in one request past its first ``SL`` rows (or all outside every request), ``slots.lean_tile``. No tap
-    reaches a state, so the tile is loads of ``x`` and the tap sum, the loads issued before the request search
-    they do not depend on; the other tiles are left to ``conv_rows_kernel``'s FIXUP launch.
-
-    The tile's rows are ``BT / UNROLL`` runs of ``UNROLL`` consecutive rows: the ``UNROLL + SL`` input rows a
-    run's taps touch are loaded and widened to fp32 once, each a ``[BT / UNROLL, BC]`` tile (at ``UNROLL`` 1,
-    ``K`` shifted loads of the tile's rows). The bias is read as a tile of that shape (its repeated rows hit the
-    L1), and so are the weights where each channel's taps are one word (W_WORD, ``decode.tile_weights``), so
-    that the window's register layout is the program's and no tile moves between threads. The sums are
-    :func:`_tap_sum`'s sequence of roundings, so every output is that kernel's bits. Arguments as
-    :func:`conv_rows_kernel`'s (W_WORD: the launcher's check for ``tile_weights``)."""
-    SL: tl.constexpr = (K - 1) * D
-    t0 = tl.program_id(0) * BT
-    start = (t0 + tl.arange(0, BT // UNROLL) * UNROLL)[:, None]  # each run's first row
-    o_c = (tl.program_id(1) * BC + tl.arange(0, BC))[None, :]
-    m_c = channel_mask(o_c, C, EVEN_C)
-    # a tile the lean kernel may take has every tap row in [0, L) (lean_tile); the others load nothing
-    m_x = mask_and(m_c, (t0 >= SL) & (t0 + BT <= L))
-    p_rows = p_x + start.to(tl.int64) * stride_x + o_c
-    window = ()  # input rows start - SL ... start + UNROLL - 1 (a row no tap reads is never loaded: dead code)
-    for i in tl.static_range(UNROLL + SL):
-        window += (tl.load(p_rows + (i - SL) * stride_x.to(tl.int64), mask=m_x, other=0.0),)
-    lean, inside, r = lean_tile(t0, L, R, p_qsl, SL, BT)
-    if lean:
-        out_ok = inside
-        if HAS_STATE:  # a request with no slot (padding) has no output; prefill mode (2), no spec rows (1)
-            state_ok = request_slot(
-                r, R, p_sid, p_sid, p_init, slots, null_slot, stride_sid, 2, 1, HAS_STATE, HAS_SID, INIT
-            )[1]
-            out_ok = out_ok & state_ok
-        # every row of the tile is in [0, L): rows' bases, then a uniform step a row
-        row = start.to(tl.int64)
-        p_res_rows = p_res + row * stride_res
-        p_outer_rows = p_outer + row * stride_outer
-        p_out_rows = p_out + row * stride_out
-        if out_ok:  # a scalar: the rows outside every request (or without a slot) take the branch below
-            _lean_runs(
-                window, p_x, p_w, p_b, p_res_rows, p_outer_rows, p_out_rows, start, o_c, m_c, stride_res,
-                stride_outer, stride_out, stride_w_c, stride_w_k, K, D, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT, UNROLL,
-                W_ALIGN, W_WORD, False,
-            )  # fmt: skip
-        else:
-            _lean_runs(
-                window, p_x, p_w, p_b, p_res_rows, p_outer_rows, p_out_rows, start, o_c, m_c, stride_res,
-                stride_outer, stride_out, stride_w_c, stride_w_k, K, D, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT, UNROLL,
-                W_ALIGN, W_WORD, True,
-            )  # fmt: skip
-
-
-@triton.jit
-def _lean_runs(
-    window, p_x, p_w, p_b, p_res_rows, p_outer_rows, p_out_rows, start, o_c, m_c, stride_res, stride_outer,
-    stride_out, stride_w_c, stride_w_k, K: tl.constexpr, D: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-    HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, UNROLL: tl.constexpr, W_ALIGN: tl.constexpr,
-    W_WORD: tl.constexpr, ZERO: tl.constexpr,
-):  # fmt: skip
-    """The lean kernel's outputs, row ``i_r`` of every run at a time: the taps from ``window``, the epilogue, the
-    store at the rows' bases plus ``i_r`` rows. ZERO (rows outside every request, or of a request without a
-    slot): the conv output is zero, and only the residual update or the store of zeros remains."""
-    FP16_TAPS: tl.constexpr = (p_w.dtype.element_ty == tl.float16) & (p_x.dtype.element_ty == tl.float16)
-    if not ZERO:
-        weights = tile_weights(p_w, o_c, m_c, start, stride_w_c, stride_w_k, K, W_ALIGN, W_WORD)
-        b_bias = bias_values(p_b, o_c, m_c, start, HAS_BIAS)
-    for i_r in tl.static_range(UNROLL):
-        if ZERO:
-            conv = tl.zeros_like(start * o_c).to(p_x.dtype.element_ty)
-        else:
-            acc = tl.zeros_like(start * o_c).to(tl.float32)
-            for k in tl.static_range(K):
-                acc = tap(acc, weights[k], window[i_r + D * k].to(tl.float32), FP16_TAPS)
-            conv = conv_value(acc, b_bias, p_x, p_w, HAS_BIAS, ACT)
-        store_conv(
-            conv, p_res_rows + i_r * stride_res.to(tl.int64), p_outer_rows + i_r * stride_outer.to(tl.int64),
-            p_out_rows + i_r * stride_out.to(tl.int64), o_c, m_c, HAS_RESIDUAL, HAS_OUTER,
-        )  # fmt: skip
 
 
 @triton.jit(do_not_specialize=["L", "R", "N", "slots", "null_slot"])

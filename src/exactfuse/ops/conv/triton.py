@@ -9,7 +9,8 @@ import triton
 
 from exactfuse.ops.conv import calls, heuristics, native, windows
 from exactfuse.ops.conv.grad_kernels import conv_grad_rows_kernel, conv_grad_x_kernel
-from exactfuse.ops.conv.kernels import INIT_CODES, MODE_CODES, conv_lean_kernel, conv_rows_kernel, conv_state_kernel
+from exactfuse.ops.conv.kernels import INIT_CODES, MODE_CODES, conv_rows_kernel, conv_state_kernel
+from exactfuse.ops.conv.lean import conv_lean_kernel
 from exactfuse.ops.fastmath import SILU, chosen_formula
 from exactfuse.registry import platform
 from exactfuse.utils import empty, is_symbolic, next_power_of_2
@@ -71,6 +72,7 @@ def launch_conv(
     s_strides = conv_state.stride() if has_state else (0, 0, 0)
     contiguous = not is_symbolic(s_strides[1]) and s_strides[1] == 1  # a symbolic stride is not 1
     s_align = _stride_alignment(s_strides[1])
+    w_align = _stride_alignment(weight.stride(0))
     cfg = config or heuristics.conv_config(C, head + SL + SQL - 1, mode, contiguous)
     slots = conv_state.shape[0] if has_state else 1
     flags = dict(
@@ -108,7 +110,7 @@ def launch_conv(
             x.stride(0), target.stride(0), outer_residual.stride(0) if outer_residual is not None else 0,
             target.stride(0), weight.stride(0), weight.stride(1), sid_stride,
             K=K, D=dilation, HAS_SID=flags["HAS_SID"], INIT=flags["INIT"], UNROLL=cfg.unroll,
-            W_ALIGN=_stride_alignment(weight.stride(0)), W_WORD=_weight_word(weight), **common,
+            W_ALIGN=w_align, W_WORD=_weight_word(weight), **common,
         )  # fmt: skip
     boundary_tiles = (cfg.BT + SL - 2) // cfg.BT + 1  # tiles one boundary can leave (slots.fixup_tile's NB)
     rows_grid = (R + 1) * boundary_tiles + triton.cdiv(SL, cfg.BT) + 1 if lean else triton.cdiv(L, cfg.BT)
@@ -125,7 +127,7 @@ def launch_conv(
         x.stride(0), target.stride(0), outer_residual.stride(0) if outer_residual is not None else 0,
         target.stride(0), weight.stride(0), weight.stride(1),
         *s_strides, sid_stride, BW=cfg.BW, UNROLL=cfg.unroll if mode != "decode" and not lean else 1,
-        HAS_SEQ_IDX=seq_idx is not None, FIXUP=lean, S_ALIGN=s_align, W_ALIGN=_stride_alignment(weight.stride(0)),
+        HAS_SEQ_IDX=seq_idx is not None, FIXUP=lean, S_ALIGN=s_align, W_ALIGN=w_align,
         CHANNELS_FIRST=channels_first, FLAT_WINDOW=flat, SCALAR_WINDOW=scalar_window,
         WINDOW_TILE=cfg.window_tile and mode == "decode" and cfg.BW <= heuristics.DECODE_WINDOW_TILE_MAX, **common,
         **flags,
@@ -151,7 +153,7 @@ def _dense_windows(s_strides, window: int, C: int, BC: int) -> bool:
 
 def _weight_word(weight: torch.Tensor) -> int:
     """The taps a channel's weights make one word of (2 or 4: 32 or 64 bits), where they are 16-bit values with
-    unit tap stride, the channel stride the tap count and an aligned start; else 0 (``decode.tile_weights``).
+    unit tap stride, the channel stride the tap count and an aligned start; else 0 (``lean.tile_weights``).
     0 for a symbolic stride or offset (model constants in practice, not ones the launcher may read under
     torch.compile). The allocator aligns a tensor's storage to at least 256 bytes."""
     K = weight.shape[1]
