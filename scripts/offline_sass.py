@@ -3,6 +3,7 @@
 Usage: PYTHONPATH=src python scripts/offline_sass.py conv [--tiles 32x128,32x128u8 ...] [--warps 4]
        PYTHONPATH=src python scripts/offline_sass.py decode [--tiles 64,128] [--warps 1]
        PYTHONPATH=src python scripts/offline_sass.py attention [--kv bf16,fp8e4nv,fp8e5] [--q bf16] [--fixup]
+       PYTHONPATH=src python scripts/offline_sass.py merge        (the attention's merge launch)
        PYTHONPATH=src python scripts/offline_sass.py moe          (flat and row grid, both layouts)
        ... [--op F2F,F2FP,LDG,LDGSTS,LDS,HMMA] [--sass DIR]   (count these ops; write each kernel's SASS)
 
@@ -19,9 +20,11 @@ its weights read three ways (``taps_kernel``: what a layout conversion through s
 ``conv_grad`` the conv backward's row kernel (bf16, K = 4, SiLU, bias); ``conv`` is the conv family's
 row kernel in causal_conv1d prefill (K = 4, bf16's fast SiLU ``ACT``, bias, a slot cache, bf16);
 ``attention`` is sparse_paged_attention's partial kernel at (Hq, Hkv) = (24, 2), D = 128, block_n 64,
-split, fused gate; ``moe`` is moe_silu_and_mul's kernel at its N = 3072 bf16 configuration (BM 1, BN
-1024, 4 warps) with fp32 row weights, split and interleaved, flat and row grid. Pointers and
-row strides are marked 16-divisible and unit strides constant, as the launches specialize them.
+split, fused gate; ``merge`` its merge launch, plain (8 splits a group, all columns, 2 warps) and the
+rows = 1 rule's (16 splits at once, 64 columns, 4 warps, a programmatic dependent launch); ``moe`` is
+moe_silu_and_mul's kernel at its N = 3072 bf16 configuration (BM 1, BN 1024, 4 warps) with fp32 row
+weights, split and interleaved, flat and row grid. Pointers and row strides are marked 16-divisible and
+unit strides constant, as the launches specialize them.
 """
 
 from __future__ import annotations
@@ -30,33 +33,27 @@ import argparse
 import collections
 import os
 import re
-import subprocess
-import tempfile
 
 import triton
 import triton.language as tl
 
-from exactfuse.testing.offline import compile_offline
+from exactfuse.testing.offline import compile_offline, cubin_tool
+from exactfuse.testing.offline import sass as disassemble
 
 # the conv presets' SiLU: the first bf16 candidate, the formula the H200 proves (fastmath.CANDIDATES)
 ACT = 11  # exactfuse.ops.fastmath.SILU_RCP
-BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 
 
 def compile_sass(fn, types: dict, constexprs: dict, div16=(), ones=(), num_warps=4, num_stages=None) -> dict:
     """Registers, shared bytes and the SASS op counts of ``fn`` compiled with these argument types."""
     kernel = compile_offline(fn, types, constexprs, div16, ones, num_warps, num_stages)
-    with tempfile.TemporaryDirectory() as tmp:
-        cubin = os.path.join(tmp, "kernel.cubin")
-        with open(cubin, "wb") as f:
-            f.write(kernel.asm["cubin"])
-        usage = subprocess.run([os.path.join(BIN, "cuobjdump"), "-res-usage", cubin], capture_output=True, text=True)
-        sass = subprocess.run([os.path.join(BIN, "nvdisasm"), "-c", cubin], capture_output=True, text=True).stdout
+    usage = cubin_tool(kernel, "cuobjdump", "-res-usage")
+    sass = disassemble(kernel)
     ops: collections.Counter = collections.Counter()
     for line in sass.splitlines():
         if m := re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line):
             ops[m.group(1)] += 1
-    regs = re.search(r"REG:(\d+)", usage.stdout)
+    regs = re.search(r"REG:(\d+)", usage)
     return {"regs": int(regs.group(1)) if regs else None, "shared": kernel.metadata.shared, "ops": ops, "sass": sass}
 
 
@@ -133,6 +130,16 @@ def _attention(q: str, kv: str, warps: int, fixup: bool, prefetch: bool = False)
     return label, compile_sass(kernel, types, consts, div16, (), warps, 2)
 
 
+def _merge(group: int, block_d: int, pdl: bool, warps: int) -> tuple[str, dict]:
+    from exactfuse.ops.sparse_paged_attention.triton import sparse_attention_merge_kernel as kernel
+
+    types = {"part_ptr": "*fp32", "lse_ptr": "*fp32", "gate_ptr": "*bf16", "out_ptr": "*bf16"}
+    consts = dict(HQ=24, D=128, GATE=1, MERGE_GROUP=group, BLOCK_D=block_d, PDL=pdl)
+    div16 = [n for n in kernel.arg_names if n.endswith("_ptr") or n.startswith("s_")]
+    label = f"merge group {group} block_d {block_d or 'all'}{' pdl' if pdl else ''}/{warps}"
+    return label, compile_sass(kernel, types, consts, div16, (), warps)
+
+
 def _moe(interleaved: bool, row_grid: bool) -> tuple[str, dict]:
     from exactfuse.ops.moe_silu_and_mul.heuristics import moe_config
     from exactfuse.ops.moe_silu_and_mul.triton import moe_silu_and_mul_kernel as kernel
@@ -190,7 +197,7 @@ def _conv_grad(tile: str, warps: int) -> tuple[str, dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("preset", choices=["conv", "decode", "conv_grad", "taps", "attention", "moe"])
+    parser.add_argument("preset", choices=["conv", "decode", "conv_grad", "taps", "attention", "merge", "moe"])
     parser.add_argument("--tiles", help="conv: BTxBC[uUNROLL][l: the lean prefill kernel],... (16x128,16x128l); "
                         "taps: BTxBC[uUNROLL]; conv_grad: "
                         "BTxBCxSTEPS,... (32x64x8,16x128x16)")  # fmt: skip
@@ -217,6 +224,8 @@ def main() -> None:
     elif args.preset == "taps":
         tiles = (args.tiles or "16x128,32x64,8x256,4x512").split(",")
         jobs = [lambda t=t, w=w: _taps(t, w, args.warps) for t in tiles for w in (0, 1, 2)]
+    elif args.preset == "merge":  # the plain merge launch and the rows = 1 rule's
+        jobs = [lambda: _merge(8, 0, False, 2), lambda: _merge(16, 64, True, 4)]
     elif args.preset == "moe":
         jobs = [lambda i=i, r=r: _moe(i, r) for i in (False, True) for r in (False, True)]
     else:

@@ -19,7 +19,9 @@ pdl = the merge launched as a programmatic dependent of the partial kernel):
 - the rule, the rule + m, the rule + m + pdl (every row count);
 - at rows = 1, one tile a program so that 128 programs stream W: 32-token tiles x 64 splits at 4 and 8
   warps, 64 x 32 at 4 and 8 warps, each + m + pdl; 32 x 64 without pdl (pdl's share), with one pipeline
-  stage, with 32 columns a merge program; two tiles a program (32 x 32, 16 x 64, slots prefetched).
+  stage, with 32 columns a merge program; two tiles a program (32 x 32, 16 x 64, slots prefetched); the
+  rule with three pipeline stages (both of a program's tiles in flight before the first is used: the
+  pipeline's prologue issues them, sm_90a SASS); one 128-token tile a program over 16 splits.
   The fp8 cache takes ``FP8_CANDIDATES`` of them (each configuration is a compile).
 
 Result: benchmarks/results/h200/sweeps/sparse_rows1.txt (about 2-3 minutes on an H200).
@@ -56,7 +58,7 @@ def wide_merge(c: AttentionConfig, pdl: bool = True, block_d: int = 64) -> Atten
 
 
 # the fp8 cache (rows = 1) takes only these of the rows = 1 candidates: each one is compiled anew
-FP8_CANDIDATES = ("rule", "rule + m + pdl", "32x64 w4 m pdl", "64x32 w8 m pdl")
+FP8_CANDIDATES = ("rule", "rule + m + pdl", "32x64 w4 m pdl", "64x32 w8 m pdl", "rule s3 m pdl")
 
 
 def candidates(rule: AttentionConfig, rows: int, kv: str) -> dict[str, AttentionConfig]:
@@ -76,6 +78,8 @@ def candidates(rule: AttentionConfig, rows: int, kv: str) -> dict[str, Attention
             "32x64 w4 m32 pdl": wide_merge(one_tile, block_d=32),
             "32x32 w4 p m pdl": wide_merge(AttentionConfig(32, 32, 4, prefetch_slots=True)),
             "16x64 w4 p m pdl": wide_merge(AttentionConfig(16, 64, 4, prefetch_slots=True)),
+            "rule s3 m pdl": wide_merge(replace(rule, num_stages=3)),
+            "128x16 w8 m pdl": wide_merge(AttentionConfig(128, 16, 8)),
         }
     return out if kv == "bf16" else {name: c for name, c in out.items() if name in FP8_CANDIDATES}
 

@@ -4,10 +4,6 @@ argument raises (a stride Triton specializes to the constant 1, a flag that remo
 or on a GPU. The compiles run in a child process without ``TRITON_INTERPRET`` (under it ``triton.jit`` gives
 interpreted functions, which do not compile)."""
 
-import os
-import subprocess
-import sys
-
 POINTERS = {n: "*bf16" for n in ("p_x", "p_w", "p_b", "p_res", "p_outer", "p_out", "p_state")} | {
     "p_sid": "*i32", "p_qsl": "*i32", "p_acc": "*i32", "p_init": "*i1", "p_tok": "*i32", "p_seq": "*i32",
 }  # fmt: skip
@@ -42,7 +38,7 @@ def compile_all() -> list[str]:
     from exactfuse.ops.conv.kernels import conv_rows_kernel
     from exactfuse.ops.conv.lean import conv_lean_kernel
     from exactfuse.ops.fastmath import SILU_RCP
-    from exactfuse.testing.offline import compile_offline
+    from exactfuse.testing.offline import compile_error, compile_offline
 
     jobs = []
     for even_c in (False, True):
@@ -71,15 +67,12 @@ def compile_all() -> list[str]:
         try:
             compile_offline(kernel, types, consts, div16, ones, warps)
         except Exception as exc:  # every variant's error, not the first
-            said = [line for line in str(exc).splitlines() if line.strip(" ^")]  # the message, not the caret lines
-            failures.append(f"{label}: {type(exc).__name__}: {' | '.join(said[-2:])}")
+            failures.append(compile_error(label, exc))
     return failures
 
 
 def test_conv_kernels_compile_for_sm90_under_the_launchers_specializations():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    code = "import test_conv_compile as t; f = t.compile_all(); print('\\n'.join(f)); raise SystemExit(len(f) > 0)"
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = os.pathsep.join([os.path.join(root, "tests", "ops"), os.path.join(root, "src")])
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    from exactfuse.testing.offline import run_in_child
+
+    ok, said = run_in_child(__file__, "compile_all")
+    assert ok, said

@@ -160,3 +160,26 @@ def test_gpu_merge_shapes_are_the_plain_merge_bit_for_bit(kv):
             for shaped in _merge_shapes(config, D) + probed:
                 out = run(args, shaped)
                 assert torch.equal(out.view(torch.int16), plain.view(torch.int16)), (rows, D, shaped)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("group", [1, 2, 3, 8])
+def test_interpreter_merge_sums_the_splits_in_split_order(group):
+    """The merge kernel adds the splits' weighted partials one after another in split order, whatever its
+    group: partials of 2^24, 1, 1, -2^24 at equal LSE sum to 0 in that order (each 1 is lost to rounding)
+    and to 2 in any order that takes -2^24 first; a split of LSE -inf between them adds nothing."""
+    from exactfuse.ops.sparse_paged_attention.triton import sparse_attention_merge_kernel
+
+    D, splits = 16, 5
+    big = 2.0**24
+    part = torch.zeros(splits, 1, 1, D)
+    lse = torch.full((splits, 1, 1), 3.0)
+    part[:, 0, 0, :8] = torch.tensor([big, 1.0, 0.0, 1.0, -big])[:, None]
+    part[:, 0, 0, 8:] = torch.tensor([-big, 1.0, 0.0, 1.0, big])[:, None]
+    lse[2] = float("-inf")  # no token: its O is 0 and weighs nothing
+    part[2] = float("nan")  # ... unless it counts; then every column would be NaN
+    out = torch.empty(1, 1, D)
+    sparse_attention_merge_kernel[(1, 1, 1)](part, lse, out, out, 1, splits, 0, 0, D, D, HQ=1, D=D, GATE=0,
+                                             MERGE_GROUP=group)  # fmt: skip
+    # four splits of weight 1: (2^24 + 1 + 1 - 2^24) / 4 in order is 0; -2^24 first, then 1 and 1, is 2 / 4
+    assert torch.equal(out[0, 0, :8], torch.zeros(8)) and torch.equal(out[0, 0, 8:], torch.full((8,), 0.5))

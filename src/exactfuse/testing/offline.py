@@ -33,3 +33,49 @@ def compile_offline(
     options = {"num_warps": num_warps} | ({"num_stages": num_stages} if num_stages else {})
     source = ASTSource(fn, sig, constexprs=consts, attrs=attrs)
     return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
+
+
+def cubin_tool(kernel, tool: str, *flags: str) -> str:
+    """What ``tool`` (``nvdisasm``, ``cuobjdump``: the CUDA tools the Triton wheel ships) prints for the cubin
+    of a compiled kernel (``compile_offline``'s result)."""
+    import os
+    import subprocess
+    import tempfile
+
+    path = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", tool)
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = os.path.join(tmp, "kernel.cubin")
+        with open(cubin, "wb") as f:
+            f.write(kernel.asm["cubin"])
+        return subprocess.run([path, *flags, cubin], capture_output=True, text=True, check=True).stdout
+
+
+def sass(kernel) -> str:
+    """The SASS of a compiled kernel (``compile_offline``'s result)."""
+    return cubin_tool(kernel, "nvdisasm", "-c")
+
+
+def compile_error(label: str, exc: Exception) -> str:
+    """A failed compile as one line: ``label``, the error's type and its message's last two lines (not the
+    caret lines under the source)."""
+    said = [line for line in str(exc).splitlines() if line.strip(" ^")]
+    return f"{label}: {type(exc).__name__}: {' | '.join(said[-2:])}"
+
+
+def run_in_child(test_file: str, function: str, timeout: float = 600) -> tuple[bool, str]:
+    """``function()`` of the test module ``test_file`` in a child process without ``TRITON_INTERPRET`` (under
+    it ``triton.jit`` gives interpreted functions, which do not compile), with the module's folder and the
+    package's ``src`` on its path. It returns a list of failures; the child prints them. Returns whether
+    the list was empty, and what the child printed."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    folder = os.path.dirname(os.path.abspath(test_file))
+    module = os.path.splitext(os.path.basename(test_file))[0]
+    src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join([folder, src])
+    code = f"import {module} as t; f = t.{function}(); print('\\n'.join(f)); raise SystemExit(len(f) > 0)"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
+    return done.returncode == 0, done.stdout + done.stderr[-3000:]

@@ -226,10 +226,44 @@ def _store_heads(o, g, out_ptr, row, heads, d, hmask, s_o_row, s_o_head, GATE: t
              mask=hmask[:, None])  # fmt: skip
 
 
-# Splits the merge reads in one unrolled group: their loads are independent, so they are in flight together
-# instead of one L2 round trip a split (64 splits, one after another, were 12 µs of a 22 µs decode).
+# Splits the merge reads in one unrolled group: their loads are issued together, before any of them is
+# used, so a group costs one L2 round trip instead of one a split (64 splits, one after another, were
+# 12 µs of a 22 µs decode).
 MERGE_GROUP = 8
 MAX_SPLITS = tl.constexpr(heuristics.MAX_SPLITS)
+
+
+@triton.jit
+def _load_group(part_ptr, lse_ptr, row, heads, hmask, d, rows, num_splits, s0, HQ: tl.constexpr, D: tl.constexpr,
+                GROUP: tl.constexpr):  # fmt: skip
+    """Splits ``s0 .. s0 + GROUP - 1``'s LSE (``[M]``) and partials (``[M, len(d)]``) as two tuples, every load
+    issued before any is used; a split past ``num_splits`` reads LSE ``-inf`` and zeros."""
+    lses = ()
+    parts = ()
+    for i in tl.static_range(GROUP):
+        m = tl.where(s0 + i < num_splits, hmask, False)  # a vector mask (& a scalar: int32 in the interpreter)
+        base = ((s0 + i) * rows + row) * HQ + heads
+        lse = tl.load(lse_ptr + base, mask=m, other=float("-inf"), cache_modifier=".cg")
+        o = tl.load(part_ptr + base[:, None] * D + d[None, :], mask=m[:, None], other=0.0, cache_modifier=".cg")
+        # tuples grow by concatenation: Triton's front end takes no starred expression
+        lses = lses + (lse,)  # noqa: RUF005
+        parts = parts + (o,)  # noqa: RUF005
+    return lses, parts
+
+
+@triton.jit
+def _add_group(acc, total, nan, only_neg_inf, lses, parts, top, GROUP: tl.constexpr):
+    """The merge's running sums with one loaded group added, split by split in split order."""
+    for i in tl.static_range(GROUP):
+        lse = lses[i]
+        o = parts[i]
+        finite = lse > float("-inf")  # False for NaN too
+        w = tl.where(finite, tl.exp2(lse - top), 0.0)
+        acc += tl.where(finite[:, None], w[:, None] * o, 0.0)
+        total += w
+        nan = nan | (lse != lse)
+        only_neg_inf = only_neg_inf | ((lse == float("-inf"))[:, None] & (o != o))
+    return acc, total, nan, only_neg_inf
 
 
 @triton.jit
@@ -239,33 +273,28 @@ def _merge_splits(
     """The splits' fp32 partials of heads ``heads`` (``[M]``), columns ``d`` (of ``D``) of row ``row``,
     weighted by their base-2 LSE in split order: ``[M, len(d)]`` fp32 (rows past ``hmask`` are 0). Read past
     L1 (another program of the launch may have written them). The maximum LSE reads every split's in one
-    load; the sums take ``GROUP`` (:data:`MERGE_GROUP`) splits at a time, each group's loads issued together,
-    in split order, and a split past ``num_splits`` changes nothing. A split whose LSE is ``-inf`` has the
-    same ``O`` (0 or NaN) on every column, so a column slice tells the two apart as the whole row does."""
+    load, issued with the first group's; the sums take ``GROUP`` (:data:`MERGE_GROUP`) splits at a time, and
+    a split past ``num_splits`` changes nothing. No step between a group's loads reduces across threads (a
+    barrier would wait on each split's load in turn). A split whose LSE is ``-inf`` has the same ``O`` (0, no
+    token, or NaN, all scored ``-inf``) on every column, so a column slice tells the two apart as the whole
+    row does, and each column keeps its own flag."""
     every = tl.arange(0, MAX_SPLITS)  # all splits' LSE in one load: one L2 round trip for the maximum
     m_all = (every[:, None] < num_splits) & hmask[None, :]
     lse_all = tl.load(lse_ptr + ((every[:, None] * rows + row) * HQ + heads[None, :]), mask=m_all,
                       other=float("-inf"), cache_modifier=".cg")  # fmt: skip
+    lses, parts = _load_group(part_ptr, lse_ptr, row, heads, hmask, d, rows, num_splits, 0, HQ, D, GROUP)
     top = tl.max(lse_all, 0)
     top = tl.where(top == float("-inf"), 0.0, top)
     acc = tl.zeros((heads.shape[0], d.shape[0]), tl.float32)
     total = tl.zeros(heads.shape, tl.float32)
     nan = tl.zeros(heads.shape, tl.int1)  # a split's NaN from the data: the head is NaN
-    only_neg_inf = tl.zeros(heads.shape, tl.int1)  # a split had tokens, all scored -inf (its O is NaN)
-    for s0 in range(0, num_splits, GROUP):
-        for i in tl.static_range(GROUP):
-            m = tl.where(s0 + i < num_splits, hmask, False)  # a vector mask (& a scalar: int32 in the interpreter)
-            base = ((s0 + i) * rows + row) * HQ + heads
-            lse = tl.load(lse_ptr + base, mask=m, other=float("-inf"), cache_modifier=".cg")
-            o = tl.load(part_ptr + base[:, None] * D + d[None, :], mask=m[:, None], other=0.0, cache_modifier=".cg")
-            finite = lse > float("-inf")  # False for NaN too
-            w = tl.where(finite, tl.exp2(lse - top), 0.0)
-            acc += tl.where(finite[:, None], w[:, None] * o, 0.0)
-            total += w
-            nan = nan | (lse != lse)
-            only_neg_inf = only_neg_inf | ((lse == float("-inf")) & (tl.sum((o != o).to(tl.int32), 1) > 0))
+    only_neg_inf = tl.zeros(acc.shape, tl.int1)  # a split had tokens, all scored -inf (its O is NaN)
+    acc, total, nan, only_neg_inf = _add_group(acc, total, nan, only_neg_inf, lses, parts, top, GROUP)
+    for s0 in range(GROUP, num_splits, GROUP):
+        lses, parts = _load_group(part_ptr, lse_ptr, row, heads, hmask, d, rows, num_splits, s0, HQ, D, GROUP)
+        acc, total, nan, only_neg_inf = _add_group(acc, total, nan, only_neg_inf, lses, parts, top, GROUP)
     empty = tl.where(only_neg_inf, float("nan"), 0.0)
-    merged = tl.where((total > 0.0)[:, None], acc / tl.where(total > 0.0, total, 1.0)[:, None], empty[:, None])
+    merged = tl.where((total > 0.0)[:, None], acc / tl.where(total > 0.0, total, 1.0)[:, None], empty)
     return tl.where(nan[:, None], float("nan"), merged)
 
 
