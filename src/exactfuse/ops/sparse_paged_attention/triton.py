@@ -148,7 +148,7 @@ def sparse_attention_partial_kernel(
     m = tl.full((BLOCK_M,), -1.0e20, tl.float32)
     l_sum = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, D), tl.float32)
-    n_valid = tl.zeros((), tl.int32)
+    any_valid = tl.zeros((BLOCK_N,), tl.int1)  # summed after the loop: a sum in it is a barrier a tile
     k_head = k_ptr + g.to(tl.int64) * s_k_head
     v_head = v_ptr + g.to(tl.int64) * s_v_head
     idx_row = idx_ptr + row64 * s_idx_row
@@ -163,7 +163,7 @@ def sparse_attention_partial_kernel(
         else:
             page64, slot64, valid = _tile_slots(idx_row, table_row, t, limit, req, num_requests, max_pages,
                                                 num_pages, page_size, BLOCK_N)  # fmt: skip
-        n_valid += tl.sum(valid.to(tl.int32), 0)
+        any_valid = any_valid | valid
         k = tl.load(
             k_head + (page64 * s_k_page + slot64 * s_k_slot)[:, None] + d[None, :], mask=valid[:, None], other=0.0
         )
@@ -192,7 +192,7 @@ def sparse_attention_partial_kernel(
 
     # l = 0: no valid token (zeros), or only scores of -inf (NaN, as eager softmax gives); NaN stays NaN
     empty = l_sum == 0.0
-    none = tl.where(n_valid > 0, float("nan"), 0.0)
+    none = tl.where(tl.max(any_valid.to(tl.int32), 0) > 0, float("nan"), 0.0)
     o = tl.where(empty[:, None], none, acc * (out_scale / tl.where(empty, 1.0, l_sum))[:, None])
     if SPLIT:
         part_row = (s * rows + row64) * HQ + heads
