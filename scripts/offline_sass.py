@@ -131,7 +131,7 @@ def _attention(q: str, kv: str, warps: int, fixup: bool, prefetch: bool = False)
 
 
 def _merge(group: int, block_d: int, pdl: bool, warps: int) -> tuple[str, dict]:
-    from exactfuse.ops.sparse_paged_attention.triton import sparse_attention_merge_kernel as kernel
+    from exactfuse.ops.sparse_paged_attention.merge import sparse_attention_merge_kernel as kernel
 
     types = {"part_ptr": "*fp32", "lse_ptr": "*fp32", "gate_ptr": "*bf16", "out_ptr": "*bf16"}
     consts = dict(HQ=24, D=128, GATE=1, MERGE_GROUP=group, BLOCK_D=block_d, PDL=pdl)

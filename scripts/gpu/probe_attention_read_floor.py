@@ -11,7 +11,7 @@ the floor. Where the op's time goes: ``op, empty merge`` is the op with its merg
 empty kernel of the same arguments (the partial kernel plus one launch), ``empty`` that empty kernel
 alone; so the partial kernel takes about ``op, empty merge - empty`` and the merge ``op - op, empty
 merge + empty``. ``--merge-groups`` times the op once more for each group size of the merge's loads
-(``triton.MERGE_GROUP``) after the first, side by side.
+(``MERGE_GROUP``, which the launcher reads from ``triton.py``'s namespace) after the first, side by side.
 Result: benchmarks/results/h200/sweeps/sparse_attention_read_floor.txt.
 """
 

@@ -168,7 +168,7 @@ def test_interpreter_merge_sums_the_splits_in_split_order(group):
     """The merge kernel adds the splits' weighted partials one after another in split order, whatever its
     group: partials of 2^24, 1, 1, -2^24 at equal LSE sum to 0 in that order (each 1 is lost to rounding)
     and to 2 in any order that takes -2^24 first; a split of LSE -inf between them adds nothing."""
-    from exactfuse.ops.sparse_paged_attention.triton import sparse_attention_merge_kernel
+    from exactfuse.ops.sparse_paged_attention.merge import sparse_attention_merge_kernel
 
     D, splits = 16, 5
     big = 2.0**24
