@@ -8,11 +8,11 @@ Shapes: the bench grid's (W = 2048, 32k context, page 1024, (Hq, Hkv) = (24, 2),
 at every row count of ``--rows`` (16 and 64 are controls: the merge variants must not slow them), fp8
 e4m3 at rows = 1 only. Each candidate's output is checked against native under the op's contract
 (``CONTRACT``) before it is timed, and a merge variant's output against the same split with the plain
-merge, bit for bit (column ``bits``: the merge's shape and PDL must not change a bit). Times: median of
-CUDA-graph replays (the bench's timer), all in one process. Columns: µs; ``x peer`` = peer µs / µs (the
-target: >= 1.5 at rows = 1); ``/ rule`` = µs / the shipped rule's µs. The peer (bf16 caches only) is
-timed at ``--peer-rows`` (its torch.compile costs seconds a shape); the read floor is
-``probe attention_read_floor``'s gather-read kernel, fastest of a few tiles and splits.
+merge, bit for bit (column ``bits``: the merge's shape, PDL and the in-launch merge must not change a
+bit). Times: median of CUDA-graph replays (the bench's timer), all in one process. Columns: µs;
+``x peer`` = peer µs / µs (the target: >= 1.5 at rows = 1); ``/ rule`` = µs / the shipped rule's µs.
+The peer (bf16 caches only) is timed at ``--peer-rows`` (its torch.compile costs seconds a shape); the
+read floor is ``probe attention_read_floor``'s gather-read kernel, fastest of a few tiles and splits.
 
 Candidates (``AttentionConfig``; m = merge loads every split at once, 64 columns a merge program, 4 warps;
 pdl = the merge launched as a programmatic dependent of the partial kernel):
@@ -21,7 +21,8 @@ pdl = the merge launched as a programmatic dependent of the partial kernel):
   warps, 64 x 32 at 4 and 8 warps, each + m + pdl; 32 x 64 without pdl (pdl's share), with one pipeline
   stage, with 32 columns a merge program; two tiles a program (32 x 32, 16 x 64, slots prefetched); the
   rule with three pipeline stages (both of a program's tiles in flight before the first is used: the
-  pipeline's prologue issues them, sm_90a SASS); one 128-token tile a program over 16 splits.
+  pipeline's prologue issues them, sm_90a SASS); one 128-token tile a program over 16 splits; the rule
+  and its three stages with the merge in the launch (``f``: the last split to arrive merges; one launch).
   The fp8 cache takes ``FP8_CANDIDATES`` of them (each configuration is a compile).
 
 Result: benchmarks/results/h200/sweeps/sparse_rows1.txt (about 2-3 minutes on an H200).
@@ -58,7 +59,7 @@ def wide_merge(c: AttentionConfig, pdl: bool = True, block_d: int = 64) -> Atten
 
 
 # the fp8 cache (rows = 1) takes only these of the rows = 1 candidates: each one is compiled anew
-FP8_CANDIDATES = ("rule", "rule + m + pdl", "32x64 w4 m pdl", "64x32 w8 m pdl", "rule s3 m pdl")
+FP8_CANDIDATES = ("rule", "rule + m + pdl", "32x64 w4 m pdl", "64x32 w8 m pdl", "rule s3 m pdl", "rule f")
 
 
 def candidates(rule: AttentionConfig, rows: int, kv: str) -> dict[str, AttentionConfig]:
@@ -80,6 +81,8 @@ def candidates(rule: AttentionConfig, rows: int, kv: str) -> dict[str, Attention
             "16x64 w4 p m pdl": wide_merge(AttentionConfig(16, 64, 4, prefetch_slots=True)),
             "rule s3 m pdl": wide_merge(replace(rule, num_stages=3)),
             "128x16 w8 m pdl": wide_merge(AttentionConfig(128, 16, 8)),
+            "rule f": replace(rule, fixup=True),
+            "rule s3 f": replace(rule, num_stages=3, fixup=True),
         }
     return out if kv == "bf16" else {name: c for name, c in out.items() if name in FP8_CANDIDATES}
 
@@ -95,7 +98,9 @@ def label(c: AttentionConfig) -> str:
 
 
 def plain_merge(c: AttentionConfig) -> AttentionConfig:
-    return replace(c, merge_group=None, merge_block_d=None, merge_warps=AttentionConfig.merge_warps, pdl=False)
+    """``c`` with the plain second launch for its merge (no in-launch merge, the default merge shape)."""
+    return replace(c, merge_group=None, merge_block_d=None, merge_warps=AttentionConfig.merge_warps, pdl=False,
+                   fixup=False)  # fmt: skip
 
 
 def run_config(args: tuple, config: AttentionConfig) -> torch.Tensor:
