@@ -18,9 +18,7 @@ from __future__ import annotations
 import collections
 import os
 import re
-import subprocess
 import sys
-import tempfile
 
 import triton
 from triton.backends.compiler import GPUTarget
@@ -32,6 +30,7 @@ from sweep_io import emit
 from exactfuse.ops.w4a16.gemv import w4a16_gemv_kernel
 from exactfuse.ops.w4a16.heuristics import BUCKETS
 from exactfuse.ops.w4a16.triton import GROUP_M, w4a16_gemm_kernel
+from exactfuse.testing.offline import cubin_tool, sass
 
 POINTERS = dict(p_a="*{dt}", p_qw="*i32", p_s="*{dt}", p_z="*u8", p_perm="*i32", p_bias="*{dt}", p_out="*{dt}")
 POINTERS.update(p_ws="*fp32", p_count="*i32")
@@ -90,22 +89,13 @@ def compile_tile(kernel, dtype: str, tile: dict, num_warps: int, num_stages: int
 
 
 def opcodes(kernel) -> collections.Counter:
-    nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(kernel.asm["cubin"])
-        f.flush()
-        text = subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True, check=True).stdout
-    ops = re.findall(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", text, re.M)
+    ops = re.findall(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", sass(kernel), re.M)
     return collections.Counter(ops)
 
 
 def resources(kernel) -> str:
     """Registers, spill stores and shared memory of ``kernel``'s cubin (cuobjdump's resource usage)."""
-    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(kernel.asm["cubin"])
-        f.flush()
-        text = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
+    text = cubin_tool(kernel, "cuobjdump", "-res-usage")
     usage = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+)", text)
     return f"{usage[1]} registers, {usage[2]} B stack, {kernel.metadata.shared} B shared" if usage else text
 
