@@ -4,6 +4,10 @@ does not check (it runs the Python, with no constexpr specialization and no type
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterable
 
 import triton
@@ -38,10 +42,6 @@ def compile_offline(
 def cubin_tool(kernel, tool: str, *flags: str) -> str:
     """What ``tool`` (``nvdisasm``, ``cuobjdump``: the CUDA tools the Triton wheel ships) prints for the cubin
     of a compiled kernel (``compile_offline``'s result)."""
-    import os
-    import subprocess
-    import tempfile
-
     path = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", tool)
     with tempfile.TemporaryDirectory() as tmp:
         cubin = os.path.join(tmp, "kernel.cubin")
@@ -67,10 +67,6 @@ def run_in_child(test_file: str, function: str, timeout: float = 600) -> tuple[b
     it ``triton.jit`` gives interpreted functions, which do not compile), with the module's folder and the
     package's ``src`` on its path. It returns a list of failures; the child prints them. Returns whether
     the list was empty, and what the child printed."""
-    import os
-    import subprocess
-    import sys
-
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     folder = os.path.dirname(os.path.abspath(test_file))
     module = os.path.splitext(os.path.basename(test_file))[0]
