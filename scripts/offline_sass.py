@@ -17,7 +17,8 @@ Presets: ``decode`` is the conv row kernel's decode step on FLA's ``[B, C, K]`` 
 channels a program, ``--rows``: rows a program), with and without ``WINDOW_TILE`` (``S_ALIGN`` 4: the channel
 stride K), and with ``--fla`` fla-core's update kernel on the same call; ``taps`` is the conv's tap sum alone,
 its weights read three ways (``taps_kernel``: what a layout conversion through shared memory costs);
-``conv_grad`` the conv backward's row kernel (bf16, K = 4, SiLU, bias); ``conv`` is the conv family's
+``conv_grad`` the conv backward's row and dx kernels (bf16, K = 4, SiLU, bias; a tile ending in ``w`` reads
+the weights as one word a channel); ``conv`` is the conv family's
 row kernel in causal_conv1d prefill (K = 4, bf16's fast SiLU ``ACT``, bias, a slot cache, bf16);
 ``attention`` is sparse_paged_attention's partial kernel at (Hq, Hkv) = (24, 2), D = 128, block_n 64,
 split, fused gate; ``merge`` its merge launch, plain (8 splits a group, all columns, 2 warps) and the
@@ -183,16 +184,26 @@ def _taps(tile: str, weight: int, warps: int) -> tuple[str, dict]:
     return label, compile_sass(taps_kernel, types, consts, [*types, "stride_x", "C"], (), warps)
 
 
-def _conv_grad(tile: str, warps: int) -> tuple[str, dict]:
-    from exactfuse.ops.conv.grad_kernels import conv_grad_rows_kernel
+def _conv_grad(tile: str, warps: int, dx: bool) -> tuple[str, dict]:
+    from exactfuse.ops.conv.grad_kernels import conv_grad_rows_kernel, conv_grad_x_kernel
 
-    bt, bc, steps = (int(v) for v in tile.split("x"))
+    word = tile.endswith("w")  # the weights' taps read as one word a channel (lean.tile_weights)
+    bt, bc, steps = (int(v) for v in tile.removesuffix("w").split("x"))
     types = {n: "*bf16" for n in ("p_g", "p_x", "p_w", "p_b", "p_init", "p_dconv")}
     types |= {"p_qsl": "*i32", "p_seq": "*i32", "p_dw": "*fp32", "p_db": "*fp32"}
-    consts = dict(K=4, KP=4, D=1, HAS_BIAS=True, ACT=0, HAS_SEQ_IDX=False, HAS_INIT=False, BT=bt, BC=bc, STEPS=steps)
-    div16 = [*types, "stride_g", "stride_x", "C"]
-    result = compile_sass(conv_grad_rows_kernel, types, consts, div16, ["stride_w_k"], warps)
-    return f"conv_grad rows {tile}/{warps}", result
+    consts = dict(K=4, D=1, HAS_BIAS=True, ACT=0, HAS_SEQ_IDX=False, HAS_INIT=False, BT=bt, BC=bc, STEPS=steps)
+    consts |= dict(W_ALIGN=4, W_WORD=4 if word else 0)
+    if not dx:
+        div16 = [*types, "stride_g", "stride_x", "C"]
+        return f"conv_grad rows {tile}/{warps}", compile_sass(
+            conv_grad_rows_kernel, types, consts, div16, ["stride_w_k"], warps
+        )
+    types = {"p_dconv": "*bf16", "p_w": "*bf16", "p_qsl": "*i32", "p_seq": "*i32", "p_dx": "*bf16"}
+    consts = dict(K=4, D=1, HAS_SEQ_IDX=False, BT=bt, BC=bc)
+    div16 = [*types, "stride_dx", "C"]
+    return f"conv_grad dx {bt}x{bc}/{warps}", compile_sass(
+        conv_grad_x_kernel, types, consts, div16, ["stride_w_k"], warps
+    )
 
 
 def main() -> None:
@@ -200,7 +211,7 @@ def main() -> None:
     parser.add_argument("preset", choices=["conv", "decode", "conv_grad", "taps", "attention", "merge", "moe"])
     parser.add_argument("--tiles", help="conv: BTxBC[uUNROLL][l: the lean prefill kernel],... (16x128,16x128l); "
                         "taps: BTxBC[uUNROLL]; conv_grad: "
-                        "BTxBCxSTEPS,... (32x64x8,16x128x16)")  # fmt: skip
+                        "BTxBCxSTEPS[w: weights read as one word a channel],... (32x64x8,16x128x16w)")  # fmt: skip
     parser.add_argument("--kv", default="bf16,fp8e4nv", help="attention: cache dtypes (Triton names)")
     parser.add_argument("--q", default="bf16", help="attention: q dtype (Triton name)")
     parser.add_argument("--warps", type=int, default=4, help="num_warps")
@@ -220,7 +231,8 @@ def main() -> None:
         if args.fla:
             jobs += [lambda c=c: _fla_update(c, args.warps) for c in channels]
     elif args.preset == "conv_grad":
-        jobs = [lambda t=t: _conv_grad(t, args.warps) for t in (args.tiles or "32x64x8,16x128x16").split(",")]
+        tiles = (args.tiles or "32x64x8,16x128x16").split(",")
+        jobs = [lambda t=t, dx=dx: _conv_grad(t, args.warps, dx) for t in tiles for dx in (False, True)]
     elif args.preset == "taps":
         tiles = (args.tiles or "16x128,32x64,8x256,4x512").split(",")
         jobs = [lambda t=t, w=w: _taps(t, w, args.warps) for t in tiles for w in (0, 1, 2)]

@@ -5,6 +5,7 @@ does not check (it runs the Python, with no constexpr specialization and no type
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -53,6 +54,19 @@ def cubin_tool(kernel, tool: str, *flags: str) -> str:
 def sass(kernel) -> str:
     """The SASS of a compiled kernel (``compile_offline``'s result)."""
     return cubin_tool(kernel, "nvdisasm", "-c")
+
+
+def loop_barriers(text: str) -> list[int]:
+    """The ``BAR.SYNC``s inside each loop of ``text`` (SASS), a loop being a branch back to a label above it."""
+    lines = text.splitlines()
+    labels: dict[str, int] = {}
+    counts = []
+    for i, line in enumerate(lines):
+        if m := re.match(r"\s*(\.L_x_\d+):", line):
+            labels[m.group(1)] = i
+        if (m := re.search(r"\bBRA\b.*`\((\.L_x_\d+)\)", line)) and m.group(1) in labels:
+            counts.append(sum("BAR.SYNC" in body for body in lines[labels[m.group(1)] : i]))
+    return counts
 
 
 def compile_error(label: str, exc: Exception) -> str:

@@ -27,18 +27,23 @@ import triton
 import triton.language as tl
 
 from exactfuse.ops.conv.kernels import _row_seq
+from exactfuse.ops.conv.lean import tile_weights
+from exactfuse.ops.conv.rounding import bias_values
 from exactfuse.ops.conv.slots import find_request, mask_and
 from exactfuse.ops.math import activation_backward, mul_rn
 
 
 @triton.jit
-def _tap(p_x, p_seq, p_init, o_t, r, q_start, o_c, m_c, out_ok, seq, L, stride_x, stride_i_r, stride_i_c, stride_i_w,
-         k, K: tl.constexpr, D: tl.constexpr, HAS_SEQ_IDX: tl.constexpr, HAS_INIT: tl.constexpr):  # fmt: skip
+def _tap(
+    p_x, p_seq, p_init, o_t, r, q_start, first, o_c, m_c, out_ok, seq, L, stride_x, stride_i_r, stride_i_c, stride_i_w,
+    k, K: tl.constexpr, D: tl.constexpr, HAS_SEQ_IDX: tl.constexpr, HAS_INIT: tl.constexpr,
+):  # fmt: skip
     """Tap ``k`` of rows ``o_t``: the input row ``o_t + D k - SL`` in fp32; before the row's sequence its
     history position (HAS_INIT: ``p_init[r]``, request ``r``'s initial state), else zero; zero past the rows,
-    across a ``seq_idx`` change, or where the row has no output."""
+    across a ``seq_idx`` change, or where the row has no output. ``first``: the row's sequence start where it
+    has an output, else past every row (:func:`_row_bound`)."""
     o_row = o_t + D * k - (K - 1) * D
-    m_x = (o_row >= q_start) & out_ok & (o_row < L)
+    m_x = (o_row >= first) & (o_row < L)
     if HAS_SEQ_IDX:
         m_x = m_x & (tl.load(p_seq + o_row, mask=m_x, other=-1) == seq)
     value = tl.load(p_x + o_row.to(tl.int64) * stride_x + o_c, mask=mask_and(m_c, m_x), other=0.0).to(tl.float32)
@@ -50,6 +55,16 @@ def _tap(p_x, p_seq, p_init, o_t, r, q_start, o_c, m_c, out_ok, seq, L, stride_x
             o_row < q_start, tl.load(p_init + o_s, mask=mask_and(m_c, m_s), other=0.0).to(tl.float32), value
         )
     return value
+
+
+@triton.jit
+def _row_bound(bound, out_ok, m_c, none):
+    """A ``[BT, 1]`` column of row facts (``bound`` where the row has an output, else ``none``) as a ``[BT, BC]``
+    tile (0 on masked channels), for the tile's masks to compare against. The facts take the layout of their
+    loads (``query_start_loc``'s gathers), not the tile's: as a tile, they move to the tile's layout once. A
+    column is combined into each tap's mask first and moved once a tap, each move a store to shared memory,
+    a barrier at which the program's warps wait for one another, and a load back."""
+    return tl.where(m_c, tl.where(out_ok, bound, none), 0)
 
 
 @triton.jit
@@ -71,8 +86,9 @@ def _tile(p_qsl, p_seq, row0, L, R, C, HAS_SEQ_IDX: tl.constexpr, BT: tl.constex
 def conv_grad_rows_kernel(
     p_g, p_x, p_w, p_b, p_qsl, p_seq, p_init, p_dconv, p_dw, p_db, L, R, C,
     stride_g, stride_x, stride_w_c, stride_w_k, stride_i_r, stride_i_c, stride_i_w,
-    K: tl.constexpr, KP: tl.constexpr, D: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
-    HAS_SEQ_IDX: tl.constexpr, HAS_INIT: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, STEPS: tl.constexpr,
+    K: tl.constexpr, D: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, HAS_SEQ_IDX: tl.constexpr,
+    HAS_INIT: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, STEPS: tl.constexpr, W_ALIGN: tl.constexpr,
+    W_WORD: tl.constexpr,
 ):  # fmt: skip
     """``dconv`` of ``STEPS`` tiles of ``BT`` rows x ``BC`` channels down the rows, and this program's
     partial sums of the weight and bias gradients.
@@ -81,27 +97,38 @@ def conv_grad_rows_kernel(
     p_w ``[C, K]`` (x's dtype or fp32), p_b ``[C]`` (HAS_BIAS); p_qsl ``[R + 1]`` int32; p_seq ``[L]`` int32
     (HAS_SEQ_IDX); p_init ``[R, C, SL]`` with strides ``stride_i_*`` (HAS_INIT: each sequence's history). Unit
     channel strides. p_dconv: ``[L, C]`` contiguous, fp32 for an fp32 weight's SiLU, else x's dtype (dconv
-    is a value of it there); p_dw: ``[programs, K, C]`` fp32;
-    p_db: ``[programs, C]`` fp32 (HAS_BIAS). ACT: 0 SiLU, -1 none. KP: ``K``'s power of two, the taps'
-    axis of the ``[BT, KP, BC]`` weight-gradient sums (each step adds ``dconv · tap_k`` to them, and the
-    rows are summed once at the end: fixed orders, no atomics).
+    is a value of it there); p_dw: ``[programs, K, C]`` fp32; p_db: ``[programs, C]`` fp32 (HAS_BIAS).
+    ACT: 0 SiLU, -1 none. W_ALIGN, W_WORD: how the weights are read (``lean.tile_weights``), once a program
+    in the tile's register layout.
+
+    The weight-gradient sums are ``K`` ``[BT, BC]`` tiles, each step adding ``dconv · tap_k`` from the taps
+    the recompute loaded (no second load of the taps, no 3-D layout); the rows are summed once at the end:
+    fixed orders, no atomics.
     """
     i_t = tl.program_id(0)
-    k3 = tl.arange(0, KP)[None, :, None]
-    dw_sums = tl.zeros([BT, KP, BC], dtype=tl.float32)
-    db_sums = tl.zeros([BT, BC], dtype=tl.float32)
+    o_c = (tl.program_id(1) * BC + tl.arange(0, BC))[None, :]
+    zeros = tl.zeros([BT, BC], dtype=tl.float32)
+    column = tl.arange(0, BT)[:, None]
+    weights = tile_weights(p_w, o_c, o_c < C, column, stride_w_c, stride_w_k, K, W_ALIGN, W_WORD)
+    dw_sums = ()
+    for _k in tl.static_range(K):
+        dw_sums += (zeros,)
+    db_sums = zeros
     for step in range(STEPS):
         rows, o_c, m_c, r, q_start, _, seq, out_ok = _tile(
             p_qsl, p_seq, (i_t * STEPS + step) * BT, L, R, C, HAS_SEQ_IDX, BT, BC
         )
-        acc = tl.zeros([BT, BC], dtype=tl.float32)
+        first = _row_bound(q_start, out_ok, m_c, 2147483647)  # the first row a tap may read; past all without an output
+        out_ok = rows >= first
+        acc = zeros
+        taps = ()
         for k in tl.static_range(K):
-            w_k = tl.load(p_w + o_c * stride_w_c + k * stride_w_k, mask=m_c).to(tl.float32)
-            tap = _tap(p_x, p_seq, p_init, rows, r, q_start, o_c, m_c, out_ok, seq, L, stride_x, stride_i_r,
+            tap = _tap(p_x, p_seq, p_init, rows, r, q_start, first, o_c, m_c, out_ok, seq, L, stride_x, stride_i_r,
                        stride_i_c, stride_i_w, k, K, D, HAS_SEQ_IDX, HAS_INIT)  # fmt: skip
-            acc = acc + mul_rn(w_k, tap)
-        if HAS_BIAS:
-            acc = acc + tl.load(p_b + o_c, mask=m_c).to(tl.float32)
+            taps += (tap,)
+            acc = acc + mul_rn(weights[k], tap)
+        if HAS_BIAS:  # read in the tile's shape each step (L1 hits), not held across the loop in registers
+            acc = acc + bias_values(p_b, o_c, m_c, rows, HAS_BIAS)
         g = tl.load(p_g + rows.to(tl.int64) * stride_g + o_c, mask=mask_and(m_c, out_ok), other=0.0).to(tl.float32)
         if ACT >= 0:
             if p_w.dtype.element_ty == tl.float32:  # the SiLU read the fp32 conv; no rounding on the way back
@@ -116,17 +143,16 @@ def conv_grad_rows_kernel(
         m_row = mask_and(m_c, rows < L)
         tl.store(p_dconv + rows.to(tl.int64) * C + o_c, dconv.to(p_dconv.dtype.element_ty), mask=m_row)
         db_sums += dconv
-        taps = _tap(p_x, p_seq, p_init, rows[:, :, None], r[:, :, None], q_start[:, :, None], o_c[:, None, :],
-                    m_c[:, None, :] & (k3 < K), out_ok[:, :, None], seq[:, :, None], L, stride_x, stride_i_r,
-                    stride_i_c, stride_i_w, k3, K, D, HAS_SEQ_IDX, HAS_INIT)  # fmt: skip
-        dw_sums += mul_rn(dconv[:, None, :], taps)
+        summed = ()
+        for k in tl.static_range(K):
+            summed += (dw_sums[k] + mul_rn(dconv, taps[k]),)
+        dw_sums = summed
     o_c1 = tl.program_id(1) * BC + tl.arange(0, BC)
     m_c1 = o_c1 < C
     if HAS_BIAS:
         tl.store(p_db + i_t.to(tl.int64) * C + o_c1, tl.sum(db_sums, 0), mask=m_c1)
-    k2 = tl.arange(0, KP)[:, None]
-    o_dw = (i_t.to(tl.int64) * K + k2) * C + o_c1[None, :]
-    tl.store(p_dw + o_dw, tl.sum(dw_sums, 0), mask=(k2 < K) & m_c1[None, :])
+    for k in tl.static_range(K):
+        tl.store(p_dw + (i_t.to(tl.int64) * K + k) * C + o_c1, tl.sum(dw_sums[k], 0), mask=m_c1)
 
 
 @triton.jit(do_not_specialize=["L", "R"])
@@ -139,10 +165,11 @@ def conv_grad_x_kernel(
     p_dconv ``[L, C]`` contiguous (zero on rows without an output); p_dx ``[L, C]`` rows ``stride_dx``
     apart; the rest as :func:`conv_grad_rows_kernel`."""
     rows, o_c, m_c, _, _, q_end, seq, out_ok = _tile(p_qsl, p_seq, tl.program_id(0) * BT, L, R, C, HAS_SEQ_IDX, BT, BC)
+    end = _row_bound(q_end, out_ok, m_c, -2147483648)  # the end of the rows a row's gradient reads from
     acc = tl.zeros([BT, BC], dtype=tl.float32)
     for k in tl.static_range(K):
         dest = rows + (K - 1 - k) * D  # the row whose tap k is row s
-        m_d = out_ok & (dest < q_end) & (dest < L)
+        m_d = (dest < end) & (dest < L)
         if HAS_SEQ_IDX:
             m_d = m_d & (tl.load(p_seq + dest, mask=m_d, other=-1) == seq)
         d = tl.load(p_dconv + dest.to(tl.int64) * C + o_c, mask=mask_and(m_c, m_d), other=0.0).to(tl.float32)

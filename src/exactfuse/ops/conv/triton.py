@@ -13,7 +13,7 @@ from exactfuse.ops.conv.kernels import INIT_CODES, MODE_CODES, conv_rows_kernel,
 from exactfuse.ops.conv.lean import conv_lean_kernel
 from exactfuse.ops.fastmath import SILU, chosen_formula
 from exactfuse.registry import platform
-from exactfuse.utils import empty, is_symbolic, next_power_of_2
+from exactfuse.utils import empty, is_symbolic
 
 NO_ACTIVATION = -1  # conv_rows_kernel's ACT without an activation (else a fastmath formula id)
 
@@ -307,9 +307,10 @@ def launch_conv_grad(
     torch.library.wrap_triton(conv_grad_rows_kernel)[(programs, triton.cdiv(C, cfg.BC))](
         grad, x, weight, bias if bias is not None else weight, qsl, seq, init, dconv, dw_parts, db_parts, T, R, C,
         grad.stride(0), x.stride(0), weight.stride(0), weight.stride(1), *i_strides,
-        K=K, KP=next_power_of_2(K), D=dilation, HAS_BIAS=bias is not None,
-        ACT=SILU if activation == "silu" else NO_ACTIVATION, HAS_SEQ_IDX=seq_idx is not None,
-        HAS_INIT=initial_states is not None, BT=cfg.BT, BC=cfg.BC, STEPS=cfg.steps, num_warps=cfg.num_warps,
+        K=K, D=dilation, HAS_BIAS=bias is not None, ACT=SILU if activation == "silu" else NO_ACTIVATION,
+        HAS_SEQ_IDX=seq_idx is not None, HAS_INIT=initial_states is not None, BT=cfg.BT, BC=cfg.BC,
+        STEPS=cfg.steps, W_ALIGN=_stride_alignment(weight.stride(0)), W_WORD=_weight_word(weight),
+        num_warps=cfg.num_warps,
     )  # fmt: skip
     torch.library.wrap_triton(conv_grad_x_kernel)[(triton.cdiv(T, cfg.DX_BT), triton.cdiv(C, cfg.DX_BC))](
         dconv, weight, qsl, seq, dx, T, R, C, dx.stride(0), weight.stride(0), weight.stride(1),
