@@ -68,6 +68,19 @@ def _row_bound(bound, out_ok, m_c, none):
 
 
 @triton.jit
+def _sum_rows(t):
+    """``t`` (``[BT, BC]``, BT a power of two) summed over its rows as a pairwise tree: rows ``2i`` and ``2i +
+    1`` added, then the halves' rows the same way. Each addition is of two values, whose order does not change
+    its bits, so the sum is the same whatever register layout the compiler gives the tile (a ``tl.sum`` over
+    the rows adds in an order that follows the layout, which follows the launch's specialization: alignment,
+    strides known to be 1)."""
+    for _i in tl.static_range(t.shape[0]):
+        if t.shape[0] > 1:
+            t = tl.sum(tl.reshape(t, (t.shape[0] // 2, 2, t.shape[1])), 1)
+    return tl.reshape(t, (t.shape[1],))
+
+
+@triton.jit
 def _tile(p_qsl, p_seq, row0, L, R, C, HAS_SEQ_IDX: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr):
     """Rows ``row0 + [0, BT)`` (a ``[BT, 1]`` column) and this program's ``BC`` channels (``[1, BC]``, with
     their mask), and per row its sequence, that sequence's start and end, ``seq_idx`` and whether it has
@@ -150,9 +163,9 @@ def conv_grad_rows_kernel(
     o_c1 = tl.program_id(1) * BC + tl.arange(0, BC)
     m_c1 = o_c1 < C
     if HAS_BIAS:
-        tl.store(p_db + i_t.to(tl.int64) * C + o_c1, tl.sum(db_sums, 0), mask=m_c1)
+        tl.store(p_db + i_t.to(tl.int64) * C + o_c1, _sum_rows(db_sums), mask=m_c1)
     for k in tl.static_range(K):
-        tl.store(p_dw + (i_t.to(tl.int64) * K + k) * C + o_c1, tl.sum(dw_sums[k], 0), mask=m_c1)
+        tl.store(p_dw + (i_t.to(tl.int64) * K + k) * C + o_c1, _sum_rows(dw_sums[k]), mask=m_c1)
 
 
 @triton.jit(do_not_specialize=["L", "R"])
