@@ -18,9 +18,12 @@ import itertools
 import pytest
 import torch
 import torch.nn.functional as F
+import triton
+import triton.language as tl
 
 import exactfuse
 from exactfuse.ops.conv import causal_conv1d, causal_conv1d_fn_backward, heuristics, native
+from exactfuse.ops.conv.grad_kernels import _sum_rows
 from exactfuse.ops.conv.triton import launch_conv_grad
 from exactfuse.registry import InferenceOnlyError
 from exactfuse.testing import check_provider
@@ -144,6 +147,27 @@ def test_interpreter_row_tiles_sum_in_a_fixed_order(BT, steps, case_id):
     for contract, got, want in zip(contracts, first, o.native(*case.args), strict=True):
         result = contract.check(got, want, args=case.args, kwargs={})
         assert result.passed, result.summary()
+
+
+@triton.jit
+def rows_kernel(p_in, p_out, BT: tl.constexpr, BC: tl.constexpr):
+    o = tl.arange(0, BT)[:, None] * BC + tl.arange(0, BC)[None, :]
+    tl.store(p_out + tl.arange(0, BC), _sum_rows(tl.load(p_in + o)))
+
+
+@pytest.mark.interpreter
+def test_interpreter_row_sums_pair_adjacent_rows_first():
+    """The weight and bias gradients' row sums are one pairwise tree (``grad_kernels._sum_rows``), rows ``2i``
+    and ``2i + 1`` first, so their bits do not depend on the register layout a launch gets: rows 2^24, 1,
+    -2^24, 1 sum to 1 that way (2^24 + 1 rounds to 2^24) and to 2 pairing the halves' rows (0 + 2)."""
+    big = 2.0**24
+    t = torch.tensor([big, 1.0, -big, 1.0])[:, None].repeat(1, 16)
+    out = torch.empty(16)
+    rows_kernel[(1,)](t, out, BT=4, BC=16)
+    assert torch.equal(out, torch.ones(16))
+    t8 = torch.cat([t, -t])  # two more levels of the tree: (1) + (-1)
+    rows_kernel[(1,)](t8, out, BT=8, BC=16)
+    assert torch.equal(out, torch.zeros(16))
 
 
 def final_states_reference(x, weight, bias, dilation, qsl, initial_states):
