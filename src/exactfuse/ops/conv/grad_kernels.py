@@ -11,7 +11,7 @@ sequence found by the forward's binary search over ``query_start_loc`` (``slots.
   since eager's ``silu_backward`` returns that dtype; unrounded for fp32 weights), zero on rows without an
   output. A program walks ``STEPS`` tiles down the rows: it stores their ``dconv`` and keeps the sums
   ``dconv`` (d bias) and ``dconv · tap_k`` (d weight) per row position of the tile in registers, summed over
-  the tile's rows once at the end (one cross-thread reduction a program, not one a tile and tap).
+  the tile's rows once at the end as a pairwise tree (:func:`_sum_rows`: the same bits under any layout).
 - The gradient of the initial states (``[R, C, SL]``, small) is gathered from ``dconv`` by torch in the
   launcher (``native.initial_state_grads``).
 - :func:`conv_grad_x_kernel` gathers ``dx[s] = Σ_k w[k] · dconv[s + SL - D k]`` over the rows ``s + SL -
