@@ -31,7 +31,7 @@ def compile_all() -> list[str]:
     """Every variant; the failures as ``label: error``."""
     from exactfuse.ops.conv.grad_kernels import conv_grad_rows_kernel, conv_grad_x_kernel
     from exactfuse.ops.conv.heuristics import conv_grad_config
-    from exactfuse.testing.offline import compile_error, compile_offline, loop_barriers, sass
+    from exactfuse.testing.offline import compile_error, compile_offline, every_int_constant, loop_barriers, sass
 
     cfg = conv_grad_config(10240)
     failures = []
@@ -47,6 +47,14 @@ def compile_all() -> list[str]:
         most = max(loop_barriers(sass(kernel)), default=0)
         if held and most > LOOP_BARRIERS:
             failures.append(f"rows {label}: {most} barriers in a loop, want at most {LOOP_BARRIERS}")
+    # every integer argument a constant, as torch.compile's analysis of what a launch writes compiles it
+    types = ROW_TYPES
+    consts = ROW_BASE | dict(BT=cfg.BT, BC=cfg.BC, STEPS=cfg.steps, W_WORD=0)
+    consts = every_int_constant(conv_grad_rows_kernel, types, consts, ["stride_w_k"])
+    try:
+        compile_offline(conv_grad_rows_kernel, types, consts, [*types], (), cfg.num_warps)
+    except Exception as exc:
+        failures.append(compile_error("rows every int constant", exc))
     for seq_idx in (False, True):
         label = f"dx{' seq_idx' if seq_idx else ''}"
         consts = dict(K=4, D=1, HAS_SEQ_IDX=seq_idx, BT=cfg.DX_BT, BC=cfg.DX_BC)

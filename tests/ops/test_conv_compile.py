@@ -1,8 +1,9 @@
 """The conv kernels compiled for sm_90 on the CPU (``exactfuse.testing.offline``) under the specializations the
 launcher produces: the interpreter runs the kernels' Python, so a front-end error that only a constexpr
 argument raises (a stride Triton specializes to the constant 1, a flag that removes a branch) shows only here
-or on a GPU. The compiles run in a child process without ``TRITON_INTERPRET`` (under it ``triton.jit`` gives
-interpreted functions, which do not compile)."""
+or on a GPU; so does one that only torch.compile's analysis of a launch raises (every integer argument a
+constant: ``offline.every_int_constant``). The compiles run in a child process without ``TRITON_INTERPRET``
+(under it ``triton.jit`` gives interpreted functions, which do not compile)."""
 
 POINTERS = {n: "*bf16" for n in ("p_x", "p_w", "p_b", "p_res", "p_outer", "p_out", "p_state")} | {
     "p_sid": "*i32", "p_qsl": "*i32", "p_acc": "*i32", "p_init": "*i1", "p_tok": "*i32", "p_seq": "*i32",
@@ -38,7 +39,7 @@ def compile_all() -> list[str]:
     from exactfuse.ops.conv.kernels import conv_rows_kernel
     from exactfuse.ops.conv.lean import conv_lean_kernel
     from exactfuse.ops.fastmath import SILU_RCP
-    from exactfuse.testing.offline import compile_error, compile_offline
+    from exactfuse.testing.offline import compile_error, compile_offline, every_int_constant
 
     jobs = []
     for even_c in (False, True):
@@ -62,6 +63,10 @@ def compile_all() -> list[str]:
             lean = {k: v for k, v in (rows | dict(W_WORD=0) | change).items() if k in conv_lean_kernel.arg_names}
             jobs.append((f"prefill lean{tag} EVEN_C={even_c}", conv_lean_kernel, types, lean, [*types, "stride_x"],
                          ["stride_w_k"], 4))  # fmt: skip
+    # every integer argument a constant, as torch.compile's analysis of what a launch writes compiles it
+    for label, kernel, types, consts, _, ones, warps in (jobs[0], jobs[-1]):
+        consts = every_int_constant(kernel, types, consts, ones)
+        jobs.append((f"{label} every int constant", kernel, types, consts, [*types], (), warps))
     failures = []
     for label, kernel, types, consts, div16, ones, warps in jobs:
         try:

@@ -40,6 +40,16 @@ def compile_offline(
     return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
 
 
+def every_int_constant(fn, types: dict, constexprs: dict, ones: Iterable[str] = (), value: int = 64) -> dict:
+    """``constexprs`` with every argument of ``fn`` that ``types`` does not type made the constant ``value`` (1 for
+    ``ones``): how torch.compile's kernel analysis (``torch._higher_order_ops.triton_kernel_wrap``, torch 2.11)
+    specializes a launch to find what it writes. A kernel that fails to compile so makes that analysis assume
+    every input written, and clone each (two arguments that are one tensor then come back as two)."""
+    ones = set(ones)
+    rest = [n for n in fn.arg_names if n not in types and n not in constexprs]
+    return constexprs | {n: 1 if n in ones else value for n in rest}
+
+
 def cubin_tool(kernel, tool: str, *flags: str) -> str:
     """What ``tool`` (``nvdisasm``, ``cuobjdump``: the CUDA tools the Triton wheel ships) prints for the cubin
     of a compiled kernel (``compile_offline``'s result)."""

@@ -15,8 +15,9 @@ from exactfuse.ops.conv.slots import mask_and, window_columns, window_tile
 def aligned(stride, ALIGN: tl.constexpr):
     """``stride``, a positive multiple of ``ALIGN`` (a power of two), with that alignment visible to the compiler:
     an unsigned shift down and back (a signed division would add its rounding fix-up). At ``ALIGN`` 1 the stride
-    as given, which may be the constant 1 Triton specializes."""
-    if ALIGN > 1:
+    as given, which may be the constant 1 Triton specializes, and so is an integer the caller specialized
+    (torch.compile's kernel analysis makes every integer argument a constant in some torch versions)."""
+    if ALIGN > 1 and isinstance(stride, tl.tensor):
         UNSIGNED: tl.constexpr = tl.uint64 if stride.dtype == tl.int64 else tl.uint32
         stride = (stride.to(UNSIGNED) // ALIGN * ALIGN).to(stride.dtype)
     return stride

@@ -81,7 +81,7 @@ def conv_lean_kernel(
     p_rows = p_x + start.to(tl.int64) * stride_x + o_c
     window = ()  # input rows start - SL ... start + UNROLL - 1 (a row no tap reads is never loaded: dead code)
     for i in tl.static_range(UNROLL + SL):
-        window += (tl.load(p_rows + (i - SL) * stride_x.to(tl.int64), mask=m_x, other=0.0),)
+        window += (tl.load(p_rows + (i - SL) * tl.cast(stride_x, tl.int64), mask=m_x, other=0.0),)
     lean, inside, r = lean_tile(t0, L, R, p_qsl, SL, BT)
     if lean:
         out_ok = inside
@@ -132,6 +132,7 @@ def _lean_runs(
                 acc = tap(acc, weights[k], window[i_r + D * k].to(tl.float32), FP16_TAPS)
             conv = conv_value(acc, b_bias, p_x, p_w, HAS_BIAS, ACT)
         store_conv(
-            conv, p_res_rows + i_r * stride_res.to(tl.int64), p_outer_rows + i_r * stride_outer.to(tl.int64),
-            p_out_rows + i_r * stride_out.to(tl.int64), o_c, m_c, HAS_RESIDUAL, HAS_OUTER,
+            conv, p_res_rows + i_r * tl.cast(stride_res, tl.int64),
+            p_outer_rows + i_r * tl.cast(stride_outer, tl.int64), p_out_rows + i_r * tl.cast(stride_out, tl.int64),
+            o_c, m_c, HAS_RESIDUAL, HAS_OUTER,
         )  # fmt: skip

@@ -299,7 +299,10 @@ def launch_conv_grad(
     dconv_dtype = torch.float32 if weight.dtype == torch.float32 and activation == "silu" else x.dtype
     dconv = torch.empty((T, C), dtype=dconv_dtype, device=x.device)
     dw_parts = torch.empty((programs, K, C), dtype=torch.float32, device=x.device)
-    db_parts = torch.empty((programs, C), dtype=torch.float32, device=x.device) if bias is not None else dw_parts
+    # without a bias, a placeholder of its own: an argument that aliases a written one comes back from
+    # torch.compile's functional form of the launch as a second, unwritten copy when its analysis of what the
+    # kernel writes fails
+    db_parts = torch.empty((programs, C) if bias is not None else (1,), dtype=torch.float32, device=x.device)
     dx = empty(x.shape, x.dtype, x.device)
     seq = seq_idx if seq_idx is not None else qsl
     init = initial_states if initial_states is not None else x

@@ -36,7 +36,8 @@ class AttentionConfig:
 
     The second launch's shape (``num_splits > 1`` without ``fixup``; the same arithmetic in the same split
     order whatever they are, so the same bits): ``merge_group`` splits whose loads it issues together
-    (``None``: ``merge.MERGE_GROUP``; at least ``num_splits``: every split's in one go),
+    (``None``: ``merge.MERGE_GROUP``; at least ``num_splits``: every split's in one go, up to
+    ``merge.MAX_MERGE_GROUP`` a group),
     ``merge_block_d`` head-dim columns a merge program takes (``None``: all ``D``; grid
     ``(rows, Hq, D // merge_block_d)``), ``merge_warps``; ``pdl``: the merge is a programmatic dependent
     launch (SM 9.0+; a plain launch under the interpreter): it starts while the partial kernel runs, loads

@@ -54,6 +54,10 @@ def _store_heads(o, g, out_ptr, row, heads, d, hmask, s_o_row, s_o_head, GATE: t
 # used, so a group costs one L2 round trip instead of one a split (64 splits, one after another, were
 # 12 µs of a 22 µs decode).
 MERGE_GROUP = 8
+# The widest group a launch takes (a wider ``AttentionConfig.merge_group`` takes groups of this many): each
+# split of a group is unrolled code of its own, and compiling the loop's 64-split group took 86 s against
+# 3.1 s for 16 (Triton 3.6, sm_90a, 128 columns; the time is in its coalescing pass).
+MAX_MERGE_GROUP = 16
 MAX_SPLITS = tl.constexpr(heuristics.MAX_SPLITS)
 
 
@@ -97,25 +101,26 @@ def _merge_splits(
     """The splits' fp32 partials of heads ``heads`` (``[M]``), columns ``d`` (of ``D``) of row ``row``,
     weighted by their base-2 LSE in split order: ``[M, len(d)]`` fp32 (rows past ``hmask`` are 0). Read past
     L1 (another program of the launch may have written them). The maximum LSE reads every split's in one
-    load, issued with the first group's; the sums take ``GROUP`` (:data:`MERGE_GROUP`) splits at a time, and
-    a split past ``num_splits`` changes nothing. No step between a group's loads reduces across threads (a
-    barrier would wait on each split's load in turn). A split whose LSE is ``-inf`` has the same ``O`` (0, no
+    load and is taken once the first group's loads are issued (in the loop, not before it: a first group
+    peeled off the loop made the compile 5x slower); the sums take ``GROUP`` (:data:`MERGE_GROUP`) splits at
+    a time, and a split past ``num_splits`` changes nothing. No step between a group's loads reduces across
+    threads (a barrier would wait on each split's load in turn). A split whose LSE is ``-inf`` has the same ``O`` (0, no
     token, or NaN, all scored ``-inf``) on every column, so a column slice tells the two apart as the whole
     row does, and each column keeps its own flag."""
     every = tl.arange(0, MAX_SPLITS)  # all splits' LSE in one load: one L2 round trip for the maximum
     m_all = (every[:, None] < num_splits) & hmask[None, :]
     lse_all = tl.load(lse_ptr + ((every[:, None] * rows + row) * HQ + heads[None, :]), mask=m_all,
                       other=float("-inf"), cache_modifier=".cg")  # fmt: skip
-    lses, parts = _load_group(part_ptr, lse_ptr, row, heads, hmask, d, rows, num_splits, 0, HQ, D, GROUP)
-    top = tl.max(lse_all, 0)
-    top = tl.where(top == float("-inf"), 0.0, top)
+    top = tl.zeros(heads.shape, tl.float32)
     acc = tl.zeros((heads.shape[0], d.shape[0]), tl.float32)
     total = tl.zeros(heads.shape, tl.float32)
     nan = tl.zeros(heads.shape, tl.int1)  # a split's NaN from the data: the head is NaN
     only_neg_inf = tl.zeros(acc.shape, tl.int1)  # a split had tokens, all scored -inf (its O is NaN)
-    acc, total, nan, only_neg_inf = _add_group(acc, total, nan, only_neg_inf, lses, parts, top, GROUP)
-    for s0 in range(GROUP, num_splits, GROUP):
+    for s0 in range(0, num_splits, GROUP):
         lses, parts = _load_group(part_ptr, lse_ptr, row, heads, hmask, d, rows, num_splits, s0, HQ, D, GROUP)
+        if s0 == 0:  # the maximum after the first group's loads are issued, not before: one round trip
+            top = tl.max(lse_all, 0)
+            top = tl.where(top == float("-inf"), 0.0, top)
         acc, total, nan, only_neg_inf = _add_group(acc, total, nan, only_neg_inf, lses, parts, top, GROUP)
     empty = tl.where(only_neg_inf, float("nan"), 0.0)
     merged = tl.where((total > 0.0)[:, None], acc / tl.where(total > 0.0, total, 1.0)[:, None], empty)

@@ -35,6 +35,7 @@ from exactfuse.ops.fastmath import SIGMOID, chosen_formula
 from exactfuse.ops.sparse_paged_attention import heuristics
 from exactfuse.ops.sparse_paged_attention.heuristics import AttentionConfig
 from exactfuse.ops.sparse_paged_attention.merge import (
+    MAX_MERGE_GROUP,
     MERGE_GROUP,
     _load_gate,
     _merge_splits,
@@ -263,7 +264,7 @@ def launch_sparse_paged_attention(
         num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     if merge_launch:
-        group = MERGE_GROUP if config.merge_group is None else config.merge_group
+        group = MERGE_GROUP if config.merge_group is None else min(config.merge_group, MAX_MERGE_GROUP)
         block_d = min(D, config.merge_block_d or D)
         # the column split and PDL only when asked: the kernel's defaults are the plain merge (and
         # probe attention_read_floor swaps in an empty kernel of that signature)

@@ -243,7 +243,7 @@ def w4a16_gemv_kernel(
     # sweeps/sass_w4a16_gemv_loads.txt).
     o_c = (o_n // 4) * 4 + o_n % 4
     if INT64_INDEX:
-        stride_am = stride_am.to(tl.int64)
+        stride_am = tl.cast(stride_am, tl.int64)
 
     k_start = i_s * K_PER_SPLIT
     k_end = tl.minimum(k_start + K_PER_SPLIT, K)
