@@ -104,9 +104,9 @@ def _merge_splits(
     load and is taken once the first group's loads are issued (in the loop, not before it: a first group
     peeled off the loop made the compile 5x slower); the sums take ``GROUP`` (:data:`MERGE_GROUP`) splits at
     a time, and a split past ``num_splits`` changes nothing. No step between a group's loads reduces across
-    threads (a barrier would wait on each split's load in turn). A split whose LSE is ``-inf`` has the same ``O`` (0, no
-    token, or NaN, all scored ``-inf``) on every column, so a column slice tells the two apart as the whole
-    row does, and each column keeps its own flag."""
+    threads (a barrier would wait on each split's load in turn). A split whose LSE is ``-inf`` has the same
+    ``O`` (0, no token, or NaN, all scored ``-inf``) on every column, so a column slice tells the two apart as
+    the whole row does, and each column keeps its own flag."""
     every = tl.arange(0, MAX_SPLITS)  # all splits' LSE in one load: one L2 round trip for the maximum
     m_all = (every[:, None] < num_splits) & hmask[None, :]
     lse_all = tl.load(lse_ptr + ((every[:, None] * rows + row) * HQ + heads[None, :]), mask=m_all,
