@@ -116,8 +116,11 @@ def launch_conv(
     rows_grid = (R + 1) * boundary_tiles + triton.cdiv(SL, cfg.BT) + 1 if lean else triton.cdiv(L, cfg.BT)
     channels_first = cfg.channels_first and mode == "decode"
     flat = cfg.flat_window and mode == "decode" and _dense_windows(s_strides, head + SL, C, cfg.BC)
-    # [slot, C, W] windows of scalar accesses: the register window one [BC] vector a position
-    scalar_window = mode == "decode" and has_state and not contiguous and s_align == 1
+    # short [slot, C, W] windows of scalar accesses: the register window one [BC] vector a position
+    scalar_window = (
+        mode == "decode" and has_state and not contiguous and s_align == 1
+        and head + SL <= heuristics.SCALAR_WINDOW_MAX
+    )  # fmt: skip
     channel_blocks = triton.cdiv(C, cfg.BC)
     grid = (triton.cdiv(L, cfg.BT) * channel_blocks, 1) if channels_first else (rows_grid, channel_blocks)
     torch.library.wrap_triton(conv_rows_kernel)[grid](
