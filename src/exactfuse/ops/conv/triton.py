@@ -116,11 +116,7 @@ def launch_conv(
     rows_grid = (R + 1) * boundary_tiles + triton.cdiv(SL, cfg.BT) + 1 if lean else triton.cdiv(L, cfg.BT)
     channels_first = cfg.channels_first and mode == "decode"
     flat = cfg.flat_window and mode == "decode" and _dense_windows(s_strides, head + SL, C, cfg.BC)
-    # short [slot, C, W] windows of scalar accesses: the register window one [BC] vector a position
-    scalar_window = (
-        mode == "decode" and has_state and not contiguous and s_align == 1
-        and head + SL <= heuristics.SCALAR_WINDOW_MAX
-    )  # fmt: skip
+    scalar_window = mode == "decode" and has_state and _scalar_window(contiguous, s_align, head + SL)
     channel_blocks = triton.cdiv(C, cfg.BC)
     grid = (triton.cdiv(L, cfg.BT) * channel_blocks, 1) if channels_first else (rows_grid, channel_blocks)
     torch.library.wrap_triton(conv_rows_kernel)[grid](
@@ -165,6 +161,13 @@ def _weight_word(weight: torch.Tensor) -> int:
         return 0
     stride_c, stride_k, offset = facts
     return K if stride_k == 1 and stride_c == K and offset % K == 0 else 0
+
+
+def _scalar_window(contiguous: bool, s_align: int, window: int) -> bool:
+    """Whether a decode step's register window is loaded one ``[BC]`` vector a position (``SCALAR_WINDOW``):
+    ``[slot, C, W]`` storage (``contiguous`` false) whose channel stride no power of two above 1 divides
+    (``s_align``), over at most :data:`heuristics.SCALAR_WINDOW_MAX` positions."""
+    return not contiguous and s_align == 1 and window <= heuristics.SCALAR_WINDOW_MAX
 
 
 def _stride_alignment(stride) -> int:
