@@ -254,12 +254,12 @@ def test_residual_and_batch_layout_are_checked_by_name():
 
 def test_fla_update_peer_runs_the_fastest_configuration_timed_alone(monkeypatch):
     """The ``fla`` update peer times each configuration of FLA's autotuner alone (the autotuner left with that
-    one, so it times nothing itself), keeps the fastest for the call's shape, and leaves the autotuner's set
-    and the call's cache as they were; a second call of that shape reuses the choice."""
+    one, so it times nothing itself) with the bench's CUDA-graph timer, keeps the fastest for the call's shape,
+    and leaves the autotuner's set and the call's cache as they were; a second call of that shape reuses the
+    choice."""
     import types
 
-    import triton.testing
-
+    from exactfuse.bench import timing
     from exactfuse.ops.conv import peers
 
     tuner, speed, runs = types.SimpleNamespace(configs=["a", "b", "c"]), {"a": 3.0, "b": 1.0, "c": 2.0}, []
@@ -272,7 +272,7 @@ def test_fla_update_peer_runs_the_fastest_configuration_timed_alone(monkeypatch)
         runs.append(tuple(tuner.configs))
         state.copy_(state.roll(-1, 2))
 
-    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **_: (fn(), speed[tuner.configs[0]])[1])
+    monkeypatch.setattr(timing, "cudagraph_timer", lambda **_: lambda fn: (fn(), speed[tuner.configs[0]])[1])
     a = {"x": torch.randn(2, 8), "conv_state": state, "weight": torch.randn(8, 4), "bias": None, "activation": "silu"}
     assert peers._fla_update_config(a, run) == "b"
     assert runs == [("a",), ("b",), ("c",)], "each configuration timed alone"
