@@ -80,7 +80,6 @@ def test_weight_word_needs_dense_aligned_16_bit_taps():
     assert conv_triton._weight_word(torch.zeros(9 * 4, dtype=torch.bfloat16)[2:34].view(8, 4)) == 0
 
 
-@pytest.mark.interpreter
 def test_scalar_window_only_for_short_windows_without_a_vector_width():
     """The launcher's SCALAR_WINDOW check: the slot cache's ``[slots, C, K - 1]`` window (3 positions, stride 3)
     takes it; short_conv's ``[slot, C, W]`` window of 9 (stride 9, 2.98x slower scalar on the H200), FLA's
@@ -94,6 +93,7 @@ def test_scalar_window_only_for_short_windows_without_a_vector_width():
     assert not conv_triton._scalar_window(True, align(1), 3)
 
 
+@pytest.mark.interpreter
 def test_interpreter_decode_window_tile_gives_the_same_bits(monkeypatch):
     """Decode with the slot's window held in registers (``ConvConfig.window_tile``: loaded once, the taps from
     its columns, shifted in registers) against the taps' and the window's own loads: outputs, residuals and
