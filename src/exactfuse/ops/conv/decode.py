@@ -53,10 +53,12 @@ def decode_window(
     channel stride is a multiple of ``S_ALIGN`` elements, a power of two the launcher read off the stride),
     the taps taken from its columns and the row, and the window shifted by one in registers and stored back.
 
-    SCALAR (the launcher's check: ``[slot, C, W]`` storage whose channel stride no power of two above 1
-    divides, so a channel's window is no vector access): each position loaded and stored as a ``[BC]`` vector
-    of its own, one channel a thread. A ``[BW, BC]`` tile of scalar accesses has no axis the compiler must put
-    across the threads, and Triton 3.6 puts the window's there (then moves the columns through shared memory).
+    SCALAR (the launcher's ``_scalar_window``: ``[slot, C, W]`` storage whose channel stride no power of two
+    above 1 divides, so a channel's window is no vector access, over at most ``heuristics.SCALAR_WINDOW_MAX``
+    positions, where the scattered 2-byte accesses cost less than the tile's moves): each position loaded and
+    stored as a ``[BC]`` vector of its own, one channel a thread. A ``[BW, BC]`` tile of scalar accesses has no
+    axis the compiler must put across the threads, and Triton 3.6 puts the window's there (then moves the
+    columns through shared memory).
     The same values and roundings as ``kernels._conv_rows`` followed by ``slots.window_values`` /
     ``store_window``. ``weights`` (:func:`tap_weights`) and ``b_bias`` (``rounding.bias_values``) are the
     caller's, read once for the rows a program takes.

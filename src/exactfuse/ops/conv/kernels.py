@@ -272,8 +272,9 @@ def conv_rows_kernel(
     neighbouring bytes; else rows on axis 0 and channel blocks on axis 1), FLAT_WINDOW (decode with a state
     whose slots are dense ``[C, HEAD + SL]`` blocks and ``BC`` dividing ``C``: each program's windows read and
     written as one flat run, :func:`decode.decode_window`'s FLAT), EVEN_C (``BC`` divides ``C``: no channel masks).
-    SCALAR_WINDOW (the launcher's check: ``[slot, C, W]`` storage whose channel stride no power of two above 1
-    divides): the register window one ``[BC]`` vector a position, ``decode.decode_window``'s SCALAR.
+    SCALAR_WINDOW (the launcher's ``_scalar_window``: ``[slot, C, W]`` storage whose channel stride no power of
+    two above 1 divides, a short window): the register window one ``[BC]`` vector a position,
+    ``decode.decode_window``'s SCALAR.
     L, R, N, slots and null_slot are runtime values, not specialized: one compile serves every batch.
     """
     SL: tl.constexpr = (K - 1) * D
