@@ -2,6 +2,7 @@
 
 Usage: PYTHONPATH=src python scripts/offline_sass.py conv [--tiles 32x128,32x128u8 ...] [--warps 4]
        PYTHONPATH=src python scripts/offline_sass.py decode [--tiles 64,128] [--warps 1]
+       PYTHONPATH=src python scripts/offline_sass.py short_decode [--tiles 64] [--warps 2] [--paths tsf]
        PYTHONPATH=src python scripts/offline_sass.py attention [--kv bf16,fp8e4nv,fp8e5] [--q bf16] [--fixup]
        PYTHONPATH=src python scripts/offline_sass.py merge        (the attention's merge launch)
        PYTHONPATH=src python scripts/offline_sass.py moe          (flat and row grid, both layouts)
@@ -14,9 +15,11 @@ static counts (code size, both sides of every branch), not executed instructions
 may be newer than the GPU machine's: read differences between variants, then measure on the GPU.
 
 Presets: ``decode`` is the conv row kernel's decode step on FLA's ``[B, C, K]`` state (``--tiles``:
-channels a program, ``--rows``: rows a program), with and without ``WINDOW_TILE`` (``S_ALIGN`` 4: the channel
-stride K), and with ``--fla`` fla-core's update kernel on the same call; ``taps`` is the conv's tap sum alone,
-its weights read three ways (``taps_kernel``: what a layout conversion through shared memory costs);
+channels a program, ``--rows``: rows a program), by window path (``--paths``: the two loads, ``WINDOW_TILE``
+with ``S_ALIGN`` 4, the channel stride K, or ``FLAT_WINDOW``), and with ``--fla`` fla-core's update kernel
+on the same call; ``short_decode`` short_conv's decode step over ``[slot, C, W]`` storage (``cw``, a
+9-position window) by window path (``--paths``); ``taps`` is the conv's tap sum alone, its weights read
+three ways (``taps_kernel``: what a layout conversion through shared memory costs);
 ``conv_grad`` the conv backward's row and dx kernels (bf16, K = 4, SiLU, bias; a tile ending in ``w`` reads
 the weights as one word a channel); ``conv`` is the conv family's
 row kernel in causal_conv1d prefill (K = 4, bf16's fast SiLU ``ACT``, bias, a slot cache, bf16);
@@ -82,20 +85,41 @@ def _conv(tile: str, warps: int) -> tuple[str, dict]:
     return f"conv {tile}/{warps}", compile_sass(kernel, types, consts, div16, ones, warps, num_stages=1)
 
 
-def _decode(bc: int, warps: int, tile: bool, rows: int = 1) -> tuple[str, dict]:
+def _decode(bc: int, warps: int, path: str, rows: int = 1) -> tuple[str, dict]:
     """The row kernel's decode step on FLA's state (``[B, C, K]``, K = 4, the history at the end: HEAD 1),
-    bf16, SiLU, bias, no state indices."""
+    bf16, SiLU, bias, no state indices; ``path``: ``-`` the two loads, ``t`` the register window's tile, ``f``
+    the flat run."""
     from exactfuse.ops.conv.kernels import conv_rows_kernel as kernel
 
     types = {n: "*bf16" for n in ("p_x", "p_w", "p_b", "p_res", "p_outer", "p_out", "p_state")}
     types |= {"p_sid": "*i32", "p_qsl": "*i32", "p_acc": "*i32", "p_init": "*i1", "p_tok": "*i32", "p_seq": "*i32"}
     consts = dict(MODE=0, K=4, D=1, SQL=1, HAS_STATE=True, HAS_SID=False, INIT=2, HAS_TOKEN_MAP=False,
                   HAS_RESIDUAL=False, HAS_OUTER=False, HAS_BIAS=True, ACT=ACT, BC=bc, BW=4, BT=rows, UNROLL=1,
-                  HAS_SEQ_IDX=False, FIXUP=False, HEAD=1, WINDOW_TILE=tile, S_ALIGN=4, W_ALIGN=4,
-                  CHANNELS_FIRST=False, FLAT_WINDOW=False, EVEN_C=True, SCALAR_WINDOW=False)  # fmt: skip
+                  HAS_SEQ_IDX=False, FIXUP=False, HEAD=1, WINDOW_TILE=path == "t", S_ALIGN=4, W_ALIGN=4,
+                  CHANNELS_FIRST=False, FLAT_WINDOW=path == "f", EVEN_C=True, SCALAR_WINDOW=False)  # fmt: skip
     div16 = [*types, "stride_x", "stride_out", "stride_s_slot", "C"]  # stride_s_c is K = 4: not 16-divisible
     ones = ["stride_w_k", "stride_s_w", "stride_sid"]
-    label = f"decode [B, C, K] {bc}/{warps}{' window tile' if tile else ''}{f' {rows} rows' if rows > 1 else ''}"
+    kind = {"-": "", "t": " window tile", "f": " flat run"}[path]
+    label = f"decode [B, C, K] {bc}/{warps}{kind}{f' {rows} rows' if rows > 1 else ''}"
+    return label, compile_sass(kernel, types, consts, div16, ones, warps, num_stages=1)
+
+
+def _short_decode(bc: int, warps: int, path: str, rows: int = 1) -> tuple[str, dict]:
+    """short_conv's decode step over ``[slot, C, W]`` storage (``cw``: K = 4, D = 3, a window of 9 positions, the
+    channel stride 9), bf16, residual and outer residual, no activation, a state index and initial-state flag
+    a row; ``path``: ``t`` the register window's ``[BW, BC]`` tile, ``s`` one ``[BC]`` vector a position
+    (SCALAR_WINDOW), ``f`` the flat run (FLAT_WINDOW)."""
+    from exactfuse.ops.conv.kernels import conv_rows_kernel as kernel
+
+    types = {n: "*bf16" for n in ("p_x", "p_w", "p_b", "p_res", "p_outer", "p_out", "p_state")}
+    types |= {"p_sid": "*i32", "p_qsl": "*i32", "p_acc": "*i32", "p_init": "*i1", "p_tok": "*i32", "p_seq": "*i32"}
+    consts = dict(MODE=0, K=4, D=3, SQL=1, HAS_STATE=True, HAS_SID=True, INIT=1, HAS_TOKEN_MAP=False,
+                  HAS_RESIDUAL=True, HAS_OUTER=True, HAS_BIAS=False, ACT=-1, BC=bc, BW=16, BT=rows, UNROLL=1,
+                  HAS_SEQ_IDX=False, FIXUP=False, HEAD=0, WINDOW_TILE=path == "t", S_ALIGN=1, W_ALIGN=4,
+                  CHANNELS_FIRST=False, FLAT_WINDOW=path == "f", EVEN_C=True, SCALAR_WINDOW=path == "s")  # fmt: skip
+    div16 = [*types, "stride_x", "stride_res", "stride_outer", "stride_out", "stride_s_slot", "C"]
+    ones = ["stride_w_k", "stride_s_w", "stride_sid"]  # stride_s_c is the window, 9: not 16-divisible
+    label = f"short_conv decode cw {bc}/{warps} {path}{f' {rows} rows' if rows > 1 else ''}"
     return label, compile_sass(kernel, types, consts, div16, ones, warps, num_stages=1)
 
 
@@ -208,7 +232,8 @@ def _conv_grad(tile: str, warps: int, dx: bool) -> tuple[str, dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("preset", choices=["conv", "decode", "conv_grad", "taps", "attention", "merge", "moe"])
+    parser.add_argument("preset", choices=["conv", "decode", "short_decode", "conv_grad", "taps", "attention", "merge",
+                                           "moe"])  # fmt: skip
     parser.add_argument("--tiles", help="conv: BTxBC[uUNROLL][l: the lean prefill kernel],... (16x128,16x128l); "
                         "taps: BTxBC[uUNROLL]; conv_grad: "
                         "BTxBCxSTEPS[w: weights read as one word a channel],... (32x64x8,16x128x16w)")  # fmt: skip
@@ -221,15 +246,24 @@ def main() -> None:
                         help="SASS op prefixes to count (comma-separated)")  # fmt: skip
     parser.add_argument("--sass", help="a folder to write each kernel's SASS into")
     parser.add_argument("--rows", type=int, default=1, help="decode: rows a program (ConvConfig.BT)")
+    parser.add_argument(
+        "--paths",
+        help="decode (default -t), short_decode (default tsf): window paths "
+        "(- the two loads, t the register window's tile, s one vector a position, f the flat run)",
+    )
     parser.add_argument("--fla", action="store_true", help="decode: also fla-core's update kernel (fla importable)")
     args = parser.parse_args()
     if args.preset == "conv":
         jobs = [lambda t=t: _conv(t, args.warps) for t in (args.tiles or "32x128,16x128,32x128u8").split(",")]
     elif args.preset == "decode":  # --tiles: channels a program
         channels = [int(c) for c in (args.tiles or "64,128").split(",")]
-        jobs = [lambda c=c, f=f: _decode(c, args.warps, f, args.rows) for c in channels for f in (False, True)]
+        jobs = [lambda c=c, p=p: _decode(c, args.warps, p, args.rows) for c in channels for p in args.paths or "-t"]
         if args.fla:
             jobs += [lambda c=c: _fla_update(c, args.warps) for c in channels]
+    elif args.preset == "short_decode":  # --tiles: channels a program; --paths: window paths
+        channels = [int(c) for c in (args.tiles or "64").split(",")]
+        paths = args.paths or "tsf"
+        jobs = [lambda c=c, p=p: _short_decode(c, args.warps, p, args.rows) for c in channels for p in paths]
     elif args.preset == "conv_grad":
         tiles = (args.tiles or "32x64x8,16x128x16").split(",")
         jobs = [lambda t=t, dx=dx: _conv_grad(t, args.warps, dx) for t in tiles for dx in (False, True)]

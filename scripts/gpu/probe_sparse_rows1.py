@@ -78,6 +78,7 @@ def candidates(rule: AttentionConfig, rows: int, kv: str) -> dict[str, Attention
             "32x64 w4 s1 m pdl": wide_merge(replace(one_tile, num_stages=1)),
             "32x64 w4 m32 pdl": wide_merge(one_tile, block_d=32),
             "32x32 w4 p m pdl": wide_merge(AttentionConfig(32, 32, 4, prefetch_slots=True)),
+            "32x32 w8 p m pdl": wide_merge(AttentionConfig(32, 32, 8, prefetch_slots=True)),
             "16x64 w4 p m pdl": wide_merge(AttentionConfig(16, 64, 4, prefetch_slots=True)),
             "rule s3 m pdl": wide_merge(replace(rule, num_stages=3)),
             "128x16 w8 m pdl": wide_merge(AttentionConfig(128, 16, 8)),

@@ -150,7 +150,8 @@ def sweep_decode(
         roof = op.bytes_fn(*case.args, **case.kwargs) / copy * 1e6
         row, times = [], {}
         for bc, w, path, first, bt in itertools.product(channels, warps, paths, (False, True), rows):
-            if path == "f" and not _dense_windows(a["conv_state"].stride(), window, C, bc):
+            state = a["conv_state"]
+            if path == "f" and not _dense_windows(state.stride(), window, C, bc, state.element_size()):
                 continue  # the launcher would take the two loads: the flat run only over dense [C, W] slots
             cfg = heuristics.ConvConfig(
                 BT=bt, BC=bc, BC_STATE=bc, BW=shipped.BW, num_warps=w, window_tile=path == "t",

@@ -30,6 +30,11 @@ DECODE = [
         ["stride_s_w", "stride_w_c"],
     ),
     ("decode flat", dict(BC=256, BW=4, WINDOW_TILE=False, FLAT_WINDOW=True, S_ALIGN=1, W_ALIGN=4), ["stride_s_w"]),
+    (
+        "decode flat 9 rows",
+        dict(BC=64, BW=16, BT=2, D=3, WINDOW_TILE=False, FLAT_WINDOW=True, S_ALIGN=1, W_ALIGN=4),
+        ["stride_s_w"],
+    ),
     ("decode two loads", dict(BC=64, BW=16, WINDOW_TILE=False, S_ALIGN=1, W_ALIGN=4), ["stride_s_w"]),
 ]
 

@@ -157,6 +157,25 @@ def test_interpreter_decode_flat_window_gives_the_same_bits(monkeypatch):
 
 
 @pytest.mark.interpreter
+def test_interpreter_decode_flat_window_moves_16_bit_rows_bit_for_bit(monkeypatch):
+    """The flat run over 16-bit slots: rows of 8 elements (16 bytes), so a row meets 1 window end at 9
+    positions (short_conv ``cw``, K = 4, D = 3), up to 2 at 4 (K = 3, D = 2, and FLA's ``[B, C, K]`` state) and up
+    to 3 at 3 (the ``[slots, C, K - 1]`` slot cache), and the run's row count is padded to a power of two
+    (72 rows of 64 at 8 channels a program and 9 positions). fp16 cases, ``C`` = 48 at 8 and 16 channels a
+    program, against the two-load path: outputs, residuals and states bit for bit."""
+    kw = {"C": 48, "dtype": torch.float16, "device": "cpu"}
+    short = [short_conv_case(f"decode-cw-K{K}-D{D}", "decode", decodes=3, K=K, D=D, layout="cw", gen=make_generator(K),
+                             **kw) for K, D in ((4, 3), (3, 2))]  # fmt: skip
+    update = [update_case("decode", 3, None, K=4, D=1, gen=make_generator(6), **kw),
+              last_k_update_case("lastK", 3, K=4, gen=make_generator(7), **kw)]  # fmt: skip
+    for bc in (8, 16):
+        assert_same_bits(
+            monkeypatch, {"flat_window": True, "BC": bc}, {"BC": bc}, (short_conv, causal_conv1d_update), ("",),
+            {short_conv: short, causal_conv1d_update: update},
+        )  # fmt: skip
+
+
+@pytest.mark.interpreter
 def test_interpreter_unmasked_channel_blocks_give_the_same_bits(monkeypatch):
     """Channel blocks that divide ``C`` launch without channel masks (``EVEN_C``): ``C`` = 48 at 16 channels a
     program (no masks) against 32 (a masked half block), in every mode: short_conv decode in both state

@@ -41,6 +41,46 @@ def tap_weights(p_w, o_c, m_c, stride_w_c, stride_w_k, K: tl.constexpr, BC: tl.c
 
 
 @triton.jit
+def flat_rows(p_run, p_xc, m_x, read_state, NW: tl.constexpr, BC: tl.constexpr):
+    """A program's run of ``BC`` windows of ``NW`` positions (``BC · NW`` contiguous elements) with each window
+    shifted by one and the row ``p_xc`` (channels ``c0 ...``, valid where ``m_x``) entering its last position:
+    the run's pointers, their mask and the new values. The run is read as ``[RP, V]`` rows of 16 bytes, ``RP``
+    the row count rounded up to a power of two (the rows past the run masked, whole rows, so every access
+    stays a 16-byte one). Element ``i`` of row ``r`` (run index ``f = V r + i``) takes ``f + 1`` (its row's
+    next element, or the next row's first, loaded as a ``[RP]`` vector), or, at a window's last position
+    (``f % NW == NW - 1``), the row's value for channel ``f // NW``; a row meets at most ``T`` such positions.
+    Every value moves unchanged (NaN payloads and signed zeros included); the old run reads as zeros unless
+    ``read_state``."""
+    V: tl.constexpr = 128 // p_run.dtype.element_ty.primitive_bitwidth
+    TOTAL: tl.constexpr = BC * NW
+    RP: tl.constexpr = triton.next_power_of_2(TOTAL // V)
+    T: tl.constexpr = (V - 1) // NW + 1
+    tl.static_assert(TOTAL % V == 0, "FLAT needs BC to be a multiple of the 16-byte vector's elements")
+    o_r = tl.arange(0, RP)
+    o_i = tl.arange(0, V)
+    p_rows = p_run + o_r[:, None] * V + o_i[None, :]
+    m_rows = (o_r < TOTAL // V)[:, None] & (o_i < V)[None, :]
+    old = tl.load(p_rows, mask=mask_and(m_rows, read_state), other=0.0)
+    after = (o_r + 1) * V
+    following = tl.load(p_run + after, mask=mask_and(after < TOTAL, read_state), other=0.0)
+    first = o_r * V % NW  # the position of each row's first element in its window
+    window = o_r * V // NW
+    entering = ()
+    for t in tl.static_range(T):  # the row's t-th window end is window + t's last position
+        x_t = tl.load(p_xc + window + t, mask=mask_and(window + t < BC, m_x), other=0.0)
+        entering += (x_t.to(old.dtype),)
+    cols = window_columns(old, RP, V)
+    new = ()
+    for i in tl.static_range(V):
+        value = cols[i + 1] if i + 1 < V else following
+        for t in tl.static_range(T):  # element i ends window + t where first is t NW + NW - 1 - i
+            if t * NW + NW - 1 - i >= 0 and t * NW + NW - 1 - i < NW:
+                value = tl.where(first == t * NW + NW - 1 - i, entering[t], value)
+        new += (value,)
+    return p_rows, m_rows, window_tile(new, RP, V)
+
+
+@triton.jit
 def decode_window(
     p_x, p_w, weights, b_bias, p_res, p_outer, p_out, p_window, p_tok, i_t, c0, o_c, m_c, out_ok, state_ok,
     read_state, L, N, stride_x, stride_res, stride_outer, stride_out, stride_s_c, stride_s_w,
@@ -64,9 +104,10 @@ def decode_window(
     caller's, read once for the rows a program takes.
 
     FLAT (the launcher's check: a dense ``[C, HEAD + SL]`` block per slot, channels ``c0 ... c0 + BC`` all
-    below ``C``): the block's ``BC (HEAD + SL)`` elements are one contiguous run, loaded and stored as a flat
-    vector of 16-byte accesses whatever the window's length; the taps and the shifted window are gathered
-    from it (``tl.gather``: through shared memory at two or more warps, shuffles at one)."""
+    below ``C``, ``BC`` a multiple of the 16-byte vector's elements): the block's ``BC (HEAD + SL)`` elements
+    are one contiguous run, shifted in rows of 16 bytes whatever the window's length (:func:`flat_rows`); the
+    taps are ``[BC]`` loads of their positions, one channel a thread, which the run's load has just brought
+    into the caches. No value crosses threads, so no layout conversion."""
     SL: tl.constexpr = (K - 1) * D
     NW: tl.constexpr = HEAD + SL
     FP16_TAPS: tl.constexpr = (
@@ -75,16 +116,11 @@ def decode_window(
         & (p_window.dtype.element_ty == tl.float16)
     )
     stride_s_c = aligned(stride_s_c, S_ALIGN)
-    if FLAT:
-        o_f = tl.arange(0, BC * BW)
-        p_old = p_window + c0.to(tl.int64) * NW + o_f
-        m_old = o_f < BC * NW
-        old = tl.load(p_old, mask=mask_and(m_old, read_state), other=0.0)
-    elif SCALAR:  # each position a [BC] vector: one layout, the channels across the threads
+    if SCALAR or FLAT:  # each position a [BC] vector: one layout, the channels across the threads
         p_old = p_window + o_c * stride_s_c
         cols = ()
         for i in tl.static_range(BW):
-            if i < NW:
+            if i < NW and (not FLAT or (i >= HEAD and (i - HEAD) % D == 0)):  # FLAT: the taps' positions only
                 cols += (tl.load(p_old + i * stride_s_w, mask=mask_and(m_c, read_state), other=0.0),)
             else:  # padding to BW: never read, never stored
                 cols += (tl.zeros_like(o_c).to(p_window.dtype.element_ty),)
@@ -98,27 +134,21 @@ def decode_window(
     if HAS_TOKEN_MAP:
         o_row = tl.load(p_tok + o_row, mask=m_x, other=0)
         m_x = m_x & (o_row >= 0) & (o_row < N)
-    b_x = tl.load(p_x + o_row.to(tl.int64) * stride_x + o_c, mask=mask_and(m_c, m_x), other=0.0)
+    p_x_row = p_x + o_row.to(tl.int64) * stride_x
+    b_x = tl.load(p_x_row + o_c, mask=mask_and(m_c, m_x), other=0.0)
+    if FLAT:  # every row of the run loaded (and shifted) before the barrier; stored after it
+        p_rows, m_rows, new = flat_rows(p_window + c0.to(tl.int64) * NW, p_x_row + c0, m_x, read_state, NW, BC)
     acc = tl.zeros_like(o_c).to(tl.float32)
     for k in tl.static_range(K):  # position HEAD + D k of old window ‖ row; the last tap is the row
         if HEAD + D * k < NW:
-            if FLAT:  # noqa: SIM108 (a constexpr branch: cols exists only without FLAT)
-                value = tl.gather(old, (o_c - c0) * NW + (HEAD + D * k), 0)
-            else:
-                value = cols[HEAD + D * k]
-            acc = tap(acc, weights[k], value.to(tl.float32), FP16_TAPS)
+            acc = tap(acc, weights[k], cols[HEAD + D * k].to(tl.float32), FP16_TAPS)
         else:
             acc = tap(acc, weights[k], b_x.to(tl.float32), FP16_TAPS)
     finish(
         acc, b_bias, p_x, p_w, p_res, p_outer, p_out, p_tok, i_t, o_c, m_c, out_ok, L, N, stride_res, stride_outer,
         stride_out, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
     )  # fmt: skip
-    if FLAT:  # element j of the run: channel j // NW, position j % NW, which takes j + 1 or the row
-        channel = o_f // NW
-        shifted = tl.gather(old, tl.minimum(o_f + 1, BC * BW - 1), 0)
-        entering = tl.gather(b_x.to(old.dtype), tl.minimum(channel, BC - 1), 0)
-        new = tl.where(o_f - channel * NW == NW - 1, entering, shifted)
-    else:
+    if not FLAT:
         shifted = ()
         for i in tl.static_range(BW):  # position i takes i + 1; the row enters at NW - 1; positions >= NW stay
             if i + 1 < NW:
@@ -129,7 +159,7 @@ def decode_window(
                 shifted += (cols[i],)
     tl.debug_barrier()  # every thread's loads of the window precede any store into it
     if FLAT:
-        tl.store(p_old, new, mask=mask_and(m_old, state_ok))
+        tl.store(p_rows, new, mask=mask_and(m_rows, state_ok))
     elif SCALAR:
         for i in tl.static_range(NW):
             tl.store(p_old + i * stride_s_w, shifted[i], mask=mask_and(m_c, state_ok))

@@ -115,7 +115,8 @@ def launch_conv(
     boundary_tiles = (cfg.BT + SL - 2) // cfg.BT + 1  # tiles one boundary can leave (slots.fixup_tile's NB)
     rows_grid = (R + 1) * boundary_tiles + triton.cdiv(SL, cfg.BT) + 1 if lean else triton.cdiv(L, cfg.BT)
     channels_first = cfg.channels_first and mode == "decode"
-    flat = cfg.flat_window and mode == "decode" and _dense_windows(s_strides, head + SL, C, cfg.BC)
+    flat = mode == "decode" and cfg.flat_window
+    flat = flat and _dense_windows(s_strides, head + SL, C, cfg.BC, state.element_size())
     scalar_window = mode == "decode" and has_state and _scalar_window(contiguous, s_align, head + SL)
     channel_blocks = triton.cdiv(C, cfg.BC)
     grid = (triton.cdiv(L, cfg.BT) * channel_blocks, 1) if channels_first else (rows_grid, channel_blocks)
@@ -140,14 +141,16 @@ def launch_conv(
         )  # fmt: skip
 
 
-def _dense_windows(s_strides, window: int, C: int, BC: int) -> bool:
+def _dense_windows(s_strides, window: int, C: int, BC: int, element_size: int) -> bool:
     """Whether each slot's channel blocks are dense runs of ``BC · window`` elements (unit window stride, the
-    channel stride the window) with ``BC`` dividing ``C``: the flat decode path's condition. False for a
-    symbolic stride (cache constants in practice, but not ones the launcher may read under torch.compile)."""
+    channel stride the window) with ``BC`` dividing ``C`` and a multiple of the elements in 16 bytes: the flat
+    decode path's condition. False for a symbolic stride
+    (cache constants in practice, but not ones the launcher may read under torch.compile)."""
     stride_c, stride_w = s_strides[1], s_strides[2]
     if is_symbolic(stride_c) or is_symbolic(stride_w) or is_symbolic(C):
         return False
-    return stride_w == 1 and stride_c == window and C % BC == 0
+    dense = stride_w == 1 and stride_c == window
+    return dense and C % BC == 0 and BC % (16 // element_size) == 0
 
 
 def _weight_word(weight: torch.Tensor) -> int:
