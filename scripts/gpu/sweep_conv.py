@@ -2,7 +2,7 @@
 
 Usage: PYTHONPATH=src python scripts/gpu/sweep_conv.py [--tiles 16x128,32x128u8,...] [--warps 4,8] [--floor]
        PYTHONPATH=src python scripts/gpu/sweep_conv.py --decode|--update [--channels 64,128,...] [--warps 1,2,4,8]
-                                                       [--rows 1,2,4] [--paths ,t,f]
+                                                       [--rows 1,2,4] [--paths ,t,f] [--orders p,c]
 
 A tile is ``BTxBC`` (each tap's rows loaded) or ``BTxBCuU`` (runs of ``U`` rows over a register window,
 ``ConvConfig.unroll``: in the lean kernel, and in the row kernel's tiles where there is none); a suffix ``g``
@@ -25,9 +25,9 @@ memory system needs. Result: sweeps/conv_floor.txt.
 C = 10240, K = 4, D = 3, both state layouts) with ``BC`` channels a program (each program also shifts
 its request's ``[BW, BC]`` state window) x warps x the window held in registers or loaded twice
 (``ConvConfig.window_tile``, labelled ``t``) or, over dense ``[C, W]`` slots, the block's windows moved as one
-flat run (``ConvConfig.flat_window``, ``f``) x the grid's order (``ConvConfig.channels_first``, labelled ``c``:
-consecutive programs take one row's channel blocks) x rows a program (``--rows``, ``ConvConfig.BT``, labelled
-``rN``), each checked bit for bit (residual and state) against
+flat run (``ConvConfig.flat_window``, ``f``) x the grid's order (``--orders``: ``p`` the plain grid, ``c``
+``ConvConfig.channels_first``, consecutive programs take one row's channel blocks, labelled ``c``) x rows a
+program (``--rows``, ``ConvConfig.BT``, labelled ``rN``), each checked bit for bit (residual and state) against
 the shipped rule's first; at R <= 8 also a plain copy of the same bytes (half read, half written), the
 issue's small-batch reference. Result: sweeps/conv_decode.txt.
 
@@ -122,8 +122,9 @@ def fla_update(case, ref_out, ref_state) -> str:
 
 
 def sweep_decode(
-    channels: list[int], warps: list[int], copy: float, update: bool = False, rows=(1,), paths=("", "t", "f")
-) -> None:
+    channels: list[int], warps: list[int], copy: float, update: bool = False, rows=(1,), paths=("", "t", "f"),
+    orders=(False, True),
+) -> None:  # fmt: skip
     """``--decode``: channels a program x warps x rows a program x window paths on short_conv's decode shapes
     (sweeps/conv_decode.txt); ``update``: on causal_conv1d_update's ``-lastK`` cases, beside fla-core
     (sweeps/conv_update_decode.txt)."""
@@ -149,9 +150,9 @@ def sweep_decode(
         call()
         roof = op.bytes_fn(*case.args, **case.kwargs) / copy * 1e6
         row, times = [], {}
-        for bc, w, path, first, bt in itertools.product(channels, warps, paths, (False, True), rows):
-            state = a["conv_state"]
-            if path == "f" and not _dense_windows(state.stride(), window, C, bc, state.element_size()):
+        for bc, w, path, first, bt in itertools.product(channels, warps, paths, orders, rows):
+            cache = a["conv_state"]
+            if path == "f" and not _dense_windows(cache.stride(), window, C, bc, cache.element_size()):
                 continue  # the launcher would take the two loads: the flat run only over dense [C, W] slots
             cfg = heuristics.ConvConfig(
                 BT=bt, BC=bc, BC_STATE=bc, BW=shipped.BW, num_warps=w, window_tile=path == "t",
@@ -227,12 +228,15 @@ def main() -> None:
     parser.add_argument("--channels", default="64,128,256", help="--decode, --update: channels a program")
     parser.add_argument("--rows", default="1", help="--decode, --update: rows a program (ConvConfig.BT)")
     parser.add_argument("--paths", default=",t,f", help="--decode, --update: window paths ('', t, f)")
+    parser.add_argument("--orders", default="p,c", help="--decode, --update: grid orders (p plain, c channels first)")
     opts = parser.parse_args()
     copy = measure_copy_bandwidth(torch.device("cuda"))
     if opts.decode or opts.update:
         warps = [int(w) for w in (opts.warps or "1,2,4,8").split(",")]
         rows = [int(r) for r in opts.rows.split(",")]
-        sweep_decode([int(c) for c in opts.channels.split(",")], warps, copy, opts.update, rows, opts.paths.split(","))
+        orders = [{"p": False, "c": True}[o] for o in opts.orders.split(",")]
+        channels = [int(c) for c in opts.channels.split(",")]
+        sweep_decode(channels, warps, copy, opts.update, rows, opts.paths.split(","), orders)
         return
     tiles = [parse_tile(t) for t in opts.tiles.split(",")]
     warps = [int(w) for w in (opts.warps or "4,8").split(",")]
