@@ -17,7 +17,7 @@ Rows: the decoder layers' forward (rotary embedding given, no final norm or head
 one decode step over a 1024-token context (a fixed KV buffer of 1025 slots per layer, the new token
 written into the last), and at 2048 prefill tokens (batch 1, causal, no cache); the median of CUDA-graph
 replays. ``mlp %``: the four MLPs alone (the same inputs) over the layers. With ``--generate``:
-``generate`` tokens/s (32 new tokens after 16 prompt tokens) at batch 1 and 64, bf16, exact, fast and
+``generate`` tokens/s (32 new tokens after 16 prompt tokens) at batch 1, 16 and 64, bf16, exact, fast and
 the two W4A16 models, eager (a dynamic cache) and compiled (``cache_implementation="static"``:
 transformers compiles the decode step on a CUDA device); each after a call of the same length, in two
 rounds. ``--no-layers`` skips the layer rows (generate only).
@@ -136,12 +136,12 @@ GENERATE_VARIANTS = ("bf16", "exact", "fast", "w4a16", "w4a16-fragment")
 
 
 def generate_rates(models: dict, config, device, gen, modes=tuple(GENERATE_MODES)) -> list[str]:
-    """``generate`` tokens/s of :data:`GENERATE_VARIANTS` in each of ``modes``, at batch 1 and 64."""
-    torch._dynamo.config.cache_size_limit = 64  # three models x two batch sizes share the forward's code
+    """``generate`` tokens/s of :data:`GENERATE_VARIANTS` in each of ``modes``, at batch 1, 16 and 64."""
+    torch._dynamo.config.cache_size_limit = 64  # five models x three batch sizes share the forward's code
     lines = []
     for mode in modes:
         extra = GENERATE_MODES[mode]
-        for B in (1, 64):
+        for B in (1, 16, 64):
             ids = torch.randint(0, config.vocab_size, (B, 16), device=device, generator=gen)
             kw = dict(attention_mask=torch.ones_like(ids), pad_token_id=0, do_sample=False, max_new_tokens=32,
                       min_new_tokens=32, **extra)  # fmt: skip
