@@ -10,26 +10,74 @@ fla-core's conv, and short_conv decode in both state layouts.
 - short_conv decode at ``R256`` with the state as ``[slot, C, W]`` (``cw``) and as ``[slot, W, C]`` (``wc``):
   the same kernel over the same bytes at 58% and 97% of the roofline.
 
+Options (``ncu conv --prefill B64-L128-C10240-K4 --activations silu --flat``): ``--prefill`` the causal_conv1d
+grid shapes (comma-separated; default ``B1-L8192-C10240-K4``), ``--activations`` ``silu`` and/or ``none``,
+``--decode`` the short_conv decode shapes (default ``decode-R256-cw,decode-R256-wc``; ``-`` none), ``--flat``
+also each ``cw`` decode shape with the shipped configuration's flat run (``ConvConfig.flat_window``), its
+residual and state first checked bit for bit against the shipped rule's.
+
 Per kernel it prints time, DRAM throughput, occupancy, registers, issue-slot use and the largest
 warp-stall reasons. Checked first: exactfuse's outputs against the spec bit for bit (its contract), and
 FLA's within 2e-2 of them.
 """
+
+import argparse
+import dataclasses
 
 from ncu_summary import main, profile_calls
 
 
 def profile() -> None:
     import torch
+    from sweep_conv import run_decode
 
-    from exactfuse.ops.conv import _causal_conv1d, _short_conv
+    from exactfuse.ops.conv import _short_conv, heuristics
     from exactfuse.ops.conv.inputs import _causal_grid, _short_conv_grid
+    from exactfuse.testing import clone_args
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--prefill", default="B1-L8192-C10240-K4")
+    parser.add_argument("--activations", default="silu,none")
+    parser.add_argument("--decode", default="decode-R256-cw,decode-R256-wc")
+    parser.add_argument("--flat", action="store_true")
+    opts = parser.parse_args()
+    device = torch.device("cuda")
+    activations = [None if a == "none" else a for a in opts.activations.split(",")]
+    calls = []
+    for case in [lazy.materialize() for lazy in _causal_grid(device, torch.bfloat16, opts.prefill.split(","))]:
+        calls += _prefill_calls(case, activations)
+    decode = _short_conv_grid(device, torch.bfloat16, opts.decode.split(",")) if opts.decode != "-" else []
+    for lazy in decode:
+        case = lazy.materialize()
+        (a, k), (sa, sk) = clone_args(case.args, case.kwargs), clone_args(case.args, case.kwargs)
+        _short_conv.run_provider("triton", *a, **k)
+        _short_conv.run_provider("native", *sa, **sk)
+        pairs = zip([*a, *k.values()], [*sa, *sk.values()], strict=True)
+        assert all(torch.equal(x, y) for x, y in pairs if isinstance(x, torch.Tensor)), f"{case.id}: not the spec's"
+        calls.append(lambda a=a, k=k: _short_conv.run_provider("triton", *a, **k))
+        if opts.flat and case.id.endswith("-cw"):
+            a = _short_conv.signature.bind(*case.args, **case.kwargs).arguments
+            C, K = a["weight"].shape
+            shipped = heuristics.conv_config(C, (K - 1) * a["dilation"], "decode")  # [slot, C, W]: not contiguous
+            ref_call, ref_res, ref_state = run_decode(case, shipped)
+            ref_call()
+            flat_call, res, state = run_decode(case, dataclasses.replace(shipped, flat_window=True))
+            flat_call()
+            assert torch.equal(res, ref_res) and torch.equal(state, ref_state), f"{case.id}: the flat run differs"
+            calls.append(flat_call)
+    profile_calls(calls)
+
+
+def _prefill_calls(case, activations) -> list:
+    """exactfuse's causal_conv1d and fla-core's on ``case`` with each activation, checked first."""
+    import torch
+
+    from exactfuse.ops.conv import _causal_conv1d
     from exactfuse.ops.conv.peers import _fla_causal_conv1d
     from exactfuse.testing import clone_args
 
-    device = torch.device("cuda")
-    (case,) = [lazy.materialize() for lazy in _causal_grid(device, torch.bfloat16, ["B1-L8192-C10240-K4"])]
     calls = []
-    for activation in ("silu", None):
+    for activation in activations:
         bound = _causal_conv1d.signature.bind(*case.args, **case.kwargs)
         bound.arguments["activation"] = activation
         args, kwargs = bound.args, bound.kwargs
@@ -39,15 +87,7 @@ def profile() -> None:
         fla = _fla_causal_conv1d(*clone_args(args, kwargs))
         assert torch.allclose(fla().float(), ours.float(), atol=2e-2, rtol=2e-2), "FLA's output is not within 2e-2"
         calls += [lambda a=a, k=k: _causal_conv1d.run_provider("triton", *a, **k), fla]
-    for lazy in _short_conv_grid(device, torch.bfloat16, ["decode-R256-cw", "decode-R256-wc"]):
-        decode = lazy.materialize()
-        (a, k), (sa, sk) = clone_args(decode.args, decode.kwargs), clone_args(decode.args, decode.kwargs)
-        _short_conv.run_provider("triton", *a, **k)
-        _short_conv.run_provider("native", *sa, **sk)
-        pairs = zip([*a, *k.values()], [*sa, *sk.values()], strict=True)
-        assert all(torch.equal(x, y) for x, y in pairs if isinstance(x, torch.Tensor)), f"{decode.id}: not the spec's"
-        calls.append(lambda a=a, k=k: _short_conv.run_provider("triton", *a, **k))
-    profile_calls(calls)
+    return calls
 
 
 if __name__ == "__main__":
