@@ -1,6 +1,7 @@
 """The conv family's launch variants against the plain launch, under the interpreter: register-window runs
 (``ConvConfig.unroll``), the lean prefill kernel with the row kernel's fixup launch (``ConvConfig.lean``),
-the decode paths (register window, flat run, channels-first grid) and channel blocks without masks."""
+the decode paths (register window, flat run, channels-first grid) and channel blocks without masks; on the
+GPU, the decode paths the rule does not take yet, in the 16-bit dtypes."""
 
 import dataclasses
 
@@ -194,19 +195,37 @@ def test_interpreter_unmasked_channel_blocks_give_the_same_bits(monkeypatch):
     assert_same_bits(monkeypatch, {"BC": 16, "BC_STATE": 16}, {"BC": 32, "BC_STATE": 32}, tuple(extra), ("",), extra)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize(
+    "change", [{"flat_window": True}, {"BT": 4}, {"BT": 4, "flat_window": True}], ids=["flat", "rows4", "rows4-flat"]
+)
+def test_gpu_decode_paths_give_the_shipped_bits(dtype, change, monkeypatch):
+    """The decode paths a sweep times before the rule takes them, at the declared sizes (C up to 10240): the
+    flat run (where the slots are dense ``[C, W]`` blocks: short_conv's ``cw``, the slot cache, FLA's state) and
+    4 rows a program, against the shipped rule: outputs, residuals and states bit for bit, in both 16-bit
+    dtypes (the interpreter runs fp32 and fp16 only), with FLA's ``[B, C, K]`` state at B = 1 and 64."""
+    fla = [last_k_update_case(f"lastK-B{B}", B, C=10240, K=4, dtype=dtype, device="cuda", gen=make_generator(B))
+           for B in (1, 64)]  # fmt: skip
+    assert_same_bits(
+        monkeypatch, change, {}, (short_conv, causal_conv1d_update), skip=("spec", "prefill", "chunk"),
+        extra={causal_conv1d_update: fla}, every_layout=True, dtype=dtype, device="cuda",
+    )  # fmt: skip
+
+
 def assert_same_bits(
     monkeypatch, variant: dict, reference: dict, ops=(short_conv, causal_conv1d), skip=("decode",),
-    extra: dict | None = None, every_layout: bool = False, dtype: torch.dtype = torch.float32,
+    extra: dict | None = None, every_layout: bool = False, dtype: torch.dtype = torch.float32, device: str = "cpu",
 ) -> None:  # fmt: skip
-    """Every case of ``ops`` (``dtype``, CPU) whose id names none of the strings in ``skip`` (``""`` names every
-    one), in one state layout (``every_layout``: in each layout ``skip`` leaves), and the cases of
+    """Every case of ``ops`` (``dtype``, on ``device``) whose id names none of the strings in ``skip`` (``""``
+    names every one), in one state layout (``every_layout``: in each layout ``skip`` leaves), and the cases of
     ``extra[op]``, launched with the
     shipped rule changed by ``variant`` and by ``reference``: every floating-point argument and output bit
     for bit."""
     shipped = heuristics.conv_config
     failures = []
     for op in ops:
-        cases = [case for case in op.cases("cpu", dtype) if not any(mode in case.id for mode in skip)]
+        cases = [case for case in op.cases(device, dtype) if not any(mode in case.id for mode in skip)]
         # a case declared in both state layouts in one of them, by turns within its mode (each layout in every mode)
         chosen = cases if every_layout else list(one_layout(cases))
         for case in [*chosen, *(extra or {}).get(op, ())]:
