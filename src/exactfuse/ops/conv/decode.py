@@ -106,8 +106,8 @@ def decode_window(
     FLAT (the launcher's check: a dense ``[C, HEAD + SL]`` block per slot, channels ``c0 ... c0 + BC`` all
     below ``C``, ``BC`` a multiple of the 16-byte vector's elements): the block's ``BC (HEAD + SL)`` elements
     are one contiguous run, shifted in rows of 16 bytes whatever the window's length (:func:`flat_rows`); the
-    taps are ``[BC]`` loads of their positions, one channel a thread, which the run's load has just brought
-    into the caches. No value crosses threads, so no layout conversion."""
+    taps are ``[BC]`` loads of their positions, one channel a thread, of the lines the run's rows read too (one
+    of the two reaches DRAM). No value crosses threads, so no layout conversion."""
     SL: tl.constexpr = (K - 1) * D
     NW: tl.constexpr = HEAD + SL
     FP16_TAPS: tl.constexpr = (
