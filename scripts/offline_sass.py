@@ -115,7 +115,7 @@ def _short_decode(bc: int, warps: int, path: str, rows: int = 1) -> tuple[str, d
     types |= {"p_sid": "*i32", "p_qsl": "*i32", "p_acc": "*i32", "p_init": "*i1", "p_tok": "*i32", "p_seq": "*i32"}
     consts = dict(MODE=0, K=4, D=3, SQL=1, HAS_STATE=True, HAS_SID=True, INIT=1, HAS_TOKEN_MAP=False,
                   HAS_RESIDUAL=True, HAS_OUTER=True, HAS_BIAS=False, ACT=-1, BC=bc, BW=16, BT=rows, UNROLL=1,
-                  HAS_SEQ_IDX=False, FIXUP=False, HEAD=0, WINDOW_TILE=path == "t", S_ALIGN=1, W_ALIGN=4,
+                  HAS_SEQ_IDX=False, FIXUP=False, HEAD=0, WINDOW_TILE=path in "ts", S_ALIGN=1, W_ALIGN=4,
                   CHANNELS_FIRST=False, FLAT_WINDOW=path == "f", EVEN_C=True, SCALAR_WINDOW=path == "s")  # fmt: skip
     div16 = [*types, "stride_x", "stride_res", "stride_outer", "stride_out", "stride_s_slot", "C"]
     ones = ["stride_w_k", "stride_s_w", "stride_sid"]  # stride_s_c is the window, 9: not 16-divisible
