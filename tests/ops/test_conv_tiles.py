@@ -159,11 +159,11 @@ def test_interpreter_decode_flat_window_gives_the_same_bits(monkeypatch):
 
 @pytest.mark.interpreter
 def test_interpreter_decode_flat_window_moves_16_bit_rows_bit_for_bit(monkeypatch):
-    """The flat run over 16-bit slots: rows of 8 elements (16 bytes), so a row meets 1 window end at 9
-    positions (short_conv ``cw``, K = 4, D = 3), up to 2 at 4 (K = 3, D = 2, and FLA's ``[B, C, K]`` state) and up
-    to 3 at 3 (the ``[slots, C, K - 1]`` slot cache), and the run's row count is padded to a power of two
-    (72 rows of 64 at 8 channels a program and 9 positions). fp16 cases, ``C`` = 48 at 8 and 16 channels a
-    program, against the two-load path: outputs, residuals and states bit for bit."""
+    """The flat run over 16-bit slots: rows of 8 elements (16 bytes) at 9 positions (short_conv ``cw``, K = 4,
+    D = 3: a row meets at most 1 window end, and 9 rows at 8 channels a program pad to 16), rows of 4 at 4
+    (K = 3, D = 2, and FLA's ``[B, C, K]`` state: 1 end a row) and at 3 (the ``[slots, C, K - 1]`` slot cache: up
+    to 2 ends a row, 6 rows padded to 8). fp16 cases, ``C`` = 48 at 8 and 16 channels a program, against the
+    two-load path: outputs, residuals and states bit for bit."""
     kw = {"C": 48, "dtype": torch.float16, "device": "cpu"}
     short = [short_conv_case(f"decode-cw-K{K}-D{D}", "decode", decodes=3, K=K, D=D, layout="cw", gen=make_generator(K),
                              **kw) for K, D in ((4, 3), (3, 2))]  # fmt: skip

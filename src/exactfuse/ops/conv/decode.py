@@ -44,14 +44,18 @@ def tap_weights(p_w, o_c, m_c, stride_w_c, stride_w_k, K: tl.constexpr, BC: tl.c
 def flat_rows(p_run, p_xc, m_x, read_state, NW: tl.constexpr, BC: tl.constexpr):
     """A program's run of ``BC`` windows of ``NW`` positions (``BC · NW`` contiguous elements) with each window
     shifted by one and the row ``p_xc`` (channels ``c0 ...``, valid where ``m_x``) entering its last position:
-    the run's pointers, their mask and the new values. The run is read as ``[RP, V]`` rows of 16 bytes, ``RP``
-    the row count rounded up to a power of two (the rows past the run masked, whole rows, so every access
-    stays a 16-byte one). Element ``i`` of row ``r`` (run index ``f = V r + i``) takes ``f + 1`` (its row's
-    next element, or the next row's first, loaded as a ``[RP]`` vector), or, at a window's last position
-    (``f % NW == NW - 1``), the row's value for channel ``f // NW``; a row meets at most ``T`` such positions.
-    Every value moves unchanged (NaN payloads and signed zeros included); the old run reads as zeros unless
-    ``read_state``."""
-    V: tl.constexpr = 128 // p_run.dtype.element_ty.primitive_bitwidth
+    the run's pointers, their mask and the new values. The run is read as ``[RP, V]`` rows, ``RP`` the row
+    count rounded up to a power of two (the rows past the run masked, whole rows, so every access stays a
+    whole row). A row is 16 bytes, or ``next_power_of_2(NW)`` elements where that is less: then ``RP`` is at
+    least ``BC``, so a program of a channel a thread gives each thread whole rows (fewer rows than threads
+    would spread a row over several threads and move the parts through shared memory). Element ``i`` of row
+    ``r`` (run index ``f = V r + i``) takes ``f + 1`` (its row's next element, or the next row's first, loaded
+    as a ``[RP]`` vector), or, at a window's last position (``f % NW == NW - 1``), the row's value for channel
+    ``f // NW``; a row meets at most ``T`` such positions. Every value moves unchanged (NaN payloads and
+    signed zeros included); the old run reads as zeros unless ``read_state``."""
+    VMAX: tl.constexpr = 128 // p_run.dtype.element_ty.primitive_bitwidth  # 16 bytes
+    P: tl.constexpr = triton.next_power_of_2(NW)
+    V: tl.constexpr = VMAX if VMAX <= P else P  # RP = BC P / V rows: at least BC, a row a channel's thread
     TOTAL: tl.constexpr = BC * NW
     RP: tl.constexpr = triton.next_power_of_2(TOTAL // V)
     T: tl.constexpr = (V - 1) // NW + 1
