@@ -56,9 +56,9 @@ def profile() -> None:
         assert all(torch.equal(x, y) for x, y in pairs if isinstance(x, torch.Tensor)), f"{case.id}: not the spec's"
         calls.append(lambda a=a, k=k: _short_conv.run_provider("triton", *a, **k))
         if opts.flat and case.id.endswith("-cw"):
-            a = _short_conv.signature.bind(*case.args, **case.kwargs).arguments
-            C, K = a["weight"].shape
-            shipped = heuristics.conv_config(C, (K - 1) * a["dilation"], "decode")  # [slot, C, W]: not contiguous
+            bound = _short_conv.signature.bind(*case.args, **case.kwargs).arguments
+            C, K = bound["weight"].shape
+            shipped = heuristics.conv_config(C, (K - 1) * bound["dilation"], "decode")  # [slot, C, W]: not contiguous
             ref_call, ref_res, ref_state = run_decode(case, shipped)
             ref_call()
             flat_call, res, state = run_decode(case, dataclasses.replace(shipped, flat_window=True))
