@@ -10,11 +10,12 @@ fla-core's conv, and short_conv decode in both state layouts.
 - short_conv decode at ``R256`` with the state as ``[slot, C, W]`` (``cw``) and as ``[slot, W, C]`` (``wc``):
   the same kernel over the same bytes at 58% and 97% of the roofline.
 
-Options (``ncu conv --prefill B64-L128-C10240-K4 --activations silu --flat``): ``--prefill`` the causal_conv1d
+Options (``ncu conv --prefill B64-L128-C10240-K4 --activations silu --tile``): ``--prefill`` the causal_conv1d
 grid shapes (comma-separated; default ``B1-L8192-C10240-K4``), ``--activations`` ``silu`` and/or ``none``,
-``--decode`` the short_conv decode shapes (default ``decode-R256-cw,decode-R256-wc``; ``-`` none), ``--flat``
-also each ``cw`` decode shape with the shipped configuration's flat run (``ConvConfig.flat_window``), its
-residual and state first checked bit for bit against the shipped rule's.
+``--decode`` the short_conv decode shapes (default ``decode-R256-cw,decode-R256-wc``; ``-`` none), ``--tile``
+also each ``cw`` decode shape with the register window the rule gives slots that are not dense
+(``conv_config(..., dense_windows=False)``), beside the flat run the rule gives dense ones, its residual and
+state first checked bit for bit against the shipped rule's.
 
 Per kernel it prints time, DRAM throughput, occupancy, registers, issue-slot use and the largest
 warp-stall reasons. Checked first: exactfuse's outputs against the spec bit for bit (its contract), and
@@ -22,7 +23,6 @@ FLA's within 2e-2 of them.
 """
 
 import argparse
-import dataclasses
 
 from ncu_summary import main, profile_calls
 
@@ -39,7 +39,7 @@ def profile() -> None:
     parser.add_argument("--prefill", default="B1-L8192-C10240-K4")
     parser.add_argument("--activations", default="silu,none")
     parser.add_argument("--decode", default="decode-R256-cw,decode-R256-wc")
-    parser.add_argument("--flat", action="store_true")
+    parser.add_argument("--tile", action="store_true")
     opts = parser.parse_args()
     device = torch.device("cuda")
     activations = [None if a == "none" else a for a in opts.activations.split(",")]
@@ -55,16 +55,16 @@ def profile() -> None:
         pairs = zip([*a, *k.values()], [*sa, *sk.values()], strict=True)
         assert all(torch.equal(x, y) for x, y in pairs if isinstance(x, torch.Tensor)), f"{case.id}: not the spec's"
         calls.append(lambda a=a, k=k: _short_conv.run_provider("triton", *a, **k))
-        if opts.flat and case.id.endswith("-cw"):
+        if opts.tile and case.id.endswith("-cw"):
             bound = _short_conv.signature.bind(*case.args, **case.kwargs).arguments
             C, K = bound["weight"].shape
-            shipped = heuristics.conv_config(C, (K - 1) * bound["dilation"], "decode")  # [slot, C, W]: not contiguous
-            ref_call, ref_res, ref_state = run_decode(case, shipped)
+            window = (K - 1) * bound["dilation"]  # [slot, C, W] slots: not contiguous, dense
+            ref_call, ref_res, ref_state = run_decode(case, heuristics.conv_config(C, window, "decode", False, True))
             ref_call()
-            flat_call, res, state = run_decode(case, dataclasses.replace(shipped, flat_window=True))
-            flat_call()
-            assert torch.equal(res, ref_res) and torch.equal(state, ref_state), f"{case.id}: the flat run differs"
-            calls.append(flat_call)
+            tile_call, res, state = run_decode(case, heuristics.conv_config(C, window, "decode", False, False))
+            tile_call()
+            assert torch.equal(res, ref_res) and torch.equal(state, ref_state), f"{case.id}: the two paths differ"
+            calls.append(tile_call)
     profile_calls(calls)
 
 

@@ -53,7 +53,7 @@ from exactfuse.bench.roofline import measure_copy_bandwidth
 from exactfuse.bench.timing import cudagraph_timer
 from exactfuse.ops.conv import _causal_conv1d, _causal_conv1d_update, _short_conv, calls, heuristics
 from exactfuse.ops.conv.inputs import _causal_grid, _short_conv_grid, _update_grid
-from exactfuse.ops.conv.triton import _dense_windows, _history_head, launch_conv
+from exactfuse.ops.conv.triton import _dense_slots, _dense_windows, _history_head, launch_conv
 from exactfuse.testing import clone_args
 
 TIMER = cudagraph_timer(rep_ms=10)
@@ -145,13 +145,14 @@ def sweep_decode(
         C, K = a["weight"].shape
         head = _history_head(a["conv_state"], a["weight"], a["dilation"], a.get("history_at", "start"))
         window = head + (K - 1) * a["dilation"]
-        shipped = heuristics.conv_config(C, window, "decode", a["conv_state"].stride(1) == 1)
+        cache = a["conv_state"]
+        dense = _dense_slots(cache.stride(), window)
+        shipped = heuristics.conv_config(C, window, "decode", cache.stride(1) == 1, dense)
         call, ref_out, ref_state = runner(case, shipped)
         call()
         roof = op.bytes_fn(*case.args, **case.kwargs) / copy * 1e6
         row, times = [], {}
         for bc, w, path, first, bt in itertools.product(channels, warps, paths, orders, rows):
-            cache = a["conv_state"]
             if path == "f" and not _dense_windows(cache.stride(), window, C, bc, cache.element_size()):
                 continue  # the launcher would take the two loads: the flat run only over dense [C, W] slots
             cfg = heuristics.ConvConfig(
@@ -164,7 +165,7 @@ def sweep_decode(
                 row.append(f"{decode_label(bc, w, path, first, bt)}: DIFFERS")
                 continue
             times[(bc, w, path, first, bt)] = TIMER(call) * 1e3
-        shipped_path = "t" if shipped.window_tile else ("f" if shipped.flat_window else "")
+        shipped_path = "f" if shipped.flat_window else ("t" if shipped.window_tile else "")
         base = times.get((shipped.BC, shipped.num_warps, shipped_path, shipped.channels_first, shipped.BT))
         for key, us in sorted(times.items(), key=lambda kv: kv[1]):
             row.append(f"{decode_label(*key)}: {us:.1f} ({100 * roof / us:.0f}%)")

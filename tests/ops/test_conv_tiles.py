@@ -201,15 +201,17 @@ def test_interpreter_unmasked_channel_blocks_give_the_same_bits(monkeypatch):
     "change", [{"flat_window": True}, {"BT": 4}, {"BT": 4, "flat_window": True}], ids=["flat", "rows4", "rows4-flat"]
 )
 def test_gpu_decode_paths_give_the_shipped_bits(dtype, change, monkeypatch):
-    """The decode paths a sweep times before the rule takes them, at the declared sizes (C up to 10240): the
-    flat run (where the slots are dense ``[C, W]`` blocks: short_conv's ``cw``, the slot cache, FLA's state) and
-    4 rows a program, against the shipped rule: outputs, residuals and states bit for bit, in both 16-bit
-    dtypes (the interpreter runs fp32 and fp16 only), with FLA's ``[B, C, K]`` state at B = 1 and 64."""
+    """The decode paths of the rule and of a sweep, at the declared sizes (C up to 10240): the flat run (where the
+    slots are dense ``[C, W]`` blocks: short_conv's ``cw``, the slot cache, FLA's state) and 4 rows a program,
+    against the rule with the register window in place of the flat run: outputs, residuals and states bit for
+    bit, in both 16-bit dtypes (the interpreter runs fp32 and fp16 only), with FLA's ``[B, C, K]`` state at
+    B = 1 and 64."""
     fla = [last_k_update_case(f"lastK-B{B}", B, C=10240, K=4, dtype=dtype, device="cuda", gen=make_generator(B))
            for B in (1, 64)]  # fmt: skip
     assert_same_bits(
-        monkeypatch, change, {}, (short_conv, causal_conv1d_update), skip=("spec", "prefill", "chunk"),
-        extra={causal_conv1d_update: fla}, every_layout=True, dtype=dtype, device="cuda",
+        monkeypatch, change, {"flat_window": False, "window_tile": True}, (short_conv, causal_conv1d_update),
+        skip=("spec", "prefill", "chunk"), extra={causal_conv1d_update: fla}, every_layout=True, dtype=dtype,
+        device="cuda",
     )  # fmt: skip
 
 

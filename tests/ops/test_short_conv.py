@@ -268,6 +268,14 @@ def test_heuristic_depends_on_model_constants_only():
     # values a program; over [slot, W, C] one warp over 256 channels
     cfg = conv_config(10240, 9, "decode")
     assert (cfg.BT, cfg.BC, cfg.BW, cfg.BC_STATE, cfg.num_warps, cfg.window_tile) == (1, 64, 16, 256, 2, True)
+    assert not cfg.flat_window
+    # dense [slot, C, W] slots whose window is no power of two above 4 positions: the flat run, 128 channels a warp
+    flat = conv_config(10240, 9, "decode", dense_windows=True)
+    assert (flat.BT, flat.BC, flat.BW, flat.num_warps) == (1, 128, 16, 1) and flat.flat_window and flat.window_tile
+    assert conv_config(10240, 16, "decode", dense_windows=True) == conv_config(10240, 16, "decode")  # vector rows
+    assert conv_config(10240, 3, "decode", dense_windows=True) == conv_config(10240, 3, "decode")  # scalar window
+    assert not conv_config(10200, 9, "decode", dense_windows=True).flat_window  # 128 channels do not divide C
+    assert not conv_config(10240, 9, "decode", channels_contiguous=True, dense_windows=True).flat_window
     fla = conv_config(10240, 4, "decode")
     assert (fla.BC, fla.num_warps, fla.window_tile) == (256, 8, True)
     wc = conv_config(10240, 9, "decode", channels_contiguous=True)

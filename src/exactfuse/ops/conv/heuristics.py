@@ -39,8 +39,15 @@ DECODE_WARPS = 1
 DECODE_WINDOW_TILE_ELEMENTS = 1024
 DECODE_WINDOW_TILE_CONTIGUOUS = 256
 DECODE_WINDOW_TILE_MAX = 16  # window positions the register window takes (slots.window_columns' tuple)
-# Decode rows a program (ConvConfig.BT), one after another: 1 until sweep conv --update --rows has timed more.
+# Decode rows a program (ConvConfig.BT), one after another: 1, the fastest geomean over the update's batches 1-1024
+# (4 and 8 rows win at B >= 256 and lose at B <= 64: sweeps/conv_update_decode_rows.txt).
 DECODE_ROWS = 1
+# Dense [slot, C, W] slots whose window is no power of two above SCALAR_WINDOW_MAX positions (short_conv's cw, 9):
+# the flat run (ConvConfig.flat_window), DECODE_FLAT_CHANNELS channels over DECODE_FLAT_WARPS warps. Timed at 9
+# positions, bf16: 1.25x geomean over the register window at 64/2 on R 1-1024, 97-104% of the roofline at
+# R >= 256 against 70-72% (sweeps/conv_decode_flat_rows.txt).
+DECODE_FLAT_CHANNELS = 128
+DECODE_FLAT_WARPS = 1
 # [slot, C, W] windows whose channel stride gives no vector access take the register window one [BC] vector a
 # position (SCALAR_WINDOW) up to this many positions; each position is a warp access of 2-byte elements a stride
 # apart. bf16, against the [BW, BC] tile: slot cache (3 positions) B = 1024 0.81x its time, short_conv cw
@@ -70,16 +77,22 @@ class ConvConfig:
             raise ValueError(f"unroll must be a power of two dividing BT = {self.BT}, got {self.unroll}")
 
 
-def conv_config(C: int, window: int, mode: str, channels_contiguous: bool = False) -> ConvConfig:
+def conv_config(
+    C: int, window: int, mode: str, channels_contiguous: bool = False, dense_windows: bool = False
+) -> ConvConfig:
     """Static launch parameters for ``C`` channels and a written window of ``window`` positions;
-    ``channels_contiguous``: the state's channel stride is 1 (``[slot, W, C]`` storage), a cache constant.
+    ``channels_contiguous``: the state's channel stride is 1 (``[slot, W, C]`` storage); ``dense_windows``: the
+    window stride is 1 and the channel stride ``window`` (dense ``[slot, C, W]`` slots); both cache constants.
 
     Decode rows (one a program here; ``BT`` rows a program run one after another) also shift their state
     window. Windows of at most :data:`DECODE_WINDOW_TILE_MAX` positions are held in registers
     (``window_tile``): over ``[slot, C, W]`` storage one channel a thread, :data:`DECODE_WINDOW_TILE_ELEMENTS`
     state values a program; over ``[slot, W, C]`` one warp over :data:`DECODE_WINDOW_TILE_CONTIGUOUS`
-    channels. Longer windows take one warp over :data:`DECODE_CHANNELS_CONTIGUOUS` or
-    :data:`DECODE_CHANNELS_STRIDED` channels, at most :data:`DECODE_TILE_ELEMENTS` state values a program.
+    channels. Dense ``[slot, C, W]`` windows of more than :data:`SCALAR_WINDOW_MAX` positions and no power of
+    two, where :data:`DECODE_FLAT_CHANNELS` divides ``C``, move as one flat run (``flat_window``) of that many
+    channels over :data:`DECODE_FLAT_WARPS` warps. Longer windows take one warp over
+    :data:`DECODE_CHANNELS_CONTIGUOUS` or :data:`DECODE_CHANNELS_STRIDED` channels, at most
+    :data:`DECODE_TILE_ELEMENTS` state values a program.
     Spec and prefill rows hold only ``K`` taps and take the :data:`TILE_ROWS` x :data:`TILE_CHANNELS` tile;
     their write-back kernel a ``[BW, BC_STATE]`` state tile. All from ``scripts/gpu/sweep_conv.py`` on the H200.
     """
@@ -88,6 +101,11 @@ def conv_config(C: int, window: int, mode: str, channels_contiguous: bool = Fals
     BC_STATE = max(16, min(c_block, STATE_TILE_ELEMENTS // BW, 1024))
     if mode == "decode":
         if BW <= DECODE_WINDOW_TILE_MAX:
+            BC = max(16, min(c_block, DECODE_FLAT_CHANNELS))
+            flat = not channels_contiguous and dense_windows and SCALAR_WINDOW_MAX < window < BW and C % BC == 0
+            if flat:  # window_tile too: the register window where the launcher finds the run not dense
+                return ConvConfig(BT=DECODE_ROWS, BC=BC, BC_STATE=BC_STATE, BW=BW, num_warps=DECODE_FLAT_WARPS,
+                                  window_tile=True, flat_window=True)  # fmt: skip
             if channels_contiguous:
                 BC, warps = max(16, min(c_block, DECODE_WINDOW_TILE_CONTIGUOUS)), 1
             else:

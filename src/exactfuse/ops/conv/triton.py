@@ -73,7 +73,8 @@ def launch_conv(
     contiguous = not is_symbolic(s_strides[1]) and s_strides[1] == 1  # a symbolic stride is not 1
     s_align = _stride_alignment(s_strides[1])
     w_align = _stride_alignment(weight.stride(0))
-    cfg = config or heuristics.conv_config(C, head + SL + SQL - 1, mode, contiguous)
+    dense = has_state and _dense_slots(s_strides, head + SL)
+    cfg = config or heuristics.conv_config(C, head + SL + SQL - 1, mode, contiguous, dense)
     slots = conv_state.shape[0] if has_state else 1
     flags = dict(
         MODE=MODE_CODES[mode],
@@ -141,16 +142,22 @@ def launch_conv(
         )  # fmt: skip
 
 
-def _dense_windows(s_strides, window: int, C: int, BC: int, element_size: int) -> bool:
-    """Whether each slot's channel blocks are dense runs of ``BC · window`` elements (unit window stride, the
-    channel stride the window) with ``BC`` dividing ``C`` and a multiple of the elements in 16 bytes: the flat
-    decode path's condition. False for a symbolic stride
-    (cache constants in practice, but not ones the launcher may read under torch.compile)."""
+def _dense_slots(s_strides, window: int) -> bool:
+    """Whether each slot's ``[C, window]`` block is dense: unit window stride, the channel stride the window.
+    False for a symbolic stride (cache constants in practice, but not ones the launcher may read under
+    torch.compile)."""
     stride_c, stride_w = s_strides[1], s_strides[2]
-    if is_symbolic(stride_c) or is_symbolic(stride_w) or is_symbolic(C):
+    if is_symbolic(stride_c) or is_symbolic(stride_w):
         return False
-    dense = stride_w == 1 and stride_c == window
-    return dense and C % BC == 0 and BC % (16 // element_size) == 0
+    return stride_w == 1 and stride_c == window
+
+
+def _dense_windows(s_strides, window: int, C: int, BC: int, element_size: int) -> bool:
+    """Whether each slot's channel blocks are dense runs of ``BC · window`` elements (:func:`_dense_slots`) with
+    ``BC`` dividing ``C`` and a multiple of the elements in 16 bytes: the flat decode path's condition."""
+    if is_symbolic(C) or not _dense_slots(s_strides, window):
+        return False
+    return C % BC == 0 and BC % (16 // element_size) == 0
 
 
 def _weight_word(weight: torch.Tensor) -> int:
