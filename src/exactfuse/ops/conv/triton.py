@@ -73,7 +73,7 @@ def launch_conv(
     contiguous = not is_symbolic(s_strides[1]) and s_strides[1] == 1  # a symbolic stride is not 1
     s_align = _stride_alignment(s_strides[1])
     w_align = _stride_alignment(weight.stride(0))
-    dense = has_state and _dense_slots(s_strides, head + SL)
+    dense = mode == "decode" and has_state and _dense_slots(s_strides, head + SL)  # only decode reads it
     cfg = config or heuristics.conv_config(C, head + SL + SQL - 1, mode, contiguous, dense)
     slots = conv_state.shape[0] if has_state else 1
     flags = dict(
