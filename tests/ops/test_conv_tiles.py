@@ -7,11 +7,14 @@ import dataclasses
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from conv_support import one_layout
 from exactfuse.ops.conv import causal_conv1d, causal_conv1d_fn, causal_conv1d_update, heuristics, short_conv
 from exactfuse.ops.conv import triton as conv_triton
 from exactfuse.ops.conv.inputs import causal_case, last_k_update_case, short_conv_case, update_case
+from exactfuse.ops.conv.slots import fixup_tile, lean_tile
 from exactfuse.testing import clone_args, make_generator
 
 INT_VIEW = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32}
@@ -240,3 +243,39 @@ def assert_same_bits(
                 if isinstance(a, torch.Tensor) and a.is_floating_point() and not torch.equal(bits(a), bits(b)):
                     failures.append(f"{op.name} {case.id}: argument {i} differs")
     assert not failures, "\n".join(failures)
+
+
+@triton.jit
+def _tile_owners_kernel(p_qsl, p_count, L, R, SL: tl.constexpr, BT: tl.constexpr, FIXUP: tl.constexpr):
+    """Adds 1 to ``p_count[tile]`` for each tile this program takes: the lean kernel's grid (program ``p`` is
+    tile ``p``) or the fixup launch's (``slots.fixup_tile``)."""
+    p = tl.program_id(0)
+    if FIXUP:
+        t0, own = fixup_tile(p, L, R, p_qsl, SL, BT)
+    else:
+        t0 = p * BT
+        own = lean_tile(t0, L, R, p_qsl, SL, BT)[0]
+    if own:
+        tl.atomic_add(p_count + t0 // BT, 1)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize(("BT", "SL"), [(4, 1), (4, 6), (8, 3), (16, 3)])
+def test_interpreter_lean_and_fixup_take_every_tile_once(BT, SL):
+    """The lean kernel and the fixup launch split the prefill tiles between them: each tile taken by exactly
+    one program of the two grids (a tile taken twice is work done twice, one taken by none an output never
+    written). Requests of 1-40 rows, empty ones, boundaries on and off the tile edges, rows past the last
+    request, lengths that are and are not a multiple of ``BT``, one request and none."""
+    gen = torch.Generator().manual_seed(BT * 7 + SL)
+    layouts = [[], [0], [5], [BT * 4], [BT, BT, BT], [0, 3, 0, 0, 9], [1] * 9]
+    layouts += [torch.randint(0, 41, (n,), generator=gen).tolist() for n in (3, 8, 17)]
+    for lengths in layouts:
+        for tail in (0, 1, BT):
+            starts = torch.tensor([0, *lengths], dtype=torch.int64).cumsum(0).to(torch.int32)
+            R, L = len(lengths), int(starts[-1]) + tail
+            T = triton.cdiv(L, BT)
+            count = torch.zeros(max(T, 1), dtype=torch.int32)
+            _tile_owners_kernel[(T,)](starts, count, L, R, SL=SL, BT=BT, FIXUP=False)
+            fixup_grid = (R + 1) * ((BT + SL - 2) // BT + 1) + triton.cdiv(SL, BT) + 1  # the launcher's
+            _tile_owners_kernel[(fixup_grid,)](starts, count, L, R, SL=SL, BT=BT, FIXUP=True)
+            assert count[:T].tolist() == [1] * T, (lengths, tail, count[:T].tolist())
