@@ -123,10 +123,7 @@ def fixup_tile(p, L, R, p_qsl, SL: tl.constexpr, BT: tl.constexpr):
     left (:func:`lean_tile`). Programs ``[0, (R + 1) NB)`` take boundary ``i = p // NB``'s tiles ``t0`` in
     ``[b - BT + 1, b + SL - 1]`` (at most NB), each owned by the first boundary whose range holds it; then
     ``FT`` programs the first tiles (``t0 < SL``) and one the last (``t0 + BT > L`` when ``L`` is not a
-    multiple of ``BT``). With sorted boundaries every tile the lean kernel leaves has one owner.
-
-    Only the last tile can be one the lean kernel takes, so only its program runs :func:`lean_tile`'s search:
-    a boundary's tiles hold boundary ``b`` in ``(t0 - SL, t0 + BT)``, and the first tiles start before ``SL``."""
+    multiple of ``BT``). With sorted boundaries every tile the lean kernel leaves has one owner."""
     NB: tl.constexpr = (BT + SL - 2) // BT + 1
     FT: tl.constexpr = (SL + BT - 1) // BT
     T = (L + BT - 1) // BT
@@ -138,9 +135,7 @@ def fixup_tile(p, L, R, p_qsl, SL: tl.constexpr, BT: tl.constexpr):
     own = (tile <= (b + SL - 1) // BT) & ((i == 0) | (tile > (prev + SL - 1) // BT)) & (tile >= FT) & (tile < T - 1)
     tile = tl.where(p < B, tile, tl.where(p < B + FT, p - B, T - 1))
     own = tl.where(p < B, own, tl.where(p < B + FT, tile < T, tile >= FT))
-    if p >= B + FT:  # a uniform branch: the other programs skip the search's chain of dependent loads
-        own = own & ~lean_tile(tile * BT, L, R, p_qsl, SL, BT)[0]
-    return tile * BT, own
+    return tile * BT, own & ~lean_tile(tile * BT, L, R, p_qsl, SL, BT)[0]
 
 
 @triton.jit
