@@ -287,7 +287,9 @@ def _requests_kernel(p_qsl, p_rows, p_out, p_near, p_lo, R, BT: tl.constexpr, W:
     p = tl.program_id(0)
     rows = tl.load(p_rows + p * BT + tl.arange(0, BT))
     tl.store(p_out + p * BT + tl.arange(0, BT), find_request(rows, R, p_qsl))
-    tl.store(p_near + p * BT + tl.arange(0, BT), find_request_near(rows, tl.load(p_lo + p), R, p_qsl, W))
+    first_row, last_row = tl.min(rows, axis=0), tl.max(rows, axis=0)
+    near = find_request_near(rows, first_row, last_row, tl.load(p_lo + p), R, p_qsl, W)
+    tl.store(p_near + p * BT + tl.arange(0, BT), near)
 
 
 @pytest.mark.interpreter

@@ -344,7 +344,11 @@ def conv_rows_kernel(
             o_t = t0 + tl.arange(0, BT)
             m_c = channel_mask(o_c, C, EVEN_C)
             # FIXUP: a boundary's 2 BT + SL - 1 requests (none empty) in one load of 4 BT; wider: the search
-            r = find_request_near(o_t, near, R, p_qsl, 4 * BT) if FIXUP else find_request(o_t, R, p_qsl)
+            r = (
+                find_request_near(o_t, t0, t0 + BT - 1, near, R, p_qsl, 4 * BT)
+                if FIXUP
+                else find_request(o_t, R, p_qsl)
+            )
             q_start = tl.load(p_qsl + r)
             in_range = (q_start <= o_t) & (o_t < tl.load(p_qsl + R))
             sid, state_ok, read_state, slot_off = request_slot(
