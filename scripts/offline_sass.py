@@ -65,7 +65,7 @@ def _conv(tile: str, warps: int) -> tuple[str, dict]:
     from exactfuse.ops.conv.kernels import conv_rows_kernel
     from exactfuse.ops.conv.lean import conv_lean_kernel
 
-    bt, bc, unroll, lean = re.fullmatch(r"(\d+)x(\d+)(?:u(\d+))?(l)?", tile).groups()
+    bt, bc, unroll, lean, fixup = re.fullmatch(r"(\d+)x(\d+)(?:u(\d+))?(l)?(f)?", tile).groups()
     bt, bc = int(bt), int(bc)
     types = {n: "*bf16" for n in ("p_x", "p_w", "p_b", "p_res", "p_outer", "p_out", "p_state")}
     types |= {"p_sid": "*i32", "p_qsl": "*i32", "p_acc": "*i32", "p_init": "*i1", "p_tok": "*i32", "p_seq": "*i32"}
@@ -77,7 +77,7 @@ def _conv(tile: str, warps: int) -> tuple[str, dict]:
     else:
         kernel = conv_rows_kernel
         consts |= dict(MODE=2, SQL=1, HAS_TOKEN_MAP=False, BW=4, UNROLL=int(unroll or 1), HAS_SEQ_IDX=False,
-                       FIXUP=False, HEAD=0, WINDOW_TILE=False, S_ALIGN=1, W_ALIGN=1,
+                       FIXUP=bool(fixup), HEAD=0, WINDOW_TILE=False, S_ALIGN=1, W_ALIGN=1,
                        CHANNELS_FIRST=False, FLAT_WINDOW=False, SCALAR_WINDOW=False)  # fmt: skip
     types = {n: t for n, t in types.items() if n in kernel.arg_names}
     div16 = [*types, "stride_x", "stride_res", "stride_outer", "stride_out", "C"]
@@ -234,8 +234,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("preset", choices=["conv", "decode", "short_decode", "conv_grad", "taps", "attention", "merge",
                                            "moe"])  # fmt: skip
-    parser.add_argument("--tiles", help="conv: BTxBC[uUNROLL][l: the lean prefill kernel],... (16x128,16x128l); "
-                        "taps: BTxBC[uUNROLL]; conv_grad: "
+    parser.add_argument("--tiles", help="conv: BTxBC[uUNROLL][l: the lean prefill kernel][f: the row kernel's "
+                        "fixup launch],... (16x128,16x128l,16x128f); taps: BTxBC[uUNROLL]; conv_grad: "
                         "BTxBCxSTEPS[w: weights read as one word a channel],... (32x64x8,16x128x16w)")  # fmt: skip
     parser.add_argument("--kv", default="bf16,fp8e4nv", help="attention: cache dtypes (Triton names)")
     parser.add_argument("--q", default="bf16", help="attention: q dtype (Triton name)")

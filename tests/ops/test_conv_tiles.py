@@ -14,7 +14,7 @@ from conv_support import one_layout
 from exactfuse.ops.conv import causal_conv1d, causal_conv1d_fn, causal_conv1d_update, heuristics, short_conv
 from exactfuse.ops.conv import triton as conv_triton
 from exactfuse.ops.conv.inputs import causal_case, last_k_update_case, short_conv_case, update_case
-from exactfuse.ops.conv.slots import fixup_tile, lean_tile
+from exactfuse.ops.conv.slots import find_request, find_request_near, fixup_tile, lean_tile
 from exactfuse.testing import clone_args, make_generator
 
 INT_VIEW = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32}
@@ -251,7 +251,7 @@ def _tile_owners_kernel(p_qsl, p_count, L, R, SL: tl.constexpr, BT: tl.constexpr
     tile ``p``) or the fixup launch's (``slots.fixup_tile``)."""
     p = tl.program_id(0)
     if FIXUP:
-        t0, own = fixup_tile(p, L, R, p_qsl, SL, BT)
+        t0, own, _ = fixup_tile(p, L, R, p_qsl, SL, BT)
     else:
         t0 = p * BT
         own = lean_tile(t0, L, R, p_qsl, SL, BT)[0]
@@ -279,3 +279,37 @@ def test_interpreter_lean_and_fixup_take_every_tile_once(BT, SL):
             fixup_grid = (R + 1) * ((BT + SL - 2) // BT + 1) + triton.cdiv(SL, BT) + 1  # the launcher's
             _tile_owners_kernel[(fixup_grid,)](starts, count, L, R, SL=SL, BT=BT, FIXUP=True)
             assert count[:T].tolist() == [1] * T, (lengths, tail, count[:T].tolist())
+
+
+@triton.jit
+def _requests_kernel(p_qsl, p_rows, p_out, p_near, p_lo, R, BT: tl.constexpr, W: tl.constexpr):
+    """Row ``p``'s tile: ``find_request_near`` from ``p_lo[p]`` into ``p_near``, ``find_request`` into ``p_out``."""
+    p = tl.program_id(0)
+    rows = tl.load(p_rows + p * BT + tl.arange(0, BT))
+    tl.store(p_out + p * BT + tl.arange(0, BT), find_request(rows, R, p_qsl))
+    first_row, last_row = tl.min(rows, axis=0), tl.max(rows, axis=0)
+    near = find_request_near(rows, first_row, last_row, tl.load(p_lo + p), R, p_qsl, W)
+    tl.store(p_near + p * BT + tl.arange(0, BT), near)
+
+
+@pytest.mark.interpreter
+def test_interpreter_request_from_a_bracket_is_the_search():
+    """``slots.find_request_near`` (one load of the boundaries from a bracket's start, the fixup tiles' search)
+    gives ``find_request``'s requests for every tile of rows: brackets that hold the rows, ones that start
+    past them or end before them, none (-1), runs of empty requests wider than the bracket, rows past the last
+    request, R = 0 and 1."""
+    gen = torch.Generator().manual_seed(5)
+    BT, W = 4, 16
+    for R in (0, 1, 3, 20, 70):
+        lengths = torch.randint(0, 4, (R,), generator=gen) * torch.randint(0, 2, (R,), generator=gen)
+        starts = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)]).to(torch.int32)
+        L = int(starts[-1]) + 3
+        t0 = torch.randint(0, L, (64,), generator=gen)
+        rows = (t0[:, None] + torch.arange(BT)).to(torch.int32).contiguous()
+        first = torch.searchsorted(starts[:R].to(torch.int64), t0, right=True) - 1  # the request of each t0
+        lo = (first + torch.randint(-W, 3, (64,), generator=gen)).clamp(min=-1).to(torch.int32)
+        out, near = torch.empty_like(rows), torch.empty_like(rows)
+        _requests_kernel[(64,)](starts, rows, out, near, lo, R, BT=BT, W=W)
+        expected = (torch.searchsorted(starts[:R].to(torch.int64), rows.to(torch.int64), right=True) - 1).clamp(min=0)
+        assert torch.equal(out.to(torch.int64), expected), R
+        assert torch.equal(near, out), (R, lo.tolist())

@@ -45,6 +45,7 @@ from exactfuse.ops.conv.rounding import bias_values, finish, tap
 from exactfuse.ops.conv.slots import (
     channel_mask,
     find_request,
+    find_request_near,
     fixup_tile,
     mask_and,
     request_slot,
@@ -336,12 +337,18 @@ def conv_rows_kernel(
         o_c = (i_c * BC + tl.arange(0, BC))[None, :]
         t0 = i_t * BT
         own = i_t >= 0
+        near = i_t * 0 - 1
         if FIXUP:
-            t0, own = fixup_tile(i_t, L, R, p_qsl, SL, BT)
+            t0, own, near = fixup_tile(i_t, L, R, p_qsl, SL, BT)
         if own:  # each row's request found by its own search, every tap masked by its request, state, sequence
             o_t = t0 + tl.arange(0, BT)
             m_c = channel_mask(o_c, C, EVEN_C)
-            r = find_request(o_t, R, p_qsl)
+            # FIXUP: a boundary's 2 BT + SL - 1 requests (none empty) in one load of 4 BT; wider: the search
+            r = (
+                find_request_near(o_t, t0, t0 + BT - 1, near, R, p_qsl, 4 * BT)
+                if FIXUP
+                else find_request(o_t, R, p_qsl)
+            )
             q_start = tl.load(p_qsl + r)
             in_range = (q_start <= o_t) & (o_t < tl.load(p_qsl + R))
             sid, state_ok, read_state, slot_off = request_slot(

@@ -103,6 +103,26 @@ def find_request(rows, R, p_qsl):
 
 
 @triton.jit
+def find_request_near(rows, first_row, last_row, lo, R, p_qsl, W: tl.constexpr):
+    """:func:`find_request`'s answer from one load of the ``W`` boundaries from ``lo`` on, where they bracket
+    every one of ``rows`` (all in ``[first_row, last_row]``: ``lo`` is 0 or starts at or before the first row,
+    and the boundary after them starts past the last row): each row's request is ``lo`` plus how many of them
+    start at or before it, less one. Elsewhere (``lo < 0``: no bracket; runs of empty requests wider than the
+    bracket) the search, in a branch that is uniform over the program."""
+    j = lo + tl.arange(0, W)
+    q = tl.load(p_qsl + j, mask=(j >= 0) & (j < R), other=0)
+    first = tl.load(p_qsl + tl.maximum(lo, 0))
+    past = tl.load(p_qsl + tl.minimum(lo + W, R))
+    covered = (lo >= 0) & (first <= first_row) & ((lo + W >= R) | (past > last_row))
+    if covered:
+        starts = ((q[None, :] <= rows[:, None]) & (j[None, :] < R)).to(tl.int32)
+        r = tl.maximum(lo + tl.sum(starts, axis=1) - 1, 0)
+    else:
+        r = find_request(rows, R, p_qsl)
+    return r
+
+
+@triton.jit
 def lean_tile(t0, L, R, p_qsl, SL: tl.constexpr, BT: tl.constexpr):
     """Whether prefill tile rows ``[t0, t0 + BT)`` are the lean kernel's: no request boundary
     (``query_start_loc`` entry) in ``(t0 - SL, t0 + BT)``, so every row and tap lies in one request or every
@@ -119,11 +139,15 @@ def lean_tile(t0, L, R, p_qsl, SL: tl.constexpr, BT: tl.constexpr):
 
 @triton.jit
 def fixup_tile(p, L, R, p_qsl, SL: tl.constexpr, BT: tl.constexpr):
-    """Program ``p`` of the fixup launch: its tile's first row, and whether it owns a tile the lean kernel
-    left (:func:`lean_tile`). Programs ``[0, (R + 1) NB)`` take boundary ``i = p // NB``'s tiles ``t0`` in
+    """Program ``p`` of the fixup launch: its tile's first row, whether it owns a tile the lean kernel
+    left (:func:`lean_tile`), and where the bracket of its rows' requests starts (:func:`find_request_near`).
+    Programs ``[0, (R + 1) NB)`` take boundary ``i = p // NB``'s tiles ``t0`` in
     ``[b - BT + 1, b + SL - 1]`` (at most NB), each owned by the first boundary whose range holds it; then
     ``FT`` programs the first tiles (``t0 < SL``) and one the last (``t0 + BT > L`` when ``L`` is not a
-    multiple of ``BT``). With sorted boundaries every tile the lean kernel leaves has one owner."""
+    multiple of ``BT``). With sorted boundaries every tile the lean kernel leaves has one owner.
+
+    Only the last tile can be one the lean kernel takes, so only its program runs :func:`lean_tile`'s search:
+    a boundary's tiles hold boundary ``b`` in ``(t0 - SL, t0 + BT)``, and the first tiles start before ``SL``."""
     NB: tl.constexpr = (BT + SL - 2) // BT + 1
     FT: tl.constexpr = (SL + BT - 1) // BT
     T = (L + BT - 1) // BT
@@ -135,7 +159,12 @@ def fixup_tile(p, L, R, p_qsl, SL: tl.constexpr, BT: tl.constexpr):
     own = (tile <= (b + SL - 1) // BT) & ((i == 0) | (tile > (prev + SL - 1) // BT)) & (tile >= FT) & (tile < T - 1)
     tile = tl.where(p < B, tile, tl.where(p < B + FT, p - B, T - 1))
     own = tl.where(p < B, own, tl.where(p < B + FT, tile < T, tile >= FT))
-    return tile * BT, own & ~lean_tile(tile * BT, L, R, p_qsl, SL, BT)[0]
+    if p >= B + FT:  # a uniform branch: the other programs skip the search's chain of dependent loads
+        own = own & ~lean_tile(tile * BT, L, R, p_qsl, SL, BT)[0]
+    # a boundary's rows lie in [b - BT + 1, b + SL + BT - 2]: with no empty request the requests i - BT + 1 to
+    # i + SL + BT - 2, the bracket find_request_near takes from i - BT on (-1: none, the first and last tiles)
+    near = tl.where(p < B, tl.maximum(i - BT, 0), -1)
+    return tile * BT, own, near
 
 
 @triton.jit
