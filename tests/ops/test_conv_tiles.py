@@ -296,18 +296,21 @@ def _requests_kernel(p_qsl, p_rows, p_out, p_near, p_lo, R, BT: tl.constexpr, W:
 def test_interpreter_request_from_a_bracket_is_the_search():
     """``slots.find_request_near`` (one load of the boundaries from a bracket's start, the fixup tiles' search)
     gives ``find_request``'s requests for every tile of rows: brackets that hold the rows, ones that start
-    past them or end before them, none (-1), runs of empty requests wider than the bracket, rows past the last
-    request, R = 0 and 1."""
+    past them or end before them, none (-1) or below, past the last request, runs of empty requests wider than
+    the bracket, rows past the last request, R = 0 and 1. The boundaries sit between runs of zeros, so a load
+    outside their ``R + 1`` entries reads a boundary at 0 and gives a wrong request."""
     gen = torch.Generator().manual_seed(5)
     BT, W = 4, 16
     for R in (0, 1, 3, 20, 70):
         lengths = torch.randint(0, 4, (R,), generator=gen) * torch.randint(0, 2, (R,), generator=gen)
-        starts = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)]).to(torch.int32)
+        padded = torch.zeros(2 * W + R + 1, dtype=torch.int32)
+        starts = padded[W : W + R + 1]
+        starts[1:] = lengths.cumsum(0).to(torch.int32)
         L = int(starts[-1]) + 3
         t0 = torch.randint(0, L, (64,), generator=gen)
         rows = (t0[:, None] + torch.arange(BT)).to(torch.int32).contiguous()
         first = torch.searchsorted(starts[:R].to(torch.int64), t0, right=True) - 1  # the request of each t0
-        lo = (first + torch.randint(-W, 3, (64,), generator=gen)).clamp(min=-1).to(torch.int32)
+        lo = (first + torch.randint(-2 * W, 3, (64,), generator=gen)).clamp(min=-W - 2).to(torch.int32)
         out, near = torch.empty_like(rows), torch.empty_like(rows)
         _requests_kernel[(64,)](starts, rows, out, near, lo, R, BT=BT, W=W)
         expected = (torch.searchsorted(starts[:R].to(torch.int64), rows.to(torch.int64), right=True) - 1).clamp(min=0)

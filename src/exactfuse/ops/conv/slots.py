@@ -105,15 +105,16 @@ def find_request(rows, R, p_qsl):
 @triton.jit
 def find_request_near(rows, first_row, last_row, lo, R, p_qsl, W: tl.constexpr):
     """:func:`find_request`'s answer from one load of the ``W`` boundaries from ``lo`` on, where they bracket
-    every one of ``rows`` (all in ``[first_row, last_row]``: ``lo`` is 0 or starts at or before the first row,
-    and the boundary after them starts past the last row): each row's request is ``lo`` plus how many of them
-    start at or before it, less one. Elsewhere (``lo < 0``: no bracket; runs of empty requests wider than the
-    bracket) the search, in a branch that is uniform over the program."""
+    every one of ``rows`` (all in ``[first_row, last_row]``: ``lo`` is a request that starts at or before the
+    first row, and the boundary after them starts past the last row): each row's request is ``lo`` plus how
+    many of them start at or before it, less one. Elsewhere (``lo < 0``: no bracket; ``lo >= R``; runs of empty
+    requests wider than the bracket) the search, in a branch that is uniform over the program. Every load
+    stays within ``query_start_loc``'s ``R + 1`` entries for any ``lo``."""
     j = lo + tl.arange(0, W)
     q = tl.load(p_qsl + j, mask=(j >= 0) & (j < R), other=0)
-    first = tl.load(p_qsl + tl.maximum(lo, 0))
-    past = tl.load(p_qsl + tl.minimum(lo + W, R))
-    covered = (lo >= 0) & (first <= first_row) & ((lo + W >= R) | (past > last_row))
+    first = tl.load(p_qsl + tl.minimum(tl.maximum(lo, 0), R))
+    past = tl.load(p_qsl + tl.minimum(tl.maximum(lo + W, 0), R))
+    covered = (lo >= 0) & (lo < R) & (first <= first_row) & ((lo + W >= R) | (past > last_row))
     if covered:
         starts = ((q[None, :] <= rows[:, None]) & (j[None, :] < R)).to(tl.int32)
         r = tl.maximum(lo + tl.sum(starts, axis=1) - 1, 0)
