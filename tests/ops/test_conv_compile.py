@@ -72,6 +72,11 @@ def compile_all() -> list[str]:
     for label, kernel, types, consts, _, ones, warps in (jobs[0], jobs[-1]):
         consts = every_int_constant(kernel, types, consts, ones)
         jobs.append((f"{label} every int constant", kernel, types, consts, [*types], (), warps))
+    # the row, request and token counts as int64 arguments, as Inductor passes a symbolic size (a compiled
+    # graph dynamic in the token count): index arithmetic widens where they enter it
+    for label, kernel, types, consts, div16, ones, warps in list(jobs):
+        sizes = {n: "i64" for n in ("L", "R", "N") if n in kernel.arg_names}
+        jobs.append((f"{label} int64 sizes", kernel, types | sizes, consts, div16, ones, warps))
     failures = []
     for label, kernel, types, consts, div16, ones, warps in jobs:
         try:

@@ -90,7 +90,7 @@ def store_window(p_slot, o_c, m_c, b_new, m_w, stride_s_c, stride_s_w, BW: tl.co
 def find_request(rows, R, p_qsl):
     """The last request starting at or before each of ``rows`` (ties: the last, non-empty one): a
     binary search over ``query_start_loc``, one gather per step, ``bit_length(R)`` steps."""
-    lo = rows * 0
+    lo = rows * 0 + R * 0  # one integer type through the loop: the wider of the rows' and R's
     hi = lo + R - 1
     span = R
     while span > 0:  # each step halves [lo, hi]; once lo == hi, mid == lo and nothing changes
@@ -115,11 +115,13 @@ def find_request_near(rows, first_row, last_row, lo, R, p_qsl, W: tl.constexpr):
     first = tl.load(p_qsl + tl.minimum(tl.maximum(lo, 0), R))
     past = tl.load(p_qsl + tl.minimum(tl.maximum(lo + W, 0), R))
     covered = (lo >= 0) & (lo < R) & (first <= first_row) & ((lo + W >= R) | (past > last_row))
+    # both branches int32 (a request index): rows are int64 where the row count is (Inductor passes a symbolic
+    # size as an int64 argument), and the branches of an `if` must agree in type
     if covered:
         starts = ((q[None, :] <= rows[:, None]) & (j[None, :] < R)).to(tl.int32)
-        r = tl.maximum(lo + tl.sum(starts, axis=1) - 1, 0)
+        r = tl.maximum(lo + tl.sum(starts, axis=1) - 1, 0).to(tl.int32)
     else:
-        r = find_request(rows, R, p_qsl)
+        r = find_request(rows, R, p_qsl).to(tl.int32)
     return r
 
 

@@ -1,0 +1,168 @@
+"""Every launch variant of the conv family compiled by Inductor, dynamic and with unbacked token counts (how
+vLLM runs the ops), bit for bit against the same provider's eager launch.
+
+The variants are the launcher's choices (``ops/conv/triton.py``): the lean prefill kernel and the fixup
+launch, the row kernel's plain tiles (token maps, ``seq_idx``), the decode register window (tile and scalar
+loads), the flat run, speculative rows, the state write-back, with and without a state, a residual and an
+outer residual, and the backward's two kernels. Each declared GPU case is run eagerly once with its launches
+recorded; the first case of each new set of launches is then compiled and compared, and a test asserts that
+the cases reach every variant, so a variant the declared cases stop reaching fails here, not silently.
+Inductor types a symbolic size as an int64 argument, which the eager launches never do: a kernel whose
+integer types disagree under it (an ``if`` whose branches give int32 and int64) fails only on this path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+from torch._dynamo.decorators import mark_unbacked
+
+import exactfuse
+from exactfuse.testing import clone_args
+
+INT_VIEW = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32}
+FLAGS = ("MODE", "FIXUP", "WINDOW_TILE", "FLAT_WINDOW", "SCALAR_WINDOW", "HAS_STATE", "HAS_RESIDUAL", "HAS_OUTER",
+         "HAS_TOKEN_MAP", "HAS_SEQ_IDX", "HAS_INIT", "HAS_SID", "INIT", "HAS_BIAS")  # fmt: skip
+# what each op's declared cases must reach: (kernel, flag values), each met by one of its launches
+VARIANTS = {
+    "lean prefill": ("conv_lean_kernel", {}),
+    "fixup launch": ("conv_rows_kernel", {"MODE": 2, "FIXUP": True}),
+    "prefill rows with a token map": ("conv_rows_kernel", {"MODE": 2, "FIXUP": False, "HAS_TOKEN_MAP": True}),
+    "prefill rows with seq_idx": ("conv_rows_kernel", {"MODE": 2, "HAS_SEQ_IDX": True}),
+    "prefill without a state": ("conv_rows_kernel", {"MODE": 2, "HAS_STATE": False}),
+    "speculative rows": ("conv_rows_kernel", {"MODE": 1}),
+    "decode register window": ("conv_rows_kernel", {"MODE": 0, "WINDOW_TILE": True, "SCALAR_WINDOW": False}),
+    "decode scalar window": ("conv_rows_kernel", {"MODE": 0, "SCALAR_WINDOW": True}),
+    "decode flat run": ("conv_rows_kernel", {"MODE": 0, "FLAT_WINDOW": True}),
+    "decode residual and outer residual": ("conv_rows_kernel", {"MODE": 0, "HAS_RESIDUAL": True, "HAS_OUTER": True}),
+    "state write-back": ("conv_state_kernel", {}),
+    "backward rows": ("conv_grad_rows_kernel", {}),
+    "backward rows with initial states": ("conv_grad_rows_kernel", {"HAS_INIT": True}),
+    "backward dx": ("conv_grad_x_kernel", {}),
+}
+PREFILL = ["lean prefill", "fixup launch", "state write-back"]
+DECODE = ["speculative rows", "decode register window", "decode scalar window"]
+REQUIRED = {
+    "short_conv": [*PREFILL, *DECODE, "prefill rows with a token map", "decode flat run",
+                   "decode residual and outer residual"],
+    "causal_conv1d": [*PREFILL, "prefill rows with seq_idx", "prefill without a state"],
+    "causal_conv1d_update": [*PREFILL, *DECODE],  # its chunks of several rows are prefill launches
+    "causal_conv1d_fn": ["lean prefill", "fixup launch", "prefill rows with seq_idx", "prefill without a state"],
+    "causal_conv1d_fn_backward": ["backward rows", "backward rows with initial states", "backward dx"],
+}  # fmt: skip
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(INT_VIEW[t.dtype])
+
+
+class _Recorder:
+    """``torch.library.wrap_triton`` that records each launch's kernel name and flags, then launches."""
+
+    def __init__(self, real):
+        self.real, self.launches = real, []
+
+    def __call__(self, kernel):
+        wrapped = self.real(kernel)
+        recorder = self
+
+        class _Grid:
+            def __getitem__(self, grid):
+                def launch(*args, **kwargs):
+                    flags = tuple((k, kwargs[k]) for k in FLAGS if k in kwargs)
+                    recorder.launches.append((kernel.fn.__name__, flags))
+                    return wrapped[grid](*args, **kwargs)
+
+                return launch
+
+        return _Grid()
+
+
+@contextlib.contextmanager
+def _recording():
+    recorder = _Recorder(torch.library.wrap_triton)
+    torch.library.wrap_triton = recorder
+    try:
+        yield recorder.launches
+    finally:
+        torch.library.wrap_triton = recorder.real
+
+
+def _eager(op, case) -> tuple[tuple, frozenset]:
+    args, kwargs = clone_args(case.args, case.kwargs)
+    with _recording() as launches:
+        out = op.run_provider("triton", *args, **kwargs)
+    return (*args, *kwargs.values(), out), frozenset(launches)
+
+
+def _selected(name: str, device: str, dtype: torch.dtype):
+    """(case, eager results, launches) for the first of the op's declared cases with each new set of launches."""
+    op, seen, chosen = exactfuse.get(name), set(), []
+    for case in op.cases(device, dtype):
+        results, launches = _eager(op, case)
+        if launches and launches not in seen:
+            seen.add(launches)
+            chosen.append((case, results, launches))
+    return chosen
+
+
+def _meets(launch, what: str) -> bool:
+    kernel, want = VARIANTS[what]
+    return launch[0] == kernel and all(dict(launch[1]).get(n) == v for n, v in want.items())
+
+
+def _unreached(name: str, chosen) -> list[str]:
+    launches = [launch for *_, ls in chosen for launch in ls]
+    return [what for what in REQUIRED[name] if not any(_meets(launch, what) for launch in launches)]
+
+
+def _flatten(value):
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _flatten(v)]
+    return [value]
+
+
+def _token_major(args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The floating-point activations whose first dimension is the first tensor's (the token count); not a
+    ``[slot, ...]`` state cache."""
+    tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+    rows = tensors[0].shape[0]
+    return [t for t in tensors if t.is_floating_point() and t.dim() == 2 and t.shape[0] == rows]
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("name", list(REQUIRED))
+def test_interpreter_declared_cases_reach_every_launch_variant(name):
+    unreached = _unreached(name, _selected(name, "cpu", torch.float16))
+    assert not unreached, f"no declared case of {name} reaches: {unreached}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("name", list(REQUIRED))
+def test_gpu_every_launch_variant_compiled_dynamic_unbacked_is_eager_bit_for_bit(name, dtype):
+    op, chosen = exactfuse.get(name), _selected(name, "cuda", DTYPES[dtype])
+    unreached = _unreached(name, chosen)
+    assert not unreached, f"no declared case of {name} reaches: {unreached}"
+    torch._dynamo.reset()
+    failures = []
+    with torch._dynamo.config.patch(recompile_limit=len(chosen) + 8, accumulated_recompile_limit=4 * len(chosen)):
+        compiled = torch.compile(op, dynamic=True, fullgraph=True, backend="inductor")
+        for case, expected, launches in chosen:
+            args, kwargs = clone_args(case.args, case.kwargs)
+            for t in _token_major(args, kwargs):
+                if t.shape[0] > 1:  # an unbacked size of 0 or 1 is specialized anyway
+                    mark_unbacked(t, 0)
+            try:
+                out = compiled(*args, **kwargs)
+            except Exception as exc:  # every variant's failure, not the first
+                failures.append(f"{case.id}: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
+                continue
+            got = [*args, *kwargs.values(), out]
+            for i, (a, b) in enumerate(zip(_flatten(got), _flatten(list(expected)), strict=True)):
+                if isinstance(a, torch.Tensor) and a.is_floating_point() and not torch.equal(bits(a), bits(b)):
+                    failures.append(f"{case.id}: output {i} differs from eager ({sorted(launches)})")
+    assert not failures, f"{len(failures)} of {len(chosen)} compiled variants fail:\n" + "\n".join(failures)
