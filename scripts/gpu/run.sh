@@ -5,6 +5,9 @@
 #   bash scripts/gpu/run.sh STEP [ARGS...] [-- STEP [ARGS...]]... [// STEP [ARGS...] [-- ...]]...
 #
 # Steps (run in the order given; "--" separates steps, so a step's own arguments cannot contain a bare "--"):
+#   suite [ARGS...]          the whole GPU suite, every @pytest.mark.gpu test (scripts/gpu/gpu_suite.py: xdist workers
+#                            each held to a share of the card, then the big_memory tests one at a time); its report
+#                            into results/gpu_suite.txt
 #   tests [PYTEST_ARGS...]   python3 -m pytest -m gpu -q -rfE PYTEST_ARGS (default: the whole suite); each result
 #                            streams into logs/<label>.stream as it finishes (scripts/gpu/pytest_stream.py)
 #   verify [ARGS...]         python3 -m exactfuse verify ARGS            (e.g. --op w4a16_gemm --quick)
@@ -78,6 +81,9 @@ step() {
       EXACTFUSE_STREAM=$LOGS/$label.stream PYTHONPATH=$PYTHONPATH:scripts/gpu timeout "$left" \
         python3 -m pytest -m gpu -q -rfE -p no:cacheprovider -p pytest_stream "$@" >"$log" 2>&1
       ;;
+    suite)
+      timeout "$left" python3 scripts/gpu/gpu_suite.py --out "$OUT/results/gpu_suite.txt" "$@" >"$log" 2>&1
+      ;;
     verify) timeout "$left" python3 -m exactfuse verify "$@" >"$log" 2>&1 ;;
     bench)
       local op=${1:?bench needs an op name (or all)}
@@ -111,7 +117,7 @@ step() {
       timeout "$left" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 50 "${cmd[@]}" >"$log" 2>&1
       ;;
     *)
-      echo "run.sh: unknown step '$name' (tests, verify, bench, vllm, sweep, probe, ncu, sanitize)" >"$log"
+      echo "run.sh: unknown step '$name' (suite, tests, verify, bench, vllm, sweep, probe, ncu, sanitize)" >"$log"
       false
       ;;
   esac
@@ -181,6 +187,7 @@ fi
         echo "   slowest:"
         grep -vE '^(start| )' "$stream" | sort -k2 -rn | head -8 | sed 's/^/   /'
         ;;
+      *-suite*) grep -E "^(commit|total|shared|big_memory|failure|error|skipped):? " "$log" | head -40 ;;
       *-verify*) grep -E "FAIL|PASS|error" "$log" | grep -vc PASS | sed 's/^/   lines not PASS: /'; tail -3 "$log" ;;
       *-sanitize*) grep -E "ERROR SUMMARY|passed|failed|all contracts hold|row\(s\) failed" "$log" | tail -4 ;;
       *-bench*) grep -E "wrote|time budget|geomean" "$log" | tail -8 ;;

@@ -295,6 +295,7 @@ def test_gpu_gradient_is_eager_autograd_bitwise(name, dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.big_memory
 def test_gpu_int64_offsets():
     """dx of 2**31 + elements: 64-bit offsets; the last rows must be right."""
     T, d = 32768 + 3, 32768

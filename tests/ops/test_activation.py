@@ -37,6 +37,7 @@ def test_gpu_bitwise_matrix(name, dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.big_memory
 def test_gpu_int64_offsets():
     """numel >= 2**31 switches on 64-bit offsets; the last rows must still be right."""
     T, d = 32768 + 3, 32768  # x: 2**31 + 196608 elements of bf16 (4.3 GB)

@@ -137,6 +137,7 @@ def test_gpu_bitwise_every_case(name, dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.big_memory
 @torch.no_grad()
 def test_gpu_int64_offsets():
     """More than 2^31 elements in x and the output (two sequences, the second ending past the int32 range;

@@ -363,6 +363,7 @@ def test_gpu_cuda_graph_capture_and_replay():
 
 
 @pytest.mark.gpu
+@pytest.mark.big_memory
 def test_gpu_int64_row_offsets():
     """T * 2d >= 2**31 switches on 64-bit offsets; the last rows must still be right."""
     T, d = 32769, 32768

@@ -415,6 +415,7 @@ def test_gpu_warmup_then_cuda_graph_of_forward_and_backward(dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.big_memory
 @LAYOUT
 def test_gpu_int64_offsets(interleaved):
     """d gateup of 2**31 + 16384 elements: 64-bit offsets; the first and last rows checked."""

@@ -267,6 +267,7 @@ def test_gpu_small_shared_expert_batches(M, N):
 
 
 @pytest.mark.gpu
+@pytest.mark.big_memory
 @LAYOUT
 def test_gpu_int64_offsets(interleaved):
     """gateup with 2**31 + 16384 elements (4.3 GB bf16): every row checked against native, in chunks."""

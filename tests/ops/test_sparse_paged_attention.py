@@ -338,6 +338,7 @@ def test_gpu_gate_stage_is_the_formula_bit_for_bit(rounding):
 
 
 @pytest.mark.gpu
+@pytest.mark.big_memory
 def test_gpu_int64_cache_offsets():
     """A cache of more than 2**31 elements: the pages past the 2**31st element read right."""
     D, Hkv, page = 256, 8, 1024

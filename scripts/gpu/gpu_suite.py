@@ -1,0 +1,126 @@
+"""The whole GPU suite in one command: every ``@pytest.mark.gpu`` test, then a report of its counts.
+
+Usage: python3 scripts/gpu/gpu_suite.py [--workers N] [--out FILE] [--timeout S] [PYTEST_ARGS...]
+
+Two passes over ``pytest -m gpu``:
+
+1. every test not marked ``big_memory``, in ``--workers`` pytest-xdist workers (default: the cores less
+   two, at most 12), each held to its share of the card's memory (``tests/conftest.py``), so that the
+   workers cannot take the card's memory from each other;
+2. the ``big_memory`` tests one at a time, with the whole card.
+
+The report (``--out``, default ``benchmarks/results/<gpu>/gpu_suite.txt``) holds the commit, the GPU, torch
+and Triton, the pass/fail/skip counts of each pass, every failure and error, the slowest tests and the
+largest peak allocations (the ``peak_gib`` property). Exit status 0 only when no test failed, erred or was
+skipped: a skipped GPU test is not a pass. A kernel change is done when this passes at its final commit
+(docs/measuring.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _gpu() -> tuple[str, str, str, str]:
+    import torch
+    import triton
+
+    name = torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA device"
+    return name, torch.__version__, triton.__version__, os.environ.get("EXACTFUSE_GIT_REV") or _git_rev()
+
+
+def _git_rev() -> str:
+    done = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return done.stdout.strip() or "unknown"
+
+
+def _results_dir(gpu: str) -> Path:
+    tag = "h200" if "H200" in gpu else "h100" if "H100" in gpu else gpu.lower().replace(" ", "_")
+    return ROOT / "benchmarks" / "results" / tag
+
+
+def _run_pass(label: str, marks: str, workers: int, timeout: int, extra: list[str], xml: Path) -> tuple[int, float]:
+    cmd = [sys.executable, "-m", "pytest", "-m", marks, "-q", "-rfEs", "-p", "no:cacheprovider",
+           "-o", "junit_family=xunit1", f"--junitxml={xml}", f"--timeout={timeout}", *extra]  # fmt: skip
+    if workers > 1:
+        cmd += ["-n", str(workers)]
+    print(f"== {label}: {' '.join(cmd[2:])}", flush=True)
+    t0 = time.time()
+    rc = subprocess.run(cmd, cwd=ROOT).returncode
+    return rc, time.time() - t0
+
+
+def _cases(xml: Path) -> list[dict]:
+    if not xml.exists():
+        return []
+    cases = []
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        outcome, message = "passed", ""
+        for tag in ("failure", "error", "skipped"):
+            if (node := case.find(tag)) is not None:
+                outcome, message = tag, (node.get("message") or "").splitlines()[0][:200] if node.get("message") else ""
+                break
+        props = {p.get("name"): p.get("value") for p in case.iter("property")}
+        cases.append({
+            "id": f"{case.get('classname')}::{case.get('name')}", "outcome": outcome, "message": message,
+            "seconds": float(case.get("time") or 0.0), "peak_gib": float(props.get("peak_gib") or 0.0),
+        })  # fmt: skip
+    return cases
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=max(1, min(12, (os.cpu_count() or 4) - 2)))
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--timeout", type=int, default=300, help="seconds a test may run (pytest-timeout)")
+    args, extra = parser.parse_known_args()
+    gpu, torch_version, triton_version, rev = _gpu()
+    out = args.out or _results_dir(gpu) / "gpu_suite.txt"
+    passes, lines = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, marks, workers in (
+            (f"shared pass ({args.workers} workers)", "gpu and not big_memory", args.workers),
+            ("big_memory pass (one at a time)", "gpu and big_memory", 1),
+        ):
+            xml = Path(tmp) / f"{len(passes)}.xml"
+            rc, seconds = _run_pass(label, marks, workers, args.timeout, extra, xml)
+            passes.append((label, rc, seconds, _cases(xml)))
+    everything = [c for *_, cases in passes for c in cases]
+    bad = [c for c in everything if c["outcome"] != "passed"]
+    total_s = sum(s for _, _, s, _ in passes)
+    lines += [
+        "# The whole GPU suite (python3 scripts/gpu/gpu_suite.py)",
+        f"commit {rev}; {gpu}; torch {torch_version}; Triton {triton_version}",
+        f"total: {len(everything)} tests, {sum(c['outcome'] == 'passed' for c in everything)} passed, "
+        f"{sum(c['outcome'] == 'failure' for c in everything)} failed, "
+        f"{sum(c['outcome'] == 'error' for c in everything)} errors, "
+        f"{sum(c['outcome'] == 'skipped' for c in everything)} skipped, in {total_s:.0f} s",
+    ]
+    for label, rc, seconds, cases in passes:
+        counts = {k: sum(c["outcome"] == k for c in cases) for k in ("passed", "failure", "error", "skipped")}
+        lines.append(f"{label}: pytest rc {rc}, {seconds:.0f} s, " + ", ".join(f"{v} {k}" for k, v in counts.items()))
+    if bad:
+        lines += ["", "## Not passed"] + [f"{c['outcome']}: {c['id']}: {c['message']}" for c in bad]
+    lines += ["", "## Slowest (s)"]
+    lines += [f"{c['seconds']:7.1f}  {c['id']}" for c in sorted(everything, key=lambda c: -c["seconds"])[:15]]
+    lines += ["", "## Largest peak allocations (GiB)"]
+    lines += [f"{c['peak_gib']:7.2f}  {c['id']}" for c in sorted(everything, key=lambda c: -c["peak_gib"])[:15]]
+    text = "\n".join(lines) + "\n"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(text)
+    ok = everything and not bad and all(rc == 0 for _, rc, _, cases in passes if cases)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
