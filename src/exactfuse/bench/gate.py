@@ -33,8 +33,10 @@ def run_gate(
     kwargs: dict,
     expected: list[torch.Tensor],
     contract: Contract,
+    result_only: bool = False,
 ) -> CheckResult:
-    """Run ``prepare(args, kwargs)()`` once, outputs poisoned, and check it against ``expected``."""
+    """Run ``prepare(args, kwargs)()`` once, outputs poisoned, and check it against ``expected`` (the result
+    alone where ``result_only``: a peer that keeps no state of the op's)."""
     if op.mutates_args:
         args, kwargs = clone_args(args, kwargs)
-    return check_call(op, prepare(args, kwargs), args, kwargs, expected, contract)
+    return check_call(op, prepare(args, kwargs), args, kwargs, expected, contract, result_only=result_only)

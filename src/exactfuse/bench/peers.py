@@ -42,6 +42,10 @@ class PeerAdapter:
     run). prepare: ``(args, kwargs) -> zero-arg call`` on the op's arguments.
     accepts: ``(*args, **kwargs) -> bool`` for the cases it supports.
     distribution: the package whose version goes into the results.
+    computes: what the row computes, in words, where the peer's call is not exactly the op's (an adapter
+    around the peer, or the peer's own call without a semantics the op has); it goes into the row's note.
+    result_only: the call computes the op's result but not the arguments the op mutates (a state cache
+    the peer does not keep): the gate checks the result alone.
     """
 
     name: str
@@ -50,6 +54,8 @@ class PeerAdapter:
     prepare: Callable[[tuple, dict], PreparedCall]
     accepts: Callable[..., bool] = _always
     distribution: str | None = None
+    computes: str = ""
+    result_only: bool = False
 
     def version(self) -> str | None:
         if self.distribution is None:
@@ -102,6 +108,23 @@ def importable_on_cuda(module: str) -> Callable[[], bool]:
 def cuda_only() -> bool:
     """An ``available`` check for baselines built from torch itself: a CUDA device is present."""
     return torch.cuda.is_available()
+
+
+def fastest(calls: dict[str, PreparedCall], rep_ms: float = 5.0) -> PreparedCall:
+    """The fastest of a peer's natural calls for one case (its users' forms of the same computation), each
+    timed as the bench times it (CUDA-graph replays, ``timing.cudagraph_timer``); the winner carries its
+    name as ``form``, which the row's note gives. One call is returned as it is."""
+    from exactfuse.bench.timing import cudagraph_timer
+
+    if len(calls) > 1:
+        timer = cudagraph_timer(rep_ms=rep_ms)
+        times = {name: timer(call) for name, call in calls.items()}
+        name = min(times, key=times.get)
+    else:
+        (name,) = calls
+    call = calls[name]
+    call.form = name
+    return call
 
 
 @contextlib.contextmanager

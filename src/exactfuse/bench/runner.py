@@ -65,6 +65,8 @@ class Candidate:
     contract: Callable[[torch.dtype, str], Contract] | None = None
     gated: bool = True
     kernels: tuple = ()
+    note: str = ""  # what the row computes, where that is not exactly the op (a peer's ``computes``)
+    result_only: bool = False  # the gate checks the result alone, not the arguments the op mutates
 
 
 class BenchInterruptedError(Exception):
@@ -153,7 +155,10 @@ class Candidates:
 
     @staticmethod
     def _peer(peer: PeerAdapter) -> Candidate:
-        return Candidate(peer.name, "peer", peer.prepare, peer.accepts, contract=_baseline_contract, gated=False)
+        return Candidate(
+            peer.name, "peer", peer.prepare, peer.accepts, contract=_baseline_contract, gated=False,
+            note=peer.computes, result_only=peer.result_only,
+        )  # fmt: skip
 
 
 def expand_grid(op: Op, grid: str, device: torch.device | str, dtype: torch.dtype) -> list[Case | LazyCase]:
@@ -229,7 +234,7 @@ class CaseBench:
             if cand.contract is not None:
                 contract = cand.contract(self.dtype, self.device_type)
                 before = resources.snapshot(cand.kernels)
-                check = gate.run_gate(self.op, cand.prepare, args, kwargs, self.expected, contract)
+                check = gate.run_gate(self.op, cand.prepare, args, kwargs, self.expected, contract, cand.result_only)
                 row.kernels = [
                     k.as_dict() for k in resources.new_specializations(before, resources.snapshot(cand.kernels))
                 ]
@@ -245,6 +250,9 @@ class CaseBench:
                 row.status = "reference"
             calls = [cand.prepare(a, kw) for a, kw in self.buffers()]
             row.time_us = 1e3 * self.timer(lambda: [call() for call in calls]) / len(calls)
+            form = getattr(calls[0], "form", None)  # the peer's natural call that was fastest (peers.fastest)
+            said = [s for s in (row.note, cand.note, form and f"fastest form: {form}") if s]
+            row.note = "; ".join(said)
         except Exception as exc:  # one broken provider must not end the run
             row.status, row.note, row.time_us = "error", _error_note(exc), None
             return row

@@ -121,15 +121,21 @@ def check_call(
     expected: list[torch.Tensor],
     contract: Contract,
     compare: Callable[..., CheckResult] = check_output,
+    result_only: bool = False,
 ) -> CheckResult:
     """Run ``call()`` once with its outputs NaN-poisoned and check every output (the result, and for a
     mutating op the arguments ``args``/``kwargs`` it mutated) against ``expected`` by ``compare``
     (:func:`check_output`, or :func:`check_on_device` for the contract's full result), each output under
     its own contract where the op declares one per output (``PerOutput``): the first
     failure, else the pass with the largest error. ``exactfuse.testing.check_provider`` and the bench
-    gate (``exactfuse.bench.gate.run_gate``) both check through it."""
+    gate (``exactfuse.bench.gate.run_gate``) both check through it. ``result_only``: the result's outputs
+    alone, the mutated arguments left out (a bench peer that keeps no state of the op's)."""
     with poison_outputs():
-        actual = collect_outputs(op, call(), args, kwargs)
+        result = call()
+        actual = collect_outputs(op, result, args, kwargs)
+    if result_only:
+        actual = actual[: len(actual) - len(collect_outputs(op, None, args, kwargs))]
+        expected = expected[: len(actual)]
     if len(actual) != len(expected):
         return CheckResult(False, contract.name, 0, detail=f"{len(actual)} outputs, expected {len(expected)}")
     contracts = contract.for_outputs(len(actual))  # one per output under PerOutput

@@ -11,12 +11,15 @@ timed with FLA; the chunk indices FLA derives from ``cu_seqlens`` are built once
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from exactfuse.bench.peers import (
     PeerAdapter,
     PreparedCall,
     cuda_only,
+    fastest,
     importable_on_cuda,
     on_capture_stream,
     register_peer,
@@ -45,46 +48,138 @@ def _fla_accepts(*args, **kwargs) -> bool | str:
     return True
 
 
-def _fla_causal_conv1d(args: tuple, kwargs: dict) -> PreparedCall:
+def _fla_forms(x, weight, bias, activation, qsl, final_state=False) -> dict:
+    """FLA's own forms of one varlen prefill over ``x [T, C]``, each ``form(initial_state) -> (y [T, C], final
+    state)``: ``varlen`` (``x[None]`` with ``cu_seqlens`` and the chunk indices FLA derives from them, built
+    here, outside the timed region, as a server builds them once per batch) and, where every sequence has
+    one length, ``batch`` (``x`` as ``[B, L, C]``). ``initial_state``: FLA's ``[N, C, K]`` histories or None;
+    ``final_state``: whether FLA returns the final ones (``output_final_state``)."""
     from fla.modules.causal_conv1d import causal_conv1d
     from fla.ops.utils.index import prepare_chunk_indices
 
-    a = _arguments("_causal_conv1d", args, kwargs)
-    x, weight, state = a["x"], a["weight"], a["conv_state"]
-    C, K = weight.shape
-    qsl = a["query_start_loc"]
-    cu = (qsl if qsl is not None else torch.tensor([0, x.shape[0]], device=x.device)).long()
-    R = cu.shape[0] - 1
+    T, C = x.shape
+    cu = (qsl if qsl is not None else torch.tensor([0, T], device=x.device)).long()
     chunks = prepare_chunk_indices(cu, _FLA_CHUNK)
-    slots = a["state_indices"].long() if a["state_indices"] is not None else torch.arange(R, device=x.device)
-    initial = a["has_initial_state"][:R, None, None] if a["has_initial_state"] is not None else None
+    common = {"output_final_state": final_state, "activation": activation}
 
-    def call():
-        history = None
-        if state is not None and initial is not None:
-            past = torch.where(initial, state[slots, :, : K - 1], 0)
-            history = torch.cat([past.new_zeros(R, C, 1), past], dim=2)
-        y, final = causal_conv1d(
-            x[None], weight, a["bias"], initial_state=history, output_final_state=state is not None,
-            activation=a["activation"], cu_seqlens=cu, chunk_indices=chunks,
-        )  # fmt: skip
+    def varlen(initial_state):
+        y, final = causal_conv1d(x[None], weight, bias, initial_state=initial_state, cu_seqlens=cu,
+                                 chunk_indices=chunks, **common)  # fmt: skip
+        return y[0], final
+
+    forms = {"varlen": varlen}
+    lengths = cu.diff().unique().tolist()
+    if len(lengths) == 1 and lengths[0] > 0:
+        rows = x.view(cu.shape[0] - 1, lengths[0], C)
+
+        def batch(initial_state):
+            y, final = causal_conv1d(rows, weight, bias, initial_state=initial_state, **common)
+            return y.view(T, C), final
+
+        forms["batch"] = batch
+    return forms
+
+
+def _fastest_form(forms: dict, initial_state) -> str:
+    """The name of the fastest of ``forms`` on this case (``peers.fastest``)."""
+    return fastest({name: functools.partial(form, initial_state) for name, form in forms.items()}).form
+
+
+def _histories(a: dict):
+    """FLA's ``[N, C, K]`` initial states from the op's slot cache (each request's ``K - 1`` past inputs, zeros
+    where ``has_initial_state`` is False, after a zero column) and the requests' slots; ``(None, None)``
+    without a state or initial flags."""
+    state, K = a["conv_state"], a["weight"].shape[1]
+    if state is None or a["has_initial_state"] is None:
+        return None, None
+    R = a["query_start_loc"].shape[0] - 1 if a["query_start_loc"] is not None else 1
+    slots = a["state_indices"].long() if a["state_indices"] is not None else torch.arange(R, device=state.device)
+    past = torch.where(a["has_initial_state"][:R, None, None], state[slots, :, : K - 1], 0)
+    return torch.cat([past.new_zeros(R, past.shape[1], 1), past], dim=2), slots
+
+
+def _fla_causal_conv1d(args: tuple, kwargs: dict) -> PreparedCall:
+    """FLA over the op's slot cache: the histories gathered from it, FLA's fastest form, the final states
+    scattered back; the gather and the scatter are timed with FLA (a server keeping a slot cache does both)."""
+    a = _arguments("_causal_conv1d", args, kwargs)
+    state, K = a["conv_state"], a["weight"].shape[1]
+    forms = _fla_forms(a["x"], a["weight"], a["bias"], a["activation"], a["query_start_loc"], state is not None)
+    histories, slots = _histories(a)
+    name = _fastest_form(forms, histories)
+
+    def run():
+        history = _histories(a)[0] if histories is not None else None
+        y, final = forms[name](history)
         if state is not None:
             state[slots, :, : K - 1] = final[:, :, 1:]
-        return y[0]
+        return y
 
-    return call
+    run.form = name
+    return run
+
+
+def _fla_plain(args: tuple, kwargs: dict) -> PreparedCall:
+    """FLA's own call for the case, its fastest form: its ``[N, C, K]`` initial states (built from the case's
+    slot cache outside the timed region) in, the final states out; no slot cache read or written."""
+    a = _arguments("_causal_conv1d", args, kwargs)
+    forms = _fla_forms(a["x"], a["weight"], a["bias"], a["activation"], a["query_start_loc"],
+                       a["conv_state"] is not None)  # fmt: skip
+    histories, _ = _histories(a)
+    name = _fastest_form(forms, histories)
+
+    def run():
+        return forms[name](histories)[0]
+
+    run.form = name
+    return run
+
+
+_FLA = importable_on_cuda("fla.modules.causal_conv1d")
+register_peer(
+    PeerAdapter(
+        "fla", "causal_conv1d", _FLA, _fla_causal_conv1d, accepts=_fla_accepts, distribution="fla-core",
+        computes="FLA with the op's slot cache: histories gathered, final states scattered back (timed)",
+    )
+)  # fmt: skip
+register_peer(
+    PeerAdapter(
+        "fla-plain", "causal_conv1d", _FLA, _fla_plain, accepts=_fla_accepts, distribution="fla-core",
+        computes="FLA's own call: its [N, C, K] initial states in, final states returned; no slot cache",
+        result_only=True,
+    )
+)  # fmt: skip
+
+
+def _fla_fn_forward_accepts(*args, **kwargs) -> bool | str:
+    a = _arguments("_causal_conv1d_fn", args, kwargs)
+    if a["dilation"] != 1:
+        return "FLA's causal conv has no dilation"
+    if a["seq_idx"] is not None:
+        return "FLA's causal conv has no seq_idx"
+    if a["initial_states"] is not None:
+        return "FLA's initial states are whole windows of K positions, the op's the K - 1 past inputs"
+    return True
+
+
+def _fla_causal_conv1d_fn(args: tuple, kwargs: dict) -> PreparedCall:
+    """FLA's own stateless varlen conv, its fastest form (no initial or final states: the op's semantics)."""
+    a = _arguments("_causal_conv1d_fn", args, kwargs)
+    forms = _fla_forms(a["x"], a["weight"], a["bias"], a["activation"], a["query_start_loc"])
+    name = _fastest_form(forms, None)
+
+    def run():
+        return forms[name](None)[0]
+
+    run.form = name
+    return run
 
 
 register_peer(
     PeerAdapter(
-        "fla",
-        "causal_conv1d",
-        importable_on_cuda("fla.modules.causal_conv1d"),
-        _fla_causal_conv1d,
-        accepts=_fla_accepts,
+        "fla", "causal_conv1d_fn", _FLA, _fla_causal_conv1d_fn, accepts=_fla_fn_forward_accepts,
         distribution="fla-core",
     )
-)
+)  # fmt: skip
 
 
 def _fla_update_accepts(*args, **kwargs) -> bool | str:
@@ -212,17 +307,17 @@ def _fla_fn_accepts(*args, **kwargs) -> bool | str:
 
 
 def _fla_backward(args: tuple, kwargs: dict) -> PreparedCall:
-    """FLA's backward of its varlen causal conv, forward outside the timed region."""
-    from fla.modules.causal_conv1d import causal_conv1d
-
+    """FLA's backward of its varlen causal conv, in the form whose backward is fastest; each form's forward
+    is recorded outside the timed region."""
     a, leaves = _fn_backward_inputs(args, kwargs)
-    x = leaves[0]
-    qsl = a["query_start_loc"]
-    cu = (qsl if qsl is not None else torch.tensor([0, x.shape[0]], device=x.device)).long()
     bias = leaves[2] if a["bias"] is not None else None
+    forms = _fla_forms(leaves[0], leaves[1], bias, a["activation"], a["query_start_loc"])
+    backwards = {}
     with torch.enable_grad(), on_capture_stream():
-        y, _ = causal_conv1d(x[None], leaves[1], bias, activation=a["activation"], cu_seqlens=cu)
-    return lambda: torch.autograd.grad(y, leaves, a["grad"][None], retain_graph=True)
+        for name, form in forms.items():
+            y = form(None)[0]
+            backwards[name] = functools.partial(torch.autograd.grad, y, leaves, a["grad"], retain_graph=True)
+    return fastest(backwards)
 
 
 register_peer(PeerAdapter("eager-autograd", "causal_conv1d_fn_backward", cuda_only, _eager_autograd_backward))
