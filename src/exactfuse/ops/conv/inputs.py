@@ -438,11 +438,17 @@ def conv_bytes(call: dict) -> int:
 _short_conv.cost(bytes=lambda *args, **kwargs: conv_bytes(calls.short_conv_call(*args, **kwargs)))
 _causal_conv1d.cost(bytes=lambda *args, **kwargs: conv_bytes(calls.causal_conv1d_call(*args, **kwargs)))
 _causal_conv1d_update.cost(bytes=lambda *args, **kwargs: conv_bytes(calls.causal_conv1d_update_call(*args, **kwargs)))
-_causal_conv1d_fn.cost(
-    bytes=lambda x, weight, bias=None, activation="silu", dilation=1, query_start_loc=None, seq_idx=None: conv_bytes(
-        calls.causal_conv1d_call(x, weight, bias, activation, dilation, None, query_start_loc, seq_idx=seq_idx)
-    )
-)
+
+
+def _fn_bytes(x, weight, bias=None, activation="silu", dilation=1, query_start_loc=None, seq_idx=None,
+              initial_states=None) -> int:  # fmt: skip
+    """``causal_conv1d``'s bytes without a state, and the initial states read once."""
+    call = calls.causal_conv1d_call(x, weight, bias, activation, dilation, None, query_start_loc, seq_idx=seq_idx)
+    states = initial_states.numel() * initial_states.element_size() if initial_states is not None else 0
+    return conv_bytes(call) + states
+
+
+_causal_conv1d_fn.cost(bytes=_fn_bytes)
 
 
 def _fn_backward_bytes(grad, x, weight, bias=None, *args, **kwargs) -> int:
