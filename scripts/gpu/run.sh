@@ -82,7 +82,8 @@ step() {
         python3 -m pytest -m gpu -q -rfE -p no:cacheprovider -p pytest_stream "$@" >"$log" 2>&1
       ;;
     suite)
-      timeout "$left" python3 scripts/gpu/gpu_suite.py --out "$OUT/results/gpu_suite.txt" "$@" >"$log" 2>&1
+      EXACTFUSE_STREAM=$LOGS/$label.stream PYTHONPATH=$PYTHONPATH:scripts/gpu timeout "$left" \
+        python3 scripts/gpu/gpu_suite.py --out "$OUT/results/gpu_suite.txt" -p pytest_stream "$@" >"$log" 2>&1
       ;;
     verify) timeout "$left" python3 -m exactfuse verify "$@" >"$log" 2>&1 ;;
     bench)
