@@ -153,26 +153,26 @@ def upstream_cases(device, dtype, gen, *, quick: bool = False, layout: str = "cw
 
 
 def sweep_cases(device, dtype, gen, *, quick: bool = False):
-    """K x D x mode x layout on a channel count no block divides; R = 0 in every mode."""
+    """K x D x mode x layout on a channel count no block divides (``quick``: each K x D in one layout); R = 0
+    in every mode."""
     short = DTYPE_NAMES[dtype]
     C = 200 if device.type == "cpu" else 1000
     ks = (2, 3, 4, 5) if not quick else (2, 5)
     ds = (1, 2, 3) if not quick else (1, 3)
-    for layout in LAYOUTS:
+    for i, layout in enumerate(LAYOUTS):
         kw = {"dtype": dtype, "device": device, "gen": gen, "layout": layout, "C": C}
-        for K in ks:
-            for D in ds:
-                tag = f"K{K}-D{D}-{layout}-{short}"
-                yield short_conv_case(f"decode-{tag}", "decode", decodes=5, null=(2,), K=K, D=D, **kw)
-                yield short_conv_case(
-                    f"spec-{tag}", "spec", (3, 1, 0, 2), accepted=(3, 0, 1, 2), sql=3, padding=2, null=(1,),
-                    K=K, D=D, **kw,
-                )  # fmt: skip
-                yield short_conv_case(
-                    f"prefill-{tag}", "prefill", (2, 0, 9, 1), null=(3,), padding=1, K=K, D=D, outer=K % 2 == 0,
-                    **kw,
-                )  # fmt: skip
-        for mode in ("decode", "spec", "prefill"):
+        for K, D in _in_layout([(K, D) for K in ks for D in ds], i, quick):
+            tag = f"K{K}-D{D}-{layout}-{short}"
+            yield short_conv_case(f"decode-{tag}", "decode", decodes=5, null=(2,), K=K, D=D, **kw)
+            yield short_conv_case(
+                f"spec-{tag}", "spec", (3, 1, 0, 2), accepted=(3, 0, 1, 2), sql=3, padding=2, null=(1,),
+                K=K, D=D, **kw,
+            )  # fmt: skip
+            yield short_conv_case(
+                f"prefill-{tag}", "prefill", (2, 0, 9, 1), null=(3,), padding=1, K=K, D=D, outer=K % 2 == 0,
+                **kw,
+            )  # fmt: skip
+        for mode in ("decode", "spec", "prefill") if not quick or i == 0 else ():
             extra = {"accepted": (), "sql": 2} if mode == "spec" else {}
             yield short_conv_case(f"{mode}-R0-{layout}-{short}", mode, (), padding=0, **extra, **kw)
             if mode != "decode":
@@ -180,10 +180,17 @@ def sweep_cases(device, dtype, gen, *, quick: bool = False):
         yield short_conv_case(f"decode-no-init-{layout}-{short}", "decode", decodes=4, init=False, **kw)
 
 
+def _in_layout(combos: list, layout_index: int, quick: bool) -> list:
+    """The (K, D) combinations a state layout's cases take: all of them, or with ``quick`` every
+    ``len(LAYOUTS)``-th, by turns, so that the layouts share the combinations and each runs once."""
+    return combos if not quick else combos[layout_index :: len(LAYOUTS)]
+
+
 @_short_conv.inputs
 def short_conv_inputs(device: torch.device, dtype: torch.dtype, *, quick: bool = False, seed: int = 0):
+    """Upstream's cases (in one state layout with ``quick``), then the K x D x mode sweep."""
     gen = make_generator(seed)
-    for layout in LAYOUTS:
+    for layout in LAYOUTS if not quick else LAYOUTS[:1]:
         yield from upstream_cases(device, dtype, gen, quick=quick, layout=layout)
     yield from sweep_cases(device, dtype, gen, quick=quick)
 
@@ -224,9 +231,9 @@ def causal_conv1d_inputs(device: torch.device, dtype: torch.dtype, *, quick: boo
     gen = make_generator(seed)
     short = DTYPE_NAMES[dtype]
     C = 200 if device.type == "cpu" else 2000
-    for layout in LAYOUTS:
+    for i, layout in enumerate(LAYOUTS):
         kw = {"dtype": dtype, "device": device, "gen": gen, "layout": layout, "C": C}
-        for K, D in ((2, 1), (4, 1), (4, 2), (5, 3)) if not quick else ((4, 1), (3, 2)):
+        for K, D in _in_layout([(2, 1), (4, 1), (4, 2), (5, 3)] if not quick else [(4, 1), (3, 2)], i, quick):
             tag = f"K{K}-D{D}-{layout}-{short}"
             yield causal_case(f"varlen-{tag}", (7, 0, 1, 12), pad=(2,), K=K, D=D, **kw)
             yield causal_case(f"varlen-nobias-noact-{tag}", (3, 5), bias=False, activation=None, K=K, D=D, **kw)
@@ -330,9 +337,9 @@ def causal_conv1d_update_inputs(device: torch.device, dtype: torch.dtype, *, qui
     gen = make_generator(seed)
     short = DTYPE_NAMES[dtype]
     C = 200 if device.type == "cpu" else 2000
-    for layout in LAYOUTS:
+    for i, layout in enumerate(LAYOUTS):
         kw = {"dtype": dtype, "device": device, "gen": gen, "layout": layout, "C": C}
-        for K, D in ((2, 1), (4, 1), (4, 3)) if not quick else ((4, 1), (3, 2)):
+        for K, D in _in_layout([(2, 1), (4, 1), (4, 3)] if not quick else [(4, 1), (3, 2)], i, quick):
             tag = f"K{K}-D{D}-{layout}-{short}"
             yield update_case(f"decode-{tag}", 5, None, pad=(1,), K=K, D=D, **kw)
             yield update_case(f"chunk-Lq3-{tag}", 4, 3, pad=(0,), K=K, D=D, **kw)
