@@ -6,7 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from exactfuse.layers.conv import CausalConv1d, ShortConv, allocate_conv_state
-from exactfuse.ops.conv import causal_conv1d, causal_conv1d_update, native
+from exactfuse.ops import fastmath
+from exactfuse.ops.conv import causal_conv1d, causal_conv1d_fn, causal_conv1d_update, native
 from exactfuse.testing import check_provider, clone_args, make_generator
 from exactfuse.utils import DTYPE_NAMES
 
@@ -151,3 +152,27 @@ def test_gpu_int64_offsets():
     assert case.args[0].numel() >= 2**31
     result = check_provider(causal_conv1d.op, "triton", case)
     assert result.passed, result.summary()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@torch.no_grad()
+def test_gpu_silu_bitwise_on_every_conv_value(dtype):
+    """Every 16-bit value as the conv's output, through the kernels' SiLU (the formula fastmath proved for
+    the dtype) against the spec, bit for bit with NaN payloads aside: prefill with one tap of weight 1 (the
+    sum is the input) over one sequence (the lean tiles) and over 16 one-row requests (the fixup launch),
+    and the decode step with taps (0, 1) over a zero state."""
+    x = fastmath.all_inputs(dtype, "cuda").view(16, 4096)
+    ones = torch.ones(4096, 1, dtype=dtype, device="cuda")
+    failures = []
+    for what, qsl in (("one sequence", None), ("16 requests", torch.arange(17, dtype=torch.int32, device="cuda"))):
+        out = causal_conv1d_fn.run_provider("triton", x, ones, None, "silu", 1, qsl)
+        if (n := int(fastmath.differing(out, causal_conv1d_fn.native(x, ones, None, "silu", 1, qsl)).sum())) > 0:
+            failures.append(f"prefill, {what}: {n} of 65536 differ")
+    taps = torch.tensor([0.0, 1.0], dtype=dtype, device="cuda").repeat(4096, 1)
+    state = torch.zeros(16, 4096, 1, dtype=dtype, device="cuda")
+    out = causal_conv1d_update.run_provider("triton", x, state.clone(), taps, None, "silu")
+    if (n := int(fastmath.differing(out, causal_conv1d_update.native(x, state.clone(), taps, None, "silu")).sum())) > 0:
+        failures.append(f"decode: {n} of 65536 differ")
+    assert fastmath.chosen_formula("silu", dtype, x.device) == fastmath.CANDIDATES["silu", dtype][0]
+    assert not failures, failures

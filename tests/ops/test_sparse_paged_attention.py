@@ -19,6 +19,7 @@ from attention_support import (
     specials_cases,
     with_args,
 )
+from exactfuse.ops import fastmath
 from exactfuse.ops.sparse_paged_attention import CONTRACT, heuristics, native
 from exactfuse.ops.sparse_paged_attention import warmup as attn_warmup
 from exactfuse.ops.sparse_paged_attention.heuristics import AttentionConfig
@@ -322,6 +323,23 @@ def test_gpu_every_split_configuration_meets_the_contract_and_repeats(kv):
             if config.fixup:
                 twin = dataclasses.replace(config, fixup=False)
                 assert torch.equal(out.view(torch.int16), outs[twin].view(torch.int16)), config
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("rounding", ["fused", "eager"])
+def test_gpu_gate_stage_bitwise_on_every_gate_value(rounding, dtype):
+    """All 65,536 16-bit gate values through the kernel's gate (the sigmoid formula fastmath proved for the
+    dtype), against the spec's gate stage on the kernel's own ungated output: bit for bit, NaN payloads
+    aside."""
+    args = case_args(rows=64, Hq=4, Hkv=1, D=256, page=64, W=300, dtype=dtype, device=CUDA)
+    gate = fastmath.all_inputs(dtype, CUDA).view(64, 4, 256)
+    args = with_args(args, output_gate=gate, gate_rounding=rounding)
+    plain = run(with_args(args, output_gate=None))
+    differ = fastmath.differing(run(args), native.apply_gate(plain, gate, rounding))
+    assert not differ.any(), f"{int(differ.sum())} of 65536 gate values differ, e.g. {gate[differ][:4].tolist()}"
+    if rounding == "eager":
+        assert fastmath.chosen_formula("sigmoid", dtype, gate.device) == fastmath.CANDIDATES["sigmoid", dtype][0]
 
 
 @pytest.mark.gpu
