@@ -149,9 +149,20 @@ def _dense_accepts(*args, **kwargs) -> bool | str:
     return True if reqs and rows % reqs == 0 else "rows not spread evenly over the requests"
 
 
-register_peer(PeerAdapter("gather-sdpa", "sparse_paged_attention", cuda_only, _gather_sdpa, _bf16_cache))
+_OP = "sparse_paged_attention"
 register_peer(
-    PeerAdapter("gather-sdpa-compiled", "sparse_paged_attention", cuda_only, _gather_sdpa_compiled, _bf16_cache)
-)
-register_peer(PeerAdapter("dense-sdpa", "sparse_paged_attention", cuda_only, _dense_sdpa, _dense_accepts))
-register_peer(PeerAdapter("flex-attention", "sparse_paged_attention", cuda_only, _flex, _dense_accepts))
+    PeerAdapter("gather-sdpa", _OP, cuda_only, _gather_sdpa, _bf16_cache,
+                computes="the selected K/V gathered, then SDPA with a mask and the gate (all timed)")
+)  # fmt: skip
+register_peer(
+    PeerAdapter("gather-sdpa-compiled", _OP, cuda_only, _gather_sdpa_compiled, _bf16_cache,
+                computes="gather-sdpa's steps under torch.compile (static shapes)")
+)  # fmt: skip
+register_peer(
+    PeerAdapter("dense-sdpa", _OP, cuda_only, _dense_sdpa, _dense_accepts,
+                computes="another function: SDPA over each request's whole context (dense copy, untimed)")
+)  # fmt: skip
+register_peer(
+    PeerAdapter("flex-attention", _OP, cuda_only, _flex, _dense_accepts,
+                computes="compiled flex_attention over a dense copy with a block mask of the selected positions")
+)  # fmt: skip
