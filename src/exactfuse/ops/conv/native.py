@@ -56,6 +56,14 @@ def silu(conv: torch.Tensor) -> torch.Tensor:
     return F.silu(conv)
 
 
+def request_of(qsl: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """Each row's request: the last one starting at or before it, clamped to ``[0, R - 1]``. The search runs
+    over the whole ``query_start_loc`` (``R + 1`` entries; rows at or past its last entry clamp to ``R - 1``,
+    the answer over its first ``R``): Inductor (torch 2.11) cannot lower a search over a slice of it."""
+    R = qsl.shape[0] - 1
+    return (torch.searchsorted(qsl, t, right=True) - 1).clamp(max=R - 1).clamp(min=0)
+
+
 def conv_reference(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -108,7 +116,7 @@ def conv_reference(
     else:
         R = query_start_loc.shape[0] - 1
         qsl = query_start_loc.long()
-        r = (torch.searchsorted(qsl[:R].contiguous(), t, right=True) - 1).clamp(max=R - 1).clamp(min=0)
+        r = request_of(qsl, t)
         q_start = gather_or(qsl, r, 0)
         in_range = (q_start <= t) & (t < qsl[R])
         req_start = qsl[:R]
@@ -352,7 +360,7 @@ def _fn_grads(grad, x, weight, bias, activation, dilation, query_start_loc, seq_
     qsl = (query_start_loc if query_start_loc is not None else calls.one_sequence(x)).long()
     R = qsl.shape[0] - 1
     t = torch.arange(T, device=device)
-    r = (torch.searchsorted(qsl[:R].contiguous(), t, right=True) - 1).clamp(max=R - 1).clamp(min=0)
+    r = request_of(qsl, t)
     q_start, q_end = gather_or(qsl, r, 0), gather_or(qsl, r + 1, 0)
     out_ok = (q_start <= t) & (t < qsl[R])
     seq = seq_idx.long() if seq_idx is not None else torch.zeros_like(t)
