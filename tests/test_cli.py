@@ -3,6 +3,7 @@ variable, a warmup with nothing to compile for."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -62,15 +63,74 @@ def test_warmup_without_a_device_to_compile_for_says_so(monkeypatch):
         exactfuse.warmup(["silu_and_mul"], device="cpu")
 
 
+def _cells(out: str, first: str) -> list[str]:
+    """The cells of the table row that starts with ``first``, continuation lines joined into them."""
+    lines = [line.split("│")[1:-1] for line in out.splitlines() if line.startswith("│")]
+    start = next(i for i, cells in enumerate(lines) if cells[0].strip() == first)
+    rows = [lines[start], *itertools.takewhile(lambda cells: not cells[0].strip(), lines[start + 1 :])]
+    return [" ".join(" ".join(cell.strip() for cell in column).split()) for column in zip(*rows, strict=True)]
+
+
 @pytest.mark.interpreter
-def test_list_and_verify_show_the_contract_checked_here(capsys):
+def test_list_and_verify_show_the_contract_checked_here_with_its_numbers(capsys):
     assert main(["list", "--op", "silu_and_mul"]) == 0
     out = capsys.readouterr().out
-    assert "contract on the CPU (interpreter)" in out and "Tolerance" in out and "Bitwise" not in out
+    assert "contract on the CPU (interpreter)" in " ".join(out.split()) and "Bitwise" not in out
+    assert _cells(out, "silu_and_mul")[3] == (
+        "fp16: Tolerance(atol=0.001, rtol=0.001) bf16: Tolerance(atol=0.001, rtol=0.016) "
+        "fp32: Tolerance(atol=1e-05, rtol=1.3e-06)"
+    )
     assert main(["verify", "--op", "silu_and_mul", "--dtype", "fp16", "--quick"]) == 0
-    row = next(line for line in capsys.readouterr().out.splitlines() if "silu_and_mul" in line and "PASS" in line)
-    cells = [c.strip() for c in row.split("│") if c.strip()]
-    assert cells[3] == "Tolerance" and cells[7] == "-", cells  # no ulp count under a tolerance contract
+    cells = _cells(capsys.readouterr().out, "silu_and_mul")
+    assert cells[3] == "Tolerance(atol=0.001, rtol=0.001)" and cells[7] == "-", cells  # no ulp count: a tolerance
+
+
+@pytest.mark.interpreter
+def test_verify_says_why_a_listed_provider_is_not_checked(capsys):
+    """The fragment kernel's provider is listed, but runs Gluon, which the interpreter does not: verify and
+    list say so, and nothing is checked."""
+    assert main(["verify", "--op", "w4a16_gemm_packed", "--dtype", "fp16"]) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert "nothing was checked: the triton provider of w4a16_gemm_packed is unavailable here: it runs Gluon" in out
+    assert "Triton interpreter" in out and "no provider besides native" not in out
+    assert main(["list", "--op", "w4a16_gemm_packed"]) == 0
+    assert _cells(capsys.readouterr().out, "w4a16_gemm_packed")[1] == "native, triton (unavailable here)"
+
+
+@pytest.mark.interpreter
+def test_info_of_an_op_shows_its_signature_contract_providers_and_choice(capsys):
+    assert main(["info", "silu_and_mul"]) == 0
+    out = capsys.readouterr().out
+    assert _cells(out, "signature")[1] == "silu_and_mul(x: Tensor) -> Tensor"
+    assert _cells(out, "contract bf16")[1] == "CUDA: Bitwise; CPU (interpreter): Tolerance(atol=0.001, rtol=0.016)"
+    assert _cells(out, "backward")[1] == "wrt x: the backward op silu_and_mul_backward"
+    assert _cells(out, "providers")[1] == "native, triton"
+    assert _cells(out, "provider native")[1].startswith("chosen: the first in the order for cpu tensors")
+    assert _cells(out, "provider triton")[1] == "not tried: the order for cpu tensors (the default) is native"
+    assert _cells(out, "chosen here")[1].startswith("native (for case ")
+
+
+@pytest.mark.interpreter
+def test_info_gives_each_providers_reason(capsys, monkeypatch):
+    from exactfuse.registry import OPS
+
+    assert main(["info", "w4a16_gemm_packed"]) == 0
+    out = capsys.readouterr().out
+    assert _cells(out, "provider triton")[1].startswith("unavailable here: it runs Gluon kernels on sm_90 GPUs")
+    assert _cells(out, "contract fp16")[1] == "Float64Relative(2x)"
+    op = OPS["silu_and_mul"]
+    monkeypatch.setattr(op.providers["triton"], "supports_args", lambda x: "x is too wide for the kernel")
+    with op.priority(["triton", "native"]):
+        assert main(["info", "silu_and_mul"]) == 0
+    out = capsys.readouterr().out
+    assert _cells(out, "provider triton")[1] == "declines the case: x is too wide for the kernel"
+    assert _cells(out, "provider native")[1].startswith("chosen")
+
+
+def test_info_of_an_unknown_op_lists_the_known_ones(capsys):
+    assert main(["info", "nosuch"]) == 2
+    out = capsys.readouterr().out
+    assert "unknown op 'nosuch'; known ops:" in out and "silu_and_mul" in out and "Traceback" not in out
 
 
 def test_help_and_usage_errors_import_no_torch():

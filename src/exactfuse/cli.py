@@ -48,6 +48,10 @@ def _ops(names: list[str] | None):
 
 
 def cmd_info(args, console: Console) -> int:
+    if args.op is not None:
+        (op,) = _ops([args.op])
+        console.print(_op_info(op, _device()))
+        return 0
     import triton
 
     import exactfuse
@@ -72,6 +76,80 @@ def cmd_info(args, console: Console) -> int:
     return 0
 
 
+def _public_signature(op) -> str:
+    """``name(parameters) -> result`` as the user calls the op: a :class:`KeywordOp`'s own signature (keywords
+    after ``*``), else the native spec's."""
+    import exactfuse
+    from exactfuse.registry import KeywordOp
+    from exactfuse.registry.op import _signature_of
+
+    public = getattr(exactfuse, op.name, None)
+    signature = _signature_of(public._call) if isinstance(public, KeywordOp) and public.op is op else op.signature
+    return f"{op.name}{signature}".replace("torch.Tensor", "Tensor")
+
+
+def _provider_verdicts(op, device: torch.device) -> tuple[str, dict[str, str]]:
+    """The provider chosen for ``op``'s first non-empty input case on ``device``, and one line per provider
+    (in the order they are tried, then the others) saying why it is chosen or not: unavailable here, not in
+    this device's priority order, declining the case, or accepting it after the chosen one (the registry's
+    rule: the first in the order that accepts)."""
+    from exactfuse.registry import platform
+
+    order = op.priority_order(device.type)
+    where = f"{device.type} tensors ({'EXACTFUSE_PRIORITY' if op.name in platform.env_priority() else 'the default'})"
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float16
+    dtype = dtype if dtype in op.dtypes else op.dtypes[0]
+    case = next((c for c in op.cases(device, dtype, quick=True) if _has_elements(c)), None)
+    verdicts, chosen = {}, None
+    for name in [*order, *(n for n in op.providers if n not in order)]:
+        provider = op.providers[name]
+        if (reason := provider.unavailable_reason) is not None:
+            verdicts[name] = f"unavailable here: {reason}"
+        elif name not in order:
+            verdicts[name] = f"not tried: the order for {where} is {', '.join(order)}"
+        elif case is None:
+            verdicts[name] = f"available, number {order.index(name) + 1} in the order for {where}"
+        elif (verdict := provider.accepts(*case.args, **case.kwargs)) is not True:
+            verdicts[name] = f"declines the case: {verdict}"
+        elif chosen is None:
+            chosen, verdicts[name] = name, f"chosen: the first in the order for {where} to accept the case"
+        else:
+            verdicts[name] = f"accepts the case, after {chosen} in the order for {where}"
+    if case is None:
+        return "- (the op declares no input case)", verdicts
+    return f"{chosen or 'none'} (for case {case.id}, {SHORT[dtype]} on {device.type})", verdicts
+
+
+def _has_elements(case) -> bool:
+    return any(isinstance(a, torch.Tensor) and a.numel() for a in case.args)
+
+
+def _op_info(op, device: torch.device) -> Table:
+    """``exactfuse info <op>``: the op's signature, contract per dtype, backward, providers, and which
+    provider runs here and why the others do not."""
+    from exactfuse.registry import autograd
+
+    table = Table(title=f"exactfuse info {op.name}", show_header=False)
+    table.add_row("op", op.name)
+    if op.__doc__:  # the docstring's first paragraph
+        table.add_row("computes", " ".join(op.__doc__.strip().split("\n\n")[0].split()))
+    table.add_row("signature", _public_signature(op))
+    table.add_row("dtypes", ", ".join(SHORT[d] for d in op.dtypes))
+    for dtype in op.dtypes:
+        on_cuda, on_cpu = op.contract_for(dtype, "cuda").describe(dtype), op.contract_for(dtype, "cpu").describe(dtype)
+        both = on_cuda if on_cuda == on_cpu else f"CUDA: {on_cuda}; CPU (interpreter): {on_cpu}"
+        table.add_row(f"contract {SHORT[dtype]}", both)
+    table.add_row("compiler", op.compiler)
+    table.add_row("backward", autograd.describe(op))
+    table.add_row("providers", ", ".join(op.providers))
+    table.add_row(f"priority {device.type}", ", ".join(op.priority_order(device.type)))
+    chosen, verdicts = _provider_verdicts(op, device)
+    for name, verdict in verdicts.items():
+        table.add_row(f"provider {name}", verdict)
+    table.add_row("chosen here", chosen)
+    return table
+
+
 def cmd_list(args, console: Console) -> int:
     from exactfuse.registry import autograd
     from exactfuse.registry.contracts import describe
@@ -86,11 +164,12 @@ def cmd_list(args, console: Console) -> int:
         cases = op.cases(device, dtype, quick=True)
         selected = "-"
         for case in cases:
-            if any(isinstance(a, torch.Tensor) and a.numel() for a in case.args):
+            if _has_elements(case):
                 selected = op.select(*case.args, **case.kwargs).name
                 break
         contract = op.contract if device.type == "cuda" else op.interpreter_contract
-        row = (op.name, ", ".join(op.providers), op.compiler, describe(contract), autograd.describe(op), selected)
+        providers = ", ".join(n if p.available else f"{n} (unavailable here)" for n, p in op.providers.items())
+        row = (op.name, providers, op.compiler, describe(contract, op.dtypes, "\n"), autograd.describe(op), selected)
         table.add_row(*row)
     console.print(table)
     return 0
@@ -211,6 +290,10 @@ def cmd_verify(args, console: Console) -> int:
                 skipped.append(f"{op.name}/{SHORT[dtype]}: the Triton interpreter has no bf16 arithmetic")
             else:
                 tasks += [(op.name, n, SHORT[dtype]) for n, p in op.providers.items() if n != "native" and p.available]
+                for n, p in op.providers.items():
+                    note = f"the {n} provider of {op.name} is unavailable here: {p.unavailable_reason}"
+                    if not p.available and note not in skipped:
+                        skipped.append(note)
     if not tasks:
         console.print(f"[red]nothing was checked: {'; '.join(skipped) or 'no provider besides native here'}[/]")
         return 2
@@ -244,7 +327,7 @@ def cmd_verify(args, console: Console) -> int:
             op_name,
             name,
             dtype_name,
-            contract.name,
+            contract.describe(DTYPES[dtype_name]),
             str(row["cases"]),
             str(row["declined"]),
             f"{row['max_abs_err']:.3g}",

@@ -83,7 +83,9 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="exactfuse", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    sub.add_parser("info", help="versions, device, provider priorities")
+    p = sub.add_parser("info", help="versions, device, provider priorities; with an op: its signature, contract, "
+                       "providers and the one chosen here, with why")  # fmt: skip
+    p.add_argument("op", nargs="?", help="an op's name: its signature, contract, providers and the one chosen here")
     p = sub.add_parser("list", help="ops, their providers, the contract checked here, the provider selected here")
     p.add_argument("--op", action="append", help="op name (repeatable; default: all)")
     p = sub.add_parser("verify", help="check every provider's contract against native on every declared case")

@@ -122,6 +122,22 @@ def test_import_exactfuse_imports_no_vllm():
     assert out.strip() == "[]"
 
 
+def test_the_vllm_extra_takes_the_tested_minor_and_the_docs_install_from_source():
+    """The ``vllm`` extra stops before the next minor (a newer vLLM moves the names the plugin replaces), and
+    docs/vllm.md installs it from a clone: the package is on no index."""
+    import pathlib
+
+    root = pathlib.Path(__file__).parents[2]
+    extra = next(line for line in (root / "pyproject.toml").read_text().splitlines() if line.startswith("vllm = "))
+    major, minor = plugin.version_tuple(plugin.TESTED[-1])
+    assert (major, minor) == plugin.MIN_VERSION
+    assert extra.split("#")[0].strip() == f'vllm = ["vllm>={major}.{minor},<{major}.{minor + 1}"]'
+    for doc in ("docs/vllm.md", "docs/index.md"):
+        text = (root / doc).read_text()
+        assert "pip install 'exactfuse[vllm]'" not in text and "pip install -e '.[vllm]'" in text, doc
+    assert "docs/vllm.md" in (root / "README.md").read_text()
+
+
 @pytest.mark.parametrize(
     "value, expected",
     [

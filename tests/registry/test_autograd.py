@@ -278,3 +278,47 @@ def test_zero_gradients_have_eager_autograds_sign(name):
     (got,) = torch.autograd.grad(out, [x], grad)
     (want,) = torch.autograd.grad(expected, [x2], grad)
     assert _same(got, want)
+
+
+def test_the_backward_column_says_what_each_op_has_and_why_not():
+    """``exactfuse list``'s backward column: ``wrt <inputs>: <how>``, or ``none: <why>``. A backward op
+    without a second derivative reads as the forward op's double backward (not "inference-only"), and an
+    op that writes its arguments names them: causal_conv1d has no backward only when it is given a state."""
+    from exactfuse.registry import autograd
+
+    labels = {name: autograd.describe(o) for name, o in OPS.items()}
+    assert labels["silu_and_mul"] == "wrt x: the backward op silu_and_mul_backward"
+    assert labels["silu_and_mul_backward"] == "none: double backward of silu_and_mul is not supported"
+    assert labels["gelu_and_mul_backward"] == "wrt grad, x: VJP of the spec (double backward of gelu_and_mul)"
+    assert labels["causal_conv1d_fn_backward"] == "none: double backward of causal_conv1d_fn is not supported"
+    assert labels["causal_conv1d"] == "none when conv_state is given (written in place)"
+    assert labels["causal_conv1d_update"] == "none: writes conv_state in place"
+    assert labels["w4a16_gemm"] == "wrt a, bias: backward formula"
+    assert labels["gelu_and_mul_sparse"] == "wrt x: VJP of the spec"
+    for name, label in labels.items():
+        assert label.startswith("wrt " if name in DIFFERENTIABLE else "none"), (name, label)
+        assert "inference-only" not in label, (name, label)
+
+
+@pytest.mark.parametrize("name", ["silu_and_mul", "silu_mul"])
+def test_double_backward_without_a_second_derivative_names_the_op_asked_for(name):
+    """create_graph=True through an op whose backward op has no backward: the error is about the double
+    backward of the op called, not an inference-only op the user never called."""
+    o = OPS[name]
+    args = [torch.randn(3, 16, requires_grad=True) for _ in range(1 if name == "silu_and_mul" else 2)]
+    with pytest.raises(InferenceOnlyError) as err:
+        torch.autograd.grad(o(*args).sum(), args, create_graph=True)
+    message = str(err.value)
+    assert message.startswith(f"double backward (a gradient of the gradient, create_graph=True) of {name} is not")
+    assert f"its backward, {name}_backward, has no gradient" in message
+    assert "inference-only" not in message and "detached" not in message
+    (g,) = torch.autograd.grad(o(*args).sum(), args[0])  # a first gradient still works
+    assert g.shape == args[0].shape
+
+
+def test_an_op_that_writes_its_arguments_says_so_when_it_refuses():
+    o = OPS["causal_conv1d_update"]
+    bound = next(o.signature.bind(*c.args, **c.kwargs) for c in o.cases("cpu", torch.float32, quick=True))
+    args = dict(bound.arguments, x=bound.arguments["x"].detach().clone().requires_grad_(True))
+    with pytest.raises(InferenceOnlyError, match=r"causal_conv1d_update is inference-only \(it writes conv_state in"):
+        o(**args)

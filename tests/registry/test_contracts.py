@@ -1,7 +1,16 @@
 import pytest
 import torch
 
-from exactfuse.registry.contracts import Bitwise, Tolerance, Ulp, ordered_bits, ulp_distance
+from exactfuse.registry.contracts import (
+    Bitwise,
+    PerOutput,
+    Tolerance,
+    Ulp,
+    ZeroMaskTolerance,
+    describe,
+    ordered_bits,
+    ulp_distance,
+)
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 IDS = ["fp16", "bf16", "fp32"]
@@ -67,6 +76,20 @@ def test_tolerance_table_and_override():
     assert not Tolerance().check(e + 5e-3, e).passed
     assert Tolerance(atol=1e-2).check(e + 5e-3, e).passed
     assert not Tolerance().check(torch.full_like(e, float("nan")), e).passed
+
+
+def test_a_contract_is_described_with_the_numbers_it_checks():
+    """What ``exactfuse list``, ``verify`` and ``info`` print: a tolerance with its atol and rtol for the dtype."""
+    assert Tolerance().describe(torch.bfloat16) == "Tolerance(atol=0.001, rtol=0.016)"
+    assert Tolerance(atol=1e-4).describe(torch.float32) == "Tolerance(atol=0.0001, rtol=1.3e-06)"
+    zero_mask = ZeroMaskTolerance().describe(torch.float16)
+    assert zero_mask == "Tolerance(atol=0.001, rtol=0.001) + zero mask up to d=128"
+    per_output = PerOutput(("d_x", Tolerance()), ("d_w", Bitwise())).describe(torch.float16)
+    assert per_output == "d_x: Tolerance(atol=0.001, rtol=0.001); d_w: Bitwise"
+    assert Ulp(1).describe(torch.float16) == "Ulp(1)"
+    both = describe(Tolerance(), [torch.float16, torch.float32])
+    assert both == "fp16: Tolerance(atol=0.001, rtol=0.001), fp32: Tolerance(atol=1e-05, rtol=1.3e-06)"
+    assert describe({torch.float16: Bitwise(), torch.bfloat16: Bitwise()}, [torch.float16, torch.bfloat16]) == "Bitwise"
 
 
 # ------------------------------------------------------------------ Float64Relative

@@ -5,11 +5,20 @@ import itertools
 import pytest
 import torch
 
-from exactfuse.registry import Bitwise, NoProviderError, op
+from exactfuse.registry import OPS, Bitwise, NoProviderError, op
 from exactfuse.registry.library import registers_opaque
 from exactfuse.registry.platform import parse_priority_env
 
 _names = itertools.count()
+
+
+@pytest.fixture(autouse=True)
+def _throwaway_ops_leave_the_registry():
+    """Each test's ops leave ``OPS`` afterwards: other tests in the process list the declared ops."""
+    before = set(OPS)
+    yield
+    for name in set(OPS) - before:
+        OPS.pop(name)
 
 
 def _declare(check=None):
@@ -51,6 +60,22 @@ def test_unavailable_provider_is_skipped_and_error_names_arguments():
         o(torch.ones(2, 5, dtype=torch.float16))
     msg = str(err.value)
     assert o.name in msg and "x=Tensor[2, 5] float16 cpu" in msg and "not available" in msg
+
+
+def test_an_unavailable_provider_says_why():
+    """A platform check returns the reason it fails, or False; either way a refusal says why (a False check
+    by its name)."""
+
+    def gpu_found() -> bool:
+        return False
+
+    o = _declare()
+    o.provider("triton", supported=lambda: "it needs an sm_90 GPU")(_fast)
+    o.provider("other", supported=gpu_found)(_fast)
+    assert not o.providers["triton"].available and o.providers["triton"].unavailable_reason == "it needs an sm_90 GPU"
+    assert o.providers["other"].accepts(torch.ones(3)) == "not available on this platform: gpu_found() is False"
+    with o.priority(["triton", "other"]), pytest.raises(NoProviderError, match="triton: .*it needs an sm_90 GPU"):
+        o(torch.ones(3))
 
 
 def test_provider_signature_must_match_native():

@@ -11,14 +11,19 @@ STATE_LAYOUTS = ("cw", "wc")
 
 
 def allocate_conv_state(
-    slots: int, C: int, width: int, dtype: torch.dtype, layout: str = "cw", device: torch.device | str = "cuda"
+    slots: int, C: int, width: int, dtype: torch.dtype, layout: str = "cw", device: torch.device | str | None = None
 ) -> torch.Tensor:
     """A zeroed state pool, logical ``[slots, C, width]``, stored as ``[slots, C, width]`` (``"cw"``) or
-    ``[slots, width, C]`` (``"wc"``, returned as its transposed view). For ``short_conv`` slot 0 is the
-    null slot, so allocate one more than the requests it serves; ``width`` is ``(K-1)·dilation`` plus
-    ``num_speculative_tokens`` when speculative decoding is used."""
+    ``[slots, width, C]`` (``"wc"``, returned as its transposed view), on ``device`` (default: CUDA when a
+    GPU is available, else the CPU). For ``short_conv`` slot 0 is the null slot, so allocate one more than
+    the requests it serves; ``width`` is ``(K-1)·dilation`` plus ``num_speculative_tokens`` when
+    speculative decoding is used."""
     if layout not in STATE_LAYOUTS:
         raise ValueError(f"allocate_conv_state: layout must be 'cw' or 'wc', got {layout!r}")
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    elif torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"allocate_conv_state: device is {str(device)!r}, but no CUDA GPU is available here")
     if layout == "cw":
         return torch.zeros((slots, C, width), dtype=dtype, device=device)
     return torch.zeros((slots, width, C), dtype=dtype, device=device).transpose(1, 2)

@@ -15,6 +15,7 @@ Nothing here knows any particular op.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -42,6 +43,11 @@ def requires_grad(args: Sequence, kwargs: dict) -> bool:
     return False
 
 
+# The op whose backward formula runs on this thread (autograd runs a formula on one thread): a call it
+# makes that needs a gradient is a double backward of that op (create_graph=True), and is refused as one.
+_BACKWARD = threading.local()
+
+
 def refusal(op: Op, args: Sequence, kwargs: dict) -> str | None:
     """Why ``op`` cannot differentiate this call (``None`` when it can): the first argument that requires
     grad and is not one the op has a gradient for."""
@@ -49,9 +55,16 @@ def refusal(op: Op, args: Sequence, kwargs: dict) -> str | None:
     for name, value in bound.arguments.items():
         if not (isinstance(value, torch.Tensor) and value.requires_grad) or name in op.grad_inputs:
             continue
-        if not op.grad_inputs:
+        if (outer := getattr(_BACKWARD, "op", None)) is not None:
             return (
-                f"{op.name} is inference-only (it has no backward), but {name} requires grad; call it under "
+                f"double backward (a gradient of the gradient, create_graph=True) of {outer.name} is not "
+                f"supported: its backward, {op.name}, has no gradient with respect to {name}; take the gradient "
+                f"of {outer.name} without create_graph=True"
+            )
+        if not op.grad_inputs:
+            why = f"it writes {', '.join(op.mutates_args)} in place" if op.mutates_args else "it has no backward"
+            return (
+                f"{op.name} is inference-only ({why}), but {name} requires grad; call it under "
                 "torch.no_grad() or torch.inference_mode(), or pass a detached tensor"
             )
         return (
@@ -100,7 +113,11 @@ def register(op: Op, backward: Callable | None) -> None:
         if backward is None:
             computed = native_vjp(op.native, inputs, wanted, grads)
         else:
-            computed = dict(zip(positions, backward(*grads, *inputs), strict=True))
+            outer, _BACKWARD.op = getattr(_BACKWARD, "op", None), op
+            try:
+                computed = dict(zip(positions, backward(*grads, *inputs), strict=True))
+            finally:
+                _BACKWARD.op = outer
         return tuple(computed.get(i) if i in wanted else None for i in range(len(inputs)))
 
     torch.library.register_autograd(qualname, backward_formula, setup_context=setup_context)
@@ -122,9 +139,37 @@ def native_vjp(native: Callable, inputs: list, wanted: Sequence[int], grads: Seq
     return dict(zip(wanted, vjp(grads[0] if len(grads) == 1 else grads), strict=True))
 
 
+def backward_op(op: Op) -> Op | None:
+    """The backward op that ``op``'s backward formula calls: by the registry's naming, the op
+    ``<op>_backward`` (docs/contracts.md, "Backward ops"); ``None`` for a formula written in PyTorch."""
+    from exactfuse.registry.op import OPS
+
+    return OPS.get(f"{op.name}_backward") if op.backward_fn is not None else None
+
+
+def forward_op(op: Op) -> Op | None:
+    """The op whose backward op ``op`` is (``None``: ``op`` is not a backward op)."""
+    from exactfuse.registry.op import OPS
+
+    forward = OPS.get(op.name.removesuffix("_backward")) if op.name.endswith("_backward") else None
+    return forward if forward is not None and backward_op(forward) is op else None
+
+
 def describe(op: Op) -> str:
-    """One line for ``exactfuse list`` and docs: what the op's backward is."""
+    """One line for ``exactfuse list`` and ``info``: what ``op`` has a gradient with respect to and how it is
+    computed, or ``none:`` and why not."""
+    forward = forward_op(op)
+    if op.mutates_args:
+        written = ", ".join(op.mutates_args)
+        optional = all(op.signature.parameters[n].default is None for n in op.mutates_args)
+        return f"none when {written} is given (written in place)" if optional else f"none: writes {written} in place"
     if not op.grad_inputs:
-        return "inference-only"
-    how = "VJP of the spec" if op.backward_fn is None else "backward formula"
-    return f"{how} wrt {', '.join(op.grad_inputs)}"
+        return f"none: double backward of {forward.name} is not supported" if forward else "none: inference-only"
+    if op.backward_fn is None:
+        how = "VJP of the spec"
+    elif (backward := backward_op(op)) is not None:
+        how = f"the backward op {backward.name}"
+    else:
+        how = "backward formula"
+    second = f" (double backward of {forward.name})" if forward else ""
+    return f"wrt {', '.join(op.grad_inputs)}: {how}{second}"

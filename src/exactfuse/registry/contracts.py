@@ -15,6 +15,7 @@ index of the worst element, so a failure says where to look.
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -140,6 +141,10 @@ class Contract(abc.ABC):
         """The contract of each of a call's ``n`` outputs: this one for all (:class:`PerOutput` differs)."""
         return [self] * n
 
+    def describe(self, dtype: torch.dtype) -> str:
+        """The contract on outputs of ``dtype``, with its numbers (a tolerance's atol and rtol)."""
+        return self.name
+
     def __repr__(self) -> str:
         return self.name
 
@@ -157,6 +162,9 @@ class PerOutput(Contract):
         if n != len(self.outputs):
             raise ValueError(f"{self.name}: {n} outputs, the contract names {len(self.outputs)}")
         return [c for _, c in self.outputs]
+
+    def describe(self, dtype: torch.dtype) -> str:
+        return "; ".join(f"{name}: {c.describe(dtype)}" for name, c in self.outputs)
 
     def check(self, actual, expected, **context):
         raise TypeError(f"{self.name}: check each output with its own contract (for_outputs)")
@@ -206,6 +214,10 @@ class Tolerance(Contract):
         atol, rtol = TOLERANCES.get(dtype, TOLERANCES[torch.float32])
         return (self.atol if self.atol is not None else atol, self.rtol if self.rtol is not None else rtol)
 
+    def describe(self, dtype: torch.dtype) -> str:
+        atol, rtol = self.tolerances(dtype)
+        return f"Tolerance(atol={atol:g}, rtol={rtol:g})"
+
     def check(self, actual, expected, **context):
         if (res := self._shape_check(actual, expected)) is not None:
             return res
@@ -226,10 +238,13 @@ def contract_for(contract: Contract | dict[torch.dtype, Contract], dtype: torch.
     return contract
 
 
-def describe(contract: Contract | dict[torch.dtype, Contract]) -> str:
-    if isinstance(contract, dict):
-        return ", ".join(f"{DTYPE_NAMES.get(k, str(k))}: {v.name}" for k, v in contract.items())
-    return contract.name
+def describe(contract: Contract | dict[torch.dtype, Contract], dtypes: Sequence[torch.dtype], sep: str = ", ") -> str:
+    """``contract`` (one, or a per-dtype table) on ``dtypes``, with its numbers: ``"fp16: ..., bf16: ..."``
+    (entries joined by ``sep``), or one entry where every dtype reads the same."""
+    described = {dtype: contract_for(contract, dtype).describe(dtype) for dtype in dtypes}
+    if len(set(described.values())) == 1:
+        return next(iter(described.values()))
+    return sep.join(f"{DTYPE_NAMES.get(dtype, str(dtype))}: {text}" for dtype, text in described.items())
 
 
 class Float64Relative(Contract):
@@ -344,6 +359,9 @@ class ZeroMaskTolerance(Tolerance):
         super().__init__(atol, rtol)
         self.up_to_d = up_to_d
         self.name = f"{self.name} + zero mask up to d={up_to_d}"
+
+    def describe(self, dtype: torch.dtype) -> str:
+        return f"{super().describe(dtype)} + zero mask up to d={self.up_to_d}"
 
     def check(self, actual, expected, **context):
         res = super().check(actual, expected, **context)

@@ -79,7 +79,7 @@ w4a16_gemm_packed = op(
 
 from exactfuse.ops.w4a16 import mma as _mma  # noqa: E402
 
-w4a16_gemm_packed.provider("triton", supported=_mma.gluon_gpu_available, supports_args=_mma.packed_supports)(
+w4a16_gemm_packed.provider("triton", supported=_mma.gluon_gpu_supported, supports_args=_mma.packed_supports)(
     _mma.w4a16_gemm_packed_triton
 )
 w4a16_gemm_packed.differentiable("a", "bias", backward=native.w4a16_gemm_packed_backward)

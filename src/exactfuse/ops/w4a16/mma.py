@@ -340,10 +340,22 @@ if HAS_GLUON:
         _store_out(total, p_out, p_bias, o_m, o_n, M, N, HAS_BIAS)
 
 
+def gluon_gpu_supported() -> bool | str:
+    """``True`` with a CUDA GPU and a Triton with Gluon's Hopper language, not the interpreter (which runs
+    no Gluon): where the fragment kernel's provider can be chosen at all (``packed_supports`` checks the
+    device per call); else why not, for the provider's ``supported``."""
+    if not HAS_GLUON:
+        return "it runs Gluon kernels on sm_90 GPUs, and this Triton has no Gluon Hopper language"
+    if interpreter_enabled():
+        return "it runs Gluon kernels on sm_90 GPUs, which the Triton interpreter (TRITON_INTERPRET=1) does not run"
+    if not torch.cuda.is_available():
+        return "it runs Gluon kernels on sm_90 GPUs, and no CUDA GPU is available here"
+    return True
+
+
 def gluon_gpu_available() -> bool:
-    """A CUDA GPU and a Triton with Gluon's Hopper language, not the interpreter (which runs no Gluon):
-    where the fragment kernel's provider can be chosen at all (``packed_supports`` checks the device)."""
-    return HAS_GLUON and torch.cuda.is_available() and not interpreter_enabled()
+    """Whether the fragment kernel's provider can be chosen here (:func:`gluon_gpu_supported`)."""
+    return gluon_gpu_supported() is True
 
 
 def fragment_unavailable(a: torch.Tensor) -> str | None:
