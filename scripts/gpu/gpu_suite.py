@@ -5,8 +5,9 @@ Usage: python3 scripts/gpu/gpu_suite.py [--workers N] [--out FILE] [--timeout S]
 Two passes over ``pytest -m gpu``:
 
 1. every test not marked ``big_memory``, in ``--workers`` pytest-xdist workers (default: the cores less
-   two, at most 12), each held to its share of the card's memory (``tests/conftest.py``), so that the
-   workers cannot take the card's memory from each other;
+   two, at most 12, and no more than give each worker ``WORKER_GIB`` of the card), each held to its share
+   of the card's memory (``tests/conftest.py``), so that the workers cannot take the card's memory from
+   each other;
 2. the ``big_memory`` tests one at a time, with the whole card.
 
 The report (``--out``, default ``benchmarks/results/<gpu>/gpu_suite.txt``) holds the commit, the GPU, torch
@@ -41,6 +42,24 @@ def _gpu() -> tuple[str, str, str, str]:
 def _git_rev() -> str:
     done = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     return done.stdout.strip() or "unknown"
+
+
+# The share of the card each worker of the shared pass needs: at 5.6 GiB (12 workers on an H100) the
+# compile tests at T = 16384, the contract matrices of moe_silu_and_mul_backward and sparse attention and the
+# FLA peer checks ran out of memory (benchmarks/results/h100/gpu_suite.txt)
+WORKER_GIB = 10
+
+
+def _default_workers() -> int:
+    """The cores less two, at most 12, and at most as many as give each worker ``WORKER_GIB`` of the card
+    (``tests/conftest.py`` holds each to ``GPU_MEMORY_SHARE / workers``)."""
+    import torch
+
+    cores = max(1, min(12, (os.cpu_count() or 4) - 2))
+    if not torch.cuda.is_available():
+        return cores
+    card_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
+    return max(1, min(cores, int(0.85 * card_gib / WORKER_GIB)))
 
 
 def _results_dir(gpu: str) -> Path:
@@ -79,11 +98,12 @@ def _cases(xml: Path) -> list[dict]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=max(1, min(12, (os.cpu_count() or 4) - 2)))
+    parser.add_argument("--workers", type=int, default=None, help="xdist workers (default: _default_workers)")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--timeout", type=int, default=300, help="seconds a test may run (pytest-timeout)")
     args, extra = parser.parse_known_args()
     gpu, torch_version, triton_version, rev = _gpu()
+    args.workers = args.workers or _default_workers()
     out = args.out or _results_dir(gpu) / "gpu_suite.txt"
     passes, lines = [], []
     with tempfile.TemporaryDirectory() as tmp:

@@ -119,6 +119,17 @@ def _unreached(name: str, chosen) -> list[str]:
     return [what for what in REQUIRED[name] if not any(_meets(launch, what) for launch in launches)]
 
 
+def _why(exc: BaseException) -> str:
+    """An exception and its causes, each as its type and its message's last lines (Dynamo wraps the error a
+    fake-tensor call raised in one whose first line says only that)."""
+    said = []
+    while exc is not None:
+        lines = [line for line in str(exc).splitlines() if line.strip()]
+        said.append(f"{type(exc).__name__}: {' | '.join(lines[-4:])[:600]}")
+        exc = exc.__cause__ or exc.__context__
+    return " <- ".join(said)
+
+
 def _flatten(value):
     if isinstance(value, (tuple, list)):
         return [t for v in value for t in _flatten(v)]
@@ -158,8 +169,8 @@ def test_gpu_every_launch_variant_compiled_dynamic_unbacked_is_eager_bit_for_bit
                     mark_unbacked(t, 0)
             try:
                 out = compiled(*args, **kwargs)
-            except Exception as exc:  # every variant's failure, not the first
-                failures.append(f"{case.id}: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
+            except Exception as exc:  # every variant's failure, not the first, with its cause's last lines
+                failures.append(f"{case.id}: {_why(exc)}")
                 continue
             got = [*args, *kwargs.values(), out]
             for i, (a, b) in enumerate(zip(_flatten(got), _flatten(list(expected)), strict=True)):

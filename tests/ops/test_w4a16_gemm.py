@@ -313,6 +313,7 @@ def test_gpu_cuda_graph_capture_and_replay(M):
 
 
 @pytest.mark.gpu
+@pytest.mark.big_memory
 def test_gpu_weight_of_2_31_elements():
     """A quantized ``[8192, 262144]`` weight (a large-vocabulary head): its dequantized buffer holds 2^31
     elements (the dequantize kernel's int64 offsets), the GEMV and the decode tile read 2^28 packed words."""
