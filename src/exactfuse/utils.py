@@ -79,6 +79,15 @@ def needs_int64(rows, row_elements) -> bool:
     return rows * row_elements >= 2**31
 
 
+def size_at_least(a, b) -> bool:
+    """``a >= b`` for two sizes, as :func:`sizes_equal` (a run-time assertion of the trace when either is
+    symbolic)."""
+    if is_symbolic(a) or is_symbolic(b):
+        torch._check(a >= b, lambda: f"size {a} must be at least {b}")
+        return True
+    return a >= b
+
+
 def sizes_equal(a, b) -> bool:
     """``a == b`` for two sizes. When either is symbolic the equality becomes a run-time assertion of the
     trace (``torch._check``), not a guard or a data-dependent branch, and this returns ``True``."""

@@ -6,6 +6,7 @@ import torch
 
 from exactfuse.ops.conv import calls
 from exactfuse.ops.conv.native import ACTIVATIONS, FLOAT_DTYPES, HISTORY_AT, INDEX_DTYPES, MODES
+from exactfuse.utils import size_at_least, sizes_equal
 
 PAD_SLOT_ID = -1  # the default pad_slot_id: Dao's causal-conv1d and vLLM's former PAD_SLOT_ID
 NULL_BLOCK_ID = 0  # vLLM's current marker of a padded request (vllm/v1/attention/backends/utils.py)
@@ -91,7 +92,7 @@ def check_cache_seqlens(x, conv_state, num_accepted_tokens, history_at, cache_se
     if num_accepted_tokens is not None or history_at != "start":
         _fail(op, "cache_seqlens (Dao's circular state) takes neither num_accepted_tokens nor history_at='end'")
     _tensor(op, "cache_seqlens", cache_seqlens, dim=1, dtypes=(torch.int32, torch.int64), device=x.device)
-    if cache_seqlens.shape[0] < x.shape[0]:
+    if not size_at_least(cache_seqlens.shape[0], x.shape[0]):
         _fail(op, f"cache_seqlens must hold one entry per request (>= {x.shape[0]}), got {cache_seqlens.shape[0]}")
     if not isinstance(conv_state, torch.Tensor) or conv_state.dim() != 3 or conv_state.shape[2] == 0:
         _fail(op, "cache_seqlens needs a conv_state [slots, C, W] with W >= 1")
@@ -179,7 +180,7 @@ def check_conv(
     for name, t in (("residual", residual), ("outer_residual", outer_residual)):
         if t is not None:
             _tensor(op, name, t, dim=2, dtypes=(dtype,), device=device)
-            if t.shape != x.shape:
+            if not all(sizes_equal(a, b) for a, b in zip(t.shape, x.shape, strict=True)):
                 _fail(op, f"{name} must have x's shape {list(x.shape)}, got {list(t.shape)}")
             if t.stride(1) != 1 and C > 1:
                 _fail(op, f"{name} must have a contiguous last dimension, got strides {tuple(t.stride())}")
@@ -191,7 +192,7 @@ def check_conv(
     needs_qsl = mode != "decode"
     _tensor(op, "seq_idx", seq_idx, dim=1, dtypes=(torch.int32,), device=device, optional=True)
     if seq_idx is not None:
-        if seq_idx.shape[0] != L:
+        if not sizes_equal(seq_idx.shape[0], L):
             _fail(op, f"seq_idx must be [T] = [{L}] (one per row of x), got {list(seq_idx.shape)}")
         if conv_state is not None:
             _fail(op, "seq_idx (packed sequences) takes no conv_state: the sequences in a row have no history")
@@ -215,7 +216,7 @@ def check_conv(
     if needs_qsl:
         _tensor(op, "query_start_loc", query_start_loc, dim=1, dtypes=INDEX_DTYPES, device=device)
     R = L if not needs_qsl else query_start_loc.shape[0] - 1
-    if state_indices is not None and state_indices.shape[0] < R:
+    if state_indices is not None and not size_at_least(state_indices.shape[0], R):
         what = "one per row (decode)" if not needs_qsl else "len(query_start_loc) - 1"
         _fail(op, f"state_indices must be [R] = [{R}] ({what}) or longer, got {list(state_indices.shape)}")
     if needs_qsl and query_start_loc.shape[0] < 1:
@@ -233,7 +234,7 @@ def check_conv(
         ("has_initial_state", None if mode == "spec" else has_initial_state),
     )
     for name, t in used:
-        if t is not None and t.shape[0] < R:
+        if t is not None and not size_at_least(t.shape[0], R):
             _fail(op, f"{name} must have at least R = {R} entries, got {list(t.shape)}")
     if not _values_checkable(x, conv_state, state_indices, query_start_loc, token_indices):
         return
@@ -351,7 +352,7 @@ def check_causal_conv1d_fn_backward(
     op = "causal_conv1d_fn_backward"
     _check_stateless(op, x, weight, bias, activation, dilation, query_start_loc, seq_idx, initial_states)
     _tensor(op, "grad", grad, dim=2, dtypes=(x.dtype,), device=x.device)
-    if grad.shape != x.shape:
+    if grad.dim() != x.dim() or not all(sizes_equal(a, b) for a, b in zip(grad.shape, x.shape, strict=True)):
         _fail(op, f"grad must have x's shape {tuple(x.shape)}, got {tuple(grad.shape)}")
 
 

@@ -13,7 +13,7 @@ from exactfuse.ops.conv.kernels import INIT_CODES, MODE_CODES, conv_rows_kernel,
 from exactfuse.ops.conv.lean import conv_lean_kernel
 from exactfuse.ops.fastmath import SILU, chosen_formula
 from exactfuse.registry import platform
-from exactfuse.utils import empty, is_symbolic
+from exactfuse.utils import empty, is_symbolic, sizes_equal
 
 NO_ACTIVATION = -1  # conv_rows_kernel's ACT without an activation (else a fastmath formula id)
 
@@ -373,7 +373,8 @@ def causal_conv1d_fn_supports(x, weight, *_, **__) -> bool | str:
 def causal_conv1d_fn_backward_supports(grad, x, *_, **__) -> bool | str:
     """CUDA tensors (or CPU ones under the interpreter, not bf16); ``grad`` and ``x`` with unit channel
     stride (the checks ask it of ``x``; a gradient that is not, an expanded ``y.sum()`` one, falls back)."""
-    if grad.stride(-1) != 1 or grad.shape != x.shape:
+    same = grad.dim() == x.dim() and all(sizes_equal(a, b) for a, b in zip(grad.shape, x.shape, strict=True))
+    if is_symbolic(grad.stride(-1)) or grad.stride(-1) != 1 or not same:
         shape, strides = tuple(grad.shape), tuple(grad.stride())
         return f"grad has shape {shape} and strides {strides}: the kernel reads x's shape, unit channel stride"
     return _reads(("grad", grad), ("x", x))
