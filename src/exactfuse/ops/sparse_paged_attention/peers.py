@@ -149,20 +149,15 @@ def _dense_accepts(*args, **kwargs) -> bool | str:
     return True if reqs and rows % reqs == 0 else "rows not spread evenly over the requests"
 
 
-_OP = "sparse_paged_attention"
-register_peer(
-    PeerAdapter("gather-sdpa", _OP, cuda_only, _gather_sdpa, _bf16_cache,
-                computes="the selected K/V gathered, then SDPA with a mask and the gate (all timed)")
+_PEERS = (  # (name, prepare, accepts, what the row computes)
+    ("gather-sdpa", _gather_sdpa, _bf16_cache,
+     "the selected K/V gathered, then SDPA with a mask and the gate (all timed)"),
+    ("gather-sdpa-compiled", _gather_sdpa_compiled, _bf16_cache,
+     "gather-sdpa's steps under torch.compile (static shapes)"),
+    ("dense-sdpa", _dense_sdpa, _dense_accepts,
+     "another function: SDPA over each request's whole context (dense copy, untimed)"),
+    ("flex-attention", _flex, _dense_accepts,
+     "compiled flex_attention over a dense copy with a block mask of the selected positions"),
 )  # fmt: skip
-register_peer(
-    PeerAdapter("gather-sdpa-compiled", _OP, cuda_only, _gather_sdpa_compiled, _bf16_cache,
-                computes="gather-sdpa's steps under torch.compile (static shapes)")
-)  # fmt: skip
-register_peer(
-    PeerAdapter("dense-sdpa", _OP, cuda_only, _dense_sdpa, _dense_accepts,
-                computes="another function: SDPA over each request's whole context (dense copy, untimed)")
-)  # fmt: skip
-register_peer(
-    PeerAdapter("flex-attention", _OP, cuda_only, _flex, _dense_accepts,
-                computes="compiled flex_attention over a dense copy with a block mask of the selected positions")
-)  # fmt: skip
+for _name, _prepare, _accepts, _computes in _PEERS:
+    register_peer(PeerAdapter(_name, "sparse_paged_attention", cuda_only, _prepare, _accepts, computes=_computes))
