@@ -120,6 +120,7 @@ def main() -> int:
     lines += [
         "# The whole GPU suite (python3 scripts/gpu/gpu_suite.py)",
         f"commit {rev}; {gpu}; torch {torch_version}; Triton {triton_version}",
+        f"selection: {' '.join(extra) if extra else 'every gpu test (the whole suite)'}",
         f"total: {len(everything)} tests, {sum(c['outcome'] == 'passed' for c in everything)} passed, "
         f"{sum(c['outcome'] == 'failure' for c in everything)} failed, "
         f"{sum(c['outcome'] == 'error' for c in everything)} errors, "

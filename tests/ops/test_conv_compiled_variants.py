@@ -119,6 +119,23 @@ def _unreached(name: str, chosen) -> list[str]:
     return [what for what in REQUIRED[name] if not any(_meets(launch, what) for launch in launches)]
 
 
+def _model_call(op, args: tuple, kwargs: dict):
+    """``(call, tensors)``: ``op`` on the case's arguments as a function of its tensors alone, every other
+    argument (dilation, mode, activation, the pad slot) a constant of it, as model code holds them (a Python
+    int argument of a function compiled with ``dynamic=True`` is traced as a symbol)."""
+    values = [*args, *kwargs.values()]
+    where = [i for i, v in enumerate(values) if isinstance(v, torch.Tensor)]
+    names = list(kwargs)
+
+    def call(*tensors):
+        filled = list(values)
+        for i, t in zip(where, tensors, strict=True):
+            filled[i] = t
+        return op(*filled[: len(args)], **dict(zip(names, filled[len(args) :], strict=True)))
+
+    return call, [values[i] for i in where]
+
+
 def _why(exc: BaseException) -> str:
     """An exception and its causes, each as its type and its message's last lines (Dynamo wraps the error a
     fake-tensor call raised in one whose first line says only that)."""
@@ -160,15 +177,17 @@ def test_gpu_every_launch_variant_compiled_dynamic_unbacked_is_eager_bit_for_bit
     assert not unreached, f"no declared case of {name} reaches: {unreached}"
     torch._dynamo.reset()
     failures = []
-    with torch._dynamo.config.patch(recompile_limit=len(chosen) + 8, accumulated_recompile_limit=4 * len(chosen)):
-        compiled = torch.compile(op, dynamic=True, fullgraph=True, backend="inductor")
+    limits = {"recompile_limit": len(chosen) + 8, "accumulated_recompile_limit": 4 * len(chosen)}
+    # the triton provider compiled against the triton provider eager
+    with torch._dynamo.config.patch(**limits), op.priority(["triton"]):
         for case, expected, launches in chosen:
             args, kwargs = clone_args(case.args, case.kwargs)
+            call, tensors = _model_call(op, args, kwargs)
             for t in _token_major(args, kwargs):
                 if t.shape[0] > 1:  # an unbacked size of 0 or 1 is specialized anyway
                     mark_unbacked(t, 0)
             try:
-                out = compiled(*args, **kwargs)
+                out = torch.compile(call, dynamic=True, fullgraph=True, backend="inductor")(*tensors)
             except Exception as exc:  # every variant's failure, not the first, with its cause's last lines
                 failures.append(f"{case.id}: {_why(exc)}")
                 continue
