@@ -230,6 +230,8 @@ def test_verify_prints_each_row_as_it_finishes(capsys):
     table = next(i for i, line in enumerate(lines) if line.lstrip().startswith("┏"))
     progress = [i for i, line in enumerate(lines) if line.startswith("  checked silu_and_mul/triton/")]
     assert len(progress) == 2 and max(progress) < table
+    per_op = [line for line in lines if line.startswith("time per op")]
+    assert len(per_op) == 1 and "silu_and_mul " in per_op[0], per_op
 
 
 def test_the_command_turns_the_interpreter_on_in_its_own_process():

@@ -342,6 +342,11 @@ def cmd_verify(args, console: Console) -> int:
         console.print(f"[red]{note}[/]")
     for note in skipped:
         console.print(f"[yellow]not checked: {note}[/]")
+    per_op: dict[str, float] = {}
+    for (op_name, *_), (_, seconds) in done.items():
+        per_op[op_name] = per_op.get(op_name, 0.0) + seconds
+    times = ", ".join(f"{name} {seconds:.1f}s" for name, seconds in sorted(per_op.items(), key=lambda kv: -kv[1]))
+    console.print(f"time per op (its rows' seconds, summed over processes): {times}", highlight=False)
     console.print("[green]all contracts hold[/]" if failures == 0 else f"[red]{failures} row(s) failed[/]")
     return 1 if failures else 0
 
