@@ -8,11 +8,12 @@ Usage: PYTHONPATH=src python scripts/offline_sass.py conv [--tiles 32x128,32x128
        PYTHONPATH=src python scripts/offline_sass.py moe          (flat and row grid, both layouts)
        ... [--op F2F,F2FP,LDG,LDGSTS,LDS,HMMA] [--sass DIR]   (count these ops; write each kernel's SASS)
 
-Triton compiles to PTX and ptxas / nvdisasm (shipped in the Triton wheel) to SASS on the CPU machine, so
-a change to a kernel can be read at the instruction level before a GPU call: registers (from the
+Triton compiles to PTX and ptxas / nvdisasm (shipped in the Triton wheel) to SASS without a GPU, so
+a change to a kernel can be read at the instruction level before it runs on one: registers (from the
 cubin, what limits occupancy), shared memory, and how many of each SASS op the kernel holds. These are
 static counts (code size, both sides of every branch), not executed instructions, and the local Triton
-may be newer than the GPU machine's: read differences between variants, then measure on the GPU.
+may be newer than the one the kernels are measured with (3.6.0 on the H200): read differences between
+variants, then measure on the GPU.
 
 Presets: ``decode`` is the conv row kernel's decode step on FLA's ``[B, C, K]`` state (``--tiles``:
 channels a program, ``--rows``: rows a program), by window path (``--paths``: the two loads, ``WINDOW_TILE``

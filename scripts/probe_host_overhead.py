@@ -7,7 +7,7 @@ and ``silu_and_mul`` (T = 1, d = 4096, fp16), each piece timed alone:
 - ``select native``: provider choice in the CPU default order (``native``);
 - ``select triton,native``: provider choice in the CUDA order. ``TRITON_INTERPRET=1`` is set before
   Triton is imported, so the Triton provider is available and its ``supports_args`` runs and accepts
-  these CPU tensors, as it does CUDA tensors on a GPU machine (its device test takes the
+  these CPU tensors, as it does CUDA tensors on a CUDA machine (its device test takes the
   interpreter's longer branch here);
 - ``__call__ noop``: the whole eager call ``op(*args)`` with a provider that returns at once (``noop``,
   registered here with the native signature, chosen by ``op.priority(["noop"])``): the host time of
@@ -15,12 +15,12 @@ and ``silu_and_mul`` (T = 1, d = 4096, fp16), each piece timed alone:
 - ``rest of __call__``: ``__call__ noop`` minus ``check`` minus ``select native``.
 
 The pieces are timed in REPEAT interleaved rounds of NUMBER calls each, so that a slow spell of the
-machine (runs of this script on the 2-core CPU machine differ by up to 2x) reaches every piece; each
+machine (runs of this script on a 2-core CPU differ by up to 2x) reaches every piece; each
 number is the fastest round (µs per call; the median round in brackets). Nothing is launched. To
 compare two versions of the code, run it on each checkout a few times, alternating, and take the
 lowest of each number:
 
-    PYTHONPATH=src python3 scripts/probe_host_overhead.py          # about 15 s on the CPU machine
+    PYTHONPATH=src python3 scripts/probe_host_overhead.py          # about 15 s on a 2-core CPU
 """
 
 from __future__ import annotations

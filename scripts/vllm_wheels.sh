@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# Prepare what a GPU machine without network needs to run vLLM beside the working tree (docs/vllm.md):
+# Download what vLLM needs on a CUDA machine without network access (docs/vllm.md):
 #
-#   bash scripts/vllm_carry.sh            # on a machine with PyPI; then carry .whl and .vllm
+#   bash scripts/vllm_wheels.sh           # on a machine with PyPI; then copy .whl/ and .vllm/ with the tree
 #
 # - .vllm/vllm-<version>-py.tar.xz: vLLM's Python files (the .py sources, JSON configs, templates and the
 #   dist-info, whose entry points and version vLLM reads), without the compiled extensions (*.so, several
 #   hundred MiB of CUDA code), the Rust front end binary and the C++/CUDA headers. scripts/gpu/vllm_e2e.py
 #   unpacks it and supplies the few compiled ops a small model touches in plain torch.
-# - .whl/*.whl: the pure-Python and small binary wheels that an offline `vllm.LLM(...)` run imports and
-#   the GPU machine's image lacks (docs/measuring.md lists that image); scripts/gpu/run.sh installs them.
+# - .whl/*.whl: the pure-Python and small binary wheels that an offline `vllm.LLM(...)` run imports beyond
+#   the H200 setup of docs/measuring.md (torch 2.11, Triton 3.6); scripts/gpu/run.sh installs them.
 #
-# Environment: VLLM_VERSION (0.26.0), PYVER (3.12, the GPU machine's Python), WHEELS (.whl), DEST (.vllm).
+# Environment: VLLM_VERSION (0.26.0), PYVER (3.12, the CUDA machine's Python), WHEELS (.whl), DEST (.vllm).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,7 +18,7 @@ VLLM_VERSION=${VLLM_VERSION:-0.26.0}
 PYVER=${PYVER:-3.12}
 WHEELS=${WHEELS:-.whl}
 DEST=${DEST:-.vllm}
-# name==version: what vLLM 0.26.0's import chain for LLM(...) needs beyond the GPU image, found by importing
+# name==version: what vLLM 0.26.0's import chain for LLM(...) needs beyond that setup, found by importing
 # vllm's engine, worker, model, quantization and attention modules and listing the distributions loaded
 # (not xgrammar: its wheel is 48 MiB; structured outputs are not used, and scripts/gpu/vllm_e2e.py gives the
 # import a placeholder module)
@@ -48,4 +48,4 @@ if [ ! -f "$archive" ]; then
     ! -path '*/third_party/fmha_sm100/*' -print0 | sort -z | tar --null -T - -cJf "$OLDPWD/$archive")
 fi
 du -sh "$WHEELS" "$DEST"
-du -cb "$WHEELS"/*.whl "$DEST"/* | tail -1 | awk '{printf "carry total: %.1f MiB\n", $1 / 1048576}'
+du -cb "$WHEELS"/*.whl "$DEST"/* | tail -1 | awk '{printf "total: %.1f MiB\n", $1 / 1048576}'

@@ -3,7 +3,7 @@
 Without CUDA, ``TRITON_INTERPRET=1`` is set before Triton is imported, so the
 Triton providers run on the CPU (tests marked ``interpreter``). ``gpu`` tests
 are skipped without CUDA; ``interpreter`` tests are skipped when the
-interpreter is off (on a GPU machine run them with ``TRITON_INTERPRET=1``).
+interpreter is off (on a CUDA machine run them with ``TRITON_INTERPRET=1``).
 
 Under pytest-xdist on a GPU each worker takes at most ``GPU_MEMORY_SHARE / workers`` of the card, so
 that workers cannot starve each other; tests marked ``big_memory`` need more than that share and run in

@@ -6,7 +6,7 @@ inputs differ from eager PyTorch, and the first few, through fastmath's own chec
 
 The last column is each check's wall time in ms, compiling included. ``--out`` writes the table to PATH
 (default benchmarks/results/h200/sweeps/fast_activation_proofs.txt); under ``scripts/gpu/run.sh probe
-fast_activation`` the table also lands in ``$OUT/results/``.
+fast_activation`` the table also lands in the run's ``results/``.
 Result: benchmarks/results/h200/sweeps/fast_activation_proofs.txt.
 """
 

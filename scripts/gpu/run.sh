@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The one GPU entry point: run named steps on a CUDA machine, write their logs and results under $OUT,
-# print a short summary last.
+# The one GPU entry point: run named steps on a CUDA machine, write their logs and results into the output
+# folder (EXACTFUSE_OUT, below), print a short summary last.
 #
 #   bash scripts/gpu/run.sh STEP [ARGS...] [-- STEP [ARGS...]]... [// STEP [ARGS...] [-- ...]]...
 #
@@ -12,13 +12,13 @@
 #                            streams into logs/<label>.stream as it finishes (scripts/gpu/pytest_stream.py)
 #   verify [ARGS...]         python3 -m exactfuse verify ARGS            (e.g. --op w4a16_gemm --quick)
 #   bench OP [ARGS...]       python3 -m exactfuse bench --grid default --op OP ARGS, results into
-#                            $OUT/bench/<step label>/ (OP "all": every op); e.g. bench w4a16_gemm --case '/M(1|2)-'
+#                            bench/<step label>/ (OP "all": every op); e.g. bench w4a16_gemm --case '/M(1|2)-'
 #   sweep NAME [ARGS...]     python3 scripts/gpu/sweep_NAME.py ARGS       (e.g. sweep w4a16_ab wide_a 1 2)
 #   probe NAME [ARGS...]     python3 scripts/gpu/probe_NAME.py ARGS       (e.g. probe read_floor)
 #   ncu NAME [ARGS...]       Nsight Compute over python3 scripts/gpu/ncu_NAME.py ARGS (CSV), then
 #                            that script's --summary of it                (e.g. ncu w4a16_m1)
 #   vllm [ARGS...]           python3 scripts/gpu/vllm_e2e.py ARGS: exactfuse's vLLM plugin in a vllm.LLM engine, with
-#                            and without it (needs .vllm/ and .whl/ from scripts/vllm_carry.sh; docs/vllm.md)
+#                            and without it (needs .vllm/ and .whl/ from scripts/vllm_wheels.sh; docs/vllm.md)
 #   sanitize TOOL verify|tests [ARGS...]
 #                            compute-sanitizer --tool TOOL (memcheck, racecheck, ...) over exactfuse verify
 #                            (one process) or pytest -m gpu; fails on any error it reports
@@ -30,24 +30,26 @@
 #       // bench w4a16_gemm --case '/M(1|2)-'
 #
 # Environment:
-#   OUT                the output folder (on the GPU machine; default /tmp/exactfuse-run). When OUT is set,
-#                      everything but summary.txt is packed into $OUT/run.tgz at the end, because few files
-#                      come back from that machine: tar xzf run.tgz gives logs/ (one log per step), bench/
-#                      and the sweeps' own files (results/).
-#   RUN_BUDGET_S       seconds for the whole run (default 570): each step is stopped when the budget is spent,
-#                      so the summary and the packing always happen.
-#   EXACTFUSE_GIT_REV  recorded in bench results; set it in the command when the tree has no .git or a copy of
-#                      one that may lag the work tree (a remote machine's): EXACTFUSE_GIT_REV=$(git rev-parse ...).
-# Wheels in .whl/ (carried from a machine with network) are installed into /tmp/site first.
+#   EXACTFUSE_OUT          the output folder (OUT when EXACTFUSE_OUT is unset; default /tmp/exactfuse-run); when
+#                          set, the results are packed into one archive: everything but summary.txt goes into
+#                          run.tgz, and tar xzf run.tgz gives logs/ (one log per step), bench/ and the sweeps' own
+#                          files (results/).
+#   EXACTFUSE_RUN_SECONDS  a time limit for the whole run (default 570): each step is stopped when it is spent,
+#                          so the summary and the packing always happen.
+#   EXACTFUSE_GIT_REV      recorded in bench results; set it when the tree has no .git, or a .git that may lag the
+#                          working tree: EXACTFUSE_GIT_REV=$(git rev-parse ...).
+# Wheels in .whl/ (downloaded on a machine with network, e.g. by scripts/vllm_wheels.sh) are installed into
+# /tmp/site first.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
-PACK=${OUT:+1}
-OUT=${OUT:-/tmp/exactfuse-run}
-BUDGET=${RUN_BUDGET_S:-570}
+OUT_DIR=${EXACTFUSE_OUT:-${OUT:-}}
+PACK=${OUT_DIR:+1}
+OUT_DIR=${OUT_DIR:-/tmp/exactfuse-run}
+BUDGET=${EXACTFUSE_RUN_SECONDS:-570}
 START=$(date +%s)
-LOGS=$OUT/logs
-mkdir -p "$LOGS" "$OUT/results"
+LOGS=$OUT_DIR/logs
+mkdir -p "$LOGS" "$OUT_DIR/results"
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 if compgen -G ".whl/*.whl" >/dev/null; then
   if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; then
@@ -73,7 +75,7 @@ step() {
   local t0 rc
   t0=$(date +%s)
   if [ "$left" -le 0 ]; then
-    echo -e "$label\tskipped\t0" >>"$OUT/status.tsv"
+    echo -e "$label\tskipped\t0" >>"$OUT_DIR/status.tsv"
     return
   fi
   case "$name" in
@@ -83,31 +85,31 @@ step() {
       ;;
     suite)
       EXACTFUSE_STREAM=$LOGS/$label.stream PYTHONPATH=$PYTHONPATH:scripts/gpu timeout "$left" \
-        python3 scripts/gpu/gpu_suite.py --out "$OUT/results/gpu_suite.txt" -p pytest_stream "$@" >"$log" 2>&1
+        python3 scripts/gpu/gpu_suite.py --out "$OUT_DIR/results/gpu_suite.txt" -p pytest_stream "$@" >"$log" 2>&1
       ;;
     verify) timeout "$left" python3 -m exactfuse verify "$@" >"$log" 2>&1 ;;
     bench)
       local op=${1:?bench needs an op name (or all)}
       shift
-      local dir="$OUT/bench/$label" ops=(--op "$op")
+      local dir="$OUT_DIR/bench/$label" ops=(--op "$op")
       [ "$op" = all ] && ops=()
       mkdir -p "$dir"
       timeout "$left" python3 -m exactfuse bench --grid default "${ops[@]}" --out "$dir" --plot "$dir/{op}.png" \
         "$@" >"$log" 2>&1
       ;;
-    vllm) OUT=$OUT/results timeout "$left" python3 scripts/gpu/vllm_e2e.py "$@" >"$log" 2>&1 ;;
+    vllm) EXACTFUSE_OUT=$OUT_DIR/results timeout "$left" python3 scripts/gpu/vllm_e2e.py "$@" >"$log" 2>&1 ;;
     sweep | probe)
       local script=scripts/gpu/${name}_${1:?$name needs a script name}.py
       shift
-      OUT=$OUT/results timeout "$left" python3 "$script" "$@" >"$log" 2>&1
+      EXACTFUSE_OUT=$OUT_DIR/results timeout "$left" python3 "$script" "$@" >"$log" 2>&1
       ;;
     ncu)
       local script=scripts/gpu/ncu_${1:?ncu needs a script name}.py
       shift
       timeout "$left" ncu --profile-from-start off --clock-control none --csv --page raw "${NCU_SECTIONS[@]}" \
-        python3 "$script" "$@" >"$OUT/results/$label.csv" 2>"$log"
+        python3 "$script" "$@" >"$OUT_DIR/results/$label.csv" 2>"$log"
       rc=$?
-      python3 "$script" --summary "$OUT/results/$label.csv" >>"$log" 2>&1
+      python3 "$script" --summary "$OUT_DIR/results/$label.csv" >>"$log" 2>&1
       (exit $rc)
       ;;
     sanitize)
@@ -123,7 +125,7 @@ step() {
       ;;
   esac
   rc=$?
-  echo -e "$label\trc=$rc\t$(($(date +%s) - t0))" >>"$OUT/status.tsv"
+  echo -e "$label\trc=$rc\t$(($(date +%s) - t0))" >>"$OUT_DIR/status.tsv"
 }
 
 # lane LANE ARGS...: the lane's steps one after another
@@ -156,7 +158,7 @@ for arg in "$@" //; do
     current+=("$arg")
   fi
 done
-: >"$OUT/status.tsv"
+: >"$OUT_DIR/status.tsv"
 if [ ${#lanes[@]} -eq 1 ]; then
   eval "lane 0 ${lanes[0]}"
 else
@@ -172,7 +174,7 @@ fi
 # the summary: each step's status and the end of its log
 {
   echo "exactfuse run: $(nvidia-smi -L 2>/dev/null | head -1); git ${EXACTFUSE_GIT_REV:-?}; $(($(date +%s) - START)) s"
-  sort "$OUT/status.tsv" | while IFS=$'\t' read -r label rc seconds; do
+  sort "$OUT_DIR/status.tsv" | while IFS=$'\t' read -r label rc seconds; do
     echo "== $label: $rc, $seconds s"
     log="$LOGS/$label.log"
     [ -f "$log" ] || continue
@@ -195,8 +197,8 @@ fi
       *) tail -8 "$log" ;;
     esac | cut -c1-200
   done
-} >"$OUT/summary.txt"
+} >"$OUT_DIR/summary.txt"
 if [ -n "$PACK" ]; then
-  (cd "$OUT" && tar czf /tmp/exactfuse-run.tgz --exclude summary.txt . && find . -mindepth 1 -maxdepth 1 ! -name summary.txt -exec rm -rf {} + && mv /tmp/exactfuse-run.tgz run.tgz)
+  (cd "$OUT_DIR" && tar czf /tmp/exactfuse-run.tgz --exclude summary.txt . && find . -mindepth 1 -maxdepth 1 ! -name summary.txt -exec rm -rf {} + && mv /tmp/exactfuse-run.tgz run.tgz)
 fi
-cat "$OUT/summary.txt"
+cat "$OUT_DIR/summary.txt"

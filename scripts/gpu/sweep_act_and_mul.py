@@ -14,6 +14,7 @@ import os
 
 import torch
 import triton
+from sweep_io import out_dir
 
 from exactfuse.bench.results import geomean
 from exactfuse.bench.timing import cudagraph_timer
@@ -113,7 +114,7 @@ def main():
             scores.append((geomean(ratios), max(ratios), cfg))
     for g, worst, cfg in sorted(scores)[:12]:
         print(f"  {cfg!s:>20}  geomean {g:.3f}  worst {worst:.3f}")
-    out = os.environ.get("OUT")
+    out = out_dir()
     if out:
         with open(os.path.join(out, "sweep_act_and_mul.txt"), "w") as f:
             for (T, d), t in table.items():

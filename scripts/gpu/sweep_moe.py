@@ -26,7 +26,8 @@ What it decides (printed at the end as "DECISIONS"):
    ``exactfuse bench`` is the reference measurement).
 Times are medians of CUDA-graph replays; shapes whose working set is below twice
 the L2 rotate through several buffer sets so the inputs come from DRAM.
-Per-shape rows go to ``$OUT/sweep_moe.json`` when ``$OUT`` is set. Result:
+Per-shape rows go to ``sweep_moe.json`` in the output folder when one is set
+(``sweep_io.out_dir``). Result:
 benchmarks/results/h200/sweeps/moe_config.txt and moe_config.json.
 """
 
@@ -41,7 +42,7 @@ import time
 
 import torch
 import triton
-from sweep_io import emit
+from sweep_io import emit, out_dir
 
 from exactfuse.bench.results import geomean
 from exactfuse.bench.roofline import measure_copy_bandwidth
@@ -273,8 +274,8 @@ def main() -> None:
         with recompile_limits():
             result["targets"] = targets(rows, bandwidth, args.full)
     print(f"done in {time.time() - start:.0f} s")
-    if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "sweep_moe.json"), "w") as f:
+    if out := out_dir():
+        with open(os.path.join(out, "sweep_moe.json"), "w") as f:
             json.dump({"result": result, "rows": rows, "bandwidth": bandwidth}, f, indent=1, default=str)
 
 

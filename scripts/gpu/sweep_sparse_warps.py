@@ -12,7 +12,8 @@ and how much the shipped table loses against it (geomean, worst shape).
     PYTHONPATH=src python3 scripts/gpu/sweep_sparse_warps.py --widths 2048 4096 --tokens 128 256
 
 What it decides: a (BD, load) cell whose best num_warps beats the shipped one by more than ~2%
-geomean should take the printed value. Details go to $OUT/sweep_sparse_warps.txt. Results:
+geomean should take the printed value. Details go to sweep_sparse_warps.txt in the output folder
+(``sweep_io.out_dir``). Results:
 benchmarks/results/h200/sweeps/sparse_whole_warps_t1_64_1024*.txt (the default widths and tokens) and
 sparse_whole_warps_by_load*.txt (d <= 8192 at T = 1..1024, ``--widths 500 1024 2048 3000 4096 8192
 --tokens 1 16 64 128 256 512 1024``).
@@ -23,6 +24,7 @@ import dataclasses
 import os
 
 import torch
+from sweep_io import out_dir
 
 from exactfuse.bench import resources
 from exactfuse.bench.results import geomean
@@ -107,7 +109,7 @@ def main() -> None:
     print(f"shipped   WARPS_BY_BD = {sh.WARPS_BY_BD}")
     if loss:
         print(f"shipped table vs per-shape best: geomean {geomean(loss):.3f}x, worst {max(loss):.3f}x")
-    out = os.environ.get("OUT")
+    out = out_dir()
     if out:
         with open(os.path.join(out, "sweep_sparse_warps.txt"), "w") as f:
             for (T, d), row in times.items():

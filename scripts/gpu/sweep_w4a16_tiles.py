@@ -6,7 +6,7 @@ programs per SM the rule aims at, ``programs_per_sm``; ``-nocap``: without the
 workspace-traffic cap). Each config's output passes the op's contract before it
 is timed. Prints per shape the best config, % of the memory roofline and
 speedup over cuBLAS dense; per bucket the geomean of every config and the
-shipped one. JSON to $OUT.
+shipped one. JSON to the output folder (``sweep_io.out_dir``).
 
     PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_tiles.py       # about 2 minutes on an H200
     PYTHONPATH=src python3 scripts/gpu/sweep_w4a16_tiles.py --bucket decode \

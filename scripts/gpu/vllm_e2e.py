@@ -1,15 +1,16 @@
 """exactfuse's vLLM plugin in a real ``vllm.LLM`` engine: the same greedy generation with and without it.
 
-    OUT=out python3 scripts/gpu/vllm_e2e.py [--models llama,llama_gptq,lfm2] [--tokens 32] [--decode 128]
-    bash scripts/gpu/run.sh vllm [ARGS...]            # the same, as a named step (results under $OUT/results)
+    EXACTFUSE_OUT=out python3 scripts/gpu/vllm_e2e.py [--models llama,llama_gptq,lfm2] [--tokens 32] [--decode 128]
+    bash scripts/gpu/run.sh vllm [ARGS...]            # the same, as a named step (results in results/)
 
 For each tiny random checkpoint it builds (Llama; the same Llama quantized with exactfuse.integrations.gptq;
 an LFM2 ShortConv model), it starts one process per configuration, ``VLLM_PLUGINS=""`` (vLLM's own kernels)
 and ``VLLM_PLUGINS=exactfuse``, each running ``vllm.LLM(...)`` (enforce_eager, Triton attention, no tokenizer,
 token-id prompts) and reports: greedy tokens equal, the largest difference of the chosen tokens' logprobs,
 how often each exactfuse op and each stand-in vLLM op ran, and decode tokens/s at batch 1 and 32.
-vLLM's Python files come from ``.vllm/`` (scripts/vllm_carry.sh) unless vllm is installed; the compiled ops
-they need come from scripts/gpu/vllm_standin.py. Results: ``$OUT/vllm_e2e.json`` and ``vllm_e2e.txt``.
+vLLM's Python files come from ``.vllm/`` (scripts/vllm_wheels.sh) unless vllm is installed; the compiled ops
+they need come from scripts/gpu/vllm_standin.py. Results: ``vllm_e2e.json`` and ``vllm_e2e.txt`` in
+``EXACTFUSE_OUT`` (else ``OUT``, else /tmp/exactfuse-run/results).
 """
 
 from __future__ import annotations
@@ -179,14 +180,14 @@ def main() -> int:
     if args.worker:
         Path(args.result).write_text(json.dumps(worker(json.loads(args.worker))))
         return 0
-    out = Path(os.environ.get("OUT", "/tmp/exactfuse-run/results"))
+    out = Path(os.environ.get("EXACTFUSE_OUT") or os.environ.get("OUT") or "/tmp/exactfuse-run/results")
     out.mkdir(parents=True, exist_ok=True)
     sys.path[:0] = [str(HERE), str(ROOT / "src")]
     import vllm_standin
 
     archives = sorted((ROOT / ".vllm").glob("vllm-*-py.tar.xz"))
     if not archives:
-        print("vllm_e2e: no .vllm/vllm-*-py.tar.xz: run scripts/vllm_carry.sh on a machine with PyPI")
+        print("vllm_e2e: no .vllm/vllm-*-py.tar.xz: run scripts/vllm_wheels.sh on a machine with PyPI")
         return 2
     site = vllm_standin.prepare(Path(args.site), archives[-1])
     results, lines = {}, []

@@ -1,5 +1,5 @@
-"""Plain-torch stand-ins for the few compiled vLLM ops a tiny model touches, for a vLLM whose Python files
-travel without its compiled extension (scripts/vllm_carry.sh). Not part of the library.
+"""Plain-torch stand-ins for the few compiled vLLM ops a tiny model touches, for a vLLM unpacked from its Python
+files alone, without its compiled extension (scripts/vllm_wheels.sh). Not part of the library.
 
 ``prepare(site)`` unpacks vLLM's Python files into ``site`` and writes there:
 

@@ -1,6 +1,6 @@
 """exactfuse's vLLM plugin (exactfuse.integrations.vllm) against a small stand-in of the vLLM module surface
 it touches (monkeypatched into sys.modules), so the registration logic runs without vLLM installed. The
-engine itself runs on the GPU machine (scripts/gpu/vllm_e2e.py)."""
+engine itself runs on a CUDA machine (scripts/gpu/vllm_e2e.py)."""
 
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ class direct_triton_launches:  # noqa: N801 - used as a context manager, like a 
     tensors. Only for calls on plain tensors outside any trace (a trace needs the higher-order op).
 
     It sets the flag that ``torch._library.triton.set_wrap_triton_enabled`` sets, without that
-    generator-based context manager: 1.0 against 3.3 µs per call (timeit, on this project's 2-core CPU machine).
+    generator-based context manager: 1.0 against 3.3 µs per call (timeit, on a 2-core CPU).
     """
 
     __slots__ = ("previous",)
@@ -92,7 +92,7 @@ class _SourcelessBody:
 
     ``torch.library.triton_op`` reads its body's source at registration to list the ``wrap_triton``
     kernels written in it (AOTAutograd's cache key), and imports Inductor to parse it: 1.4 s of
-    ``import exactfuse`` on the CPU machine, 5.5 s of 10.9 on a cold H200
+    ``import exactfuse`` on a 2-core CPU, 5.5 s of 10.9 on a cold H200
     (benchmarks/results/h200/sweeps/verify_time_imports.txt). The registry's dispatch launches its
     kernels through the providers, never in the body, so that list is empty either way; an object has
     no source, so torch returns the same empty list without the import (``test_library``)."""

@@ -54,7 +54,7 @@ _SCHEMA_DEFAULTS: dict[str, tuple[tuple[str, object], ...]] = {}
 
 def _has_tensor_subclass(args: Sequence) -> bool:
     # On w4a16_gemm's 7 arguments: 0.3 µs; any() over a generator 0.7; the former
-    # `type(a) is not torch.Tensor` test in any() 1.5 (CPU machine, timeit).
+    # `type(a) is not torch.Tensor` test in any() 1.5 (timeit, 2-core CPU).
     for a in args:  # noqa: SIM110
         if type(a) not in _PLAIN_TYPES and isinstance(a, torch.Tensor):
             return True
@@ -64,7 +64,7 @@ def _has_tensor_subclass(args: Sequence) -> bool:
 def _first_device_type(args: Sequence, kwargs: dict) -> str:
     for value in (*args, *kwargs.values()) if kwargs else args:
         if isinstance(value, torch.Tensor):
-            # is_cuda and is_cpu: 0.1 µs each; .device.type: 0.4 µs (CPU machine, timeit).
+            # is_cuda and is_cpu: 0.1 µs each; .device.type: 0.4 µs (timeit, 2-core CPU).
             return "cuda" if value.is_cuda else "cpu" if value.is_cpu else value.device.type
     return "cpu"
 
@@ -307,7 +307,7 @@ class Op:
         if _WRAP_TRITON is None:  # pragma: no cover - older torch
             return self.dispatch(*args, **kwargs)
         # direct_triton_launches and dispatch, inlined: the frames cost 0.15 µs (dispatch) and 0.3 µs (a
-        # with-statement) a call (scripts/probe_host_overhead.py, CPU machine). Keep the body equal to dispatch.
+        # with-statement) a call (scripts/probe_host_overhead.py, 2-core CPU). Keep the body equal to dispatch.
         previous = getattr(_WRAP_TRITON, "value", _WRAP_TRITON_DEFAULT)
         _WRAP_TRITON.value = False
         try:

@@ -155,7 +155,7 @@ def act_and_mul_backward_kernel(
 def _launch(gate: torch.Tensor, up: torch.Tensor | None, D: int, out_shape, activation: str) -> torch.Tensor:
     """``act(gate) * up`` over 2-D row views with unit last stride -> a new ``out_shape`` tensor; ``up``
     None: ``gate`` is ``[T, 2D]`` and up its second half (no view made: two slices cost 3.5 µs of host
-    time a call on the CPU machine).
+    time a call on a 2-core CPU).
 
     A traced call (symbolic row count) takes the configuration of ``D`` alone and int64 offsets, so one
     trace is correct for every T; eager calls choose num_warps and offsets by the sizes. The formula is

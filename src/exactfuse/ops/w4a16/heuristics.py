@@ -177,8 +177,8 @@ def staged_config(M: int, N: int, K: int, group_size: int, num_sms: int = H200_S
 
     ``BM`` is M's power of two (8 to 128: every M row in one tile), 4 stages. The split is the fewest
     power of two (at most 16) whose programs cover the SMs, each split at least four K steps of whole
-    groups, doubled at M <= 64: the best of the variants measured (``probe w4a16_wgmma --staged-only``,
-    sweeps/w4a16_wgmma_staged.txt: at most 1.056x the best variant's time at M 16-64, the best at 128).
+    groups, doubled at M <= 64: the best of the six stage, tile and split variants measured
+    (sweeps/w4a16_wgmma_staged.txt: at most 1.056x the best variant's time at M 16-64, the best at 128).
     """
     BN = BK = 64
     BM = min(128, max(8, next_power_of_2(M)))
@@ -231,7 +231,7 @@ def fragment_config(M: int, N: int, K: int, num_sms: int = H200_SMS) -> dict:
 
     One block (M <= 8) up to N = 14336: one tile a warp, the fewest K splits that make 3.5 programs an SM,
     and 4 chunks a step where that is one wave at 4 programs an SM (the registers of a 4-chunk step, 128 at
-    one tile, hold 4 programs of 4 warps an SM), else 2. Fit to ``probe w4a16_fragment --unrolls 1,2,4``
+    one tile, hold 4 programs of 4 warps an SM), else 2. Fit to a sweep of 1, 2 and 4 chunks a step
     (sweeps/w4a16_fragment_unroll.txt): on the four such bench layers at M 1 and 8 it takes the fastest
     swept configuration or one within 1.03x of it, 1.03-1.21x faster than one chunk a step.
 

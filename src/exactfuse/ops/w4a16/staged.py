@@ -24,7 +24,7 @@ What it takes (:func:`staged_unsupported` says why not otherwise): an sm_90 GPU 
 fp16/bf16 activations whose rows start 16-byte aligned (act-order activations are gathered into a new
 tensor first), N and K multiples of the tile (64: BN and BK), groups that are a multiple of BK (or one
 group), no per-row groups (``group_index``). Measured against
-the shipped tiles and cuBLAS in sweeps/w4a16_wgmma_staged.txt (``probe w4a16_wgmma --staged-only``).
+the shipped tiles and cuBLAS in sweeps/w4a16_wgmma_staged.txt.
 """
 
 from __future__ import annotations
