@@ -79,7 +79,7 @@ def run(case, config):
     a = bound.arguments
     out = torch.empty_like(a["x"])
     call = calls.causal_conv1d_call(*a.values())
-    return (lambda: launch_conv(**call, out=out, config=config)), out, a["conv_state"]
+    return (lambda: launch_conv(call, out=out, config=config)), out, a["conv_state"]
 
 
 def run_decode(case, config):
@@ -89,7 +89,7 @@ def run_decode(case, config):
     bound.apply_defaults()
     a = bound.arguments
     call = calls.short_conv_call(*a.values())
-    return (lambda: launch_conv(**call, config=config)), a["residual"], a["conv_state"]
+    return (lambda: launch_conv(call, config=config)), a["residual"], a["conv_state"]
 
 
 def run_update(case, config):
@@ -102,7 +102,7 @@ def run_update(case, config):
     head = _history_head(state, a["weight"], a["dilation"], history_at)
     call = calls.causal_conv1d_update_call(*a.values())
     out = torch.empty_like(a["x"])
-    return (lambda: launch_conv(**call, out=out.view(call["x"].shape), config=config, head=head)), out, state
+    return (lambda: launch_conv(call, out=out.view(call.x.shape), config=config, head=head)), out, state
 
 
 def fla_update(case, ref_out, ref_state) -> str:

@@ -129,43 +129,23 @@ def _values_checkable(*tensors) -> bool:
     return not (any(t.is_cuda for t in present) and torch.cuda.is_current_stream_capturing())
 
 
-def check_conv(
-    op: str,
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    *,
-    mode: str,
-    dilation: int,
-    conv_state: torch.Tensor | None,
-    state_indices: torch.Tensor | None,
-    query_start_loc: torch.Tensor | None,
-    num_accepted_tokens: torch.Tensor | None,
-    has_initial_state: torch.Tensor | None,
-    spec_query_len: int,
-    token_indices: torch.Tensor | None,
-    null_slot: int | None,
-    init: str = "tensor",
-    bias: torch.Tensor | None = None,
-    activation: str | None = "silu",
-    residual: torch.Tensor | None = None,
-    outer_residual: torch.Tensor | None = None,
-    seq_idx: torch.Tensor | None = None,
-) -> None:
-    """Validate a call of the conv family, read as :func:`~exactfuse.ops.conv.native.conv_reference`'s
-    keywords (``calls.short_conv_call`` and its siblings; ``init`` follows from ``has_initial_state``,
-    which is what is checked); errors name the argument. Runs before any write.
+def check_conv(op: str, call: calls.ConvCall) -> None:
+    """Validate a call of the conv family (:class:`~exactfuse.ops.conv.calls.ConvCall`, read by
+    ``calls.short_conv_call`` and its siblings; ``init`` follows from ``has_initial_state``, which is what is
+    checked); errors name the argument. Runs before any write.
 
     Index values (slots, token rows, request offsets) are checked only where they can be read without
     tracing or capture (:func:`_values_checkable`); there the kernel masks what it cannot trust.
     """
-    if mode not in MODES:
-        _fail(op, f"mode must be one of {MODES}, got {mode!r}")
-    if isinstance(dilation, bool) or not isinstance(dilation, int) or dilation < 1:
-        _fail(op, f"dilation must be an int >= 1, got {dilation!r}")
-    if isinstance(spec_query_len, bool) or not isinstance(spec_query_len, int) or spec_query_len < 1:
-        _fail(op, f"spec_query_len must be an int >= 1, got {spec_query_len!r}")
-    if activation not in ACTIVATIONS:
-        _fail(op, f"activation must be None or 'silu', got {activation!r}")
+    x, weight = call.x, call.weight
+    if call.mode not in MODES:
+        _fail(op, f"mode must be one of {MODES}, got {call.mode!r}")
+    if isinstance(call.dilation, bool) or not isinstance(call.dilation, int) or call.dilation < 1:
+        _fail(op, f"dilation must be an int >= 1, got {call.dilation!r}")
+    if isinstance(call.spec_query_len, bool) or not isinstance(call.spec_query_len, int) or call.spec_query_len < 1:
+        _fail(op, f"spec_query_len must be an int >= 1, got {call.spec_query_len!r}")
+    if call.activation not in ACTIVATIONS:
+        _fail(op, f"activation must be None or 'silu', got {call.activation!r}")
     _tensor(op, "x", x, dim=2, dtypes=FLOAT_DTYPES, device=None)
     device, dtype, (N, C) = x.device, x.dtype, x.shape
     if x.stride(1) != 1 and C > 1:
@@ -176,71 +156,70 @@ def check_conv(
     if weight.shape[0] != C or weight.shape[1] < 1:
         _fail(op, f"weight must be [C, K] = [{C}, K >= 1], got {list(weight.shape)}")
     K = weight.shape[1]
-    SL = (K - 1) * dilation
-    for name, t in (("residual", residual), ("outer_residual", outer_residual)):
+    SL = (K - 1) * call.dilation
+    for name, t in (("residual", call.residual), ("outer_residual", call.outer_residual)):
         if t is not None:
             _tensor(op, name, t, dim=2, dtypes=(dtype,), device=device)
             if not all(sizes_equal(a, b) for a, b in zip(t.shape, x.shape, strict=True)):
                 _fail(op, f"{name} must have x's shape {list(x.shape)}, got {list(t.shape)}")
             if t.stride(1) != 1 and C > 1:
                 _fail(op, f"{name} must have a contiguous last dimension, got strides {tuple(t.stride())}")
-    _tensor(op, "bias", bias, dim=1, dtypes=(weight.dtype,), device=device, optional=True)
-    if bias is not None and bias.shape[0] != C:
-        _fail(op, f"bias must be [C] = [{C}], got {list(bias.shape)}")
-    _tensor(op, "token_indices", token_indices, dim=1, dtypes=INDEX_DTYPES, device=device, optional=True)
-    L = token_indices.shape[0] if token_indices is not None else N
-    needs_qsl = mode != "decode"
-    _tensor(op, "seq_idx", seq_idx, dim=1, dtypes=(torch.int32,), device=device, optional=True)
-    if seq_idx is not None:
-        if not sizes_equal(seq_idx.shape[0], L):
-            _fail(op, f"seq_idx must be [T] = [{L}] (one per row of x), got {list(seq_idx.shape)}")
-        if conv_state is not None:
+    _tensor(op, "bias", call.bias, dim=1, dtypes=(weight.dtype,), device=device, optional=True)
+    if call.bias is not None and call.bias.shape[0] != C:
+        _fail(op, f"bias must be [C] = [{C}], got {list(call.bias.shape)}")
+    _tensor(op, "token_indices", call.token_indices, dim=1, dtypes=INDEX_DTYPES, device=device, optional=True)
+    L = call.token_indices.shape[0] if call.token_indices is not None else N
+    needs_qsl = call.mode != "decode"
+    _tensor(op, "seq_idx", call.seq_idx, dim=1, dtypes=(torch.int32,), device=device, optional=True)
+    if call.seq_idx is not None:
+        if not sizes_equal(call.seq_idx.shape[0], L):
+            _fail(op, f"seq_idx must be [T] = [{L}] (one per row of x), got {list(call.seq_idx.shape)}")
+        if call.conv_state is not None:
             _fail(op, "seq_idx (packed sequences) takes no conv_state: the sequences in a row have no history")
-    _tensor(op, "conv_state", conv_state, dim=3, dtypes=(dtype,), device=device, optional=residual is None)
-    if conv_state is None:
-        for name, t in (("state_indices", state_indices), ("has_initial_state", has_initial_state)):
+    _tensor(op, "conv_state", call.conv_state, dim=3, dtypes=(dtype,), device=device, optional=call.residual is None)
+    if call.conv_state is None:
+        for name, t in (("state_indices", call.state_indices), ("has_initial_state", call.has_initial_state)):
             if t is not None:
                 _fail(op, f"{name} needs a conv_state")
     else:
-        sql = spec_query_len if mode == "spec" else 1
+        sql = call.spec_query_len if call.mode == "spec" else 1
         width = SL + sql - 1
-        if conv_state.shape[1] != C or conv_state.shape[2] < width or conv_state.shape[0] < 1:
+        if call.conv_state.shape[1] != C or call.conv_state.shape[2] < width or call.conv_state.shape[0] < 1:
             _fail(
                 op,
                 f"conv_state must be [slots >= 1, C, W] with C = {C} and W >= (K-1)*dilation + SQL-1 = {width}, "
-                f"got {list(conv_state.shape)}",
+                f"got {list(call.conv_state.shape)}",
             )
-    _tensor(
-        op, "state_indices", state_indices, dim=1, dtypes=(torch.int32,), device=device, optional=op != "short_conv"
-    )
+    optional = op != "short_conv"
+    _tensor(op, "state_indices", call.state_indices, dim=1, dtypes=(torch.int32,), device=device, optional=optional)
     if needs_qsl:
-        _tensor(op, "query_start_loc", query_start_loc, dim=1, dtypes=INDEX_DTYPES, device=device)
-    R = L if not needs_qsl else query_start_loc.shape[0] - 1
-    if state_indices is not None and not size_at_least(state_indices.shape[0], R):
+        _tensor(op, "query_start_loc", call.query_start_loc, dim=1, dtypes=INDEX_DTYPES, device=device)
+    R = L if not needs_qsl else call.query_start_loc.shape[0] - 1
+    if call.state_indices is not None and not size_at_least(call.state_indices.shape[0], R):
         what = "one per row (decode)" if not needs_qsl else "len(query_start_loc) - 1"
-        _fail(op, f"state_indices must be [R] = [{R}] ({what}) or longer, got {list(state_indices.shape)}")
-    if needs_qsl and query_start_loc.shape[0] < 1:
+        _fail(op, f"state_indices must be [R] = [{R}] ({what}) or longer, got {list(call.state_indices.shape)}")
+    if needs_qsl and call.query_start_loc.shape[0] < 1:
         _fail(op, "query_start_loc must be [R + 1] with R >= 0, got an empty tensor")
-    if mode == "spec":
-        _tensor(op, "num_accepted_tokens", num_accepted_tokens, dim=1, dtypes=(torch.int32,), device=device)
-    elif num_accepted_tokens is not None and op == "short_conv":
-        _fail(op, f"num_accepted_tokens is for mode='spec', got mode={mode!r}")
-    need_init = mode == "prefill" and op == "short_conv"
-    _tensor(
-        op, "has_initial_state", has_initial_state, dim=1, dtypes=(torch.bool,), device=device, optional=not need_init
-    )
+    if call.mode == "spec":
+        _tensor(op, "num_accepted_tokens", call.num_accepted_tokens, dim=1, dtypes=(torch.int32,), device=device)
+    elif call.num_accepted_tokens is not None and op == "short_conv":
+        _fail(op, f"num_accepted_tokens is for mode='spec', got mode={call.mode!r}")
+    need_init = call.mode == "prefill" and op == "short_conv"
+    _tensor(op, "has_initial_state", call.has_initial_state, dim=1, dtypes=(torch.bool,), device=device,
+            optional=not need_init)  # fmt: skip
     used = (
-        ("num_accepted_tokens", num_accepted_tokens),
-        ("has_initial_state", None if mode == "spec" else has_initial_state),
+        ("num_accepted_tokens", call.num_accepted_tokens),
+        ("has_initial_state", None if call.mode == "spec" else call.has_initial_state),
     )
     for name, t in used:
         if t is not None and not size_at_least(t.shape[0], R):
             _fail(op, f"{name} must have at least R = {R} entries, got {list(t.shape)}")
-    if not _values_checkable(x, conv_state, state_indices, query_start_loc, token_indices):
+    if not _values_checkable(x, call.conv_state, call.state_indices, call.query_start_loc, call.token_indices):
         return
     _check_values(
-        op, N, L, mode, spec_query_len, conv_state, state_indices[:R] if state_indices is not None else None,
-        query_start_loc, token_indices, null_slot,
+        op, N, L, call.mode, call.spec_query_len, call.conv_state,
+        call.state_indices[:R] if call.state_indices is not None else None, call.query_start_loc, call.token_indices,
+        call.null_slot,
     )  # fmt: skip
 
 
@@ -279,8 +258,8 @@ def _check_values(op, N, L, mode, sql, conv_state, state_indices, qsl, token_ind
 def check_short_conv(*args, **kwargs) -> None:
     """``short_conv``'s arguments (the op's signature)."""
     call = calls.short_conv_call(*args, **kwargs)
-    _tensor("short_conv", "residual", call["residual"], dim=2, dtypes=FLOAT_DTYPES, device=None)
-    check_conv("short_conv", **call)
+    _tensor("short_conv", "residual", call.residual, dim=2, dtypes=FLOAT_DTYPES, device=None)
+    check_conv("short_conv", call)
 
 
 def check_causal_conv1d(
@@ -303,7 +282,7 @@ def check_causal_conv1d(
         x, weight, bias, activation, dilation, conv_state, query_start_loc, state_indices, has_initial_state,
         pad_slot_id, seq_idx,
     )  # fmt: skip
-    check_conv(op, **call)
+    check_conv(op, call)
 
 
 def check_causal_conv1d_fn(
@@ -325,13 +304,13 @@ def check_causal_conv1d_fn(
 def _check_stateless(op, x, weight, bias, activation, dilation, query_start_loc, seq_idx, initial_states) -> None:
     _tensor(op, "x", x, dim=2, dtypes=FLOAT_DTYPES, device=None)
     call = calls.causal_conv1d_call(x, weight, bias, activation, dilation, None, query_start_loc, seq_idx=seq_idx)
-    check_conv(op, **call)
+    check_conv(op, call)
     if initial_states is None:
         return
     if seq_idx is not None:
         _fail(op, "initial_states and seq_idx cannot be combined (Dao's causal_conv1d_fn takes neither with the other)")
     _tensor(op, "initial_states", initial_states, dim=3, dtypes=(x.dtype,), device=x.device)
-    R = call["query_start_loc"].shape[0] - 1
+    R = call.query_start_loc.shape[0] - 1
     want = (R, x.shape[1], (weight.shape[1] - 1) * dilation)
     if tuple(initial_states.shape) != want:
         _fail(op, f"initial_states must be [R, C, (K-1)·dilation] = {list(want)}, got {list(initial_states.shape)}")
@@ -381,4 +360,4 @@ def check_causal_conv1d_update(
     call = calls.causal_conv1d_update_call(
         x, conv_state, weight, bias, activation, dilation, state_indices, num_accepted_tokens, pad_slot_id
     )
-    check_conv(op, **call)
+    check_conv(op, call)

@@ -423,21 +423,21 @@ causal_conv1d_fn_backward.grid("quick")(lambda d, t: _fn_grid(d, t, ("B8-L1024-C
 
 
 # ------------------------------------------------------------------- cost
-def conv_bytes(call: dict) -> int:
-    """The minimum bytes of a call read as ``native.conv_reference``'s keywords (``calls.short_conv_call``
+def conv_bytes(call: calls.ConvCall) -> int:
+    """The minimum bytes of a call (:class:`~exactfuse.ops.conv.calls.ConvCall`, read by ``calls.short_conv_call``
     and its siblings): each logical row of x read once and its output written once (``short_conv``: the
     residual read and written, the outer residual read); every request's history read and its new window
     written; the weights and bias."""
-    x, weight, state = call["x"], call["weight"], call["conv_state"]
-    L = call["token_indices"].shape[0] if call["token_indices"] is not None else x.shape[0]
-    row_passes = 2 if call.get("residual") is None else 3 + (call["outer_residual"] is not None)
+    x, weight, state = call.x, call.weight, call.conv_state
+    L = call.token_indices.shape[0] if call.token_indices is not None else x.shape[0]
+    row_passes = 2 if call.residual is None else 3 + (call.outer_residual is not None)
     nbytes = L * x.shape[1] * x.element_size() * row_passes + weight.numel() * weight.element_size()
-    if call.get("bias") is not None:
-        nbytes += call["bias"].numel() * call["bias"].element_size()
+    if call.bias is not None:
+        nbytes += call.bias.numel() * call.bias.element_size()
     if state is not None:
-        mode, SL = call["mode"], (weight.shape[1] - 1) * call["dilation"]
-        R = L if mode == "decode" else call["query_start_loc"].shape[0] - 1  # state_indices may be longer
-        write = SL + (call["spec_query_len"] - 1 if mode == "spec" else 0)
+        mode, SL = call.mode, (weight.shape[1] - 1) * call.dilation
+        R = L if mode == "decode" else call.query_start_loc.shape[0] - 1  # state_indices may be longer
+        write = SL + (call.spec_query_len - 1 if mode == "spec" else 0)
         nbytes += R * state.shape[1] * (SL + write) * state.element_size()
     return nbytes
 

@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from exactfuse.ops.conv import calls
-from exactfuse.ops.conv.calls import causal_conv1d_call, causal_conv1d_update_call, short_conv_call
+from exactfuse.ops.conv.calls import ConvCall, causal_conv1d_call, causal_conv1d_update_call, short_conv_call
 from exactfuse.ops.conv.windows import end_history, gather_or, initial_window, prefill_end_history, store_windows
 
 MODES = ("decode", "spec", "prefill")
@@ -64,28 +64,9 @@ def request_of(qsl: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     return (torch.searchsorted(qsl, t, right=True) - 1).clamp(max=R - 1).clamp(min=0)
 
 
-def conv_reference(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    *,
-    mode: str,
-    dilation: int,
-    conv_state: torch.Tensor | None,
-    state_indices: torch.Tensor | None,
-    query_start_loc: torch.Tensor | None,
-    num_accepted_tokens: torch.Tensor | None,
-    has_initial_state: torch.Tensor | None,
-    init: str,
-    spec_query_len: int,
-    token_indices: torch.Tensor | None,
-    null_slot: int,
-    bias: torch.Tensor | None = None,
-    activation: str | None = "silu",
-    residual: torch.Tensor | None = None,
-    outer_residual: torch.Tensor | None = None,
-    seq_idx: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """The conv family's spec (module docstring); returns ``conv_out`` per logical row ``[L, C]``.
+def conv_reference(call: ConvCall) -> torch.Tensor:
+    """The conv family's spec (module docstring) of one call (:class:`~exactfuse.ops.conv.calls.ConvCall`);
+    returns ``conv_out`` per logical row ``[L, C]``.
 
     Writes ``residual`` (when given) and ``conv_state`` (when given) in place. ``state_indices=None``
     with a state means request ``r`` uses slot ``r``. ``init``: ``"tensor"`` (``has_initial_state[r]``
@@ -96,14 +77,15 @@ def conv_reference(
     ``seq_idx [L]`` int32 (Dao's packed sequences; only without a state): a tap on row ``s`` of row ``t``'s
     window is zero unless ``seq_idx[s] == seq_idx[t]``, and a row with ``seq_idx[t] < 0`` has no output.
     """
+    x, weight, conv_state, mode, dilation = call.x, call.weight, call.conv_state, call.mode, call.dilation
     dtype, device = x.dtype, x.device
     N, C = x.shape
     K = weight.shape[1]
     SL = (K - 1) * dilation
-    SQL = spec_query_len if mode == "spec" else 1
-    L = token_indices.shape[0] if token_indices is not None else N
+    SQL = call.spec_query_len if mode == "spec" else 1
+    L = call.token_indices.shape[0] if call.token_indices is not None else N
     t = torch.arange(L, device=device)
-    phys = token_indices.long() if token_indices is not None else t
+    phys = call.token_indices.long() if call.token_indices is not None else t
     # x and a zero row at index N, which every masked-out gather reads (there may be no row at all)
     x_ext = torch.cat([x, x.new_zeros((1, C))])
 
@@ -114,8 +96,8 @@ def conv_reference(
         qlen = torch.ones(R, dtype=torch.long, device=device)
         req_start = torch.arange(R, device=device)
     else:
-        R = query_start_loc.shape[0] - 1
-        qsl = query_start_loc.long()
+        R = call.query_start_loc.shape[0] - 1
+        qsl = call.query_start_loc.long()
         r = request_of(qsl, t)
         q_start = gather_or(qsl, r, 0)
         in_range = (q_start <= t) & (t < qsl[R])
@@ -127,15 +109,15 @@ def conv_reference(
     # Request -> slot, permissions.
     has_state = conv_state is not None
     slots = conv_state.shape[0] if has_state else 1
-    sid = gather_or(state_indices, req, null_slot) if state_indices is not None else req
-    state_ok = has_state & (sid != null_slot) & (sid >= 0) & (sid < slots)
+    sid = gather_or(call.state_indices, req, call.null_slot) if call.state_indices is not None else req
+    state_ok = has_state & (sid != call.null_slot) & (sid >= 0) & (sid < slots)
     sid_safe = torch.where(state_ok, sid, 0)
-    if init == "tensor":
-        has_init = state_ok & (gather_or(has_initial_state.long(), req, 0) != 0)
+    if call.init == "tensor":
+        has_init = state_ok & (gather_or(call.has_initial_state.long(), req, 0) != 0)
     else:
-        has_init = state_ok & (init == "always")
+        has_init = state_ok & (call.init == "always")
     if mode == "spec":
-        slot_off = (gather_or(num_accepted_tokens, req, 0) - 1).clamp(0, SQL - 1)
+        slot_off = (gather_or(call.num_accepted_tokens, req, 0) - 1).clamp(0, SQL - 1)
         read_state = state_ok
     else:
         slot_off = torch.zeros(R, dtype=torch.long, device=device)
@@ -145,8 +127,8 @@ def conv_reference(
     row_read = gather_or(read_state.long(), r, 0).bool()
     row_sid = gather_or(sid_safe, r, 0)
     row_off = gather_or(slot_off, r, 0)
-    if seq_idx is not None:
-        seq = seq_idx.long()
+    if call.seq_idx is not None:
+        seq = call.seq_idx.long()
         row_out_ok = row_out_ok & (seq >= 0)
 
     # Taps, ascending k, fp32.
@@ -162,7 +144,7 @@ def conv_reference(
         x_row = (q_start + h - SL).clamp(max=L - 1).clamp(min=0)
         x_val = x_ext[gather_or(phys, x_row, N)].float()
         x_ok = row_out_ok
-        if seq_idx is not None:
+        if call.seq_idx is not None:
             x_ok = x_ok & (gather_or(seq, q_start + h - SL, -1) == seq)
         tap = torch.where(
             from_state[:, None],
@@ -170,13 +152,13 @@ def conv_reference(
             torch.where(x_ok[:, None], x_val, 0.0),
         )
         acc = acc + weight[:, k].float() * tap
-    if bias is not None:
-        acc = acc + bias.float()
+    if call.bias is not None:
+        acc = acc + call.bias.float()
     if weight.dtype == torch.float32:  # fp32 weights: the conv and its SiLU in fp32, one rounding
-        y = (silu(acc) if activation == "silu" else acc).to(dtype)
+        y = (silu(acc) if call.activation == "silu" else acc).to(dtype)
     else:
         conv = acc.to(dtype)
-        y = silu(conv).to(dtype) if activation == "silu" else conv
+        y = silu(conv).to(dtype) if call.activation == "silu" else conv
     conv_out = torch.where(row_out_ok[:, None], y, torch.zeros((), dtype=dtype, device=device))
 
     # State write-back, computed from the old state.
@@ -199,11 +181,11 @@ def conv_reference(
             new[:, :, i] = torch.where((write_ok & (i < count))[:, None], value, old[:, :, i])
         store_windows(conv_state, sid_safe, write_ok, new)
 
-    if residual is not None:
-        ple = (residual[phys].float() + conv_out.float()).to(dtype)
-        if outer_residual is not None:
-            ple = (outer_residual[phys].float() + ple.float()).to(dtype)
-        residual.index_copy_(0, phys, ple)
+    if call.residual is not None:
+        ple = (call.residual[phys].float() + conv_out.float()).to(dtype)
+        if call.outer_residual is not None:
+            ple = (call.outer_residual[phys].float() + ple.float()).to(dtype)
+        call.residual.index_copy_(0, phys, ple)
     return conv_out
 
 
@@ -236,7 +218,7 @@ def short_conv(
     conv output is 0). Mutates ``residual`` and ``conv_state``; returns None.
     """
     conv_reference(
-        **short_conv_call(
+        short_conv_call(
             x, residual, conv_state, weight, state_indices, conv_mode, dilation, query_start_loc,
             num_accepted_tokens, has_initial_state, spec_query_len, token_indices, outer_residual,
         )
@@ -280,7 +262,7 @@ def causal_conv1d(
         conv_state = prefill_end_history(x, conv_state, weight, dilation, query_start_loc, state_indices,
                                           has_initial_state, pad_slot_id)  # fmt: skip
     return conv_reference(
-        **causal_conv1d_call(
+        causal_conv1d_call(
             x, weight, bias, activation, dilation, conv_state, query_start_loc, state_indices, has_initial_state,
             pad_slot_id, seq_idx,
         )
@@ -458,7 +440,7 @@ def causal_conv1d_update(
     """
     conv_state = end_history(x, conv_state, weight, dilation, state_indices, pad_slot_id, history_at)
     out = conv_reference(
-        **causal_conv1d_update_call(
+        causal_conv1d_update_call(
             x, conv_state, weight, bias, activation, dilation, state_indices, num_accepted_tokens, pad_slot_id,
         )
     )  # fmt: skip

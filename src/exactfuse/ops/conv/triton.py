@@ -19,53 +19,36 @@ NO_ACTIVATION = -1  # conv_rows_kernel's ACT without an activation (else a fastm
 
 
 def launch_conv(
-    x: torch.Tensor,
-    weight: torch.Tensor,
+    call: calls.ConvCall,
     *,
-    mode: str,
-    dilation: int,
-    conv_state: torch.Tensor | None,
-    state_indices: torch.Tensor | None,
-    query_start_loc: torch.Tensor | None,
-    num_accepted_tokens: torch.Tensor | None,
-    has_initial_state: torch.Tensor | None,
-    init: str,
-    spec_query_len: int,
-    token_indices: torch.Tensor | None,
-    null_slot: int,
-    bias: torch.Tensor | None = None,
-    activation: str | None = "silu",
-    residual: torch.Tensor | None = None,
-    outer_residual: torch.Tensor | None = None,
-    seq_idx: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
     config: heuristics.ConvConfig | None = None,
     head: int = 0,
 ) -> None:
     """Launch the row kernel, then (spec, prefill, with a state) the write-back kernel.
 
-    Arguments as :func:`exactfuse.ops.conv.native.conv_reference` (a call read by ``calls.short_conv_call``
-    and its siblings); ``num_accepted_tokens`` outside spec mode and ``has_initial_state`` unless
-    ``init="tensor"`` are not passed to the kernels. ``out [L, C]`` receives the conv output when there is
-    no ``residual``; ``config`` (sweeps, tests) replaces ``heuristics.conv_config``'s choice. ``head``: the
-    positions of each ``conv_state`` window before its history (Dao's wide window with the history at its
-    end, decode and prefill), which the write-back shifts with the history; ``conv_state`` is the whole
-    state. Nothing here
-    branches on a row, request or slot count: the grids are expressions in them, and an empty grid
-    launches nothing. The kernels read ``query_start_loc`` as int32: an int64 one (FLA's ``cu_seqlens``)
+    ``call``: one :class:`~exactfuse.ops.conv.calls.ConvCall` (read by ``calls.short_conv_call`` and its
+    siblings), as :func:`exactfuse.ops.conv.native.conv_reference` computes it; ``num_accepted_tokens``
+    outside spec mode and ``has_initial_state`` unless ``init="tensor"`` are not passed to the kernels.
+    ``out [L, C]`` receives the conv output when there is no ``residual``; ``config`` (sweeps, tests)
+    replaces ``heuristics.conv_config``'s choice. ``head``: the positions of each ``conv_state`` window before
+    its history (Dao's wide window with the history at its end, decode and prefill), which the write-back
+    shifts with the history; ``conv_state`` is the whole state. Nothing here branches on a row, request or
+    slot count: the grids are expressions in them, and an empty grid launches nothing. The kernels read
+    ``query_start_loc`` as int32: an int64 one (FLA's ``cu_seqlens``)
     is converted here, one device op (the eager check has bounded its values by the row count).
     """
+    x, weight, mode, conv_state = call.x, call.weight, call.mode, call.conv_state
+    query_start_loc = call.query_start_loc
     if query_start_loc is not None and query_start_loc.dtype == torch.int64:
         query_start_loc = query_start_loc.to(torch.int32)
-    if mode != "spec":
-        num_accepted_tokens = None
-    if init != "tensor":
-        has_initial_state = None
+    num_accepted_tokens = call.num_accepted_tokens if mode == "spec" else None
+    has_initial_state = call.has_initial_state if call.init == "tensor" else None
     N, C = x.shape
     K = weight.shape[1]
-    SL = (K - 1) * dilation
-    SQL = spec_query_len if mode == "spec" else 1
-    L = token_indices.shape[0] if token_indices is not None else N
+    SL = (K - 1) * call.dilation
+    SQL = call.spec_query_len if mode == "spec" else 1
+    L = call.token_indices.shape[0] if call.token_indices is not None else N
     R = L if mode == "decode" else query_start_loc.shape[0] - 1
     has_state = conv_state is not None
     state = conv_state if has_state else x
@@ -79,38 +62,41 @@ def launch_conv(
     flags = dict(
         MODE=MODE_CODES[mode],
         K=K,
-        D=dilation,
+        D=call.dilation,
         SQL=SQL,
-        HAS_SID=state_indices is not None,
-        INIT=INIT_CODES[init],
-        HAS_TOKEN_MAP=token_indices is not None,
+        HAS_SID=call.state_indices is not None,
+        INIT=INIT_CODES[call.init],
+        HAS_TOKEN_MAP=call.token_indices is not None,
         HEAD=head,
     )
-    sid = state_indices if state_indices is not None else x
+    sid = call.state_indices if call.state_indices is not None else x
     qsl = query_start_loc if query_start_loc is not None else x
     acc = num_accepted_tokens if num_accepted_tokens is not None else x
     hinit = has_initial_state if has_initial_state is not None else x
-    tok = token_indices if token_indices is not None else x
-    sid_stride = state_indices.stride(0) if state_indices is not None else 0
-    target = residual if residual is not None else out
+    tok = call.token_indices if call.token_indices is not None else x
+    bias = call.bias if call.bias is not None else x
+    outer = call.outer_residual if call.outer_residual is not None else x
+    outer_stride = call.outer_residual.stride(0) if call.outer_residual is not None else 0
+    seq = call.seq_idx if call.seq_idx is not None else x
+    sid_stride = call.state_indices.stride(0) if call.state_indices is not None else 0
+    target = call.residual if call.residual is not None else out
     # fp32 weights: the SiLU reads the fp32 conv, so it takes fp32's formula
     act_dtype = torch.float32 if weight.dtype == torch.float32 else x.dtype
-    act = chosen_formula("silu", act_dtype, x.device) if activation == "silu" else NO_ACTIVATION
+    act = chosen_formula("silu", act_dtype, x.device) if call.activation == "silu" else NO_ACTIVATION
     # prefill without a token map or seq_idx: the lean kernel takes the tiles inside one request (or outside
     # all), then the row kernel's FIXUP launch the tiles at request boundaries and the ends
-    lean = cfg.lean and mode == "prefill" and token_indices is None and seq_idx is None
+    lean = cfg.lean and mode == "prefill" and call.token_indices is None and call.seq_idx is None
     common = dict(
-        HAS_STATE=has_state, HAS_RESIDUAL=residual is not None, HAS_OUTER=outer_residual is not None,
-        HAS_BIAS=bias is not None, ACT=act, BC=cfg.BC, BT=cfg.BT, num_warps=cfg.num_warps,
+        HAS_STATE=has_state, HAS_RESIDUAL=call.residual is not None, HAS_OUTER=call.outer_residual is not None,
+        HAS_BIAS=call.bias is not None, ACT=act, BC=cfg.BC, BT=cfg.BT, num_warps=cfg.num_warps,
         EVEN_C=not is_symbolic(C) and C % cfg.BC == 0,
     )  # fmt: skip
     if lean:
         torch.library.wrap_triton(conv_lean_kernel)[(triton.cdiv(L, cfg.BT), triton.cdiv(C, cfg.BC))](
-            x, weight, bias if bias is not None else x, target, outer_residual if outer_residual is not None else x,
-            target, sid, qsl, hinit, L, R, N, C, slots, null_slot,
-            x.stride(0), target.stride(0), outer_residual.stride(0) if outer_residual is not None else 0,
+            x, weight, bias, target, outer, target, sid, qsl, hinit, L, R, N, C, slots, call.null_slot,
+            x.stride(0), target.stride(0), outer_stride,
             target.stride(0), weight.stride(0), weight.stride(1), sid_stride,
-            K=K, D=dilation, HAS_SID=flags["HAS_SID"], INIT=flags["INIT"], UNROLL=cfg.unroll,
+            K=K, D=call.dilation, HAS_SID=flags["HAS_SID"], INIT=flags["INIT"], UNROLL=cfg.unroll,
             W_ALIGN=w_align, W_WORD=_weight_word(weight), **common,
         )  # fmt: skip
     boundary_tiles = (cfg.BT + SL - 2) // cfg.BT + 1  # tiles one boundary can leave (slots.fixup_tile's NB)
@@ -122,13 +108,12 @@ def launch_conv(
     channel_blocks = triton.cdiv(C, cfg.BC)
     grid = (triton.cdiv(L, cfg.BT) * channel_blocks, 1) if channels_first else (rows_grid, channel_blocks)
     torch.library.wrap_triton(conv_rows_kernel)[grid](
-        x, weight, bias if bias is not None else x, target, outer_residual if outer_residual is not None else x,
-        target, state, sid, qsl, acc, hinit, tok, seq_idx if seq_idx is not None else x,
-        L, R, N, C, slots, null_slot,
-        x.stride(0), target.stride(0), outer_residual.stride(0) if outer_residual is not None else 0,
+        x, weight, bias, target, outer, target, state, sid, qsl, acc, hinit, tok, seq,
+        L, R, N, C, slots, call.null_slot,
+        x.stride(0), target.stride(0), outer_stride,
         target.stride(0), weight.stride(0), weight.stride(1),
         *s_strides, sid_stride, BW=cfg.BW, UNROLL=cfg.unroll if mode != "decode" and not lean else 1,
-        HAS_SEQ_IDX=seq_idx is not None, FIXUP=lean, S_ALIGN=s_align, W_ALIGN=w_align,
+        HAS_SEQ_IDX=call.seq_idx is not None, FIXUP=lean, S_ALIGN=s_align, W_ALIGN=w_align,
         CHANNELS_FIRST=channels_first, FLAT_WINDOW=flat, SCALAR_WINDOW=scalar_window,
         WINDOW_TILE=cfg.window_tile and mode == "decode" and cfg.BW <= heuristics.DECODE_WINDOW_TILE_MAX, **common,
         **flags,
@@ -136,7 +121,7 @@ def launch_conv(
     if mode != "decode" and has_state:
         torch.library.wrap_triton(conv_state_kernel)[(R, triton.cdiv(C, cfg.BC_STATE))](
             x, state, sid, qsl, acc, hinit, tok,
-            L, R, N, C, slots, null_slot,
+            L, R, N, C, slots, call.null_slot,
             x.stride(0), *s_strides, sid_stride,
             BC=cfg.BC_STATE, BW=cfg.BW, num_warps=cfg.num_warps, **flags,
         )  # fmt: skip
@@ -204,7 +189,7 @@ def short_conv_triton(
     outer_residual: torch.Tensor | None = None,
 ) -> None:
     launch_conv(
-        **calls.short_conv_call(
+        calls.short_conv_call(
             x, residual, conv_state, weight, state_indices, conv_mode, dilation, query_start_loc,
             num_accepted_tokens, has_initial_state, spec_query_len, token_indices, outer_residual,
         )
@@ -240,7 +225,7 @@ def causal_conv1d_triton(
         x, weight, bias, activation, dilation, conv_state, query_start_loc, state_indices, has_initial_state,
         pad_slot_id, seq_idx,
     )  # fmt: skip
-    launch_conv(**call, out=out, head=head)
+    launch_conv(call, out=out, head=head)
     return out
 
 
@@ -261,7 +246,7 @@ def causal_conv1d_update_triton(
     call = calls.causal_conv1d_update_call(
         x, conv_state, weight, bias, activation, dilation, state_indices, num_accepted_tokens, pad_slot_id
     )
-    launch_conv(**call, out=out.view(call["x"].shape), head=head)
+    launch_conv(call, out=out.view(call.x.shape), head=head)
     return out
 
 
