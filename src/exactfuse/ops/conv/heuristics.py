@@ -51,7 +51,7 @@ DECODE_FLAT_WARPS = 1
 # [slot, C, W] windows whose channel stride gives no vector access take the register window one [BC] vector a
 # position (SCALAR_WINDOW) up to this many positions; each position is a warp access of 2-byte elements a stride
 # apart. bf16, against the [BW, BC] tile: slot cache (3 positions) B = 1024 0.81x its time, short_conv cw
-# (9 positions) R = 256 2.98x (docs/heuristics.md, Open work 1; benchmarks/results/h200/short_conv.csv).
+# (9 positions) R = 256 2.98x (docs/heuristics.md, "conv decode"; benchmarks/results/h200/short_conv.csv).
 SCALAR_WINDOW_MAX = 4
 
 
