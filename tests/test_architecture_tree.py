@@ -1,6 +1,6 @@
 """The source tree in docs/architecture.md ("## Layout", its first fenced block) matches ``src/`` both ways.
 
-The block lists one entry a line: a name (``ops/``, ``cli.py``; several as ``__main__.py, cli.py``), then
+The block lists one entry a line: a name (``ops/``, ``utils.py``; several as ``__main__.py, utils.py``), then
 two or more spaces and a description. An entry indented deeper than the directory entry above it lies in
 that directory, whatever the step (spaces, tabs or tree-drawing characters such as ``├──`` and ``│``).
 A line that starts at or right of the previous entry's description continues that description.

@@ -155,24 +155,24 @@ def test_verify_runs_quick_case_sets_in_one_process_once_each_row_ran_here(monke
     cache holding other kernels (the GPU tests') is not enough. The full sets always start workers."""
     from triton import knobs
 
-    from exactfuse import cli
+    from exactfuse_cli import verify
 
-    monkeypatch.setattr(cli.torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(cli.torch.cuda, "get_device_name", lambda *a: "Some GPU")
-    monkeypatch.setattr(cli.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(verify.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(verify.torch.cuda, "get_device_name", lambda *a: "Some GPU")
+    monkeypatch.setattr(verify.os, "cpu_count", lambda: 16)
     monkeypatch.setattr(knobs.cache, "dir", str(tmp_path / "cache"))
     rows = [("silu_and_mul", "triton", "bf16"), ("w4a16_gemm", "triton", "bf16")]
-    assert cli.default_jobs(True, rows) == 4 and cli.default_jobs(False, rows) == 4
+    assert verify.default_jobs(True, rows) == 4 and verify.default_jobs(False, rows) == 4
     (tmp_path / "cache" / "SOMEKERNEL").mkdir(parents=True)
-    assert cli.default_jobs(True, rows) == 4  # other kernels only
-    cli._mark_compiled(rows[0])
-    assert cli.default_jobs(True, rows[:1]) == 1 and cli.default_jobs(True, rows) == 4
-    cli._mark_compiled(rows[1])
-    assert cli.default_jobs(True, rows) == 1 and cli.default_jobs(False, rows) == 4
-    monkeypatch.setattr(cli.torch.cuda, "get_device_name", lambda *a: "Another GPU")
-    assert cli.default_jobs(True, rows) == 4  # the markers name the GPU they were made on
-    monkeypatch.setattr(cli.os, "cpu_count", lambda: 4)
-    assert cli.default_jobs(False, rows) == 1
+    assert verify.default_jobs(True, rows) == 4  # other kernels only
+    verify._mark_compiled(rows[0])
+    assert verify.default_jobs(True, rows[:1]) == 1 and verify.default_jobs(True, rows) == 4
+    verify._mark_compiled(rows[1])
+    assert verify.default_jobs(True, rows) == 1 and verify.default_jobs(False, rows) == 4
+    monkeypatch.setattr(verify.torch.cuda, "get_device_name", lambda *a: "Another GPU")
+    assert verify.default_jobs(True, rows) == 4  # the markers name the GPU they were made on
+    monkeypatch.setattr(verify.os, "cpu_count", lambda: 4)
+    assert verify.default_jobs(False, rows) == 1
 
 
 def test_a_quick_gpu_verify_marks_each_row_it_checked(monkeypatch, tmp_path, capsys):
@@ -181,7 +181,7 @@ def test_a_quick_gpu_verify_marks_each_row_it_checked(monkeypatch, tmp_path, cap
     import torch
     from triton import knobs
 
-    from exactfuse import cli
+    from exactfuse_cli import verify
 
     def fake_rows(tasks, quick, jobs):
         for task in tasks:
@@ -191,16 +191,16 @@ def test_a_quick_gpu_verify_marks_each_row_it_checked(monkeypatch, tmp_path, cap
                 0.1,
             )
 
-    monkeypatch.setattr(cli, "_device", lambda: torch.device("cuda"))
-    monkeypatch.setattr(cli, "_verify_rows", fake_rows)
-    monkeypatch.setattr(cli, "_proof_table", lambda *a: None)  # the fast-math proofs need the real GPU
-    monkeypatch.setattr(cli.torch.cuda, "get_device_name", lambda *a: "Some GPU")
+    monkeypatch.setattr(verify, "device_here", lambda: torch.device("cuda"))
+    monkeypatch.setattr(verify, "_verify_rows", fake_rows)
+    monkeypatch.setattr(verify, "_proof_table", lambda *a: None)  # the fast-math proofs need the real GPU
+    monkeypatch.setattr(verify.torch.cuda, "get_device_name", lambda *a: "Some GPU")
     monkeypatch.setattr(knobs.cache, "dir", str(tmp_path))
     rows = [("silu_and_mul", "triton", "fp16"), ("silu_and_mul", "triton", "bf16")]
     assert main(["verify", "--op", "silu_and_mul", "--dtype", "fp16", "--dtype", "bf16", "--jobs", "1"]) == 0
-    assert not any(os.path.exists(cli._compiled_marker(row)) for row in rows)
+    assert not any(os.path.exists(verify._compiled_marker(row)) for row in rows)
     assert main(["verify", "--op", "silu_and_mul", "--dtype", "fp16", "--dtype", "bf16", "--quick", "--jobs", "1"]) == 0
-    assert all(os.path.exists(cli._compiled_marker(row)) for row in rows)
+    assert all(os.path.exists(verify._compiled_marker(row)) for row in rows)
     capsys.readouterr()
 
 

@@ -97,12 +97,11 @@ def main() -> None:
     ):
         wall, _ = timed([sys.executable, *cmd])
         lines.append(f"{what} | {wall:.2f} |")
-    from exactfuse import cli
-    from exactfuse_cli import build_parser
+    from exactfuse_cli import build_parser, commands
 
     profile = cProfile.Profile()
     start = time.perf_counter()
-    profile.runcall(cli.run, build_parser().parse_args(["verify", "--quick", "--jobs", "1"]))
+    profile.runcall(commands.run, build_parser().parse_args(["verify", "--quick", "--jobs", "1"]))
     lines.append(f"verify --quick --jobs 1 in this process, profiled | {time.perf_counter() - start:.1f} |")
     text = io.StringIO()
     pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(40)

@@ -3,8 +3,10 @@
 ``exactfuse --help``, a usage error or a subcommand's ``--help`` cost an argparse run (torch alone takes
 over a second to import). A command that runs then imports torch; without a CUDA GPU it turns the Triton
 interpreter on (``TRITON_INTERPRET=1``) before any exactfuse kernel is defined, since Triton reads that
-variable when a kernel is decorated, and hands over to ``exactfuse.cli``. This lives outside the
-``exactfuse`` package because importing any part of that package declares every op.
+variable when a kernel is decorated, and hands over to ``exactfuse_cli.commands``. The commands live in
+this package's modules (``commands``, ``verify``, ``bench``), which import torch and exactfuse; this module
+imports neither, and the package lives outside ``exactfuse`` because importing any part of that package
+declares every op.
 """
 
 from __future__ import annotations
@@ -122,10 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _kernel_environment(argv)
     try:
-        from exactfuse import cli
+        from exactfuse_cli import commands
     except ValueError as error:  # registry.platform.PriorityError: a usage error, not a crash
         if not str(error).startswith("EXACTFUSE_PRIORITY"):
             raise
         print(f"exactfuse: error: {error}", file=sys.stderr)
         return 2
-    return cli.run(args)
+    return commands.run(args)

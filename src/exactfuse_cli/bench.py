@@ -1,4 +1,5 @@
-"""``exactfuse bench``: the run on arguments ``exactfuse_cli`` parsed (called by ``exactfuse.cli``).
+"""``exactfuse bench``: the run on the parsed arguments (called by ``exactfuse_cli.commands``) over the
+harness in ``exactfuse.bench``.
 
 Exit codes: 0 every exactfuse provider passed its gate, 1 one failed its
 contract or raised, 2 usage error or no CUDA GPU, 130 interrupted (SIGINT or

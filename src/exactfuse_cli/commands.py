@@ -1,11 +1,11 @@
-"""The commands of ``exactfuse`` (info, list, verify, warmup, bench), run on arguments that
-``exactfuse_cli`` parsed; without a CUDA GPU it has turned the Triton interpreter on before this import.
-Imports go one way: ``exactfuse_cli`` (the entry point) -> this module -> ``exactfuse.bench.cli``.
+"""The commands of ``exactfuse``, run on the arguments the package's parser read: info, list and warmup
+here, verify and bench in their modules (``verify.py``, ``bench.py``, imported when their command runs),
+and what the commands share: the ops ``--op`` names and the device they run on. Without a CUDA GPU the
+parser has turned the Triton interpreter on before this import.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 import warnings
@@ -14,8 +14,6 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from exactfuse.registry import get
-from exactfuse.registry.contracts import Bitwise, RowBitwise, Ulp
 from exactfuse.utils import DTYPE_NAMES, DTYPES_BY_NAME
 
 DTYPES = DTYPES_BY_NAME
@@ -27,7 +25,8 @@ def _quiet_interpreter() -> None:
     warnings.filterwarnings("ignore", category=RuntimeWarning, module="triton.runtime.interpreter")
 
 
-def _device() -> torch.device:
+def device_here() -> torch.device:
+    """Where info, list and verify run the cases: the CUDA GPU, else the CPU (the Triton interpreter)."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
@@ -38,7 +37,8 @@ class UnknownOpError(KeyError):
         return str(self.args[0])
 
 
-def _ops(names: list[str] | None):
+def named_ops(names: list[str] | None):
+    """The ops ``--op`` names (all without it); an unknown name raises :class:`UnknownOpError`."""
     from exactfuse.registry import OPS
 
     unknown = [n for n in names or () if n not in OPS]
@@ -49,8 +49,8 @@ def _ops(names: list[str] | None):
 
 def cmd_info(args, console: Console) -> int:
     if args.op is not None:
-        (op,) = _ops([args.op])
-        console.print(_op_info(op, _device()))
+        (op,) = named_ops([args.op])
+        console.print(_op_info(op, device_here()))
         return 0
     import triton
 
@@ -99,7 +99,7 @@ def _provider_verdicts(op, device: torch.device) -> tuple[str, dict[str, str]]:
     where = f"{device.type} tensors ({'EXACTFUSE_PRIORITY' if op.name in platform.env_priority() else 'the default'})"
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float16
     dtype = dtype if dtype in op.dtypes else op.dtypes[0]
-    case = next((c for c in op.cases(device, dtype, quick=True) if _has_elements(c)), None)
+    case = next((c for c in op.cases(device, dtype, quick=True) if has_elements(c)), None)
     verdicts, chosen = {}, None
     for name in [*order, *(n for n in op.providers if n not in order)]:
         provider = op.providers[name]
@@ -120,7 +120,8 @@ def _provider_verdicts(op, device: torch.device) -> tuple[str, dict[str, str]]:
     return f"{chosen or 'none'} (for case {case.id}, {SHORT[dtype]} on {device.type})", verdicts
 
 
-def _has_elements(case) -> bool:
+def has_elements(case) -> bool:
+    """Whether ``case`` has a tensor argument with elements."""
     return any(isinstance(a, torch.Tensor) and a.numel() for a in case.args)
 
 
@@ -154,17 +155,17 @@ def cmd_list(args, console: Console) -> int:
     from exactfuse.registry import autograd
     from exactfuse.registry.contracts import describe
 
-    device = _device()
+    device = device_here()
     where = "CUDA" if device.type == "cuda" else "the CPU (interpreter)"
     table = Table(title=f"exactfuse ops: contracts and providers for {where}")
     for col in ("op", "providers", "compiler", f"contract on {where}", "backward", "selected here"):
         table.add_column(col)
-    for op in _ops(args.op):
+    for op in named_ops(args.op):
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float16
         cases = op.cases(device, dtype, quick=True)
         selected = "-"
         for case in cases:
-            if _has_elements(case):
+            if has_elements(case):
                 selected = op.select(*case.args, **case.kwargs).name
                 break
         contract = op.contract if device.type == "cuda" else op.interpreter_contract
@@ -173,216 +174,6 @@ def cmd_list(args, console: Console) -> int:
         table.add_row(*row)
     console.print(table)
     return 0
-
-
-# Contracts stated in ulps of the output dtype: verify's "max ulp" column is theirs; under a tolerance
-# contract an ulp count (of tiny values near zero) says nothing, and the column shows "-".
-ULP_CONTRACTS = (Bitwise, Ulp, RowBitwise)
-
-
-def verify_op(op, provider: str, dtype: torch.dtype, device: torch.device, quick: bool) -> dict:
-    """Check ``provider`` against native on every input case of ``op``; one summary row."""
-    row = {"cases": 0, "declined": 0, "failed": 0, "max_abs_err": 0.0, "max_ulp": 0, "first_failure": ""}
-    with warnings.catch_warnings():
-        # What the edge cases are built to provoke: NaN/Inf inputs in the interpreter's numpy reductions,
-        # the std of an empty batch in a native spec. The contract check reports what matters.
-        warnings.filterwarnings("ignore", message="invalid value encountered", category=RuntimeWarning)
-        warnings.filterwarnings("ignore", message="overflow encountered", category=RuntimeWarning)
-        warnings.filterwarnings("ignore", message=r"std\(\): degrees of freedom", category=UserWarning)
-        _verify_cases(op, provider, dtype, device, quick, row)
-    return row
-
-
-def _verify_cases(op, provider: str, dtype: torch.dtype, device: torch.device, quick: bool, row: dict) -> None:
-    from exactfuse.testing import check_provider
-
-    for case in op.cases(device, dtype, quick=quick):
-        if op.providers[provider].accepts(*case.args, **case.kwargs) is not True:
-            row["declined"] += 1
-            continue
-        result = check_provider(op, provider, case)
-        row["cases"] += 1
-        row["max_abs_err"] = max(row["max_abs_err"], result.max_abs_err)
-        row["max_ulp"] = max(row["max_ulp"], result.max_ulp)
-        if not result.passed:
-            row["failed"] += 1
-            row["first_failure"] = row["first_failure"] or f"{case.id}: {result.summary()}"
-
-
-def _verify_task(op_name: str, provider: str, dtype_name: str, quick: bool) -> tuple[dict, float]:
-    """One verify row (in a worker process under ``--jobs``): the row and its seconds."""
-    from exactfuse.registry import OPS
-
-    start = time.perf_counter()
-    row = verify_op(OPS[op_name], provider, DTYPES[dtype_name], _device(), quick)
-    return row, time.perf_counter() - start
-
-
-def _verify_rows(tasks: list[tuple[str, str, str]], quick: bool, jobs: int):
-    """Yield ``(task, row, seconds)`` as each finishes: here, or in ``jobs`` worker processes (each
-    compiles its own kernels; the Triton disk cache is shared)."""
-    if jobs <= 1 or len(tasks) <= 1:
-        for task in tasks:
-            yield (task, *_verify_task(*task, quick))
-        return
-    import concurrent.futures
-    import multiprocessing
-
-    context = multiprocessing.get_context("spawn")  # a forked CUDA context is unusable
-    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-        futures = {pool.submit(_verify_task, *task, quick): task for task in tasks}
-        for future in concurrent.futures.as_completed(futures):
-            yield (futures[future], *future.result())
-
-
-def default_jobs(quick: bool, tasks: list[tuple[str, str, str]]) -> int:
-    """``verify --jobs`` default: 4 worker processes on a CUDA machine with 8 or more cores (most of a
-    run's time is compiling), else 1; but one for the quick case sets once every row asked for has been
-    checked here before (:func:`_compiled_marker`): each worker starts its own torch and CUDA context,
-    more than a warm ``--quick`` run's rows take (on the H200 13.9 s in one process against 20.6 s in
-    four, ``sweeps/verify_time.txt``), while compiling in one process is slower still (a ``--quick``
-    run in one process on a cache that held only other kernels did not finish in 317 s; in four, 89.5
-    s on an empty cache, ``sweeps/verify_quick_cold.txt``)."""
-    if not (torch.cuda.is_available() and (os.cpu_count() or 1) >= 8):
-        return 1
-    return 1 if quick and all(os.path.exists(_compiled_marker(task)) for task in tasks) else 4
-
-
-def _compiled_marker(task: tuple[str, str, str]) -> str:
-    """An empty file in Triton's cache directory saying the quick row ``(op, provider, dtype)`` ran here
-    with this exactfuse, Triton, torch and GPU, so its kernels are in that cache (it goes when the
-    cache is cleared)."""
-    import hashlib
-
-    import triton
-    from triton import knobs
-
-    import exactfuse
-
-    where = "|".join((exactfuse.__version__, triton.__version__, torch.__version__, torch.cuda.get_device_name()))
-    key = hashlib.sha256(where.encode()).hexdigest()[:16]
-    return os.path.join(knobs.cache.dir, "exactfuse-verify-quick", key, ".".join(task))
-
-
-def _mark_compiled(task: tuple[str, str, str]) -> None:
-    path = _compiled_marker(task)
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        open(path, "a").close()
-    except OSError:  # a read-only cache: the next quick run starts workers again
-        pass
-
-
-def cmd_verify(args, console: Console) -> int:
-    device = _device()
-    on_gpu = device.type == "cuda"
-    quick = args.quick or not on_gpu
-    table = Table(title=f"exactfuse verify on {torch.cuda.get_device_name(0) if on_gpu else 'CPU (interpreter)'}")
-    for col in ("op", "provider", "dtype", "contract", "cases", "declined", "max abs err", "max ulp", "result"):
-        table.add_column(col)
-    ops = _ops(args.op)
-    tasks, skipped = [], []
-    for op in ops:
-        for dtype in [DTYPES[d] for d in args.dtype] if args.dtype else list(op.dtypes):
-            if dtype not in op.dtypes:
-                skipped.append(f"{op.name} takes no {SHORT[dtype]}")
-            elif not on_gpu and dtype == torch.bfloat16:
-                skipped.append(f"{op.name}/{SHORT[dtype]}: the Triton interpreter has no bf16 arithmetic")
-            else:
-                tasks += [(op.name, n, SHORT[dtype]) for n, p in op.providers.items() if n != "native" and p.available]
-                for n, p in op.providers.items():
-                    note = f"the {n} provider of {op.name} is unavailable here: {p.unavailable_reason}"
-                    if not p.available and note not in skipped:
-                        skipped.append(note)
-    if not tasks:
-        console.print(f"[red]nothing was checked: {'; '.join(skipped) or 'no provider besides native here'}[/]")
-        return 2
-    jobs = args.jobs if args.jobs is not None else default_jobs(quick, tasks)
-    console.print(
-        f"{table.title}: {len(ops)} op(s), {len(tasks)} row(s), {'quick' if quick else 'full'} case sets, "
-        f"{jobs} process(es)",
-        highlight=False,
-    )
-    done = {}
-    for (op_name, name, dtype_name), row, seconds in _verify_rows(tasks, quick, jobs):
-        done[op_name, name, dtype_name] = row, seconds
-        if quick and on_gpu:
-            _mark_compiled((op_name, name, dtype_name))
-        console.print(
-            f"  checked {op_name}/{name}/{dtype_name}: {row['cases']} case(s), {row['failed']} failed, "
-            f"{row['declined']} declined, {seconds:.1f}s",
-            highlight=False,
-        )
-    failures, notes = 0, []
-    for task in tasks:  # the table in declaration order, whatever order the rows finished in
-        (op_name, name, dtype_name), (row, seconds) = task, done[task]
-        ok = row["failed"] == 0 and row["cases"] > 0
-        failures += not ok
-        if row["first_failure"]:
-            notes.append(f"{op_name}/{name}/{dtype_name}: {row['first_failure']}")
-        elif row["cases"] == 0:
-            notes.append(f"{op_name}/{name}/{dtype_name}: no case ran on this provider")
-        contract = get(op_name).contract_for(DTYPES[dtype_name], device.type)
-        table.add_row(
-            op_name,
-            name,
-            dtype_name,
-            contract.describe(DTYPES[dtype_name]),
-            str(row["cases"]),
-            str(row["declined"]),
-            f"{row['max_abs_err']:.3g}",
-            str(row["max_ulp"]) if isinstance(contract, ULP_CONTRACTS) else "-",
-            f"[green]PASS[/] ({seconds:.1f}s)" if ok else "[red]FAIL[/]",
-        )
-    console.print(table)
-    proofs = _proof_table({op.name for op in ops}, args.dtype, device)
-    if proofs is not None:
-        console.print(proofs)
-    for note in notes:
-        console.print(f"[red]{note}[/]")
-    for note in skipped:
-        console.print(f"[yellow]not checked: {note}[/]")
-    per_op: dict[str, float] = {}
-    for (op_name, *_), (_, seconds) in done.items():
-        per_op[op_name] = per_op.get(op_name, 0.0) + seconds
-    times = ", ".join(f"{name} {seconds:.1f}s" for name, seconds in sorted(per_op.items(), key=lambda kv: -kv[1]))
-    console.print(f"time per op (its rows' seconds, summed over processes): {times}", highlight=False)
-    console.print("[green]all contracts hold[/]" if failures == 0 else f"[red]{failures} row(s) failed[/]")
-    return 1 if failures else 0
-
-
-def _proof_table(op_names: set[str], dtype_names: list[str] | None, device: torch.device) -> Table | None:
-    """The fast-formula proofs of the activations the selected ops evaluate (``exactfuse.ops.fastmath``):
-    one row per activation and dtype, the formula the kernels take and each rejected candidate. Under
-    the interpreter the proofs run against CPU PyTorch (fp16) and the kernels keep the exact formulas."""
-    from exactfuse.ops import fastmath
-
-    activations = [a for a, users in fastmath.OPS_USING.items() if op_names & set(users)]
-    if not activations:
-        return None
-    on_gpu = device.type == "cuda"
-    where = "this GPU" if on_gpu else "the CPU (interpreter stand-ins; the kernels here keep the exact formulas)"
-    table = Table(title=f"fast-math proofs: all 65,536 inputs against eager PyTorch on {where}")
-    for col in ("activation", "dtype", "formula the kernels take", "rejected candidates" if on_gpu else "candidates"):
-        table.add_column(col)
-    for activation in activations:
-        for name in dtype_names or ("fp16", "bf16", "fp32"):
-            dtype = DTYPES[name]
-            if dtype == torch.float32:
-                table.add_row(activation, name, "exact (fp32 is never proven)", "-")
-            elif not on_gpu and dtype == torch.bfloat16:
-                table.add_row(activation, name, "exact (the interpreter has no bf16 arithmetic)", "-")
-            elif on_gpu:
-                result = fastmath.proof(activation, dtype, device)
-                rejected = "; ".join(f"{c.name}: {c.summary()}" for c in result.checks if c.differing)
-                chosen = f"[green]{result.name}[/]" if result.fast else result.name
-                table.add_row(activation, name, chosen, f"[yellow]{rejected}[/]" if rejected else "-")
-            else:  # shown, not admitted: the candidates' checks against CPU PyTorch
-                checks = [fastmath.check_formula(activation, f, dtype, device)
-                          for f in fastmath.CANDIDATES.get((activation, dtype), ())]  # fmt: skip
-                shown = "; ".join(f"{c.name}: {c.summary()}" for c in checks) or "-"
-                table.add_row(activation, name, fastmath.FORMULAS[fastmath.EXACT[activation]][1], shown)
-    return table
 
 
 def cmd_warmup(args, console: Console) -> int:
@@ -398,10 +189,16 @@ def cmd_warmup(args, console: Console) -> int:
     return 0
 
 
-def cmd_bench(args, console: Console) -> int:
-    from exactfuse.bench import cli as bench_cli
+def cmd_verify(args, console: Console) -> int:
+    from exactfuse_cli import verify
 
-    return bench_cli.run(args, console)
+    return verify.run(args, console)
+
+
+def cmd_bench(args, console: Console) -> int:
+    from exactfuse_cli import bench
+
+    return bench.run(args, console)
 
 
 COMMANDS = {"info": cmd_info, "list": cmd_list, "verify": cmd_verify, "warmup": cmd_warmup, "bench": cmd_bench}

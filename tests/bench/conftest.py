@@ -1,8 +1,8 @@
-"""The bench tests' fake op (tests/bench_fakes.py), declared once per test module."""
+"""The bench tests' fake op (tests/support/bench_fakes.py), declared once per test module."""
 
 import pytest
 
-from bench_fakes import registered_fake_op
+from support.bench_fakes import registered_fake_op
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 """The bench harness on the CPU: grids, the correctness gate, rows, the CLI (result files:
-test_bench_results.py). Nothing is timed: the op and the timer are tests/bench_fakes.py's."""
+test_bench_results.py). Nothing is timed: the op and the timer are tests/support/bench_fakes.py's."""
 
 from __future__ import annotations
 
@@ -11,12 +11,22 @@ import torch
 from rich.console import Console
 
 import exactfuse_cli
-from bench_fakes import BUILT, CALLS, FAKE_KERNEL, ROOF, SEEN_PTRS, SHAPES, bench_config, fake_timer, rows_by_case
-from exactfuse.bench import cli as bench_cli
 from exactfuse.bench import gate, resources
 from exactfuse.bench.runner import bench_op, expand_grid
 from exactfuse.bench.timing import recompile_limits, rotation_count
 from exactfuse.registry import OPS, Bitwise, Case, LazyCase, Tolerance, Ulp
+from exactfuse_cli import bench as bench_cli
+from support.bench_fakes import (
+    BUILT,
+    CALLS,
+    FAKE_KERNEL,
+    ROOF,
+    SEEN_PTRS,
+    SHAPES,
+    bench_config,
+    fake_timer,
+    rows_by_case,
+)
 
 
 # ------------------------------------------------------------------ grids
@@ -208,9 +218,9 @@ def test_every_candidate_of_a_mutating_op_is_gated_on_the_original_arguments():
     "good") must still be checked on the case as it was, not on what the timing left behind."""
     import uuid
 
-    from bench_fakes import LAST, ROOF, bench_config, fake_timer
     from exactfuse.bench.runner import bench_op
     from exactfuse.registry import OPS, Bitwise, Case, op
+    from support.bench_fakes import LAST, ROOF, bench_config, fake_timer
 
     def accumulate(x: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         LAST[0] = "native"

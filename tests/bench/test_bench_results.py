@@ -1,5 +1,6 @@
 """The bench harness's results on the CPU: summaries, CSV / JSON files, time budgets, shards, resumed and
-re-run cases merged into one result, plots. Nothing is timed: the op and the timer are tests/bench_fakes.py's."""
+re-run cases merged into one result, plots. Nothing is timed: the op and the timer are
+tests/support/bench_fakes.py's."""
 
 from __future__ import annotations
 
@@ -18,11 +19,11 @@ import torch
 from rich.console import Console
 
 import exactfuse_cli
-from bench_fakes import FAKE_KERNEL, ROOF, bench_config, fake_timer, run_rows
-from exactfuse.bench import cli as bench_cli
 from exactfuse.bench import results, runner
 from exactfuse.bench.display import RichReporter
 from exactfuse.bench.runner import bench_op
+from exactfuse_cli import bench as bench_cli
+from support.bench_fakes import FAKE_KERNEL, ROOF, bench_config, fake_timer, run_rows
 
 
 # ---------------------------------------------------------------- results

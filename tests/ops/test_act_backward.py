@@ -21,7 +21,7 @@ from exactfuse.ops.act_and_mul import triton as act_triton
 from exactfuse.registry import InferenceOnlyError
 from exactfuse.testing import CompileWatch, assert_contract_matrix, clone_args
 from exactfuse.testing.calls import clone_value
-from graph_support import capture
+from support.graph import capture
 
 # backward op -> its forward op and the forward's differentiable arguments
 BACKWARD = {

@@ -28,7 +28,7 @@ from exactfuse.ops.conv.triton import launch_conv_grad
 from exactfuse.registry import InferenceOnlyError
 from exactfuse.testing import check_provider
 from exactfuse.utils import DTYPE_NAMES
-from graph_support import capture
+from support.graph import capture
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 DAO_TOL = {torch.float32: (3e-4, 1e-3), torch.float16: (3e-3, 5e-3), torch.bfloat16: (1e-2, 5e-2)}

@@ -158,11 +158,11 @@ def test_the_act_kernel_runs_every_formula_within_the_interpreter_tolerance(monk
 def test_verify_shows_one_proof_row_per_activation_and_dtype():
     from rich.console import Console
 
-    from exactfuse import cli
+    from exactfuse_cli import verify
 
-    assert cli._proof_table({"w4a16_gemm"}, None, torch.device("cpu")) is None
+    assert verify._proof_table({"w4a16_gemm"}, None, torch.device("cpu")) is None
     console = Console(width=1000, record=True)  # wide enough that no row wraps
-    console.print(cli._proof_table({"silu_mul", "gelu_and_mul"}, None, torch.device("cpu")))
+    console.print(verify._proof_table({"silu_mul", "gelu_and_mul"}, None, torch.device("cpu")))
     text = console.export_text()
     assert "fast-math proofs" in text
     rows = [line for line in text.splitlines() if line.startswith("│ ")]

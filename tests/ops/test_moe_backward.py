@@ -11,8 +11,8 @@ from exactfuse.ops.moe_silu_and_mul import moe_silu_and_mul, moe_silu_and_mul_ba
 from exactfuse.ops.moe_silu_and_mul import triton as mt
 from exactfuse.testing import CompileWatch, assert_contract_matrix, clone_args
 from exactfuse.testing.calls import clone_value
-from graph_support import capture
-from moe_support import LAYOUT, pair
+from support.graph import capture
+from support.moe import LAYOUT, pair
 
 SHORT = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 INTERP_DTYPES = pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])

@@ -16,7 +16,7 @@ from exactfuse.testing import (
     check_provider,
 )
 from exactfuse.utils import needs_int64
-from moe_support import LAYOUT, pair
+from support.moe import LAYOUT, pair
 
 SHORT = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 INTERP_DTYPES = pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])

@@ -11,7 +11,7 @@ from exactfuse.ops.moe_silu_and_mul import heuristics as mh
 from exactfuse.ops.moe_silu_and_mul import moe_silu_and_mul
 from exactfuse.ops.moe_silu_and_mul import triton as mt
 from exactfuse.utils import needs_int64
-from moe_support import LAYOUT, pair
+from support.moe import LAYOUT, pair
 
 
 # ----------------------------------------------------------------- heuristic

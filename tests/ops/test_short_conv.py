@@ -8,13 +8,13 @@ import torch
 import torch.nn.functional as F
 
 import exactfuse
-from conv_support import one_layout
 from exactfuse.ops.conv import kernels as sc_kernels
 from exactfuse.ops.conv import native, short_conv
 from exactfuse.ops.conv.heuristics import conv_config
 from exactfuse.ops.conv.inputs import make_state, short_conv_case
 from exactfuse.testing import CompileWatch, check_call, check_on_device, clone_args, collect_outputs, make_generator
 from exactfuse.utils import DTYPE_NAMES
+from support.conv import one_layout
 
 INTERP_DTYPES = [torch.float16, torch.float32]
 INT_VIEW = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32}

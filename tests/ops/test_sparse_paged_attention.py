@@ -7,7 +7,13 @@ import pytest
 import torch
 
 import exactfuse
-from attention_support import (
+from exactfuse.ops import fastmath
+from exactfuse.ops.sparse_paged_attention import CONTRACT, heuristics, native
+from exactfuse.ops.sparse_paged_attention import warmup as attn_warmup
+from exactfuse.ops.sparse_paged_attention.heuristics import AttentionConfig
+from exactfuse.testing import assert_contract_matrix, make_generator
+from exactfuse.utils import num_sms
+from support.attention import (
     CPU,
     CUDA,
     assert_contract,
@@ -19,12 +25,6 @@ from attention_support import (
     specials_cases,
     with_args,
 )
-from exactfuse.ops import fastmath
-from exactfuse.ops.sparse_paged_attention import CONTRACT, heuristics, native
-from exactfuse.ops.sparse_paged_attention import warmup as attn_warmup
-from exactfuse.ops.sparse_paged_attention.heuristics import AttentionConfig
-from exactfuse.testing import assert_contract_matrix, make_generator
-from exactfuse.utils import num_sms
 
 
 def _loop_reference(args: tuple) -> torch.Tensor:

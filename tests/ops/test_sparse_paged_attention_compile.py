@@ -7,9 +7,9 @@ from torch._dynamo.decorators import mark_unbacked
 from torch._dynamo.testing import CompileCounterWithBackend
 
 import exactfuse
-from attention_support import CPU, CUDA, assert_contract, case_args, named, op, with_args
 from exactfuse.ops.sparse_paged_attention import triton as at
 from exactfuse.testing import CompileWatch
+from support.attention import CPU, CUDA, assert_contract, case_args, named, op, with_args
 
 
 def _public(args):

@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from attention_support import (
+from exactfuse.ops.sparse_paged_attention.heuristics import AttentionConfig
+from support.attention import (
     CPU,
     CUDA,
     assert_contract,
@@ -19,7 +20,6 @@ from attention_support import (
     specials_cases,
     with_args,
 )
-from exactfuse.ops.sparse_paged_attention.heuristics import AttentionConfig
 
 
 def _odd_copy(cache: torch.Tensor) -> torch.Tensor:

@@ -10,7 +10,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from exactfuse.layers import W4A16Linear
 from exactfuse.ops.w4a16 import make_case, staged, w4a16_gemm
 from exactfuse.testing import make_generator
-from w4a16_support import record_configs
+from support.w4a16 import record_configs
 
 
 def _exactfuse_nodes(gm):

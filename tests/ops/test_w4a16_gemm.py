@@ -19,7 +19,7 @@ from exactfuse.ops.w4a16.heuristics import (
 )
 from exactfuse.ops.w4a16.packing import prepare_gptq
 from exactfuse.testing import check_provider, make_generator
-from w4a16_support import GROUPS, SHORT, checkpoint, gid, identity_check, record_configs
+from support.w4a16 import GROUPS, SHORT, checkpoint, gid, identity_check, record_configs
 
 # The launch paths: the heuristic's choice, the CUDA-core GEMV at M <= 2 (the heuristic's above), the
 # tl.dot kernel at every M (the decode tile at M <= 16, the m128 tile above M = 128), the dense path

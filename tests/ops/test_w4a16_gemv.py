@@ -10,7 +10,7 @@ from exactfuse.ops.w4a16 import CONTRACT, make_case, native
 from exactfuse.ops.w4a16 import triton as w4_triton
 from exactfuse.ops.w4a16.heuristics import bucket_config, with_split
 from exactfuse.testing import make_generator
-from w4a16_support import SHORT, gid, identity_check, record_configs
+from support.w4a16 import SHORT, gid, identity_check, record_configs
 
 
 @pytest.mark.interpreter

@@ -14,7 +14,7 @@ from exactfuse.ops.w4a16.packing import (
     unpack_rows,
 )
 from exactfuse.testing import make_generator
-from w4a16_support import GROUPS, gid
+from support.w4a16 import GROUPS, gid
 
 
 def _codes(shape, seed=0):

@@ -16,7 +16,7 @@ from exactfuse.ops.w4a16.heuristics import STAGED_M, select_config, staged_confi
 from exactfuse.ops.w4a16.inputs import row_group_case
 from exactfuse.ops.w4a16.staged import staged_shape_unsupported
 from exactfuse.testing import CompileWatch, make_generator
-from w4a16_support import SHORT, gid, identity_check, record_configs
+from support.w4a16 import SHORT, gid, identity_check, record_configs
 
 SWEEP = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "results", "h200", "sweeps")
 

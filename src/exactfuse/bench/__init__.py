@@ -1,4 +1,4 @@
-"""Benchmark harness: ``exactfuse bench``.
+"""Benchmark harness of ``exactfuse bench`` (the command itself: ``exactfuse_cli.bench``).
 
 Each op declares its shape grids (``op.grid("default")``, ``op.grid("quick")``)
 and its cost (``op.cost(bytes=..., flops=...)``). For every case the harness
@@ -11,7 +11,7 @@ measured in the same run.
 Modules: ``runner`` (the loop), ``gate`` (correctness before timing),
 ``timing``, ``roofline``, ``resources`` (registers/spills of Triton kernels),
 ``peers`` (adapters for other libraries), ``results`` (rows, summary,
-CSV/JSON), ``display`` (rich), ``plot``, ``cli``.
+CSV/JSON), ``display`` (rich), ``plot``.
 """
 
 from exactfuse.bench.peers import PEERS, PeerAdapter, register_peer
