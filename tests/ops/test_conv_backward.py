@@ -296,3 +296,29 @@ def test_gpu_backward_compiles_and_replays_in_a_graph():
     graph.replay()
     torch.cuda.synchronize()
     assert all(torch.equal(a, b) for a, b in zip(replayed, eager, strict=True))
+
+
+@pytest.mark.parametrize(
+    "device", [pytest.param("cpu", marks=pytest.mark.interpreter), pytest.param("cuda", marks=pytest.mark.gpu)]
+)
+def test_an_expanded_output_gradient_takes_the_triton_backward(device):
+    """``y.sum().backward()`` hands the backward a gradient of strides (0, 0) (FLA's
+    ``test_conv_non_contiguous_dy``): the Triton provider takes it (made dense), and gives the gradients of a
+    dense gradient of ones, bit for bit."""
+    dtype = torch.float16
+    x = torch.randn(24, 64, dtype=dtype, device=device)
+    w = torch.randn(64, 4, dtype=dtype, device=device)
+    b = torch.randn(64, dtype=dtype, device=device)
+    qsl = torch.tensor([0, 7, 24], dtype=torch.int32, device=device)
+    expanded = torch.ones((), dtype=dtype, device=device).expand(24, 64)
+    assert expanded.stride() == (0, 0)
+    args = (x, w, b, "silu", 1, qsl)
+    with causal_conv1d_fn_backward.priority(["triton"]):  # strict: an error if the provider declined
+        assert causal_conv1d_fn_backward.select(expanded, *args).name == "triton"
+        got = causal_conv1d_fn_backward.run_provider("triton", expanded, *args)
+        want = causal_conv1d_fn_backward.run_provider("triton", expanded.contiguous(), *args)
+        for g, r in zip(got, want, strict=True):
+            assert torch.equal(g, r)
+        xg = x.clone().requires_grad_()
+        causal_conv1d(xg, w, b, query_start_loc=qsl).sum().backward()
+    assert torch.equal(xg.grad, want[0])

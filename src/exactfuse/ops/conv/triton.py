@@ -13,7 +13,7 @@ from exactfuse.ops.conv.kernels import INIT_CODES, MODE_CODES, conv_rows_kernel,
 from exactfuse.ops.conv.lean import conv_lean_kernel
 from exactfuse.ops.fastmath import SILU, chosen_formula
 from exactfuse.registry import platform
-from exactfuse.utils import empty, is_symbolic, sizes_equal
+from exactfuse.utils import empty, is_symbolic
 
 NO_ACTIVATION = -1  # conv_rows_kernel's ACT without an activation (else a fastmath formula id)
 
@@ -289,6 +289,10 @@ def launch_conv_grad(
     ``config``: ``heuristics.conv_grad_config`` unless given (tests)."""
     T, C = x.shape
     K = weight.shape[1]
+    # the kernels read dy's rows with unit channel stride: a gradient that is not (y.sum()'s expanded one,
+    # strides (0, 0)) is made dense first, one copy
+    if is_symbolic(grad.stride(-1)) or grad.stride(-1) != 1:
+        grad = grad.contiguous()
     qsl = calls.one_sequence(x) if query_start_loc is None else query_start_loc
     if qsl.dtype == torch.int64:
         qsl = qsl.to(torch.int32)
@@ -356,10 +360,6 @@ def causal_conv1d_fn_supports(x, weight, *_, **__) -> bool | str:
 
 
 def causal_conv1d_fn_backward_supports(grad, x, *_, **__) -> bool | str:
-    """CUDA tensors (or CPU ones under the interpreter, not bf16); ``grad`` and ``x`` with unit channel
-    stride (the checks ask it of ``x``; a gradient that is not, an expanded ``y.sum()`` one, falls back)."""
-    same = grad.dim() == x.dim() and all(sizes_equal(a, b) for a, b in zip(grad.shape, x.shape, strict=True))
-    if is_symbolic(grad.stride(-1)) or grad.stride(-1) != 1 or not same:
-        shape, strides = tuple(grad.shape), tuple(grad.stride())
-        return f"grad has shape {shape} and strides {strides}: the kernel reads x's shape, unit channel stride"
+    """CUDA tensors (or CPU ones under the interpreter, not bf16); ``grad`` of any strides (the launcher makes
+    one without unit channel stride dense; the checks ask x's shape of it)."""
     return _reads(("grad", grad), ("x", x))
