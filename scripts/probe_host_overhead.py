@@ -37,8 +37,9 @@ from collections.abc import Callable
 import torch
 
 from exactfuse.ops.act_and_mul import silu_and_mul
-from exactfuse.ops.w4a16 import _random_prepared, w4a16_gemm
+from exactfuse.ops.w4a16 import w4a16_gemm
 from exactfuse.registry import Op
+from exactfuse.testing.cases.w4a16 import _random_prepared
 
 NUMBER = 2000
 REPEAT = 60

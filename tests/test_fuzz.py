@@ -156,7 +156,7 @@ def test_w4a16_gemm(M, K, N, group_size, symmetric, act_order, bias, layout, see
     seed=st.integers(0, 2**16),
 )
 def test_w4a16_gemm_with_a_group_per_row(M, K, N, groups, symmetric, layout, seed):
-    from exactfuse.ops.w4a16.inputs import row_group_case
+    from exactfuse.testing.cases.w4a16 import row_group_case
 
     case = row_group_case("fuzz", M, K, N, groups, torch.float16, "cpu", torch.Generator().manual_seed(seed),
                           symmetric=symmetric)  # fmt: skip
@@ -219,7 +219,7 @@ WHERE = st.sampled_from(["x", "state"])
        silu=st.booleans(), state=st.booleans(), init=st.booleans(), pad=st.booleans(), special=SPECIALS,
        where=WHERE, seed=st.integers(0, 2**16))  # fmt: skip
 def test_causal_conv1d(lengths, C, taps, dtype, layout, bias, silu, state, init, pad, special, where, seed):
-    from exactfuse.ops.conv.inputs import causal_case
+    from exactfuse.testing.cases.conv import causal_case
 
     K, D = taps
     case = causal_case("fuzz", tuple(lengths), C=C, K=K, D=D, dtype=dtype, device=torch.device("cpu"),
@@ -234,7 +234,7 @@ def test_causal_conv1d(lengths, C, taps, dtype, layout, bias, silu, state, init,
        taps=TAPS, dtype=DTYPES, layout=STATE_LAYOUTS, bias=st.booleans(), pad=st.booleans(), special=SPECIALS,
        where=WHERE, seed=st.integers(0, 2**16))  # fmt: skip
 def test_causal_conv1d_update(B, Lq, spec, C, taps, dtype, layout, bias, pad, special, where, seed):
-    from exactfuse.ops.conv.inputs import update_case
+    from exactfuse.testing.cases.conv import update_case
 
     K, D = taps
     case = update_case("fuzz", B, Lq, C=C, K=K, D=D, dtype=dtype, device=torch.device("cpu"),
@@ -250,7 +250,7 @@ def test_causal_conv1d_update(B, Lq, spec, C, taps, dtype, layout, bias, pad, sp
        seed=st.integers(0, 2**16))  # fmt: skip
 def test_short_conv(mode, lengths, rows, C, taps, dtype, layout, outer, init, extra_rows, padding, special, where,
                     seed):  # fmt: skip
-    from exactfuse.ops.conv.inputs import short_conv_case
+    from exactfuse.testing.cases.conv import short_conv_case
 
     K, D = taps
     sql = 3
@@ -274,7 +274,7 @@ def test_short_conv(mode, lengths, rows, C, taps, dtype, layout, outer, init, ex
        where=st.sampled_from(["q", "k_cache", "v_cache", "output_gate"]), seed=st.integers(0, 2**16))  # fmt: skip
 def test_sparse_paged_attention(rows, heads, D, page, W, dtype, gate, counts, padding, kv_halves, special, where,
                                 seed):  # fmt: skip
-    from exactfuse.ops.sparse_paged_attention.inputs import attention_case
+    from exactfuse.testing.cases.sparse_paged_attention import attention_case
 
     Hq, Hkv = heads
     gen = torch.Generator().manual_seed(seed)

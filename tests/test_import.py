@@ -1,5 +1,6 @@
-"""``import exactfuse`` loads no harness: the test kit, the bench and each op's inputs, grids, cost and peers
-modules load on first use (``Op.declared_in``), while ``exactfuse.warmup`` keeps its hooks."""
+"""``import exactfuse`` loads no harness: the test kit, the bench and the ops' cases (inputs, grids, cost) and
+peers modules load on first use (``registry.load_declarations``, ``bench.peers.peers_for``), while
+``exactfuse.warmup`` keeps its hooks."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import sys
 import pytest
 
 HARNESS = "('exactfuse.bench', 'exactfuse.testing')"
-DECLARATIONS = "m.startswith('exactfuse.ops.') and m.rsplit('.', 1)[1] in ('inputs', 'peers')"
+DECLARATIONS = "m.startswith(('exactfuse.testing.cases', 'exactfuse.bench.peers'))"
+FAMILIES = ("act_and_mul", "conv", "gelu_and_mul_sparse", "moe_silu_and_mul", "sparse_paged_attention", "w4a16")
+PEER_FAMILIES = ("act_and_mul", "conv", "sparse_paged_attention", "w4a16")
 
 
 def _run(script: str, interpret: bool) -> list:
@@ -42,11 +45,12 @@ def test_inputs_grids_cost_and_peers_load_on_first_use():
         "grids = sorted(op.grids); cost = op.bytes_fn is not None;"
         "cases = len(op.cases('cpu', torch.float32, quick=True));"
         f"after = sorted(m for m in sys.modules if {DECLARATIONS});"
-        "exactfuse.registry.load_declarations();"
+        "from exactfuse.bench.peers import peers_for; peers_for('silu_and_mul');"
         f"every = sorted(m for m in sys.modules if {DECLARATIONS});"
         "print(json.dumps([before, grids, cost, cases > 0, after, every]))"
     )
     before, grids, cost, cases, after, every = _run(script, interpret=True)
     assert before == [] and grids == ["default", "quick"] and cost and cases
-    assert after == ["exactfuse.ops.act_and_mul.inputs", "exactfuse.ops.act_and_mul.peers"]
-    assert {f"exactfuse.ops.{p}.inputs" for p in ("w4a16", "conv", "sparse_paged_attention")} <= set(every)
+    assert after == ["exactfuse.testing.cases", *(f"exactfuse.testing.cases.{f}" for f in FAMILIES)]
+    peers = ["exactfuse.bench.peers", *(f"exactfuse.bench.peers.{f}" for f in PEER_FAMILIES)]
+    assert every == sorted(peers + after)  # the peers load with the bench alone

@@ -32,8 +32,8 @@ def profile() -> None:
     from sweep_conv import run_decode
 
     from exactfuse.ops.conv import _short_conv, heuristics
-    from exactfuse.ops.conv.inputs import _causal_grid, _short_conv_grid
     from exactfuse.testing import clone_args
+    from exactfuse.testing.cases.conv import _causal_grid, _short_conv_grid
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--prefill", default="B1-L8192-C10240-K4")
@@ -72,8 +72,8 @@ def _prefill_calls(case, activations) -> list:
     """exactfuse's causal_conv1d and fla-core's on ``case`` with each activation, checked first."""
     import torch
 
+    from exactfuse.bench.peers.conv import _fla_causal_conv1d
     from exactfuse.ops.conv import _causal_conv1d
-    from exactfuse.ops.conv.peers import _fla_causal_conv1d
     from exactfuse.testing import clone_args
 
     calls = []

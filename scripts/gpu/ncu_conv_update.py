@@ -14,10 +14,10 @@ from ncu_summary import main, profile_calls
 def profile() -> None:
     import torch
 
+    from exactfuse.bench.peers.conv import _fla_causal_conv1d_update
     from exactfuse.ops.conv import _causal_conv1d_update
-    from exactfuse.ops.conv.inputs import _update_grid
-    from exactfuse.ops.conv.peers import _fla_causal_conv1d_update
     from exactfuse.testing import clone_args
+    from exactfuse.testing.cases.conv import _update_grid
 
     device = torch.device("cuda")
     calls = []

@@ -15,7 +15,7 @@ def profile() -> None:
     import torch
 
     from exactfuse.ops.sparse_paged_attention import sparse_paged_attention
-    from exactfuse.ops.sparse_paged_attention.inputs import _grid_case
+    from exactfuse.testing.cases.sparse_paged_attention import _grid_case
 
     calls = []
     shapes = [(rows, 128, kv) for rows in (1, 64) for kv in (torch.bfloat16, torch.float8_e4m3fn)]

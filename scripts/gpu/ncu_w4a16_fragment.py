@@ -18,9 +18,9 @@ def profile() -> None:
 
     import torch
 
+    from exactfuse.bench.peers.w4a16 import _w4a16_cublas_dense
     from exactfuse.ops.w4a16 import fragment, w4a16_gemm, w4a16_gemm_packed
-    from exactfuse.ops.w4a16.inputs import _random_prepared
-    from exactfuse.ops.w4a16.peers import _w4a16_cublas_dense
+    from exactfuse.testing.cases.w4a16 import _random_prepared
 
     rows = [int(m) for m in sys.argv[1:]] or [1, 8]
     calls = []

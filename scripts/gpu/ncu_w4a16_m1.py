@@ -31,9 +31,9 @@ def profile() -> None:
 
     import torch
 
+    from exactfuse.bench.peers.w4a16 import _w4a16_cublas_dense, _w4a16_torch_int4
     from exactfuse.ops.w4a16 import w4a16_gemm
-    from exactfuse.ops.w4a16.inputs import _random_prepared
-    from exactfuse.ops.w4a16.peers import _w4a16_cublas_dense, _w4a16_torch_int4
+    from exactfuse.testing.cases.w4a16 import _random_prepared
 
     rows = [int(m) for m in sys.argv[1:]] or [1]
     calls = []

@@ -27,8 +27,9 @@ from sweep_io import emit
 
 from exactfuse.bench.results import geomean
 from exactfuse.bench.timing import cudagraph_timer
-from exactfuse.ops.sparse_paged_attention import _sparse_paged_attention, inputs
+from exactfuse.ops.sparse_paged_attention import _sparse_paged_attention
 from exactfuse.ops.sparse_paged_attention import triton as at
+from exactfuse.testing.cases import sparse_paged_attention as inputs
 
 TIMER = cudagraph_timer(rep_ms=4)
 

@@ -42,7 +42,8 @@ from sweep_io import emit
 
 from exactfuse.bench.timing import cudagraph_timer
 from exactfuse.ops.act_and_mul import silu_and_mul
-from exactfuse.ops.w4a16 import _random_prepared, w4a16_gemm
+from exactfuse.ops.w4a16 import w4a16_gemm
+from exactfuse.testing.cases.w4a16 import _random_prepared
 
 CALLS = 2000
 TIMER = cudagraph_timer(rep_ms=20)

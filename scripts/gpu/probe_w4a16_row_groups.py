@@ -27,8 +27,8 @@ from sweep_w4a16_tiles import bench_rotating, device_info, rotating_weights
 from exactfuse.ops.w4a16 import CONTRACT, native
 from exactfuse.ops.w4a16 import triton as w4
 from exactfuse.ops.w4a16.heuristics import bucket_config, dense_config, fused_config
-from exactfuse.ops.w4a16.inputs import row_group_case
 from exactfuse.testing import make_generator
+from exactfuse.testing.cases.w4a16 import row_group_case
 
 SHAPES = ((7168, 4096, 112), (2048, 4096, 32))  # (K, N, scale rows)
 MS = (1, 4, 16, 32, 64, 128)

@@ -52,9 +52,9 @@ from exactfuse.bench.results import geomean
 from exactfuse.bench.roofline import measure_copy_bandwidth
 from exactfuse.bench.timing import cudagraph_timer
 from exactfuse.ops.conv import _causal_conv1d, _causal_conv1d_update, _short_conv, calls, heuristics
-from exactfuse.ops.conv.inputs import _causal_grid, _short_conv_grid, _update_grid
 from exactfuse.ops.conv.triton import _dense_slots, _dense_windows, _history_head, launch_conv
 from exactfuse.testing import clone_args
+from exactfuse.testing.cases.conv import _causal_grid, _short_conv_grid, _update_grid
 
 TIMER = cudagraph_timer(rep_ms=10)
 DEFAULT_TILES = "16x128,32x128,16x128u4,16x128u8,16x256u8,8x512u8,32x64u8,32x128u8,64x64u8,32x128u16,16x128g"
@@ -109,7 +109,7 @@ def fla_update(case, ref_out, ref_state) -> str:
     """fla-core's update on a copy of ``case``: µs, the configuration the peer runs it at (the fastest of
     its autotuner's set for the shape, ``peers._fla_update_config``), and whether its output and state are
     within 2e-2 of exactfuse's."""
-    from exactfuse.ops.conv.peers import _fla_causal_conv1d_update
+    from exactfuse.bench.peers.conv import _fla_causal_conv1d_update
 
     args, kwargs = clone_args(case.args, case.kwargs)
     state = _causal_conv1d_update.signature.bind(*args, **kwargs).arguments["conv_state"]
@@ -195,7 +195,7 @@ def decode_label(bc: int, warps: int, path: str, channels_first: bool, rows: int
 
 def floor(case, copy: float) -> str:
     """One line: the shipped tile and FLA on ``case``, with the SiLU and without an activation."""
-    from exactfuse.ops.conv.peers import _fla_causal_conv1d
+    from exactfuse.bench.peers.conv import _fla_causal_conv1d
 
     roof = _causal_conv1d.bytes_fn(*case.args, **case.kwargs) / copy * 1e6
     a = _causal_conv1d.signature.bind(*case.args, **case.kwargs).arguments

@@ -29,9 +29,10 @@ from sweep_io import emit
 from exactfuse.bench.results import geomean
 from exactfuse.bench.roofline import measure_copy_bandwidth
 from exactfuse.bench.timing import cudagraph_timer
-from exactfuse.ops.sparse_paged_attention import _sparse_paged_attention, heuristics, inputs, native
+from exactfuse.ops.sparse_paged_attention import _sparse_paged_attention, heuristics, native
 from exactfuse.ops.sparse_paged_attention import triton as at
 from exactfuse.ops.sparse_paged_attention.heuristics import AttentionConfig
+from exactfuse.testing.cases import sparse_paged_attention as inputs
 from exactfuse.utils import num_sms
 
 TIMER = cudagraph_timer(rep_ms=4)

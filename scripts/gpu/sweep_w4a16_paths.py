@@ -27,9 +27,10 @@ from sweep_io import emit_json
 from sweep_w4a16_tiles import bench_rotating, device_info, rotating_weights
 
 from exactfuse.bench.results import geomean
-from exactfuse.ops.w4a16 import CONTRACT, _bytes, w4a16_gemm
+from exactfuse.ops.w4a16 import CONTRACT, w4a16_gemm
 from exactfuse.ops.w4a16 import triton as w4
 from exactfuse.ops.w4a16.heuristics import dense_config, fused_config
+from exactfuse.testing.cases.w4a16 import _bytes
 
 SHAPES = ((4096, 4096), (4096, 14336), (14336, 4096), (8192, 8192), (4096, 28672))
 MS = (1, 4, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)

@@ -35,10 +35,11 @@ from sweep_io import emit_json
 from exactfuse.bench.results import geomean
 from exactfuse.bench.roofline import measure_copy_bandwidth
 from exactfuse.bench.timing import cudagraph_timer
-from exactfuse.ops.w4a16 import CONTRACT, _bytes, _random_prepared, dense_weight, w4a16_gemm
+from exactfuse.ops.w4a16 import CONTRACT, dense_weight, w4a16_gemm
 from exactfuse.ops.w4a16 import triton as w4
 from exactfuse.ops.w4a16.heuristics import BUCKETS as SHIPPED_BUCKETS
 from exactfuse.ops.w4a16.heuristics import TileConfig, choose_split
+from exactfuse.testing.cases.w4a16 import _bytes, _random_prepared
 from exactfuse.utils import next_power_of_2
 
 SHAPES = ((4096, 4096), (4096, 14336), (14336, 4096), (8192, 8192), (4096, 28672))

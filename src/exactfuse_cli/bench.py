@@ -21,7 +21,7 @@ from rich.console import Console
 
 from exactfuse.bench import results
 from exactfuse.bench.display import RichReporter, summary_table
-from exactfuse.bench.peers import PEERS, peers_for
+from exactfuse.bench.peers import PEERS, load_peers, peers_for
 from exactfuse.bench.roofline import Roofline, measure_roofline
 from exactfuse.bench.runner import COMPILED, NATIVE, BenchConfig, BenchInterruptedError, Candidates, Reporter, bench_op
 from exactfuse.bench.timing import Timer, cudagraph_timer, l2_cache_bytes, recompile_limits
@@ -72,8 +72,8 @@ def check_providers(names: Sequence[str] | None, ops: list[Op]) -> None:
     if not names:
         return
     known = {NATIVE, COMPILED}
+    load_peers()
     for o in ops:
-        o.load_declarations()  # its peers
         known.update(o.providers)
         known.update(PEERS.get(o.name, {}))
     unknown = [n for n in names if n not in known]

@@ -2,12 +2,13 @@
 
 import torch
 
-from exactfuse.bench.peers import PEERS
+from exactfuse.bench.peers import PEERS, load_peers
 from exactfuse.bench.runner import BenchConfig, Candidates
-from exactfuse.ops.w4a16 import make_case, native
-from exactfuse.registry import OPS, load_declarations
+from exactfuse.ops.w4a16 import native
+from exactfuse.registry import OPS
+from exactfuse.testing.cases.w4a16 import make_case
 
-load_declarations()  # the ops' peers modules (imported on first use)
+load_peers()  # the peers modules (imported on first use)
 
 
 def test_liger_peers_registered_and_tanh_only():

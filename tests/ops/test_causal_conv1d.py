@@ -143,7 +143,7 @@ def test_gpu_bitwise_every_case(name, dtype):
 def test_gpu_int64_offsets():
     """More than 2^31 elements in x and the output (two sequences, the second ending past the int32 range;
     a state read and written): bit for bit against native."""
-    from exactfuse.ops.conv.inputs import causal_case
+    from exactfuse.testing.cases.conv import causal_case
 
     C = 4096
     T = 2**31 // C + 37

@@ -217,10 +217,10 @@ def test_gpu_fla_peers_give_the_ops_outputs(name):
     """The bench's FLA peers on the grid cases they accept give the op's outputs (the result, and the cache
     updated in place) within FLA's rounding of the spec's: what the bench's gate compares before timing."""
     from exactfuse.bench.peers import peers_for
-    from exactfuse.ops.conv import inputs
     from exactfuse.registry import OPS
     from exactfuse.testing import clone_args
     from exactfuse.testing.calls import collect_outputs
+    from exactfuse.testing.cases import conv as inputs
 
     op = OPS[name]
     (peer,) = [p for p in peers_for(name) if p.name == "fla"]
@@ -260,7 +260,7 @@ def test_fla_update_peer_runs_the_fastest_configuration_timed_alone(monkeypatch)
     import types
 
     from exactfuse.bench import timing
-    from exactfuse.ops.conv import peers
+    from exactfuse.bench.peers import conv as peers
 
     tuner, speed, runs = types.SimpleNamespace(configs=["a", "b", "c"]), {"a": 3.0, "b": 1.0, "c": 2.0}, []
     monkeypatch.setattr(peers, "_fla_update_tuner", lambda: tuner)

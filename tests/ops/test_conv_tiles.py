@@ -12,9 +12,9 @@ import triton.language as tl
 
 from exactfuse.ops.conv import causal_conv1d, causal_conv1d_fn, causal_conv1d_update, heuristics, short_conv
 from exactfuse.ops.conv import triton as conv_triton
-from exactfuse.ops.conv.inputs import causal_case, last_k_update_case, short_conv_case, update_case
 from exactfuse.ops.conv.slots import find_request, find_request_near, fixup_tile, lean_tile
 from exactfuse.testing import clone_args, make_generator
+from exactfuse.testing.cases.conv import causal_case, last_k_update_case, short_conv_case, update_case
 from support.conv import one_layout
 
 INT_VIEW = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32}

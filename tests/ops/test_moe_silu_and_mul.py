@@ -5,7 +5,6 @@ import pytest
 import torch
 
 import exactfuse
-from exactfuse.ops.moe_silu_and_mul import inputs as moe_ops
 from exactfuse.ops.moe_silu_and_mul import moe_silu_and_mul
 from exactfuse.ops.moe_silu_and_mul import triton as mt
 from exactfuse.registry import contracts
@@ -15,6 +14,7 @@ from exactfuse.testing import (
     check_on_device,
     check_provider,
 )
+from exactfuse.testing.cases import moe_silu_and_mul as moe_ops
 from exactfuse.utils import needs_int64
 from support.moe import LAYOUT, pair
 

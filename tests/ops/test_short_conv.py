@@ -11,8 +11,8 @@ import exactfuse
 from exactfuse.ops.conv import kernels as sc_kernels
 from exactfuse.ops.conv import native, short_conv
 from exactfuse.ops.conv.heuristics import conv_config
-from exactfuse.ops.conv.inputs import make_state, short_conv_case
 from exactfuse.testing import CompileWatch, check_call, check_on_device, clone_args, collect_outputs, make_generator
+from exactfuse.testing.cases.conv import make_state, short_conv_case
 from exactfuse.utils import DTYPE_NAMES
 from support.conv import one_layout
 

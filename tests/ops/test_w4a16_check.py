@@ -7,9 +7,10 @@ slow paths it now takes only when an argument is wrong: a non-tensor and a tenso
 import pytest
 import torch
 
-from exactfuse.ops.w4a16 import make_case, w4a16_gemm
+from exactfuse.ops.w4a16 import w4a16_gemm
 from exactfuse.ops.w4a16.checks import check_w4a16_args
 from exactfuse.testing import make_generator
+from exactfuse.testing.cases.w4a16 import make_case
 
 K, N, G = 256, 64, 128
 

@@ -8,8 +8,9 @@ from torch._dynamo.testing import CompileCounterWithBackend
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from exactfuse.layers import W4A16Linear
-from exactfuse.ops.w4a16 import make_case, staged, w4a16_gemm
+from exactfuse.ops.w4a16 import staged, w4a16_gemm
 from exactfuse.testing import make_generator
+from exactfuse.testing.cases.w4a16 import make_case
 from support.w4a16 import record_configs
 
 

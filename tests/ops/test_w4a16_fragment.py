@@ -233,8 +233,8 @@ def test_bench_grid_builds_packed_cases():
 def test_peers_take_the_same_weight_in_the_gptq_layout(symmetric):
     """The packed op's peers (``w4a16_gemm``, tinygemm, cuBLAS dense) get the weight it was packed from,
     zeros None where the weight is symmetric (tinygemm takes only that)."""
-    from exactfuse.ops.w4a16.inputs import make_case
-    from exactfuse.ops.w4a16.peers import _packed_gptq_args
+    from exactfuse.bench.peers.w4a16 import _packed_gptq_args
+    from exactfuse.testing.cases.w4a16 import make_case
 
     a, qweight, scales, zeros, perm, bias, g = make_case(
         "peer", 3, 256, 64, torch.float16, "cpu", torch.Generator().manual_seed(0), group_size=64,

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import exactfuse
-from exactfuse.ops.w4a16 import CONTRACT, make_case, native, random_weights, w4a16_gemm
+from exactfuse.ops.w4a16 import CONTRACT, native, random_weights, w4a16_gemm
 from exactfuse.ops.w4a16 import triton as w4_triton
 from exactfuse.ops.w4a16.heuristics import (
     BUCKETS,
@@ -19,6 +19,7 @@ from exactfuse.ops.w4a16.heuristics import (
 )
 from exactfuse.ops.w4a16.packing import prepare_gptq
 from exactfuse.testing import check_provider, make_generator
+from exactfuse.testing.cases.w4a16 import make_case
 from support.w4a16 import GROUPS, SHORT, checkpoint, gid, identity_check, record_configs
 
 # The launch paths: the heuristic's choice, the CUDA-core GEMV at M <= 2 (the heuristic's above), the
@@ -317,7 +318,7 @@ def test_gpu_cuda_graph_capture_and_replay(M):
 def test_gpu_weight_of_2_31_elements():
     """A quantized ``[8192, 262144]`` weight (a large-vocabulary head): its dequantized buffer holds 2^31
     elements (the dequantize kernel's int64 offsets), the GEMV and the decode tile read 2^28 packed words."""
-    from exactfuse.ops.w4a16.inputs import _random_prepared
+    from exactfuse.testing.cases.w4a16 import _random_prepared
 
     K, N = 8192, 2**18
     w = _random_prepared(K, N, torch.bfloat16, "cuda")

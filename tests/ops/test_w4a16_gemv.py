@@ -6,10 +6,11 @@ import pytest
 import torch
 
 import exactfuse
-from exactfuse.ops.w4a16 import CONTRACT, make_case, native
+from exactfuse.ops.w4a16 import CONTRACT, native
 from exactfuse.ops.w4a16 import triton as w4_triton
 from exactfuse.ops.w4a16.heuristics import bucket_config, with_split
 from exactfuse.testing import make_generator
+from exactfuse.testing.cases.w4a16 import make_case
 from support.w4a16 import SHORT, gid, identity_check, record_configs
 
 

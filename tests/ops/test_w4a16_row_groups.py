@@ -56,7 +56,7 @@ def test_interpreter_a_group_per_row_on_every_tl_dot_tile_and_split(deterministi
     """A weight with a group per row (``group_index``) through each tl.dot bucket forced, split-K with the
     fixup, a second launch and atomics included, and the dense path: the GEMM rule against native, and
     identity activations return the dequantized weight exactly on every tile."""
-    from exactfuse.ops.w4a16.inputs import row_group_case
+    from exactfuse.testing.cases.w4a16 import row_group_case
 
     for sym in (True, False):
         case = row_group_case("c", 19, 512, 64, 7, torch.float16, "cpu", make_generator(11), symmetric=sym, bias=True)
@@ -86,7 +86,7 @@ def test_kernels_read_a_zero_weight_for_group_index_entries_outside_the_scales(M
     outside the scales' rows has weight 0 on the kernel path, never a read outside scales or zeros."""
     from exactfuse.ops.w4a16 import native
     from exactfuse.ops.w4a16 import triton as w4_triton
-    from exactfuse.ops.w4a16.inputs import row_group_case
+    from exactfuse.testing.cases.w4a16 import row_group_case
 
     case = row_group_case("c", M, 256, 64, 6, torch.float16, "cpu", make_generator(2), symmetric=False)
     a, qweight, scales, zeros, perm, bias, group_size, _, group_index = case.args

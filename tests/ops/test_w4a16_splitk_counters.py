@@ -9,10 +9,11 @@ import torch
 
 import exactfuse
 from exactfuse.ops import arrival
-from exactfuse.ops.w4a16 import make_case, w4a16_gemm
 from exactfuse.ops.w4a16 import triton as w4_triton
+from exactfuse.ops.w4a16 import w4a16_gemm
 from exactfuse.ops.w4a16.heuristics import select_config
 from exactfuse.testing import make_generator
+from exactfuse.testing.cases.w4a16 import make_case
 
 
 @pytest.mark.gpu

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 import exactfuse
-from exactfuse.ops.w4a16 import CONTRACT, dequant, gemv, make_case, native, random_weights, splitk, staged, w4a16_gemm
+from exactfuse.ops.w4a16 import CONTRACT, dequant, gemv, native, random_weights, splitk, staged, w4a16_gemm
 from exactfuse.ops.w4a16 import triton as w4_triton
 from exactfuse.ops.w4a16.heuristics import STAGED_M, select_config, staged_config
-from exactfuse.ops.w4a16.inputs import row_group_case
 from exactfuse.ops.w4a16.staged import staged_shape_unsupported
 from exactfuse.testing import CompileWatch, make_generator
+from exactfuse.testing.cases.w4a16 import make_case, row_group_case
 from support.w4a16 import SHORT, gid, identity_check, record_configs
 
 SWEEP = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "results", "h200", "sweeps")

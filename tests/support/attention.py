@@ -9,10 +9,10 @@ from types import SimpleNamespace
 import torch
 
 from exactfuse.ops.sparse_paged_attention import CONTRACT, _sparse_paged_attention, heuristics, native
-from exactfuse.ops.sparse_paged_attention import inputs as attn_inputs
 from exactfuse.ops.sparse_paged_attention import triton as at
 from exactfuse.ops.sparse_paged_attention.heuristics import AttentionConfig
 from exactfuse.testing import make_generator
+from exactfuse.testing.cases import sparse_paged_attention as attn_inputs
 from exactfuse.utils import num_sms
 
 op = _sparse_paged_attention

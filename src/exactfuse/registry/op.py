@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
+import pkgutil
 import typing
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -103,9 +104,7 @@ class Op:
         self.dtypes = tuple(dtypes)
         self.providers: dict[str, Provider] = {"native": Provider("native", native)}
         self.warmup_fn: Callable[..., None] | None = None
-        # Inputs, grids and cost: registered by the modules named in `declared_in`, imported on first use.
-        self.declaration_modules: tuple[str, ...] = ()
-        self._declarations_loaded = True
+        # Inputs, grids and cost: registered by the test kit's case modules, imported on first use.
         self._input_generator: Callable[..., Iterable[Case]] | None = None
         self._grids: dict[str, Callable[..., Iterable[Case]]] = {}
         self._bytes_fn: Callable[..., int] | None = None
@@ -161,24 +160,9 @@ class Op:
         self.grad_inputs, self.backward_fn = tuple(inputs), backward
         autograd.register(self, backward)
 
-    def declared_in(self, *modules: str) -> None:
-        """Name the modules that declare this op's inputs, bench grids, cost and peers. They build on the
-        test kit and the bench harness, so ``import exactfuse`` does not import them: the registry does, the
-        first time the op's inputs, grids or cost are read (:meth:`load_declarations`)."""
-        self.declaration_modules += modules
-        self._declarations_loaded = False
-
     def load_declarations(self) -> None:
-        """Import the modules named by :meth:`declared_in` (once)."""
-        if self._declarations_loaded:
-            return
-        self._declarations_loaded = True  # before the imports: they register through this op
-        try:
-            for module in self.declaration_modules:
-                importlib.import_module(module)
-        except BaseException:
-            self._declarations_loaded = False
-            raise
+        """Import the modules that declare inputs, grids and cost (:func:`load_declarations`; once)."""
+        load_declarations()
 
     @property
     def input_generator(self) -> Callable[..., Iterable[Case]] | None:
@@ -348,6 +332,10 @@ class Op:
 
 OPS: dict[str, Op] = {}
 
+# The test kit's package of case modules (inputs, bench grids, cost), one module per op family.
+CASES_PACKAGE = "exactfuse.testing.cases"
+_declarations_loaded = False
+
 
 def op(native: Callable, **options) -> Op:
     """Declare an op from its native spec (see :class:`Op` for the options)."""
@@ -365,15 +353,22 @@ def get(name: str) -> Op:
         raise KeyError(f"unknown op {name!r}; known ops: {sorted(OPS)}") from None
 
 
-def load_declarations(ops: Op | str | Iterable[Op | str] | None = None) -> None:
-    """Import the modules that declare the inputs, grids, cost and peers of ``ops`` (names or ops; default
-    every declared op): :meth:`Op.load_declarations`, for code that reads them other than through the op."""
-    if ops is None:
-        ops = list(OPS.values())
-    elif isinstance(ops, str) or not isinstance(ops, Iterable):
-        ops = [ops]
-    for each in ops:
-        (get(each) if isinstance(each, str) else each).load_declarations()
+def load_declarations() -> None:
+    """Import every module of :data:`CASES_PACKAGE` (once): they register the ops' inputs, bench grids and
+    cost through the ops (``@op.inputs``, ``@op.grid``, ``op.cost``). They build on the test kit, so
+    ``import exactfuse`` does not import them; the registry does, the first time an op's inputs, grids or
+    cost are read."""
+    global _declarations_loaded
+    if _declarations_loaded:
+        return
+    _declarations_loaded = True  # before the imports: they register through the ops
+    try:
+        package = importlib.import_module(CASES_PACKAGE)
+        for module in pkgutil.iter_modules(package.__path__, f"{CASES_PACKAGE}."):
+            importlib.import_module(module.name)
+    except BaseException:
+        _declarations_loaded = False
+        raise
 
 
 def check_env_priority() -> None:

@@ -4,8 +4,8 @@ of their backward ops (``silu_and_mul_backward``, ... : the gradients eager auto
 backward kernel, which the four ops' autograd formulas call through the registry.
 
 Spec in ``native.py``, argument checks in ``checks.py``, kernel and what it takes in ``triton.py``, its
-launch rule in ``heuristics.py``, warmup in ``warmup.py``;
-inputs, benchmark grids and cost in ``inputs.py`` and the Liger peers in ``peers.py``, imported on first use.
+launch rule in ``heuristics.py``, warmup in ``warmup.py``. Inputs, benchmark grids and cost live in the test
+kit (``exactfuse.testing.cases.act_and_mul``), the Liger peers in the bench (``exactfuse.bench.peers``).
 """
 
 from __future__ import annotations
@@ -124,6 +124,3 @@ silu_mul.differentiable("gate", "up", backward=silu_mul_backward)
 gelu_mul.differentiable("gate", "up", backward=gelu_mul_backward)
 
 from exactfuse.ops.act_and_mul import warmup  # noqa: E402, F401  (the warmup hooks, beside the launchers)
-
-for _op in (silu_and_mul, gelu_and_mul, silu_mul, gelu_mul, *BACKWARD_OPS):
-    _op.declared_in("exactfuse.ops.act_and_mul.inputs", "exactfuse.ops.act_and_mul.peers")  # on first use

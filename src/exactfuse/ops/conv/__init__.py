@@ -4,8 +4,8 @@
 Spec in ``native.py`` (its host-side state-window steps in ``windows.py``), argument checks in
 ``checks.py``, the launcher, providers and what they take in ``triton.py`` (its kernels in ``kernels.py``
 and ``slots.py``, the backward's in ``grad_kernels.py``), the launch rule in ``heuristics.py``, warmup in
-``warmup.py``; inputs, benchmark grids and cost in ``inputs.py`` and peers in ``peers.py``, imported on
-first use.
+``warmup.py``. Inputs, benchmark grids and cost live in the test kit (``exactfuse.testing.cases.conv``),
+peers in the bench (``exactfuse.bench.peers``).
 """
 
 from __future__ import annotations
@@ -260,9 +260,5 @@ causal_conv1d_update = KeywordOp(_causal_conv1d_update, _causal_conv1d_update_ca
 causal_conv1d_fn = _causal_conv1d_fn
 
 from exactfuse.ops.conv import warmup  # noqa: E402, F401  (the warmup hooks, beside the launchers)
-
-for _op in (_short_conv, _causal_conv1d, _causal_conv1d_update, _causal_conv1d_fn, causal_conv1d_fn_backward):
-    # inputs, grids, cost; peers: on first use
-    _op.declared_in("exactfuse.ops.conv.inputs", "exactfuse.ops.conv.peers")
 
 __all__ = ["causal_conv1d", "causal_conv1d_fn", "causal_conv1d_fn_backward", "causal_conv1d_update", "short_conv"]

@@ -2,7 +2,8 @@
 :func:`~exactfuse.ops.conv.native.conv_reference`, which a ``short_conv``, ``causal_conv1d`` or
 ``causal_conv1d_update`` call stands for (mode, rows, request starts, how histories are initialised, the null
 slot). The spec (``native.py``), the checks (``checks.py``), the launch (``triton.py``) and the cost
-(``inputs.py``) all read a call through these functions, so the argument list is written here alone."""
+(``exactfuse.testing.cases.conv``) all read a call through these functions, so the argument list is written
+here alone."""
 
 from __future__ import annotations
 

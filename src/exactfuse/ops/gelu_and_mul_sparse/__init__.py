@@ -1,8 +1,8 @@
 """Declaration of ``gelu_and_mul_sparse`` (Gemma3n's sparse GELU).
 
 Spec in ``native.py``, argument checks in ``checks.py``, kernels and what they take in ``triton.py``, their
-launch choice in ``heuristics.py``, warmup in ``warmup.py``; inputs, benchmark grids and cost in
-``inputs.py``, imported on first use.
+launch choice in ``heuristics.py``, warmup in ``warmup.py``. Inputs, benchmark grids and cost live in the
+test kit (``exactfuse.testing.cases.gelu_and_mul_sparse``).
 """
 
 from __future__ import annotations
@@ -58,5 +58,3 @@ gelu_and_mul_sparse.differentiable("x")
 
 
 from exactfuse.ops.gelu_and_mul_sparse import warmup  # noqa: E402, F401  (the warmup hook, beside the launchers)
-
-gelu_and_mul_sparse.declared_in("exactfuse.ops.gelu_and_mul_sparse.inputs")  # inputs, grids, cost: on first use

@@ -3,8 +3,8 @@ backward op ``moe_silu_and_mul_backward`` (the gradients eager autograd computes
 autograd formula calls through the registry.
 
 Spec in ``native.py``, argument checks in ``checks.py``, kernel and what it takes in ``triton.py``, its launch
-rule in ``heuristics.py``, warmup in ``warmup.py``;
-inputs, benchmark grids and cost in ``inputs.py``, imported on first use.
+rule in ``heuristics.py``, warmup in ``warmup.py``. Inputs, benchmark grids and cost live in the test kit
+(``exactfuse.testing.cases.moe_silu_and_mul``).
 """
 
 from __future__ import annotations
@@ -87,6 +87,3 @@ moe_silu_and_mul.differentiable("gateup", "row_weights", backward=_moe_silu_and_
 
 
 from exactfuse.ops.moe_silu_and_mul import warmup  # noqa: E402, F401  (the warmup hook, beside the launcher)
-
-for _op in (moe_silu_and_mul, moe_silu_and_mul_backward):
-    _op.declared_in("exactfuse.ops.moe_silu_and_mul.inputs")  # inputs, grids, cost: on first use

@@ -2,11 +2,11 @@
 (docs/sparse_attention.md).
 
 Spec in ``native.py``, argument checks in ``checks.py``, kernels, launcher and what they take in
-``triton.py``, the launch rule in ``heuristics.py``, warmup
-in ``warmup.py``; inputs, benchmark grids and cost in ``inputs.py`` and baselines in ``peers.py``, imported
-on first use. The op is *opaque* to torch.compile (``custom_op`` + fake): its split count depends on the
-row count. It writes ``out``;
-``exactfuse.sparse_paged_attention`` allocates ``out`` when the caller passes none and returns it.
+``triton.py``, the launch rule in ``heuristics.py``, warmup in ``warmup.py``. Inputs, benchmark grids and
+cost live in the test kit (``exactfuse.testing.cases.sparse_paged_attention``), baselines in the bench
+(``exactfuse.bench.peers``). The op is *opaque* to torch.compile (``custom_op`` + fake): its split count
+depends on the row count. It writes ``out``; ``exactfuse.sparse_paged_attention`` allocates ``out`` when the
+caller passes none and returns it.
 """
 
 from __future__ import annotations
@@ -70,9 +70,5 @@ def _sparse_paged_attention_call(
 sparse_paged_attention = KeywordOp(_sparse_paged_attention, _sparse_paged_attention_call)
 
 from exactfuse.ops.sparse_paged_attention import warmup  # noqa: E402, F401  (the warmup hook, beside the launcher)
-
-_sparse_paged_attention.declared_in(  # inputs, grids, cost; peers: on first use
-    "exactfuse.ops.sparse_paged_attention.inputs", "exactfuse.ops.sparse_paged_attention.peers"
-)
 
 __all__ = ["CONTRACT", "sparse_paged_attention"]

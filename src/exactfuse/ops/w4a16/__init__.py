@@ -4,9 +4,9 @@
 Spec in ``native.py``, argument checks in ``checks.py``, formats in ``packing.py`` and ``fragment.py``,
 kernels and what they take in ``triton.py`` (the fused tile), ``gemv.py`` (M <= 2), ``splitk.py`` and
 ``dequant.py`` (the dense path) and ``mma.py`` (the fragment layout's), the launch rules in
-``heuristics.py``, warmup in ``warmup.py``; inputs, grids and cost in ``inputs.py`` and baselines in
-``peers.py``, imported on first use (``make_case`` too). The ops are *opaque* to torch.compile
-(``custom_op`` + fake): their tile and split-K choice depends on the runtime M, and
+``heuristics.py``, warmup in ``warmup.py``. Inputs, grids and cost (``make_case`` too) live in the test kit
+(``exactfuse.testing.cases.w4a16``), baselines in the bench (``exactfuse.bench.peers``). The ops are
+*opaque* to torch.compile (``custom_op`` + fake): their tile and split-K choice depends on the runtime M, and
 a traced launcher would freeze a prefill configuration into decode.
 """
 
@@ -85,20 +85,6 @@ w4a16_gemm_packed.provider("triton", supported=_mma.gluon_gpu_supported, support
 w4a16_gemm_packed.differentiable("a", "bias", backward=native.w4a16_gemm_packed_backward)
 
 from exactfuse.ops.w4a16 import warmup  # noqa: E402, F401  (the warmup hook, beside the launchers)
-
-w4a16_gemm.declared_in("exactfuse.ops.w4a16.inputs", "exactfuse.ops.w4a16.peers")  # on first use
-w4a16_gemm_packed.declared_in("exactfuse.ops.w4a16.inputs", "exactfuse.ops.w4a16.peers")
-
-_FROM_INPUTS = ("make_case", "_bytes", "_random_prepared")  # the test kit's case builders, loaded on use
-
-
-def __getattr__(name: str):
-    if name in _FROM_INPUTS:
-        from exactfuse.ops.w4a16 import inputs
-
-        return getattr(inputs, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 
 __all__ = [
     "CONTRACT",

@@ -1,6 +1,6 @@
 """Inputs of silu_and_mul, gelu_and_mul, silu_mul and gelu_mul and of their backward ops (shared by tests,
-``verify`` and ``bench``), their benchmark grids and roofline cost. The registry imports this module on first use
-(``Op.declared_in``)."""
+``verify`` and ``bench``), their benchmark grids and roofline cost. The registry imports this module on first
+use (``registry.load_declarations``)."""
 
 from __future__ import annotations
 

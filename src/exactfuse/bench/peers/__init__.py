@@ -8,9 +8,9 @@ region: the peer is timed on the inputs it natively takes. Peers have no
 contract; the runner checks them against native with the dtype Tolerance and
 reports their error.
 
-Op packages register their peers (``ops/<op>/peers.py``, a module the op names in ``Op.declared_in``)
-with :func:`register_peer`; :func:`peers_for` has the registry import it, and the runner picks up every
-available adapter whose ``op`` is being benchmarked. Nothing here knows any op.
+The modules of this package, one per op family (``bench/peers/<family>.py``), register their op's peers
+with :func:`register_peer`; :func:`peers_for` imports every one of them the first time it is called, and
+the runner picks up every available adapter whose ``op`` is being benchmarked. Nothing here knows any op.
 """
 
 from __future__ import annotations
@@ -19,12 +19,11 @@ import contextlib
 import functools
 import importlib
 import importlib.metadata
+import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-
-from exactfuse.registry import OPS
 
 PreparedCall = Callable[[], object]
 
@@ -82,10 +81,16 @@ def unregister_peer(op: str, name: str) -> None:
     PEERS.get(op, {}).pop(name, None)
 
 
+@functools.cache
+def load_peers() -> None:
+    """Import every module of this package (once): each registers its op family's peers."""
+    for module in pkgutil.iter_modules(__path__, f"{__name__}."):
+        importlib.import_module(module.name)
+
+
 def peers_for(op: str) -> list[PeerAdapter]:
     """The adapters registered for ``op`` whose library is available here."""
-    if op in OPS:
-        OPS[op].load_declarations()
+    load_peers()
     return [a for a in PEERS.get(op, {}).values() if a.available()]
 
 

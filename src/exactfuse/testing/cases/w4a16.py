@@ -1,5 +1,5 @@
 """Inputs of w4a16_gemm and w4a16_gemm_packed (shared by tests, ``verify`` and ``bench``), their benchmark
-grids and roofline cost. The registry imports this module on first use (``Op.declared_in``)."""
+grids and roofline cost. The registry imports this module on first use (``registry.load_declarations``)."""
 
 from __future__ import annotations
 

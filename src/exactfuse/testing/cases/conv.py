@@ -1,5 +1,5 @@
-"""Inputs of the conv family, its benchmark grids and roofline cost (warmup: ``warmup.py``). The registry
-imports this module on first use (``Op.declared_in``).
+"""Inputs of the conv family, its benchmark grids and roofline cost (warmup: ``exactfuse.ops.conv.warmup``).
+The registry imports this module on first use (``registry.load_declarations``).
 
 Every case draws fresh random values (never zeros) for inputs, residuals, weights and the whole state
 pool, slot 0 included, so a write to the null slot or to a position the spec keeps shows up.

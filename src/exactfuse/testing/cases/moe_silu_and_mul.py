@@ -1,5 +1,6 @@
 """Inputs of moe_silu_and_mul and moe_silu_and_mul_backward (shared by tests, ``verify`` and ``bench``),
-their benchmark grids and roofline cost. The registry imports this module on first use (``Op.declared_in``)."""
+their benchmark grids and roofline cost. The registry imports this module on first use
+(``registry.load_declarations``)."""
 
 from __future__ import annotations
 

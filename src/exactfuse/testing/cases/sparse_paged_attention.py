@@ -1,5 +1,5 @@
 """Inputs of sparse_paged_attention (shared by tests, ``verify`` and ``bench``), its benchmark grids and
-roofline cost. The registry imports this module on first use (``Op.declared_in``)."""
+roofline cost. The registry imports this module on first use (``registry.load_declarations``)."""
 
 from __future__ import annotations
 
