@@ -186,6 +186,13 @@ def _in_layout(combos: list, layout_index: int, quick: bool) -> list:
     return combos if not quick else combos[layout_index :: len(LAYOUTS)]
 
 
+def _layout_taps(full: list, layout_index: int, quick: bool, suffix: str):
+    """``(K, D, tag)`` for the Mamba entry points' cases in one state layout: the ``full`` taps x dilations,
+    or with ``quick`` two of them shared by the layouts (:func:`_in_layout`); ``tag`` ends in ``suffix``."""
+    for K, D in _in_layout(full if not quick else [(4, 1), (3, 2)], layout_index, quick):
+        yield K, D, f"K{K}-D{D}-{suffix}"
+
+
 @_short_conv.inputs
 def short_conv_inputs(device: torch.device, dtype: torch.dtype, *, quick: bool = False, seed: int = 0):
     """Upstream's cases (in one state layout with ``quick``), then the K x D x mode sweep."""
@@ -233,8 +240,7 @@ def causal_conv1d_inputs(device: torch.device, dtype: torch.dtype, *, quick: boo
     C = 200 if device.type == "cpu" else 2000
     for i, layout in enumerate(LAYOUTS):
         kw = {"dtype": dtype, "device": device, "gen": gen, "layout": layout, "C": C}
-        for K, D in _in_layout([(2, 1), (4, 1), (4, 2), (5, 3)] if not quick else [(4, 1), (3, 2)], i, quick):
-            tag = f"K{K}-D{D}-{layout}-{short}"
+        for K, D, tag in _layout_taps([(2, 1), (4, 1), (4, 2), (5, 3)], i, quick, f"{layout}-{short}"):
             yield causal_case(f"varlen-{tag}", (7, 0, 1, 12), pad=(2,), K=K, D=D, **kw)
             yield causal_case(f"varlen-nobias-noact-{tag}", (3, 5), bias=False, activation=None, K=K, D=D, **kw)
             yield causal_case(f"varlen-no-init-{tag}", (4, 9), init=False, K=K, D=D, **kw)
@@ -339,8 +345,7 @@ def causal_conv1d_update_inputs(device: torch.device, dtype: torch.dtype, *, qui
     C = 200 if device.type == "cpu" else 2000
     for i, layout in enumerate(LAYOUTS):
         kw = {"dtype": dtype, "device": device, "gen": gen, "layout": layout, "C": C}
-        for K, D in _in_layout([(2, 1), (4, 1), (4, 3)] if not quick else [(4, 1), (3, 2)], i, quick):
-            tag = f"K{K}-D{D}-{layout}-{short}"
+        for K, D, tag in _layout_taps([(2, 1), (4, 1), (4, 3)], i, quick, f"{layout}-{short}"):
             yield update_case(f"decode-{tag}", 5, None, pad=(1,), K=K, D=D, **kw)
             yield update_case(f"chunk-Lq3-{tag}", 4, 3, pad=(0,), K=K, D=D, **kw)
             yield update_case(f"spec-Lq4-{tag}", 4, 4, spec=True, pad=(2,), K=K, D=D, bias=False, **kw)
