@@ -44,10 +44,11 @@ def _git_rev() -> str:
     return done.stdout.strip() or "unknown"
 
 
-# The share of the card each worker of the shared pass needs: at 5.6 GiB (12 workers on an H100) the
-# compile tests at T = 16384, the contract matrices of moe_silu_and_mul_backward and sparse attention and the
-# FLA peer checks ran out of memory (benchmarks/results/h100/gpu_suite.txt)
-WORKER_GIB = 10
+# The share of the card each worker of the shared pass needs: the largest peak of a test outside big_memory
+# is 5.5 GiB (the FLA update peer check), and at a 5.6 GiB share the compile tests at T = 16384 ran out of
+# memory with the CUDA context on top (benchmarks/results/h100/gpu_suite.txt); 7 GiB keeps a margin and
+# gives 9 workers on an H100, 12 on an H200
+WORKER_GIB = 7
 
 
 def _default_workers() -> int:

@@ -1,5 +1,6 @@
-"""Every launch variant of the conv family compiled by Inductor, dynamic and with unbacked token counts (how
-vLLM runs the ops), bit for bit against the same provider's eager launch.
+"""Every launch variant of the conv family compiled by Inductor with unbacked token counts and every other
+argument static (how vLLM compiles a model: its token dimensions marked, its shapes and module constants
+specialized), bit for bit against the same provider's eager launch.
 
 The variants are the launcher's choices (``ops/conv/triton.py``): the lean prefill kernel and the fixup
 launch, the row kernel's plain tiles (token maps, ``seq_idx``), the decode register window (tile and scalar
@@ -121,8 +122,7 @@ def _unreached(name: str, chosen) -> list[str]:
 
 def _model_call(op, args: tuple, kwargs: dict):
     """``(call, tensors)``: ``op`` on the case's arguments as a function of its tensors alone, every other
-    argument (dilation, mode, activation, the pad slot) a constant of it, as model code holds them (a Python
-    int argument of a function compiled with ``dynamic=True`` is traced as a symbol)."""
+    argument (dilation, mode, activation, the pad slot) a constant of it, as model code holds them."""
     values = [*args, *kwargs.values()]
     where = [i for i, v in enumerate(values) if isinstance(v, torch.Tensor)]
     names = list(kwargs)
@@ -187,7 +187,9 @@ def test_gpu_every_launch_variant_compiled_dynamic_unbacked_is_eager_bit_for_bit
                 if t.shape[0] > 1:  # an unbacked size of 0 or 1 is specialized anyway
                     mark_unbacked(t, 0)
             try:
-                out = torch.compile(call, dynamic=True, fullgraph=True, backend="inductor")(*tensors)
+                # dynamic=False: the marked token dimensions stay unbacked, the rest (and the closure's ints,
+                # which dynamic=True would trace as symbols) specialized, as a compiled model holds them
+                out = torch.compile(call, dynamic=False, fullgraph=True, backend="inductor")(*tensors)
             except Exception as exc:  # every variant's failure, not the first, with its cause's last lines
                 failures.append(f"{case.id}: {_why(exc)}")
                 continue

@@ -119,6 +119,17 @@ def _tensor(op, name, t, *, dim, dtypes, device, optional=False):
         _fail(op, f"{name} must be on {device}, got {t.device}")
 
 
+def _static_count(op, name, value):
+    """``value`` a Python int >= 1. The kernels are compiled per value, so under torch.compile it must be a
+    constant of the trace (a module attribute or a closure of a ``dynamic=False`` compile), not a symbol."""
+    if isinstance(value, torch.SymInt):
+        _fail(op, f"{name} must be an int >= 1 known when the graph is traced (a module attribute or a constant), "
+                  f"got the symbol {value!r}: compile with dynamic=False or keep it off the compiled function's "
+                  "arguments")  # fmt: skip
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        _fail(op, f"{name} must be an int >= 1, got {value!r}")
+
+
 def _values_checkable(*tensors) -> bool:
     """Index values can be read here: plain tensors, eager, not inside a CUDA-graph capture."""
     if torch.compiler.is_compiling():
@@ -140,10 +151,8 @@ def check_conv(op: str, call: calls.ConvCall) -> None:
     x, weight = call.x, call.weight
     if call.mode not in MODES:
         _fail(op, f"mode must be one of {MODES}, got {call.mode!r}")
-    if isinstance(call.dilation, bool) or not isinstance(call.dilation, int) or call.dilation < 1:
-        _fail(op, f"dilation must be an int >= 1, got {call.dilation!r}")
-    if isinstance(call.spec_query_len, bool) or not isinstance(call.spec_query_len, int) or call.spec_query_len < 1:
-        _fail(op, f"spec_query_len must be an int >= 1, got {call.spec_query_len!r}")
+    for name in ("dilation", "spec_query_len"):
+        _static_count(op, name, getattr(call, name))
     if call.activation not in ACTIVATIONS:
         _fail(op, f"activation must be None or 'silu', got {call.activation!r}")
     _tensor(op, "x", x, dim=2, dtypes=FLOAT_DTYPES, device=None)
