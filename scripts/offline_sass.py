@@ -19,8 +19,7 @@ Presets: ``decode`` is the conv row kernel's decode step on FLA's ``[B, C, K]`` 
 channels a program, ``--rows``: rows a program), by window path (``--paths``: the two loads, ``WINDOW_TILE``
 with ``S_ALIGN`` 4, the channel stride K, or ``FLAT_WINDOW``), and with ``--fla`` fla-core's update kernel
 on the same call; ``short_decode`` short_conv's decode step over ``[slot, C, W]`` storage (``cw``, a
-9-position window) by window path (``--paths``); ``taps`` is the conv's tap sum alone, its weights read
-three ways (``taps_kernel``: what a layout conversion through shared memory costs);
+9-position window) by window path (``--paths``);
 ``conv_grad`` the conv backward's row and dx kernels (bf16, K = 4, SiLU, bias; a tile ending in ``w`` reads
 the weights as one word a channel); ``conv`` is the conv family's
 row kernel in causal_conv1d prefill (K = 4, bf16's fast SiLU ``ACT``, bias, a slot cache, bf16);
@@ -40,7 +39,6 @@ import os
 import re
 
 import triton
-import triton.language as tl
 
 from exactfuse.testing.offline import compile_offline, cubin_tool
 from exactfuse.testing.offline import sass as disassemble
@@ -178,37 +176,6 @@ def _moe(interleaved: bool, row_grid: bool) -> tuple[str, dict]:
     return label, compile_sass(kernel, types, consts, [*types, "N", "stride_x"], ("stride_w",), cfg.num_warps)
 
 
-@triton.jit
-def taps_kernel(p_x, p_w, p_out, L, C, stride_x, BT: tl.constexpr, BC: tl.constexpr, WEIGHT: tl.constexpr):
-    """The conv's tap sum alone (K = 4, bf16 rows, fp32 sum): WEIGHT 0 reads tap ``k``'s weights as the
-    kernels do, ``[1, BC]`` from a ``[C, K]`` weight (channels ``K`` apart); 1 the same channels from a
-    ``[K, C]`` weight; 2 a ``[K, C]`` weight read as a ``[BT, BC]`` tile (every row the same channels), the
-    x tile's shape and vector width."""
-    o_t = (tl.program_id(0) * BT + tl.arange(0, BT))[:, None]
-    o_c = (tl.program_id(1) * BC + tl.arange(0, BC))[None, :]
-    m = (o_t < L) & (o_c < C)
-    acc = tl.zeros([BT, BC], dtype=tl.float32)
-    for k in tl.static_range(4):
-        if WEIGHT == 0:
-            w = tl.load(p_w + o_c * 4 + k, mask=o_c < C).to(tl.float32)
-        elif WEIGHT == 1:
-            w = tl.load(p_w + k * C + o_c, mask=o_c < C).to(tl.float32)
-        else:
-            w = tl.load(p_w + k * C + o_c + o_t * 0, mask=m).to(tl.float32)
-        row = o_t + k - 3
-        x = tl.load(p_x + row.to(tl.int64) * stride_x + o_c, mask=m & (row >= 0), other=0.0).to(tl.float32)
-        acc += w * x
-    tl.store(p_out + o_t.to(tl.int64) * C + o_c, acc.to(tl.bfloat16), mask=m)
-
-
-def _taps(tile: str, weight: int, warps: int) -> tuple[str, dict]:
-    bt, bc = (int(v) for v in tile.split("x"))
-    types = {"p_x": "*bf16", "p_w": "*bf16", "p_out": "*bf16"}
-    label = f"taps {tile}/{warps} weight {('[C,K] [1,BC]', '[K,C] [1,BC]', '[K,C] [BT,BC]')[weight]}"
-    consts = dict(BT=bt, BC=bc, WEIGHT=weight)
-    return label, compile_sass(taps_kernel, types, consts, [*types, "stride_x", "C"], (), warps)
-
-
 def _conv_grad(tile: str, warps: int, dx: bool) -> tuple[str, dict]:
     from exactfuse.ops.conv.grad_kernels import conv_grad_rows_kernel, conv_grad_x_kernel
 
@@ -233,10 +200,10 @@ def _conv_grad(tile: str, warps: int, dx: bool) -> tuple[str, dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("preset", choices=["conv", "decode", "short_decode", "conv_grad", "taps", "attention", "merge",
+    parser.add_argument("preset", choices=["conv", "decode", "short_decode", "conv_grad", "attention", "merge",
                                            "moe"])  # fmt: skip
     parser.add_argument("--tiles", help="conv: BTxBC[uUNROLL][l: the lean prefill kernel][f: the row kernel's "
-                        "fixup launch],... (16x128,16x128l,16x128f); taps: BTxBC[uUNROLL]; conv_grad: "
+                        "fixup launch],... (16x128,16x128l,16x128f); conv_grad: "
                         "BTxBCxSTEPS[w: weights read as one word a channel],... (32x64x8,16x128x16w)")  # fmt: skip
     parser.add_argument("--kv", default="bf16,fp8e4nv", help="attention: cache dtypes (Triton names)")
     parser.add_argument("--q", default="bf16", help="attention: q dtype (Triton name)")
@@ -268,9 +235,6 @@ def main() -> None:
     elif args.preset == "conv_grad":
         tiles = (args.tiles or "32x64x8,16x128x16").split(",")
         jobs = [lambda t=t, dx=dx: _conv_grad(t, args.warps, dx) for t in tiles for dx in (False, True)]
-    elif args.preset == "taps":
-        tiles = (args.tiles or "16x128,32x64,8x256,4x512").split(",")
-        jobs = [lambda t=t, w=w: _taps(t, w, args.warps) for t in tiles for w in (0, 1, 2)]
     elif args.preset == "merge":  # the plain merge launch and the rows = 1 rule's
         jobs = [lambda: _merge(8, 0, False, 2), lambda: _merge(16, 64, True, 4)]
     elif args.preset == "moe":

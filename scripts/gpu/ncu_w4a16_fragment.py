@@ -1,41 +1,22 @@
-"""Nsight Compute profile of ``w4a16_gemm_packed`` (the fragment-layout kernel) beside ``w4a16_gemm`` and
-cuBLAS on the dense weight, same weights: is the kernel waiting on memory or on issue?
+"""Nsight Compute of ``w4a16_gemm_packed`` (the fragment layout) beside ``w4a16_gemm`` and cuBLAS on the dense
+weight, same weights (bf16, group 128, symmetric), at 4096 x 4096 and 4096 x 14336 and the M given (default
+1 and 8)."""
 
-``bash scripts/gpu/run.sh ncu w4a16_fragment [M ...]`` (default M = 1 and 8). The program compiles and
-warms every call first, then profiles one call of each between ``cudaProfilerStart`` / ``Stop`` (bf16,
-group 128, symmetric, (K, N) from ``SHAPES``); ``--summary`` prints per kernel: time, DRAM throughput,
-achieved occupancy, registers, issue-slot use and the largest warp-stall reasons.
-Results: benchmarks/results/h200/sweeps/ncu_w4a16_fragment.{txt,csv}.
-"""
+from common import ncu_main
+from ncu_w4a16_m1 import cases
 
-from ncu_summary import main, profile_calls
-
-SHAPES = ((4096, 4096), (4096, 14336))
+from exactfuse.bench.peers.w4a16 import _w4a16_cublas_dense
+from exactfuse.ops.w4a16 import fragment, w4a16_gemm, w4a16_gemm_packed
 
 
-def profile() -> None:
-    import sys
-
-    import torch
-
-    from exactfuse.bench.peers.w4a16 import _w4a16_cublas_dense
-    from exactfuse.ops.w4a16 import fragment, w4a16_gemm, w4a16_gemm_packed
-    from exactfuse.testing.cases.w4a16 import _random_prepared
-
-    rows = [int(m) for m in sys.argv[1:]] or [1, 8]
-    calls = []
-    for (K, N), M in ((shape, M) for shape in SHAPES for M in rows):
-        w = _random_prepared(K, N, torch.bfloat16, "cuda")
-        packed = fragment.pack(w.qweight, w.scales, w.zeros)
-        a = torch.randn((M, K), dtype=torch.bfloat16, device="cuda")
-        args = (a, w.qweight, w.scales, w.zeros, w.perm, None, w.group_size)
-        calls += [
-            lambda a=a, p=packed: w4a16_gemm_packed(a, p.words, p.scales),
-            lambda args=args: w4a16_gemm(*args),
-            _w4a16_cublas_dense(args, {}),
-        ]
-    profile_calls(calls)
+def calls() -> list:
+    out = []
+    for args, w in cases([1, 8]):
+        p = fragment.pack(w.qweight, w.scales, w.zeros)
+        out += [lambda a=args[0], p=p: w4a16_gemm_packed(a, p.words, p.scales), lambda args=args: w4a16_gemm(*args),
+                _w4a16_cublas_dense(args, {})]  # fmt: skip
+    return out
 
 
 if __name__ == "__main__":
-    main(profile)
+    ncu_main(calls)

@@ -1,20 +1,8 @@
-"""Control experiment for the AOTInductor segfault on an H200 with torch 2.11.0+cu130).
-
-tests/ops/test_gelu_and_mul_sparse.py::test_gpu_aot_inductor_keeps_the_projection_and_the_kernel
-compiled its package and then crashed (SIGSEGV) inside ``aoti_load_package``.
-This runs the same export -> aoti_compile_and_package -> aoti_load_package ->
-call sequence, each in its own process so a crash is reported, not fatal, for:
-
-- ``plain``: up_proj -> eager-PyTorch GELU-and-mul -> down_proj, in a process
-  that never imports exactfuse;
-- ``silu``: the same MLP with exactfuse's silu_and_mul (a visible triton_op);
-- ``sparse``: the test's model with gelu_and_mul_sparse.
-
-If ``plain`` crashes too, the crash is this torch build's (or this machine's), not exactfuse's: on the
-H200 it does (benchmarks/results/h200/sweeps/aoti_load_crash.txt).
-
-    PYTHONPATH=src python3 scripts/gpu/probe_aoti_load.py [plain] [sparse] [silu]   # AOTI_STEP_TIMEOUT=240 s per step
-"""
+"""AOTInductor export -> aoti_compile_and_package -> aoti_load_package -> call, each model in its own process so
+that a crash is reported, not fatal: ``plain`` (an MLP with an eager-PyTorch GELU-and-mul, in a process that never
+imports exactfuse), ``silu`` (exactfuse's silu_and_mul), ``sparse`` (gelu_and_mul_sparse). ``plain`` is
+tests/ops/test_aot.py's control: where it crashes too, the crash is the torch build's, not exactfuse's
+(benchmarks/results/h200/sweeps/aoti_load_crash.txt). ``AOTI_STEP_TIMEOUT`` (240 s) a step."""
 
 from __future__ import annotations
 

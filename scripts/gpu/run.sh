@@ -14,7 +14,7 @@
 #   bench OP [ARGS...]       python3 -m exactfuse bench --grid default --op OP ARGS, results into
 #                            bench/<step label>/ (OP "all": every op); e.g. bench w4a16_gemm --case '/M(1|2)-'
 #   sweep NAME [ARGS...]     python3 scripts/gpu/sweep_NAME.py ARGS       (e.g. sweep w4a16_ab wide_a 1 2)
-#   probe NAME [ARGS...]     python3 scripts/gpu/probe_NAME.py ARGS       (e.g. probe read_floor)
+#   probe NAME [ARGS...]     python3 scripts/gpu/probe_NAME.py ARGS       (e.g. probe aoti_load plain)
 #   ncu NAME [ARGS...]       Nsight Compute over python3 scripts/gpu/ncu_NAME.py ARGS (CSV), then
 #                            that script's --summary of it                (e.g. ncu w4a16_m1)
 #   vllm [ARGS...]           python3 scripts/gpu/vllm_e2e.py ARGS: exactfuse's vLLM plugin in a vllm.LLM engine, with

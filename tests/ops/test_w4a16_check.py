@@ -1,6 +1,6 @@
 """The error paths of ``w4a16_gemm``'s validation that tests/ops/test_w4a16_gemm.py does not reach.
 
-Its common path was made cheaper (scripts/probe_host_overhead.py); these pin the messages of the
+Its common path was made cheaper (host time per call); these pin the messages of the
 slow paths it now takes only when an argument is wrong: a non-tensor and a tensor on another device.
 """
 

@@ -291,7 +291,7 @@ class Op:
         if _WRAP_TRITON is None:  # pragma: no cover - older torch
             return self.dispatch(*args, **kwargs)
         # direct_triton_launches and dispatch, inlined: the frames cost 0.15 µs (dispatch) and 0.3 µs (a
-        # with-statement) a call (scripts/probe_host_overhead.py, 2-core CPU). Keep the body equal to dispatch.
+        # with-statement) a call (host time on a 2-core CPU). Keep the body equal to dispatch.
         previous = getattr(_WRAP_TRITON, "value", _WRAP_TRITON_DEFAULT)
         _WRAP_TRITON.value = False
         try:
