@@ -53,7 +53,7 @@ REQUIRED = {
     "causal_conv1d_fn": ["lean prefill", "fixup launch", "prefill rows with seq_idx", "prefill without a state"],
     "causal_conv1d_fn_backward": ["backward rows", "backward rows with initial states", "backward dx"],
 }  # fmt: skip
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+SHARDS = 3
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:
@@ -161,20 +161,26 @@ def _token_major(args: tuple, kwargs: dict) -> list[torch.Tensor]:
     return [t for t in tensors if t.is_floating_point() and t.dim() == 2 and t.shape[0] == rows]
 
 
-@pytest.mark.interpreter
-@pytest.mark.parametrize("name", list(REQUIRED))
-def test_interpreter_declared_cases_reach_every_launch_variant(name):
-    unreached = _unreached(name, _selected(name, "cpu", torch.float16))
-    assert not unreached, f"no declared case of {name} reaches: {unreached}"
+class _TraceDoneError(Exception):
+    """Raised by :func:`_trace_only` once Dynamo has traced the whole call."""
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", list(DTYPES))
-@pytest.mark.parametrize("name", list(REQUIRED))
-def test_gpu_every_launch_variant_compiled_dynamic_unbacked_is_eager_bit_for_bit(name, dtype):
-    op, chosen = exactfuse.get(name), _selected(name, "cuda", DTYPES[dtype])
-    unreached = _unreached(name, chosen)
-    assert not unreached, f"no declared case of {name} reaches: {unreached}"
+def _trace_only(graph, example_inputs):
+    """A torch.compile backend that stops once Dynamo's trace (the ops' fake implementations) is done, so that
+    the interpreter does not run the kernels a second time."""
+    raise _TraceDoneError
+
+
+def _raised(exc: BaseException | None, kind: type) -> bool:
+    while exc is not None and not isinstance(exc, kind):
+        exc = exc.__cause__ or exc.__context__
+    return exc is not None
+
+
+def _compiled_failures(op, chosen, backend) -> list[str]:
+    """Each chosen case compiled (``backend``) with its token dimensions unbacked and every other argument
+    static, against its eager results bit for bit (``_trace_only``: traced only); the failures, every one
+    with its cause's last lines."""
     torch._dynamo.reset()
     failures = []
     limits = {"recompile_limit": len(chosen) + 8, "accumulated_recompile_limit": 4 * len(chosen)}
@@ -189,12 +195,41 @@ def test_gpu_every_launch_variant_compiled_dynamic_unbacked_is_eager_bit_for_bit
             try:
                 # dynamic=False: the marked token dimensions stay unbacked, the rest (and the closure's ints,
                 # which dynamic=True would trace as symbols) specialized, as a compiled model holds them
-                out = torch.compile(call, dynamic=False, fullgraph=True, backend="inductor")(*tensors)
-            except Exception as exc:  # every variant's failure, not the first, with its cause's last lines
-                failures.append(f"{case.id}: {_why(exc)}")
+                out = torch.compile(call, dynamic=False, fullgraph=True, backend=backend)(*tensors)
+            except Exception as exc:  # every variant's failure, not the first
+                if not _raised(exc, _TraceDoneError):
+                    failures.append(f"{case.id}: {_why(exc)}")
                 continue
             got = [*args, *kwargs.values(), out]
             for i, (a, b) in enumerate(zip(_flatten(got), _flatten(list(expected)), strict=True)):
                 if isinstance(a, torch.Tensor) and a.is_floating_point() and not torch.equal(bits(a), bits(b)):
                     failures.append(f"{case.id}: output {i} differs from eager ({sorted(launches)})")
-    assert not failures, f"{len(failures)} of {len(chosen)} compiled variants fail:\n" + "\n".join(failures)
+    return failures
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("name", list(REQUIRED))
+def test_interpreter_declared_cases_reach_every_launch_variant_and_trace_with_unbacked_tokens(name):
+    """The declared cases reach every variant, and Dynamo traces each variant's first case through the op's
+    fake implementation with unbacked token counts: a spec or check that guards on a token count (say
+    ``max(T - 1, 0)``) fails here, before any GPU."""
+    op, chosen = exactfuse.get(name), _selected(name, "cpu", torch.float16)
+    unreached = _unreached(name, chosen)
+    assert not unreached, f"no declared case of {name} reaches: {unreached}"
+    failures = _compiled_failures(op, chosen, _trace_only)
+    assert not failures, f"{len(failures)} of {len(chosen)} traced variants fail:\n" + "\n".join(failures)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shard", range(SHARDS))
+@pytest.mark.parametrize("name", list(REQUIRED))
+def test_gpu_every_launch_variant_compiled_dynamic_unbacked_is_eager_bit_for_bit(name, shard):
+    """bf16 only: the variants are the launcher's choices, which do not depend on the dtype (the compile
+    tests of test_compiler.py cover fp16). Each shard compiles every SHARDS-th variant, so that the
+    Inductor compiles (15-20 s each) spread over the suite's workers."""
+    op, chosen = exactfuse.get(name), _selected(name, "cuda", torch.bfloat16)
+    unreached = _unreached(name, chosen)
+    assert not unreached, f"no declared case of {name} reaches: {unreached}"
+    mine = chosen[shard::SHARDS]
+    failures = _compiled_failures(op, mine, "inductor")
+    assert not failures, f"{len(failures)} of {len(mine)} compiled variants fail:\n" + "\n".join(failures)

@@ -212,7 +212,12 @@ def test_gpu_fla_grids():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["causal_conv1d", "causal_conv1d_update"])
+@pytest.mark.parametrize(
+    "name",
+    # causal_conv1d's grid reaches T·C = 2^29 (1 GiB a bf16 tensor): two clones, two outputs and the native
+    # spec's fp32 work take more than a 7.5 GiB share
+    [pytest.param("causal_conv1d", marks=pytest.mark.big_memory), "causal_conv1d_update"],
+)
 def test_gpu_fla_peers_give_the_ops_outputs(name):
     """The bench's FLA peers on the grid cases they accept give the op's outputs (the result, and the cache
     updated in place) within FLA's rounding of the spec's: what the bench's gate compares before timing."""

@@ -347,7 +347,7 @@ def _fn_grads(grad, x, weight, bias, activation, dilation, query_start_loc, seq_
     out_ok = (q_start <= t) & (t < qsl[R])
     seq = seq_idx.long() if seq_idx is not None else torch.zeros_like(t)
     out_ok = out_ok & (seq >= 0)
-    last = max(T - 1, 0)
+    last = torch.sym_max(T - 1, 0)  # no guard on an unbacked T
     xs, ws = x.to(acc_dtype), weight.to(acc_dtype)
     j_t = t - q_start
 
@@ -407,7 +407,7 @@ def initial_state_grads(dconv: torch.Tensor, weight: torch.Tensor, qsl: torch.Te
     for k in range(K):
         row = qsl[:R, None] + j[None, :] - dilation * k  # [R, SL]
         ok = (row >= qsl[:R, None]) & (row < qsl[1:, None])
-        value = torch.where(ok[..., None], dconv[row.clamp(0, max(T - 1, 0))], 0.0)
+        value = torch.where(ok[..., None], dconv[row.clamp(0, torch.sym_max(T - 1, 0))], 0.0)
         out = out + weight[:, k].to(dconv.dtype) * value
     return out.transpose(1, 2)
 
