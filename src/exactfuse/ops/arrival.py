@@ -18,8 +18,8 @@ def arrival_counters(device: torch.device, tiles: int) -> torch.Tensor:
     """Zeroed int32 counters, at least ``tiles`` of them, for launches on the current stream of ``device``
     (a tensor's device: it carries its index)."""
     # The raw handle, as Triton's launcher reads it: 0.13 against 3.0 µs of host time per call for
-    # torch.cuda.current_stream(device).cuda_stream, which builds a Stream object (H200 machine,
-    # scripts/gpu/probe_stream_lookup.py, benchmarks/results/h200/sweeps/w4a16_stream_lookup.txt).
+    # torch.cuda.current_stream(device).cuda_stream, which builds a Stream object (an H200,
+    # benchmarks/results/h200/sweeps/w4a16_stream_lookup.txt).
     stream = torch._C._cuda_getCurrentRawStream(device.index) if device.type == "cuda" else 0
     buffers = _COUNTERS.get((device, stream))
     if buffers is None or buffers[-1].numel() < tiles:

@@ -75,7 +75,7 @@ EXACT = {"silu": SILU, "gelu_none": GELU_ERF, "gelu_tanh": GELU_TANH, "sigmoid":
 EXACT_FORMULAS = frozenset(EXACT.values())
 
 # What the kernels try, fastest first, per (activation, dtype); the exact formula follows as the last
-# resort. A pair is listed when scripts/gpu/probe_fast_activation.py found its formula bitwise on the H200
+# resort. A pair is listed when an exhaustive GPU check found its formula bitwise on an H200
 # (benchmarks/results/h200/sweeps/fast_activation_proofs.txt); a failure elsewhere is logged and the next
 # candidate taken. No GELU formula faster than the exact one proves out there.
 CANDIDATES: dict[tuple[str, torch.dtype], tuple[int, ...]] = {

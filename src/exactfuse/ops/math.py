@@ -5,7 +5,7 @@ On the GPU these are the functions ATen's CUDA kernels call: libdevice's
 path and breaks bitwise parity), and ``erff`` as the CUDA toolkit that built
 PyTorch evaluates it. CUDA 13.0 changed ``erff``: Triton 3.6 bundles an older
 libdevice whose ``__nv_erff`` differs from it in 651,892 of 15M fp32 outputs
-(H200, torch 2.11+cu130, scripts/gpu/probe_activation_math.py). For PyTorch
+(an H200, torch 2.11+cu130, the two evaluated over the same inputs). For PyTorch
 built with CUDA >= 13 we evaluate the CUDA 13.0 sequence (read from the PTX
 ``nvcc -arch=sm_90 -O3`` emits for ``erff``): a degree-6 polynomial in x^2
 below |x| = 1.00296, else ``copysign(1 - 2^p(|x|), x)`` with ``ex2.approx.ftz``.

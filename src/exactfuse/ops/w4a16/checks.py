@@ -33,8 +33,8 @@ def check_w4a16_args(
     """
     op = "w4a16_gemm"
     # The common path reads each attribute once, compares torch.Size with tuples (no lists) and builds
-    # one torch.device for a: 2.8 -> 1.7 µs per call at M1-4096x4096 fp16 (scripts/probe_host_overhead.py,
-    # timeit on a 2-core CPU). The loops that name the argument run only when a check fails.
+    # one torch.device for a: 2.8 -> 1.7 µs per call at M1-4096x4096 fp16 (timeit
+    # on a 2-core CPU). The loops that name the argument run only when a check fails.
     if not (isinstance(a, torch.Tensor) and isinstance(qweight, torch.Tensor) and isinstance(scales, torch.Tensor)):
         for name, t in (("a", a), ("qweight", qweight), ("scales", scales)):
             if not isinstance(t, torch.Tensor):

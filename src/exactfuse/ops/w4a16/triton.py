@@ -168,7 +168,7 @@ def launch_config(
     ``N`` columns: ``config`` where given, else :func:`heuristics.select_config`'s choice for this device.
 
     A ``group_index`` takes the dense path unless ``config`` forces a tl.dot tile (its per-row scale
-    gather is not yet the rule's: ``scripts/gpu/probe_w4a16_row_groups.py`` measures it); the GEMV cannot
+    gather is not yet the rule's: ``benchmarks/results/h200/sweeps/w4a16_row_groups.txt``); the GEMV cannot
     take one. The staged tile runs where the rule chose it and its arguments fit, else the rule's tl.dot
     tile does; forced where it cannot run, it is an error.
     """
