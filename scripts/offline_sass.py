@@ -140,7 +140,7 @@ def _fla_update(bd: int, warps: int) -> tuple[str, dict]:
 
 
 def _attention(q: str, kv: str, warps: int, fixup: bool, prefetch: bool = False) -> tuple[str, dict]:
-    from exactfuse.ops.sparse_paged_attention.triton import sparse_attention_partial_kernel as kernel
+    from exactfuse.ops.sparse_paged_attention.partial_kernel import sparse_attention_partial_kernel as kernel
 
     types = {"q_ptr": f"*{q}", "k_ptr": f"*{kv}", "v_ptr": f"*{kv}", "gate_ptr": f"*{q}", "out_ptr": f"*{q}",
              "part_ptr": "*fp32", "lse_ptr": "*fp32", "count_ptr": "*i32", "qk_scale": "fp32",
@@ -155,7 +155,7 @@ def _attention(q: str, kv: str, warps: int, fixup: bool, prefetch: bool = False)
 
 
 def _merge(group: int, block_d: int, pdl: bool, warps: int) -> tuple[str, dict]:
-    from exactfuse.ops.sparse_paged_attention.merge import sparse_attention_merge_kernel as kernel
+    from exactfuse.ops.sparse_paged_attention.merge_kernel import sparse_attention_merge_kernel as kernel
 
     types = {"part_ptr": "*fp32", "lse_ptr": "*fp32", "gate_ptr": "*bf16", "out_ptr": "*bf16"}
     consts = dict(HQ=24, D=128, GATE=1, MERGE_GROUP=group, BLOCK_D=block_d, PDL=pdl)
@@ -166,7 +166,7 @@ def _merge(group: int, block_d: int, pdl: bool, warps: int) -> tuple[str, dict]:
 
 def _moe(interleaved: bool, row_grid: bool) -> tuple[str, dict]:
     from exactfuse.ops.moe_silu_and_mul.heuristics import moe_config
-    from exactfuse.ops.moe_silu_and_mul.triton import moe_silu_and_mul_kernel as kernel
+    from exactfuse.ops.moe_silu_and_mul.moe_gated_kernel import moe_silu_and_mul_kernel as kernel
 
     cfg = moe_config(3072, 2, interleaved)
     types = {"p_x": "*bf16", "p_w": "*fp32", "p_y": "*bf16"}

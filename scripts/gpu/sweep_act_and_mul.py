@@ -6,8 +6,7 @@ import torch
 import triton
 from common import emit, geomean, rotated, time_us
 
-from exactfuse.ops.act_and_mul import heuristics
-from exactfuse.ops.act_and_mul import triton as gated_kernel
+from exactfuse.ops.act_and_mul import gated_kernel, heuristics
 
 # d = 768 and 13824 are not multiples of 1024: BD = 256 / 512 tile them without masked lanes
 SHAPES = ((1, 768), (16, 768), (16, 4096), (16, 14336), (4096, 768), (32768, 768), (4096, 13824), (4096, 4096),

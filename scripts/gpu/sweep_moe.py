@@ -11,8 +11,8 @@ import torch
 from common import device_line, emit, geomean, rotated, time_sets
 
 from exactfuse.ops.moe_silu_and_mul import heuristics as mh
+from exactfuse.ops.moe_silu_and_mul import launch as moe_launch
 from exactfuse.ops.moe_silu_and_mul import native as moe_native
-from exactfuse.ops.moe_silu_and_mul import triton as moe_launch
 from exactfuse.registry import ulp_distance
 
 SHAPES = list(itertools.product((384, 4096, 49152), (768, 1536, 3072), (False, True), (False, True)))

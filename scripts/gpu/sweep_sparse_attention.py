@@ -13,7 +13,7 @@ import torch
 from common import device_line, emit, geomean, ints, time_us
 
 from exactfuse.ops.sparse_paged_attention import _sparse_paged_attention, heuristics, native
-from exactfuse.ops.sparse_paged_attention import triton as attention_launch
+from exactfuse.ops.sparse_paged_attention import launch as attention_launch
 from exactfuse.ops.sparse_paged_attention.heuristics import AttentionConfig
 from exactfuse.testing.cases import sparse_paged_attention as inputs
 

@@ -12,7 +12,7 @@ from sweep_sparse_warps import inputs, plan_us
 from exactfuse.bench.timing import recompile_limits
 from exactfuse.ops.gelu_and_mul_sparse import STD_MULTIPLIER, gelu_and_mul_sparse
 from exactfuse.ops.gelu_and_mul_sparse import heuristics as sh
-from exactfuse.ops.gelu_and_mul_sparse.triton import launch_gelu_and_mul_sparse
+from exactfuse.ops.gelu_and_mul_sparse.launch import launch_gelu_and_mul_sparse
 from exactfuse.registry.contracts import RowBitwise
 
 WIDTHS = (8192, 12288, 16384, 24576, 32768)

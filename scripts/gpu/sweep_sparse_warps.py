@@ -12,7 +12,8 @@ from common import emit, geomean, rotated, time_us
 from exactfuse.bench import resources
 from exactfuse.ops.gelu_and_mul_sparse import STD_MULTIPLIER
 from exactfuse.ops.gelu_and_mul_sparse import heuristics as sh
-from exactfuse.ops.gelu_and_mul_sparse.triton import gelu_and_mul_sparse_kernel, launch_gelu_and_mul_sparse
+from exactfuse.ops.gelu_and_mul_sparse.launch import launch_gelu_and_mul_sparse
+from exactfuse.ops.gelu_and_mul_sparse.sparse_gelu_kernel import gelu_and_mul_sparse_kernel
 
 WIDTHS = (1, 31, 128, 500, 1024, 2048, 3000, 4096, 8192, 12288, 16384, 24576, 32768)
 

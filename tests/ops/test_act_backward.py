@@ -8,6 +8,7 @@ import torch
 
 import exactfuse
 from exactfuse.ops.act_and_mul import (
+    gated_kernel,
     gelu_and_mul,
     gelu_and_mul_backward,
     gelu_mul,
@@ -17,7 +18,7 @@ from exactfuse.ops.act_and_mul import (
     silu_mul,
     silu_mul_backward,
 )
-from exactfuse.ops.act_and_mul import triton as act_triton
+from exactfuse.ops.act_and_mul import launch as act_launch
 from exactfuse.registry import InferenceOnlyError
 from exactfuse.testing import CompileWatch, assert_contract_matrix, clone_args
 from exactfuse.testing.calls import clone_value
@@ -303,7 +304,7 @@ def test_gpu_int64_offsets():
     x = torch.randn(T, 2 * d, dtype=torch.bfloat16, device="cuda")
     grad = torch.randn(T, d, dtype=torch.bfloat16, device="cuda")
     with exactfuse.poison_outputs():
-        dx = act_triton.silu_and_mul_backward_triton(grad, x)
+        dx = act_launch.silu_and_mul_backward_triton(grad, x)
     for rows in (slice(0, 64), slice(T - 64, T)):
         assert _same_bits(dx[rows], silu_and_mul_backward.native(grad[rows], x[rows]))
 
@@ -332,7 +333,7 @@ def test_gpu_warmup_then_cuda_graph_of_forward_and_backward(dtype):
     replays eager autograd's bits."""
     d, T = 352, 8
     exactfuse.warmup([*BACKWARD, "silu_and_mul", "gelu_and_mul", "silu_mul", "gelu_mul"], dtypes=(dtype,), widths=(d,))
-    watch = CompileWatch(act_triton.act_and_mul_kernel, act_triton.act_and_mul_backward_kernel)
+    watch = CompileWatch(gated_kernel.act_and_mul_kernel, gated_kernel.act_and_mul_backward_kernel)
     static_x = torch.randn(T, 2 * d, device="cuda", dtype=dtype)
     static_grad = torch.randn(T, d, device="cuda", dtype=dtype)
 

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 import exactfuse
-from exactfuse.ops.act_and_mul import gelu_and_mul, gelu_mul, silu_and_mul, silu_mul
+from exactfuse.ops.act_and_mul import gated_kernel, gelu_and_mul, gelu_mul, silu_and_mul, silu_mul
 from exactfuse.ops.act_and_mul import heuristics as act_heuristics
-from exactfuse.ops.act_and_mul import triton as act_triton
+from exactfuse.ops.act_and_mul import launch as act_launch
 from exactfuse.registry import NoProviderError, platform
 from exactfuse.testing import CompileWatch, assert_contract_matrix
 
@@ -44,14 +44,14 @@ def test_gpu_int64_offsets():
     x = torch.randn(T, 2 * d, dtype=torch.bfloat16, device="cuda")
     assert x.numel() >= 2**31
     with exactfuse.poison_outputs():
-        out = act_triton.silu_and_mul_triton(x)
+        out = act_launch.silu_and_mul_triton(x)
     tail = slice(T - 64, T)
     assert torch.equal(out[tail], silu_and_mul.native(x[tail]))
     head = slice(0, 64)
     assert torch.equal(out[head], silu_and_mul.native(x[head]))
     assert not torch.isnan(out).any()
     with exactfuse.poison_outputs():  # the two-tensor path over the halves: the same rows
-        pair = act_triton.silu_mul_triton(x[:, :d], x[:, d:])
+        pair = act_launch.silu_mul_triton(x[:, :d], x[:, d:])
     assert torch.equal(pair, out)
 
 
@@ -175,7 +175,7 @@ def _assert_flat_equals_tile(monkeypatch, device, dtype):
     for case, args, name in _flat_cases(device, dtype):
         op = OPS[name]
         tile = op.run_provider("triton", *args)
-        monkeypatch.setattr(act_triton, "flat_index", lambda D, T, fast_math=True: T is not None)  # forced
+        monkeypatch.setattr(act_launch, "flat_index", lambda D, T, fast_math=True: T is not None)  # forced
         with exactfuse.poison_outputs():
             flat = op.run_provider("triton", *args)
         monkeypatch.undo()
@@ -230,7 +230,7 @@ def test_warmup_then_cuda_graph_replay_matches_eager():
     torch.manual_seed(0)
     model = _Mlp(256, 352).cuda().to(torch.bfloat16)
     exactfuse.warmup(["silu_and_mul", "gelu_and_mul"], dtypes=(torch.bfloat16,), widths=(352,))
-    watch = CompileWatch(act_triton.act_and_mul_kernel)
+    watch = CompileWatch(gated_kernel.act_and_mul_kernel)
     static_x = torch.randn(8, 256, device="cuda", dtype=torch.bfloat16)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())

@@ -8,7 +8,7 @@ import torch
 
 from exactfuse.ops import fastmath
 from exactfuse.ops.act_and_mul import gelu_and_mul, gelu_mul, silu_and_mul, silu_mul
-from exactfuse.ops.act_and_mul import triton as act_triton
+from exactfuse.ops.act_and_mul import launch as act_launch
 from exactfuse.ops.math import activation as kernel_activation
 from exactfuse.testing.on_device import bit_identical
 
@@ -118,7 +118,7 @@ def test_cpu_tensors_take_the_exact_formula_without_a_proof(monkeypatch):
 
 def test_every_formula_belongs_to_a_known_activation_and_candidates_are_fast():
     assert {a for a, _ in fastmath.FORMULAS.values()} == set(fastmath.EXACT)
-    assert act_triton.ACTIVATIONS.items() <= fastmath.EXACT.items()
+    assert act_launch.ACTIVATIONS.items() <= fastmath.EXACT.items()
     for (activation, dtype), formulas in fastmath.CANDIDATES.items():
         assert dtype in HALF
         for f in formulas:
@@ -140,17 +140,17 @@ def test_every_formula_evaluates_its_activation_within_the_interpreter_tolerance
 
 
 @pytest.mark.interpreter
-@pytest.mark.parametrize("formula", sorted(f for f, (a, _) in fastmath.FORMULAS.items() if a in act_triton.ACTIVATIONS))
+@pytest.mark.parametrize("formula", sorted(f for f, (a, _) in fastmath.FORMULAS.items() if a in act_launch.ACTIVATIONS))
 def test_the_act_kernel_runs_every_formula_within_the_interpreter_tolerance(monkeypatch, formula):
     """The launcher's FORMULA reaches the kernel: each formula of an activation evaluates it (CPU)."""
     activation = fastmath.FORMULAS[formula][0]
-    monkeypatch.setattr(act_triton, "chosen_formula", lambda *a: formula)
+    monkeypatch.setattr(act_launch, "chosen_formula", lambda *a: formula)
     x = torch.randn(64, 256, dtype=torch.float16) * 4
     if activation == "silu":
-        out, ref = act_triton.silu_and_mul_triton(x), silu_and_mul.native(x)
+        out, ref = act_launch.silu_and_mul_triton(x), silu_and_mul.native(x)
     else:
         approximate = activation.removeprefix("gelu_")
-        out, ref = act_triton.gelu_and_mul_triton(x, approximate), gelu_and_mul.native(x, approximate)
+        out, ref = act_launch.gelu_and_mul_triton(x, approximate), gelu_and_mul.native(x, approximate)
     torch.testing.assert_close(out, ref, atol=2e-3, rtol=2e-3)
 
 
@@ -212,16 +212,16 @@ def test_gpu_kernel_bitwise_on_every_gate_value(name, dtype):
 def test_gpu_capture_before_any_proof_takes_the_exact_formula(monkeypatch, caplog):
     x = torch.randn(8, 512, device="cuda", dtype=torch.bfloat16)
     with monkeypatch.context() as m:  # compile the exact kernel first: nothing may compile in the capture
-        m.setattr(act_triton, "chosen_formula", lambda *a: fastmath.SILU)
-        exact_y = act_triton.silu_and_mul_triton(x)
+        m.setattr(act_launch, "chosen_formula", lambda *a: fastmath.SILU)
+        exact_y = act_launch.silu_and_mul_triton(x)
     graph = torch.cuda.CUDAGraph()
     with caplog.at_level(logging.WARNING, logger="exactfuse.ops.fastmath"), torch.cuda.graph(graph):
-        y = act_triton.silu_and_mul_triton(x)
+        y = act_launch.silu_and_mul_triton(x)
     graph.replay()
     assert torch.equal(y, exact_y) and torch.equal(y, silu_and_mul.native(x))
     assert "exactfuse.warmup" in caplog.text
     assert fastmath._CHOSEN == {}  # nothing cached: the next eager call proves
-    act_triton.silu_and_mul_triton(x)
+    act_launch.silu_and_mul_triton(x)
     chosen = fastmath.chosen_formula("silu", torch.bfloat16, x.device)
     assert chosen == fastmath.CANDIDATES["silu", torch.bfloat16][0] and len(fastmath._CHOSEN) == 1
 

@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 
 import exactfuse
-from exactfuse.ops.gelu_and_mul_sparse import STD_MULTIPLIER, gelu_and_mul_sparse
+from exactfuse.ops.gelu_and_mul_sparse import STD_MULTIPLIER, gelu_and_mul_sparse, sparse_gelu_kernel
 from exactfuse.ops.gelu_and_mul_sparse import heuristics as sh
-from exactfuse.ops.gelu_and_mul_sparse import triton as st
+from exactfuse.ops.gelu_and_mul_sparse import launch as sparse_launch
 from exactfuse.registry import Case
 from exactfuse.registry.contracts import RowBitwise, ZeroMaskTolerance
 from exactfuse.testing import check_provider
@@ -103,7 +103,7 @@ def test_split_kernels_combine_chunks_of_unequal_length():
     x = torch.randn(5, 200, generator=gen).to(torch.float16)
     x[:, 96:100] *= 20
     expected = op.native(x, STD_MULTIPLIER, "tanh")
-    actual = st.launch_gelu_and_mul_sparse(x, STD_MULTIPLIER, "tanh", sh.SparsePlan("split", 32, 1))
+    actual = sparse_launch.launch_gelu_and_mul_sparse(x, STD_MULTIPLIER, "tanh", sh.SparsePlan("split", 32, 1))
     assert RowBitwise().check(actual, expected).extra["differing_rows"] == 0
 
 
@@ -128,9 +128,9 @@ def _heavy_tailed(T, d, dtype, device):
 
 def _ablate(x, boundary):
     expected = op.native(x, STD_MULTIPLIER, "tanh")
-    mask = st.ROUND_ALL & ~st.ROUND_BOUNDARIES.get(boundary, 0)
+    mask = sparse_gelu_kernel.ROUND_ALL & ~sparse_gelu_kernel.ROUND_BOUNDARIES.get(boundary, 0)
     plan = dataclasses.replace(sh.choose_plan(*x.shape, 132), round_mask=mask)
-    actual = st.launch_gelu_and_mul_sparse(x, STD_MULTIPLIER, "tanh", plan)
+    actual = sparse_launch.launch_gelu_and_mul_sparse(x, STD_MULTIPLIER, "tanh", plan)
     return RowBitwise().check(actual, expected)
 
 
@@ -138,7 +138,7 @@ def _ablate(x, boundary):
 # when only that roundtrip is skipped: mean 18, std 109, std*m 127,
 # mean+std*m 314, gate-cutoff 10, gelu 195 (zero-mask mismatches: 1 for std*m).
 @pytest.mark.interpreter
-@pytest.mark.parametrize("boundary", ["all-kept", *st.ROUND_BOUNDARIES])
+@pytest.mark.parametrize("boundary", ["all-kept", *sparse_gelu_kernel.ROUND_BOUNDARIES])
 def test_interpreter_each_roundtrip_is_needed(boundary):
     res = _ablate(_heavy_tailed(512, 64, torch.float16, "cpu"), boundary)
     print(f"\nskip {boundary}: {res.detail}")
@@ -147,7 +147,7 @@ def test_interpreter_each_roundtrip_is_needed(boundary):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-@pytest.mark.parametrize("boundary", ["all-kept", *st.ROUND_BOUNDARIES])
+@pytest.mark.parametrize("boundary", ["all-kept", *sparse_gelu_kernel.ROUND_BOUNDARIES])
 @pytest.mark.parametrize("d", [64, 4096])
 def test_gpu_each_roundtrip_is_needed(boundary, dtype, d):
     """Skipping any one roundtrip makes more rows differ than the contract allows (counts printed)."""
@@ -318,9 +318,9 @@ def test_warmup_compiles_every_kernel_the_choice_uses(monkeypatch):
     choices = {(1, 16): ("split", 8, 1), (3, 16): ("looped", 8, 1), (4, 16): ("whole", 16, 2)}
     monkeypatch.setattr(sh, "choose_plan", lambda T, D, sms: sh.SparsePlan(*choices.get((T, D), ("whole", D, 1))))
     calls = []
-    launch = st.launch_gelu_and_mul_sparse
+    launch = sparse_launch.launch_gelu_and_mul_sparse
     monkeypatch.setattr(
-        st, "launch_gelu_and_mul_sparse", lambda x, *a, **k: calls.append(x.shape) or launch(x, *a, **k)
+        sparse_launch, "launch_gelu_and_mul_sparse", lambda x, *a, **k: calls.append(x.shape) or launch(x, *a, **k)
     )
     exactfuse.warmup("gelu_and_mul_sparse", dtypes=(torch.float16,), device="cpu", widths=(8, 16))
     # d = 8: one launch for all four batches; d = 16: one per distinct choice
@@ -369,7 +369,7 @@ def test_gpu_int64_row_offsets():
     T, d = 32769, 32768
     x = torch.randn(T, 2 * d, dtype=torch.bfloat16, device="cuda")
     with exactfuse.poison_outputs():
-        out = st.gelu_and_mul_sparse_triton(x, STD_MULTIPLIER, "tanh")
+        out = sparse_launch.gelu_and_mul_sparse_triton(x, STD_MULTIPLIER, "tanh")
     for rows in (slice(0, 64), slice(T - 64, T)):
         assert RowBitwise().check(out[rows], op.native(x[rows], STD_MULTIPLIER, "tanh")).passed
     assert not out.isnan().any()

@@ -7,8 +7,7 @@ import pytest
 import torch
 
 import exactfuse
-from exactfuse.ops.moe_silu_and_mul import moe_silu_and_mul, moe_silu_and_mul_backward
-from exactfuse.ops.moe_silu_and_mul import triton as mt
+from exactfuse.ops.moe_silu_and_mul import moe_gated_kernel, moe_silu_and_mul, moe_silu_and_mul_backward
 from exactfuse.testing import CompileWatch, assert_contract_matrix, clone_args
 from exactfuse.testing.calls import clone_value
 from support.graph import capture
@@ -390,7 +389,7 @@ def test_gpu_warmup_then_cuda_graph_of_forward_and_backward(dtype):
     replays: d gateup with eager autograd's bits, d row_weights the kernel's own eager result."""
     N, M = 768, 8
     exactfuse.warmup(["moe_silu_and_mul", "moe_silu_and_mul_backward"], dtypes=(dtype,), widths=(N,))
-    watch = CompileWatch(mt.moe_silu_and_mul_kernel, mt.moe_silu_and_mul_backward_kernel)
+    watch = CompileWatch(moe_gated_kernel.moe_silu_and_mul_kernel, moe_gated_kernel.moe_silu_and_mul_backward_kernel)
     static_x = torch.randn(M, 2 * N, device="cuda", dtype=dtype)
     static_w = torch.rand(M, device="cuda")
     static_grad = torch.randn(M, N, device="cuda", dtype=dtype)

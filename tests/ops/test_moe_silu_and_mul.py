@@ -5,8 +5,7 @@ import pytest
 import torch
 
 import exactfuse
-from exactfuse.ops.moe_silu_and_mul import moe_silu_and_mul
-from exactfuse.ops.moe_silu_and_mul import triton as mt
+from exactfuse.ops.moe_silu_and_mul import moe_gated_kernel, moe_silu_and_mul
 from exactfuse.registry import contracts
 from exactfuse.testing import (
     CompileWatch,
@@ -307,7 +306,7 @@ def test_gpu_warmup_then_cuda_graph_replay(interleaved):
     """Warmup compiles what capture needs; replays with new data equal eager at several batch sizes."""
     N = 768
     exactfuse.warmup("moe_silu_and_mul", dtypes=(torch.bfloat16,), widths=(N,), interleaved=interleaved)
-    watch = CompileWatch(mt.moe_silu_and_mul_kernel)
+    watch = CompileWatch(moe_gated_kernel.moe_silu_and_mul_kernel)
     layer = exactfuse.MoeSiluAndMul(interleaved=interleaved)
     for M in (1, 6, 96):
         static_x = torch.randn(M, 2 * N, dtype=torch.bfloat16, device="cuda")

@@ -8,8 +8,8 @@ import torch
 
 import exactfuse
 from exactfuse.ops.moe_silu_and_mul import heuristics as mh
+from exactfuse.ops.moe_silu_and_mul import launch as moe_launch
 from exactfuse.ops.moe_silu_and_mul import moe_silu_and_mul
-from exactfuse.ops.moe_silu_and_mul import triton as mt
 from exactfuse.utils import needs_int64
 from support.moe import LAYOUT, pair
 
@@ -67,7 +67,7 @@ def test_interpreter_forced_configs(name, interleaved):
     split, inter, w = pair(M, N, torch.float32)
     x = inter if interleaved else split
     with exactfuse.poison_outputs():
-        out = mt.launch_moe_silu_and_mul(x, w, interleaved, None, config=config)
+        out = moe_launch.launch_moe_silu_and_mul(x, w, interleaved, None, config=config)
     result = moe_silu_and_mul.contract_for(torch.float32, "cpu").check(out, moe_silu_and_mul.native(x, w, interleaved))
     assert result.passed, result.summary()
 
@@ -79,15 +79,17 @@ def test_interpreter_row_grid_is_the_flat_grid_bit_for_bit(interleaved):
     split, inter, w = pair(7, 100, torch.float16)
     x = inter if interleaved else split
     for config in (mh.MoeConfig(4, 64, 4), mh.MoeConfig(1, 32, 2)):
-        flat = mt.launch_moe_silu_and_mul(x, w, interleaved, None, config=config)
-        rows = mt.launch_moe_silu_and_mul(x, w, interleaved, None, config=dataclasses.replace(config, row_grid=True))
+        flat = moe_launch.launch_moe_silu_and_mul(x, w, interleaved, None, config=config)
+        rows = moe_launch.launch_moe_silu_and_mul(
+            x, w, interleaved, None, config=dataclasses.replace(config, row_grid=True)
+        )
         assert torch.equal(flat.view(torch.int16), rows.view(torch.int16)), config
 
 
 def test_row_grid_refuses_more_column_tiles_than_the_grid_holds():
-    x = torch.zeros(1, 2 * (mt.MAX_COLUMN_TILES + 1))
+    x = torch.zeros(1, 2 * (mh.MAX_COLUMN_TILES + 1))
     with pytest.raises(RuntimeError, match="N = 65536: more than 65535 column tiles"):
-        mt.launch_moe_silu_and_mul(x, None, False, None, config=mh.MoeConfig(1, 1, 1, row_grid=True))
+        moe_launch.launch_moe_silu_and_mul(x, None, False, None, config=mh.MoeConfig(1, 1, 1, row_grid=True))
 
 
 def test_rule_takes_the_row_grid_where_the_column_tiles_fit():

@@ -7,7 +7,7 @@ from torch._dynamo.decorators import mark_unbacked
 from torch._dynamo.testing import CompileCounterWithBackend
 
 import exactfuse
-from exactfuse.ops.sparse_paged_attention import triton as at
+from exactfuse.ops.sparse_paged_attention import merge_kernel, partial_kernel
 from exactfuse.testing import CompileWatch
 from support.attention import CPU, CUDA, assert_contract, case_args, named, op, with_args
 
@@ -82,7 +82,7 @@ def test_gpu_warmup_then_cuda_graphs_compile_nothing_and_replay_eager():
     layer = {"num_heads": 24, "num_kv_heads": 2, "head_dim": 256, "width": 2051, "k_cache": a.k_cache,
              "v_cache": a.v_cache}  # fmt: skip
     exactfuse.warmup(["sparse_paged_attention"], attention_layers=(layer,))
-    watch = CompileWatch(at.sparse_attention_partial_kernel, at.sparse_attention_merge_kernel)
+    watch = CompileWatch(partial_kernel.sparse_attention_partial_kernel, merge_kernel.sparse_attention_merge_kernel)
     fn = _public(base)
     for rows in (1, 64, 1024):
         inputs = [t[:rows].clone() for t in _row_inputs(base)]

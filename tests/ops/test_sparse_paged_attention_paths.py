@@ -34,7 +34,7 @@ def _odd_copy(cache: torch.Tensor) -> torch.Tensor:
 def _pairs_and_bytes(kv, device):
     """Outputs of one fp8 call with V at an even address (16-bit pairs) and at an odd one (bytes), NaN in
     a few V slots, and the native output."""
-    from exactfuse.ops.sparse_paged_attention.triton import _even
+    from exactfuse.ops.sparse_paged_attention.launch import _even
 
     args = case_args(dtype=torch.float16, kv_dtype=kv, W=70, device=device)
     v = named(args).v_cache.clone()
@@ -168,7 +168,7 @@ def test_interpreter_merge_sums_the_splits_in_split_order(group):
     """The merge kernel adds the splits' weighted partials one after another in split order, whatever its
     group: partials of 2^24, 1, 1, -2^24 at equal LSE sum to 0 in that order (each 1 is lost to rounding)
     and to 2 in any order that takes -2^24 first; a split of LSE -inf between them adds nothing."""
-    from exactfuse.ops.sparse_paged_attention.merge import sparse_attention_merge_kernel
+    from exactfuse.ops.sparse_paged_attention.merge_kernel import sparse_attention_merge_kernel
 
     D, splits = 16, 5
     big = 2.0**24

@@ -27,8 +27,8 @@ def loads_before_first_barrier(text: str) -> int:
 
 def compile_all() -> list[str]:
     """Every variant; the failures as ``label: error``."""
-    from exactfuse.ops.sparse_paged_attention.merge import sparse_attention_merge_kernel
-    from exactfuse.ops.sparse_paged_attention.triton import sparse_attention_partial_kernel
+    from exactfuse.ops.sparse_paged_attention.merge_kernel import sparse_attention_merge_kernel
+    from exactfuse.ops.sparse_paged_attention.partial_kernel import sparse_attention_partial_kernel
     from exactfuse.testing.offline import compile_error, compile_offline, sass
 
     failures = []

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import torch
 
 from exactfuse.ops.sparse_paged_attention import CONTRACT, _sparse_paged_attention, heuristics, native
-from exactfuse.ops.sparse_paged_attention import triton as at
+from exactfuse.ops.sparse_paged_attention import launch as attention_launch
 from exactfuse.ops.sparse_paged_attention.heuristics import AttentionConfig
 from exactfuse.testing import make_generator
 from exactfuse.testing.cases import sparse_paged_attention as attn_inputs
@@ -48,7 +48,7 @@ def run(args: tuple, config: AttentionConfig | None = None, provider: str = "tri
         op.run_provider("triton", *args)
     else:
         op.check(*args)
-        at.launch_sparse_paged_attention(*args, config=config)
+        attention_launch.launch_sparse_paged_attention(*args, config=config)
     return out
 
 

@@ -85,6 +85,7 @@ class Op:
         compiler: str = "visible",
         fake: Callable | None = None,
         dtypes: Sequence[torch.dtype] = DEFAULT_DTYPES,
+        warmup: Callable[..., None] | None = None,
     ):
         if compiler not in ("visible", "opaque"):
             raise ValueError(f"compiler must be 'visible' or 'opaque', got {compiler!r}")
@@ -103,7 +104,8 @@ class Op:
         self.fake = fake
         self.dtypes = tuple(dtypes)
         self.providers: dict[str, Provider] = {"native": Provider("native", native)}
-        self.warmup_fn: Callable[..., None] | None = None
+        # fn(device, dtype, **options): compiles the op's specializations through the real launcher
+        self.warmup_fn: Callable[..., None] | None = warmup
         # Inputs, grids and cost: registered by the test kit's case modules, imported on first use.
         self._input_generator: Callable[..., Iterable[Case]] | None = None
         self._grids: dict[str, Callable[..., Iterable[Case]]] = {}
@@ -190,7 +192,8 @@ class Op:
         return fn
 
     def warmup(self, fn: Callable[..., None]) -> Callable:
-        """Register the warmup hook ``fn(device, dtype, **options)`` (calls the real launcher)."""
+        """Register the warmup hook ``fn(device, dtype, **options)`` (calls the real launcher); the same as
+        declaring the op with ``warmup=fn``."""
         self.warmup_fn = fn
         return fn
 

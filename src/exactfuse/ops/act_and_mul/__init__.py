@@ -3,17 +3,17 @@ gate and up its halves) and of silu_mul and gelu_mul (``gate, up [..., d]``, two
 of their backward ops (``silu_and_mul_backward``, ... : the gradients eager autograd computes), one
 backward kernel, which the four ops' autograd formulas call through the registry.
 
-Spec in ``native.py``, argument checks in ``checks.py``, kernel and what it takes in ``triton.py``, its
-launch rule in ``heuristics.py``, warmup in ``warmup.py``. Inputs, benchmark grids and cost live in the test
-kit (``exactfuse.testing.cases.act_and_mul``), the Liger peers in the bench (``exactfuse.bench.peers``).
+Spec in ``native.py``, argument checks in ``checks.py``, the kernels in ``gated_kernel.py``, their launchers,
+the providers and what they take in ``launch.py``, the launch rule in ``heuristics.py``, the warmup hooks in
+``warmup.py``. Inputs, benchmark grids and cost live in the test kit (``exactfuse.testing.cases.act_and_mul``),
+the Liger peers in the bench (``exactfuse.bench.peers``).
 """
 
 from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.act_and_mul import checks, native
-from exactfuse.ops.act_and_mul import triton as _triton
+from exactfuse.ops.act_and_mul import checks, gated_kernel, launch, native, warmup
 from exactfuse.registry import Bitwise, Tolerance, op, platform
 
 # Bitwise against eager PyTorch on CUDA. Under the Triton interpreter the reference runs on the CPU,
@@ -33,28 +33,41 @@ GELU_INTERPRETER_CONTRACT = {
 
 
 silu_and_mul = op(
-    native.silu_and_mul, contract=CONTRACT, interpreter_contract=INTERPRETER_CONTRACT, check=checks.check_silu_and_mul
+    native.silu_and_mul,
+    contract=CONTRACT,
+    interpreter_contract=INTERPRETER_CONTRACT,
+    check=checks.check_silu_and_mul,
+    warmup=warmup.silu_and_mul,
 )
 gelu_and_mul = op(
     native.gelu_and_mul,
     contract=CONTRACT,
     interpreter_contract=GELU_INTERPRETER_CONTRACT,
     check=checks.check_gelu_and_mul,
+    warmup=warmup.gelu_and_mul,
 )
 silu_mul = op(
-    native.silu_mul, contract=CONTRACT, interpreter_contract=INTERPRETER_CONTRACT, check=checks.check_silu_mul
+    native.silu_mul,
+    contract=CONTRACT,
+    interpreter_contract=INTERPRETER_CONTRACT,
+    check=checks.check_silu_mul,
+    warmup=warmup.silu_mul,
 )
 gelu_mul = op(
-    native.gelu_mul, contract=CONTRACT, interpreter_contract=GELU_INTERPRETER_CONTRACT, check=checks.check_gelu_mul
+    native.gelu_mul,
+    contract=CONTRACT,
+    interpreter_contract=GELU_INTERPRETER_CONTRACT,
+    check=checks.check_gelu_mul,
+    warmup=warmup.gelu_mul,
 )
 for _op, _fn, _supports in (
-    (silu_and_mul, _triton.silu_and_mul_triton, _triton.triton_supports),
-    (gelu_and_mul, _triton.gelu_and_mul_triton, _triton.triton_supports),
-    (silu_mul, _triton.silu_mul_triton, _triton.triton_supports_gate_up),
-    (gelu_mul, _triton.gelu_mul_triton, _triton.triton_supports_gate_up),
+    (silu_and_mul, launch.silu_and_mul_triton, launch.triton_supports),
+    (gelu_and_mul, launch.gelu_and_mul_triton, launch.triton_supports),
+    (silu_mul, launch.silu_mul_triton, launch.triton_supports_gate_up),
+    (gelu_mul, launch.gelu_mul_triton, launch.triton_supports_gate_up),
 ):
     _op.provider("triton", supported=platform.triton_available, supports_args=_supports,
-                 kernels=[_triton.act_and_mul_kernel])(_fn)  # fmt: skip
+                 kernels=[gated_kernel.act_and_mul_kernel])(_fn)  # fmt: skip
 
 
 # ------------------------------------------------------------------ backward
@@ -73,34 +86,38 @@ silu_and_mul_backward = op(
     contract=CONTRACT,
     interpreter_contract=BACKWARD_INTERPRETER_CONTRACT,
     check=checks.check_silu_backward,
+    warmup=warmup.silu_and_mul_backward,
 )
 gelu_and_mul_backward = op(
     native.gelu_and_mul_backward,
     contract=CONTRACT,
     interpreter_contract=GELU_BACKWARD_INTERPRETER_CONTRACT,
     check=checks.check_gelu_backward,
+    warmup=warmup.gelu_and_mul_backward,
 )
 silu_mul_backward = op(
     native.silu_mul_backward,
     contract=CONTRACT,
     interpreter_contract=BACKWARD_INTERPRETER_CONTRACT,
     check=checks.check_silu_mul_backward,
+    warmup=warmup.silu_mul_backward,
 )
 gelu_mul_backward = op(
     native.gelu_mul_backward,
     contract=CONTRACT,
     interpreter_contract=GELU_BACKWARD_INTERPRETER_CONTRACT,
     check=checks.check_gelu_mul_backward,
+    warmup=warmup.gelu_mul_backward,
 )
 BACKWARD_OPS = (silu_and_mul_backward, gelu_and_mul_backward, silu_mul_backward, gelu_mul_backward)
 for _op, _fn, _supports in (
-    (silu_and_mul_backward, _triton.silu_and_mul_backward_triton, _triton.triton_supports_backward),
-    (gelu_and_mul_backward, _triton.gelu_and_mul_backward_triton, _triton.triton_supports_backward),
-    (silu_mul_backward, _triton.silu_mul_backward_triton, _triton.triton_supports_gate_up_backward),
-    (gelu_mul_backward, _triton.gelu_mul_backward_triton, _triton.triton_supports_gate_up_backward),
+    (silu_and_mul_backward, launch.silu_and_mul_backward_triton, launch.triton_supports_backward),
+    (gelu_and_mul_backward, launch.gelu_and_mul_backward_triton, launch.triton_supports_backward),
+    (silu_mul_backward, launch.silu_mul_backward_triton, launch.triton_supports_gate_up_backward),
+    (gelu_mul_backward, launch.gelu_mul_backward_triton, launch.triton_supports_gate_up_backward),
 ):
     _op.provider("triton", supported=platform.triton_available, supports_args=_supports,
-                 kernels=[_triton.act_and_mul_backward_kernel])(_fn)  # fmt: skip
+                 kernels=[gated_kernel.act_and_mul_backward_kernel])(_fn)  # fmt: skip
 # The GELU gradients are twice differentiable, through the VJP of their spec (ATen has a derivative of
 # gelu_backward). ATen has none of silu_backward, so the SiLU backward ops are inference-only: a second
 # derivative (create_graph=True) raises InferenceOnlyError naming the op.
@@ -122,5 +139,3 @@ silu_and_mul.differentiable("x", backward=_silu_and_mul_grad)
 gelu_and_mul.differentiable("x", backward=_gelu_and_mul_grad)
 silu_mul.differentiable("gate", "up", backward=silu_mul_backward)
 gelu_mul.differentiable("gate", "up", backward=gelu_mul_backward)
-
-from exactfuse.ops.act_and_mul import warmup  # noqa: E402, F401  (the warmup hooks, beside the launchers)

@@ -1,16 +1,18 @@
 """Declaration of ``gelu_and_mul_sparse`` (Gemma3n's sparse GELU).
 
-Spec in ``native.py``, argument checks in ``checks.py``, kernels and what they take in ``triton.py``, their
-launch choice in ``heuristics.py``, warmup in ``warmup.py``. Inputs, benchmark grids and cost live in the
-test kit (``exactfuse.testing.cases.gelu_and_mul_sparse``).
+Spec in ``native.py``, argument checks in ``checks.py``, the kernels in ``sparse_gelu_kernel.py``, their
+launcher, the provider and what it takes in ``launch.py``, the launch choice in ``heuristics.py``, the warmup
+hook in ``warmup.py``. Inputs, benchmark grids and cost live in the test kit
+(``exactfuse.testing.cases.gelu_and_mul_sparse``).
 """
 
 from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.gelu_and_mul_sparse import checks, native
-from exactfuse.ops.gelu_and_mul_sparse import triton as _triton
+from exactfuse.ops.gelu_and_mul_sparse import checks, launch, native, sparse_gelu_kernel, warmup
+from exactfuse.ops.gelu_and_mul_sparse.native import GEMMA3N_SPARSITY as GEMMA3N_SPARSITY
+from exactfuse.ops.gelu_and_mul_sparse.native import STD_MULTIPLIER as STD_MULTIPLIER
 from exactfuse.registry import op, platform
 from exactfuse.registry.contracts import RowBitwise, ZeroMaskTolerance
 
@@ -30,8 +32,6 @@ CONTRACT = {
 # pairwise. Measured (fp16, 2048 rows each at d = 31 and 128, 1024 at d = 2048,
 # randn and randn + 3 gates): no row differs, so the same contract holds there.
 INTERPRETER_CONTRACT = CONTRACT
-GEMMA3N_SPARSITY = 0.95
-STD_MULTIPLIER = native.normal_quantile(GEMMA3N_SPARSITY)  # 1.6448536
 
 
 gelu_and_mul_sparse = op(
@@ -39,22 +39,20 @@ gelu_and_mul_sparse = op(
     contract=CONTRACT,
     interpreter_contract=INTERPRETER_CONTRACT,
     check=checks.check_gelu_and_mul_sparse,
+    warmup=warmup.gelu_and_mul_sparse,
 )
 
 
 gelu_and_mul_sparse.provider(
     "triton",
     supported=platform.triton_available,
-    supports_args=_triton.triton_supports,
+    supports_args=launch.triton_supports,
     kernels=[
-        _triton.gelu_and_mul_sparse_kernel,
-        _triton.gelu_and_mul_sparse_looped_kernel,
-        _triton.gelu_and_mul_sparse_split_stats_kernel,
-        _triton.gelu_and_mul_sparse_split_apply_kernel,
+        sparse_gelu_kernel.gelu_and_mul_sparse_kernel,
+        sparse_gelu_kernel.gelu_and_mul_sparse_looped_kernel,
+        sparse_gelu_kernel.gelu_and_mul_sparse_split_stats_kernel,
+        sparse_gelu_kernel.gelu_and_mul_sparse_split_apply_kernel,
     ],
-)(_triton.gelu_and_mul_sparse_triton)
+)(launch.gelu_and_mul_sparse_triton)
 # Backward: eager autograd of the spec (registry/autograd.py), through the row statistics too.
 gelu_and_mul_sparse.differentiable("x")
-
-
-from exactfuse.ops.gelu_and_mul_sparse import warmup  # noqa: E402, F401  (the warmup hook, beside the launchers)

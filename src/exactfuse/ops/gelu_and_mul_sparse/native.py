@@ -59,3 +59,8 @@ def normal_quantile(sparsity: float) -> float:
     """``Normal(0, 1).icdf(sparsity)`` evaluated in fp32, as a Python float (what vLLM passes)."""
     target = torch.tensor(sparsity, dtype=torch.float32)
     return float(torch.distributions.Normal(0.0, 1.0).icdf(target))
+
+
+# Gemma3n's activation sparsity and its multiplier: the tests', bench's and warmup's default
+GEMMA3N_SPARSITY = 0.95
+STD_MULTIPLIER = normal_quantile(GEMMA3N_SPARSITY)  # 1.6448536

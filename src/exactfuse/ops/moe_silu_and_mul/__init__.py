@@ -2,8 +2,9 @@
 backward op ``moe_silu_and_mul_backward`` (the gradients eager autograd computes), which the forward's
 autograd formula calls through the registry.
 
-Spec in ``native.py``, argument checks in ``checks.py``, kernel and what it takes in ``triton.py``, its launch
-rule in ``heuristics.py``, warmup in ``warmup.py``. Inputs, benchmark grids and cost live in the test kit
+Spec in ``native.py``, argument checks in ``checks.py``, the kernels in ``moe_gated_kernel.py``, their
+launchers, the providers and what they take in ``launch.py``, the launch rule in ``heuristics.py``, the warmup
+hooks in ``warmup.py``. Inputs, benchmark grids and cost live in the test kit
 (``exactfuse.testing.cases.moe_silu_and_mul``).
 """
 
@@ -11,8 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.moe_silu_and_mul import checks, native
-from exactfuse.ops.moe_silu_and_mul import triton as _triton
+from exactfuse.ops.moe_silu_and_mul import checks, launch, moe_gated_kernel, native, warmup
 from exactfuse.registry import Bitwise, Tolerance, Ulp, op, platform
 from exactfuse.registry.contracts import Float64Relative, PerOutput
 
@@ -33,13 +33,14 @@ moe_silu_and_mul = op(
     native.moe_silu_and_mul,
     contract=CONTRACT,
     check=checks.check_moe_silu_and_mul,
+    warmup=warmup.moe_silu_and_mul,
 )
 moe_silu_and_mul.provider(
     "triton",
     supported=platform.triton_available,
-    supports_args=_triton.triton_supports,
-    kernels=[_triton.moe_silu_and_mul_kernel],
-)(_triton.moe_silu_and_mul_triton)
+    supports_args=launch.triton_supports,
+    kernels=[moe_gated_kernel.moe_silu_and_mul_kernel],
+)(launch.moe_silu_and_mul_triton)
 
 # ------------------------------------------------------------------ backward
 # An op of its own: its spec is the written-out gradient of eager autograd (native.py), its Triton provider
@@ -58,13 +59,14 @@ moe_silu_and_mul_backward = op(
     contract=BACKWARD_CONTRACT,
     interpreter_contract=BACKWARD_INTERPRETER_CONTRACT,
     check=checks.check_moe_silu_and_mul_backward,
+    warmup=warmup.moe_silu_and_mul_backward,
 )
 moe_silu_and_mul_backward.provider(
     "triton",
     supported=platform.triton_available,
-    supports_args=_triton.triton_supports_backward,
-    kernels=[_triton.moe_silu_and_mul_backward_kernel],
-)(_triton.moe_silu_and_mul_backward_triton)
+    supports_args=launch.triton_supports_backward,
+    kernels=[moe_gated_kernel.moe_silu_and_mul_backward_kernel],
+)(launch.moe_silu_and_mul_backward_triton)
 # Twice differentiable through the VJP of its spec (ATen has a derivative of sigmoid_backward), as the
 # written-out formula was when the forward called it directly.
 moe_silu_and_mul_backward.differentiable("grad", "gateup", "row_weights")
@@ -84,6 +86,3 @@ def _moe_silu_and_mul_grad(
 
 
 moe_silu_and_mul.differentiable("gateup", "row_weights", backward=_moe_silu_and_mul_grad)
-
-
-from exactfuse.ops.moe_silu_and_mul import warmup  # noqa: E402, F401  (the warmup hook, beside the launcher)

@@ -1,16 +1,15 @@
 """Warmup of moe_silu_and_mul and moe_silu_and_mul_backward: the launches ``exactfuse.warmup`` makes so
-that no kernel compiles inside a CUDA-graph capture."""
+that no kernel compiles inside a CUDA-graph capture. Each hook is named for its op, whose declaration in
+``__init__.py`` takes it (``op(..., warmup=warmup.moe_silu_and_mul)``)."""
 
 from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.moe_silu_and_mul import moe_silu_and_mul, moe_silu_and_mul_backward
-from exactfuse.ops.moe_silu_and_mul import triton as _triton
+from exactfuse.ops.moe_silu_and_mul import launch
 
 
-@moe_silu_and_mul.warmup
-def _warmup(
+def moe_silu_and_mul(
     device: torch.device,
     dtype: torch.dtype,
     *,
@@ -28,7 +27,7 @@ def _warmup(
     every op) are ignored.
     """
     for x, w, layout in _variants(device, dtype, widths, interleaved, weights):
-        _triton.launch_moe_silu_and_mul(x, w, layout, out_dtype)
+        launch.launch_moe_silu_and_mul(x, w, layout, out_dtype)
 
 
 def _variants(device, dtype, widths, interleaved, weights):
@@ -40,8 +39,7 @@ def _variants(device, dtype, widths, interleaved, weights):
                 yield x, None if w_dtype is None else torch.ones((1,), dtype=w_dtype, device=device), layout
 
 
-@moe_silu_and_mul_backward.warmup
-def _backward_warmup(
+def moe_silu_and_mul_backward(
     device: torch.device,
     dtype: torch.dtype,
     *,
@@ -56,4 +54,4 @@ def _backward_warmup(
     only, as the forward's does."""
     for x, w, layout in _variants(device, dtype, widths, interleaved, weights):
         grad = torch.ones((1, x.shape[1] // 2), dtype=out_dtype or dtype, device=device)
-        _triton.launch_moe_silu_and_mul_backward(grad, x, w, layout)
+        launch.launch_moe_silu_and_mul_backward(grad, x, w, layout)

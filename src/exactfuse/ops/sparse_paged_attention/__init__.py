@@ -1,20 +1,20 @@
 """Declaration of ``sparse_paged_attention``: top-k sparse paged GQA attention with a sigmoid output gate
 (docs/sparse_attention.md).
 
-Spec in ``native.py``, argument checks in ``checks.py``, kernels, launcher and what they take in
-``triton.py``, the launch rule in ``heuristics.py``, warmup in ``warmup.py``. Inputs, benchmark grids and
-cost live in the test kit (``exactfuse.testing.cases.sparse_paged_attention``), baselines in the bench
-(``exactfuse.bench.peers``). The op is *opaque* to torch.compile (``custom_op`` + fake): its split count
-depends on the row count. It writes ``out``; ``exactfuse.sparse_paged_attention`` allocates ``out`` when the
-caller passes none and returns it.
+Spec in ``native.py``, argument checks in ``checks.py``, the kernels in ``partial_kernel.py`` (the split-K
+partial kernel) and ``merge_kernel.py`` (the LSE merge and the gate), their launcher, the provider and what it
+takes in ``launch.py``, the launch rule in ``heuristics.py``, the warmup hook in ``warmup.py``. Inputs,
+benchmark grids and cost live in the test kit (``exactfuse.testing.cases.sparse_paged_attention``), baselines
+in the bench (``exactfuse.bench.peers``). The op is *opaque* to torch.compile (``custom_op`` + fake): its split
+count depends on the row count. It writes ``out``; ``exactfuse.sparse_paged_attention`` allocates ``out`` when
+the caller passes none and returns it.
 """
 
 from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.sparse_paged_attention import checks, native
-from exactfuse.ops.sparse_paged_attention import triton as _triton
+from exactfuse.ops.sparse_paged_attention import checks, launch, merge_kernel, native, partial_kernel, warmup
 from exactfuse.registry import KeywordOp, op, platform
 from exactfuse.registry.contracts import Float64Relative
 from exactfuse.utils import empty
@@ -33,13 +33,14 @@ _sparse_paged_attention = op(
     compiler="opaque",
     fake=native.sparse_paged_attention_fake,
     dtypes=(torch.bfloat16, torch.float16),
+    warmup=warmup.sparse_paged_attention,
 )
 _sparse_paged_attention.provider(
     "triton",
     supported=platform.triton_available,
-    supports_args=_triton.triton_supports,
-    kernels=[_triton.sparse_attention_partial_kernel, _triton.sparse_attention_merge_kernel],
-)(_triton.sparse_paged_attention_triton)
+    supports_args=launch.triton_supports,
+    kernels=[partial_kernel.sparse_attention_partial_kernel, merge_kernel.sparse_attention_merge_kernel],
+)(launch.sparse_paged_attention_triton)
 
 
 def _sparse_paged_attention_call(
@@ -68,7 +69,5 @@ def _sparse_paged_attention_call(
 
 
 sparse_paged_attention = KeywordOp(_sparse_paged_attention, _sparse_paged_attention_call)
-
-from exactfuse.ops.sparse_paged_attention import warmup  # noqa: E402, F401  (the warmup hook, beside the launcher)
 
 __all__ = ["CONTRACT", "sparse_paged_attention"]

@@ -1,13 +1,12 @@
 """Warmup of sparse_paged_attention: the launches ``exactfuse.warmup`` makes so that no kernel compiles inside
-a CUDA-graph capture."""
+a CUDA-graph capture. The op's declaration in ``__init__.py`` takes the hook
+(``warmup=warmup.sparse_paged_attention``)."""
 
 from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.sparse_paged_attention import _sparse_paged_attention as op
-from exactfuse.ops.sparse_paged_attention import heuristics
-from exactfuse.ops.sparse_paged_attention import triton as _triton
+from exactfuse.ops.sparse_paged_attention import heuristics, launch
 from exactfuse.ops.sparse_paged_attention.native import FP8_DTYPES
 from exactfuse.utils import num_sms
 
@@ -51,15 +50,14 @@ def warmup_layer(
         num_kv_heads, head_dim, width, num_sms(torch.device(device)), kv_bytes=k_cache.element_size()
     )
     for config in configs:
-        _triton.launch_sparse_paged_attention(
+        launch.launch_sparse_paged_attention(
             out, q, k_cache, v_cache, idx, table, req, cnt, None, gate, gate_rounding,
             *((1.0, 1.0) if fp8 else (None, None)), config=config,
         )  # fmt: skip
     return configs
 
 
-@op.warmup
-def _warmup(device, dtype, *, attention_layers=(DEFAULT_LAYER,), **other_ops_options):
+def sparse_paged_attention(device, dtype, *, attention_layers=(DEFAULT_LAYER,), **other_ops_options):
     """``attention_layers``: dicts of :func:`warmup_layer`'s keywords, one per distinct layer shape."""
     if dtype not in (torch.bfloat16, torch.float16):
         return

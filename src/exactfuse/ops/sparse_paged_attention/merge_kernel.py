@@ -1,6 +1,6 @@
-"""The gate and the split merge of ``sparse_paged_attention``'s kernels (``triton.py``): the merge launch,
-grid ``(rows, Hq, column slices)``, and the helpers the partial kernel shares with it (its in-launch merge
-with ``FIXUP``, its gated store without a split).
+"""The gate and the split merge of ``sparse_paged_attention``'s kernels: the merge kernel, grid
+``(rows, Hq, column slices)``, and the helpers the partial kernel (``partial_kernel.py``) shares with it (its
+in-launch merge with ``FIXUP``, its gated store without a split).
 
 The merge weights split ``s`` by ``exp2(lse2_s - max lse2)`` and sums in split order (deterministic, the
 same bits whatever the launch's shape), rounds to the output dtype, applies the gate and stores. Gate
