@@ -110,6 +110,10 @@ def test_bad_approximate_is_an_error():
 
 
 def test_cpu_tensor_with_triton_forced_is_an_error(monkeypatch):
+    # Triton available here (a GPU, or the interpreter), but not for a CPU tensor once the interpreter is
+    # off. The platform verdict is read before the patch: it is kept for the process (functools.cache), and
+    # read under the patch it would make Triton unavailable for every later test of the worker
+    assert silu_and_mul.providers["triton"].available
     monkeypatch.setattr(platform, "interpreter_enabled", lambda: False)
     x = torch.randn(4, 16)
     with silu_and_mul.priority(["triton"]), pytest.raises(NoProviderError) as err:
