@@ -61,8 +61,8 @@ def compile_sass(fn, types: dict, constexprs: dict, div16=(), ones=(), num_warps
 
 
 def _conv(tile: str, warps: int) -> tuple[str, dict]:
-    from exactfuse.ops.conv.kernels import conv_rows_kernel
     from exactfuse.ops.conv.lean import conv_lean_kernel
+    from exactfuse.ops.conv.rows_kernel import conv_rows_kernel
 
     bt, bc, unroll, lean, fixup = re.fullmatch(r"(\d+)x(\d+)(?:u(\d+))?(l)?(f)?", tile).groups()
     bt, bc = int(bt), int(bc)
@@ -88,7 +88,7 @@ def _decode(bc: int, warps: int, path: str, rows: int = 1) -> tuple[str, dict]:
     """The row kernel's decode step on FLA's state (``[B, C, K]``, K = 4, the history at the end: HEAD 1),
     bf16, SiLU, bias, no state indices; ``path``: ``-`` the two loads, ``t`` the register window's tile, ``f``
     the flat run."""
-    from exactfuse.ops.conv.kernels import conv_rows_kernel as kernel
+    from exactfuse.ops.conv.rows_kernel import conv_rows_kernel as kernel
 
     types = {n: "*bf16" for n in ("p_x", "p_w", "p_b", "p_res", "p_outer", "p_out", "p_state")}
     types |= {"p_sid": "*i32", "p_qsl": "*i32", "p_acc": "*i32", "p_init": "*i1", "p_tok": "*i32", "p_seq": "*i32"}
@@ -108,7 +108,7 @@ def _short_decode(bc: int, warps: int, path: str, rows: int = 1) -> tuple[str, d
     channel stride 9), bf16, residual and outer residual, no activation, a state index and initial-state flag
     a row; ``path``: ``t`` the register window's ``[BW, BC]`` tile, ``s`` one ``[BC]`` vector a position
     (SCALAR_WINDOW), ``f`` the flat run (FLAT_WINDOW)."""
-    from exactfuse.ops.conv.kernels import conv_rows_kernel as kernel
+    from exactfuse.ops.conv.rows_kernel import conv_rows_kernel as kernel
 
     types = {n: "*bf16" for n in ("p_x", "p_w", "p_b", "p_res", "p_outer", "p_out", "p_state")}
     types |= {"p_sid": "*i32", "p_qsl": "*i32", "p_acc": "*i32", "p_init": "*i1", "p_tok": "*i32", "p_seq": "*i32"}

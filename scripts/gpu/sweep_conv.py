@@ -15,7 +15,7 @@ from common import device_line, emit, geomean, ints, time_us
 
 from exactfuse.bench.peers.conv import _fla_causal_conv1d, _fla_causal_conv1d_update
 from exactfuse.ops.conv import _causal_conv1d, _causal_conv1d_update, _short_conv, calls, heuristics
-from exactfuse.ops.conv.triton import _dense_slots, _dense_windows, _history_head, launch_conv
+from exactfuse.ops.conv.launch import _dense_slots, _dense_windows, _history_head, launch_conv
 from exactfuse.testing import clone_args
 from exactfuse.testing.cases.conv import _causal_grid, _short_conv_grid, _update_grid
 

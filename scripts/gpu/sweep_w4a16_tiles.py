@@ -11,7 +11,7 @@ import torch
 from common import device_line, emit, geomean, rotated, time_us
 
 from exactfuse.ops.w4a16 import CONTRACT, dense_weight, w4a16_gemm
-from exactfuse.ops.w4a16 import triton as w4
+from exactfuse.ops.w4a16 import launch as w4_launch
 from exactfuse.ops.w4a16.heuristics import BUCKETS as SHIPPED
 from exactfuse.ops.w4a16.heuristics import TileConfig, choose_split
 from exactfuse.testing.cases.w4a16 import _bytes, _random_prepared
@@ -41,14 +41,14 @@ def weights(K: int, N: int, dtype, with_dense: bool = True) -> tuple[list, list]
 
 def timed(a, ws, config) -> float:
     """Median µs of the launch at ``config`` over the rotated weights ``ws``."""
-    return time_us(lambda: [w4.launch_w4a16_gemm(a, w.qweight, w.scales, None, None, None, 128, config=config)
+    return time_us(lambda: [w4_launch.launch_w4a16_gemm(a, w.qweight, w.scales, None, None, None, 128, config=config)
                             for w in ws], len(ws), rep_ms=30)  # fmt: skip
 
 
 def checked(a, w, config):
     """The launch's output at ``config`` on weight ``w``, checked against the op's contract first."""
     args = (a, w.qweight, w.scales, None, None, None, 128)
-    out = w4.launch_w4a16_gemm(*args, config=config)
+    out = w4_launch.launch_w4a16_gemm(*args, config=config)
     check = CONTRACT.check(out, w4a16_gemm.native(*args), args=args)
     assert check.passed, (config, check.detail)
     return out

@@ -24,7 +24,7 @@ import triton.language as tl
 import exactfuse
 from exactfuse.ops.conv import causal_conv1d, causal_conv1d_fn_backward, heuristics, native
 from exactfuse.ops.conv.grad_kernels import _sum_rows
-from exactfuse.ops.conv.triton import launch_conv_grad
+from exactfuse.ops.conv.launch import launch_conv_grad
 from exactfuse.registry import InferenceOnlyError
 from exactfuse.testing import check_provider
 from exactfuse.utils import DTYPE_NAMES

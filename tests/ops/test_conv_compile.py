@@ -41,8 +41,8 @@ DECODE = [
 
 def compile_all() -> list[str]:
     """Every variant, with and without channel masks; the failures as ``label: error``."""
-    from exactfuse.ops.conv.kernels import conv_rows_kernel
     from exactfuse.ops.conv.lean import conv_lean_kernel
+    from exactfuse.ops.conv.rows_kernel import conv_rows_kernel
     from exactfuse.ops.fastmath import SILU_RCP
     from exactfuse.testing.offline import compile_error, compile_offline, every_int_constant
 

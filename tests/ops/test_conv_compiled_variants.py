@@ -2,7 +2,7 @@
 argument static (how vLLM compiles a model: its token dimensions marked, its shapes and module constants
 specialized), bit for bit against the same provider's eager launch.
 
-The variants are the launcher's choices (``ops/conv/triton.py``): the lean prefill kernel and the fixup
+The variants are the launcher's choices (``ops/conv/launch.py``): the lean prefill kernel and the fixup
 launch, the row kernel's plain tiles (token maps, ``seq_idx``), the decode register window (tile and scalar
 loads), the flat run, speculative rows, the state write-back, with and without a state, a residual and an
 outer residual, and the backward's two kernels. Each declared GPU case is run eagerly once with its launches

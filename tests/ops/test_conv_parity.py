@@ -489,11 +489,11 @@ def test_causal_conv1d_warmup_compiles_seq_idx_only_when_asked(monkeypatch):
     calls = []
     names = list(causal_conv1d.op.signature.parameters)
     record = lambda *a: calls.append(dict(zip(names, a, strict=True)))  # noqa: E731
-    monkeypatch.setattr(warmup._triton, "causal_conv1d_triton", record)
+    monkeypatch.setattr(warmup.launch, "causal_conv1d_triton", record)
 
     def launches(**options):
         calls.clear()
-        warmup.causal_conv1d_warmup(torch.device("meta"), torch.float16, channels=(8,), **options)
+        warmup.causal_conv1d(torch.device("meta"), torch.float16, channels=(8,), **options)
         return [(c["conv_state"] is not None, c["has_initial_state"] is not None, c["seq_idx"] is not None,
                  c["bias"] is not None, c["activation"]) for c in calls]  # fmt: skip
 
@@ -510,13 +510,13 @@ def test_causal_warmups_compile_fp32_weights_only_when_asked(monkeypatch):
     from exactfuse.ops.conv import warmup
 
     for op, hook, launcher in (
-        (causal_conv1d, warmup.causal_conv1d_warmup, "causal_conv1d_triton"),
-        (causal_conv1d_update, warmup.causal_conv1d_update_warmup, "causal_conv1d_update_triton"),
+        (causal_conv1d, warmup.causal_conv1d, "causal_conv1d_triton"),
+        (causal_conv1d_update, warmup.causal_conv1d_update, "causal_conv1d_update_triton"),
     ):
         calls = []
         names = list(op.op.signature.parameters)
         record = lambda *a, names=names, calls=calls: calls.append(dict(zip(names, a, strict=True)))  # noqa: E731
-        monkeypatch.setattr(warmup._triton, launcher, record)
+        monkeypatch.setattr(warmup.launch, launcher, record)
 
         def weights(dtype, hook=hook, calls=calls, **options):
             calls.clear()

@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 
 from exactfuse.ops.conv import causal_conv1d, causal_conv1d_fn, causal_conv1d_update, heuristics, short_conv
-from exactfuse.ops.conv import triton as conv_triton
+from exactfuse.ops.conv import launch as conv_launch
 from exactfuse.ops.conv.slots import find_request, find_request_near, fixup_tile, lean_tile
 from exactfuse.testing import clone_args, make_generator
 from exactfuse.testing.cases.conv import causal_case, last_k_update_case, short_conv_case, update_case
@@ -66,7 +66,7 @@ def test_interpreter_lean_weight_words_give_the_same_bits(dtype, monkeypatch):
     words = {}
     for K in (2, 3, 4):
         case = causal_case(f"prefill-K{K}", (40, 7), K=K, D=1, C=48, dtype=dtype, device="cpu", gen=make_generator(K))
-        words[K] = conv_triton._weight_word(case.args[1])
+        words[K] = conv_launch._weight_word(case.args[1])
         variant, reference = {"BT": 8, "unroll": 4}, {"BT": 8, "lean": False}
         assert_same_bits(monkeypatch, variant, reference, (causal_conv1d,), ("",), {causal_conv1d: [case]}, dtype=dtype)
     assert words == {2: 2, 3: 0, 4: 4}
@@ -76,25 +76,25 @@ def test_weight_word_needs_dense_aligned_16_bit_taps():
     """The launcher's word check (``triton._weight_word``): a contiguous ``[C, 4]`` or ``[C, 2]`` 16-bit weight
     makes words; fp32, 3 taps, a transposed view and a view starting mid-word do not."""
     w = torch.zeros(8, 4, dtype=torch.bfloat16)
-    assert conv_triton._weight_word(w) == 4
-    assert conv_triton._weight_word(torch.zeros(8, 2, dtype=torch.float16)) == 2
-    assert conv_triton._weight_word(w.float()) == 0
-    assert conv_triton._weight_word(torch.zeros(8, 3, dtype=torch.bfloat16)) == 0
-    assert conv_triton._weight_word(torch.zeros(4, 8, dtype=torch.bfloat16).t()) == 0
-    assert conv_triton._weight_word(torch.zeros(9 * 4, dtype=torch.bfloat16)[2:34].view(8, 4)) == 0
+    assert conv_launch._weight_word(w) == 4
+    assert conv_launch._weight_word(torch.zeros(8, 2, dtype=torch.float16)) == 2
+    assert conv_launch._weight_word(w.float()) == 0
+    assert conv_launch._weight_word(torch.zeros(8, 3, dtype=torch.bfloat16)) == 0
+    assert conv_launch._weight_word(torch.zeros(4, 8, dtype=torch.bfloat16).t()) == 0
+    assert conv_launch._weight_word(torch.zeros(9 * 4, dtype=torch.bfloat16)[2:34].view(8, 4)) == 0
 
 
 def test_scalar_window_only_for_short_windows_without_a_vector_width():
     """The launcher's SCALAR_WINDOW check: the slot cache's ``[slots, C, K - 1]`` window (3 positions, stride 3)
     takes it; short_conv's ``[slot, C, W]`` window of 9 (stride 9, 2.98x slower scalar on the H200), FLA's
     ``[B, C, K]`` state (stride 4: a vector width) and ``[slot, W, C]`` storage do not."""
-    align = conv_triton._stride_alignment
-    assert conv_triton._scalar_window(False, align(3), 3)
-    assert conv_triton._scalar_window(False, align(1), 1)
-    assert not conv_triton._scalar_window(False, align(9), 9)
-    assert not conv_triton._scalar_window(False, align(5), 5)
-    assert not conv_triton._scalar_window(False, align(4), 4)
-    assert not conv_triton._scalar_window(True, align(1), 3)
+    align = conv_launch._stride_alignment
+    assert conv_launch._scalar_window(False, align(3), 3)
+    assert conv_launch._scalar_window(False, align(1), 1)
+    assert not conv_launch._scalar_window(False, align(9), 9)
+    assert not conv_launch._scalar_window(False, align(5), 5)
+    assert not conv_launch._scalar_window(False, align(4), 4)
+    assert not conv_launch._scalar_window(True, align(1), 3)
 
 
 @pytest.mark.interpreter

@@ -8,8 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import exactfuse
-from exactfuse.ops.conv import kernels as sc_kernels
-from exactfuse.ops.conv import native, short_conv
+from exactfuse.ops.conv import native, rows_kernel, short_conv
 from exactfuse.ops.conv.heuristics import conv_config
 from exactfuse.testing import CompileWatch, check_call, check_on_device, clone_args, collect_outputs, make_generator
 from exactfuse.testing.cases.conv import make_state, short_conv_case
@@ -301,7 +300,7 @@ def test_cost_counts_rows_and_windows():
 def test_interpreter_warmup_runs_the_launcher():
     from exactfuse.ops.conv import warmup
 
-    warmup.short_conv_warmup(torch.device("cpu"), torch.float16, channels=(24,), spec_query_lens=(2,))
+    warmup.short_conv(torch.device("cpu"), torch.float16, channels=(24,), spec_query_lens=(2,))
 
 
 # ------------------------------------------------------------------------ GPU
@@ -354,7 +353,7 @@ def test_gpu_warmup_then_one_graph_of_all_modes_replays_as_eager():
     # the public warmup: it launches as an eager call does (the hook alone, through wrap_triton's higher-order
     # op, compiles other specializations than the ones a call looks up)
     exactfuse.warmup("short_conv", dtypes=(dtype,), channels=(2048,), kernel_sizes=(4,), dilations=(3,))
-    watch = CompileWatch(sc_kernels.conv_rows_kernel, sc_kernels.conv_state_kernel)
+    watch = CompileWatch(rows_kernel.conv_rows_kernel, rows_kernel.conv_state_kernel)
     static = [split(clone_args(c.args, {})[0]) for c in _ple_batch("cuda", dtype)]
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()

@@ -9,7 +9,7 @@ import torch
 
 import exactfuse
 from exactfuse.ops.w4a16 import CONTRACT, native, random_weights, w4a16_gemm
-from exactfuse.ops.w4a16 import triton as w4_triton
+from exactfuse.ops.w4a16 import launch as w4_launch
 from exactfuse.ops.w4a16.heuristics import (
     BUCKETS,
     bucket_config,
@@ -56,7 +56,7 @@ def _assert_cases_pass(device, dtype, quick, layout="heuristic"):
             cfg = None if per_row and layout == "gemv" else _force(layout)(a.shape[0], qweight.shape[1], a.shape[1], g)
             expected = native.w4a16_gemm(*case.args)
             with exactfuse.poison_outputs():
-                out = w4_triton.launch_w4a16_gemm(*case.args, config=cfg)
+                out = w4_launch.launch_w4a16_gemm(*case.args, config=cfg)
             result = CONTRACT.check(out, expected, args=case.args)
             if layout == "dense" and not torch.equal(out, expected):
                 failures.append(f"{case.id}: dense path not bitwise native")
@@ -95,15 +95,15 @@ def test_forced_split_counts_meet_the_contract(split, deterministic):
     assert cfg.split_k == split
     expected = native.w4a16_gemm(*case.args)
     with exactfuse.poison_outputs(), record_configs() as seen:
-        out = w4_triton.launch_w4a16_gemm(*case.args, deterministic=deterministic, config=cfg)
-        again = w4_triton.launch_w4a16_gemm(*case.args, deterministic=deterministic, config=cfg)
+        out = w4_launch.launch_w4a16_gemm(*case.args, deterministic=deterministic, config=cfg)
+        again = w4_launch.launch_w4a16_gemm(*case.args, deterministic=deterministic, config=cfg)
     assert seen == [cfg, cfg]
     result = CONTRACT.check(out, expected, args=case.args)
     assert result.passed, result.summary()
     if deterministic:
         assert torch.equal(out, again)
         if split > 1:  # the fixup leaves its arrival counters zero for the next launch
-            assert not w4_triton.arrival_counters(out.device, 1).any()
+            assert not w4_launch.arrival_counters(out.device, 1).any()
 
 
 @pytest.mark.interpreter
@@ -117,8 +117,8 @@ def test_split_fixup_equals_the_two_launch_reduction(split, bucket):
     case = make_case("M2-K1280-N64", 2, K, 64, torch.float16, "cpu", make_generator(8), bias=True)
     cfg = with_split(bucket_config(bucket, 2, 64, K), K, split)
     assert cfg.split_k == split and cfg.fixup
-    fused = w4_triton.launch_w4a16_gemm(*case.args, config=cfg)
-    two_launch = w4_triton.launch_w4a16_gemm(*case.args, config=dataclasses.replace(cfg, fixup=False))
+    fused = w4_launch.launch_w4a16_gemm(*case.args, config=cfg)
+    two_launch = w4_launch.launch_w4a16_gemm(*case.args, config=dataclasses.replace(cfg, fixup=False))
     assert torch.equal(fused, two_launch)
 
 
@@ -142,7 +142,7 @@ def test_tile_layouts_exact_dequant_and_contract(group_size, sym, act, layout):
             cfg = cfg if layout == "dense" else with_split(cfg, K, split)
             identity_check("cpu", torch.float16, K, 64, group_size, sym, act, slice(K - M, K), config=cfg)
             with exactfuse.poison_outputs():
-                out = w4_triton.launch_w4a16_gemm(*args, config=cfg)
+                out = w4_launch.launch_w4a16_gemm(*args, config=cfg)
             expected = native.w4a16_gemm(*args)
             result = CONTRACT.check(out, expected, args=args)
             assert result.passed, (K, split, result.summary())
@@ -164,7 +164,7 @@ def test_every_bucket_tile_on_the_interpreter(bucket):
         assert cfg.name == bucket and cfg.split_k == split
         identity_check("cpu", torch.float16, K, N, 128, False, True, slice(K - M, K), config=cfg)
         with exactfuse.poison_outputs():
-            out = w4_triton.launch_w4a16_gemm(*case.args, config=cfg)
+            out = w4_launch.launch_w4a16_gemm(*case.args, config=cfg)
         result = CONTRACT.check(out, native.w4a16_gemm(*case.args), args=case.args)
         assert result.passed, (cfg, result.summary())
 
@@ -288,7 +288,7 @@ def test_gpu_deterministic_three_runs_bitwise_equal(M):
 @pytest.mark.gpu
 def test_gpu_atomic_mode_meets_the_contract():
     case = make_case("M4", 4, 4096, 4096, torch.float16, "cuda", make_generator(4), symmetric=False)
-    assert w4_triton.select_config(4, 4096, 4096, 128, w4_triton.num_sms(torch.device("cuda"))).split_k > 1
+    assert w4_launch.select_config(4, 4096, 4096, 128, w4_launch.num_sms(torch.device("cuda"))).split_k > 1
     out = w4a16_gemm(*case.args, deterministic=False)
     result = CONTRACT.check(out, native.w4a16_gemm(*case.args), args=case.args)
     assert result.passed, result.summary()
@@ -355,12 +355,12 @@ def test_interpreter_warmup_passes_deterministic_to_every_launch(monkeypatch):
     from exactfuse.ops.w4a16 import warmup
 
     calls = []
-    real = warmup._triton.launch_w4a16_gemm
+    real = warmup.launch.launch_w4a16_gemm
 
     def spy(*args, **kwargs):
         calls.append(args[7] if len(args) > 7 else kwargs.get("deterministic", True))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(warmup._triton, "launch_w4a16_gemm", spy)
+    monkeypatch.setattr(warmup.launch, "launch_w4a16_gemm", spy)
     w4a16_gemm.warmup_fn("cpu", torch.float16, shapes=((256, 64),), deterministic=False)
     assert calls and not any(calls)

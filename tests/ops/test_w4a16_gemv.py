@@ -7,7 +7,7 @@ import torch
 
 import exactfuse
 from exactfuse.ops.w4a16 import CONTRACT, native
-from exactfuse.ops.w4a16 import triton as w4_triton
+from exactfuse.ops.w4a16 import launch as w4_launch
 from exactfuse.ops.w4a16.heuristics import bucket_config, with_split
 from exactfuse.testing import make_generator
 from exactfuse.testing.cases.w4a16 import make_case
@@ -27,10 +27,10 @@ def test_gemv_load_variants_are_bitwise_equal(group_size, M):
     a, *rest = case.args
     cfg = bucket_config("gemv", M, N, K)
     shifted = torch.empty((M, K + 1), dtype=a.dtype)[:, 1:].copy_(a)  # 2 bytes past, odd stride
-    assert w4_triton.wide_activation_loads(a) and not w4_triton.wide_activation_loads(shifted)
+    assert w4_launch.wide_activation_loads(a) and not w4_launch.wide_activation_loads(shifted)
     for x in (a, shifted):
         outs = [
-            w4_triton.launch_w4a16_gemm(x, *rest, config=dataclasses.replace(cfg, wide_a=w, scale_tile=t))
+            w4_launch.launch_w4a16_gemm(x, *rest, config=dataclasses.replace(cfg, wide_a=w, scale_tile=t))
             for w in (True, False)
             for t in (True, False)
         ]
@@ -45,7 +45,7 @@ def test_gpu_gemv_packed_math_every_row_count(M, dtype):
     """The GEMV's 16-bit pair dequantization (PTX, GPU only) at each row count: identity rows bit-exact and
     the contract with bias, unsplit and split, symmetric, asymmetric with act-order, per-channel at a K that
     is not a multiple of BK; bitwise equal to fp32 arithmetic and to one load per activation."""
-    assert w4_triton.packed_math(torch.empty(0, dtype=dtype, device="cuda"))
+    assert w4_launch.packed_math(torch.empty(0, dtype=dtype, device="cuda"))
     for K, N, g, sym, act in [
         (4096, 4096, 128, True, False),
         (2048, 1024, 32, False, True),
@@ -68,14 +68,14 @@ def test_gpu_gemv_packed_math_every_row_count(M, dtype):
                 act_order=act,
             )
             with exactfuse.poison_outputs(), record_configs() as seen:
-                out = w4_triton.launch_w4a16_gemm(*case.args, config=cfg)
+                out = w4_launch.launch_w4a16_gemm(*case.args, config=cfg)
             assert seen[0].gemv
             result = CONTRACT.check(out, native.w4a16_gemm(*case.args), args=case.args)
             assert result.passed, (K, split, result.summary())
-            fp32 = w4_triton.launch_w4a16_gemm(*case.args, config=dataclasses.replace(cfg, packed_math=False))
+            fp32 = w4_launch.launch_w4a16_gemm(*case.args, config=dataclasses.replace(cfg, packed_math=False))
             assert torch.equal(out, fp32)  # the same dequantized values, the same sums
-            narrow = w4_triton.launch_w4a16_gemm(*case.args, config=dataclasses.replace(cfg, wide_a=False))
+            narrow = w4_launch.launch_w4a16_gemm(*case.args, config=dataclasses.replace(cfg, wide_a=False))
             assert torch.equal(out, narrow)  # the same activations
             # the same scales, but Triton may lay the words out as the scales' load (sum order over the rows)
-            per_column = w4_triton.launch_w4a16_gemm(*case.args, config=dataclasses.replace(cfg, scale_tile=False))
+            per_column = w4_launch.launch_w4a16_gemm(*case.args, config=dataclasses.replace(cfg, scale_tile=False))
             assert CONTRACT.check(per_column, native.w4a16_gemm(*case.args), args=case.args).passed

@@ -8,7 +8,7 @@ import torch
 
 import exactfuse
 from exactfuse.ops.w4a16 import CONTRACT, native
-from exactfuse.ops.w4a16 import triton as w4_triton
+from exactfuse.ops.w4a16 import launch as w4_launch
 from exactfuse.ops.w4a16.checks import check_w4a16_args
 from exactfuse.ops.w4a16.heuristics import bucket_config, dense_config, with_split
 from exactfuse.testing import make_generator
@@ -69,14 +69,14 @@ def test_interpreter_a_group_per_row_on_every_tl_dot_tile_and_split(deterministi
         configs += [dataclasses.replace(configs[-1], fixup=False)]
         for cfg in configs:
             with exactfuse.poison_outputs():
-                out = w4_triton.launch_w4a16_gemm(*case.args[:7], deterministic, group_index, config=cfg)
-                ident = w4_triton.launch_w4a16_gemm(eye, qweight, scales, zeros, None, None, g, deterministic,
+                out = w4_launch.launch_w4a16_gemm(*case.args[:7], deterministic, group_index, config=cfg)
+                ident = w4_launch.launch_w4a16_gemm(eye, qweight, scales, zeros, None, None, g, deterministic,
                                                     group_index, config=cfg)  # fmt: skip
             result = CONTRACT.check(out, expected, args=case.args)
             assert result.passed, f"{cfg}: {result.summary()}"
             assert torch.equal(ident, weight), f"{cfg}: identity activations do not return the weight"
         with pytest.raises(ValueError, match="group_index needs a tl.dot or the dense configuration"):
-            w4_triton.launch_w4a16_gemm(a[:1], *case.args[1:8], group_index, config=bucket_config("gemv1", 1, 64, 512))
+            w4_launch.launch_w4a16_gemm(a[:1], *case.args[1:8], group_index, config=bucket_config("gemv1", 1, 64, 512))
 
 
 @pytest.mark.interpreter
@@ -84,15 +84,15 @@ def test_interpreter_a_group_per_row_on_every_tl_dot_tile_and_split(deterministi
 def test_kernels_read_a_zero_weight_for_group_index_entries_outside_the_scales(M):
     """Past the check (a GPU caller's group_index is not range-checked per call): a row whose group is
     outside the scales' rows has weight 0 on the kernel path, never a read outside scales or zeros."""
+    from exactfuse.ops.w4a16 import launch as w4_launch
     from exactfuse.ops.w4a16 import native
-    from exactfuse.ops.w4a16 import triton as w4_triton
     from exactfuse.testing.cases.w4a16 import row_group_case
 
     case = row_group_case("c", M, 256, 64, 6, torch.float16, "cpu", make_generator(2), symmetric=False)
     a, qweight, scales, zeros, perm, bias, group_size, _, group_index = case.args
     bad = group_index.clone()
     bad[[3, 100]] = torch.tensor([6, -1], dtype=bad.dtype)
-    out = w4_triton.launch_w4a16_gemm(a, qweight, scales, zeros, perm, bias, group_size, True, bad)
+    out = w4_launch.launch_w4a16_gemm(a, qweight, scales, zeros, perm, bias, group_size, True, bad)
     w = native.dequantize(qweight, scales, zeros, group_size, a.dtype, bad.clamp(0, 5))
     w[[3, 100]] = 0
     torch.testing.assert_close(out, (a.float() @ w.float()).to(a.dtype), atol=2e-3, rtol=2e-3)

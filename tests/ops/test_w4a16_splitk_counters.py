@@ -9,7 +9,7 @@ import torch
 
 import exactfuse
 from exactfuse.ops import arrival
-from exactfuse.ops.w4a16 import triton as w4_triton
+from exactfuse.ops.w4a16 import launch as w4_launch
 from exactfuse.ops.w4a16 import w4a16_gemm
 from exactfuse.ops.w4a16.heuristics import select_config
 from exactfuse.testing import make_generator
@@ -25,19 +25,19 @@ def test_gpu_split_fixup_leaves_counters_zero_across_shapes():
     cases = [
         make_case(f"M{M}-N{N}", M, 4096, N, torch.bfloat16, "cuda", gen) for M, N in ((1, 4096), (16, 1024), (64, 4096))
     ]
-    sms = w4_triton.num_sms(torch.device("cuda"))
+    sms = w4_launch.num_sms(torch.device("cuda"))
     # the tl.dot tiles' configurations (the rule's without the staged tile, which has no counters)
     configs = [select_config(c.args[0].shape[0], c.args[1].shape[1], 4096, 128, sms) for c in cases]
     assert all(cfg.split_k > 1 and not cfg.staged for cfg in configs), configs
 
     def run(order):
-        return [w4_triton.launch_w4a16_gemm(*cases[i].args, config=configs[i]) for i in order]
+        return [w4_launch.launch_w4a16_gemm(*cases[i].args, config=configs[i]) for i in order]
 
     forward = range(len(cases))
     first = run(forward)
     for case, cfg, out in zip(cases, configs, first, strict=True):  # fixup and two-launch reduction: the same sums
         other = dataclasses.replace(cfg, fixup=not cfg.fixup)
-        assert torch.equal(out, w4_triton.launch_w4a16_gemm(*case.args, config=other))
+        assert torch.equal(out, w4_launch.launch_w4a16_gemm(*case.args, config=other))
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         captured = run(forward)

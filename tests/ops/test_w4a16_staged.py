@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import exactfuse
-from exactfuse.ops.w4a16 import CONTRACT, dequant, gemv, native, random_weights, splitk, staged, w4a16_gemm
-from exactfuse.ops.w4a16 import triton as w4_triton
+from exactfuse.ops.w4a16 import CONTRACT, dequant, gemv, native, random_weights, splitk, staged, tile_kernel, w4a16_gemm
+from exactfuse.ops.w4a16 import launch as w4_launch
 from exactfuse.ops.w4a16.heuristics import STAGED_M, select_config, staged_config
 from exactfuse.ops.w4a16.staged import staged_shape_unsupported
 from exactfuse.testing import CompileWatch, make_generator
@@ -22,7 +22,7 @@ SWEEP = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "resul
 
 
 def _kernel_group(K, g):
-    return w4_triton.kernel_group(K, g)
+    return w4_launch.kernel_group(K, g)
 
 
 def test_staged_config_takes_the_variant_measured_best():
@@ -75,7 +75,7 @@ def test_the_rule_keeps_the_tl_dot_tiles_where_the_staged_tile_cannot_run():
     """Off sm_90 (here the interpreter) the rule never names the staged tile."""
     case = make_case("M16", 16, 512, 128, torch.float16, "cpu", make_generator(1))
     with record_configs() as seen:
-        w4_triton.launch_w4a16_gemm(*case.args)
+        w4_launch.launch_w4a16_gemm(*case.args)
     assert [c.name for c in seen] == ["decode"]
 
 
@@ -85,7 +85,7 @@ def test_forcing_the_staged_tile_off_sm90_is_a_clear_error():
     with pytest.raises(
         ValueError, match=r"'staged' \(the multi-stage Gluon tile\) cannot run here: (.*sm_90|this Triton has no Gluon)"
     ):
-        w4_triton.launch_w4a16_gemm(*case.args, config=staged_config(16, 128, 512, 128))
+        w4_launch.launch_w4a16_gemm(*case.args, config=staged_config(16, 128, 512, 128))
 
 
 # ------------------------------------------------------------------ GPU
@@ -112,10 +112,10 @@ def test_gpu_staged_tile_meets_the_contract_and_repeats(dtype):
             case = make_case(f"M{M}", M, K, N, dtype, "cuda", gen, bias=bias, group_size=g, symmetric=sym,
                              act_order=act)  # fmt: skip
             cfg = staged_config(M, N, K, g)
-            out = w4_triton.launch_w4a16_gemm(*case.args, config=cfg)
+            out = w4_launch.launch_w4a16_gemm(*case.args, config=cfg)
             result = CONTRACT.check(out, native.w4a16_gemm(*case.args), args=case.args)
             assert result.passed, (K, N, g, M, cfg, result.summary())
-            assert torch.equal(out, w4_triton.launch_w4a16_gemm(*case.args, config=cfg)), (K, N, g, M)
+            assert torch.equal(out, w4_launch.launch_w4a16_gemm(*case.args, config=cfg)), (K, N, g, M)
 
 
 @pytest.mark.gpu
@@ -136,7 +136,7 @@ def test_gpu_staged_tile_in_a_cuda_graph_replays_as_eager():
     cfg = staged_config(64, 4096, 4096, 128)
 
     def call():
-        return w4_triton.launch_w4a16_gemm(x, w.qweight, w.scales, w.zeros, None, None, 128, config=cfg)
+        return w4_launch.launch_w4a16_gemm(x, w.qweight, w.scales, w.zeros, None, None, 128, config=cfg)
 
     eager = call()
     graph = torch.cuda.CUDAGraph()
@@ -153,11 +153,11 @@ def test_gpu_staged_tile_in_a_cuda_graph_replays_as_eager():
 def test_gpu_staged_tile_refuses_row_groups_and_unaligned_rows_by_name():
     case = row_group_case("M16", 16, 4096, 512, 32, torch.float16, "cuda", make_generator(2))
     with pytest.raises(ValueError, match="no group_index"):
-        w4_triton.launch_w4a16_gemm(*case.args, config=staged_config(16, 512, 4096, 128))
+        w4_launch.launch_w4a16_gemm(*case.args, config=staged_config(16, 512, 4096, 128))
     a = torch.randn((16, 4096 + 4), dtype=torch.float16, device="cuda")[:, 4:]  # rows 8 bytes in, 4100 apart
     w = random_weights(4096, 512, torch.float16, "cuda", make_generator(4))
     with pytest.raises(ValueError, match="16-byte aligned"):
-        w4_triton.launch_w4a16_gemm(a, w.qweight, w.scales, w.zeros, None, None, 128,
+        w4_launch.launch_w4a16_gemm(a, w.qweight, w.scales, w.zeros, None, None, 128,
                                     config=staged_config(16, 512, 4096, 128))  # fmt: skip
 
 
@@ -175,7 +175,7 @@ def test_gpu_the_rule_takes_the_staged_tile_and_falls_back_where_it_cannot():
     for args, name in ((aligned.args, "staged"), (ragged.args, "m64"), (small_groups.args, "m64"),
                        (unaligned, "m128")):  # fmt: skip
         with record_configs() as seen:
-            out = w4_triton.launch_w4a16_gemm(*args)
+            out = w4_launch.launch_w4a16_gemm(*args)
         assert [c.name for c in seen] == [name], (args[0].shape, seen)
         result = CONTRACT.check(out, native.w4a16_gemm(*args), args=args)
         assert result.passed, (name, result.summary())
@@ -188,7 +188,7 @@ def test_gpu_warmup_compiles_every_tile_the_rule_takes_at_any_m():
     needs): the staged tile at each of its BM and split rules, the GEMVs, the dense path."""
     K, N = 2048, 1536
     exactfuse.warmup(["w4a16_gemm"], dtypes=(torch.bfloat16,), shapes=((K, N),))
-    kernels = (staged.w4a16_staged_kernel, w4_triton.w4a16_gemm_kernel, gemv.w4a16_gemv_kernel,
+    kernels = (staged.w4a16_staged_kernel, tile_kernel.w4a16_gemm_kernel, gemv.w4a16_gemv_kernel,
                splitk.w4a16_splitk_reduce_kernel, dequant.w4a16_dequant_kernel)  # fmt: skip
     watch = CompileWatch(*kernels)
     w = random_weights(K, N, torch.bfloat16, "cuda", make_generator(13))
@@ -215,13 +215,13 @@ def test_gpu_staged_split_fixup_repeats_and_leaves_the_counters_zero():
     assert all(cfg.split_k > 1 for cfg in configs) and {cfg.fixup for cfg in configs} == {True, False}, configs
 
     def run(order):
-        return [w4_triton.launch_w4a16_gemm(*cases[i].args, config=configs[i]) for i in order]
+        return [w4_launch.launch_w4a16_gemm(*cases[i].args, config=configs[i]) for i in order]
 
     first = run(range(3))
     for case, cfg, out in zip(cases, configs, first, strict=True):  # in-launch or second-launch sums: one order
         assert CONTRACT.check(out, native.w4a16_gemm(*case.args), args=case.args).passed
         other = dataclasses.replace(cfg, fixup=not cfg.fixup)
-        assert torch.equal(out, w4_triton.launch_w4a16_gemm(*case.args, config=other)), cfg
+        assert torch.equal(out, w4_launch.launch_w4a16_gemm(*case.args, config=other)), cfg
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         captured = run(range(3))

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import torch
 
 import exactfuse
+from exactfuse.ops.w4a16 import launch as w4_launch
 from exactfuse.ops.w4a16 import quantize_rtn
-from exactfuse.ops.w4a16 import triton as w4_triton
 from exactfuse.ops.w4a16.packing import dequantize_gptq, prepare_gptq
 from exactfuse.testing import make_generator
 
@@ -42,7 +42,7 @@ def identity_check(device, dtype, K, N, group_size, sym, act, rows, config=None)
     if callable(config):
         config = config(eye.shape[0], N, K, group_size)
     with exactfuse.poison_outputs():
-        out = w4_triton.launch_w4a16_gemm(eye, qweight, scales, zeros, perm, None, g, config=config)
+        out = w4_launch.launch_w4a16_gemm(eye, qweight, scales, zeros, perm, None, g, config=config)
     assert torch.equal(out, expected[rows]), (config, (out - expected[rows]).abs().max())
 
 
@@ -51,14 +51,14 @@ def record_configs() -> Iterator[list]:
     """Within it, the :class:`TileConfig` of every W4A16 launch (eager, compiled, or through a layer) is
     appended to the yielded list, as the launcher's selection function ``launch_config`` returns it.
     CUDA-graph replays launch no Python and record nothing."""
-    seen, select = [], w4_triton.launch_config
+    seen, select = [], w4_launch.launch_config
 
     def recording(*args, **kwargs):
         seen.append(select(*args, **kwargs))
         return seen[-1]
 
-    w4_triton.launch_config = recording
+    w4_launch.launch_config = recording
     try:
         yield seen
     finally:
-        w4_triton.launch_config = select
+        w4_launch.launch_config = select

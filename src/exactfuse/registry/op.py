@@ -191,12 +191,6 @@ class Op:
         self._input_generator = fn
         return fn
 
-    def warmup(self, fn: Callable[..., None]) -> Callable:
-        """Register the warmup hook ``fn(device, dtype, **options)`` (calls the real launcher); the same as
-        declaring the op with ``warmup=fn``."""
-        self.warmup_fn = fn
-        return fn
-
     def grid(self, grid_name: str) -> Callable[[Callable], Callable]:
         """Register a named benchmark grid ``fn(device, dtype) -> Iterable[Case | LazyCase]``."""
 

@@ -2,18 +2,18 @@
 ``causal_conv1d_fn`` (the stateless conv, differentiable) with its backward op ``causal_conv1d_fn_backward``.
 
 Spec in ``native.py`` (its host-side state-window steps in ``windows.py``), argument checks in
-``checks.py``, the launcher, providers and what they take in ``triton.py`` (its kernels in ``kernels.py``
-and ``slots.py``, the backward's in ``grad_kernels.py``), the launch rule in ``heuristics.py``, warmup in
-``warmup.py``. Inputs, benchmark grids and cost live in the test kit (``exactfuse.testing.cases.conv``),
-peers in the bench (``exactfuse.bench.peers``).
+``checks.py``, the launchers, providers and what they take in ``launch.py``, the forward kernels in
+``rows_kernel.py`` and ``lean.py`` (their helpers in ``slots.py``, ``rounding.py`` and ``decode.py``), the
+backward's in ``grad_kernels.py``, the launch rule in ``heuristics.py``, the warmup hooks in ``warmup.py``.
+Inputs, benchmark grids and cost live in the test kit (``exactfuse.testing.cases.conv``), peers in the bench
+(``exactfuse.bench.peers``).
 """
 
 from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.conv import calls, checks, grad_kernels, kernels, native, windows
-from exactfuse.ops.conv import triton as _triton
+from exactfuse.ops.conv import calls, checks, grad_kernels, launch, native, rows_kernel, warmup, windows
 from exactfuse.registry import Bitwise, KeywordOp, Tolerance, op, platform
 from exactfuse.registry.autograd import requires_grad
 from exactfuse.registry.contracts import Float64Relative, PerOutput
@@ -27,7 +27,7 @@ from exactfuse.registry.contracts import Float64Relative, PerOutput
 # states, which are copies, bit for bit against the spec itself.
 CONTRACT = Bitwise()
 INTERPRETER_CONTRACT = Tolerance()
-KERNELS = [kernels.conv_rows_kernel, kernels.conv_state_kernel]
+KERNELS = [rows_kernel.conv_rows_kernel, rows_kernel.conv_state_kernel]
 
 
 _short_conv = op(
@@ -37,10 +37,11 @@ _short_conv = op(
     check=checks.check_short_conv,
     mutates_args=("residual", "conv_state"),
     compiler="visible",
+    warmup=warmup.short_conv,
 )
 _short_conv.provider(
-    "triton", supported=platform.triton_available, supports_args=_triton.short_conv_supports, kernels=KERNELS
-)(_triton.short_conv_triton)
+    "triton", supported=platform.triton_available, supports_args=launch.short_conv_supports, kernels=KERNELS
+)(launch.short_conv_triton)
 
 _causal_conv1d = op(
     native.causal_conv1d,
@@ -49,10 +50,11 @@ _causal_conv1d = op(
     check=checks.check_causal_conv1d,
     mutates_args=("conv_state",),
     compiler="visible",
+    warmup=warmup.causal_conv1d,
 )
 _causal_conv1d.provider(
-    "triton", supported=platform.triton_available, supports_args=_triton.causal_conv1d_supports, kernels=KERNELS
-)(_triton.causal_conv1d_triton)
+    "triton", supported=platform.triton_available, supports_args=launch.causal_conv1d_supports, kernels=KERNELS
+)(launch.causal_conv1d_triton)
 
 _causal_conv1d_update = op(
     native.causal_conv1d_update,
@@ -61,10 +63,11 @@ _causal_conv1d_update = op(
     check=checks.check_causal_conv1d_update,
     mutates_args=("conv_state",),
     compiler="visible",
+    warmup=warmup.causal_conv1d_update,
 )
 _causal_conv1d_update.provider(
-    "triton", supported=platform.triton_available, supports_args=_triton.causal_conv1d_update_supports, kernels=KERNELS
-)(_triton.causal_conv1d_update_triton)
+    "triton", supported=platform.triton_available, supports_args=launch.causal_conv1d_update_supports, kernels=KERNELS
+)(launch.causal_conv1d_update_triton)
 
 
 # ------------------------------------------------------------------ the stateless conv and its backward
@@ -76,10 +79,11 @@ _causal_conv1d_fn = op(
     interpreter_contract=INTERPRETER_CONTRACT,
     check=checks.check_causal_conv1d_fn,
     compiler="visible",
+    warmup=warmup.causal_conv1d_fn,
 )
 _causal_conv1d_fn.provider(
-    "triton", supported=platform.triton_available, supports_args=_triton.causal_conv1d_fn_supports, kernels=KERNELS
-)(_triton.causal_conv1d_fn_triton)
+    "triton", supported=platform.triton_available, supports_args=launch.causal_conv1d_fn_supports, kernels=KERNELS
+)(launch.causal_conv1d_fn_triton)
 
 
 def _grad64(index: int):
@@ -105,13 +109,14 @@ causal_conv1d_fn_backward = op(
     contract=BACKWARD_CONTRACT,
     check=checks.check_causal_conv1d_fn_backward,
     compiler="visible",
+    warmup=warmup.causal_conv1d_fn_backward,
 )
 causal_conv1d_fn_backward.provider(
     "triton",
     supported=platform.triton_available,
-    supports_args=_triton.causal_conv1d_fn_backward_supports,
+    supports_args=launch.causal_conv1d_fn_backward_supports,
     kernels=[grad_kernels.conv_grad_rows_kernel, grad_kernels.conv_grad_x_kernel],
-)(_triton.causal_conv1d_fn_backward_triton)
+)(launch.causal_conv1d_fn_backward_triton)
 
 
 def _causal_conv1d_fn_grad(
@@ -258,7 +263,5 @@ short_conv = KeywordOp(_short_conv, _short_conv_call)
 causal_conv1d = KeywordOp(_causal_conv1d, _causal_conv1d_call)
 causal_conv1d_update = KeywordOp(_causal_conv1d_update, _causal_conv1d_update_call)
 causal_conv1d_fn = _causal_conv1d_fn
-
-from exactfuse.ops.conv import warmup  # noqa: E402, F401  (the warmup hooks, beside the launchers)
 
 __all__ = ["causal_conv1d", "causal_conv1d_fn", "causal_conv1d_fn_backward", "causal_conv1d_update", "short_conv"]

@@ -1,7 +1,7 @@
 """How each public conv call reads: one :class:`ConvCall`, the arguments of
 :func:`~exactfuse.ops.conv.native.conv_reference`, which a ``short_conv``, ``causal_conv1d`` or
 ``causal_conv1d_update`` call stands for (mode, rows, request starts, how histories are initialised, the null
-slot). The spec (``native.py``), the checks (``checks.py``), the launch (``triton.py``) and the cost
+slot). The spec (``native.py``), the checks (``checks.py``), the launch (``launch.py``) and the cost
 (``exactfuse.testing.cases.conv``) all read a call through these functions, so the argument list is written
 here alone."""
 
@@ -14,7 +14,7 @@ import torch
 
 class ConvCall(NamedTuple):
     """One call of the conv family (docs/short_conv.md): the spec :func:`~exactfuse.ops.conv.native.conv_reference`
-    computes it, ``checks.check_conv`` validates it, ``triton.launch_conv`` launches it.
+    computes it, ``checks.check_conv`` validates it, ``launch.launch_conv`` launches it.
 
     ``x [N, C]`` physical rows; ``mode`` ``"decode"`` / ``"spec"`` / ``"prefill"``; ``conv_state`` a logical
     ``[slots, C, W]`` cache or None; ``state_indices`` each request's slot (None: request ``r`` uses slot ``r``);

@@ -1,10 +1,10 @@
 """Triton kernels of ``causal_conv1d_fn_backward``: the gradients of the stateless causal conv with respect
-to ``x``, ``weight`` and ``bias`` (launched by ``triton.py``'s :func:`launch_conv_grad`).
+to ``x``, ``weight`` and ``bias`` (launched by ``launch.py``'s :func:`launch_conv_grad`).
 
 Two kernels over ``[BT, BC]`` tiles of rows and channels (``heuristics.conv_grad_config``), each row's
 sequence found by the forward's binary search over ``query_start_loc`` (``slots.find_request``):
 
-- :func:`conv_grad_rows_kernel` recomputes the conv of its rows (the forward's tap sum, ``kernels._tap_sum``
+- :func:`conv_grad_rows_kernel` recomputes the conv of its rows (the forward's tap sum, ``rows_kernel._tap_sum``
   order and roundings) and turns the output's gradient into the conv's, ``dconv`` (fp32): through the SiLU
   as ATen's CUDA ``silu_backward`` evaluates it (``exactfuse.ops.math.activation_backward``) at the conv
   the forward's SiLU read (rounded to x's dtype for 16-bit weights, and the result rounded to it as well,
@@ -26,9 +26,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from exactfuse.ops.conv.kernels import _row_seq
 from exactfuse.ops.conv.lean import tile_weights
 from exactfuse.ops.conv.rounding import bias_values
+from exactfuse.ops.conv.rows_kernel import _row_seq
 from exactfuse.ops.conv.slots import find_request, mask_and
 from exactfuse.ops.math import activation_backward, mul_rn
 

@@ -1,4 +1,4 @@
-"""The lean prefill kernel of the conv family (``triton.launch_conv`` launches it before the row kernel's FIXUP
+"""The lean prefill kernel of the conv family (``launch.launch_conv`` launches it before the row kernel's FIXUP
 launch): the ``[BT, BC]`` tiles with no request boundary near them, in one register layout, rows in runs over
 a register window; and how it reads the weights in that layout (:func:`tile_weights`)."""
 
@@ -69,8 +69,8 @@ def conv_lean_kernel(
     ``K`` shifted loads of the tile's rows). The bias is read as a tile of that shape (its repeated rows hit the
     L1), and so are the weights where each channel's taps are one word (W_WORD, :func:`tile_weights`), so
     that the window's register layout is the program's and no tile moves between threads. The sums are
-    ``kernels._tap_sum``'s sequence of roundings, so every output is that kernel's bits. Arguments as
-    ``kernels.conv_rows_kernel``'s (W_WORD: the launcher's check for :func:`tile_weights`)."""
+    ``rows_kernel._tap_sum``'s sequence of roundings, so every output is that kernel's bits. Arguments as
+    ``rows_kernel.conv_rows_kernel``'s (W_WORD: the launcher's check for :func:`tile_weights`)."""
     SL: tl.constexpr = (K - 1) * D
     t0 = tl.program_id(0) * BT
     start = (t0 + tl.arange(0, BT // UNROLL) * UNROLL)[:, None]  # each run's first row

@@ -1,4 +1,4 @@
-"""The conv kernels' request and state-slot helpers (``kernels.py`` calls them): which request a row
+"""The conv kernels' request and state-slot helpers (``rows_kernel.py`` calls them): which request a row
 belongs to, which prefill tiles lie clear of every request boundary (the lean kernel's) and which program
 of the fixup launch takes each other one, the request's slot and permissions, and the write of a slot's
 new window.

@@ -1,5 +1,6 @@
 """Warmup of the conv family: the launches ``exactfuse.warmup`` makes so that no kernel compiles inside a
-CUDA-graph capture.
+CUDA-graph capture. Each hook is named for its op, whose declaration in ``__init__.py`` takes it
+(``op(..., warmup=warmup.short_conv)``).
 
 Each call is one request of one row on placeholder tensors (zeros; a state pool of three slots) in the
 layout, mode and optional arguments of a specialization. Row, request and slot counts are not
@@ -8,18 +9,12 @@ specialized, so any batch is covered.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 
 import torch
 
-from exactfuse.ops.conv import (
-    _causal_conv1d,
-    _causal_conv1d_fn,
-    _causal_conv1d_update,
-    _short_conv,
-    causal_conv1d_fn_backward,
-)
-from exactfuse.ops.conv import triton as _triton
+from exactfuse.ops.conv import launch, native
 
 LAYOUTS = ("cw", "wc")  # storage [slot, C, W] / [slot, W, C], both viewed as logical [slot, C, W]
 
@@ -31,9 +26,10 @@ def _state(slots: int, C: int, W: int, layout: str, dtype, device) -> torch.Tens
     return torch.zeros((slots, W, C), dtype=dtype, device=device).transpose(1, 2)
 
 
-def schema_args(op, args: tuple, kwargs: dict) -> tuple:
-    """Every argument positional, in the registered schema's order (as the op's calls pass them)."""
-    bound = op.signature.bind(*args, **kwargs)
+def schema_args(spec, args: tuple, kwargs: dict) -> tuple:
+    """Every argument positional, in the order of ``spec``'s parameters (the op's function in ``native.py``,
+    whose signature is the registered schema's), as the op's calls pass them."""
+    bound = inspect.signature(spec).bind(*args, **kwargs)
     bound.apply_defaults()
     return tuple(bound.args)
 
@@ -67,11 +63,10 @@ def _short_conv_args(mode, *, C, K, D, sql, layout, outer, extra, init, dtype, d
     if outer:
         kwargs["outer_residual"] = rows[2]
     args = (rows[0], rows[1], _state(3, C, W, layout, dtype, device), weight, _int32([1], device))
-    return schema_args(_short_conv, args, kwargs)
+    return schema_args(native.short_conv, args, kwargs)
 
 
-@_short_conv.warmup
-def short_conv_warmup(
+def short_conv(
     device: torch.device,
     dtype: torch.dtype,
     *,
@@ -90,11 +85,10 @@ def short_conv_warmup(
     ):
         kw = {"C": C, "K": K, "D": D, "sql": sql, "layout": layout, "outer": outer, "extra": extra}
         for mode, init in (("decode", True), ("decode", False), ("spec", True), ("prefill", True)):
-            _triton.short_conv_triton(*_short_conv_args(mode, init=init, dtype=dtype, device=device, **kw))
+            launch.short_conv_triton(*_short_conv_args(mode, init=init, dtype=dtype, device=device, **kw))
 
 
-@_causal_conv1d.warmup
-def causal_conv1d_warmup(
+def causal_conv1d(
     device, dtype, *, channels=(10240,), kernel_sizes=(4,), dilations=(1,), layouts=LAYOUTS, packed=(False,),
     fp32_weights=(False,), **other_ops_options,
 ) -> None:  # fmt: skip
@@ -123,11 +117,10 @@ def causal_conv1d_warmup(
                     kwargs["has_initial_state"] = torch.zeros((1,), dtype=torch.bool, device=device)
             if seq:
                 kwargs["seq_idx"] = _int32([0], device)
-            _triton.causal_conv1d_triton(*schema_args(_causal_conv1d, args, kwargs))
+            launch.causal_conv1d_triton(*schema_args(native.causal_conv1d, args, kwargs))
 
 
-@_causal_conv1d_update.warmup
-def causal_conv1d_update_warmup(
+def causal_conv1d_update(
     device, dtype, *, channels=(10240,), kernel_sizes=(4,), dilations=(1,), spec_query_lens=(4,),
     layouts=LAYOUTS, fp32_weights=(False,), **other_ops_options,
 ) -> None:  # fmt: skip
@@ -155,7 +148,7 @@ def causal_conv1d_update_warmup(
             kwargs = {"dilation": D, "state_indices": _int32([1], device), "activation": act}
             if spec:
                 kwargs["num_accepted_tokens"] = _int32([1], device)
-            _triton.causal_conv1d_update_triton(*schema_args(_causal_conv1d_update, args, kwargs))
+            launch.causal_conv1d_update_triton(*schema_args(native.causal_conv1d_update, args, kwargs))
 
 
 def _stateless_variants(device, dtype, channels, kernel_sizes, dilations, packed, fp32_weights):
@@ -175,21 +168,19 @@ def _stateless_variants(device, dtype, channels, kernel_sizes, dilations, packed
         )
 
 
-@_causal_conv1d_fn.warmup
-def causal_conv1d_fn_warmup(
+def causal_conv1d_fn(
     device, dtype, *, channels=(10240,), kernel_sizes=(4,), dilations=(1,), packed=(False,), fp32_weights=(False,),
     **other_ops_options,
 ) -> None:  # fmt: skip
     """The stateless forward launches (the kernels ``causal_conv1d``'s warmup compiles without a state)."""
     for args in _stateless_variants(device, dtype, channels, kernel_sizes, dilations, packed, fp32_weights):
-        _triton.causal_conv1d_fn_triton(*args)
+        launch.causal_conv1d_fn_triton(*args)
 
 
-@causal_conv1d_fn_backward.warmup
-def causal_conv1d_fn_backward_warmup(
+def causal_conv1d_fn_backward(
     device, dtype, *, channels=(10240,), kernel_sizes=(4,), dilations=(1,), packed=(False,), fp32_weights=(False,),
     **other_ops_options,
 ) -> None:  # fmt: skip
     """Both gradient kernels for every stateless specialization."""
     for args in _stateless_variants(device, dtype, channels, kernel_sizes, dilations, packed, fp32_weights):
-        _triton.causal_conv1d_fn_backward_triton(torch.zeros_like(args[0]), *args)
+        launch.causal_conv1d_fn_backward_triton(torch.zeros_like(args[0]), *args)

@@ -1,5 +1,5 @@
 """Host-side steps of the conv family's state windows, shared by the specs (``native.py``) and the
-launchers (``triton.py``, the public calls in ``__init__.py``): torch ops on device tensors, no host reads of
+launchers (``launch.py``, the public calls in ``__init__.py``): torch ops on device tensors, no host reads of
 index values, so they run under ``torch.compile`` and CUDA graphs.
 
 - which requests have a usable slot (:func:`request_slots`) and the duplicate-safe window store

@@ -1,4 +1,4 @@
-"""Launch choice of ``gelu_and_mul_sparse``'s Triton kernels (``triton.py``): which kernel runs ``T``
+"""Launch choice of ``gelu_and_mul_sparse``'s Triton kernels (``sparse_gelu_kernel.py``): which kernel runs ``T``
 rows of ``D`` outputs, with its block or chunk and num_warps, as a :class:`SparsePlan`.
 
 Eager calls choose by ``T`` and ``D`` (:func:`choose_plan`). A traced call, whose ``T`` is symbolic,

@@ -2,10 +2,11 @@
 ``w4a16_gemm_packed`` (the same GEMM over the fragment layout, ``fragment.py``, repacked once).
 
 Spec in ``native.py``, argument checks in ``checks.py``, formats in ``packing.py`` and ``fragment.py``,
-kernels and what they take in ``triton.py`` (the fused tile), ``gemv.py`` (M <= 2), ``splitk.py`` and
-``dequant.py`` (the dense path) and ``mma.py`` (the fragment layout's), the launch rules in
-``heuristics.py``, warmup in ``warmup.py``. Inputs, grids and cost (``make_case`` too) live in the test kit
-(``exactfuse.testing.cases.w4a16``), baselines in the bench (``exactfuse.bench.peers``). The ops are
+the launcher, the provider and what it takes in ``launch.py``, kernels in ``tile_kernel.py`` (the fused
+tile), ``gemv.py`` (M <= 2), ``staged.py`` (the multi-stage Gluon tile), ``splitk.py`` and ``dequant.py``
+(the dense path), and ``mma.py`` (the fragment layout's, with its launcher), the launch rules in
+``heuristics.py``, the warmup hooks in ``warmup.py``. Inputs, grids and cost (``make_case`` too) live in the
+test kit (``exactfuse.testing.cases.w4a16``), baselines in the bench (``exactfuse.bench.peers``). The ops are
 *opaque* to torch.compile (``custom_op`` + fake): their tile and split-K choice depends on the runtime M, and
 a traced launcher would freeze a prefill configuration into decode.
 """
@@ -14,7 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.w4a16 import checks, fragment, native
+from exactfuse.ops.w4a16 import checks, fragment, launch, native, splitk, tile_kernel, warmup
+from exactfuse.ops.w4a16 import mma as _mma
 from exactfuse.ops.w4a16.native import dense_weight, dequantize
 from exactfuse.ops.w4a16.packing import PreparedW4A16, dequantize_gptq, prepare_gptq, quantize_rtn, random_weights
 from exactfuse.registry import op, platform
@@ -43,16 +45,14 @@ w4a16_gemm = op(
     compiler="opaque",
     fake=native.w4a16_gemm_fake,
     dtypes=(torch.float16, torch.bfloat16),
+    warmup=warmup.w4a16_gemm,
 )
-
-from exactfuse.ops.w4a16 import triton as _triton  # noqa: E402
-
 w4a16_gemm.provider(
     "triton",
     supported=platform.triton_available,
-    supports_args=_triton.triton_supports,
-    kernels=[_triton.w4a16_gemm_kernel, _triton.w4a16_splitk_reduce_kernel],
-)(_triton.w4a16_gemm_triton)
+    supports_args=launch.triton_supports,
+    kernels=[tile_kernel.w4a16_gemm_kernel, splitk.w4a16_splitk_reduce_kernel],
+)(launch.w4a16_gemm_triton)
 # Backward with respect to the activations and bias (the quantized weight is frozen, as in QLoRA): the
 # gradients eager autograd computes for the spec, written out (native.py).
 w4a16_gemm.differentiable("a", "bias", backward=native.w4a16_gemm_backward)
@@ -75,16 +75,12 @@ w4a16_gemm_packed = op(
     compiler="opaque",
     fake=native.w4a16_gemm_packed_fake,
     dtypes=(torch.float16, torch.bfloat16),
+    warmup=warmup.w4a16_gemm_packed,
 )
-
-from exactfuse.ops.w4a16 import mma as _mma  # noqa: E402
-
 w4a16_gemm_packed.provider("triton", supported=_mma.gluon_gpu_supported, supports_args=_mma.packed_supports)(
     _mma.w4a16_gemm_packed_triton
 )
 w4a16_gemm_packed.differentiable("a", "bias", backward=native.w4a16_gemm_packed_backward)
-
-from exactfuse.ops.w4a16 import warmup  # noqa: E402, F401  (the warmup hook, beside the launchers)
 
 __all__ = [
     "CONTRACT",

@@ -1,7 +1,7 @@
 """W4A16 dequantization in Triton: the tile both paths share and the dense path.
 
 :func:`dequant_kn_tile` is the spec's dequantization of one ``[BK, BN]`` tile of the prepared
-weight; the fused GEMM (``triton.py``) feeds it to ``tl.dot``, and :func:`w4a16_dequant_kernel`
+weight; the fused GEMM (``tile_kernel.py``) feeds it to ``tl.dot``, and :func:`w4a16_dequant_kernel`
 stores it into a dense weight for :func:`dense_gemm`, the configuration the heuristic picks
 above M = 128 (``heuristics.py`` has the measurements).
 """

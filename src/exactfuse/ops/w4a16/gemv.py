@@ -226,7 +226,7 @@ def w4a16_gemv_kernel(
     BK: tl.constexpr,
 ):
     """Rows ``0 .. BM`` (``M <= BM <= 2``) and columns ``program_id(0) * BN ..`` of ``a[:, perm] @ W`` over K slice
-    ``program_id(1)``. Pointers, layouts and the other constexprs as in ``triton.w4a16_gemm_kernel``;
+    ``program_id(1)``. Pointers, layouts and the other constexprs as in ``tile_kernel.w4a16_gemm_kernel``;
     GROUP is at least 16, so a word never spans two groups. PACKED_MATH: 16-bit pair arithmetic (sm_90 PTX).
     WIDE_A: activations in 64-bit loads (``p_a`` and ``stride_am`` 4-element aligned, no HAS_PERM).
     SCALE_TILE: scales and zero points loaded as a ``[BK / 8, BN]`` tile (one per word). The layout Triton

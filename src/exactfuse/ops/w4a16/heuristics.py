@@ -3,7 +3,7 @@
 ``select_config`` picks the first bucket of :data:`BUCKETS` that holds M and a split-K count for it
 (:func:`choose_split`); above M = 128 the dense path (:func:`dense_config`: dequantize, then cuBLAS).
 M = 1 and 2 run the CUDA-core GEMV (``gemv.py``), 3 <= M <= 128 the fused dequantize + tl.dot tile
-(``triton.py``); on sm_90, M 2-128 run the multi-stage Gluon tile (:func:`staged_config`, ``staged.py``)
+(``tile_kernel.py``); on sm_90, M 2-128 run the multi-stage Gluon tile (:func:`staged_config`, ``staged.py``)
 where its arguments fit. docs/heuristics.md gives each bucket's sweep, its ratios against the alternatives and
 the variants measured and rejected, with the files under benchmarks/results/h200/sweeps/ that hold them.
 The op is opaque to torch.compile, so this choice runs per call on the runtime M.

@@ -1,4 +1,4 @@
-"""Split-K bookkeeping shared by the W4A16 GEMM kernels (``triton.py``, ``gemv.py``).
+"""Split-K bookkeeping shared by the W4A16 GEMM kernels (``tile_kernel.py``, ``gemv.py``).
 
 A kernel that computed its fp32 ``[BM, BN]`` tile over one K slice ends with :func:`finish_tile`.
 Without split-K it rounds and stores the output. With split-K (deterministic mode, the default)

@@ -244,7 +244,7 @@ def shared_bytes(cfg: TileConfig, groups: int, itemsize: int = 2) -> int:
 def staged_shape_unsupported(N: int, K: int, G: int, cfg: TileConfig) -> str | None:
     """Why ``cfg`` cannot cut these sizes (None: it can): tile multiples, whole groups per split, enough K
     steps per split for the ring, 32-bit offsets and the shared memory. ``G`` is the kernel's group
-    (``triton.kernel_group``: >= K for one group)."""
+    (``launch.kernel_group``: >= K for one group)."""
     BN, BK = cfg.BN, cfg.BK
     if cfg.num_warps * 16 != BN:
         return f"BN = {BN} must be 16 x num_warps ({cfg.num_warps}): one warpgroup row block a warp"

@@ -1,13 +1,13 @@
 """Warmup of w4a16_gemm and w4a16_gemm_packed: the launches ``exactfuse.warmup`` makes so that no kernel
-compiles inside a CUDA-graph capture."""
+compiles inside a CUDA-graph capture. Each hook is named for its op, whose declaration in ``__init__.py`` takes
+it (``op(..., warmup=warmup.w4a16_gemm)``)."""
 
 from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.w4a16 import fragment, w4a16_gemm, w4a16_gemm_packed
+from exactfuse.ops.w4a16 import fragment, launch
 from exactfuse.ops.w4a16 import mma as _mma
-from exactfuse.ops.w4a16 import triton as _triton
 from exactfuse.ops.w4a16.heuristics import DENSE_ABOVE_M
 from exactfuse.ops.w4a16.packing import random_weights
 
@@ -16,8 +16,7 @@ from exactfuse.ops.w4a16.packing import random_weights
 WARMUP_M = (1, 2, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
-@w4a16_gemm.warmup
-def _warmup(
+def w4a16_gemm(
     device,
     dtype,
     *,
@@ -49,12 +48,12 @@ def _warmup(
             zeros = None if symmetric else torch.zeros((groups, N), dtype=torch.uint8, device=device)
             group_index = torch.zeros((K,), dtype=torch.int32, device=device)
             a = torch.ones((1, K), dtype=dtype, device=device)
-            _triton.launch_w4a16_gemm(a, qweight, scales, zeros, None, b, 128, True, group_index)
+            launch.launch_w4a16_gemm(a, qweight, scales, zeros, None, b, 128, True, group_index)
             continue
         w = random_weights(K, N, dtype, device, gen, group_size=group_size, symmetric=symmetric, act_order=act_order)
         for M in WARMUP_M:
             a = torch.ones((M, K), dtype=dtype, device=device)
-            _triton.launch_w4a16_gemm(a, w.qweight, w.scales, w.zeros, w.perm, b, w.group_size, deterministic)
+            launch.launch_w4a16_gemm(a, w.qweight, w.scales, w.zeros, w.perm, b, w.group_size, deterministic)
 
 
 # one M for every block count of the fragment kernel (heuristics.fragment_blocks: 1, 2, 4, 8), and one above
@@ -62,8 +61,7 @@ def _warmup(
 PACKED_WARMUP_M = (1, 16, 32, 64, 128, DENSE_ABOVE_M + 1)
 
 
-@w4a16_gemm_packed.warmup
-def _warmup_packed(device, dtype, *, shapes=((4096, 4096),), group_size=128, symmetric=True, bias=False, **other):
+def w4a16_gemm_packed(device, dtype, *, shapes=((4096, 4096),), group_size=128, symmetric=True, bias=False, **other):
     """Compile the fragment kernel's specializations for the layers ``shapes = ((K, N), ...)`` (repacked
     with ``fragment.pack``) at every block count the launch rule takes; nothing where the provider cannot
     run (no sm_90 GPU, a layer with no fragment layout). Other options are ignored."""

@@ -29,7 +29,7 @@ def positional(op, case_id: str, args: tuple, kwargs: dict) -> Case:
     """A case with every argument positional, in the registered schema's order: ``torch.ops.exactfuse``
     schemas here are positional (``custom_op`` rejects keyword-only tensors), and tracing tools fake
     only positional tensors."""
-    return Case(case_id, schema_args(op, args, kwargs))
+    return Case(case_id, schema_args(op.native, args, kwargs))
 
 
 def make_state(slots: int, C: int, W: int, layout: str, dtype, device, gen) -> torch.Tensor:

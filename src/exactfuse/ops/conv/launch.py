@@ -1,5 +1,6 @@
-"""The conv family's Triton provider: the host launcher of its kernels (``kernels.py``), one row launch,
-then in spec and prefill mode the state write-back launch; the three ops' providers; and what they take.
+"""The conv family's Triton provider: the host launchers of its kernels (``rows_kernel.py`` and ``lean.py``,
+one row launch, then in spec and prefill mode the state write-back launch; ``grad_kernels.py`` for the
+backward); the ops' providers; and what they take.
 """
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ import triton
 
 from exactfuse.ops.conv import calls, heuristics, native, windows
 from exactfuse.ops.conv.grad_kernels import conv_grad_rows_kernel, conv_grad_x_kernel
-from exactfuse.ops.conv.kernels import INIT_CODES, MODE_CODES, conv_rows_kernel, conv_state_kernel
 from exactfuse.ops.conv.lean import conv_lean_kernel
+from exactfuse.ops.conv.rows_kernel import INIT_CODES, MODE_CODES, conv_rows_kernel, conv_state_kernel
 from exactfuse.ops.fastmath import SILU, chosen_formula
 from exactfuse.registry import platform
 from exactfuse.utils import empty, is_symbolic

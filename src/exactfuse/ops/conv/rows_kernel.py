@@ -1,6 +1,6 @@
 """Triton kernels of the conv family: ``short_conv``, ``causal_conv1d`` and ``causal_conv1d_update``.
 
-Two kernels (launched by ``triton.py``), with ``constexpr`` flags for the three ops and three modes, beside
+Two kernels (launched by ``launch.py``), with ``constexpr`` flags for the three ops and three modes, beside
 ``lean.conv_lean_kernel`` (prefill without a token map or ``seq_idx``: the tiles with no request boundary
 near them, whose rows the row kernel's FIXUP launch then leaves):
 
