@@ -23,12 +23,14 @@ import triton.language as tl
 
 import exactfuse
 from exactfuse.ops.conv import causal_conv1d, causal_conv1d_fn_backward, heuristics, native
-from exactfuse.ops.conv.grad_kernels import _sum_rows
-from exactfuse.ops.conv.launch import launch_conv_grad
+from exactfuse.ops.conv.grad_kernels import _sum_rows, conv_grad_init_kernel
+from exactfuse.ops.conv.launch import INIT_GRAD_BC, launch_conv_grad
 from exactfuse.registry import InferenceOnlyError
 from exactfuse.testing import check_provider
 from exactfuse.utils import DTYPE_NAMES
 from support.graph import capture
+
+INT_VIEW = {torch.float32: torch.int32, torch.float16: torch.int16}
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 DAO_TOL = {torch.float32: (3e-4, 1e-3), torch.float16: (3e-3, 5e-3), torch.bfloat16: (1e-2, 5e-2)}
@@ -128,6 +130,28 @@ def test_interpreter_backward_cases_meet_the_contract(dtype):
     for o in (exactfuse.get("causal_conv1d_fn"), causal_conv1d_fn_backward):
         failures = [c.id for c in o.cases("cpu", dtype) if not check_provider(o, "triton", c).passed]
         assert not failures, (o.name, failures)
+
+
+@pytest.mark.parametrize(
+    "device", [pytest.param("cpu", marks=pytest.mark.interpreter), pytest.param("cuda", marks=pytest.mark.gpu)]
+)
+@pytest.mark.parametrize("K, D", [(1, 1), (2, 1), (4, 1), (4, 2), (3, 3)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=DTYPE_NAMES.get)
+def test_initial_state_gradient_kernel_is_the_spec_bit_for_bit(device, K, D, dtype):
+    """The kernel of ``d initial_states`` against ``native.initial_state_grads`` (torch's separate multiply
+    and add, each rounded): sequences shorter than the history, an empty one, channels past a tile."""
+    gen = torch.Generator().manual_seed(10 * K + D)
+    lengths = [5, 0, 1, 9, 3]
+    qsl = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device=device)
+    T, C, R, SL = sum(lengths), 300, len(lengths), (K - 1) * D
+    dconv = torch.randn(T, C, generator=gen).to(device, dtype)
+    weight = torch.randn(C, K, generator=gen).to(device, dtype)
+    got = torch.full((R, SL, C), float("nan"), dtype=dtype, device=device)
+    conv_grad_init_kernel[(R, triton.cdiv(C, INIT_GRAD_BC))](
+        dconv, weight, qsl, got, C, dconv.stride(0), weight.stride(0), weight.stride(1), K=K, D=D, BC=INIT_GRAD_BC
+    )
+    want = native.initial_state_grads(dconv.float(), weight.float(), qsl, D).to(dtype)
+    assert torch.equal(got.transpose(1, 2).view(INT_VIEW[dtype]), want.view(INT_VIEW[dtype]))
 
 
 @pytest.mark.interpreter

@@ -5,6 +5,8 @@ or on a GPU; so does one that only torch.compile's analysis of a launch raises (
 constant: ``offline.every_int_constant``). The compiles run in a child process without ``TRITON_INTERPRET``
 (under it ``triton.jit`` gives interpreted functions, which do not compile)."""
 
+import itertools
+
 POINTERS = {n: "*bf16" for n in ("p_x", "p_w", "p_b", "p_res", "p_outer", "p_out", "p_state")} | {
     "p_sid": "*i32", "p_qsl": "*i32", "p_acc": "*i32", "p_init": "*i1", "p_tok": "*i32", "p_seq": "*i32",
 }  # fmt: skip
@@ -90,4 +92,32 @@ def test_conv_kernels_compile_for_sm90_under_the_launchers_specializations():
     from exactfuse.testing.offline import run_in_child
 
     ok, said = run_in_child(__file__, "compile_all")
+    assert ok, said
+
+
+def init_grad_products_unfused() -> list[str]:
+    """The initial states' gradient kernel compiled for sm_90 (bf16 and fp32, two K x D): its SASS has no FFMA,
+    so each product is rounded before its sum, as the spec's separate multiply and add (what keeps the
+    compiled and eager backward the same bits); a compile error or an FFMA is a failure."""
+    from exactfuse.ops.conv.grad_kernels import conv_grad_init_kernel
+    from exactfuse.testing.offline import compile_error, compile_offline, sass
+
+    failures = []
+    for dtype, (K, D) in itertools.product(("bf16", "fp32"), ((4, 1), (3, 2))):
+        types = {"p_dconv": f"*{dtype}", "p_w": f"*{dtype}", "p_qsl": "*i32", "p_out": f"*{dtype}"}
+        label = f"init grad {dtype} K{K} D{D}"
+        try:
+            kernel = compile_offline(conv_grad_init_kernel, types, dict(K=K, D=D, BC=256), [*types], ["stride_w_k"])
+        except Exception as exc:
+            failures.append(compile_error(label, exc))
+            continue
+        if fused := [line.strip() for line in sass(kernel).splitlines() if "FFMA" in line]:
+            failures.append(f"{label}: {len(fused)} FFMA, e.g. {fused[0]}")
+    return failures
+
+
+def test_initial_state_gradient_products_are_rounded_before_their_sum():
+    from exactfuse.testing.offline import run_in_child
+
+    ok, said = run_in_child(__file__, "init_grad_products_unfused")
     assert ok, said

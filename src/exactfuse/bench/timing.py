@@ -40,6 +40,11 @@ def cudagraph_timer(rep_ms: float = 20.0) -> Timer:
         enabled = gc.isenabled()
         gc.disable()
         try:
+            # do_bench_cudagraph runs body on a new stream, which does not wait for the caller's: the work
+            # queued before (a state saved to restore after timing, inputs just written) must finish first,
+            # or body's in-place writes can land before that save reads (a peer's cache restored to a
+            # state already stepped, seen under a busy GPU)
+            torch.cuda.synchronize()
             return float(do_bench_cudagraph(body, rep=rep_ms, return_mode="median"))
         finally:
             if enabled:

@@ -12,8 +12,11 @@ sequence found by the forward's binary search over ``query_start_loc`` (``slots.
   output. A program walks ``STEPS`` tiles down the rows: it stores their ``dconv`` and keeps the sums
   ``dconv`` (d bias) and ``dconv · tap_k`` (d weight) per row position of the tile in registers, summed over
   the tile's rows once at the end as a pairwise tree (:func:`_sum_rows`: the same bits under any layout).
-- The gradient of the initial states (``[R, C, SL]``, small) is gathered from ``dconv`` by torch in the
-  launcher (``native.initial_state_grads``).
+- :func:`conv_grad_init_kernel` gathers the initial states' gradient (``[R, C, SL]``, small) from ``dconv``:
+  ``Σ_k w[k] · dconv[start_r + j - D k]`` over the rows of sequence ``r``, ``k`` ascending, each product
+  rounded before its sum (``native.initial_state_grads``). A kernel, not torch ops in the launcher: under
+  torch.compile, Inductor fuses those ops' multiply and add into one FMA (a compiled backward whose initial
+  states' gradient differed from eager in its last bits).
 - :func:`conv_grad_x_kernel` gathers ``dx[s] = Σ_k w[k] · dconv[s + SL - D k]`` over the rows ``s + SL -
   D k`` of the same sequence (and ``seq_idx``) in fp32, ``k`` ascending, one rounding to x's dtype.
 
@@ -189,3 +192,29 @@ def conv_grad_x_kernel(
         w_k = tl.load(p_w + o_c * stride_w_c + k * stride_w_k, mask=m_c).to(tl.float32)
         acc = acc + mul_rn(w_k, d)
     tl.store(p_dx + rows.to(tl.int64) * stride_dx + o_c, acc.to(p_dx.dtype.element_ty), mask=mask_and(m_c, rows < L))
+
+
+@triton.jit
+def conv_grad_init_kernel(
+    p_dconv, p_w, p_qsl, p_out, C, stride_d_t, stride_w_c, stride_w_k,
+    K: tl.constexpr, D: tl.constexpr, BC: tl.constexpr,
+):  # fmt: skip
+    """``d initial_states`` of sequence ``r = program_id(0)`` for ``BC`` channels, into ``out [R, SL, C]``
+    (the launcher returns its ``[R, C, SL]`` view, the spec's strides): history position ``j`` is tap ``k``
+    of row ``start_r + j - D k`` when that row is in the sequence, zero otherwise; fp32, ``k`` ascending,
+    each product rounded (``mul_rn``) and then summed, rounded once to the states' dtype at the store."""
+    SL: tl.constexpr = (K - 1) * D
+    r = tl.program_id(0).to(tl.int64)
+    o_c = tl.program_id(1) * BC + tl.arange(0, BC)
+    m_c = o_c < C
+    start = tl.load(p_qsl + r)
+    end = tl.load(p_qsl + r + 1)
+    for j in tl.static_range(SL):
+        acc = tl.zeros([BC], dtype=tl.float32)
+        for k in tl.static_range(K):
+            row = start + (j - D * k)
+            ok = (row >= start) & (row < end)
+            v = tl.load(p_dconv + row.to(tl.int64) * stride_d_t + o_c, mask=mask_and(m_c, ok), other=0.0).to(tl.float32)
+            w = tl.load(p_w + o_c * stride_w_c + k * stride_w_k, mask=m_c, other=0.0).to(tl.float32)
+            acc = acc + mul_rn(w, v)
+        tl.store(p_out + (r * SL + j) * C + o_c, acc.to(p_out.dtype.element_ty), mask=m_c)

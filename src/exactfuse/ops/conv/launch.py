@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 import triton
 
-from exactfuse.ops.conv import calls, heuristics, native, windows
-from exactfuse.ops.conv.grad_kernels import conv_grad_rows_kernel, conv_grad_x_kernel
+from exactfuse.ops.conv import calls, heuristics, windows
+from exactfuse.ops.conv.grad_kernels import conv_grad_init_kernel, conv_grad_rows_kernel, conv_grad_x_kernel
 from exactfuse.ops.conv.lean import conv_lean_kernel
 from exactfuse.ops.conv.rows_kernel import INIT_CODES, MODE_CODES, conv_rows_kernel, conv_state_kernel
 from exactfuse.ops.fastmath import SILU, chosen_formula
@@ -281,6 +281,11 @@ def causal_conv1d_fn_backward_triton(
     return launch_conv_grad(grad, x, weight, bias, activation, dilation, query_start_loc, seq_idx, initial_states)
 
 
+# channels of one program of the initial states' gradient: R x SL x C values, a few per request, so one
+# small tile a program; its time is the launch's
+INIT_GRAD_BC = 256
+
+
 def launch_conv_grad(
     grad, x, weight, bias, activation, dilation, query_start_loc, seq_idx, initial_states=None,
     config: heuristics.GradConfig | None = None,
@@ -329,8 +334,13 @@ def launch_conv_grad(
     d_bias = db_parts.sum(0).to(bias.dtype) if bias is not None else dw_parts.new_empty((0,))
     if initial_states is None:
         return dx, d_weight, d_bias, dw_parts.new_empty((0,))
-    d_init = native.initial_state_grads(dconv.float(), weight.float(), qsl, dilation).to(initial_states.dtype)
-    return dx, d_weight, d_bias, d_init
+    SL = (K - 1) * dilation
+    d_init = torch.empty((R, SL, C), dtype=initial_states.dtype, device=x.device)
+    torch.library.wrap_triton(conv_grad_init_kernel)[(R, triton.cdiv(C, INIT_GRAD_BC))](
+        dconv, weight, qsl, d_init, C, dconv.stride(0), weight.stride(0), weight.stride(1),
+        K=K, D=dilation, BC=INIT_GRAD_BC,
+    )  # fmt: skip
+    return dx, d_weight, d_bias, d_init.transpose(1, 2)
 
 
 # ------------------------------------------------------------------ what the kernels take (supports_args)
