@@ -42,6 +42,24 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
         if "interpreter" in item.keywords and not INTERPRETER:
             item.add_marker(skip_interp)
+    if path := os.environ.get("EXACTFUSE_TEST_SECONDS"):
+        items[:] = slowest_first(items, path)
+
+
+def slowest_first(items: list, path: str) -> list:
+    """``items`` ordered by the seconds each took in an earlier run (``path``: lines ``SECONDS NODEID``, as
+    ``scripts/gpu/gpu_suite.py`` writes them), tests it has no time for first, ties in collection order.
+    pytest-xdist hands tests out in this order, so the longest start first and the short ones fill in:
+    the pass ends near its total time over the workers, not one long test after the others finished.
+    Every worker reads the same file, so all collect the same order, as xdist requires."""
+    seconds = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            lines = f.read().splitlines()
+        for line in lines:
+            value, _, node = line.strip().partition(" ")
+            seconds[node.strip()] = float(value)
+    return sorted(items, key=lambda item: -seconds.get(item.nodeid, float("inf")))
 
 
 @pytest.fixture(autouse=True)

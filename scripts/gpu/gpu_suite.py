@@ -49,6 +49,7 @@ def _git_rev() -> str:
 # memory with the CUDA context on top (benchmarks/results/h100/gpu_suite.txt); 7 GiB keeps a margin and
 # gives 9 workers on an H100, 12 on an H200
 WORKER_GIB = 7
+SECONDS_FILE = "gpu_suite_seconds.txt"
 
 
 def _default_workers() -> int:
@@ -61,6 +62,26 @@ def _default_workers() -> int:
         return cores
     card_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
     return max(1, min(cores, int(0.85 * card_gib / WORKER_GIB)))
+
+
+def _write_seconds(path: Path, earlier: str, cases: list[dict]) -> None:
+    """Each test's seconds (``SECONDS NODEID`` lines, slowest first): this run's, and the earlier file's for
+    tests this run did not take. Committed beside the report, it orders the next run (``slowest_first``)."""
+    seconds = {}
+    if os.path.exists(earlier):
+        for line in Path(earlier).read_text().splitlines():
+            value, _, node = line.strip().partition(" ")
+            seconds[node.strip()] = float(value)
+    for c in cases:
+        seconds[_node_id(c["id"])] = c["seconds"]
+    path.write_text("".join(f"{v:.1f} {k}\n" for k, v in sorted(seconds.items(), key=lambda kv: -kv[1])))
+
+
+def _node_id(junit_id: str) -> str:
+    """pytest's node id from the junit report's ``classname::name`` (``tests.ops.test_x`` ->
+    ``tests/ops/test_x.py``)."""
+    module, _, name = junit_id.partition("::")
+    return f"{module.replace('.', '/')}.py::{name}"
 
 
 def _results_dir(gpu: str) -> Path:
@@ -106,6 +127,8 @@ def main() -> int:
     gpu, torch_version, triton_version, rev = _gpu()
     args.workers = args.workers or _default_workers()
     out = args.out or _results_dir(gpu) / "gpu_suite.txt"
+    # the slowest tests first (tests/conftest.py), by the times of this GPU's last committed run
+    os.environ["EXACTFUSE_TEST_SECONDS"] = str(_results_dir(gpu) / SECONDS_FILE)
     passes, lines = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for label, marks, workers in (
@@ -139,6 +162,7 @@ def main() -> int:
     text = "\n".join(lines) + "\n"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
+    _write_seconds(out.parent / SECONDS_FILE, os.environ["EXACTFUSE_TEST_SECONDS"], everything)
     print(text)
     ok = everything and not bad and all(rc == 0 for _, rc, _, cases in passes if cases)
     return 0 if ok else 1
