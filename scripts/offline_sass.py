@@ -15,14 +15,14 @@ static counts (code size, both sides of every branch), not executed instructions
 may be newer than the one the kernels are measured with (3.6.0 on the H200): read differences between
 variants, then measure on the GPU.
 
-Presets: ``decode`` is the conv row kernel's decode step on FLA's ``[B, C, K]`` state (``--tiles``:
+Presets: ``decode`` is the conv update kernel's decode step on FLA's ``[B, C, K]`` state (``--tiles``:
 channels a program, ``--rows``: rows a program), by window path (``--paths``: the two loads, ``WINDOW_TILE``
 with ``S_ALIGN`` 4, the channel stride K, or ``FLAT_WINDOW``), and with ``--fla`` fla-core's update kernel
 on the same call; ``short_decode`` short_conv's decode step over ``[slot, C, W]`` storage (``cw``, a
 9-position window) by window path (``--paths``);
 ``conv_grad`` the conv backward's row and dx kernels (bf16, K = 4, SiLU, bias; a tile ending in ``w`` reads
 the weights as one word a channel); ``conv`` is the conv family's
-row kernel in causal_conv1d prefill (K = 4, bf16's fast SiLU ``ACT``, bias, a slot cache, bf16);
+prefill kernel in causal_conv1d prefill (K = 4, bf16's fast SiLU ``ACT``, bias, a slot cache, bf16);
 ``attention`` is sparse_paged_attention's partial kernel at (Hq, Hkv) = (24, 2), D = 128, block_n 64,
 split, fused gate; ``merge`` its merge launch, plain (8 splits a group, all columns, 2 warps) and the
 rows = 1 rule's (16 splits at once, 64 columns, 4 warps, a programmatic dependent launch); ``moe`` is
@@ -62,7 +62,7 @@ def compile_sass(fn, types: dict, constexprs: dict, div16=(), ones=(), num_warps
 
 def _conv(tile: str, warps: int) -> tuple[str, dict]:
     from exactfuse.ops.conv.lean import conv_lean_kernel
-    from exactfuse.ops.conv.rows_kernel import conv_rows_kernel
+    from exactfuse.ops.conv.prefill import conv_prefill_kernel
 
     bt, bc, unroll, lean, fixup = re.fullmatch(r"(\d+)x(\d+)(?:u(\d+))?(l)?(f)?", tile).groups()
     bt, bc = int(bt), int(bc)
@@ -74,10 +74,8 @@ def _conv(tile: str, warps: int) -> tuple[str, dict]:
     if lean:  # a contiguous [C, 4] bf16 weight: each channel's taps one 64-bit word (the launcher's W_WORD)
         consts |= dict(UNROLL=int(unroll or 1), W_ALIGN=4, W_WORD=4)
     else:
-        kernel = conv_rows_kernel
-        consts |= dict(MODE=2, SQL=1, HAS_TOKEN_MAP=False, BW=4, UNROLL=int(unroll or 1), HAS_SEQ_IDX=False,
-                       FIXUP=bool(fixup), HEAD=0, WINDOW_TILE=False, S_ALIGN=1, W_ALIGN=1,
-                       CHANNELS_FIRST=False, FLAT_WINDOW=False, SCALAR_WINDOW=False)  # fmt: skip
+        kernel = conv_prefill_kernel
+        consts |= dict(HAS_TOKEN_MAP=False, UNROLL=int(unroll or 1), HAS_SEQ_IDX=False, FIXUP=bool(fixup), HEAD=0)
     types = {n: t for n, t in types.items() if n in kernel.arg_names}
     div16 = [*types, "stride_x", "stride_res", "stride_outer", "stride_out", "C"]
     ones = [n for n in ("stride_w_k", "stride_s_w", "stride_sid") if n in kernel.arg_names]
@@ -85,16 +83,16 @@ def _conv(tile: str, warps: int) -> tuple[str, dict]:
 
 
 def _decode(bc: int, warps: int, path: str, rows: int = 1) -> tuple[str, dict]:
-    """The row kernel's decode step on FLA's state (``[B, C, K]``, K = 4, the history at the end: HEAD 1),
+    """The update kernel's decode step on FLA's state (``[B, C, K]``, K = 4, the history at the end: HEAD 1),
     bf16, SiLU, bias, no state indices; ``path``: ``-`` the two loads, ``t`` the register window's tile, ``f``
     the flat run."""
-    from exactfuse.ops.conv.rows_kernel import conv_rows_kernel as kernel
+    from exactfuse.ops.conv.update import conv_update_kernel as kernel
 
     types = {n: "*bf16" for n in ("p_x", "p_w", "p_b", "p_res", "p_outer", "p_out", "p_state")}
-    types |= {"p_sid": "*i32", "p_qsl": "*i32", "p_acc": "*i32", "p_init": "*i1", "p_tok": "*i32", "p_seq": "*i32"}
+    types |= {"p_sid": "*i32", "p_qsl": "*i32", "p_acc": "*i32", "p_init": "*i1", "p_tok": "*i32"}
     consts = dict(MODE=0, K=4, D=1, SQL=1, HAS_STATE=True, HAS_SID=False, INIT=2, HAS_TOKEN_MAP=False,
                   HAS_RESIDUAL=False, HAS_OUTER=False, HAS_BIAS=True, ACT=ACT, BC=bc, BW=4, BT=rows, UNROLL=1,
-                  HAS_SEQ_IDX=False, FIXUP=False, HEAD=1, WINDOW_TILE=path == "t", S_ALIGN=4, W_ALIGN=4,
+                  HEAD=1, WINDOW_TILE=path == "t", S_ALIGN=4, W_ALIGN=4,
                   CHANNELS_FIRST=False, FLAT_WINDOW=path == "f", EVEN_C=True, SCALAR_WINDOW=False)  # fmt: skip
     div16 = [*types, "stride_x", "stride_out", "stride_s_slot", "C"]  # stride_s_c is K = 4: not 16-divisible
     ones = ["stride_w_k", "stride_s_w", "stride_sid"]
@@ -108,13 +106,13 @@ def _short_decode(bc: int, warps: int, path: str, rows: int = 1) -> tuple[str, d
     channel stride 9), bf16, residual and outer residual, no activation, a state index and initial-state flag
     a row; ``path``: ``t`` the register window's ``[BW, BC]`` tile, ``s`` one ``[BC]`` vector a position
     (SCALAR_WINDOW), ``f`` the flat run (FLAT_WINDOW)."""
-    from exactfuse.ops.conv.rows_kernel import conv_rows_kernel as kernel
+    from exactfuse.ops.conv.update import conv_update_kernel as kernel
 
     types = {n: "*bf16" for n in ("p_x", "p_w", "p_b", "p_res", "p_outer", "p_out", "p_state")}
-    types |= {"p_sid": "*i32", "p_qsl": "*i32", "p_acc": "*i32", "p_init": "*i1", "p_tok": "*i32", "p_seq": "*i32"}
+    types |= {"p_sid": "*i32", "p_qsl": "*i32", "p_acc": "*i32", "p_init": "*i1", "p_tok": "*i32"}
     consts = dict(MODE=0, K=4, D=3, SQL=1, HAS_STATE=True, HAS_SID=True, INIT=1, HAS_TOKEN_MAP=False,
                   HAS_RESIDUAL=True, HAS_OUTER=True, HAS_BIAS=False, ACT=-1, BC=bc, BW=16, BT=rows, UNROLL=1,
-                  HAS_SEQ_IDX=False, FIXUP=False, HEAD=0, WINDOW_TILE=path in "ts", S_ALIGN=1, W_ALIGN=4,
+                  HEAD=0, WINDOW_TILE=path in "ts", S_ALIGN=1, W_ALIGN=4,
                   CHANNELS_FIRST=False, FLAT_WINDOW=path == "f", EVEN_C=True, SCALAR_WINDOW=path == "s")  # fmt: skip
     div16 = [*types, "stride_x", "stride_res", "stride_outer", "stride_out", "stride_s_slot", "C"]
     ones = ["stride_w_k", "stride_s_w", "stride_sid"]  # stride_s_c is the window, 9: not 16-divisible
@@ -202,7 +200,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("preset", choices=["conv", "decode", "short_decode", "conv_grad", "attention", "merge",
                                            "moe"])  # fmt: skip
-    parser.add_argument("--tiles", help="conv: BTxBC[uUNROLL][l: the lean prefill kernel][f: the row kernel's "
+    parser.add_argument("--tiles", help="conv: BTxBC[uUNROLL][l: the lean prefill kernel][f: the prefill kernel's "
                         "fixup launch],... (16x128,16x128l,16x128f); conv_grad: "
                         "BTxBCxSTEPS[w: weights read as one word a channel],... (32x64x8,16x128x16w)")  # fmt: skip
     parser.add_argument("--kv", default="bf16,fp8e4nv", help="attention: cache dtypes (Triton names)")

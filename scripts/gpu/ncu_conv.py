@@ -1,5 +1,5 @@
 """Nsight Compute of the conv family (bf16): causal_conv1d prefill, exactfuse's launch (the lean kernel, the
-row kernel's fixup launch, the state write-back) beside fla-core's conv, each with ``--activations``
+prefill kernel's fixup launch, the state write-back) beside fla-core's conv, each with ``--activations``
 (``silu``, ``none``) on the ``--prefill`` grid shapes (default ``B1-L8192-C10240-K4``); short_conv decode on
 ``--decode`` (default ``decode-R256-cw,decode-R256-wc``; ``-`` none), with ``--tile`` also each ``cw`` shape at
 the register window the rule gives slots that are not dense. Each output is checked first: exactfuse's bit

@@ -41,24 +41,38 @@ DECODE = [
 ]
 
 
+def _own(kernel, values):
+    """The entries of ``values`` (a dict or names) that are arguments of ``kernel``."""
+    if isinstance(values, dict):
+        return {k: v for k, v in values.items() if k in kernel.arg_names}
+    return [n for n in values if n in kernel.arg_names]
+
+
 def compile_all() -> list[str]:
     """Every variant, with and without channel masks; the failures as ``label: error``."""
     from exactfuse.ops.conv.lean import conv_lean_kernel
-    from exactfuse.ops.conv.rows_kernel import conv_rows_kernel
+    from exactfuse.ops.conv.prefill import conv_prefill_kernel
+    from exactfuse.ops.conv.update import conv_update_kernel
     from exactfuse.ops.fastmath import SILU_RCP
     from exactfuse.testing.offline import compile_error, compile_offline, every_int_constant
 
     jobs = []
     for even_c in (False, True):
+        update = _own(conv_update_kernel, POINTERS)
         for label, consts, ones in DECODE:
-            c = BASE | dict(ACT=SILU_RCP, MODE=0, BT=1, FIXUP=False, EVEN_C=even_c) | consts
-            div16 = [*POINTERS, "stride_x"]
-            jobs.append((f"{label} EVEN_C={even_c}", conv_rows_kernel, POINTERS, c, div16, ["stride_w_k", *ones], 8))
-        rows = BASE | dict(ACT=SILU_RCP, MODE=2, BC=128, BW=4, BT=16, FIXUP=True, WINDOW_TILE=False, S_ALIGN=1,
-                           W_ALIGN=4, EVEN_C=even_c)  # fmt: skip
-        jobs.append((f"prefill rows EVEN_C={even_c}", conv_rows_kernel, POINTERS, rows, [*POINTERS, "stride_x"],
+            c = _own(conv_update_kernel, BASE | dict(ACT=SILU_RCP, MODE=0, BT=1, EVEN_C=even_c) | consts)
+            jobs.append((f"{label} EVEN_C={even_c}", conv_update_kernel, update, c, [*update, "stride_x"],
+                         ["stride_w_k", *ones], 8))  # fmt: skip
+        # speculative rows: the prefill kernel's row tile over 4 rows a request, read from the accepted position
+        spec = _own(conv_update_kernel, BASE | dict(ACT=SILU_RCP, MODE=1, SQL=4, BC=128, BW=8, BT=16, S_ALIGN=1,
+                                                    W_ALIGN=4, WINDOW_TILE=False, EVEN_C=even_c))  # fmt: skip
+        jobs.append((f"spec rows EVEN_C={even_c}", conv_update_kernel, update, spec, [*update, "stride_x"],
                      ["stride_w_k", "stride_s_w"], 4))  # fmt: skip
-        types = {k: v for k, v in POINTERS.items() if k in conv_lean_kernel.arg_names}
+        types = _own(conv_prefill_kernel, POINTERS)
+        rows = BASE | dict(ACT=SILU_RCP, BC=128, BT=16, FIXUP=True, EVEN_C=even_c)
+        jobs.append((f"prefill rows EVEN_C={even_c}", conv_prefill_kernel, types, _own(conv_prefill_kernel, rows),
+                     [*types, "stride_x"], ["stride_w_k", "stride_s_w"], 4))  # fmt: skip
+        types = _own(conv_lean_kernel, POINTERS)
         # the lean tile's rows as K shifted loads, as runs of 8 over a register window, and so at dilation 3
         # (short_conv's 9-row reach) with an outer residual and no state
         for tag, change in (
@@ -67,7 +81,7 @@ def compile_all() -> list[str]:
             (" runs D3", dict(BT=32, UNROLL=8, D=3, HAS_OUTER=True, HAS_STATE=False)),
             (" runs word", dict(BT=32, UNROLL=8, W_WORD=4)),
         ):
-            lean = {k: v for k, v in (rows | dict(W_WORD=0) | change).items() if k in conv_lean_kernel.arg_names}
+            lean = _own(conv_lean_kernel, rows | dict(W_ALIGN=4, W_WORD=0) | change)
             jobs.append((f"prefill lean{tag} EVEN_C={even_c}", conv_lean_kernel, types, lean, [*types, "stride_x"],
                          ["stride_w_k"], 4))  # fmt: skip
     # every integer argument a constant, as torch.compile's analysis of what a launch writes compiles it

@@ -3,11 +3,12 @@ argument static (how vLLM compiles a model: its token dimensions marked, its sha
 specialized), bit for bit against the same provider's eager launch.
 
 The variants are the launcher's choices (``ops/conv/launch.py``): the lean prefill kernel and the fixup
-launch, the row kernel's plain tiles (token maps, ``seq_idx``), the decode register window (tile and scalar
-loads), the flat run, speculative rows, the state write-back, with and without a state, a residual and an
-outer residual, and the backward's two kernels. Each declared GPU case is run eagerly once with its launches
-recorded; the first case of each new set of launches is then compiled and compared, and a test asserts that
-the cases reach every variant, so a variant the declared cases stop reaching fails here, not silently.
+launch, the prefill kernel's plain tiles (token maps, ``seq_idx``), the update kernel's decode register window
+(tile and scalar loads), flat run and speculative rows, the state write-back, with and without a state, a
+residual and an outer residual, and the backward's two kernels. Each declared GPU case is run eagerly once with
+its launches recorded; the first case of each new set of launches is then compiled and compared, and a test
+asserts that the cases reach every variant, so a variant the declared cases stop reaching fails here, not
+silently.
 Inductor types a symbolic size as an int64 argument, which the eager launches never do: a kernel whose
 integer types disagree under it (an ``if`` whose branches give int32 and int64) fails only on this path.
 """
@@ -29,15 +30,15 @@ FLAGS = ("MODE", "FIXUP", "WINDOW_TILE", "FLAT_WINDOW", "SCALAR_WINDOW", "HAS_ST
 # what each op's declared cases must reach: (kernel, flag values), each met by one of its launches
 VARIANTS = {
     "lean prefill": ("conv_lean_kernel", {}),
-    "fixup launch": ("conv_rows_kernel", {"MODE": 2, "FIXUP": True}),
-    "prefill rows with a token map": ("conv_rows_kernel", {"MODE": 2, "FIXUP": False, "HAS_TOKEN_MAP": True}),
-    "prefill rows with seq_idx": ("conv_rows_kernel", {"MODE": 2, "HAS_SEQ_IDX": True}),
-    "prefill without a state": ("conv_rows_kernel", {"MODE": 2, "HAS_STATE": False}),
-    "speculative rows": ("conv_rows_kernel", {"MODE": 1}),
-    "decode register window": ("conv_rows_kernel", {"MODE": 0, "WINDOW_TILE": True, "SCALAR_WINDOW": False}),
-    "decode scalar window": ("conv_rows_kernel", {"MODE": 0, "SCALAR_WINDOW": True}),
-    "decode flat run": ("conv_rows_kernel", {"MODE": 0, "FLAT_WINDOW": True}),
-    "decode residual and outer residual": ("conv_rows_kernel", {"MODE": 0, "HAS_RESIDUAL": True, "HAS_OUTER": True}),
+    "fixup launch": ("conv_prefill_kernel", {"FIXUP": True}),
+    "prefill rows with a token map": ("conv_prefill_kernel", {"FIXUP": False, "HAS_TOKEN_MAP": True}),
+    "prefill rows with seq_idx": ("conv_prefill_kernel", {"HAS_SEQ_IDX": True}),
+    "prefill without a state": ("conv_prefill_kernel", {"HAS_STATE": False}),
+    "speculative rows": ("conv_update_kernel", {"MODE": 1}),
+    "decode register window": ("conv_update_kernel", {"MODE": 0, "WINDOW_TILE": True, "SCALAR_WINDOW": False}),
+    "decode scalar window": ("conv_update_kernel", {"MODE": 0, "SCALAR_WINDOW": True}),
+    "decode flat run": ("conv_update_kernel", {"MODE": 0, "FLAT_WINDOW": True}),
+    "decode residual and outer residual": ("conv_update_kernel", {"MODE": 0, "HAS_RESIDUAL": True, "HAS_OUTER": True}),
     "state write-back": ("conv_state_kernel", {}),
     "backward rows": ("conv_grad_rows_kernel", {}),
     "backward rows with initial states": ("conv_grad_rows_kernel", {"HAS_INIT": True}),

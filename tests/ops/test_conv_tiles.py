@@ -1,5 +1,5 @@
 """The conv family's launch variants against the plain launch, under the interpreter: register-window runs
-(``ConvConfig.unroll``), the lean prefill kernel with the row kernel's fixup launch (``ConvConfig.lean``),
+(``ConvConfig.unroll``), the lean prefill kernel with the prefill kernel's fixup launch (``ConvConfig.lean``),
 the decode paths (register window, flat run, channels-first grid) and channel blocks without masks; on the
 GPU, the decode paths the rule does not take yet, in the 16-bit dtypes."""
 

@@ -3,8 +3,9 @@
 
 Spec in ``native.py`` (its host-side state-window steps in ``windows.py``), argument checks in
 ``checks.py``, the launchers, providers and what they take in ``launch.py``, the forward kernels in
-``rows_kernel.py`` and ``lean.py`` (their helpers in ``slots.py``, ``rounding.py`` and ``decode.py``), the
-backward's in ``grad_kernels.py``, the launch rule in ``heuristics.py``, the warmup hooks in ``warmup.py``.
+``update.py``, ``prefill.py``, ``lean.py`` and ``state.py`` (their helpers in ``rows.py``, ``slots.py``,
+``rounding.py`` and ``decode.py``), the backward's in ``grad_kernels.py``, the launch rule in ``heuristics.py``,
+the warmup hooks in ``warmup.py``.
 Inputs, benchmark grids and cost live in the test kit (``exactfuse.testing.cases.conv``), peers in the bench
 (``exactfuse.bench.peers``).
 """
@@ -13,7 +14,19 @@ from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.conv import calls, checks, grad_kernels, launch, native, rows_kernel, warmup, windows
+from exactfuse.ops.conv import (
+    calls,
+    checks,
+    grad_kernels,
+    launch,
+    lean,
+    native,
+    prefill,
+    state,
+    update,
+    warmup,
+    windows,
+)
 from exactfuse.registry import Bitwise, KeywordOp, Tolerance, op, platform
 from exactfuse.registry.autograd import requires_grad
 from exactfuse.registry.contracts import Float64Relative, PerOutput
@@ -27,7 +40,7 @@ from exactfuse.registry.contracts import Float64Relative, PerOutput
 # states, which are copies, bit for bit against the spec itself.
 CONTRACT = Bitwise()
 INTERPRETER_CONTRACT = Tolerance()
-KERNELS = [rows_kernel.conv_rows_kernel, rows_kernel.conv_state_kernel]
+KERNELS = [update.conv_update_kernel, prefill.conv_prefill_kernel, lean.conv_lean_kernel, state.conv_state_kernel]
 
 
 _short_conv = op(

@@ -1,5 +1,5 @@
 """The decode step with the slot's window in registers (``ConvConfig.window_tile``, ``flat_window``):
-:func:`decode_window`, called by ``rows_kernel.conv_rows_kernel`` in decode mode, and the taps' weights as one
+:func:`decode_window`, called by ``update.conv_update_kernel`` in decode mode, and the taps' weights as one
 tile load (:func:`tap_weights`)."""
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def decode_window(
     stored as a ``[BC]`` vector of its own, one channel a thread. A ``[BW, BC]`` tile of scalar accesses has no
     axis the compiler must put across the threads, and Triton 3.6 puts the window's there (then moves the
     columns through shared memory).
-    The same values and roundings as ``rows_kernel._conv_rows`` followed by ``slots.window_values`` /
+    The same values and roundings as ``rows.conv_rows`` followed by ``slots.window_values`` /
     ``store_window``. ``weights`` (:func:`tap_weights`) and ``b_bias`` (``rounding.bias_values``) are the
     caller's, read once for the rows a program takes.
 

@@ -4,7 +4,7 @@ to ``x``, ``weight`` and ``bias`` (launched by ``launch.py``'s :func:`launch_con
 Two kernels over ``[BT, BC]`` tiles of rows and channels (``heuristics.conv_grad_config``), each row's
 sequence found by the forward's binary search over ``query_start_loc`` (``slots.find_request``):
 
-- :func:`conv_grad_rows_kernel` recomputes the conv of its rows (the forward's tap sum, ``rows_kernel._tap_sum``
+- :func:`conv_grad_rows_kernel` recomputes the conv of its rows (the forward's tap sum, ``rows.tap_sum``
   order and roundings) and turns the output's gradient into the conv's, ``dconv`` (fp32): through the SiLU
   as ATen's CUDA ``silu_backward`` evaluates it (``exactfuse.ops.math.activation_backward``) at the conv
   the forward's SiLU read (rounded to x's dtype for 16-bit weights, and the result rounded to it as well,
@@ -31,7 +31,7 @@ import triton.language as tl
 
 from exactfuse.ops.conv.lean import tile_weights
 from exactfuse.ops.conv.rounding import bias_values
-from exactfuse.ops.conv.rows_kernel import _row_seq
+from exactfuse.ops.conv.rows import row_seq
 from exactfuse.ops.conv.slots import find_request, mask_and
 from exactfuse.ops.math import activation_backward, mul_rn
 
@@ -94,7 +94,7 @@ def _tile(p_qsl, p_seq, row0, L, R, C, HAS_SEQ_IDX: tl.constexpr, BT: tl.constex
     q_start = tl.load(p_qsl + r)
     q_end = tl.load(p_qsl + r + 1, mask=r + 1 <= R, other=0)
     in_range = (q_start <= o_t) & (o_t < tl.load(p_qsl + R))
-    seq, out_ok = _row_seq(p_seq, o_t, in_range, L, HAS_SEQ_IDX)
+    seq, out_ok = row_seq(p_seq, o_t, in_range, L, HAS_SEQ_IDX)
     return o_t[:, None], o_c, o_c < C, r[:, None], q_start[:, None], q_end[:, None], seq[:, None], out_ok[:, None]
 
 

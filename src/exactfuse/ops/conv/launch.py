@@ -1,6 +1,6 @@
-"""The conv family's Triton provider: the host launchers of its kernels (``rows_kernel.py`` and ``lean.py``,
-one row launch, then in spec and prefill mode the state write-back launch; ``grad_kernels.py`` for the
-backward); the ops' providers; and what they take.
+"""The conv family's Triton provider: the host launchers of its kernels (``update.py`` in decode and spec mode,
+``lean.py`` and ``prefill.py`` in prefill, then in spec and prefill mode ``state.py``'s write-back launch;
+``grad_kernels.py`` for the backward); the ops' providers; and what they take.
 """
 
 from __future__ import annotations
@@ -11,12 +11,15 @@ import triton
 from exactfuse.ops.conv import calls, heuristics, windows
 from exactfuse.ops.conv.grad_kernels import conv_grad_init_kernel, conv_grad_rows_kernel, conv_grad_x_kernel
 from exactfuse.ops.conv.lean import conv_lean_kernel
-from exactfuse.ops.conv.rows_kernel import INIT_CODES, MODE_CODES, conv_rows_kernel, conv_state_kernel
+from exactfuse.ops.conv.prefill import conv_prefill_kernel
+from exactfuse.ops.conv.rows import INIT_CODES, MODE_CODES
+from exactfuse.ops.conv.state import conv_state_kernel
+from exactfuse.ops.conv.update import conv_update_kernel
 from exactfuse.ops.fastmath import SILU, chosen_formula
 from exactfuse.registry import platform
 from exactfuse.utils import empty, is_symbolic
 
-NO_ACTIVATION = -1  # conv_rows_kernel's ACT without an activation (else a fastmath formula id)
+NO_ACTIVATION = -1  # the kernels' ACT without an activation (else a fastmath formula id)
 
 
 def launch_conv(
@@ -26,7 +29,9 @@ def launch_conv(
     config: heuristics.ConvConfig | None = None,
     head: int = 0,
 ) -> None:
-    """Launch the row kernel, then (spec, prefill, with a state) the write-back kernel.
+    """Launch the row kernels (decode and spec: the update kernel; prefill: the lean kernel, then the prefill
+    kernel on the tiles it leaves, or the prefill kernel alone), then (spec, prefill, with a state) the
+    write-back kernel.
 
     ``call``: one :class:`~exactfuse.ops.conv.calls.ConvCall` (read by ``calls.short_conv_call`` and its
     siblings), as :func:`exactfuse.ops.conv.native.conv_reference` computes it; ``num_accepted_tokens``
@@ -60,16 +65,17 @@ def launch_conv(
     dense = mode == "decode" and has_state and _dense_slots(s_strides, head + SL)  # only decode reads it
     cfg = config or heuristics.conv_config(C, head + SL + SQL - 1, mode, contiguous, dense)
     slots = conv_state.shape[0] if has_state else 1
-    flags = dict(
-        MODE=MODE_CODES[mode],
+    # the flags of every row kernel and the write-back kernel; the update and write-back kernels also take the
+    # mode and the spec's rows a request
+    request_flags = dict(
         K=K,
         D=call.dilation,
-        SQL=SQL,
         HAS_SID=call.state_indices is not None,
         INIT=INIT_CODES[call.init],
         HAS_TOKEN_MAP=call.token_indices is not None,
         HEAD=head,
     )
+    flags = dict(MODE=MODE_CODES[mode], SQL=SQL, **request_flags)
     sid = call.state_indices if call.state_indices is not None else x
     qsl = query_start_loc if query_start_loc is not None else x
     acc = num_accepted_tokens if num_accepted_tokens is not None else x
@@ -85,7 +91,7 @@ def launch_conv(
     act_dtype = torch.float32 if weight.dtype == torch.float32 else x.dtype
     act = chosen_formula("silu", act_dtype, x.device) if call.activation == "silu" else NO_ACTIVATION
     # prefill without a token map or seq_idx: the lean kernel takes the tiles inside one request (or outside
-    # all), then the row kernel's FIXUP launch the tiles at request boundaries and the ends
+    # all), then the prefill kernel's FIXUP launch the tiles at request boundaries and the ends
     lean = cfg.lean and mode == "prefill" and call.token_indices is None and call.seq_idx is None
     common = dict(
         HAS_STATE=has_state, HAS_RESIDUAL=call.residual is not None, HAS_OUTER=call.outer_residual is not None,
@@ -100,25 +106,32 @@ def launch_conv(
             K=K, D=call.dilation, HAS_SID=flags["HAS_SID"], INIT=flags["INIT"], UNROLL=cfg.unroll,
             W_ALIGN=w_align, W_WORD=_weight_word(weight), **common,
         )  # fmt: skip
-    boundary_tiles = (cfg.BT + SL - 2) // cfg.BT + 1  # tiles one boundary can leave (slots.fixup_tile's NB)
-    rows_grid = (R + 1) * boundary_tiles + triton.cdiv(SL, cfg.BT) + 1 if lean else triton.cdiv(L, cfg.BT)
-    channels_first = cfg.channels_first and mode == "decode"
-    flat = mode == "decode" and cfg.flat_window
-    flat = flat and _dense_windows(s_strides, head + SL, C, cfg.BC, state.element_size())
-    scalar_window = mode == "decode" and has_state and _scalar_window(contiguous, s_align, head + SL)
+    rows = (x, weight, bias, target, outer, target, state, sid, qsl)
+    sizes = (L, R, N, C, slots, call.null_slot)
+    strides = (x.stride(0), target.stride(0), outer_stride, target.stride(0), weight.stride(0), weight.stride(1))
     channel_blocks = triton.cdiv(C, cfg.BC)
-    grid = (triton.cdiv(L, cfg.BT) * channel_blocks, 1) if channels_first else (rows_grid, channel_blocks)
-    torch.library.wrap_triton(conv_rows_kernel)[grid](
-        x, weight, bias, target, outer, target, state, sid, qsl, acc, hinit, tok, seq,
-        L, R, N, C, slots, call.null_slot,
-        x.stride(0), target.stride(0), outer_stride,
-        target.stride(0), weight.stride(0), weight.stride(1),
-        *s_strides, sid_stride, BW=cfg.BW, UNROLL=cfg.unroll if mode != "decode" and not lean else 1,
-        HAS_SEQ_IDX=call.seq_idx is not None, FIXUP=lean, S_ALIGN=s_align, W_ALIGN=w_align,
-        CHANNELS_FIRST=channels_first, FLAT_WINDOW=flat, SCALAR_WINDOW=scalar_window,
-        WINDOW_TILE=cfg.window_tile and mode == "decode" and cfg.BW <= heuristics.DECODE_WINDOW_TILE_MAX, **common,
-        **flags,
-    )  # fmt: skip
+    if mode == "prefill":
+        boundary_tiles = (cfg.BT + SL - 2) // cfg.BT + 1  # tiles one boundary can leave (slots.fixup_tile's NB)
+        rows_grid = (R + 1) * boundary_tiles + triton.cdiv(SL, cfg.BT) + 1 if lean else triton.cdiv(L, cfg.BT)
+        torch.library.wrap_triton(conv_prefill_kernel)[(rows_grid, channel_blocks)](
+            *rows, hinit, tok, seq, *sizes, *strides, *s_strides, sid_stride,
+            UNROLL=1 if lean else cfg.unroll, HAS_SEQ_IDX=call.seq_idx is not None, FIXUP=lean, **common,
+            **request_flags,
+        )  # fmt: skip
+    else:
+        channels_first = cfg.channels_first and mode == "decode"
+        flat = mode == "decode" and cfg.flat_window
+        flat = flat and _dense_windows(s_strides, head + SL, C, cfg.BC, state.element_size())
+        scalar_window = mode == "decode" and has_state and _scalar_window(contiguous, s_align, head + SL)
+        window_tile = cfg.window_tile and mode == "decode" and cfg.BW <= heuristics.DECODE_WINDOW_TILE_MAX
+        row_blocks = triton.cdiv(L, cfg.BT)
+        grid = (row_blocks * channel_blocks, 1) if channels_first else (row_blocks, channel_blocks)
+        torch.library.wrap_triton(conv_update_kernel)[grid](
+            *rows, acc, hinit, tok, *sizes, *strides, *s_strides, sid_stride,
+            BW=cfg.BW, UNROLL=cfg.unroll if mode == "spec" else 1, S_ALIGN=s_align, W_ALIGN=w_align,
+            CHANNELS_FIRST=channels_first, FLAT_WINDOW=flat, SCALAR_WINDOW=scalar_window, WINDOW_TILE=window_tile,
+            **common, **flags,
+        )  # fmt: skip
     if mode != "decode" and has_state:
         torch.library.wrap_triton(conv_state_kernel)[(R, triton.cdiv(C, cfg.BC_STATE))](
             x, state, sid, qsl, acc, hinit, tok,

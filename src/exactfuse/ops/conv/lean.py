@@ -1,5 +1,5 @@
-"""The lean prefill kernel of the conv family (``launch.launch_conv`` launches it before the row kernel's FIXUP
-launch): the ``[BT, BC]`` tiles with no request boundary near them, in one register layout, rows in runs over
+"""The lean prefill kernel of the conv family (``launch.launch_conv`` launches it before the prefill kernel's
+FIXUP launch): the ``[BT, BC]`` tiles with no request boundary near them, in one register layout, rows in runs over
 a register window; and how it reads the weights in that layout (:func:`tile_weights`)."""
 
 from __future__ import annotations
@@ -62,15 +62,15 @@ def conv_lean_kernel(
     """Prefill (no token map, no ``seq_idx``): a ``[BT, BC]`` tile of rows x channels whose rows and taps are
     all in one request past its first ``SL`` rows (or all outside every request), ``slots.lean_tile``. No tap
     reaches a state, so the tile is loads of ``x`` and the tap sum, the loads issued before the request search
-    they do not depend on; the other tiles are left to ``conv_rows_kernel``'s FIXUP launch.
+    they do not depend on; the other tiles are left to ``prefill.conv_prefill_kernel``'s FIXUP launch.
 
     The tile's rows are ``BT / UNROLL`` runs of ``UNROLL`` consecutive rows: the ``UNROLL + SL`` input rows a
     run's taps touch are loaded and widened to fp32 once, each a ``[BT / UNROLL, BC]`` tile (at ``UNROLL`` 1,
     ``K`` shifted loads of the tile's rows). The bias is read as a tile of that shape (its repeated rows hit the
     L1), and so are the weights where each channel's taps are one word (W_WORD, :func:`tile_weights`), so
     that the window's register layout is the program's and no tile moves between threads. The sums are
-    ``rows_kernel._tap_sum``'s sequence of roundings, so every output is that kernel's bits. Arguments as
-    ``rows_kernel.conv_rows_kernel``'s (W_WORD: the launcher's check for :func:`tile_weights`)."""
+    ``rows.tap_sum``'s sequence of roundings, so every output is the prefill kernel's bits. Arguments as
+    ``prefill.conv_prefill_kernel``'s (W_WORD: the launcher's check for :func:`tile_weights`)."""
     SL: tl.constexpr = (K - 1) * D
     t0 = tl.program_id(0) * BT
     start = (t0 + tl.arange(0, BT // UNROLL) * UNROLL)[:, None]  # each run's first row
