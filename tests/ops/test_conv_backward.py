@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 import exactfuse
-from exactfuse.ops.conv import causal_conv1d, causal_conv1d_fn_backward, heuristics, native
+from exactfuse.ops.conv import causal_conv1d, causal_conv1d_fn_backward, heuristics, native, native_grads
 from exactfuse.ops.conv.grad_kernels import _sum_rows, conv_grad_init_kernel
 from exactfuse.ops.conv.launch import INIT_GRAD_BC, launch_conv_grad
 from exactfuse.registry import InferenceOnlyError
@@ -138,7 +138,7 @@ def test_interpreter_backward_cases_meet_the_contract(dtype):
 @pytest.mark.parametrize("K, D", [(1, 1), (2, 1), (4, 1), (4, 2), (3, 3)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=DTYPE_NAMES.get)
 def test_initial_state_gradient_kernel_is_the_spec_bit_for_bit(device, K, D, dtype):
-    """The kernel of ``d initial_states`` against ``native.initial_state_grads`` (torch's separate multiply
+    """The kernel of ``d initial_states`` against ``native_grads.initial_state_grads`` (torch's separate multiply
     and add, each rounded): sequences shorter than the history, an empty one, channels past a tile."""
     gen = torch.Generator().manual_seed(10 * K + D)
     lengths = [5, 0, 1, 9, 3]
@@ -150,7 +150,7 @@ def test_initial_state_gradient_kernel_is_the_spec_bit_for_bit(device, K, D, dty
     conv_grad_init_kernel[(R, triton.cdiv(C, INIT_GRAD_BC))](
         dconv, weight, qsl, got, C, dconv.stride(0), weight.stride(0), weight.stride(1), K=K, D=D, BC=INIT_GRAD_BC
     )
-    want = native.initial_state_grads(dconv.float(), weight.float(), qsl, D).to(dtype)
+    want = native_grads.initial_state_grads(dconv.float(), weight.float(), qsl, D).to(dtype)
     assert torch.equal(got.transpose(1, 2).view(INT_VIEW[dtype]), want.view(INT_VIEW[dtype]))
 
 

@@ -21,6 +21,7 @@ from exactfuse.ops.conv import (
     launch,
     lean,
     native,
+    native_grads,
     prefill,
     state,
     update,
@@ -101,7 +102,7 @@ _causal_conv1d_fn.provider(
 
 def _grad64(index: int):
     def reference(*args, **kwargs):
-        return native.conv_fn_grads64(*args, **kwargs)[index]
+        return native_grads.conv_fn_grads64(*args, **kwargs)[index]
 
     return reference
 
@@ -118,7 +119,7 @@ BACKWARD_CONTRACT = PerOutput(
     ("d_initial_states", Float64Relative(_grad64(3))),
 )
 causal_conv1d_fn_backward = op(
-    native.causal_conv1d_fn_backward,
+    native_grads.causal_conv1d_fn_backward,
     contract=BACKWARD_CONTRACT,
     check=checks.check_causal_conv1d_fn_backward,
     compiler="visible",

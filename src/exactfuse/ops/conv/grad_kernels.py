@@ -14,7 +14,7 @@ sequence found by the forward's binary search over ``query_start_loc`` (``slots.
   the tile's rows once at the end as a pairwise tree (:func:`_sum_rows`: the same bits under any layout).
 - :func:`conv_grad_init_kernel` gathers the initial states' gradient (``[R, C, SL]``, small) from ``dconv``:
   ``Σ_k w[k] · dconv[start_r + j - D k]`` over the rows of sequence ``r``, ``k`` ascending, each product
-  rounded before its sum (``native.initial_state_grads``). A kernel, not torch ops in the launcher: under
+  rounded before its sum (``native_grads.initial_state_grads``). A kernel, not torch ops in the launcher: under
   torch.compile, Inductor fuses those ops' multiply and add into one FMA (a compiled backward whose initial
   states' gradient differed from eager in its last bits).
 - :func:`conv_grad_x_kernel` gathers ``dx[s] = Σ_k w[k] · dconv[s + SL - D k]`` over the rows ``s + SL -
