@@ -1,6 +1,6 @@
 """The whole GPU suite in one command: every ``@pytest.mark.gpu`` test, then a report of its counts.
 
-Usage: python3 scripts/gpu/gpu_suite.py [--workers N] [--out FILE] [--timeout S] [PYTEST_ARGS...]
+Usage: python3 scripts/gpu/gpu_suite.py [--workers N] [--only PASS] [--out FILE] [--timeout S] [PYTEST_ARGS...]
 
 Two passes over ``pytest -m gpu``:
 
@@ -8,7 +8,10 @@ Two passes over ``pytest -m gpu``:
    two, at most 12, and no more than give each worker ``WORKER_GIB`` of the card), each held to its share
    of the card's memory (``tests/conftest.py``), so that the workers cannot take the card's memory from
    each other;
-2. the ``big_memory`` tests one at a time, with the whole card.
+2. the ``big_memory`` tests, in as many workers as give each ``BIG_WORKER_GIB`` of the card (two on an
+   H100, three on an H200).
+
+``--only shared`` or ``--only big_memory`` runs one pass (a targeted run; the whole suite is both).
 
 The report (``--out``, default ``benchmarks/results/<gpu>/gpu_suite.txt``) holds the commit, the GPU, torch
 and Triton, the pass/fail/skip counts of each pass, every failure and error, the slowest tests and the
@@ -49,11 +52,13 @@ def _git_rev() -> str:
 # memory with the CUDA context on top (benchmarks/results/h100/gpu_suite.txt); 7 GiB keeps a margin and
 # gives 9 workers on an H100, 12 on an H200
 WORKER_GIB = 7
+# the largest peak of a big_memory test is 29 GiB (gelu_and_mul_sparse at d = 32768, gpu_suite_memory.txt)
+BIG_WORKER_GIB = 32
 SECONDS_FILE = "gpu_suite_seconds.txt"
 
 
-def _default_workers() -> int:
-    """The cores less two, at most 12, and at most as many as give each worker ``WORKER_GIB`` of the card
+def _default_workers(worker_gib: float) -> int:
+    """The cores less two, at most 12, and at most as many as give each worker ``worker_gib`` of the card
     (``tests/conftest.py`` holds each to ``GPU_MEMORY_SHARE / workers``)."""
     import torch
 
@@ -61,7 +66,7 @@ def _default_workers() -> int:
     if not torch.cuda.is_available():
         return cores
     card_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
-    return max(1, min(cores, int(0.85 * card_gib / WORKER_GIB)))
+    return max(1, min(cores, int(0.85 * card_gib / worker_gib)))
 
 
 def _write_seconds(path: Path, earlier: str, cases: list[dict]) -> None:
@@ -120,21 +125,25 @@ def _cases(xml: Path) -> list[dict]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=None, help="xdist workers (default: _default_workers)")
+    parser.add_argument("--workers", type=int, default=None, help="the shared pass's xdist workers")
+    parser.add_argument("--only", choices=("shared", "big_memory"), help="run one pass only")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--timeout", type=int, default=300, help="seconds a test may run (pytest-timeout)")
     args, extra = parser.parse_known_args()
     gpu, torch_version, triton_version, rev = _gpu()
-    args.workers = args.workers or _default_workers()
+    args.workers = args.workers or _default_workers(WORKER_GIB)
+    big_workers = _default_workers(BIG_WORKER_GIB)
     out = args.out or _results_dir(gpu) / "gpu_suite.txt"
     # the slowest tests first (tests/conftest.py), by the times of this GPU's last committed run
     os.environ["EXACTFUSE_TEST_SECONDS"] = str(_results_dir(gpu) / SECONDS_FILE)
     passes, lines = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        for label, marks, workers in (
-            (f"shared pass ({args.workers} workers)", "gpu and not big_memory", args.workers),
-            ("big_memory pass (one at a time)", "gpu and big_memory", 1),
+        for name, label, marks, workers in (
+            ("shared", f"shared pass ({args.workers} workers)", "gpu and not big_memory", args.workers),
+            ("big_memory", f"big_memory pass ({big_workers} workers)", "gpu and big_memory", big_workers),
         ):
+            if args.only not in (None, name):
+                continue
             xml = Path(tmp) / f"{len(passes)}.xml"
             rc, seconds = _run_pass(label, marks, workers, args.timeout, extra, xml)
             passes.append((label, rc, seconds, _cases(xml)))
@@ -144,7 +153,7 @@ def main() -> int:
     lines += [
         "# The whole GPU suite (python3 scripts/gpu/gpu_suite.py)",
         f"commit {rev}; {gpu}; torch {torch_version}; Triton {triton_version}",
-        f"selection: {' '.join(extra) if extra else 'every gpu test (the whole suite)'}",
+        f"selection: {' '.join(extra + ([f'--only {args.only}'] if args.only else [])) or 'the whole suite'}",
         f"total: {len(everything)} tests, {sum(c['outcome'] == 'passed' for c in everything)} passed, "
         f"{sum(c['outcome'] == 'failure' for c in everything)} failed, "
         f"{sum(c['outcome'] == 'error' for c in everything)} errors, "

@@ -179,8 +179,11 @@ fi
     log="$LOGS/$label.log"
     [ -f "$log" ] || continue
     case "$label" in
-      *-tests*)
-        grep -E "passed|failed|error" "$log" | tail -1
+      *-tests*|*-suite*)
+        case "$label" in
+          *-suite*) grep -E "^(commit|total|shared|big_memory|failure|error|skipped):? " "$log" | head -40 ;;
+          *) grep -E "passed|failed|error" "$log" | tail -1 ;;
+        esac
         stream="$LOGS/$label.stream"
         [ -f "$stream" ] || continue
         echo "   finished: $(grep -cvE '^(start| )' "$stream"); not passed:"
@@ -190,7 +193,6 @@ fi
         echo "   slowest:"
         grep -vE '^(start| )' "$stream" | sort -k2 -rn | head -8 | sed 's/^/   /'
         ;;
-      *-suite*) grep -E "^(commit|total|shared|big_memory|failure|error|skipped):? " "$log" | head -40 ;;
       *-verify*) grep -E "FAIL|PASS|error" "$log" | grep -vc PASS | sed 's/^/   lines not PASS: /'; tail -3 "$log" ;;
       *-sanitize*) grep -E "ERROR SUMMARY|passed|failed|all contracts hold|row\(s\) failed" "$log" | tail -4 ;;
       *-bench*) grep -E "wrote|time budget|geomean" "$log" | tail -8 ;;
