@@ -33,3 +33,38 @@ def test_w4a16_baseline_peers_prepare_outside_timing_and_decline_what_they_canno
     bf16 = (a.bfloat16(), qweight, scales.bfloat16(), None, None, None, g)
     assert int4.accepts(*bf16) == hasattr(torch, "_weight_int4pack_mm")
     assert not int4.accepts(bf16[0][:, :512], qweight[:64], scales[:4].bfloat16(), None, None, None, g)  # K % 1024
+
+
+def test_fla_forms_carry_the_gradient_when_built_without_grad(monkeypatch):
+    """FLA's forms are built under the bench's ``no_grad`` and called (the backward peer) under ``enable_grad``:
+    each form must carry the gradient to ``x``, ``weight`` and ``bias`` (a view of ``x`` taken at build time,
+    in no-grad mode, would not). FLA stood in for by torch's conv (``sys.modules``), so this runs on the CPU."""
+    import sys
+    import types
+
+    import torch.nn.functional as F
+
+    from exactfuse.bench.peers import conv as conv_peers
+
+    def causal_conv1d(x, weight, bias=None, initial_state=None, cu_seqlens=None, chunk_indices=None,
+                      output_final_state=False, activation=None):  # fmt: skip
+        K = weight.shape[1]
+        y = F.conv1d(x.transpose(1, 2), weight[:, None], bias, padding=K - 1, groups=x.shape[2])[..., : x.shape[1]]
+        return F.silu(y.transpose(1, 2)).contiguous(), None
+
+    modules = {"fla": types.ModuleType("fla"), "fla.modules": types.ModuleType("fla.modules"),
+               "fla.modules.causal_conv1d": types.SimpleNamespace(causal_conv1d=causal_conv1d),
+               "fla.ops": types.ModuleType("fla.ops"), "fla.ops.utils": types.ModuleType("fla.ops.utils"),
+               "fla.ops.utils.index": types.SimpleNamespace(prepare_chunk_indices=lambda cu, size: None)}  # fmt: skip
+    for name, module in modules.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    T, C, K = 12, 8, 4
+    leaves = [torch.randn(T, C).requires_grad_(), torch.randn(C, K).requires_grad_(), torch.randn(C).requires_grad_()]
+    qsl = torch.tensor([0, 4, 8, 12], dtype=torch.int32)
+    with torch.no_grad():
+        forms = conv_peers._fla_forms(*leaves, "silu", qsl)
+    assert set(forms) == {"varlen", "batch"}
+    with torch.enable_grad():
+        y = forms["batch"](None)[0]
+        grads = torch.autograd.grad(y, leaves, torch.ones_like(y))
+    assert all(g is not None and g.shape == t.shape for g, t in zip(grads, leaves, strict=True))

@@ -70,10 +70,12 @@ def _fla_forms(x, weight, bias, activation, qsl, final_state=False) -> dict:
     forms = {"varlen": varlen}
     lengths = cu.diff().unique().tolist()
     if len(lengths) == 1 and lengths[0] > 0:
-        rows = x.view(cu.shape[0] - 1, lengths[0], C)
+        B, L = cu.shape[0] - 1, lengths[0]
 
         def batch(initial_state):
-            y, final = causal_conv1d(rows, weight, bias, initial_state=initial_state, **common)
+            # the view is taken in the call, in its grad mode: one made here, outside the backward peer's
+            # enable_grad, would not carry x's gradient (a no-grad view of a leaf is not in the graph)
+            y, final = causal_conv1d(x.view(B, L, C), weight, bias, initial_state=initial_state, **common)
             return y.view(T, C), final
 
         forms["batch"] = batch
