@@ -68,3 +68,25 @@ def test_fla_forms_carry_the_gradient_when_built_without_grad(monkeypatch):
         y = forms["batch"](None)[0]
         grads = torch.autograd.grad(y, leaves, torch.ones_like(y))
     assert all(g is not None and g.shape == t.shape for g, t in zip(grads, leaves, strict=True))
+
+
+def test_conv_backward_peer_returns_the_ops_four_gradients(monkeypatch):
+    """The eager-autograd backward peer passes the bench's gate on the op's own cases, with and without bias
+    and initial states: its gradients come back as the op's ``(d x, d weight, d bias, d initial_states)``
+    (empty where an input is absent), not autograd's one per leaf. Run on the CPU, without the capture stream."""
+    import contextlib
+
+    from exactfuse.bench.gate import run_gate
+    from exactfuse.bench.peers import conv as conv_peers
+
+    monkeypatch.setattr(conv_peers, "on_capture_stream", contextlib.nullcontext)
+    op = OPS["causal_conv1d_fn_backward"]
+    peer = PEERS["causal_conv1d_fn_backward"]["eager-autograd"]
+    cases = op.cases("cpu", torch.float32, quick=True)
+    given = [op.signature.bind(*c.args, **c.kwargs).arguments for c in cases]
+    kinds = {(a.get("bias") is not None, a.get("initial_states") is not None) for a in given}
+    assert (True, True) in kinds and (True, False) in kinds
+    for case in cases:
+        expected = [t for t in op.native(*case.args, **case.kwargs)]
+        result = run_gate(op, peer.prepare, case.args, case.kwargs, expected, op.contract)
+        assert result.passed, (case.id, result.detail)

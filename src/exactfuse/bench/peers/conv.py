@@ -278,9 +278,20 @@ register_peer(
 
 
 def _fn_backward_inputs(args: tuple, kwargs: dict):
+    """The call's arguments by name, and fresh leaves (requiring grad) of the inputs it differentiates:
+    ``x``, ``weight``, and ``bias`` and ``initial_states`` where given."""
     a = _arguments("causal_conv1d_fn_backward", args, kwargs)
-    leaves = [t.detach().clone().requires_grad_() for t in (a["x"], a["weight"], a["bias"]) if t is not None]
+    names = [n for n in ("x", "weight", "bias", "initial_states") if a[n] is not None]
+    leaves = {n: a[n].detach().clone().requires_grad_() for n in names}
     return a, leaves
+
+
+def _as_op_grads(a: dict, leaves: dict, grads: tuple) -> tuple[torch.Tensor, ...]:
+    """A peer's gradients (one per leaf) as the op returns them: ``(d x, d weight, d bias, d initial_states)``,
+    an empty fp32 ``[0]`` for an input not given."""
+    none = torch.empty(0, dtype=torch.float32, device=a["x"].device)
+    by_name = dict(zip(leaves, grads, strict=True))
+    return tuple(by_name.get(n, none) for n in ("x", "weight", "bias", "initial_states"))
 
 
 def _eager_autograd_backward(args: tuple, kwargs: dict) -> PreparedCall:
@@ -289,12 +300,13 @@ def _eager_autograd_backward(args: tuple, kwargs: dict) -> PreparedCall:
     from exactfuse.ops.conv import native
 
     a, leaves = _fn_backward_inputs(args, kwargs)
-    bias = leaves[2] if a["bias"] is not None else None
     with torch.enable_grad(), on_capture_stream():
         out = native.causal_conv1d_fn(
-            leaves[0], leaves[1], bias, a["activation"], a["dilation"], a["query_start_loc"], a["seq_idx"]
-        )
-    return lambda: torch.autograd.grad(out, leaves, a["grad"], retain_graph=True)
+            leaves["x"], leaves["weight"], leaves.get("bias"), a["activation"], a["dilation"], a["query_start_loc"],
+            a["seq_idx"], leaves.get("initial_states"),
+        )  # fmt: skip
+    inputs = list(leaves.values())
+    return lambda: _as_op_grads(a, leaves, torch.autograd.grad(out, inputs, a["grad"], retain_graph=True))
 
 
 def _fla_fn_accepts(*args, **kwargs) -> bool | str:
@@ -305,6 +317,8 @@ def _fla_fn_accepts(*args, **kwargs) -> bool | str:
         return "FLA's causal conv has no dilation"
     if bound.arguments.get("seq_idx") is not None:
         return "FLA's causal conv has no seq_idx"
+    if bound.arguments.get("initial_states") is not None:
+        return "FLA's initial states are its [N, C, K] window, not Dao's [R, C, K - 1]"
     return True
 
 
@@ -312,13 +326,13 @@ def _fla_backward(args: tuple, kwargs: dict) -> PreparedCall:
     """FLA's backward of its varlen causal conv, in the form whose backward is fastest; each form's forward
     is recorded outside the timed region."""
     a, leaves = _fn_backward_inputs(args, kwargs)
-    bias = leaves[2] if a["bias"] is not None else None
-    forms = _fla_forms(leaves[0], leaves[1], bias, a["activation"], a["query_start_loc"])
-    backwards = {}
+    forms = _fla_forms(leaves["x"], leaves["weight"], leaves.get("bias"), a["activation"], a["query_start_loc"])
+    inputs, backwards = list(leaves.values()), {}
     with torch.enable_grad(), on_capture_stream():
         for name, form in forms.items():
             y = form(None)[0]
-            backwards[name] = functools.partial(torch.autograd.grad, y, leaves, a["grad"], retain_graph=True)
+            grad = functools.partial(torch.autograd.grad, y, inputs, a["grad"], retain_graph=True)
+            backwards[name] = lambda grad=grad: _as_op_grads(a, leaves, grad())
     return fastest(backwards)
 
 
