@@ -162,15 +162,17 @@ def test_verify_runs_quick_case_sets_in_one_process_once_each_row_ran_here(monke
     monkeypatch.setattr(verify.os, "cpu_count", lambda: 16)
     monkeypatch.setattr(knobs.cache, "dir", str(tmp_path / "cache"))
     rows = [("silu_and_mul", "triton", "bf16"), ("w4a16_gemm", "triton", "bf16")]
-    assert verify.default_jobs(True, rows) == 4 and verify.default_jobs(False, rows) == 4
+    rows = rows * 10  # more rows than cores: the cores less two
+    assert verify.default_jobs(True, rows) == 14 and verify.default_jobs(False, rows) == 14
+    assert verify.default_jobs(False, rows[:3]) == 3  # at most one a row
     (tmp_path / "cache" / "SOMEKERNEL").mkdir(parents=True)
-    assert verify.default_jobs(True, rows) == 4  # other kernels only
+    assert verify.default_jobs(True, rows) == 14  # other kernels only
     verify._mark_compiled(rows[0])
-    assert verify.default_jobs(True, rows[:1]) == 1 and verify.default_jobs(True, rows) == 4
+    assert verify.default_jobs(True, rows[:1]) == 1 and verify.default_jobs(True, rows) == 14
     verify._mark_compiled(rows[1])
-    assert verify.default_jobs(True, rows) == 1 and verify.default_jobs(False, rows) == 4
+    assert verify.default_jobs(True, rows) == 1 and verify.default_jobs(False, rows) == 14
     monkeypatch.setattr(verify.torch.cuda, "get_device_name", lambda *a: "Another GPU")
-    assert verify.default_jobs(True, rows) == 4  # the markers name the GPU they were made on
+    assert verify.default_jobs(True, rows) == 14  # the markers name the GPU they were made on
     monkeypatch.setattr(verify.os, "cpu_count", lambda: 4)
     assert verify.default_jobs(False, rows) == 1
 
@@ -268,3 +270,13 @@ def test_jobs_must_be_positive(capsys):
     with pytest.raises(SystemExit):
         main(["verify", "--jobs", "0"])
     assert "takes an integer >= 1, got '0'" in capsys.readouterr().err
+
+
+def test_verify_starts_the_rows_of_the_providers_with_most_kernels_first():
+    """On an empty cache a row's time is compiling: rows of providers that declare more kernels go first,
+    the rest in their order."""
+    from exactfuse_cli import verify
+
+    rows = [("silu_and_mul", "triton", "bf16"), ("short_conv", "triton", "bf16"), ("silu_mul", "triton", "fp16"),
+            ("causal_conv1d_fn_backward", "triton", "fp32")]  # fmt: skip
+    assert verify.compile_heavy_first(rows) == [rows[1], rows[3], rows[0], rows[2]]

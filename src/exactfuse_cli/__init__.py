@@ -95,8 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", action="append", choices=DTYPE_CHOICES, help="repeatable; default: every dtype")
     p.add_argument("--quick", action="store_true", help="the small case set (always on without a GPU)")
     p.add_argument("--jobs", type=positive_int, metavar="N",
-                   help="check rows in N worker processes (default: 4 with CUDA and >= 8 cores, else 1; 1 with "
-                   "--quick once Triton's cache holds kernels)")  # fmt: skip
+                   help="check rows in N worker processes (default with CUDA and >= 8 cores: the cores less two, "
+                   "at most 16; 1 with --quick once Triton's cache holds its kernels; else 1)")  # fmt: skip
     p = sub.add_parser("warmup", help="compile the Triton kernels ahead of use (CUDA)")
     p.add_argument("--op", action="append", help="op name (repeatable; default: all)")
     p.add_argument("--dtype", action="append", choices=DTYPE_CHOICES, help="repeatable; default: bf16")

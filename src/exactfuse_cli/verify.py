@@ -72,22 +72,35 @@ def _verify_rows(tasks: list[tuple[str, str, str]], quick: bool, jobs: int):
 
     context = multiprocessing.get_context("spawn")  # a forked CUDA context is unusable
     with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-        futures = {pool.submit(_verify_task, *task, quick): task for task in tasks}
+        futures = {pool.submit(_verify_task, *task, quick): task for task in compile_heavy_first(tasks)}
         for future in concurrent.futures.as_completed(futures):
             yield (futures[future], *future.result())
 
 
+def compile_heavy_first(tasks: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """``tasks`` with the rows of the providers that declare the most kernels first (stable otherwise): on an
+    empty Triton cache a row's time is compiling its kernels' specializations (the conv family's four
+    kernels took 20-51 s a row on an H100, one-kernel activations 2-6 s; ``sweeps/verify_quick_cold.txt``),
+    so the long rows start first and the short ones fill in after them."""
+    from exactfuse.registry import OPS
+
+    return sorted(tasks, key=lambda t: -len(OPS[t[0]].providers[t[1]].kernels or ()))
+
+
 def default_jobs(quick: bool, tasks: list[tuple[str, str, str]]) -> int:
-    """``verify --jobs`` default: 4 worker processes on a CUDA machine with 8 or more cores (most of a
-    run's time is compiling), else 1; but one for the quick case sets once every row asked for has been
-    checked here before (:func:`_compiled_marker`): each worker starts its own torch and CUDA context,
-    more than a warm ``--quick`` run's rows take (on the H200 13.9 s in one process against 20.6 s in
-    four, ``sweeps/verify_time.txt``), while compiling in one process is slower still (a ``--quick``
-    run in one process on a cache that held only other kernels did not finish in 317 s; in four, 89.5
-    s on an empty cache, ``sweeps/verify_quick_cold.txt``)."""
-    if not (torch.cuda.is_available() and (os.cpu_count() or 1) >= 8):
+    """``verify --jobs`` default on a CUDA machine with 8 or more cores: a worker process per core but two
+    (at most 16, at most one a row), since a run on an empty Triton cache is compiling, one kernel at a
+    time a process (four workers took 110 s for 35 of the 54 quick rows on an H100, 362 s of row time);
+    but one process for the quick case sets once every row asked for has been checked here before
+    (:func:`_compiled_marker`): each worker starts its own torch and CUDA context, more than a warm
+    ``--quick`` run's rows take (on the H200 13.9 s in one process against 20.6 s in four,
+    ``sweeps/verify_time.txt``). Elsewhere 1."""
+    cores = os.cpu_count() or 1
+    if not (torch.cuda.is_available() and cores >= 8):
         return 1
-    return 1 if quick and all(os.path.exists(_compiled_marker(task)) for task in tasks) else 4
+    if quick and all(os.path.exists(_compiled_marker(task)) for task in tasks):
+        return 1
+    return max(1, min(cores - 2, 16, len(tasks)))
 
 
 def _compiled_marker(task: tuple[str, str, str]) -> str:
