@@ -49,8 +49,9 @@ def pytest_collection_modifyitems(config, items):
 def slowest_first(items: list, path: str) -> list:
     """``items`` ordered by the seconds each took in an earlier run (``path``: lines ``SECONDS NODEID``, as
     ``scripts/gpu/gpu_suite.py`` writes them), tests it has no time for first, ties in collection order.
-    pytest-xdist hands tests out in this order, so the longest start first and the short ones fill in:
-    the pass ends near its total time over the workers, not one long test after the others finished.
+    pytest-xdist hands tests out in this order, one at a time a worker (``--maxschedchunk 1``, which
+    ``scripts/gpu/gpu_suite.py`` passes), so the longest start first and the short ones fill in: the pass
+    ends near its total time over the workers, not one long test after the others finished.
     Every worker reads the same file, so all collect the same order, as xdist requires."""
     seconds = {}
     if os.path.exists(path):
