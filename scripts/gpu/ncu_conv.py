@@ -14,7 +14,7 @@ from sweep_conv import launch
 from exactfuse.bench.peers.conv import _fla_causal_conv1d
 from exactfuse.ops.conv import _causal_conv1d, _short_conv, heuristics
 from exactfuse.testing import clone_args
-from exactfuse.testing.cases.conv import _causal_grid, _short_conv_grid
+from exactfuse.testing.cases.conv_grids import _causal_grid, _short_conv_grid
 
 
 def calls() -> list:

@@ -8,7 +8,7 @@ from common import ncu_main
 from exactfuse.bench.peers.conv import _fla_causal_conv1d_update
 from exactfuse.ops.conv import _causal_conv1d_update as op
 from exactfuse.testing import clone_args
-from exactfuse.testing.cases.conv import _update_grid
+from exactfuse.testing.cases.conv_grids import _update_grid
 
 
 def calls() -> list:

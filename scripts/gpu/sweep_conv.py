@@ -17,7 +17,7 @@ from exactfuse.bench.peers.conv import _fla_causal_conv1d, _fla_causal_conv1d_up
 from exactfuse.ops.conv import _causal_conv1d, _causal_conv1d_update, _short_conv, calls, heuristics
 from exactfuse.ops.conv.launch import _dense_slots, _dense_windows, _history_head, launch_conv
 from exactfuse.testing import clone_args
-from exactfuse.testing.cases.conv import _causal_grid, _short_conv_grid, _update_grid
+from exactfuse.testing.cases.conv_grids import _causal_grid, _short_conv_grid, _update_grid
 
 DEFAULT_TILES = "16x128,32x128,16x128u4,16x128u8,16x256u8,8x512u8,32x64u8,32x128u8,64x64u8,32x128u16,16x128g"
 CALLS = {"short_conv": calls.short_conv_call, "causal_conv1d": calls.causal_conv1d_call,

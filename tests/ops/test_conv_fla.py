@@ -225,11 +225,11 @@ def test_gpu_fla_peers_give_the_ops_outputs(name):
     from exactfuse.registry import OPS
     from exactfuse.testing import clone_args
     from exactfuse.testing.calls import collect_outputs
-    from exactfuse.testing.cases import conv as inputs
+    from exactfuse.testing.cases import conv_grids as grids
 
     op = OPS[name]
     (peer,) = [p for p in peers_for(name) if p.name == "fla"]
-    grid = {"causal_conv1d": inputs._causal_grid, "causal_conv1d_update": inputs._update_grid}[name]
+    grid = {"causal_conv1d": grids._causal_grid, "causal_conv1d_update": grids._update_grid}[name]
     checked = 0
     for lazy in grid(torch.device("cuda"), torch.bfloat16):
         case = lazy.materialize()

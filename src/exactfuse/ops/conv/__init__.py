@@ -6,8 +6,8 @@ Spec in ``native.py`` (its host-side state-window steps in ``windows.py``), argu
 ``update.py``, ``prefill.py``, ``lean.py`` and ``state.py`` (their helpers in ``rows.py``, ``slots.py``,
 ``rounding.py`` and ``decode.py``), the backward's in ``grad_kernels.py``, the launch rule in ``heuristics.py``,
 the warmup hooks in ``warmup.py``.
-Inputs, benchmark grids and cost live in the test kit (``exactfuse.testing.cases.conv``), peers in the bench
-(``exactfuse.bench.peers``).
+Inputs, benchmark grids and cost live in the test kit (``exactfuse.testing.cases.conv``, ``conv_grids``), peers
+in the bench (``exactfuse.bench.peers``).
 """
 
 from __future__ import annotations
