@@ -97,6 +97,7 @@ def bench_and_write(
     all_rows: dict[str, list[results.Row]] = {}
     with recompile_limits():
         for op in ops:
+            started = time.perf_counter()
             rows: list[results.Row] = []
             not_run: list[str] = []
             interrupted = None
@@ -133,6 +134,7 @@ def bench_and_write(
                 op_meta = dict(meta, incomplete={"cases_not_run": not_run}) if not_run else meta
                 csv_path, json_path = results.write_op_results(out_dir, op.name, rows, op_meta)
                 console.print(f"[dim]wrote {csv_path} and {json_path}[/]")
+            console.print(f"{op.name}: {time.perf_counter() - started:.1f} s", highlight=False)
             if interrupted is not None:
                 raise interrupted
     return all_rows
