@@ -316,3 +316,37 @@ def test_tensor_subclass_and_device_type_of_arguments():
     assert _first_device_type((torch.ones(2, device="meta"), t), {}) == "meta"
     assert _first_device_type((None,), {"x": torch.ones(2, device="meta")}) == "meta"
     assert _first_device_type((None,), {}) == "cpu"
+
+
+def test_a_contract_matrix_and_verify_hold_one_case_at_a_time():
+    """``assert_contract_matrix`` and ``verify`` walk ``iter_cases``: each case is built when reached and
+    dropped before the next is built, so a case set's memory is one case's, not the whole set's."""
+    import gc
+    import weakref
+
+    from exactfuse.registry import Case
+    from exactfuse.testing import assert_contract_matrix
+    from exactfuse_cli.verify import verify_op
+
+    o = _declare()
+    o.provider("triton", supported=True)(_fast)
+    refs, alive = [], []
+
+    def tracked(i):
+        x = torch.full((4,), float(i))
+        refs.append(weakref.ref(x))
+        return x
+
+    @o.inputs
+    def inputs(device, dtype, *, quick=False, seed=0):
+        for i in range(3):
+            gc.collect()
+            alive.append(sum(r() is not None for r in refs))
+            yield Case(f"c{i}", (tracked(i),))
+
+    assert_contract_matrix(o, "cpu", torch.float32)
+    assert alive == [0, 0, 0]
+    alive.clear()
+    assert verify_op(o, "triton", torch.float32, torch.device("cpu"), quick=True)["cases"] == 3
+    assert alive == [0, 0, 0]
+    assert [c.id for c in o.cases("cpu", torch.float32)] == ["c0", "c1", "c2"]

@@ -318,10 +318,15 @@ class Op:
         table = self.interpreter_contract if device_type == "cpu" else self.contract
         return contract_for(table, dtype)
 
-    def cases(self, device: str | torch.device, dtype: torch.dtype, *, quick: bool = False, seed: int = 0):
+    def iter_cases(self, device: str | torch.device, dtype: torch.dtype, *, quick: bool = False, seed: int = 0):
+        """The declared cases one at a time, each built when reached: a caller that drops a case before the
+        next frees its tensors, so a contract matrix holds one case's memory, not the whole set's."""
         if self.input_generator is None:
-            return []
-        return list(self.input_generator(torch.device(device), dtype, quick=quick, seed=seed))
+            return iter(())
+        return iter(self.input_generator(torch.device(device), dtype, quick=quick, seed=seed))
+
+    def cases(self, device: str | torch.device, dtype: torch.dtype, *, quick: bool = False, seed: int = 0):
+        return list(self.iter_cases(device, dtype, quick=quick, seed=seed))
 
     def __repr__(self) -> str:
         return f"<exactfuse op {self.name}: providers {list(self.providers)}>"
