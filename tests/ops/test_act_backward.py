@@ -285,7 +285,7 @@ def test_gpu_bitwise_matrix(name, dtype):
 def test_gpu_gradient_is_eager_autograd_bitwise(name, dtype):
     """The forward op's gradient on CUDA runs the kernel and has eager autograd's bits (zero signs too)."""
     backward, forward, names = BACKWARD[name]
-    for case in backward.cases("cuda", dtype, quick=False):
+    for case in backward.iter_cases("cuda", dtype, quick=False):
         grad, inputs = _forward_inputs(backward, case)
         if not grad.numel():
             continue
@@ -316,7 +316,7 @@ def test_gpu_compiled_forward_and_backward_bitwise(name, dtype):
     """torch.compile(fullgraph=True) of the forward (Inductor): the backward graph holds the backward
     op's kernel, and the gradients keep eager autograd's bits."""
     backward, forward, names = BACKWARD[name]
-    case = next(c for c in backward.cases("cuda", dtype, quick=False) if "T83-d768" in c.id)
+    case = next(c for c in backward.iter_cases("cuda", dtype, quick=False) if "T83-d768" in c.id)
     grad, inputs = _forward_inputs(backward, case)
     torch._dynamo.reset()
     compiled = torch.compile(lambda **kw: forward(**kw), fullgraph=True)

@@ -133,7 +133,7 @@ def test_layers_call_the_ops():
 @pytest.mark.parametrize("name", list(OPS))
 def test_gpu_bitwise_every_case(name, dtype):
     op = OPS[name]
-    failures = [c.id for c in op.cases("cuda", dtype) if not check_provider(op.op, "triton", c).passed]
+    failures = [c.id for c in op.iter_cases("cuda", dtype) if not check_provider(op.op, "triton", c).passed]
     assert not failures, failures
 
 

@@ -103,7 +103,7 @@ def _eager(op, case) -> tuple[tuple, frozenset]:
 def _selected(name: str, device: str, dtype: torch.dtype):
     """(case, eager results, launches) for the first of the op's declared cases with each new set of launches."""
     op, seen, chosen = exactfuse.get(name), set(), []
-    for case in op.cases(device, dtype):
+    for case in op.iter_cases(device, dtype):
         results, launches = _eager(op, case)
         if launches and launches not in seen:
             seen.add(launches)

@@ -538,7 +538,7 @@ def test_gpu_seq_idx_bitwise(dtype):
     :func:`test_gpu_fp32_weight_bitwise`'s.)"""
     from exactfuse.testing import check_provider
 
-    cases = [c for c in causal_conv1d.cases("cuda", dtype) if c.id.startswith("seq-idx")]
+    cases = [c for c in causal_conv1d.iter_cases("cuda", dtype) if c.id.startswith("seq-idx")]
     assert len(cases) == 3
     failures = [c.id for c in cases if not check_provider(causal_conv1d.op, "triton", c).passed]
     assert not failures, failures
@@ -553,7 +553,7 @@ def test_gpu_fp32_weight_bitwise(name, dtype):
     from exactfuse.testing import check_provider
 
     op = {"causal_conv1d": causal_conv1d, "causal_conv1d_update": causal_conv1d_update}[name]
-    cases = [c for c in op.cases("cuda", dtype) if "fp32-weight" in c.id]
+    cases = [c for c in op.iter_cases("cuda", dtype) if "fp32-weight" in c.id]
     assert cases
     failures = [c.id for c in cases if not check_provider(op.op, "triton", c).passed]
     assert not failures, failures

@@ -230,7 +230,7 @@ def assert_same_bits(
     shipped = heuristics.conv_config
     failures = []
     for op in ops:
-        cases = [case for case in op.cases(device, dtype) if not any(mode in case.id for mode in skip)]
+        cases = [case for case in op.iter_cases(device, dtype) if not any(mode in case.id for mode in skip)]
         # a case declared in both state layouts in one of them, by turns within its mode (each layout in every mode)
         chosen = cases if every_layout else list(one_layout(cases))
         for case in [*chosen, *(extra or {}).get(op, ())]:

@@ -23,7 +23,7 @@ def _run_matrix(device, dtype, quick):
     """Every case of both seeds through the contract; returns (failures, differing rows, rows, report)."""
     failures, differing, rows, report = [], 0, 0, []
     for seed in (0, 1):
-        for case in op.cases(device, dtype, quick=quick, seed=seed):
+        for case in op.iter_cases(device, dtype, quick=quick, seed=seed):
             assert op.providers["triton"].accepts(*case.args) is True, case.id
             res = check_provider(op, "triton", case)
             if not res.passed:

@@ -306,7 +306,7 @@ def test_interpreter_warmup_runs_the_launcher():
 def test_gpu_contract_matrix(dtype):
     """The full case set (M up to 49152, N up to 3072, layouts, weights, out_dtype, specials, strided rows):
     d gateup bitwise, d row_weights within Float64Relative."""
-    case = moe_silu_and_mul_backward.cases("cuda", dtype)[0]
+    case = next(moe_silu_and_mul_backward.iter_cases("cuda", dtype))
     assert moe_silu_and_mul_backward.select(*case.args).name == "triton"
     assert_contract_matrix(moe_silu_and_mul_backward, "cuda", dtype)
 
@@ -316,7 +316,7 @@ def test_gpu_contract_matrix(dtype):
 def test_gpu_gradient_is_eager_autograd(dtype):
     """The forward op's gradients on CUDA run the kernel: d gateup has eager autograd's bits (zero signs
     too); d row_weights meets its contract against eager's."""
-    for case in moe_silu_and_mul_backward.cases("cuda", dtype, quick=True):
+    for case in moe_silu_and_mul_backward.iter_cases("cuda", dtype, quick=True):
         grad, x, w = case.args[:3]
         if not grad.numel():
             continue

@@ -322,7 +322,7 @@ def test_gpu_bitwise_every_case(dtype, group):
     """Every declared case at real sizes (C up to 10240): residual and all slots bit for bit, slot 0 kept.
     Split by mode so that the kernels' compiles spread over the test workers."""
     failures = []
-    cases = [case for case in short_conv.cases("cuda", dtype) if _mode_group(case.id) == group]
+    cases = [case for case in short_conv.iter_cases("cuda", dtype) if _mode_group(case.id) == group]
     assert cases, group
     for case in cases:
         assert short_conv.select(*case.args, **case.kwargs).name == "triton", case.id

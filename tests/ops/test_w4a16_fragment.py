@@ -177,7 +177,7 @@ def test_gpu_kernel_dequantizes_bit_for_bit_and_meets_the_contract(dtype):
                                   blocks=blocks, split=split, unroll=unroll)  # fmt: skip
         assert torch.equal(out, w[rows]), (warps, tiles, blocks, split, unroll)
     o = exactfuse.get("w4a16_gemm_packed")
-    for case in o.cases(dev, dtype, quick=False):
+    for case in o.iter_cases(dev, dtype, quick=False):
         with o.priority(["triton"]):
             got = o(*case.args, **case.kwargs)
         want = o.native(*case.args, **case.kwargs)

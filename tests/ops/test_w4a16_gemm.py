@@ -45,7 +45,7 @@ def _assert_cases_pass(device, dtype, quick, layout="heuristic"):
     """Every case of the op's matrix through the Triton provider, on the launch path ``layout``; the dense
     path must also be bitwise equal to native (the same dequantized weight and the same torch.matmul)."""
     failures, ran = [], 0
-    for case in w4a16_gemm.cases(device, dtype, quick=quick):
+    for case in w4a16_gemm.iter_cases(device, dtype, quick=quick):
         assert w4a16_gemm.providers["triton"].accepts(*case.args) is True, case.id
         if layout == "heuristic":
             result = check_provider(w4a16_gemm, "triton", case)
