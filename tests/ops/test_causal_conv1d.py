@@ -137,12 +137,69 @@ def test_gpu_bitwise_every_case(name, dtype):
     assert not failures, failures
 
 
+def assert_rows_of_a_long_call(case, margin: int) -> None:
+    """A two-request ``causal_conv1d`` call (``causal_case``: slot cache, the second request reading its
+    history) checked against native on slices, so that the check costs little whatever the call's size: the
+    first request's first ``margin`` rows (native on them), its last ``margin`` rows and its slot's new window
+    (native on those rows and the ``SL`` before them, with the slot's history unread), all of the second
+    request and its slot (native on it alone), the other slots untouched; outputs and states bit for bit."""
+    kw = causal_conv1d.op.signature.bind(*case.args, **case.kwargs).arguments
+    x, weight, bias = kw["x"], kw["weight"], kw["bias"]
+    SL = (weight.shape[1] - 1) * kw.get("dilation", 1)
+    (L1, T), sid, hinit = kw["query_start_loc"][1:].tolist(), kw["state_indices"], kw["has_initial_state"]
+    args, kwargs = clone_args(case.args, case.kwargs)
+    out = causal_conv1d.run_provider("triton", *args, **kwargs)
+    state = causal_conv1d.op.signature.bind(*args, **kwargs).arguments["conv_state"]  # written in place
+    common = {"activation": kw.get("activation", "silu"), "dilation": kw.get("dilation", 1)}
+
+    def native_rows(rows, slot, init, history_read):
+        starts = torch.tensor([0, rows.stop - rows.start], dtype=torch.int32, device=x.device)
+        flags = torch.tensor([history_read], device=x.device) if init else None
+        spec_state = kw["conv_state"].clone()
+        y = causal_conv1d.native(x[rows], weight, bias, conv_state=spec_state, query_start_loc=starts,
+                                 state_indices=sid[slot : slot + 1], has_initial_state=flags, **common)  # fmt: skip
+        return y, spec_state
+
+    checks = []
+    head, _ = native_rows(slice(0, margin), 0, True, bool(hinit[0]))
+    checks.append(("first request, first rows", out[:margin], head))
+    tail, tail_state = native_rows(slice(L1 - margin - SL, L1), 0, True, False)
+    checks.append(("first request, last rows", out[L1 - margin : L1], tail[SL:]))
+    checks.append(("first request's slot", state[sid[0]], tail_state[sid[0]]))
+    second, second_state = native_rows(slice(L1, T), 1, True, bool(hinit[1]))
+    checks.append(("second request", out[L1:], second))
+    checks.append(("second request's slot", state[sid[1]], second_state[sid[1]]))
+    others = [s for s in range(state.shape[0]) if s not in sid.tolist()]
+    checks.append(("other slots", state[others], kw["conv_state"][others]))
+    failed = [what for what, got, want in checks if not torch.equal(bits(got), bits(want))]
+    assert not failed, failed
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dtype", INTERP_DTYPES, ids=DTYPE_NAMES.get)
+@torch.no_grad()
+def test_interpreter_rows_of_a_long_call_are_checked_by_slices(dtype):
+    """The slice check the int64-offset test runs at 2^31 elements, on a call the interpreter runs whole
+    (without the SiLU, whose CPU exp is not the interpreter's): it passes on the kernel's result, and the
+    rows it reads from native are the rows of native on the whole call."""
+    from exactfuse.testing.cases.conv import causal_case
+
+    case = causal_case("long", (150, 40), C=16, K=4, D=2, dtype=dtype, device=torch.device("cpu"),
+                       gen=make_generator(3), activation=None)  # fmt: skip
+    assert_rows_of_a_long_call(case, margin=8)
+    whole_args, whole_kwargs = clone_args(case.args, case.kwargs)
+    whole = causal_conv1d.native(*whole_args, **whole_kwargs)
+    out = causal_conv1d.run_provider("triton", *clone_args(case.args, case.kwargs)[0], **case.kwargs)
+    assert torch.equal(bits(out), bits(whole))
+
+
 @pytest.mark.gpu
 @pytest.mark.big_memory
 @torch.no_grad()
 def test_gpu_int64_offsets():
     """More than 2^31 elements in x and the output (two sequences, the second ending past the int32 range;
-    a state read and written): bit for bit against native."""
+    a state read and written): bit for bit against native where the call reads and writes past 2^31
+    elements and at its start (native on slices: ``assert_rows_of_a_long_call``)."""
     from exactfuse.testing.cases.conv import causal_case
 
     C = 4096
@@ -150,8 +207,7 @@ def test_gpu_int64_offsets():
     case = causal_case("int64", (T - 5000, 5000), C=C, K=4, D=1, dtype=torch.bfloat16, device=torch.device("cuda"),
                        gen=make_generator(3))  # fmt: skip
     assert case.args[0].numel() >= 2**31
-    result = check_provider(causal_conv1d.op, "triton", case)
-    assert result.passed, result.summary()
+    assert_rows_of_a_long_call(case, margin=64)
 
 
 @pytest.mark.gpu
