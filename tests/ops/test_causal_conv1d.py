@@ -178,10 +178,10 @@ def assert_rows_of_a_long_call(case, margin: int) -> None:
 @pytest.mark.interpreter
 @pytest.mark.parametrize("dtype", INTERP_DTYPES, ids=DTYPE_NAMES.get)
 @torch.no_grad()
-def test_interpreter_rows_of_a_long_call_are_checked_by_slices(dtype):
+def test_interpreter_rows_of_a_long_call_are_checked_by_slices(dtype, monkeypatch):
     """The slice check the int64-offset test runs at 2^31 elements, on a call the interpreter runs whole
-    (without the SiLU, whose CPU exp is not the interpreter's): it passes on the kernel's result, and the
-    rows it reads from native are the rows of native on the whole call."""
+    (without the SiLU, whose CPU exp is not the interpreter's): it passes on the kernel's result, the kernel's
+    result is native's on the whole call, and a wrong row of either request or a wrong slot fails it."""
     from exactfuse.testing.cases.conv import causal_case
 
     case = causal_case("long", (150, 40), C=16, K=4, D=2, dtype=dtype, device=torch.device("cpu"),
@@ -191,6 +191,19 @@ def test_interpreter_rows_of_a_long_call_are_checked_by_slices(dtype):
     whole = causal_conv1d.native(*whole_args, **whole_kwargs)
     out = causal_conv1d.run_provider("triton", *clone_args(case.args, case.kwargs)[0], **case.kwargs)
     assert torch.equal(bits(out), bits(whole))
+    kernel = causal_conv1d.run_provider
+    for where, spoil in (("second request", lambda out, args: out[-1, 3].add_(1)),
+                         ("first request, last rows", lambda out, args: out[149, 0].add_(1)),
+                         ("first request's slot", lambda out, args: args[5][args[7][0]].add_(1))):  # fmt: skip
+
+        def spoiled(name, *args, spoil=spoil, **kwargs):
+            out = kernel(name, *args, **kwargs)
+            spoil(out, args)
+            return out
+
+        monkeypatch.setattr(causal_conv1d, "run_provider", spoiled)
+        with pytest.raises(AssertionError, match=where):
+            assert_rows_of_a_long_call(case, margin=8)
 
 
 @pytest.mark.gpu
