@@ -125,6 +125,8 @@ def bench_and_write(
             elif not_run:
                 console.print(f"[yellow]{op.name}: time budget reached, {len(not_run)} case(s) not run[/]")
             if not rows:
+                if interrupted is not None:  # stopped in its first case: the ops after it must not start
+                    raise interrupted
                 continue
             all_rows[op.name] = rows
             summary = results.summarize(rows)

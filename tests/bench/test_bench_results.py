@@ -129,6 +129,24 @@ def test_an_interrupted_run_writes_the_cases_done_and_lists_the_rest_for_resume(
     assert bench_cli.resume_cases(str(tmp_path / f"{fake_op.name}.json"), [fake_op]) == set(info.value.not_run)
 
 
+def test_an_interrupt_in_an_ops_first_case_stops_the_run(fake_op, tmp_path):
+    """Stopped before any row of an op was measured, the run ends there: it does not go on to the next op
+    (a ``timeout`` sends SIGTERM once and then waits on a run that never ends)."""
+    timed = []
+
+    def interrupting_timer(body):
+        timed.append(body)
+        raise KeyboardInterrupt
+
+    console = Console(file=io.StringIO(), width=150)
+    with pytest.raises(runner.BenchInterruptedError):
+        bench_cli.bench_and_write(
+            [fake_op, fake_op], bench_config(), timer=interrupting_timer, roofline=ROOF, meta={"gpu": "cpu"},
+            out_dir=tmp_path, console=console, reporter=RichReporter(console),
+        )  # fmt: skip
+    assert len(timed) == 1 and not list(tmp_path.iterdir())
+
+
 def test_sigterm_interrupts_like_sigint():
     before = signal.getsignal(signal.SIGTERM)
     with bench_cli.sigterm_interrupts(), pytest.raises(KeyboardInterrupt):
