@@ -25,13 +25,15 @@ import pytest
 HAS_CUDA = torch.cuda.is_available()
 INTERPRETER = os.environ.get("TRITON_INTERPRET", "0") == "1"
 # the part of the card the xdist workers share; the rest is their CUDA contexts' and the driver's
+# (EXACTFUSE_GPU_SHARE sets it for one run: scripts/gpu/gpu_suite.py's big_memory pass)
 GPU_MEMORY_SHARE = 0.85
 
 
 def pytest_configure(config):
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
     if HAS_CUDA and workers > 1 and os.environ.get("PYTEST_XDIST_WORKER"):
-        torch.cuda.set_per_process_memory_fraction(GPU_MEMORY_SHARE / workers)
+        share = float(os.environ.get("EXACTFUSE_GPU_SHARE", GPU_MEMORY_SHARE))
+        torch.cuda.set_per_process_memory_fraction(share / workers)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -8,8 +8,8 @@ Two passes over ``pytest -m gpu``:
    two, at most 12, and no more than give each worker ``WORKER_GIB`` of the card), each held to its share
    of the card's memory (``tests/conftest.py``), so that the workers cannot take the card's memory from
    each other;
-2. the ``big_memory`` tests one at a time, with the whole card (held to a half each, two workers on an H100
-   ran out of memory: the int64-offset tests need more than 34 GiB, gpu_suite.txt).
+2. the ``big_memory`` tests in as many workers as each get ``BIG_GIB`` of the card (two on an H100), each
+   held to its share of ``BIG_SHARE`` of the card.
 
 ``--only shared`` or ``--only big_memory`` runs one pass (a targeted run; the whole suite is both).
 
@@ -52,19 +52,34 @@ def _git_rev() -> str:
 # memory with the CUDA context on top (benchmarks/results/h100/gpu_suite.txt); 7 GiB keeps a margin and
 # gives 9 workers on an H100, 12 on an H200
 WORKER_GIB = 7
+SHARED_SHARE = 0.85  # the part of the card the shared pass's workers share (tests/conftest.py's default)
+# The big_memory pass: the largest peak of its tests is 31 GiB (a compile test of gelu_and_mul_sparse at
+# d = 32768, gpu_suite.txt), so each worker gets at least 34 GiB; BIG_SHARE of the card is the workers' together
+BIG_GIB = 34
+BIG_SHARE = 0.92
 SECONDS_FILE = "gpu_suite_seconds.txt"
 
 
 def _default_workers() -> int:
     """The cores less two, at most 12, and at most as many as give each worker ``WORKER_GIB`` of the card
-    (``tests/conftest.py`` holds each to ``GPU_MEMORY_SHARE / workers``)."""
+    (``tests/conftest.py`` holds each to ``SHARED_SHARE / workers``)."""
     import torch
 
     cores = max(1, min(12, (os.cpu_count() or 4) - 2))
     if not torch.cuda.is_available():
         return cores
     card_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
-    return max(1, min(cores, int(0.85 * card_gib / WORKER_GIB)))
+    return max(1, min(cores, int(SHARED_SHARE * card_gib / WORKER_GIB)))
+
+
+def _big_memory_workers() -> int:
+    """As many workers as each get ``BIG_GIB`` of ``BIG_SHARE`` of the card, at least one."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return 1
+    card_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
+    return max(1, int(BIG_SHARE * card_gib / BIG_GIB))
 
 
 def _write_seconds(path: Path, earlier: str, cases: list[dict]) -> None:
@@ -92,7 +107,9 @@ def _results_dir(gpu: str) -> Path:
     return ROOT / "benchmarks" / "results" / tag
 
 
-def _run_pass(label: str, marks: str, workers: int, timeout: int, extra: list[str], xml: Path) -> tuple[int, float]:
+def _run_pass(
+    label: str, marks: str, workers: int, share: float, timeout: int, extra: list[str], xml: Path
+) -> tuple[int, float]:
     cmd = [sys.executable, "-m", "pytest", "-m", marks, "-q", "-rfEs", "-p", "no:cacheprovider",
            "-o", "junit_family=xunit1", f"--junitxml={xml}", f"--timeout={timeout}", *extra]  # fmt: skip
     if workers > 1:
@@ -102,7 +119,7 @@ def _run_pass(label: str, marks: str, workers: int, timeout: int, extra: list[st
         cmd += ["-n", str(workers), *(["--maxschedchunk", "1"] if _xdist_has_maxschedchunk() else [])]
     print(f"== {label}: {' '.join(cmd[2:])}", flush=True)
     t0 = time.time()
-    rc = subprocess.run(cmd, cwd=ROOT).returncode
+    rc = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, EXACTFUSE_GPU_SHARE=str(share))).returncode
     return rc, time.time() - t0
 
 
@@ -150,14 +167,15 @@ def main() -> int:
     os.environ["EXACTFUSE_TEST_SECONDS"] = str(_results_dir(gpu) / SECONDS_FILE)
     passes, lines = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        for name, label, marks, workers in (
-            ("shared", f"shared pass ({args.workers} workers)", "gpu and not big_memory", args.workers),
-            ("big_memory", "big_memory pass (one at a time)", "gpu and big_memory", 1),
+        big = _big_memory_workers()
+        for name, label, marks, workers, share in (
+            ("shared", f"shared pass ({args.workers} workers)", "gpu and not big_memory", args.workers, SHARED_SHARE),
+            ("big_memory", f"big_memory pass ({big} workers)", "gpu and big_memory", big, BIG_SHARE),
         ):
             if args.only not in (None, name):
                 continue
             xml = Path(tmp) / f"{len(passes)}.xml"
-            rc, seconds = _run_pass(label, marks, workers, args.timeout, extra, xml)
+            rc, seconds = _run_pass(label, marks, workers, share, args.timeout, extra, xml)
             passes.append((label, rc, seconds, _cases(xml)))
     everything = [c for *_, cases in passes for c in cases]
     bad = [c for c in everything if c["outcome"] != "passed"]

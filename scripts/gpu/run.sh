@@ -6,7 +6,7 @@
 #
 # Steps (run in the order given; "--" separates steps, so a step's own arguments cannot contain a bare "--"):
 #   suite [ARGS...]          the whole GPU suite, every @pytest.mark.gpu test (scripts/gpu/gpu_suite.py: xdist workers
-#                            each held to a share of the card, then the big_memory tests one at a time); its report
+#                            each held to a share of the card, then the big_memory tests, two workers on an H100); its report
 #                            into results/gpu_suite.txt
 #   tests [PYTEST_ARGS...]   python3 -m pytest -m gpu -q -rfE PYTEST_ARGS (default: the whole suite); each result
 #                            streams into logs/<label>.stream as it finishes (scripts/gpu/pytest_stream.py)
