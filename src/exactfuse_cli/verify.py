@@ -22,8 +22,12 @@ from exactfuse_cli.commands import DTYPES, SHORT, device_here, named_ops
 ULP_CONTRACTS = (Bitwise, Ulp, RowBitwise)
 
 
-def verify_op(op, provider: str, dtype: torch.dtype, device: torch.device, quick: bool) -> dict:
-    """Check ``provider`` against native on every input case of ``op``; one summary row."""
+def verify_op(
+    op, provider: str, dtype: torch.dtype, device: torch.device, quick: bool, part: int = 0, parts: int = 1
+) -> dict:
+    """Check ``provider`` against native on the input cases of ``op``; one summary row. With ``parts`` > 1,
+    only part ``part`` of the row: the cases whose index in ``op.iter_cases`` is ``part`` mod ``parts``
+    (:func:`merge_parts` makes the row of all its parts)."""
     row = {"cases": 0, "declined": 0, "failed": 0, "max_abs_err": 0.0, "max_ulp": 0, "first_failure": ""}
     with warnings.catch_warnings():
         # What the edge cases are built to provoke: NaN/Inf inputs in the interpreter's numpy reductions,
@@ -31,51 +35,87 @@ def verify_op(op, provider: str, dtype: torch.dtype, device: torch.device, quick
         warnings.filterwarnings("ignore", message="invalid value encountered", category=RuntimeWarning)
         warnings.filterwarnings("ignore", message="overflow encountered", category=RuntimeWarning)
         warnings.filterwarnings("ignore", message=r"std\(\): degrees of freedom", category=UserWarning)
-        _verify_cases(op, provider, dtype, device, quick, row)
+        _verify_cases(op, provider, dtype, device, quick, row, part, parts)
     return row
 
 
-def _verify_cases(op, provider: str, dtype: torch.dtype, device: torch.device, quick: bool, row: dict) -> None:
-    from exactfuse.testing import check_provider
-
+def _verify_cases(
+    op, provider: str, dtype: torch.dtype, device: torch.device, quick: bool, row: dict, part: int, parts: int
+) -> None:
+    # Another part's case is built all the same: the cases draw their tensors from one seeded stream, so
+    # each part walks them all to meet the same cases as the whole row.
+    index = 0
     for case in op.iter_cases(device, dtype, quick=quick):  # one case's tensors alive at a time
-        if op.providers[provider].accepts(*case.args, **case.kwargs) is not True:
-            row["declined"] += 1
-            continue
-        result = check_provider(op, provider, case)
-        row["cases"] += 1
-        row["max_abs_err"] = max(row["max_abs_err"], result.max_abs_err)
-        row["max_ulp"] = max(row["max_ulp"], result.max_ulp)
-        if not result.passed:
-            row["failed"] += 1
-            row["first_failure"] = row["first_failure"] or f"{case.id}: {result.summary()}"
+        if index % parts == part:
+            _check_case(op, provider, case, row)
+        index += 1  # noqa: SIM113 (enumerate's reused tuple would keep this case while the next is built)
         del case  # before the generator builds the next one
 
 
-def _verify_task(op_name: str, provider: str, dtype_name: str, quick: bool) -> tuple[dict, float]:
-    """One verify row (in a worker process under ``--jobs``): the row and its seconds."""
+def _check_case(op, provider: str, case, row: dict) -> None:
+    from exactfuse.testing import check_provider
+
+    if op.providers[provider].accepts(*case.args, **case.kwargs) is not True:
+        row["declined"] += 1
+        return
+    result = check_provider(op, provider, case)
+    row["cases"] += 1
+    row["max_abs_err"] = max(row["max_abs_err"], result.max_abs_err)
+    row["max_ulp"] = max(row["max_ulp"], result.max_ulp)
+    if not result.passed:
+        row["failed"] += 1
+        row["first_failure"] = row["first_failure"] or f"{case.id}: {result.summary()}"
+
+
+def merge_parts(rows: list[dict]) -> dict:
+    """The row of ``(op, provider, dtype)`` from its parts' rows, in part order: cases, declined and
+    failed summed, the largest errors, the first part's first failure that has one."""
+    return {
+        "cases": sum(r["cases"] for r in rows),
+        "declined": sum(r["declined"] for r in rows),
+        "failed": sum(r["failed"] for r in rows),
+        "max_abs_err": max(r["max_abs_err"] for r in rows),
+        "max_ulp": max(r["max_ulp"] for r in rows),
+        "first_failure": next((r["first_failure"] for r in rows if r["first_failure"]), ""),
+    }
+
+
+def _verify_task(
+    op_name: str, provider: str, dtype_name: str, quick: bool, part: int = 0, parts: int = 1
+) -> tuple[dict, float]:
+    """One verify row, or part ``part`` of its ``parts`` (in a worker process under ``--jobs``): the row
+    and its seconds."""
     from exactfuse.registry import OPS
 
     start = time.perf_counter()
-    row = verify_op(OPS[op_name], provider, DTYPES[dtype_name], device_here(), quick)
+    row = verify_op(OPS[op_name], provider, DTYPES[dtype_name], device_here(), quick, part, parts)
     return row, time.perf_counter() - start
 
 
 def _verify_rows(tasks: list[tuple[str, str, str]], quick: bool, jobs: int):
-    """Yield ``(task, row, seconds)`` as each finishes: here, or in ``jobs`` worker processes (each
-    compiles its own kernels; the Triton disk cache is shared)."""
-    if jobs <= 1 or len(tasks) <= 1:
+    """Yield ``(task, row, seconds)`` as each row finishes: here, or in ``jobs`` worker processes (each
+    compiles its own kernels; the Triton disk cache is shared), a row split into the parts
+    :func:`part_tasks` plans and merged (:func:`merge_parts`) once its last part is done; its seconds
+    are its parts' summed."""
+    planned = part_tasks(tasks, jobs)
+    if jobs <= 1 or len(planned) <= 1:
         for task in tasks:
             yield (task, *_verify_task(*task, quick))
         return
     import concurrent.futures
     import multiprocessing
 
+    done: dict[tuple[str, str, str], dict[int, tuple[dict, float]]] = {task: {} for task in tasks}
     context = multiprocessing.get_context("spawn")  # a forked CUDA context is unusable
     with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-        futures = {pool.submit(_verify_task, *task, quick): task for task in compile_heavy_first(tasks)}
+        futures = {pool.submit(_verify_task, *task, quick, part, parts): (task, part, parts)
+                   for task, part, parts in planned}  # fmt: skip
         for future in concurrent.futures.as_completed(futures):
-            yield (futures[future], *future.result())
+            task, part, parts = futures[future]
+            done[task][part] = future.result()
+            if len(done[task]) == parts:
+                rows, seconds = zip(*(done[task][i] for i in range(parts)), strict=True)
+                yield task, merge_parts(list(rows)), sum(seconds)
 
 
 def compile_heavy_first(tasks: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
@@ -83,15 +123,49 @@ def compile_heavy_first(tasks: list[tuple[str, str, str]]) -> list[tuple[str, st
     empty Triton cache a row's time is compiling its kernels' specializations (the conv family's four
     kernels took 20-51 s a row on an H100, one-kernel activations 2-6 s; ``sweeps/verify_quick_cold.txt``),
     so the long rows start first and the short ones fill in after them."""
+    return sorted(tasks, key=lambda t: -_kernels(t))
+
+
+def _kernels(task: tuple[str, str, str]) -> int:
     from exactfuse.registry import OPS
 
-    return sorted(tasks, key=lambda t: -len(OPS[t[0]].providers[t[1]].kernels or ()))
+    return len(OPS[task[0]].providers[task[1]].kernels or ())
+
+
+# The most parts a row is split into: four, the most kernels a provider declares now (the conv family's,
+# gelu_and_mul_sparse's); a provider with more would make parts of a few cases each.
+MAX_PARTS = 4
+
+
+def row_parts(task: tuple[str, str, str], jobs: int) -> int:
+    """How many parts the row ``task`` is checked in: 1 in one process (``jobs`` 1); under ``--jobs`` one a
+    kernel its provider declares (:func:`compile_heavy_first`'s measure of a row's compile time), at
+    least 1, at most :data:`MAX_PARTS` and at most ``jobs``. Part ``i`` of ``n`` checks the cases whose
+    index in ``op.iter_cases`` is ``i`` mod ``n``, so that a long row's specializations compile in
+    several workers at once."""
+    return 1 if jobs <= 1 else max(1, min(_kernels(task), MAX_PARTS, jobs))
+
+
+def part_tasks(tasks: list[tuple[str, str, str]], jobs: int) -> list[tuple[tuple[str, str, str], int, int]]:
+    """``(task, part, parts)`` for every part of every row (:func:`row_parts`), in the order the workers take
+    them: each row's first part, rows in :func:`compile_heavy_first` order, then each split row's second
+    part, and so on. A part of a row split in one a kernel is about as long as a one-kernel row, and some
+    one-kernel rows are long (moe_silu_and_mul_backward's 16-19 s): they start in the first round, not
+    after every part of the conv rows (replaying ``sweeps/verify_quick_cold.txt``'s row seconds on 14
+    workers, each part an even share of its row: 41 s this way, 49 s with each row's parts together).
+    With ``jobs`` 1, one ``(task, 0, 1)`` a row, in ``tasks``' order."""
+    if jobs <= 1:
+        return [(task, 0, 1) for task in tasks]
+    parts = {task: row_parts(task, jobs) for task in tasks}
+    heavy_first = compile_heavy_first(tasks)
+    return [(task, part, parts[task]) for part in range(MAX_PARTS) for task in heavy_first if part < parts[task]]
 
 
 def default_jobs(quick: bool, tasks: list[tuple[str, str, str]]) -> int:
     """``verify --jobs`` default on a CUDA machine with 8 or more cores: a worker process per core but two
-    (at most 16, at most one a row), since a run on an empty Triton cache is compiling, one kernel at a
-    time a process (four workers took 110 s for 35 of the 54 quick rows on an H100, 362 s of row time);
+    (at most 16, at most one a part of a row, :func:`part_tasks`), since a run on an empty Triton cache is
+    compiling, one kernel at a time a process (four workers took 110 s for 35 of the 54 quick rows on an
+    H100, 362 s of row time);
     but one process for the quick case sets once every row asked for has been checked here before
     (:func:`_compiled_marker`): each worker starts its own torch and CUDA context, more than a warm
     ``--quick`` run's rows take (on the H200 13.9 s in one process against 20.6 s in four,
@@ -101,7 +175,8 @@ def default_jobs(quick: bool, tasks: list[tuple[str, str, str]]) -> int:
         return 1
     if quick and all(os.path.exists(_compiled_marker(task)) for task in tasks):
         return 1
-    return max(1, min(cores - 2, 16, len(tasks)))
+    most = min(cores - 2, 16)
+    return max(1, min(most, len(part_tasks(tasks, most))))
 
 
 def _compiled_marker(task: tuple[str, str, str]) -> str:
