@@ -1,4 +1,5 @@
-"""causal_conv1d / causal_conv1d_update: the spec against Dao's definition, the kernel bit for bit, layers."""
+"""causal_conv1d / causal_conv1d_update: the spec against Dao's definition, the kernel bit for bit, layers, the
+warmups."""
 
 import numpy as np
 import pytest
@@ -244,4 +245,82 @@ def test_gpu_silu_bitwise_on_every_conv_value(dtype):
     if (n := int(fastmath.differing(out, causal_conv1d_update.native(x, state.clone(), taps, None, "silu")).sum())) > 0:
         failures.append(f"decode: {n} of 65536 differ")
     assert fastmath.chosen_formula("silu", dtype, x.device) == fastmath.CANDIDATES["silu", dtype][0]
+    assert not failures, failures
+
+
+def test_causal_conv1d_warmup_compiles_seq_idx_only_when_asked(monkeypatch):
+    """The default warmup launches stay as they are; ``packed=(False, True)`` adds the stateless
+    ``seq_idx`` launch per (C, K, D, bias, activation)."""
+    from exactfuse.ops.conv import warmup
+
+    calls = []
+    names = list(causal_conv1d.op.signature.parameters)
+    record = lambda *a: calls.append(dict(zip(names, a, strict=True)))  # noqa: E731
+    monkeypatch.setattr(warmup.launch, "causal_conv1d_triton", record)
+
+    def launches(**options):
+        calls.clear()
+        warmup.causal_conv1d(torch.device("meta"), torch.float16, channels=(8,), **options)
+        return [(c["conv_state"] is not None, c["has_initial_state"] is not None, c["seq_idx"] is not None,
+                 c["bias"] is not None, c["activation"]) for c in calls]  # fmt: skip
+
+    default = launches()
+    assert not any(seq for _, _, seq, _, _ in default) and len(default) == 2 * 2 * 2 * 3
+    packed = launches(packed=(False, True))
+    assert [c for c in packed if not c[2]] == default
+    assert {c for c in packed if c[2]} == {(False, False, True, b, a) for b in (True, False) for a in ("silu", None)}
+
+
+def test_causal_warmups_compile_fp32_weights_only_when_asked(monkeypatch):
+    """``fp32_weights=(False, True)`` repeats each default launch with fp32 weight and bias; the default
+    launches are unchanged, and fp32 x adds nothing."""
+    from exactfuse.ops.conv import warmup
+
+    for op, hook, launcher in (
+        (causal_conv1d, warmup.causal_conv1d, "causal_conv1d_triton"),
+        (causal_conv1d_update, warmup.causal_conv1d_update, "causal_conv1d_update_triton"),
+    ):
+        calls = []
+        names = list(op.op.signature.parameters)
+        record = lambda *a, names=names, calls=calls: calls.append(dict(zip(names, a, strict=True)))  # noqa: E731
+        monkeypatch.setattr(warmup.launch, launcher, record)
+
+        def weights(dtype, hook=hook, calls=calls, **options):
+            calls.clear()
+            hook(torch.device("meta"), dtype, channels=(8,), **options)
+            return [c["weight"].dtype for c in calls]
+
+        default = weights(torch.float16)
+        assert set(default) == {torch.float16}
+        both = weights(torch.float16, fp32_weights=(False, True))
+        assert both == default + [torch.float32] * len(default)
+        assert weights(torch.float32, fp32_weights=(False, True)) == weights(torch.float32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=DTYPE_NAMES.get)
+def test_gpu_seq_idx_bitwise(dtype):
+    """The declared ``seq_idx`` cases (packed sequences, padding, K 3 and 4, dilation 2, one row of three
+    sequences): the Triton output bit for bit the native spec's. (The fp32-weight ``seq_idx`` case is
+    :func:`test_gpu_fp32_weight_bitwise`'s.)"""
+    from exactfuse.testing import check_provider
+
+    cases = [c for c in causal_conv1d.iter_cases("cuda", dtype) if c.id.startswith("seq-idx")]
+    assert len(cases) == 3
+    failures = [c.id for c in cases if not check_provider(causal_conv1d.op, "triton", c).passed]
+    assert not failures, failures
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=DTYPE_NAMES.get)
+@pytest.mark.parametrize("name", ["causal_conv1d", "causal_conv1d_update"])
+def test_gpu_fp32_weight_bitwise(name, dtype):
+    """The declared fp32-weight cases (varlen with states, packed, decode, speculative): the Triton output
+    and state bit for bit the native spec's."""
+    from exactfuse.testing import check_provider
+
+    op = {"causal_conv1d": causal_conv1d, "causal_conv1d_update": causal_conv1d_update}[name]
+    cases = [c for c in op.iter_cases("cuda", dtype) if "fp32-weight" in c.id]
+    assert cases
+    failures = [c.id for c in cases if not check_provider(op.op, "triton", c).passed]
     assert not failures, failures
