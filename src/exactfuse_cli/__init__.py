@@ -78,6 +78,9 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     add("--resume", metavar="FILE.json",
         help="run only the cases FILE (an earlier run's results, cut by --time-budget) lists as not run; "
         "scripts/merge_results.py joins the two files")  # fmt: skip
+    add("--jobs", type=positive_int, metavar="N",
+        help="compile first in N worker processes, a warm-up that times nothing (default with CUDA and >= 8 "
+        "cores: the cores less two, at most 16; else 1: no warm-up)")  # fmt: skip
     add("--time-budget", type=float, metavar="SECONDS",
         help="start no new case after this many seconds; the files keep the cases done and list the rest")  # fmt: skip
 

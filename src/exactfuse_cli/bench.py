@@ -1,16 +1,18 @@
 """``exactfuse bench``: the run on the parsed arguments (called by ``exactfuse_cli.commands``) over the
-harness in ``exactfuse.bench``.
+harness in ``exactfuse.bench``. Before the timing pass a warm-up compiles in worker processes what it will
+run (``exactfuse.bench.warm``; ``--jobs``, by default on a CUDA machine with 8 or more cores).
 
 Exit codes: 0 every exactfuse provider passed its gate, 1 one failed its
 contract or raised, 2 usage error or no CUDA GPU, 130 interrupted (SIGINT or
 SIGTERM, e.g. from ``timeout``): the rows of the cases done are written, with
-the cases left under ``meta.incomplete.cases_not_run`` for ``--resume``.
+the cases left under ``meta.incomplete.cases_not_run`` for ``--resume`` (stopped in the warm-up, nothing).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
 import time
 from collections.abc import Sequence
@@ -18,8 +20,9 @@ from pathlib import Path
 
 import torch
 from rich.console import Console
+from rich.markup import escape
 
-from exactfuse.bench import results
+from exactfuse.bench import results, warm
 from exactfuse.bench.display import RichReporter, summary_table
 from exactfuse.bench.peers import PEERS, load_peers, peers_for
 from exactfuse.bench.roofline import Roofline, measure_roofline
@@ -176,6 +179,40 @@ def sigterm_interrupts():
         signal.signal(signal.SIGTERM, previous)
 
 
+def warm_jobs(requested: int | None) -> int:
+    """Processes of the warm-up before the timing pass (``--jobs``; 1: no warm-up). By default a process
+    per core but two, at most 16, on a CUDA machine with 8 or more cores (as ``verify --jobs``); else 1."""
+    if requested is not None:
+        return requested
+    cores = os.cpu_count() or 1
+    return min(cores - 2, 16) if torch.cuda.is_available() and cores >= 8 else 1
+
+
+def warm_up(ops: list[Op], config: BenchConfig, jobs: int, console: Console) -> bool:
+    """The warm-up (``exactfuse.bench.warm``) in ``jobs`` processes, at most one a task, and its line;
+    none with one process. A failure in it is a dim line and the run goes on; False when SIGINT or SIGTERM
+    stopped it (its workers ended), and the run stops there."""
+    if jobs <= 1:
+        return True
+    started = time.perf_counter()
+    try:
+        tasks = warm.warm_tasks(ops, config)
+        jobs = min(jobs, len(tasks))
+        notes = warm.warm_up(tasks, config, jobs) if jobs > 1 else None
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted in the warm-up, before any case was timed[/]")
+        return False
+    except Exception as exc:  # the timing pass compiles what the warm-up did not
+        console.print(f"[dim]warm-up not run: {escape(f'{type(exc).__name__}: {exc}')}[/]", highlight=False)
+        return True
+    if notes is not None:
+        for note in notes:
+            console.print(f"[dim]warm-up: {escape(note)}[/]", highlight=False)
+        seconds = time.perf_counter() - started
+        console.print(f"warm-up: {len(tasks)} tasks in {jobs} processes, {seconds:.1f} s", highlight=False)
+    return True
+
+
 def bench_device() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device())
 
@@ -240,6 +277,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     reporter = RichReporter(console)
     try:
         with sigterm_interrupts():
+            if not warm_up(ops, config, warm_jobs(args.jobs), console):
+                return 130
             all_rows = bench_and_write(
                 ops,
                 config,

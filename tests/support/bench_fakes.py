@@ -2,7 +2,7 @@
 
 The op (unique name, removed from the registry afterwards) carries a correct provider, a wrong one,
 one that declines big inputs, one that raises, and a fake peer; the fake timer reports fixed times
-per provider.
+per provider; a warm-up task that sleeps, for the interrupt test.
 """
 
 from __future__ import annotations
@@ -147,3 +147,14 @@ def run_rows(fake_op, **kw) -> list[results.Row]:
 
 def rows_by_case(fake_op, **kw) -> dict[tuple[str, str], results.Row]:
     return {(r.shape, r.provider): r for r in run_rows(fake_op, **kw)}
+
+
+def sleeping_warm_task(task, config) -> None:
+    """A warm-up task for the interrupt test (``bench.warm.warm_up``'s ``work``): writes its process id to
+    ``<task.case>.pid``, then sleeps past any test's patience."""
+    import os
+    import time
+
+    with open(f"{task.case}.pid", "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(120)

@@ -11,7 +11,8 @@ measured in the same run.
 Modules: ``runner`` (the loop), ``gate`` (correctness before timing),
 ``timing``, ``roofline``, ``resources`` (registers/spills of Triton kernels),
 ``peers`` (adapters for other libraries), ``results`` (rows, summary,
-CSV/JSON), ``display`` (rich), ``plot``.
+CSV/JSON), ``display`` (rich), ``plot``, ``warm`` (the warm-up that compiles in
+worker processes before the timing pass).
 """
 
 from exactfuse.bench.peers import PEERS, PeerAdapter, register_peer

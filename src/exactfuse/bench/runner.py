@@ -175,6 +175,20 @@ def expand_grid(op: Op, grid: str, device: torch.device | str, dtype: torch.dtyp
     return cases
 
 
+def select_cases(op: Op, dtype: torch.dtype, config: BenchConfig) -> list[Case | LazyCase]:
+    """The cases of ``op``'s grid for ``dtype`` that a run of ``config`` takes, in grid order: those
+    ``--resume`` names, then those ``--case`` matches, then every n-th of them (``--shard``)."""
+    cases = expand_grid(op, config.grid, config.device, dtype)
+    name = DTYPE_NAMES.get(dtype, str(dtype))
+    if config.cases is not None:
+        cases = [c for c in cases if case_key(name, c.id) in config.cases]
+    if config.case_pattern is not None:
+        cases = [c for c in cases if re.search(config.case_pattern, case_key(name, c.id))]
+    if config.shard is not None:
+        cases = cases[config.shard[0] :: config.shard[1]]
+    return cases
+
+
 def _device_type(case: Case) -> str:
     for value in (*case.args, *case.kwargs.values()):
         if isinstance(value, torch.Tensor):
@@ -214,8 +228,8 @@ class CaseBench:
             self._buffers = ([] if self.op.mutates_args else [first]) + [gate.clone_args(*first) for _ in range(copies)]
         return self._buffers
 
-    def row(self, cand: Candidate) -> Row:
-        row = Row(
+    def new_row(self, cand: Candidate) -> Row:
+        return Row(
             self.op.name,
             DTYPE_NAMES.get(self.dtype, str(self.dtype)),
             self.case.id,
@@ -225,29 +239,38 @@ class CaseBench:
             bytes=self.bytes,
             flops=self.flops,
         )
+
+    def check(self, cand: Candidate, row: Row) -> bool:
+        """``cand``'s first call on the case: whether it accepts the case, then its gate. Fills ``row``'s
+        status and error columns and says whether ``cand`` goes on to be timed; an exception propagates.
+        The warm-up before the timing pass (``bench.warm``) makes this same call."""
         args, kwargs = self.case.args, self.case.kwargs
+        verdict = cand.accepts(*args, **kwargs)
+        if verdict is not True:
+            row.status, row.note = "skipped", verdict if isinstance(verdict, str) else "declines these arguments"
+            return False
+        if cand.contract is None:
+            row.status = "reference"
+            return True
+        contract = cand.contract(self.dtype, self.device_type)
+        before = resources.snapshot(cand.kernels)
+        check = gate.run_gate(self.op, cand.prepare, args, kwargs, self.expected, contract, cand.result_only)
+        row.kernels = [k.as_dict() for k in resources.new_specializations(before, resources.snapshot(cand.kernels))]
+        row.contract, row.max_abs_err, row.max_ulp = check.contract, check.max_abs_err, check.max_ulp
+        row.mismatches = check.mismatches
+        if not check.passed:
+            row.note = check.summary()
+            if cand.gated:
+                row.status = "failed"
+                return False
+            row.status = "inexact"
+        return True
+
+    def row(self, cand: Candidate) -> Row:
+        row = self.new_row(cand)
         try:
-            verdict = cand.accepts(*args, **kwargs)
-            if verdict is not True:
-                row.status, row.note = "skipped", verdict if isinstance(verdict, str) else "declines these arguments"
+            if not self.check(cand, row):
                 return row
-            if cand.contract is not None:
-                contract = cand.contract(self.dtype, self.device_type)
-                before = resources.snapshot(cand.kernels)
-                check = gate.run_gate(self.op, cand.prepare, args, kwargs, self.expected, contract, cand.result_only)
-                row.kernels = [
-                    k.as_dict() for k in resources.new_specializations(before, resources.snapshot(cand.kernels))
-                ]
-                row.contract, row.max_abs_err, row.max_ulp = check.contract, check.max_abs_err, check.max_ulp
-                row.mismatches = check.mismatches
-                if not check.passed:
-                    row.note = check.summary()
-                    if cand.gated:
-                        row.status = "failed"
-                        return row
-                    row.status = "inexact"
-            else:
-                row.status = "reference"
             calls = [cand.prepare(a, kw) for a, kw in self.buffers()]
             row.time_us = 1e3 * self.timer(lambda: [call() for call in calls]) / len(calls)
             form = getattr(calls[0], "form", None)  # the peer's natural call that was fastest (peers.fastest)
@@ -303,14 +326,8 @@ def bench_op(
     reporter = reporter or Reporter()
     candidates = candidates or Candidates(config)
     cands = candidates.for_op(op)
-    cases = expand_grid(op, config.grid, config.device, dtype)
+    cases = select_cases(op, dtype, config)
     name = DTYPE_NAMES.get(dtype, str(dtype))
-    if config.cases is not None:
-        cases = [c for c in cases if case_key(name, c.id) in config.cases]
-    if config.case_pattern is not None:
-        cases = [c for c in cases if re.search(config.case_pattern, case_key(name, c.id))]
-    if config.shard is not None:
-        cases = cases[config.shard[0] :: config.shard[1]]
     reporter.start(op, dtype, [c.name for c in cands], len(cases))
     rows: list[Row] = []
     not_run = [] if not_run is None else not_run

@@ -1,0 +1,135 @@
+"""The warm-up before the timing pass: the bench's compiling spread over worker processes.
+
+On an empty cache most of a bench run is compiling, one kernel at a time: the exactfuse providers' Triton
+specializations, Inductor's graph of the native spec per shape (``native-compiled``) and the peers' kernels.
+The warm-up runs one task per (op, dtype, case) that the timing pass will run, in spawned processes; each
+task builds its case and makes each candidate's first call as the timing pass makes it
+(``CaseBench.check``: ``accepts``, then the gate), which compiles what that call needs into the disk caches
+the processes share (Triton's under ``TRITON_CACHE_DIR``, Inductor's FX graph cache under
+``TORCHINDUCTOR_CACHE_DIR``). The timing pass then runs in one process as before and loads from them.
+
+The warm-up times nothing, and nothing it computes reaches the results: a candidate that declines a case
+or raises is passed over (the timing pass reports it), a task that fails is a note.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import multiprocessing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from exactfuse.bench.runner import BenchConfig, Candidates, CaseBench, _error_note, select_cases
+from exactfuse.bench.timing import recompile_limits
+from exactfuse.registry import OPS, Case, LazyCase, Op
+from exactfuse.utils import DTYPE_NAMES, DTYPES_BY_NAME
+
+
+@dataclass(frozen=True)
+class WarmTask:
+    """One case of one op and dtype, and the names of the candidates the timing pass runs on it;
+    ``kernels``: how many Triton kernels those candidates declare (the tasks with the most start first)."""
+
+    op: str
+    dtype: str
+    case: str
+    candidates: tuple[str, ...]
+    kernels: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.op} {self.dtype}/{self.case}"
+
+
+def warm_tasks(ops: Sequence[Op], config: BenchConfig) -> list[WarmTask]:
+    """The tasks of a run of ``config`` over ``ops``, in the timing pass's order: each dtype the op takes,
+    each case ``select_cases`` keeps (``--case``, ``--shard``, ``--resume``), each candidate
+    ``Candidates.for_op`` gives (``--provider``, ``--no-compile``)."""
+    candidates = Candidates(config)
+    tasks = []
+    for op in ops:
+        cands = candidates.for_op(op)
+        names, kernels = tuple(c.name for c in cands), sum(len(c.kernels) for c in cands)
+        for dtype in config.dtypes:
+            if dtype in op.dtypes:
+                name = DTYPE_NAMES.get(dtype, str(dtype))
+                tasks += [WarmTask(op.name, name, case.id, names, kernels) for case in select_cases(op, dtype, config)]
+    return tasks
+
+
+def warm_case(task: WarmTask, config: BenchConfig) -> None:
+    """Build ``task``'s case and make each of its candidates' first call on it, as ``bench_op`` does
+    (under ``torch.no_grad``, dynamo's recompile limits raised). A candidate that declines or raises is
+    passed over; an error building the case or its reference propagates."""
+    op, dtype = OPS[task.op], DTYPES_BY_NAME[task.dtype]
+    cands = [c for c in Candidates(config).for_op(op) if c.name in task.candidates]
+    case = _grid_case(op, dtype, config, task.case)
+    with torch.no_grad(), recompile_limits():
+        built = case.materialize() if isinstance(case, LazyCase) else case
+        bench = CaseBench(op, dtype, built, config, timer=None, roof=None)  # check() neither times nor reads them
+        for cand in cands:
+            with contextlib.suppress(Exception):
+                bench.check(cand, bench.new_row(cand))
+
+
+def _grid_case(op: Op, dtype: torch.dtype, config: BenchConfig, case_id: str) -> Case | LazyCase:
+    """The case ``case_id`` of ``op``'s grid; the cases before it are dropped as the grid yields them."""
+    for case in op.grids[config.grid](torch.device(config.device), dtype):
+        if case.id == case_id:
+            return case
+    raise KeyError(f"{op.name}: the {config.grid!r} grid has no case {case_id!r}")
+
+
+def warm_task(task: WarmTask, config: BenchConfig) -> str | None:
+    """``warm_case`` in a worker process; a note instead of an exception. Inductor compiles in the process
+    (the workers are the parallelism; its own pool would be a process per core in each) and keeps no
+    autotune cache: the config it would pick among a kernel's by timing them beside busy workers is left
+    to the timing pass to pick. Neither setting is part of Inductor's cache key."""
+    import torch._inductor.config as inductor_config
+
+    import exactfuse.ops  # noqa: F401  (declares every op in a fresh process)
+
+    try:
+        with inductor_config.patch(compile_threads=1, autotune_local_cache=False):
+            warm_case(task, config)
+    except Exception as exc:
+        return _error_note(exc)
+    return None
+
+
+def warm_up(
+    tasks: Sequence[WarmTask],
+    config: BenchConfig,
+    jobs: int,
+    work: Callable[[WarmTask, BenchConfig], str | None] = warm_task,
+) -> list[str]:
+    """Run ``work(task, config)`` for every task in ``jobs`` spawned processes, the tasks whose candidates
+    declare the most kernels first; a note per task that failed. ``KeyboardInterrupt`` (SIGINT, or SIGTERM
+    under ``exactfuse bench``) ends the workers at once and is raised again."""
+    context = multiprocessing.get_context("spawn")  # a forked CUDA context is unusable
+    pool = concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context)
+    notes = []
+    try:
+        futures = {pool.submit(work, t, config): t for t in sorted(tasks, key=lambda t: -t.kernels)}
+        for future in concurrent.futures.as_completed(futures):
+            try:
+                note = future.result()
+            except Exception as exc:  # a worker that died, a task that could not be sent
+                note = _error_note(exc)
+            if note:
+                notes.append(f"{futures[future]}: {note}")
+        pool.shutdown()
+    except BaseException:
+        _end_workers(pool)
+        raise
+    return notes
+
+
+def _end_workers(pool: concurrent.futures.ProcessPoolExecutor) -> None:
+    """Drop the tasks not started and end the workers now, not after the compiles they are in."""
+    workers = list((pool._processes or {}).values())  # Python has no public way before 3.14's terminate_workers
+    for process in workers:
+        process.terminate()
+    pool.shutdown(wait=True, cancel_futures=True)
