@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import signal
 import time
 from collections.abc import Sequence
@@ -30,6 +29,7 @@ from exactfuse.bench.runner import COMPILED, NATIVE, BenchConfig, BenchInterrupt
 from exactfuse.bench.timing import Timer, cudagraph_timer, l2_cache_bytes, recompile_limits
 from exactfuse.registry import OPS, Op
 from exactfuse.utils import DTYPES_BY_NAME
+from exactfuse_cli.commands import compile_workers
 
 DTYPES = DTYPES_BY_NAME
 
@@ -182,10 +182,7 @@ def sigterm_interrupts():
 def warm_jobs(requested: int | None) -> int:
     """Processes of the warm-up before the timing pass (``--jobs``; 1: no warm-up). By default a process
     per core but two, at most 16, on a CUDA machine with 8 or more cores (as ``verify --jobs``); else 1."""
-    if requested is not None:
-        return requested
-    cores = os.cpu_count() or 1
-    return min(cores - 2, 16) if torch.cuda.is_available() and cores >= 8 else 1
+    return requested if requested is not None else compile_workers()
 
 
 def warm_up(ops: list[Op], config: BenchConfig, jobs: int, console: Console) -> bool:

@@ -6,6 +6,7 @@ parser has turned the Triton interpreter on before this import.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import warnings
@@ -35,6 +36,14 @@ class UnknownOpError(KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+def compile_workers() -> int:
+    """Worker processes for compiling in parallel (``verify --jobs``, the bench's warm-up): a process per
+    core but two, at most 16, on a CUDA machine with 8 or more cores, where most of a cold run is
+    compiling one kernel at a time a process; else 1."""
+    cores = os.cpu_count() or 1
+    return min(cores - 2, 16) if torch.cuda.is_available() and cores >= 8 else 1
 
 
 def named_ops(names: list[str] | None):

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from exactfuse.registry import get
 from exactfuse.registry.contracts import Bitwise, RowBitwise, Ulp
-from exactfuse_cli.commands import DTYPES, SHORT, device_here, named_ops
+from exactfuse_cli.commands import DTYPES, SHORT, compile_workers, device_here, named_ops
 
 # Contracts stated in ulps of the output dtype: verify's "max ulp" column is theirs; under a tolerance
 # contract an ulp count (of tiny values near zero) says nothing, and the column shows "-".
@@ -170,12 +170,11 @@ def default_jobs(quick: bool, tasks: list[tuple[str, str, str]]) -> int:
     (:func:`_compiled_marker`): each worker starts its own torch and CUDA context, more than a warm
     ``--quick`` run's rows take (on the H200 13.9 s in one process against 20.6 s in four,
     ``sweeps/verify_time.txt``). Elsewhere 1."""
-    cores = os.cpu_count() or 1
-    if not (torch.cuda.is_available() and cores >= 8):
+    most = compile_workers()
+    if most == 1:
         return 1
     if quick and all(os.path.exists(_compiled_marker(task)) for task in tasks):
         return 1
-    most = min(cores - 2, 16)
     return max(1, min(most, len(part_tasks(tasks, most))))
 
 

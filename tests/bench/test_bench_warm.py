@@ -99,7 +99,7 @@ def test_jobs_option_and_its_default(monkeypatch):
         parser.parse_args(["--jobs", "0"])
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     for cores, jobs in ((4, 1), (8, 6), (16, 14), (32, 16)):
-        monkeypatch.setattr(bench_cli.os, "cpu_count", lambda cores=cores: cores)
+        monkeypatch.setattr(os, "cpu_count", lambda cores=cores: cores)
         assert bench_cli.warm_jobs(None) == jobs
     assert bench_cli.warm_jobs(1) == 1 and bench_cli.warm_jobs(3) == 3
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
