@@ -195,18 +195,22 @@ def warm_up(ops: list[Op], config: BenchConfig, jobs: int, console: Console) -> 
     try:
         tasks = warm.warm_tasks(ops, config)
         jobs = min(jobs, len(tasks))
-        notes = warm.warm_up(tasks, config, jobs) if jobs > 1 else None
+        done = warm.warm_up(tasks, config, jobs) if jobs > 1 else None
     except KeyboardInterrupt:
         console.print("[yellow]interrupted in the warm-up, before any case was timed[/]")
         return False
     except Exception as exc:  # the timing pass compiles what the warm-up did not
         console.print(f"[dim]warm-up not run: {escape(f'{type(exc).__name__}: {exc}')}[/]", highlight=False)
         return True
-    if notes is not None:
-        for note in notes:
+    if done is not None:
+        for note in done.notes:
             console.print(f"[dim]warm-up: {escape(note)}[/]", highlight=False)
         seconds = time.perf_counter() - started
-        console.print(f"warm-up: {len(tasks)} tasks in {jobs} processes, {seconds:.1f} s", highlight=False)
+        longest = ", ".join(f"{task} {s:.1f} s" for task, s in done.longest())
+        console.print(
+            f"warm-up: {len(tasks)} tasks in {jobs} processes, {seconds:.1f} s; longest: {escape(longest)}",
+            highlight=False,
+        )
     return True
 
 

@@ -17,7 +17,7 @@ from rich.console import Console
 
 import exactfuse_cli
 from exactfuse.bench import warm
-from exactfuse.bench.warm import WarmTask
+from exactfuse.bench.warm import WarmTask, WarmUp
 from exactfuse_cli import bench as bench_cli
 from support.bench_fakes import CALLS, LAST, ROOF, bench_config, fake_timer, sleeping_warm_task
 
@@ -65,8 +65,9 @@ def test_a_task_that_fails_is_a_note(fake_op):
 def test_tasks_that_fail_in_worker_processes_are_notes(fake_op):
     """The fake op is declared in this process only: each spawned worker finds no such op."""
     tasks = [WarmTask(fake_op.name, "fp32", case, ("good",)) for case in ("n8", "n64")]
-    notes = warm.warm_up(tasks, bench_config(), 2)
-    assert sorted(notes) == sorted(f"{t}: KeyError: '{fake_op.name}'" for t in tasks)
+    done = warm.warm_up(tasks, bench_config(), 2)
+    assert sorted(done.seconds) == sorted(map(str, tasks)) and all(s >= 0 for s in done.seconds.values())
+    assert sorted(done.notes) == sorted(f"{t}: KeyError: '{fake_op.name}'" for t in tasks)
 
 
 def test_sigterm_in_the_warm_up_ends_its_workers_at_once(tmp_path):
@@ -114,7 +115,8 @@ def test_one_process_is_no_warm_up_and_more_are_at_most_one_a_task(fake_op, monk
         return warm_tasks(ops, config)
 
     monkeypatch.setattr(warm, "warm_tasks", listing)
-    monkeypatch.setattr(warm, "warm_up", lambda tasks, config, jobs: ran.append((len(tasks), jobs)) or ["a [note]"])
+    done = WarmUp(["a [note]"], {"op bf16/x": 2.5, "op bf16/y": 7.5})
+    monkeypatch.setattr(warm, "warm_up", lambda tasks, config, jobs: ran.append((len(tasks), jobs)) or done)
     console = Console(file=io.StringIO(), width=200)
     assert bench_cli.warm_up([fake_op], bench_config(), 1, console) and not ran and not listed  # no grid built
     assert console.file.getvalue() == ""
@@ -123,6 +125,7 @@ def test_one_process_is_no_warm_up_and_more_are_at_most_one_a_task(fake_op, monk
     assert bench_cli.warm_up([fake_op], bench_config(), 8, console) and ran[-1] == (3, 3)
     text = console.file.getvalue()
     assert "warm-up: a [note]" in text and "warm-up: 3 tasks in 2 processes" in text
+    assert "longest: op bf16/y 7.5 s, op bf16/x 2.5 s" in text
     assert "warm-up: 3 tasks in 3 processes" in text
 
 

@@ -17,8 +17,9 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import multiprocessing
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -41,6 +42,18 @@ class WarmTask:
 
     def __str__(self) -> str:
         return f"{self.op} {self.dtype}/{self.case}"
+
+
+@dataclass
+class WarmUp:
+    """What a warm-up leaves: a note per task that failed, and each finished task's seconds in its worker
+    (``longest``: the tasks that bound the warm-up's time)."""
+
+    notes: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def longest(self, n: int = 3) -> list[tuple[str, float]]:
+        return sorted(self.seconds.items(), key=lambda item: -item[1])[:n]
 
 
 def warm_tasks(ops: Sequence[Op], config: BenchConfig) -> list[WarmTask]:
@@ -99,32 +112,42 @@ def warm_task(task: WarmTask, config: BenchConfig) -> str | None:
     return None
 
 
+def timed_task(
+    work: Callable[[WarmTask, BenchConfig], str | None], task: WarmTask, config: BenchConfig
+) -> tuple[str | None, float]:
+    """``work(task, config)`` and its seconds, measured in the worker (not the wait for a free one)."""
+    started = time.perf_counter()
+    note = work(task, config)
+    return note, time.perf_counter() - started
+
+
 def warm_up(
     tasks: Sequence[WarmTask],
     config: BenchConfig,
     jobs: int,
     work: Callable[[WarmTask, BenchConfig], str | None] = warm_task,
-) -> list[str]:
+) -> WarmUp:
     """Run ``work(task, config)`` for every task in ``jobs`` spawned processes, the tasks whose candidates
-    declare the most kernels first; a note per task that failed. ``KeyboardInterrupt`` (SIGINT, or SIGTERM
-    under ``exactfuse bench``) ends the workers at once and is raised again."""
+    declare the most kernels first. ``KeyboardInterrupt`` (SIGINT, or SIGTERM under ``exactfuse bench``)
+    ends the workers at once and is raised again."""
     context = multiprocessing.get_context("spawn")  # a forked CUDA context is unusable
     pool = concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context)
-    notes = []
+    done = WarmUp()
     try:
-        futures = {pool.submit(work, t, config): t for t in sorted(tasks, key=lambda t: -t.kernels)}
+        futures = {pool.submit(timed_task, work, t, config): t for t in sorted(tasks, key=lambda t: -t.kernels)}
         for future in concurrent.futures.as_completed(futures):
+            task = futures[future]
             try:
-                note = future.result()
+                note, done.seconds[str(task)] = future.result()
             except Exception as exc:  # a worker that died, a task that could not be sent
                 note = _error_note(exc)
             if note:
-                notes.append(f"{futures[future]}: {note}")
+                done.notes.append(f"{task}: {note}")
         pool.shutdown()
     except BaseException:
         _end_workers(pool)
         raise
-    return notes
+    return done
 
 
 def _end_workers(pool: concurrent.futures.ProcessPoolExecutor) -> None:
