@@ -43,9 +43,18 @@ def test_warm_tasks_are_the_cases_and_candidates_the_timing_pass_runs(fake_op, s
     for row in all_rows[fake_op.name]:
         timed.setdefault((row.dtype, row.shape), []).append(row.provider)
     tasks = warm.warm_tasks([fake_op], config)
-    assert [(t.dtype, t.case) for t in tasks] == list(timed)
-    assert all(list(t.candidates) == timed[t.dtype, t.case] for t in tasks)
-    assert all(t.kernels == (1 if "good" in t.candidates else 0) for t in tasks)  # the good provider's one kernel
+    assert all(len(t.candidates) == 1 for t in tasks)  # a task each, so one case's compiles run side by side
+    by_case: dict[tuple[str, str], list[str]] = {}
+    for t in tasks:
+        by_case.setdefault((t.dtype, t.case), []).append(t.candidates[0])
+    untimed = {
+        key: [c for c in names if c != "native"] for key, names in timed.items()
+    }  # the eager spec compiles nothing
+    assert by_case == {key: names for key, names in untimed.items() if names}
+    assert list(by_case) == [key for key, names in untimed.items() if names]  # in the timing pass's order
+    assert all(t.kernels == (1 if t.candidates == ("good",) else 0) for t in tasks)  # the good provider's one kernel
+    kinds = [t.kind for t in sorted(tasks, key=lambda t: t.order)]
+    assert kinds == sorted(kinds, key=lambda kind: kind == "exactfuse")  # the compiled spec and the peers first
 
 
 def test_a_candidate_that_raises_or_declines_is_passed_over(fake_op):
@@ -120,13 +129,16 @@ def test_one_process_is_no_warm_up_and_more_are_at_most_one_a_task(fake_op, monk
     console = Console(file=io.StringIO(), width=200)
     assert bench_cli.warm_up([fake_op], bench_config(), 1, console) and not ran and not listed  # no grid built
     assert console.file.getvalue() == ""
-    assert bench_cli.warm_up([fake_op], bench_config(case_pattern="n8$"), 4, console) and listed and not ran  # 1 task
-    assert bench_cli.warm_up([fake_op], bench_config(), 2, console) and ran == [(3, 2)]
-    assert bench_cli.warm_up([fake_op], bench_config(), 8, console) and ran[-1] == (3, 3)
+    one_task = bench_config(case_pattern="n8$", providers=["good"])  # the good provider on one case
+    assert len(warm_tasks([fake_op], one_task)) == 1
+    assert bench_cli.warm_up([fake_op], one_task, 4, console) and listed and not ran
+    n = len(warm_tasks([fake_op], bench_config()))
+    assert bench_cli.warm_up([fake_op], bench_config(), 2, console) and ran == [(n, 2)]
+    assert bench_cli.warm_up([fake_op], bench_config(), n + 5, console) and ran[-1] == (n, n)
     text = console.file.getvalue()
-    assert "warm-up: a [note]" in text and "warm-up: 3 tasks in 2 processes" in text
+    assert "warm-up: a [note]" in text and f"warm-up: {n} tasks in 2 processes" in text
     assert "longest: op bf16/y 7.5 s, op bf16/x 2.5 s" in text
-    assert "warm-up: 3 tasks in 3 processes" in text
+    assert f"warm-up: {n} tasks in {n} processes" in text
 
 
 def test_an_interrupt_in_the_warm_up_stops_the_run_and_a_failure_does_not(fake_op, monkeypatch):

@@ -2,9 +2,11 @@
 
 On an empty cache most of a bench run is compiling, one kernel at a time: the exactfuse providers' Triton
 specializations, Inductor's graph of the native spec per shape (``native-compiled``) and the peers' kernels.
-The warm-up runs one task per (op, dtype, case) that the timing pass will run, in spawned processes; each
-task builds its case and makes each candidate's first call as the timing pass makes it
-(``CaseBench.check``: ``accepts``, then the gate), which compiles what that call needs into the disk caches
+The warm-up runs one task per (op, dtype, case, candidate) that the timing pass will run, in spawned
+processes, so that the compiles of one case's candidates (its Triton kernels, the spec under torch.compile,
+a peer's own compiled form) run side by side; each task builds its case and makes its candidate's first call
+as the timing pass makes it (``CaseBench.check``: ``accepts``, then the gate), which compiles what that call
+needs into the disk caches
 the processes share (Triton's under ``TRITON_CACHE_DIR``, Inductor's FX graph cache under
 ``TORCHINDUCTOR_CACHE_DIR``). The timing pass then runs in one process as before and loads from them.
 
@@ -31,17 +33,24 @@ from exactfuse.utils import DTYPE_NAMES, DTYPES_BY_NAME
 
 @dataclass(frozen=True)
 class WarmTask:
-    """One case of one op and dtype, and the names of the candidates the timing pass runs on it;
-    ``kernels``: how many Triton kernels those candidates declare (the tasks with the most start first)."""
+    """One case of one op and dtype, and the names of the candidates to call on it (the warm-up gives each
+    task one); ``kernels``: how many Triton kernels those candidates declare; ``kind``: the candidate's
+    (``Candidate.kind``). The compiled spec's and the peers' tasks start first (Inductor's compiles and the
+    peers' autotuning are the longest), then the exactfuse providers', the most kernels first."""
 
     op: str
     dtype: str
     case: str
     candidates: tuple[str, ...]
     kernels: int = 0
+    kind: str = ""
+
+    @property
+    def order(self) -> tuple[bool, int]:
+        return self.kind == "exactfuse", -self.kernels
 
     def __str__(self) -> str:
-        return f"{self.op} {self.dtype}/{self.case}"
+        return f"{self.op} {self.dtype}/{self.case} {','.join(self.candidates)}"
 
 
 @dataclass
@@ -59,16 +68,20 @@ class WarmUp:
 def warm_tasks(ops: Sequence[Op], config: BenchConfig) -> list[WarmTask]:
     """The tasks of a run of ``config`` over ``ops``, in the timing pass's order: each dtype the op takes,
     each case ``select_cases`` keeps (``--case``, ``--shard``, ``--resume``), each candidate
-    ``Candidates.for_op`` gives (``--provider``, ``--no-compile``)."""
+    ``Candidates.for_op`` gives (``--provider``, ``--no-compile``), a task each, but the eager spec's."""
     candidates = Candidates(config)
     tasks = []
     for op in ops:
         cands = candidates.for_op(op)
-        names, kernels = tuple(c.name for c in cands), sum(len(c.kernels) for c in cands)
         for dtype in config.dtypes:
             if dtype in op.dtypes:
                 name = DTYPE_NAMES.get(dtype, str(dtype))
-                tasks += [WarmTask(op.name, name, case.id, names, kernels) for case in select_cases(op, dtype, config)]
+                tasks += [
+                    WarmTask(op.name, name, case.id, (c.name,), len(c.kernels), c.kind)
+                    for case in select_cases(op, dtype, config)
+                    for c in cands
+                    if c.kind != "reference"  # the eager spec compiles nothing
+                ]
     return tasks
 
 
@@ -127,14 +140,14 @@ def warm_up(
     jobs: int,
     work: Callable[[WarmTask, BenchConfig], str | None] = warm_task,
 ) -> WarmUp:
-    """Run ``work(task, config)`` for every task in ``jobs`` spawned processes, the tasks whose candidates
-    declare the most kernels first. ``KeyboardInterrupt`` (SIGINT, or SIGTERM under ``exactfuse bench``)
-    ends the workers at once and is raised again."""
+    """Run ``work(task, config)`` for every task in ``jobs`` spawned processes, in ``WarmTask.order``.
+    ``KeyboardInterrupt`` (SIGINT, or SIGTERM under ``exactfuse bench``) ends the workers at once and is
+    raised again."""
     context = multiprocessing.get_context("spawn")  # a forked CUDA context is unusable
     pool = concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context)
     done = WarmUp()
     try:
-        futures = {pool.submit(timed_task, work, t, config): t for t in sorted(tasks, key=lambda t: -t.kernels)}
+        futures = {pool.submit(timed_task, work, t, config): t for t in sorted(tasks, key=lambda t: t.order)}
         for future in concurrent.futures.as_completed(futures):
             task = futures[future]
             try:
