@@ -224,8 +224,8 @@ op.grid("default")(lambda device, dtype: _grid(device, dtype, [
     *((rows, Hq, Hkv, D, 2048, dtype) for Hq, Hkv in GRID_HEADS for D in (128, 256) for rows in GRID_ROWS),
     *((rows, 24, 2, D, 2048, torch.float8_e4m3fn) for D in (128, 256) for rows in (1, 64, 1024)),
 ]))  # fmt: skip
-# decode (one row), a prefill chunk (64 rows) and the fp8 cache; 1024 rows is left to the default grid (the
-# eager spec takes 46 ms a call there on an H100, and its candidates' compiles bound the quick bench)
+# decode (one row), a prefill chunk (64 rows) and the fp8 cache; 1024 rows is left to the default grid: its
+# candidates' compiles were the quick bench's longest task (benchmarks/results/h100/sweeps/main_job_times.txt)
 op.grid("quick")(lambda device, dtype: _grid(device, dtype, [
     (1, 24, 2, 256, 2048, dtype), (64, 24, 2, 256, 2048, dtype), (64, 24, 2, 256, 2048, torch.float8_e4m3fn),
 ]))  # fmt: skip
