@@ -6,9 +6,9 @@ The warm-up runs one task per (op, dtype, case, candidate) that the timing pass 
 processes, so that the compiles of one case's candidates (its Triton kernels, the spec under torch.compile,
 a peer's own compiled form) run side by side; each task builds its case and makes its candidate's first call
 as the timing pass makes it (``CaseBench.check``: ``accepts``, then the gate), which compiles what that call
-needs into the disk caches
-the processes share (Triton's under ``TRITON_CACHE_DIR``, Inductor's FX graph cache under
-``TORCHINDUCTOR_CACHE_DIR``). The timing pass then runs in one process as before and loads from them.
+needs into the disk caches the processes share (Triton's under ``TRITON_CACHE_DIR``, Inductor's FX graph
+cache under ``TORCHINDUCTOR_CACHE_DIR``). The timing pass then runs in one process as before and loads from
+them.
 
 The warm-up times nothing, and nothing it computes reaches the results: a candidate that declines a case
 or raises is passed over (the timing pass reports it), a task that fails is a note.
