@@ -139,10 +139,19 @@ def bench_and_write(
                 op_meta = dict(meta, incomplete={"cases_not_run": not_run}) if not_run else meta
                 csv_path, json_path = results.write_op_results(out_dir, op.name, rows, op_meta)
                 console.print(f"[dim]wrote {csv_path} and {json_path}[/]")
-            console.print(f"{op.name}: {time.perf_counter() - started:.1f} s", highlight=False)
+            console.print(f"{op.name}: {time.perf_counter() - started:.1f} s{_longest_row(rows)}", highlight=False)
             if interrupted is not None:
                 raise interrupted
     return all_rows
+
+
+def _longest_row(rows: list[results.Row]) -> str:
+    """``; longest row: <provider> <dtype>/<shape> S s``: where an op's bench time went."""
+    clocked = [r for r in rows if r.seconds is not None]
+    if not clocked:
+        return ""
+    r = max(clocked, key=lambda r: r.seconds)
+    return f"; longest row: {r.provider} {r.dtype}/{r.shape} {r.seconds:.1f} s"
 
 
 def _failures(all_rows: dict[str, list[results.Row]]) -> list[results.Row]:

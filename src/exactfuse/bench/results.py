@@ -60,6 +60,9 @@ class Row:
     speedup_vs_native_compiled: float | None = None
     kernels: list[dict] = field(default_factory=list)
     note: str = ""
+    # wall seconds the row took: the candidate's first call (its compile, where the warm-up left one), the
+    # gate and the timing; where a bench's time goes
+    seconds: float | None = None
     # merged results: the index in ``meta["shards"]`` of the run that measured this row (None: one run, or
     # a row merged before runs were recorded per row whose run the commands cannot tell)
     shard: int | None = None

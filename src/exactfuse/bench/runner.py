@@ -267,6 +267,12 @@ class CaseBench:
         return True
 
     def row(self, cand: Candidate) -> Row:
+        started = time.perf_counter()
+        row = self._timed_row(cand)
+        row.seconds = time.perf_counter() - started
+        return row
+
+    def _timed_row(self, cand: Candidate) -> Row:
         row = self.new_row(cand)
         try:
             if not self.check(cand, row):
