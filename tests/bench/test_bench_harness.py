@@ -110,8 +110,9 @@ def test_rows_of_correct_skipped_broken_and_peer_providers(fake_op):
     # every row, timed, skipped or broken, carries the wall seconds it took
     assert all(r.seconds is not None and r.seconds >= 0 for r in rows.values())
     longest = max(rows.values(), key=lambda r: r.seconds)
-    assert bench_cli._longest_row(list(rows.values())).endswith(f"{longest.provider} fp32/{longest.shape} "
-                                                               f"{longest.seconds:.1f} s")
+    assert bench_cli._longest_row(list(rows.values())).endswith(
+        f"{longest.provider} fp32/{longest.shape} {longest.seconds:.1f} s"
+    )
 
 
 def test_a_failing_reference_makes_error_rows_and_the_run_goes_on(fake_op):
