@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
 import time
 from collections.abc import Sequence
@@ -29,7 +30,7 @@ from exactfuse.bench.runner import COMPILED, NATIVE, BenchConfig, BenchInterrupt
 from exactfuse.bench.timing import Timer, cudagraph_timer, l2_cache_bytes, recompile_limits
 from exactfuse.registry import OPS, Op
 from exactfuse.utils import DTYPES_BY_NAME
-from exactfuse_cli.commands import compile_workers
+from exactfuse_cli.commands import compile_workers, compiled_marker, mark_compiled
 
 DTYPES = DTYPES_BY_NAME
 
@@ -203,6 +204,9 @@ def warm_up(ops: list[Op], config: BenchConfig, jobs: int, console: Console) -> 
     started = time.perf_counter()
     try:
         tasks = warm.warm_tasks(ops, config)
+        if tasks and all(os.path.exists(_marker(config, task.key)) for task in tasks):
+            console.print(f"warm-up: none, a run here has made the first calls of its {len(tasks)} tasks")
+            return True
         jobs = min(jobs, len(tasks))
         done = warm.warm_up(tasks, config, jobs) if jobs > 1 else None
     except KeyboardInterrupt:
@@ -216,11 +220,28 @@ def warm_up(ops: list[Op], config: BenchConfig, jobs: int, console: Console) -> 
             console.print(f"[dim]warm-up: {escape(note)}[/]", highlight=False)
         seconds = time.perf_counter() - started
         longest = ", ".join(f"{task} {s:.1f} s" for task, s in done.longest())
+        retried = f", {done.retried} run again out of memory" if done.retried else ""
         console.print(
-            f"warm-up: {len(tasks)} tasks in {jobs} processes, {seconds:.1f} s; longest: {escape(longest)}",
+            f"warm-up: {len(tasks)} tasks in {jobs} processes{retried}, {seconds:.1f} s; longest: {escape(longest)}",
             highlight=False,
         )
     return True
+
+
+def _marker(config: BenchConfig, key: tuple[str, ...]) -> str:
+    """The marker (``commands.compiled_marker``) of a (op, dtype, case, candidate) of ``config``'s grid: the
+    timing pass made that candidate's first call on that case here, so its compiles are in the caches and a
+    warm-up of it would compile nothing."""
+    return compiled_marker("bench", (config.grid, *key))
+
+
+def mark_rows(config: BenchConfig, all_rows: dict[str, list[results.Row]]) -> None:
+    """Mark each row's (op, dtype, case, candidate) as called here (:func:`_marker`): the next run's warm-up
+    leaves out what every task of it would recompile. A row that failed or erred is marked too: its first
+    call ran and compiled what it could."""
+    for rows in all_rows.values():
+        for row in rows:
+            mark_compiled("bench", (config.grid, row.op, row.dtype, row.shape, row.provider))
 
 
 def bench_device() -> torch.device:
@@ -299,6 +320,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
                 console=console,
                 reporter=reporter,
             )
+        mark_rows(config, all_rows)
     except BenchInterruptedError:
         console.print(f"[yellow]interrupted; rerun with --resume {out_dir}/<op>.json for the cases left[/]")
         return 130

@@ -46,6 +46,35 @@ def compile_workers() -> int:
     return min(cores - 2, 16) if torch.cuda.is_available() and cores >= 8 else 1
 
 
+def compiled_marker(kind: str, task: tuple[str, ...]) -> str:
+    """An empty file in Triton's cache directory saying that ``task`` of ``kind`` (a quick verify row, a
+    bench warm-up task) ran here with this exactfuse, Triton, torch and GPU, so its compiles are in the
+    caches; it goes when Triton's cache is cleared."""
+    import hashlib
+
+    import triton
+    from triton import knobs
+
+    import exactfuse
+
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    where = "|".join((exactfuse.__version__, triton.__version__, torch.__version__, device))
+    key = hashlib.sha256(where.encode()).hexdigest()[:16]
+    name = ".".join(part.replace(os.sep, "_") for part in task)
+    return os.path.join(knobs.cache.dir, f"exactfuse-{kind}", key, name)
+
+
+def mark_compiled(kind: str, task: tuple[str, ...]) -> None:
+    """Write :func:`compiled_marker`'s file; a read-only cache is passed over (the next run compiles in
+    parallel again)."""
+    path = compiled_marker(kind, task)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        open(path, "a").close()
+    except OSError:
+        pass
+
+
 def named_ops(names: list[str] | None):
     """The ops ``--op`` names (all without it); an unknown name raises :class:`UnknownOpError`."""
     from exactfuse.registry import OPS

@@ -15,7 +15,15 @@ from rich.table import Table
 
 from exactfuse.registry import get
 from exactfuse.registry.contracts import Bitwise, RowBitwise, Ulp
-from exactfuse_cli.commands import DTYPES, SHORT, compile_workers, device_here, named_ops
+from exactfuse_cli.commands import (
+    DTYPES,
+    SHORT,
+    compile_workers,
+    compiled_marker,
+    device_here,
+    mark_compiled,
+    named_ops,
+)
 
 # Contracts stated in ulps of the output dtype: verify's "max ulp" column is theirs; under a tolerance
 # contract an ulp count (of tiny values near zero) says nothing, and the column shows "-".
@@ -179,28 +187,13 @@ def default_jobs(quick: bool, tasks: list[tuple[str, str, str]]) -> int:
 
 
 def _compiled_marker(task: tuple[str, str, str]) -> str:
-    """An empty file in Triton's cache directory saying the quick row ``(op, provider, dtype)`` ran here
-    with this exactfuse, Triton, torch and GPU, so its kernels are in that cache (it goes when the
-    cache is cleared)."""
-    import hashlib
-
-    import triton
-    from triton import knobs
-
-    import exactfuse
-
-    where = "|".join((exactfuse.__version__, triton.__version__, torch.__version__, torch.cuda.get_device_name()))
-    key = hashlib.sha256(where.encode()).hexdigest()[:16]
-    return os.path.join(knobs.cache.dir, "exactfuse-verify-quick", key, ".".join(task))
+    """The marker of the quick row ``(op, provider, dtype)`` (``commands.compiled_marker``): its kernels are
+    in Triton's cache here."""
+    return compiled_marker("verify-quick", task)
 
 
 def _mark_compiled(task: tuple[str, str, str]) -> None:
-    path = _compiled_marker(task)
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        open(path, "a").close()
-    except OSError:  # a read-only cache: the next quick run starts workers again
-        pass
+    mark_compiled("verify-quick", task)
 
 
 def run(args, console: Console) -> int:

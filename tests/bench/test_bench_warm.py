@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import itertools
 import os
 import signal
 import threading
@@ -19,7 +20,7 @@ import exactfuse_cli
 from exactfuse.bench import warm
 from exactfuse.bench.warm import WarmTask, WarmUp
 from exactfuse_cli import bench as bench_cli
-from support.bench_fakes import CALLS, LAST, ROOF, bench_config, fake_timer, sleeping_warm_task
+from support.bench_fakes import CALLS, LAST, ROOF, bench_config, fake_timer, oom_once_warm_task, sleeping_warm_task
 
 SELECTIONS = {
     "whole-grid": {},
@@ -77,6 +78,44 @@ def test_tasks_that_fail_in_worker_processes_are_notes(fake_op):
     done = warm.warm_up(tasks, bench_config(), 2)
     assert sorted(done.seconds) == sorted(map(str, tasks)) and all(s >= 0 for s in done.seconds.values())
     assert sorted(done.notes) == sorted(f"{t}: KeyError: '{fake_op.name}'" for t in tasks)
+
+
+def test_tasks_out_of_memory_run_again_fewer_at_a_time(tmp_path):
+    """A large case built by many workers at once runs the card out of memory: those tasks run once more
+    after the others, a quarter of the workers at a time; a task out of memory again keeps its note."""
+    tasks = [WarmTask("oom", "fp32", str(tmp_path / f"task{i}"), ()) for i in range(4)]
+    tasks.append(WarmTask("oom", "fp32", str(tmp_path / "always"), ()))
+    done = warm.warm_up(tasks, bench_config(), 4, work=oom_once_warm_task)
+    assert done.retried == 5 and warm.retry_jobs(4) == 1 and warm.retry_jobs(14) == 3
+    assert done.notes == [f"{tasks[-1]}: OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."]
+    spans = sorted(tuple(map(float, path.read_text().split())) for path in tmp_path.glob("*.ran"))
+    assert len(spans) == 4 and all(end <= start for (_, end), (start, _) in itertools.pairwise(spans))  # one a time
+    assert warm.out_of_memory("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate`")
+    assert not warm.out_of_memory(None) and not warm.out_of_memory("KeyError: 'n7'")
+
+
+def test_no_warm_up_once_a_run_here_made_every_first_call(fake_op, monkeypatch, tmp_path):
+    """The timing pass marks each (case, candidate) it called; a run whose every task is marked (this
+    exactfuse, Triton, torch and GPU, the same grid) starts no workers."""
+    from triton import knobs
+
+    monkeypatch.setattr(knobs.cache, "dir", str(tmp_path))
+    ran = []
+    monkeypatch.setattr(warm, "warm_up", lambda tasks, config, jobs: ran.append(len(tasks)) or WarmUp())
+    config = bench_config(compile_backend="eager")
+    console = Console(file=io.StringIO(), width=200)
+    assert bench_cli.warm_up([fake_op], config, 4, console) and len(ran) == 1
+    all_rows = bench_cli.bench_and_write(
+        [fake_op], config, timer=fake_timer, roofline=ROOF, meta={}, out_dir=None, console=Console(file=io.StringIO())
+    )
+    bench_cli.mark_rows(bench_config(grid="quick"), all_rows)  # another grid's marks
+    assert bench_cli.warm_up([fake_op], config, 4, console) and len(ran) == 2
+    bench_cli.mark_rows(config, {fake_op.name: all_rows[fake_op.name][1:]})  # all but one row
+    assert bench_cli.warm_up([fake_op], config, 4, console) and len(ran) == 3
+    bench_cli.mark_rows(config, all_rows)
+    assert bench_cli.warm_up([fake_op], config, 4, console) and len(ran) == 3
+    n = len(warm.warm_tasks([fake_op], config))
+    assert f"warm-up: none, a run here has made the first calls of its {n} tasks" in console.file.getvalue()
 
 
 def test_sigterm_in_the_warm_up_ends_its_workers_at_once(tmp_path):

@@ -158,3 +158,21 @@ def sleeping_warm_task(task, config) -> None:
     with open(f"{task.case}.pid", "w") as f:
         f.write(str(os.getpid()))
     time.sleep(120)
+
+
+def oom_once_warm_task(task, config) -> str | None:
+    """A warm-up task (``bench.warm.warm_up``'s ``work``) named by a path: out of memory on its first run
+    (and on every run where the name ends in ``always``), else a run of 0.2 s whose start and end go into
+    ``<task.case>.ran`` (the test reads how many ran at once)."""
+    import os
+    import time
+
+    first = not os.path.exists(f"{task.case}.tried")
+    open(f"{task.case}.tried", "a").close()
+    if first or task.case.endswith("always"):
+        return "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    start = time.monotonic()
+    time.sleep(0.2)
+    with open(f"{task.case}.ran", "w") as f:
+        f.write(f"{start} {time.monotonic()}")
+    return None

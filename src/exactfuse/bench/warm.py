@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import gc
 import multiprocessing
 import time
 from collections.abc import Callable, Sequence
@@ -52,6 +53,11 @@ class WarmTask:
     def __str__(self) -> str:
         return f"{self.op} {self.dtype}/{self.case} {','.join(self.candidates)}"
 
+    @property
+    def key(self) -> tuple[str, ...]:
+        """The task as a row of the timing pass names it: op, dtype, case, candidates."""
+        return (self.op, self.dtype, self.case, *self.candidates)
+
 
 @dataclass
 class WarmUp:
@@ -60,6 +66,7 @@ class WarmUp:
 
     notes: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    retried: int = 0  # tasks run again, fewer at a time, after they ran out of GPU memory beside the others
 
     def longest(self, n: int = 3) -> list[tuple[str, float]]:
         return sorted(self.seconds.items(), key=lambda item: -item[1])[:n]
@@ -122,7 +129,15 @@ def warm_task(task: WarmTask, config: BenchConfig) -> str | None:
             warm_case(task, config)
     except Exception as exc:
         return _error_note(exc)
+    finally:  # the case's tensors are gone: give their memory back to the card for the other workers
+        gc.collect()
+        torch.cuda.empty_cache()
     return None
+
+
+def out_of_memory(note: str | None) -> bool:
+    """Whether a task's note says it ran out of GPU memory (beside the other workers' tasks)."""
+    return note is not None and ("out of memory" in note.lower() or "ALLOC_FAILED" in note)
 
 
 def timed_task(
@@ -140,27 +155,49 @@ def warm_up(
     jobs: int,
     work: Callable[[WarmTask, BenchConfig], str | None] = warm_task,
 ) -> WarmUp:
-    """Run ``work(task, config)`` for every task in ``jobs`` spawned processes, in ``WarmTask.order``.
-    ``KeyboardInterrupt`` (SIGINT, or SIGTERM under ``exactfuse bench``) ends the workers at once and is
-    raised again."""
+    """Run ``work(task, config)`` for every task in ``jobs`` spawned processes, in ``WarmTask.order``; then
+    the tasks that ran out of GPU memory (:func:`out_of_memory`: a large case built by many workers at once)
+    once more, at most :func:`retry_jobs` at a time. ``KeyboardInterrupt`` (SIGINT, or SIGTERM under
+    ``exactfuse bench``) ends the workers at once and is raised again."""
     context = multiprocessing.get_context("spawn")  # a forked CUDA context is unusable
     pool = concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context)
     done = WarmUp()
     try:
-        futures = {pool.submit(timed_task, work, t, config): t for t in sorted(tasks, key=lambda t: t.order)}
-        for future in concurrent.futures.as_completed(futures):
-            task = futures[future]
-            try:
-                note, done.seconds[str(task)] = future.result()
-            except Exception as exc:  # a worker that died, a task that could not be sent
-                note = _error_note(exc)
-            if note:
-                done.notes.append(f"{task}: {note}")
+        notes = _run_tasks(pool, work, sorted(tasks, key=lambda t: t.order), config, jobs, done)
+        again = [task for task, note in notes.items() if out_of_memory(note)]
+        done.retried = len(again)
+        notes |= _run_tasks(pool, work, again, config, retry_jobs(jobs), done)
+        done.notes = [f"{task}: {note}" for task, note in notes.items() if note]
         pool.shutdown()
     except BaseException:
         _end_workers(pool)
         raise
     return done
+
+
+def retry_jobs(jobs: int) -> int:
+    """Tasks in flight when those that ran out of memory run again: a quarter of the workers."""
+    return max(1, jobs // 4)
+
+
+def _run_tasks(pool, work, tasks: Sequence[WarmTask], config: BenchConfig, most: int, done: WarmUp) -> dict:
+    """``tasks`` in ``pool``, at most ``most`` in flight, in order; each task's note (None: it finished),
+    its seconds into ``done``."""
+    notes: dict[WarmTask, str | None] = {}
+    queue = list(tasks)
+    futures: dict[concurrent.futures.Future, WarmTask] = {}
+    while queue or futures:
+        while queue and len(futures) < most:
+            task = queue.pop(0)
+            futures[pool.submit(timed_task, work, task, config)] = task
+        finished, _ = concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_COMPLETED)
+        for future in finished:
+            task = futures.pop(future)
+            try:
+                notes[task], done.seconds[str(task)] = future.result()
+            except Exception as exc:  # a worker that died, a task that could not be sent
+                notes[task] = _error_note(exc)
+    return notes
 
 
 def _end_workers(pool: concurrent.futures.ProcessPoolExecutor) -> None:
