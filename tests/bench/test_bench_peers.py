@@ -1,5 +1,6 @@
 """Peer adapters of `exactfuse bench`: Liger-Kernel for the gated activations, the W4A16 baselines (CPU)."""
 
+import pytest
 import torch
 
 from exactfuse.bench.peers import PEERS, load_peers
@@ -90,3 +91,30 @@ def test_conv_backward_peer_returns_the_ops_four_gradients(monkeypatch):
         expected = [t for t in op.native(*case.args, **case.kwargs)]
         result = run_gate(op, peer.prepare, case.args, case.kwargs, expected, op.contract)
         assert result.passed, (case.id, result.detail)
+
+
+@pytest.mark.parametrize("Hq, Hkv", [(6, 2), (4, 4)], ids=["group3", "no-group"])
+def test_flex_forms_compute_the_op(monkeypatch, Hq, Hkv):
+    """Each of flex-attention's forms (enable_gqa; each K/V head's query heads folded into the query axis)
+    gives the op's result on the CPU, flex_attention run eagerly: the faster of them is the row."""
+    import exactfuse.ops  # noqa: F401
+    from exactfuse.bench.peers import sparse_paged_attention as sparse_peers
+    from exactfuse.registry import OPS
+    from exactfuse.testing.cases.sparse_paged_attention import attention_case
+
+    case = attention_case(
+        "flex", 8, Hq, Hkv, 16, 8, 8, dtype=torch.float32, device="cpu", gen=torch.Generator().manual_seed(0),
+        reqs=2, pages_per_req=4, short_every=0, empty_last=False, holes=0.0, overlap=0.0, distinct=True,
+    )  # fmt: skip
+    op = OPS["sparse_paged_attention"]
+    expected = case.args[0].clone()
+    op.native(expected, *case.args[1:], **case.kwargs)
+    forms = {}
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: fn)
+    monkeypatch.setattr(sparse_peers, "fastest", lambda calls: forms.update(calls) or next(iter(calls.values())))
+    sparse_peers._flex(case.args, case.kwargs)
+    assert sorted(forms) == (["enable_gqa", "group folded into the queries"] if Hq > Hkv else ["enable_gqa"])
+    for name, call in forms.items():
+        case.args[0].zero_()
+        call()
+        torch.testing.assert_close(case.args[0], expected, atol=1e-5, rtol=1e-5, msg=name)
