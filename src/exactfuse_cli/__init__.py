@@ -15,6 +15,9 @@ import argparse
 import os
 import re
 import sys
+import time
+
+STARTED = time.perf_counter()  # the process's start, near enough: before torch and exactfuse are imported
 
 # The names exactfuse.utils.DTYPES_BY_NAME and the bench grids use (tests/test_cli.py keeps them equal);
 # written out here so that parsing imports no torch. The bench's baseline providers (bench.runner.NATIVE,

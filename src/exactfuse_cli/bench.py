@@ -228,6 +228,17 @@ def warm_up(ops: list[Op], config: BenchConfig, jobs: int, console: Console) -> 
     return True
 
 
+def phase_line(clock: dict[str, float]) -> str:
+    """``bench: T s in all: start S s, warm-up W s, ...``: where the run's time went. ``clock``: the
+    perf_counter at the end of each phase in order, ``"start"`` (the imports, the copy and matmul rates, the
+    peers' versions) counted from the process's start (``exactfuse_cli.STARTED``)."""
+    from exactfuse_cli import STARTED
+
+    ends = [("start", STARTED), *clock.items()]
+    parts = [f"{name} {end - ends[i - 1][1]:.1f} s" for i, (name, end) in enumerate(ends) if i]
+    return f"bench: {ends[-1][1] - STARTED:.1f} s in all: {', '.join(parts)}"
+
+
 def _marker(config: BenchConfig, key: tuple[str, ...]) -> str:
     """The marker (``commands.compiled_marker``) of a (op, dtype, case, candidate) of ``config``'s grid: the
     timing pass made that candidate's first call on that case here, so its compiles are in the caches and a
@@ -306,10 +317,12 @@ def run(args: argparse.Namespace, console: Console) -> int:
     )
     out_dir = Path(args.out) if args.out else Path("benchmarks/results") / meta["gpu_slug"]
     reporter = RichReporter(console)
+    clock = {"start": time.perf_counter()}
     try:
         with sigterm_interrupts():
             if not warm_up(ops, config, warm_jobs(args.jobs), console):
                 return 130
+            clock["warm-up"] = time.perf_counter()
             all_rows = bench_and_write(
                 ops,
                 config,
@@ -321,6 +334,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
                 reporter=reporter,
             )
         mark_rows(config, all_rows)
+        clock["timing pass"] = time.perf_counter()
     except BenchInterruptedError:
         console.print(f"[yellow]interrupted; rerun with --resume {out_dir}/<op>.json for the cases left[/]")
         return 130
@@ -328,6 +342,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
         reporter.close()
     if args.plot:
         draw_plots(args.plot, all_rows, f"{meta['gpu']}, git {meta['git_rev']}, {grid} grid", console)
+        clock["plots"] = time.perf_counter()
+    console.print(phase_line(clock), highlight=False)
     failures = _failures(all_rows)
     if failures:
         console.print(f"[red]{len(failures)} exactfuse provider row(s) failed their gate or raised[/]")
