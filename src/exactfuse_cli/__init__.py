@@ -67,7 +67,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     add("--provider", action="append", dest="providers", metavar="NAME",
         help="time only these providers (repeatable): registry names, native, native-compiled, peers")  # fmt: skip
     add("--grid", choices=BENCH_GRIDS, default="default", help="shape grid (default: default)")
-    add("--quick", action="store_true", help="the quick grid (a few shapes, under a minute)")
+    add("--quick", action="store_true", help="the quick grid: a few shapes of every op")
     add("--out", metavar="DIR", help="write <op>.csv and <op>.json here (default benchmarks/results/<gpu>/)")
     add("--plot", metavar="FILE.png",
         help="draw speedup and %% of roofline per shape (matplotlib); '{op}' in the name: one file per op")  # fmt: skip
