@@ -118,3 +118,29 @@ def test_flex_forms_compute_the_op(monkeypatch, Hq, Hkv):
         case.args[0].zero_()
         call()
         torch.testing.assert_close(case.args[0], expected, atol=1e-5, rtol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("group", [1, 3])
+def test_flex_block_masks_visit_the_tiles_create_block_mask_visits(group):
+    """``selected_blocks`` (built from tiles, never every (query, position) pair) visits exactly the tiles
+    ``create_block_mask`` visits, partial or full, for each request and query block."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    from exactfuse.bench.peers.sparse_paged_attention import selected_blocks
+
+    gen = torch.Generator().manual_seed(group)
+    selected = torch.rand((2, 7, 30), generator=gen) < 0.08
+    selected[1, 3] = False  # a row selecting nothing
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return selected[b, q_idx // group, kv_idx]
+
+    ours = selected_blocks(selected, group, mask_mod, block=4)
+    theirs = create_block_mask(mask_mod, 2, None, 7 * group, 30, device="cpu", BLOCK_SIZE=4)
+    assert ours.seq_lengths == theirs.seq_lengths == (7 * group, 30)
+    for b in range(2):
+        for qb in range(ours.kv_num_blocks.shape[-1]):
+            mine = set(ours.kv_indices[b, 0, qb, : ours.kv_num_blocks[b, 0, qb]].tolist())
+            partial = theirs.kv_indices[b, 0, qb, : theirs.kv_num_blocks[b, 0, qb]].tolist()
+            full = theirs.full_kv_indices[b, 0, qb, : theirs.full_kv_num_blocks[b, 0, qb]].tolist()
+            assert mine == set(partial) | set(full), (b, qb)
