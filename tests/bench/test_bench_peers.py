@@ -122,8 +122,8 @@ def test_flex_forms_compute_the_op(monkeypatch, Hq, Hkv):
 
 @pytest.mark.parametrize("group", [1, 3])
 def test_flex_block_masks_visit_the_tiles_create_block_mask_visits(group):
-    """``selected_blocks`` (built from tiles, never every (query, position) pair) visits exactly the tiles
-    ``create_block_mask`` visits, partial or full, for each request and query block."""
+    """``selected_blocks`` (built from tiles, never every (query, position) pair) lists exactly the partial
+    and the full tiles ``create_block_mask`` lists, for each request and query block."""
     from torch.nn.attention.flex_attention import create_block_mask
 
     from exactfuse.bench.peers.sparse_paged_attention import selected_blocks
@@ -131,6 +131,7 @@ def test_flex_block_masks_visit_the_tiles_create_block_mask_visits(group):
     gen = torch.Generator().manual_seed(group)
     selected = torch.rand((2, 7, 30), generator=gen) < 0.08
     selected[1, 3] = False  # a row selecting nothing
+    selected[0, :, 8:16] = True  # full tiles: every query of the block, every position of two tiles
 
     def mask_mod(b, h, q_idx, kv_idx):
         return selected[b, q_idx // group, kv_idx]
@@ -138,9 +139,12 @@ def test_flex_block_masks_visit_the_tiles_create_block_mask_visits(group):
     ours = selected_blocks(selected, group, mask_mod, block=4)
     theirs = create_block_mask(mask_mod, 2, None, 7 * group, 30, device="cpu", BLOCK_SIZE=4)
     assert ours.seq_lengths == theirs.seq_lengths == (7 * group, 30)
+
+    def listed(mask, b, qb):
+        partial = mask.kv_indices[b, 0, qb, : mask.kv_num_blocks[b, 0, qb]].tolist()
+        full = mask.full_kv_indices[b, 0, qb, : mask.full_kv_num_blocks[b, 0, qb]].tolist()
+        return set(partial), set(full)
+
     for b in range(2):
         for qb in range(ours.kv_num_blocks.shape[-1]):
-            mine = set(ours.kv_indices[b, 0, qb, : ours.kv_num_blocks[b, 0, qb]].tolist())
-            partial = theirs.kv_indices[b, 0, qb, : theirs.kv_num_blocks[b, 0, qb]].tolist()
-            full = theirs.full_kv_indices[b, 0, qb, : theirs.full_kv_num_blocks[b, 0, qb]].tolist()
-            assert mine == set(partial) | set(full), (b, qb)
+            assert listed(ours, b, qb) == listed(theirs, b, qb), (b, qb)

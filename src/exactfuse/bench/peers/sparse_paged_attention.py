@@ -167,10 +167,10 @@ def _flex(args: tuple, kwargs: dict) -> PreparedCall:
 def selected_blocks(selected, group: int, mask_mod, block: int = 128):
     """flex_attention's ``BlockMask`` over ``selected [requests, rows, context]`` (bool: the positions each
     row attends to) with each row's query repeated ``group`` times (query position ``p`` is row
-    ``p // group``), built from ``block`` x ``block`` tiles of it: a tile is visited where any of its rows
-    selects any of its positions, ``mask_mod`` masks inside it. ``create_block_mask`` evaluates
-    ``mask_mod`` on every (query, position) pair, ``requests x rows x group x context`` at once: 1.6
-    billion at 256 rows a request, a group of 12 and a 32k context."""
+    ``p // group``), built from ``block`` x ``block`` tiles of it: a tile where every query selects every
+    position is full (no ``mask_mod`` in it), one where some query selects some position partial.
+    ``create_block_mask`` evaluates ``mask_mod`` on every (query, position) pair, ``requests x rows x group x
+    context`` at once: 1.6 billion at 256 rows a request, a group of 12 and a 32k context."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention.flex_attention import BlockMask
@@ -178,13 +178,25 @@ def selected_blocks(selected, group: int, mask_mod, block: int = 128):
     reqs, rows, context = selected.shape
     queries = rows * group
     kv_blocks, q_blocks = -(-context // block), -(-queries // block)
-    padded = F.pad(selected, (0, kv_blocks * block - context))
-    tiles = padded.view(reqs, rows, kv_blocks, block).any(-1)  # [reqs, rows, kv blocks]
-    positions = torch.arange(q_blocks * block, device=selected.device).clamp(max=queries - 1) // group
-    tiles = tiles[:, positions].view(reqs, q_blocks, block, kv_blocks).any(2)  # [reqs, q blocks, kv blocks]
-    count = tiles.sum(-1, dtype=torch.int32)[:, None]
-    order = torch.argsort((~tiles).to(torch.int8), dim=-1, stable=True).to(torch.int32)[:, None]
-    return BlockMask.from_kv_blocks(count, order, BLOCK_SIZE=block, mask_mod=mask_mod, seq_lengths=(queries, context))
+    tiles = F.pad(selected, (0, kv_blocks * block - context)).view(reqs, rows, kv_blocks, block)
+    # each query position's row; the positions past the last query read a row that selects nothing
+    positions = torch.arange(q_blocks * block, device=selected.device)
+    positions = torch.where(positions < queries, positions // group, rows)
+
+    def blocks(per_row):  # [reqs, rows, kv blocks] -> [reqs, q blocks, kv blocks], over the block's queries
+        per_row = F.pad(per_row, (0, 0, 0, 1))
+        return per_row[:, positions].view(reqs, q_blocks, block, kv_blocks)
+
+    full = blocks(tiles.all(-1)).all(2)
+    partial = blocks(tiles.any(-1)).any(2) & ~full
+
+    def listed(visit):  # the counts and the indices, visited blocks first, as BlockMask takes them
+        order = torch.argsort((~visit).to(torch.int8), dim=-1, stable=True)
+        return visit.sum(-1, dtype=torch.int32)[:, None], order.to(torch.int32)[:, None]
+
+    return BlockMask.from_kv_blocks(
+        *listed(partial), *listed(full), BLOCK_SIZE=block, mask_mod=mask_mod, seq_lengths=(queries, context)
+    )
 
 
 def _dense_accepts(*args, **kwargs) -> bool | str:
