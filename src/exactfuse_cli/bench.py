@@ -243,7 +243,12 @@ def _marker(config: BenchConfig, key: tuple[str, ...]) -> str:
     """The marker (``commands.compiled_marker``) of a (op, dtype, case, candidate) of ``config``'s grid: the
     timing pass made that candidate's first call on that case here, so its compiles are in the caches and a
     warm-up of it would compile nothing."""
-    return compiled_marker("bench", (config.grid, *key))
+    return compiled_marker(*_marked(config, key))
+
+
+def _marked(config: BenchConfig, key: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """The marker's kind and task for ``key`` (op, dtype, case, candidate) in ``config``'s grid."""
+    return "bench", (config.grid, *key)
 
 
 def mark_rows(config: BenchConfig, all_rows: dict[str, list[results.Row]]) -> None:
@@ -252,7 +257,7 @@ def mark_rows(config: BenchConfig, all_rows: dict[str, list[results.Row]]) -> No
     call ran and compiled what it could."""
     for rows in all_rows.values():
         for row in rows:
-            mark_compiled("bench", (config.grid, row.op, row.dtype, row.shape, row.provider))
+            mark_compiled(*_marked(config, (row.op, row.dtype, row.shape, row.provider)))
 
 
 def bench_device() -> torch.device:
