@@ -83,15 +83,15 @@ def _conv(tile: str, warps: int) -> tuple[str, dict]:
 
 
 def _decode(bc: int, warps: int, path: str, rows: int = 1) -> tuple[str, dict]:
-    """The update kernel's decode step on FLA's state (``[B, C, K]``, K = 4, the history at the end: HEAD 1),
+    """The decode kernel's step on FLA's state (``[B, C, K]``, K = 4, the history at the end: HEAD 1),
     bf16, SiLU, bias, no state indices; ``path``: ``-`` the two loads, ``t`` the register window's tile, ``f``
     the flat run."""
-    from exactfuse.ops.conv.update import conv_update_kernel as kernel
+    from exactfuse.ops.conv.update import conv_decode_kernel as kernel
 
     types = {n: "*bf16" for n in ("p_x", "p_w", "p_b", "p_res", "p_outer", "p_out", "p_state")}
-    types |= {"p_sid": "*i32", "p_qsl": "*i32", "p_acc": "*i32", "p_init": "*i1", "p_tok": "*i32"}
-    consts = dict(MODE=0, K=4, D=1, SQL=1, HAS_STATE=True, HAS_SID=False, INIT=2, HAS_TOKEN_MAP=False,
-                  HAS_RESIDUAL=False, HAS_OUTER=False, HAS_BIAS=True, ACT=ACT, BC=bc, BW=4, BT=rows, UNROLL=1,
+    types |= {"p_sid": "*i32", "p_init": "*i1", "p_tok": "*i32"}
+    consts = dict(K=4, D=1, HAS_STATE=True, HAS_SID=False, INIT=2, HAS_TOKEN_MAP=False,
+                  HAS_RESIDUAL=False, HAS_OUTER=False, HAS_BIAS=True, ACT=ACT, BC=bc, BW=4, BT=rows,
                   HEAD=1, WINDOW_TILE=path == "t", S_ALIGN=4, W_ALIGN=4,
                   CHANNELS_FIRST=False, FLAT_WINDOW=path == "f", EVEN_C=True, SCALAR_WINDOW=False)  # fmt: skip
     div16 = [*types, "stride_x", "stride_out", "stride_s_slot", "C"]  # stride_s_c is K = 4: not 16-divisible
@@ -106,12 +106,12 @@ def _short_decode(bc: int, warps: int, path: str, rows: int = 1) -> tuple[str, d
     channel stride 9), bf16, residual and outer residual, no activation, a state index and initial-state flag
     a row; ``path``: ``t`` the register window's ``[BW, BC]`` tile, ``s`` one ``[BC]`` vector a position
     (SCALAR_WINDOW), ``f`` the flat run (FLAT_WINDOW)."""
-    from exactfuse.ops.conv.update import conv_update_kernel as kernel
+    from exactfuse.ops.conv.update import conv_decode_kernel as kernel
 
     types = {n: "*bf16" for n in ("p_x", "p_w", "p_b", "p_res", "p_outer", "p_out", "p_state")}
-    types |= {"p_sid": "*i32", "p_qsl": "*i32", "p_acc": "*i32", "p_init": "*i1", "p_tok": "*i32"}
-    consts = dict(MODE=0, K=4, D=3, SQL=1, HAS_STATE=True, HAS_SID=True, INIT=1, HAS_TOKEN_MAP=False,
-                  HAS_RESIDUAL=True, HAS_OUTER=True, HAS_BIAS=False, ACT=-1, BC=bc, BW=16, BT=rows, UNROLL=1,
+    types |= {"p_sid": "*i32", "p_init": "*i1", "p_tok": "*i32"}
+    consts = dict(K=4, D=3, HAS_STATE=True, HAS_SID=True, INIT=1, HAS_TOKEN_MAP=False,
+                  HAS_RESIDUAL=True, HAS_OUTER=True, HAS_BIAS=False, ACT=-1, BC=bc, BW=16, BT=rows,
                   HEAD=0, WINDOW_TILE=path in "ts", S_ALIGN=1, W_ALIGN=4,
                   CHANNELS_FIRST=False, FLAT_WINDOW=path == "f", EVEN_C=True, SCALAR_WINDOW=path == "s")  # fmt: skip
     div16 = [*types, "stride_x", "stride_res", "stride_outer", "stride_out", "stride_s_slot", "C"]

@@ -52,21 +52,22 @@ def compile_all() -> list[str]:
     """Every variant, with and without channel masks; the failures as ``label: error``."""
     from exactfuse.ops.conv.lean import conv_lean_kernel
     from exactfuse.ops.conv.prefill import conv_prefill_kernel
-    from exactfuse.ops.conv.update import conv_update_kernel
+    from exactfuse.ops.conv.spec import conv_spec_kernel
+    from exactfuse.ops.conv.update import conv_decode_kernel
     from exactfuse.ops.fastmath import SILU_RCP
     from exactfuse.testing.offline import compile_error, compile_offline, every_int_constant
 
     jobs = []
     for even_c in (False, True):
-        update = _own(conv_update_kernel, POINTERS)
+        decode = _own(conv_decode_kernel, POINTERS)
         for label, consts, ones in DECODE:
-            c = _own(conv_update_kernel, BASE | dict(ACT=SILU_RCP, MODE=0, BT=1, EVEN_C=even_c) | consts)
-            jobs.append((f"{label} EVEN_C={even_c}", conv_update_kernel, update, c, [*update, "stride_x"],
+            c = _own(conv_decode_kernel, BASE | dict(ACT=SILU_RCP, BT=1, EVEN_C=even_c) | consts)
+            jobs.append((f"{label} EVEN_C={even_c}", conv_decode_kernel, decode, c, [*decode, "stride_x"],
                          ["stride_w_k", *ones], 8))  # fmt: skip
         # speculative rows: the prefill kernel's row tile over 4 rows a request, read from the accepted position
-        spec = _own(conv_update_kernel, BASE | dict(ACT=SILU_RCP, MODE=1, SQL=4, BC=128, BW=8, BT=16, S_ALIGN=1,
-                                                    W_ALIGN=4, WINDOW_TILE=False, EVEN_C=even_c))  # fmt: skip
-        jobs.append((f"spec rows EVEN_C={even_c}", conv_update_kernel, update, spec, [*update, "stride_x"],
+        spec = _own(conv_spec_kernel, POINTERS)
+        rows = _own(conv_spec_kernel, BASE | dict(ACT=SILU_RCP, SQL=4, BC=128, BT=16, EVEN_C=even_c))
+        jobs.append((f"spec rows EVEN_C={even_c}", conv_spec_kernel, spec, rows, [*spec, "stride_x"],
                      ["stride_w_k", "stride_s_w"], 4))  # fmt: skip
         types = _own(conv_prefill_kernel, POINTERS)
         rows = BASE | dict(ACT=SILU_RCP, BC=128, BT=16, FIXUP=True, EVEN_C=even_c)

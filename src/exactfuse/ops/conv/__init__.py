@@ -3,9 +3,9 @@
 
 Spec in ``native.py`` (its host-side state-window steps in ``windows.py``), argument checks in
 ``checks.py``, the launchers, providers and what they take in ``launch.py``, the forward kernels in
-``update.py``, ``prefill.py``, ``lean.py`` and ``state.py`` (their helpers in ``rows.py``, ``slots.py``,
-``rounding.py`` and ``decode.py``), the backward's in ``grad_kernels.py``, the launch rule in ``heuristics.py``,
-the warmup hooks in ``warmup.py``.
+``update.py`` (decode), ``spec.py``, ``prefill.py``, ``lean.py`` and ``state.py`` (their helpers in
+``rows.py``, ``slots.py``, ``rounding.py`` and ``decode.py``), the backward's in ``grad_kernels.py``, the
+launch rule in ``heuristics.py``, the warmup hooks in ``warmup.py``.
 Inputs, benchmark grids and cost live in the test kit (``exactfuse.testing.cases.conv``, ``conv_grids``), peers
 in the bench (``exactfuse.bench.peers``).
 """
@@ -23,6 +23,7 @@ from exactfuse.ops.conv import (
     native,
     native_grads,
     prefill,
+    spec,
     state,
     update,
     warmup,
@@ -41,7 +42,13 @@ from exactfuse.registry.contracts import Float64Relative, PerOutput
 # states, which are copies, bit for bit against the spec itself.
 CONTRACT = Bitwise()
 INTERPRETER_CONTRACT = Tolerance()
-KERNELS = [update.conv_update_kernel, prefill.conv_prefill_kernel, lean.conv_lean_kernel, state.conv_state_kernel]
+KERNELS = [
+    update.conv_decode_kernel,
+    spec.conv_spec_kernel,
+    prefill.conv_prefill_kernel,
+    lean.conv_lean_kernel,
+    state.conv_state_kernel,
+]
 
 
 _short_conv = op(

@@ -1,5 +1,5 @@
 """The decode step with the slot's window in registers (``ConvConfig.window_tile``, ``flat_window``):
-:func:`decode_window`, called by ``update.conv_update_kernel`` in decode mode, and the taps' weights as one
+:func:`decode_window`, called by ``update.conv_decode_kernel``, and the taps' weights as one
 tile load (:func:`tap_weights`)."""
 
 from __future__ import annotations

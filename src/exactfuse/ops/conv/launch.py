@@ -1,5 +1,5 @@
-"""The conv family's Triton provider: the host launchers of its kernels (``update.py`` in decode and spec mode,
-``lean.py`` and ``prefill.py`` in prefill, then in spec and prefill mode ``state.py``'s write-back launch;
+"""The conv family's Triton provider: the host launchers of its kernels (``update.py`` in decode, ``spec.py`` in spec
+mode, ``lean.py`` and ``prefill.py`` in prefill, then in spec and prefill mode ``state.py``'s write-back launch;
 ``grad_kernels.py`` for the backward); the ops' providers; and what they take.
 """
 
@@ -13,8 +13,9 @@ from exactfuse.ops.conv.grad_kernels import conv_grad_init_kernel, conv_grad_row
 from exactfuse.ops.conv.lean import conv_lean_kernel
 from exactfuse.ops.conv.prefill import conv_prefill_kernel
 from exactfuse.ops.conv.rows import INIT_CODES, MODE_CODES
+from exactfuse.ops.conv.spec import conv_spec_kernel
 from exactfuse.ops.conv.state import conv_state_kernel
-from exactfuse.ops.conv.update import conv_update_kernel
+from exactfuse.ops.conv.update import conv_decode_kernel
 from exactfuse.ops.fastmath import SILU, chosen_formula
 from exactfuse.registry import platform
 from exactfuse.utils import empty, is_symbolic
@@ -29,9 +30,9 @@ def launch_conv(
     config: heuristics.ConvConfig | None = None,
     head: int = 0,
 ) -> None:
-    """Launch the row kernels (decode and spec: the update kernel; prefill: the lean kernel, then the prefill
-    kernel on the tiles it leaves, or the prefill kernel alone), then (spec, prefill, with a state) the
-    write-back kernel.
+    """Launch the row kernels (decode: the decode kernel; spec: the spec kernel; prefill: the lean kernel,
+    then the prefill kernel on the tiles it leaves, or the prefill kernel alone), then (spec, prefill, with a
+    state) the write-back kernel.
 
     ``call``: one :class:`~exactfuse.ops.conv.calls.ConvCall` (read by ``calls.short_conv_call`` and its
     siblings), as :func:`exactfuse.ops.conv.native.conv_reference` computes it; ``num_accepted_tokens``
@@ -65,8 +66,8 @@ def launch_conv(
     dense = mode == "decode" and has_state and _dense_slots(s_strides, head + SL)  # only decode reads it
     cfg = config or heuristics.conv_config(C, head + SL + SQL - 1, mode, contiguous, dense)
     slots = conv_state.shape[0] if has_state else 1
-    # the flags of every row kernel and the write-back kernel; the update and write-back kernels also take the
-    # mode and the spec's rows a request
+    # the flags of every row kernel and the write-back kernel; the write-back kernel also takes the mode and the
+    # spec's rows a request
     request_flags = dict(
         K=K,
         D=call.dilation,
@@ -118,19 +119,21 @@ def launch_conv(
             UNROLL=1 if lean else cfg.unroll, HAS_SEQ_IDX=call.seq_idx is not None, FIXUP=lean, **common,
             **request_flags,
         )  # fmt: skip
-    else:
-        channels_first = cfg.channels_first and mode == "decode"
-        flat = mode == "decode" and cfg.flat_window
-        flat = flat and _dense_windows(s_strides, head + SL, C, cfg.BC, state.element_size())
-        scalar_window = mode == "decode" and has_state and _scalar_window(contiguous, s_align, head + SL)
-        window_tile = cfg.window_tile and mode == "decode" and cfg.BW <= heuristics.DECODE_WINDOW_TILE_MAX
-        row_blocks = triton.cdiv(L, cfg.BT)
-        grid = (row_blocks * channel_blocks, 1) if channels_first else (row_blocks, channel_blocks)
-        torch.library.wrap_triton(conv_update_kernel)[grid](
+    elif mode == "spec":
+        torch.library.wrap_triton(conv_spec_kernel)[(triton.cdiv(L, cfg.BT), channel_blocks)](
             *rows, acc, hinit, tok, *sizes, *strides, *s_strides, sid_stride,
-            BW=cfg.BW, UNROLL=cfg.unroll if mode == "spec" else 1, S_ALIGN=s_align, W_ALIGN=w_align,
-            CHANNELS_FIRST=channels_first, FLAT_WINDOW=flat, SCALAR_WINDOW=scalar_window, WINDOW_TILE=window_tile,
-            **common, **flags,
+            SQL=SQL, UNROLL=cfg.unroll, **common, **request_flags,
+        )  # fmt: skip
+    else:
+        flat = cfg.flat_window and _dense_windows(s_strides, head + SL, C, cfg.BC, state.element_size())
+        scalar_window = has_state and _scalar_window(contiguous, s_align, head + SL)
+        window_tile = cfg.window_tile and cfg.BW <= heuristics.DECODE_WINDOW_TILE_MAX
+        row_blocks = triton.cdiv(L, cfg.BT)
+        grid = (row_blocks * channel_blocks, 1) if cfg.channels_first else (row_blocks, channel_blocks)
+        torch.library.wrap_triton(conv_decode_kernel)[grid](
+            *rows[:-1], hinit, tok, *sizes, *strides, *s_strides, sid_stride,
+            BW=cfg.BW, S_ALIGN=s_align, W_ALIGN=w_align, CHANNELS_FIRST=cfg.channels_first, FLAT_WINDOW=flat,
+            SCALAR_WINDOW=scalar_window, WINDOW_TILE=window_tile, **common, **request_flags,
         )  # fmt: skip
     if mode != "decode" and has_state:
         torch.library.wrap_triton(conv_state_kernel)[(R, triton.cdiv(C, cfg.BC_STATE))](

@@ -1,5 +1,6 @@
 """The row helpers of the conv family's forward kernels (``prefill.conv_prefill_kernel`` and
-``update.conv_update_kernel``; the backward's row kernel takes :func:`row_seq`).
+``spec.conv_spec_kernel``; ``update.conv_decode_kernel`` takes :func:`conv_rows`, the backward's row kernel
+:func:`row_seq`).
 
 - :func:`tap_sum`: the fp32 sum of a row's ``K`` taps in ascending ``k``, each tap an input row or a state
   position (``rounding.tap``: each product rounded, then added, as the spec's).

@@ -1,6 +1,6 @@
-"""The conv kernels' request and state-slot helpers (``rows.py``, ``update.py``, ``lean.py`` and ``state.py``
-call them): which request a row belongs to, which prefill tiles lie clear of every request boundary (the lean
-kernel's) and which program of the fixup launch takes each other one, the request's slot and permissions, and
+"""The conv kernels' request and state-slot helpers (``rows.py``, ``update.py``, ``spec.py``, ``lean.py`` and
+``state.py`` call them): which request a row belongs to, which prefill tiles lie clear of every request boundary (the
+lean kernel's) and which program of the fixup launch takes each other one, the request's slot and permissions, and
 the write of a slot's new window.
 """
 

@@ -1,7 +1,7 @@
 """The conv family's state write-back kernel: in spec and prefill mode, launched after the row kernel
-(``update.conv_update_kernel`` or ``prefill.conv_prefill_kernel``, and ``lean.conv_lean_kernel``) so that every
+(``spec.conv_spec_kernel`` or ``prefill.conv_prefill_kernel``, and ``lean.conv_lean_kernel``) so that every
 row has read the old state, one program per (request, channel block) writes the slot's new window. Decode
-shifts each window in the update kernel itself (each request is one row).
+shifts each window in the decode kernel itself (each request is one row).
 """
 
 from __future__ import annotations
