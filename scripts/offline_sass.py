@@ -64,12 +64,12 @@ def _conv(tile: str, warps: int) -> tuple[str, dict]:
     from exactfuse.ops.conv.lean import conv_lean_kernel
     from exactfuse.ops.conv.prefill import conv_prefill_kernel
 
-    bt, bc, unroll, lean, fixup = re.fullmatch(r"(\d+)x(\d+)(?:u(\d+))?(l)?(f)?", tile).groups()
+    bt, bc, unroll, lean, fixup, stateless = re.fullmatch(r"(\d+)x(\d+)(?:u(\d+))?(l)?(f)?(s)?", tile).groups()
     bt, bc = int(bt), int(bc)
     types = {n: "*bf16" for n in ("p_x", "p_w", "p_b", "p_res", "p_outer", "p_out", "p_state")}
     types |= {"p_sid": "*i32", "p_qsl": "*i32", "p_acc": "*i32", "p_init": "*i1", "p_tok": "*i32", "p_seq": "*i32"}
-    consts = dict(K=4, D=1, HAS_STATE=True, HAS_SID=True, INIT=1, HAS_RESIDUAL=False, HAS_OUTER=False,
-                  HAS_BIAS=True, ACT=ACT, BC=bc, BT=bt, EVEN_C=True)  # fmt: skip
+    consts = dict(K=4, D=1, HAS_STATE=not stateless, HAS_SID=not stateless, INIT=0 if stateless else 1,
+                  HAS_RESIDUAL=False, HAS_OUTER=False, HAS_BIAS=True, ACT=ACT, BC=bc, BT=bt, EVEN_C=True)  # fmt: skip
     kernel = conv_lean_kernel
     if lean:  # a contiguous [C, 4] bf16 weight: each channel's taps one 64-bit word (the launcher's W_WORD)
         consts |= dict(UNROLL=int(unroll or 1), W_ALIGN=4, W_WORD=4)
@@ -201,7 +201,7 @@ def main() -> None:
     parser.add_argument("preset", choices=["conv", "decode", "short_decode", "conv_grad", "attention", "merge",
                                            "moe"])  # fmt: skip
     parser.add_argument("--tiles", help="conv: BTxBC[uUNROLL][l: the lean prefill kernel][f: the prefill kernel's "
-                        "fixup launch],... (16x128,16x128l,16x128f); conv_grad: "
+                        "fixup launch][s: no state],... (16x128,16x128l,16x128f,16x128ls); conv_grad: "
                         "BTxBCxSTEPS[w: weights read as one word a channel],... (32x64x8,16x128x16w)")  # fmt: skip
     parser.add_argument("--kv", default="bf16,fp8e4nv", help="attention: cache dtypes (Triton names)")
     parser.add_argument("--q", default="bf16", help="attention: q dtype (Triton name)")

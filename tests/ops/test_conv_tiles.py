@@ -14,7 +14,7 @@ from exactfuse.ops.conv import causal_conv1d, causal_conv1d_fn, causal_conv1d_up
 from exactfuse.ops.conv import launch as conv_launch
 from exactfuse.ops.conv.slots import find_request, find_request_near, fixup_tile, lean_tile
 from exactfuse.testing import clone_args, make_generator
-from exactfuse.testing.cases.conv import causal_case, last_k_update_case, short_conv_case, update_case
+from exactfuse.testing.cases.conv import causal_case, fn_case, last_k_update_case, short_conv_case, update_case
 from support.conv import one_layout
 
 INT_VIEW = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32}
@@ -54,6 +54,26 @@ def test_interpreter_lean_prefill_gives_the_same_bits(rows, unroll, monkeypatch)
     ops = (short_conv, causal_conv1d, causal_conv1d_fn)
     variant = {"BT": rows, "unroll": unroll}
     assert_same_bits(monkeypatch, variant, {"BT": rows, "lean": False}, ops, skip=("decode", "spec", "strided"))
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+def test_interpreter_stateless_request_starts_give_the_same_bits(dtype, monkeypatch):
+    """Without a state the lean kernel also takes the tiles that start a request (``slots.lean_tile``'s STARTS),
+    zeroing the taps before the request's first row: requests on tile edges (8-row tiles, ``SL`` = 3 and 6),
+    one shorter than a tile, empty ones, and one that ends mid-tile, against the per-row masked tile, bit for
+    bit; and the lean kernel takes each such tile (``_lean_on_host``)."""
+    lengths = (8, 16, 0, 8, 5, 24, 0, 11)
+    qsl = [0, *torch.tensor(lengths).cumsum(0).tolist()]
+    lean = [{t for t in range(0, qsl[-1], 8) if _lean_on_host(t, qsl, len(lengths), qsl[-1], 3, 8, s)} for s in (0, 1)]
+    assert lean[1] - lean[0] == {8, 24}  # the requests on a tile edge past the first tile, a tile long or more
+    cases = [
+        fn_case(f"aligned-K{K}-D{D}", lengths, K=K, D=D, C=24, dtype=dtype, device="cpu", gen=make_generator(K + D))
+        for K, D in ((4, 1), (3, 3))
+    ]
+    variant, reference = {"BT": 8}, {"BT": 8, "lean": False}
+    extra = {causal_conv1d_fn: cases}
+    assert_same_bits(monkeypatch, variant, reference, (causal_conv1d_fn,), ("",), extra, dtype=dtype)
 
 
 @pytest.mark.interpreter
@@ -246,22 +266,25 @@ def assert_same_bits(
 
 
 @triton.jit
-def _tile_owners_kernel(p_qsl, p_count, L, R, SL: tl.constexpr, BT: tl.constexpr, FIXUP: tl.constexpr):
+def _tile_owners_kernel(
+    p_qsl, p_count, L, R, SL: tl.constexpr, BT: tl.constexpr, FIXUP: tl.constexpr, STARTS: tl.constexpr
+):
     """Adds 1 to ``p_count[tile]`` for each tile this program takes: the lean kernel's grid (program ``p`` is
-    tile ``p``) or the fixup launch's (``slots.fixup_tile``)."""
+    tile ``p``) or the fixup launch's (``slots.fixup_tile``); STARTS: the lean kernel also takes request starts."""
     p = tl.program_id(0)
     if FIXUP:
-        t0, own, _ = fixup_tile(p, L, R, p_qsl, SL, BT)
+        t0, own, _ = fixup_tile(p, L, R, p_qsl, SL, BT, STARTS)
     else:
         t0 = p * BT
-        own = lean_tile(t0, L, R, p_qsl, SL, BT)[0]
+        own = lean_tile(t0, L, R, p_qsl, SL, BT, STARTS)[0]
     if own:
         tl.atomic_add(p_count + t0 // BT, 1)
 
 
 @pytest.mark.interpreter
+@pytest.mark.parametrize("starts", [False, True], ids=["with-state", "stateless"])
 @pytest.mark.parametrize(("BT", "SL"), [(4, 1), (4, 6), (8, 3), (16, 3)])
-def test_interpreter_lean_and_fixup_take_every_tile_once(BT, SL):
+def test_interpreter_lean_and_fixup_take_every_tile_once(BT, SL, starts):
     """The lean kernel and the fixup launch split the prefill tiles between them: each tile taken by exactly
     one program of the two grids (a tile taken twice is work done twice, one taken by none an output never
     written). Requests of 1-40 rows, empty ones, boundaries on and off the tile edges, rows past the last
@@ -271,14 +294,27 @@ def test_interpreter_lean_and_fixup_take_every_tile_once(BT, SL):
     layouts += [torch.randint(0, 41, (n,), generator=gen).tolist() for n in (3, 8, 17)]
     for lengths in layouts:
         for tail in (0, 1, BT):
-            starts = torch.tensor([0, *lengths], dtype=torch.int64).cumsum(0).to(torch.int32)
-            R, L = len(lengths), int(starts[-1]) + tail
+            qsl = torch.tensor([0, *lengths], dtype=torch.int64).cumsum(0).to(torch.int32)
+            R, L = len(lengths), int(qsl[-1]) + tail
             T = triton.cdiv(L, BT)
-            count = torch.zeros(max(T, 1), dtype=torch.int32)
-            _tile_owners_kernel[(T,)](starts, count, L, R, SL=SL, BT=BT, FIXUP=False)
+            lean = torch.zeros(max(T, 1), dtype=torch.int32)
+            _tile_owners_kernel[(T,)](qsl, lean, L, R, SL=SL, BT=BT, FIXUP=False, STARTS=starts)
+            expected = [int(_lean_on_host(t * BT, qsl.tolist(), R, L, SL, BT, starts)) for t in range(T)]
+            assert lean[:T].tolist() == expected, (lengths, tail, lean[:T].tolist())
+            count = lean.clone()
             fixup_grid = (R + 1) * ((BT + SL - 2) // BT + 1) + triton.cdiv(SL, BT) + 1  # the launcher's
-            _tile_owners_kernel[(fixup_grid,)](starts, count, L, R, SL=SL, BT=BT, FIXUP=True)
+            _tile_owners_kernel[(fixup_grid,)](qsl, count, L, R, SL=SL, BT=BT, FIXUP=True, STARTS=starts)
             assert count[:T].tolist() == [1] * T, (lengths, tail, count[:T].tolist())
+
+
+def _lean_on_host(t0: int, qsl: list[int], R: int, L: int, SL: int, BT: int, starts: bool) -> bool:
+    """``slots.lean_tile``'s verdict in Python: no boundary in ``(t0 - SL, t0 + BT)`` around tile ``t0``, every tap
+    row in ``[0, L)``; with ``starts`` also a tile whose first row starts a request that holds all its rows."""
+    r = max([i for i in range(R) if qsl[i] <= t0], default=0)  # the last request starting at or before t0
+    q0, q1 = qsl[r], qsl[r + 1] if r < R else qsl[r]
+    clear = t0 >= SL and t0 + BT <= L
+    clear_of = lambda q: q <= t0 - SL or q >= t0 + BT  # noqa: E731
+    return (clear_of(q0) and clear_of(q1) and clear) or (starts and q0 == t0 and q1 >= t0 + BT and r < R and clear)
 
 
 @triton.jit

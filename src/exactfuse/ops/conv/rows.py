@@ -260,7 +260,8 @@ def conv_block(
         own = i_t >= 0
         near = i_t * 0 - 1
         if FIXUP:
-            t0, own, near = fixup_tile(i_t, L, R, p_qsl, SL, BT)
+            # without a state the lean kernel also took the tiles that start a request (slots.lean_tile's STARTS)
+            t0, own, near = fixup_tile(i_t, L, R, p_qsl, SL, BT, not HAS_STATE)
         if own:
             o_t = t0 + tl.arange(0, BT)
             m_c = channel_mask(o_c, C, EVEN_C)

@@ -126,22 +126,30 @@ def find_request_near(rows, first_row, last_row, lo, R, p_qsl, W: tl.constexpr):
 
 
 @triton.jit
-def lean_tile(t0, L, R, p_qsl, SL: tl.constexpr, BT: tl.constexpr):
+def lean_tile(t0, L, R, p_qsl, SL: tl.constexpr, BT: tl.constexpr, STARTS: tl.constexpr = False):
     """Whether prefill tile rows ``[t0, t0 + BT)`` are the lean kernel's: no request boundary
     (``query_start_loc`` entry) in ``(t0 - SL, t0 + BT)``, so every row and tap lies in one request or every
-    row outside all of them, and every tap row in ``[0, L)``. Also whether the rows are inside request ``r``,
-    and ``r``. Only the two boundaries around ``t0`` are read: the others are sorted beyond them."""
+    row outside all of them, and every tap row in ``[0, L)``. STARTS (no history is ever read: a request's
+    taps before its first row are zeros): also a tile whose first row is a request's first and whose rows
+    are all in that request, the taps before it zeroed by the lean kernel. Returns the verdict, whether the
+    rows are inside request ``r``, ``r``, and whether the tile is such a start. Only the two boundaries around
+    ``t0`` are read: the others are sorted beyond them."""
     r = find_request(t0, R, p_qsl)
     q0 = tl.load(p_qsl + r)
     q1 = tl.load(p_qsl + r + 1, mask=r < R, other=0)
     q1 = tl.where(r < R, q1, q0)  # no request (R = 0): its one boundary, and no row inside
-    lean = (q0 <= t0 - SL) | (q0 >= t0 + BT)
-    lean = lean & ((q1 <= t0 - SL) | (q1 >= t0 + BT)) & (t0 >= SL) & (t0 + BT <= L)
-    return lean, (q0 <= t0) & (t0 < q1), r
+    clear = (t0 >= SL) & (t0 + BT <= L)
+    lean = ((q0 <= t0 - SL) | (q0 >= t0 + BT)) & ((q1 <= t0 - SL) | (q1 >= t0 + BT)) & clear
+    if STARTS:
+        start = (q0 == t0) & (q1 >= t0 + BT) & (r < R) & clear
+        lean = lean | start
+    else:
+        start = False  # a constant: the caller's branch on it compiles away
+    return lean, (q0 <= t0) & (t0 < q1), r, start
 
 
 @triton.jit
-def fixup_tile(p, L, R, p_qsl, SL: tl.constexpr, BT: tl.constexpr):
+def fixup_tile(p, L, R, p_qsl, SL: tl.constexpr, BT: tl.constexpr, STARTS: tl.constexpr = False):
     """Program ``p`` of the fixup launch: its tile's first row, whether it owns a tile the lean kernel
     left (:func:`lean_tile`), and where the bracket of its rows' requests starts (:func:`find_request_near`).
     Programs ``[0, (R + 1) NB)`` take boundary ``i = p // NB``'s tiles ``t0`` in
@@ -150,7 +158,9 @@ def fixup_tile(p, L, R, p_qsl, SL: tl.constexpr, BT: tl.constexpr):
     multiple of ``BT``). With sorted boundaries every tile the lean kernel leaves has one owner.
 
     Only the last tile can be one the lean kernel takes, so only its program runs :func:`lean_tile`'s search:
-    a boundary's tiles hold boundary ``b`` in ``(t0 - SL, t0 + BT)``, and the first tiles start before ``SL``."""
+    a boundary's tiles hold boundary ``b`` in ``(t0 - SL, t0 + BT)``, and the first tiles start before ``SL``;
+    with STARTS (:func:`lean_tile`) a boundary's tile can also be a request's start the lean kernel took, so
+    every boundary program that owns a tile runs the search too."""
     NB: tl.constexpr = (BT + SL - 2) // BT + 1
     FT: tl.constexpr = (SL + BT - 1) // BT
     T = (L + BT - 1) // BT
@@ -163,7 +173,10 @@ def fixup_tile(p, L, R, p_qsl, SL: tl.constexpr, BT: tl.constexpr):
     tile = tl.where(p < B, tile, tl.where(p < B + FT, p - B, T - 1))
     own = tl.where(p < B, own, tl.where(p < B + FT, tile < T, tile >= FT))
     if p >= B + FT:  # a uniform branch: the other programs skip the search's chain of dependent loads
-        own = own & ~lean_tile(tile * BT, L, R, p_qsl, SL, BT)[0]
+        own = own & ~lean_tile(tile * BT, L, R, p_qsl, SL, BT, STARTS)[0]
+    if STARTS:  # noqa: SIM102 (a constexpr branch around a runtime one)
+        if (p < B) & own:
+            own = own & ~lean_tile(tile * BT, L, R, p_qsl, SL, BT, STARTS)[0]
     # a boundary's rows lie in [b - BT + 1, b + SL + BT - 2]: with no empty request the requests i - BT + 1 to
     # i + SL + BT - 2, the bracket find_request_near takes from i - BT on (-1: none, the first and last tiles)
     near = tl.where(p < B, tl.maximum(i - BT, 0), -1)
