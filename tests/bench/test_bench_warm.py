@@ -55,7 +55,8 @@ def test_warm_tasks_are_the_cases_and_candidates_the_timing_pass_runs(fake_op, s
     assert list(by_case) == [key for key, names in untimed.items() if names]  # in the timing pass's order
     assert all(t.kernels == (1 if t.candidates == ("good",) else 0) for t in tasks)  # the good provider's one kernel
     kinds = [t.kind for t in sorted(tasks, key=lambda t: t.order)]
-    assert kinds == sorted(kinds, key=lambda kind: kind == "exactfuse")  # the compiled spec and the peers first
+    assert kinds == sorted(kinds, key=["peer", "compiled", "exactfuse"].index)  # the peers, then the compiled spec
+    assert {"peer", "exactfuse"} <= set(kinds) and (("compiled" in kinds) == config.compile)
 
 
 def test_a_candidate_that_raises_or_declines_is_passed_over(fake_op):

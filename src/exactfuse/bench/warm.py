@@ -32,12 +32,17 @@ from exactfuse.registry import OPS, Case, LazyCase, Op
 from exactfuse.utils import DTYPE_NAMES, DTYPES_BY_NAME
 
 
+_KIND_ORDER = {"peer": 0, "compiled": 1}  # then every other kind: the exactfuse providers
+
+
 @dataclass(frozen=True)
 class WarmTask:
     """One case of one op and dtype, and the names of the candidates to call on it (the warm-up gives each
     task one); ``kernels``: how many Triton kernels those candidates declare; ``kind``: the candidate's
-    (``Candidate.kind``). The compiled spec's and the peers' tasks start first (Inductor's compiles and the
-    peers' autotuning are the longest), then the exactfuse providers', the most kernels first."""
+    (``Candidate.kind``). The peers' tasks start first (their first calls autotune: FLA's conv backward
+    took 47 s of a 74 s cold ``--quick`` warm-up on an H100 when it started behind the compiled specs of the
+    ops before it, ``benchmarks/results/h100/sweeps/bench_quick.txt``), then the compiled spec's (Inductor),
+    then the exactfuse providers', the most kernels first."""
 
     op: str
     dtype: str
@@ -47,8 +52,8 @@ class WarmTask:
     kind: str = ""
 
     @property
-    def order(self) -> tuple[bool, int]:
-        return self.kind == "exactfuse", -self.kernels
+    def order(self) -> tuple[int, int]:
+        return _KIND_ORDER.get(self.kind, len(_KIND_ORDER)), -self.kernels
 
     def __str__(self) -> str:
         return f"{self.op} {self.dtype}/{self.case} {','.join(self.candidates)}"
