@@ -31,7 +31,6 @@ from exactfuse.bench.timing import recompile_limits
 from exactfuse.registry import OPS, Case, LazyCase, Op
 from exactfuse.utils import DTYPE_NAMES, DTYPES_BY_NAME
 
-
 _KIND_ORDER = {"peer": 0, "compiled": 1}  # then every other kind: the exactfuse providers
 
 
