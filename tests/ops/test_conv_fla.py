@@ -29,9 +29,8 @@ import torch.nn.functional as F
 
 import exactfuse
 from exactfuse.ops.conv import causal_conv1d, causal_conv1d_fn_backward, causal_conv1d_update
+from support.conv import FLA_DEVICE, FLA_RATIO, err_ratio
 
-DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-RATIO = 1e-3
 FLA_CONV = [  # (B, T, D, W, activation, has_bias, has_residual, dtype), FLA's test_conv
     (2, 64, 128, 3, "swish", True, True, torch.float32),
     (2, 128, 128, 4, "swish", False, True, torch.float32),
@@ -50,11 +49,6 @@ FLA_VARLEN = [  # (N, T, D, W, activation, has_bias, has_residual, dtype), FLA's
 ]
 
 
-def err_ratio(ref: torch.Tensor, got: torch.Tensor) -> float:
-    ref, got = ref.detach().double(), got.detach().double()
-    return float((ref - got).square().mean().sqrt() / (ref.square().mean().sqrt() + 1e-15))
-
-
 def fla_reference(x, weight, bias, activation):
     """``x [B, T, D]``: FLA's reference conv (fp32 for 16-bit inputs), activation, cast back."""
     compute = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
@@ -67,11 +61,11 @@ def fla_reference(x, weight, bias, activation):
 
 def leaves(B, T, D, W, has_bias, has_residual, dtype):
     gen = torch.Generator().manual_seed(42)
-    x = torch.randn(B, T, D, generator=gen).to(DEVICE, dtype).requires_grad_()
-    weight = torch.randn(D, W, generator=gen).to(DEVICE, dtype).requires_grad_()
-    bias = torch.randn(D, generator=gen).to(DEVICE, dtype).requires_grad_() if has_bias else None
+    x = torch.randn(B, T, D, generator=gen).to(FLA_DEVICE, dtype).requires_grad_()
+    weight = torch.randn(D, W, generator=gen).to(FLA_DEVICE, dtype).requires_grad_()
+    bias = torch.randn(D, generator=gen).to(FLA_DEVICE, dtype).requires_grad_() if has_bias else None
     residual = x.detach().clone().requires_grad_() if has_residual else None
-    dy = torch.randn(B, T, D, generator=gen).to(DEVICE, dtype)
+    dy = torch.randn(B, T, D, generator=gen).to(FLA_DEVICE, dtype)
     return [x, weight, bias, residual], dy
 
 
@@ -81,10 +75,10 @@ def grads(out, tensors, dy):
 
 
 def check_fla(ref, got, ref_grads, got_grads, tensors):
-    assert err_ratio(ref, got) < RATIO, "y"
+    assert err_ratio(ref, got) < FLA_RATIO, "y"
     names = [n for n, t in zip(("dx", "dw", "db", "dr"), tensors, strict=True) if t is not None]
     for name, r, g in zip(names, ref_grads, got_grads, strict=True):
-        assert err_ratio(r, g) < RATIO, name
+        assert err_ratio(r, g) < FLA_RATIO, name
 
 
 def run_fla_conv(B, T, D, W, activation, has_bias, has_residual, dtype, provider):
@@ -101,7 +95,7 @@ def run_fla_conv(B, T, D, W, activation, has_bias, has_residual, dtype, provider
 def run_fla_varlen(N, T, D, W, activation, has_bias, has_residual, dtype, provider):
     gen = torch.Generator().manual_seed(42)
     cuts = torch.arange(16, T)[torch.randperm(T - 16, generator=gen)[: N - 1]]
-    cu_seqlens = torch.cat([torch.tensor([0]), cuts, torch.tensor([T])]).sort()[0].to(DEVICE)  # int64
+    cu_seqlens = torch.cat([torch.tensor([0]), cuts, torch.tensor([T])]).sort()[0].to(FLA_DEVICE)  # int64
     tensors, dy = leaves(1, T, D, W, has_bias, has_residual, dtype)
     x, weight, bias, residual = tensors
     pieces = []
@@ -117,9 +111,9 @@ def run_fla_varlen(N, T, D, W, activation, has_bias, has_residual, dtype, provid
 
 def run_fla_decoding(B, T, D, W, activation, has_bias, has_residual, dtype, provider):
     gen = torch.Generator().manual_seed(42)
-    x = torch.randn(B, T, D, generator=gen).to(DEVICE, dtype)
-    weight = torch.randn(D, W, generator=gen).to(DEVICE, dtype) * 0
-    bias = torch.randn(D, generator=gen).to(DEVICE, dtype) if has_bias else None
+    x = torch.randn(B, T, D, generator=gen).to(FLA_DEVICE, dtype)
+    weight = torch.randn(D, W, generator=gen).to(FLA_DEVICE, dtype) * 0
+    bias = torch.randn(D, generator=gen).to(FLA_DEVICE, dtype) if has_bias else None
     residual = x.clone() if has_residual else None
     ref = fla_reference(x, weight, bias, activation)
     ref = ref + residual if has_residual else ref
@@ -133,8 +127,8 @@ def run_fla_decoding(B, T, D, W, activation, has_bias, has_residual, dtype, prov
                 x[:, i : i + 1], cache, weight, bias, activation=activation, history_at="end",
                 residual=residual[:, i : i + 1] if has_residual else None,
             )  # fmt: skip
-    assert err_ratio(ref, got) < RATIO
-    assert err_ratio(ref_cache, cache) < RATIO
+    assert err_ratio(ref, got) < FLA_RATIO
+    assert err_ratio(ref_cache, cache) < FLA_RATIO
 
 
 FLA_PREFILL = [  # FLA_CONV, then test_conv_with_cache_prefill_fwd's rows of prefills shorter than the window
@@ -151,23 +145,23 @@ def run_fla_prefill_with_cache(B, T, D, W, activation, has_bias, has_residual, d
     sequence's history (the first a zero pad); the output against the reference with those initial states,
     and the cache left as the last ``W`` inputs of ``cache ‖ x``."""
     gen = torch.Generator().manual_seed(42)
-    x = torch.randn(B, T, D, generator=gen).to(DEVICE, dtype)
-    residual = torch.randn(B, T, D, generator=gen).to(DEVICE, dtype) if has_residual else None
-    weight = torch.randn(D, W, generator=gen).to(DEVICE, dtype)
-    bias = torch.randn(D, generator=gen).to(DEVICE, dtype) if has_bias else None
-    history = torch.randn(B, D, W - 1, generator=gen).to(DEVICE, dtype)
+    x = torch.randn(B, T, D, generator=gen).to(FLA_DEVICE, dtype)
+    residual = torch.randn(B, T, D, generator=gen).to(FLA_DEVICE, dtype) if has_residual else None
+    weight = torch.randn(D, W, generator=gen).to(FLA_DEVICE, dtype)
+    bias = torch.randn(D, generator=gen).to(FLA_DEVICE, dtype) if has_bias else None
+    history = torch.randn(B, D, W - 1, generator=gen).to(FLA_DEVICE, dtype)
     compute = torch.float32
     full = torch.cat([history, x.transpose(1, 2)], dim=2).to(compute)
     ref = F.conv1d(full, weight.to(compute).unsqueeze(1), None if bias is None else bias.to(compute), groups=D)
     ref = (ref if activation is None else F.silu(ref)).to(dtype).transpose(1, 2)
     ref = ref + residual if has_residual else ref
-    cache = torch.cat([torch.zeros(B, D, 1, device=DEVICE, dtype=dtype), history], dim=2)
+    cache = torch.cat([torch.zeros(B, D, 1, device=FLA_DEVICE, dtype=dtype), history], dim=2)
     want_cache = torch.cat([cache, x.transpose(1, 2)], dim=2)[:, :, -W:]
-    every = torch.ones(B, dtype=torch.bool, device=DEVICE)
+    every = torch.ones(B, dtype=torch.bool, device=FLA_DEVICE)
     with exactfuse.get("causal_conv1d").priority([provider]):
         got = causal_conv1d(x, weight, bias, activation=activation, residual=residual, conv_state=cache,
                             has_initial_state=every, history_at="end")  # fmt: skip
-    assert err_ratio(ref, got) < RATIO
+    assert err_ratio(ref, got) < FLA_RATIO
     assert torch.equal(cache, want_cache)
 
 

@@ -65,6 +65,30 @@ def test_native_is_the_per_row_loop(kw):
     assert (got == expected).float().mean() > 0.95
 
 
+def test_the_compiled_spec_gathers_in_fewer_chunks_and_covers_every_row(monkeypatch):
+    """Under torch.compile the spec gathers ``_GATHER_ELEMENTS_COMPILED / _GATHER_ELEMENTS`` times more rows a
+    chunk (Dynamo unrolls the chunk loop, and the compile time grows with the chunks): the traced graph has that
+    many fewer chunks, and they still cover every row: the per-row loop's output within fp32 rounding (the
+    products are batched by other chunks; a row left out would read zeros)."""
+    args = case_args(rows=23, dtype=torch.float32, counts=True)
+    a = named(args)
+    per_row = a.logical_indices.shape[1] * a.k_cache.shape[2] * a.q.shape[2]  # gathered K elements a row
+    monkeypatch.setattr(native, "_GATHER_ELEMENTS", 2 * per_row)  # 2 rows a chunk eagerly: 12 chunks
+    monkeypatch.setattr(native, "_GATHER_ELEMENTS_COMPILED", 8 * per_row)  # 8 compiled: 3 chunks
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    out = torch.full_like(a.q, float("nan"))
+    torch.compile(native.sparse_paged_attention, backend=backend, fullgraph=True)(out, *args[1:])
+    chunks = sum(getattr(n.target, "__name__", "") == "einsum" for g in graphs for n in g.graph.nodes) // 2  # two a chunk
+    assert chunks == 3
+    torch.testing.assert_close(out, _loop_reference(args))
+
+
 def test_physical_slots_rules():
     idx = torch.tensor([[0, 5, 9, -1, 12, 3]], dtype=torch.int32)  # page size 4
     table = torch.tensor([[2, 7, 9]], dtype=torch.int32)  # 3 logical pages; 9 >= num_pages = 8

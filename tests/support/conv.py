@@ -1,9 +1,12 @@
 """Case selection shared by the conv family's interpreter tests (``tests/ops/test_short_conv.py``,
-``tests/ops/test_conv_tiles.py``)."""
+``tests/ops/test_conv_tiles.py``), and the error ratio of the FLA tests they reproduce
+(``tests/ops/test_conv_fla.py``, ``tests/ops/test_conv_fla_initial_state.py``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+
+import torch
 
 from exactfuse.ops.conv.warmup import LAYOUTS
 from exactfuse.registry import Case
@@ -24,3 +27,13 @@ def one_layout(cases: Iterable[Case], turn: int = 0) -> Iterator[Case]:
         index = mode.setdefault(case.id.replace(f"-{layout}-", "-"), len(mode))
         if layout == LAYOUTS[(index + turn) % len(LAYOUTS)]:
             yield case
+
+
+FLA_DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+FLA_RATIO = 1e-3  # FLA's tests' bound on the error ratio (fla.utils.assert_close)
+
+
+def err_ratio(ref: torch.Tensor, got: torch.Tensor) -> float:
+    """FLA's error ratio: ``rms(ref - got) / rms(ref)``, in float64."""
+    ref, got = ref.detach().double(), got.detach().double()
+    return float((ref - got).square().mean().sqrt() / (ref.square().mean().sqrt() + 1e-15))

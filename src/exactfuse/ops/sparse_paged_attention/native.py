@@ -32,6 +32,9 @@ import torch
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 GATE_ROUNDINGS = ("fused", "eager")
 _GATHER_ELEMENTS = 1 << 26  # rows per gather chunk: at most this many gathered K elements at a time
+# under torch.compile Dynamo unrolls the chunk loop and the compile time grows with the chunks, so the
+# compiled spec (the bench's native-compiled) gathers 4x more at a time (docs/sparse_attention.md, Bench)
+_GATHER_ELEMENTS_COMPILED = 1 << 28
 
 
 def physical_slots(
@@ -90,7 +93,8 @@ def attention_rows(
     fp8 = k_cache.dtype in FP8_DTYPES
     out = torch.zeros((rows, Hq, D), dtype=compute, device=q.device)
     W = logical_indices.shape[1]
-    step = max(1, _GATHER_ELEMENTS // max(1, W * Hkv * D))
+    budget = _GATHER_ELEMENTS_COMPILED if torch.compiler.is_compiling() else _GATHER_ELEMENTS
+    step = max(1, budget // max(1, W * Hkv * D))
     for start in range(0, rows, step):
         r = slice(start, min(start + step, rows))
         page, slot, valid = physical_slots(
