@@ -229,12 +229,13 @@ def warm_up(ops: list[Op], config: BenchConfig, jobs: int, console: Console) -> 
 
 
 def phase_line(clock: dict[str, float]) -> str:
-    """``bench: T s in all: start S s, warm-up W s, ...``: where the run's time went. ``clock``: the
-    perf_counter at the end of each phase in order, ``"start"`` (the imports, the copy and matmul rates, the
-    peers' versions) counted from the process's start (``exactfuse_cli.STARTED``)."""
+    """``bench: T s in all: imports I s, rates R s, peers P s, warm-up W s, ...``: where the run's time went.
+    ``clock``: the perf_counter at the end of each phase in order, the first counted from the process's start
+    (``exactfuse_cli.STARTED``): the imports (torch, exactfuse, the command line), the copy and matmul rates,
+    the peers' versions (their imports), then the warm-up, the timing pass and the plots."""
     from exactfuse_cli import STARTED
 
-    ends = [("start", STARTED), *clock.items()]
+    ends = [("", STARTED), *clock.items()]
     parts = [f"{name} {end - ends[i - 1][1]:.1f} s" for i, (name, end) in enumerate(ends) if i]
     return f"bench: {ends[-1][1] - STARTED:.1f} s in all: {', '.join(parts)}"
 
@@ -273,6 +274,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
             "Use `exactfuse verify` to check the contracts on the CPU."
         )
         return 2
+    clock = {"imports": time.perf_counter()}
     grid = "quick" if args.quick else args.grid
     try:
         ops, notes = select_ops(args.ops, grid)
@@ -305,6 +307,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         "[dim]measuring copy bandwidth" + (" and bf16 matmul rate" if any(o.flops_fn for o in ops) else "") + "...[/]"
     )
     roofline = measure_roofline(device, matmul=any(o.flops_fn is not None for o in ops))
+    clock["rates"] = time.perf_counter()
     peers = {f"{p.name}({o.name})": p.version() for o in ops for p in peers_for(o.name)}
     meta = results.collect_meta(
         device,
@@ -322,7 +325,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     )
     out_dir = Path(args.out) if args.out else Path("benchmarks/results") / meta["gpu_slug"]
     reporter = RichReporter(console)
-    clock = {"start": time.perf_counter()}
+    clock["peers"] = time.perf_counter()
     try:
         with sigterm_interrupts():
             if not warm_up(ops, config, warm_jobs(args.jobs), console):

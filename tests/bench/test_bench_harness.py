@@ -256,8 +256,8 @@ def test_every_candidate_of_a_mutating_op_is_gated_on_the_original_arguments():
 
 def test_the_phase_line_says_where_a_runs_time_went(monkeypatch):
     monkeypatch.setattr(exactfuse_cli, "STARTED", 100.0)
-    clock = {"start": 102.0, "warm-up": 105.5, "timing pass": 110.0, "plots": 110.25}
+    clock = {"imports": 101.5, "rates": 101.75, "peers": 102.0, "warm-up": 105.5, "timing pass": 110.0, "plots": 110.25}
     assert bench_cli.phase_line(clock) == (
-        "bench: 10.2 s in all: start 2.0 s, warm-up 3.5 s, timing pass 4.5 s, plots 0.2 s"
+        "bench: 10.2 s in all: imports 1.5 s, rates 0.2 s, peers 0.2 s, warm-up 3.5 s, timing pass 4.5 s, plots 0.2 s"
     )
-    assert bench_cli.phase_line({"start": 101.0}) == "bench: 1.0 s in all: start 1.0 s"
+    assert bench_cli.phase_line({"imports": 101.0}) == "bench: 1.0 s in all: imports 1.0 s"
