@@ -79,7 +79,25 @@ def _conv(tile: str, warps: int) -> tuple[str, dict]:
     types = {n: t for n, t in types.items() if n in kernel.arg_names}
     div16 = [*types, "stride_x", "stride_res", "stride_outer", "stride_out", "C"]
     ones = [n for n in ("stride_w_k", "stride_s_w", "stride_sid") if n in kernel.arg_names]
-    return f"conv {tile}/{warps}", compile_sass(kernel, types, consts, div16, ones, warps, num_stages=1)
+    result = compile_sass(kernel, types, consts, div16, ones, warps, num_stages=1)
+    return f"conv {tile}/{warps}", result | {"outputs": bt * bc // (32 * warps)}
+
+
+def _fla_conv(bd: int, warps: int) -> tuple[str, dict]:
+    """fla-core's forward conv kernel (``causal_conv1d_fwd_kernel``) on the ``conv`` preset's stateless call as
+    FLA's users make it (batch ``[B, T, C]``, K = 4, SiLU, bias, bf16): its 64-row chunk x ``bd`` channels
+    (FLA's ``BD``, which it autotunes)."""
+    from fla.modules.causal_conv1d.ops import causal_conv1d_fwd_kernel
+
+    kernel = causal_conv1d_fwd_kernel
+    while not hasattr(kernel, "arg_names") or not hasattr(kernel, "src"):  # under @heuristics and its autotuner
+        kernel = kernel.fn
+    types = {n: "*bf16" for n in ("x", "y", "weight", "bias", "residual", "initial_state")}
+    types |= {"cu_seqlens": "*i32", "chunk_indices": "*i32"}
+    consts = dict(D=10240, W=4, BT=64, BW=4, BD=bd, ACTIVATION="silu", HAS_WEIGHT=True, HAS_BIAS=True,
+                  HAS_RESIDUAL=False, USE_INITIAL_STATE=False, IS_VARLEN=False)  # fmt: skip
+    result = compile_sass(kernel, types, consts, [*types, "stride_x_n", "stride_x_t"], ["stride_x_d"], warps)
+    return f"fla conv 64x{bd}/{warps}", result | {"outputs": 64 * bd // (32 * warps)}
 
 
 def _decode(bc: int, warps: int, path: str, rows: int = 1) -> tuple[str, dict]:
@@ -217,10 +235,12 @@ def main() -> None:
         help="decode (default -t), short_decode (default tsf): window paths "
         "(- the two loads, t the register window's tile, s one vector a position, f the flat run)",
     )
-    parser.add_argument("--fla", action="store_true", help="decode: also fla-core's update kernel (fla importable)")
+    parser.add_argument("--fla", action="store_true", help="conv, decode: also fla-core's kernel (fla importable)")
     args = parser.parse_args()
     if args.preset == "conv":
         jobs = [lambda t=t: _conv(t, args.warps) for t in (args.tiles or "32x128,16x128,32x128u8").split(",")]
+        if args.fla:
+            jobs += [lambda bd=bd: _fla_conv(bd, args.warps) for bd in (32, 64, 128)]
     elif args.preset == "decode":  # --tiles: channels a program
         channels = [int(c) for c in (args.tiles or "64,128").split(",")]
         jobs = [lambda c=c, p=p: _decode(c, args.warps, p, args.rows) for c in channels for p in args.paths or "-t"]
@@ -246,7 +266,9 @@ def main() -> None:
     for job in jobs:
         label, r = job()
         counts = {p: sum(n for op, n in r["ops"].items() if op.split(".")[0] == p) for p in prefixes}
-        print(f"{label}: {r['regs']} regs, {r['shared']} B shared, {sum(r['ops'].values())} SASS; "
+        total = sum(r["ops"].values())
+        per = f" ({total / r['outputs']:.1f} an output)" if "outputs" in r else ""
+        print(f"{label}: {r['regs']} regs, {r['shared']} B shared, {total} SASS{per}; "
               + ", ".join(f"{p} {n}" for p, n in counts.items()))  # fmt: skip
         if args.sass:
             os.makedirs(args.sass, exist_ok=True)
