@@ -147,7 +147,8 @@ def main() -> None:
     h, op = heuristics, _causal_conv1d
     tiles = [re.fullmatch(r"(\d+)x(\d+)(?:u(\d+))?(g)?", t).groups() for t in opts.tiles.split(",")]
     tiles = [(int(bt), int(bc), int(u or 1), not g) for bt, bc, u, g in tiles]
-    lines = [f"{line}; shipped tile {tile_label(h.TILE_ROWS, h.TILE_CHANNELS, h.TILE_UNROLL, True, h.NUM_WARPS)}",
+    shipped_tile = tile_label(h.PREFILL_TILE_ROWS, h.PREFILL_TILE_CHANNELS, h.PREFILL_TILE_UNROLL, True, h.NUM_WARPS)
+    lines = [f"{line}; shipped tile {shipped_tile}",
              "shape | BTxBC/warps: µs (% roofline) ..."]  # fmt: skip
     floors, ratios = [f"{line}; shipped tile, causal_conv1d prefill, bf16, slot cache",
                       "shape | copy roofline µs | provider activation µs (% roofline) ..."], {}  # fmt: skip

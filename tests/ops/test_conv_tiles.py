@@ -37,7 +37,8 @@ def test_interpreter_register_window_gives_the_same_bits(unroll, monkeypatch):
     own loads: outputs, residuals and states bit for bit, for short_conv and causal_conv1d (its packed
     ``seq_idx`` cases included), without the two 676-row strided-index cases (their index stride is the
     slot lookup's, which the window does not change; the GPU tests run them)."""
-    assert_same_bits(monkeypatch, {"unroll": unroll, "lean": False}, {"lean": False}, skip=("decode", "strided"))
+    reference = {"lean": False, "unroll": 1}
+    assert_same_bits(monkeypatch, {"unroll": unroll, "lean": False}, reference, skip=("decode", "strided"))
 
 
 @pytest.mark.interpreter
@@ -53,7 +54,8 @@ def test_interpreter_lean_prefill_gives_the_same_bits(rows, unroll, monkeypatch)
     tests run them)."""
     ops = (short_conv, causal_conv1d, causal_conv1d_fn)
     variant = {"BT": rows, "unroll": unroll}
-    assert_same_bits(monkeypatch, variant, {"BT": rows, "lean": False}, ops, skip=("decode", "spec", "strided"))
+    reference = {"BT": rows, "unroll": 1, "lean": False}
+    assert_same_bits(monkeypatch, variant, reference, ops, skip=("decode", "spec", "strided"))
 
 
 @pytest.mark.interpreter
@@ -71,7 +73,7 @@ def test_interpreter_stateless_request_starts_give_the_same_bits(dtype, monkeypa
         fn_case(f"aligned-K{K}-D{D}", lengths, K=K, D=D, C=24, dtype=dtype, device="cpu", gen=make_generator(K + D))
         for K, D in ((4, 1), (3, 3))
     ]
-    variant, reference = {"BT": 8}, {"BT": 8, "lean": False}
+    variant, reference = {"BT": 8, "unroll": 1}, {"BT": 8, "unroll": 1, "lean": False}
     extra = {causal_conv1d_fn: cases}
     assert_same_bits(monkeypatch, variant, reference, (causal_conv1d_fn,), ("",), extra, dtype=dtype)
 
@@ -87,7 +89,7 @@ def test_interpreter_lean_weight_words_give_the_same_bits(dtype, monkeypatch):
     for K in (2, 3, 4):
         case = causal_case(f"prefill-K{K}", (40, 7), K=K, D=1, C=48, dtype=dtype, device="cpu", gen=make_generator(K))
         words[K] = conv_launch._weight_word(case.args[1])
-        variant, reference = {"BT": 8, "unroll": 4}, {"BT": 8, "lean": False}
+        variant, reference = {"BT": 8, "unroll": 4}, {"BT": 8, "unroll": 1, "lean": False}
         assert_same_bits(monkeypatch, variant, reference, (causal_conv1d,), ("",), {causal_conv1d: [case]}, dtype=dtype)
     assert words == {2: 2, 3: 0, 4: 4}
 

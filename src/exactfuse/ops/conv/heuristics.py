@@ -14,16 +14,20 @@ from exactfuse.utils import next_power_of_2
 # Elements of the write-back kernel's [window, channels] state tile (spec, prefill): 4096 keeps a
 # 12-position window (K = 5, D = 3) at 256 channels, 32 values a thread at 4 warps.
 STATE_TILE_ELEMENTS = 4096
-# The spec/prefill output tile, which holds no state: TILE_ROWS x TILE_CHANNELS = 2048 values, 16 a
-# thread at 4 warps, each tap's rows read as 256-byte channel runs; a program's rows share one search
-# of query_start_loc and its weights, and neighbouring rows' taps overlap in the L1. 16 x 128 at 4 warps,
-# unroll 1: 1.16x the 32 x 128 tile, geomean of five prefill shapes (sweeps/conv_tiles.txt).
+# The row kernel's output tile (spec rows, and prefill rows with a token map or seq_idx), which holds no state:
+# TILE_ROWS x TILE_CHANNELS = 2048 values, 16 a thread at 4 warps, each tap's rows read as 256-byte channel runs;
+# a program's rows share one search of query_start_loc and its weights, and neighbouring rows' taps overlap in
+# the L1. 16 x 128 at 4 warps: 1.16x the 32 x 128 tile, geomean of five prefill shapes (sweeps/conv_tiles.txt).
 TILE_ROWS = 16
 TILE_CHANNELS = 128
 NUM_WARPS = 4
-# Rows a register window serves in the lean prefill kernel (ConvConfig.unroll): 1, each tap's rows loaded, until
-# sweep conv has timed the runs of the single-layout lean kernel (docs/heuristics.md).
-TILE_UNROLL = 1
+# The lean prefill kernel's tile (prefill without a token map or seq_idx): PREFILL_TILE_ROWS x
+# PREFILL_TILE_CHANNELS at NUM_WARPS, its rows one run over a register window of PREFILL_TILE_UNROLL rows
+# (ConvConfig.unroll). 8 x 256 in one run of 8: 1.17x the 16 x 128 tile in runs of 1, geomean of five
+# causal_conv1d prefill shapes on an H100 (h100/sweeps/conv_tiles.txt).
+PREFILL_TILE_ROWS = 8
+PREFILL_TILE_CHANNELS = 256
+PREFILL_TILE_UNROLL = 8
 # Decode without a register window (windows longer than DECODE_WINDOW_TILE_MAX positions): one warp over 128
 # channels ([slot, W, C] storage) or 64 ([slot, C, W]), at most DECODE_TILE_ELEMENTS state values a program.
 DECODE_CHANNELS_CONTIGUOUS = 128
@@ -78,11 +82,12 @@ class ConvConfig:
 
 
 def conv_config(
-    C: int, window: int, mode: str, channels_contiguous: bool = False, dense_windows: bool = False
+    C: int, window: int, mode: str, channels_contiguous: bool = False, dense_windows: bool = False, lean: bool = True
 ) -> ConvConfig:
     """Static launch parameters for ``C`` channels and a written window of ``window`` positions;
     ``channels_contiguous``: the state's channel stride is 1 (``[slot, W, C]`` storage); ``dense_windows``: the
-    window stride is 1 and the channel stride ``window`` (dense ``[slot, C, W]`` slots); both cache constants.
+    window stride is 1 and the channel stride ``window`` (dense ``[slot, C, W]`` slots); both cache constants;
+    ``lean``: prefill rows take the lean kernel (no token map, no ``seq_idx``; the launcher's choice).
 
     Decode rows (one a program here; ``BT`` rows a program run one after another) also shift their state
     window. Windows of at most :data:`DECODE_WINDOW_TILE_MAX` positions are held in registers
@@ -93,8 +98,10 @@ def conv_config(
     channels over :data:`DECODE_FLAT_WARPS` warps. Longer windows take one warp over
     :data:`DECODE_CHANNELS_CONTIGUOUS` or :data:`DECODE_CHANNELS_STRIDED` channels, at most
     :data:`DECODE_TILE_ELEMENTS` state values a program.
-    Spec and prefill rows hold only ``K`` taps and take the :data:`TILE_ROWS` x :data:`TILE_CHANNELS` tile;
-    their write-back kernel a ``[BW, BC_STATE]`` state tile. All from ``scripts/gpu/sweep_conv.py`` on the H200.
+    Spec and prefill rows hold only ``K`` taps: the lean prefill kernel takes the :data:`PREFILL_TILE_ROWS` x
+    :data:`PREFILL_TILE_CHANNELS` tile in runs of :data:`PREFILL_TILE_UNROLL` rows, the row kernel the
+    :data:`TILE_ROWS` x :data:`TILE_CHANNELS` tile; their write-back kernel a ``[BW, BC_STATE]`` state tile.
+    All from ``scripts/gpu/sweep_conv.py``.
     """
     BW = next_power_of_2(max(window, 1))
     c_block = next_power_of_2(max(C, 1))
@@ -115,9 +122,12 @@ def conv_config(
         want = DECODE_CHANNELS_CONTIGUOUS if channels_contiguous else DECODE_CHANNELS_STRIDED
         BC = max(16, min(c_block, want, DECODE_TILE_ELEMENTS // BW))
         return ConvConfig(BT=1, BC=BC, BC_STATE=BC_STATE, BW=BW, num_warps=DECODE_WARPS)
-    BT, BC = TILE_ROWS, max(16, min(c_block, TILE_CHANNELS))
-    unroll = TILE_UNROLL if mode == "prefill" else 1  # spec rows take the row kernel's tile
-    return ConvConfig(BT=BT, BC=BC, BC_STATE=BC_STATE, BW=BW, num_warps=NUM_WARPS, unroll=unroll)
+    if mode == "prefill" and lean:
+        BC = max(16, min(c_block, PREFILL_TILE_CHANNELS))
+        return ConvConfig(BT=PREFILL_TILE_ROWS, BC=BC, BC_STATE=BC_STATE, BW=BW, num_warps=NUM_WARPS,
+                          unroll=PREFILL_TILE_UNROLL)  # fmt: skip
+    BC = max(16, min(c_block, TILE_CHANNELS))
+    return ConvConfig(BT=TILE_ROWS, BC=BC, BC_STATE=BC_STATE, BW=BW, num_warps=NUM_WARPS, lean=lean)
 
 
 # The backward's row kernel: BT x BC tiles, STEPS of them down the rows a program (its weight and bias

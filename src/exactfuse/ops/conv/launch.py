@@ -64,7 +64,11 @@ def launch_conv(
     s_align = _stride_alignment(s_strides[1])
     w_align = _stride_alignment(weight.stride(0))
     dense = mode == "decode" and has_state and _dense_slots(s_strides, head + SL)  # only decode reads it
-    cfg = config or heuristics.conv_config(C, head + SL + SQL - 1, mode, contiguous, dense)
+    # prefill without a token map or seq_idx: the lean kernel takes the tiles inside one request (or outside
+    # all), then the prefill kernel's FIXUP launch the tiles at request boundaries and the ends
+    lean = mode == "prefill" and call.token_indices is None and call.seq_idx is None
+    cfg = config or heuristics.conv_config(C, head + SL + SQL - 1, mode, contiguous, dense, lean)
+    lean = lean and cfg.lean
     slots = conv_state.shape[0] if has_state else 1
     # the flags of every row kernel and the write-back kernel; the write-back kernel also takes the mode and the
     # spec's rows a request
@@ -91,9 +95,6 @@ def launch_conv(
     # fp32 weights: the SiLU reads the fp32 conv, so it takes fp32's formula
     act_dtype = torch.float32 if weight.dtype == torch.float32 else x.dtype
     act = chosen_formula("silu", act_dtype, x.device) if call.activation == "silu" else NO_ACTIVATION
-    # prefill without a token map or seq_idx: the lean kernel takes the tiles inside one request (or outside
-    # all), then the prefill kernel's FIXUP launch the tiles at request boundaries and the ends
-    lean = cfg.lean and mode == "prefill" and call.token_indices is None and call.seq_idx is None
     common = dict(
         HAS_STATE=has_state, HAS_RESIDUAL=call.residual is not None, HAS_OUTER=call.outer_residual is not None,
         HAS_BIAS=call.bias is not None, ACT=act, BC=cfg.BC, BT=cfg.BT, num_warps=cfg.num_warps,
