@@ -87,11 +87,11 @@ def _mma_model(words: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
                         for t, (row, kpos) in enumerate(regs):
                             A[row, kpos] = codes[t][tile, chunk, lane, j]  # low half
                             A[row, kpos + 1] = codes[t + 4][tile, chunk, lane, j]  # high half
-                        k = 64 * chunk + 16 * (lane % 4) + 2 * j
+                        k = 64 * chunk + 16 * (lane % 4) + 4 * j  # activation pairs 2 j and 2 j + 1
                         m = m0 + r
                         for e in range(2):
                             B[c + e, r] = a[m, k + e] if m < M else 0.0
-                            B[c + 8 + e, r] = a[m, k + 8 + e] if m < M else 0.0
+                            B[c + 8 + e, r] = a[m, k + 2 + e] if m < M else 0.0
                     assert not A.isnan().any() and not B.isnan().any()  # every position filled once
                     d += A @ B
             rows = min(8, M - m0)

@@ -165,7 +165,7 @@ def fragment_dequant_kernel(p_words, p_s, p_w, N, chunks, group_chunks, MAGIC: t
 
     p_words: ``[N/16, K/64, 32, 4]`` int32; p_s: ``[groups, N/16, 8, 8]`` records (a group is
     ``group_chunks`` chunks). Word ``[tile, c, 4 r + qq, j]``, nibble ``4 e + 2 h + b`` is the code of
-    row ``k = 64 c + 16 qq + 8 h + 2 j + e`` and column ``n = 16 tile + r + 8 b``; its record fields are
+    row ``k = 64 c + 16 qq + 4 j + 2 h + e`` and column ``n = 16 tile + r + 8 b``; its record fields are
     ``s`` at ``2 b`` and ``MAGIC + z`` at ``4 + 2 b``. ``((MAGIC + q) - (MAGIC + z)) * s`` in fp32 is exact
     but the product, rounded once to the dtype: ``fragment.dequantize``'s bits.
     """
@@ -183,7 +183,7 @@ def fragment_dequant_kernel(p_words, p_s, p_w, N, chunks, group_chunks, MAGIC: t
     s = tl.load(rec, mask=m_c, other=0.0).to(tl.float32)
     zz = tl.load(rec + 4, mask=m_c, other=0.0).to(tl.float32)
     value = ((code + MAGIC) - zz) * s
-    o_k = o_c * 64 + o_q * 16 + ((nib >> 1) & 1) * 8 + o_j * 2 + (nib >> 2)
+    o_k = o_c * 64 + o_q * 16 + o_j * 4 + ((nib >> 1) & 1) * 2 + (nib >> 2)
     o_n = tile * 16 + o_r + 8 * b
     tl.store(p_w + o_k.to(tl.int64) * N + o_n, value.to(p_w.dtype.element_ty), mask=m_c)
 

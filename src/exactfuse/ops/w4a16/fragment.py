@@ -18,9 +18,10 @@ exponent of ``MAGIC`` (128 in bf16, 1024 in fp16, whose unit in the last place i
 ``MAGIC + q`` in each half: one ``lop3`` per two weights and no shuffles.
 
 Which ``k`` a k-position of step ``j`` stands for is a free choice (the MMA sums over it); the layout
-takes the one that makes the activations' operand one 16-byte load too: lane ``l`` with ``q = l % 4``
-reads the 16 activations ``64 chunk + 16 q .. + 15``, and k-position ``c + e`` (``e`` = 0, 1) of step
-``j`` is ``k = 64 chunk + 16 q + 2 j + e``, ``c + 8 + e`` is ``k + 8``.
+takes the one that makes the activations' operand one 16-byte load too, with each step's two B registers
+adjacent in it: lane ``l`` with ``q = l % 4`` reads the 16 activations ``64 chunk + 16 q .. + 15`` as eight
+pairs, and k-position ``c + e`` (``e`` = 0, 1) of step ``j`` is ``k = 64 chunk + 16 q + 4 j + e`` (pair
+``2 j``), ``c + 8 + e`` is ``k + 2`` (pair ``2 j + 1``).
 
 The scales and zero points of each group are repacked beside it, in the activation dtype:
 ``scales [groups, N / 16, 8, 8]``: for tile row ``r``: ``s_r, s_r, s_{r+8}, s_{r+8}, MAGIC + z_r`` twice
@@ -64,15 +65,15 @@ def layout_unsupported(K: int, N: int, groups: int) -> str | None:
     return None
 
 
-# k within a chunk is 16 qq + 8 h + 2 j + e and n within a tile is r + 8 b, where lane = 4 r + qq and
+# k within a chunk is 16 qq + 4 j + 2 h + e and n within a tile is r + 8 b, where lane = 4 r + qq and
 # nibble = 4 e + 2 h + b: the layout is a permutation of these axes
-_Q_AXES = (5, 0, 7, 1, 3, 4, 2, 6)  # [chunk, qq, h, j, e, tile, b, r] -> [tile, chunk, r, qq, j, e, h, b]
+_Q_AXES = (5, 0, 7, 1, 2, 4, 3, 6)  # [chunk, qq, j, h, e, tile, b, r] -> [tile, chunk, r, qq, j, e, h, b]
 
 
 def pack_codes(q: torch.Tensor) -> torch.Tensor:
     """``q [K, N]`` codes 0..15 -> ``words [N/16, K/64, 32, 4]`` int32."""
     K, N = q.shape
-    axes = q.reshape(K // CHUNK_K, 4, 2, STEPS, 2, N // TILE_N, 2, 8).permute(_Q_AXES)
+    axes = q.reshape(K // CHUNK_K, 4, STEPS, 2, 2, N // TILE_N, 2, 8).permute(_Q_AXES)
     nibbles = axes.reshape(N // TILE_N, K // CHUNK_K, LANES, STEPS, PACK).to(torch.int64)
     word = (nibbles << torch.arange(0, 32, 4, device=q.device, dtype=torch.int64)).sum(-1)
     return torch.where(word >= 2**31, word - 2**32, word).to(torch.int32)
