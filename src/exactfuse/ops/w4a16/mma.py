@@ -213,12 +213,11 @@ if HAS_GLUON:
         o_rec = (tile_w * 8 + (r_w % 32) // 4) * 4 + j_w
         group_stride = (N // 16) * 32
         # activation pair p of row m = 8 (B pid_m + block) + l // 4, k = 64 (c + u) + 16 (l % 4) + 2 p: pairs
-        # 0-3, then 4-7 (the second load): [R, B, U, 4]; rows past M read row M - 1 (valid memory: no masks and
-        # no zero fill), whose outputs are not stored
+        # 0-3, then 4-7 (the second load): [R, B, U, 4]
         r_a = _axis(R, 0, LAU)
         m_a = (pid_m * BLOCKS + _axis(BLOCKS, 1, LAU)) * 8 + (r_a % 32) // 4
-        # rows past M read row M - 1 (valid memory, no masks and no zero fill); their outputs are not stored
-        o_a = gl.minimum(m_a, M - 1) * stride_a32 + (r_a % 4) * 8 + _axis(4, 3, LAU) + _axis(U, 2, LAU) * 32
+        o_a = m_a * stride_a32 + (r_a % 4) * 8 + _axis(4, 3, LAU) + _axis(U, 2, LAU) * 32
+        mask_a = gl.broadcast(m_a < M, o_a)[0]
 
         acc0 = gl.zeros([R, TILES, BLOCKS], gl.float32, layout=L3)
         acc1 = gl.zeros([R, TILES, BLOCKS], gl.float32, layout=L3)
@@ -226,30 +225,19 @@ if HAS_GLUON:
         acc3 = gl.zeros([R, TILES, BLOCKS], gl.float32, layout=L3)
         words = gl.load(p_w + o_word + c_begin * 128)
         recs = gl.load(p_s32 + o_rec + ((c_begin + u_w) // GROUP_CHUNKS) * group_stride)
-        x0 = gl.load(p_a32 + o_a + c_begin * 32)
-        x1 = gl.load(p_a32 + o_a + (c_begin * 32 + 4))
-        c_end = c_begin + chunks_per_split
-        # two steps an iteration, each one's loads issued before the other's math; the next iteration's first
-        # step loads once this one's first step is done with its registers, so no register is copied across
-        # the loop (the last steps load the last step again: unused)
-        for c in range(c_begin, c_end, 2 * U):
-            c_b = gl.minimum(c + U, c_last)
-            b_words = gl.load(p_w + o_word + c_b * 128)
-            b_recs = gl.load(p_s32 + o_rec + ((c_b + u_w) // GROUP_CHUNKS) * group_stride)
-            b_x0 = gl.load(p_a32 + o_a + c_b * 32)
-            b_x1 = gl.load(p_a32 + o_a + (c_b * 32 + 4))
+        x0 = gl.load(p_a32 + o_a + c_begin * 32, mask=mask_a, other=0)
+        x1 = gl.load(p_a32 + o_a + (c_begin * 32 + 4), mask=mask_a, other=0)
+        for c in range(c_begin, c_begin + chunks_per_split, U):
+            # the next step's loads before this step's math (the last step loads itself again: unused)
+            c_next = gl.minimum(c + U, c_last)
+            n_words = gl.load(p_w + o_word + c_next * 128)
+            n_recs = gl.load(p_s32 + o_rec + ((c_next + u_w) // GROUP_CHUNKS) * group_stride)
+            n_x0 = gl.load(p_a32 + o_a + c_next * 32, mask=mask_a, other=0)
+            n_x1 = gl.load(p_a32 + o_a + (c_next * 32 + 4), mask=mask_a, other=0)
             acc0, acc1, acc2, acc3 = fragment_step(
                 words, recs, x0, x1, acc0, acc1, acc2, acc3, LW, LA, LT, LB, U, DEQUANT, MMA
             )
-            c_a = gl.minimum(c + 2 * U, c_last)
-            words = gl.load(p_w + o_word + c_a * 128)
-            recs = gl.load(p_s32 + o_rec + ((c_a + u_w) // GROUP_CHUNKS) * group_stride)
-            x0 = gl.load(p_a32 + o_a + c_a * 32)
-            x1 = gl.load(p_a32 + o_a + (c_a * 32 + 4))
-            if c + U < c_end:  # an odd step count ends on a first step
-                acc0, acc1, acc2, acc3 = fragment_step(
-                    b_words, b_recs, b_x0, b_x1, acc0, acc1, acc2, acc3, LW, LA, LT, LB, U, DEQUANT, MMA
-                )
+            words, recs, x0, x1 = n_words, n_recs, n_x0, n_x1
 
         fragment_epilogue(
             acc0, acc1, acc2, acc3, p_out, p_bias, p_ws, p_count, M, N, pid_n * num_warps, pid_m,
