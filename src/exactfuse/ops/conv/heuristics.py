@@ -23,7 +23,7 @@ TILE_CHANNELS = 128
 NUM_WARPS = 4
 # The lean prefill kernel's tile (prefill without a token map or seq_idx): PREFILL_TILE_ROWS x
 # PREFILL_TILE_CHANNELS at NUM_WARPS, its rows one run over a register window of PREFILL_TILE_UNROLL rows
-# (ConvConfig.unroll). 8 x 256 in one run of 8: 1.17x the 16 x 128 tile in runs of 1, geomean of five
+# (ConvConfig.unroll). 8 x 256 in one run of 8: 1.18x the 16 x 128 tile in runs of 1, geomean of five
 # causal_conv1d prefill shapes on an H100 (h100/sweeps/conv_tiles.txt).
 PREFILL_TILE_ROWS = 8
 PREFILL_TILE_CHANNELS = 256
