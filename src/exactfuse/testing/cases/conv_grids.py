@@ -48,6 +48,8 @@ def _short_conv_grid(device, dtype, only=None):
 
 
 CAUSAL_SHAPES = ((1, 8192), (8, 1024), (64, 128), (4, 8192), (16, 4096))  # (B, L): T·C from 2^23 to 2^29
+# stateless prefill at 4096 channels as well, where launches and tails weigh most: (B, L), T·C from 2^21 to 2^25
+SMALL_C, SMALL_SHAPES = 4096, ((1, 512), (64, 128), (8, 1024))
 
 
 def _causal_grid(device, dtype, only=None):
@@ -72,10 +74,12 @@ def _update_grid(device, dtype, only=None):
 
 
 def _fn_grid(device, dtype, only=None, *, grad: bool = False):
-    for seed, (B, L) in enumerate(CAUSAL_SHAPES):
-        case_id = f"B{B}-L{L}-C{PLE_C}-K4"
+    """The causal prefill shapes at ``PLE_C`` channels and, forward only, the small ones at ``SMALL_C``."""
+    shapes = [(B, L, PLE_C) for B, L in CAUSAL_SHAPES] + ([] if grad else [(B, L, SMALL_C) for B, L in SMALL_SHAPES])
+    for seed, (B, L, C) in enumerate(shapes):
+        case_id = f"B{B}-L{L}-C{C}-K4"
         if only is None or case_id in only:
-            yield _lazy(case_id, fn_case, seed, (L,) * B, C=PLE_C, K=4, D=1, dtype=dtype, device=device, grad=grad)
+            yield _lazy(case_id, fn_case, seed, (L,) * B, C=C, K=4, D=1, dtype=dtype, device=device, grad=grad)
 
 
 _short_conv.grid("default")(_short_conv_grid)
