@@ -60,7 +60,7 @@ def compile_sass(fn, types: dict, constexprs: dict, div16=(), ones=(), num_warps
     return {"regs": int(regs.group(1)) if regs else None, "shared": kernel.metadata.shared, "ops": ops, "sass": sass}
 
 
-def _conv(tile: str, warps: int) -> tuple[str, dict]:
+def _conv(tile: str, warps: int, dilation: int = 1, residual: bool = False) -> tuple[str, dict]:
     from exactfuse.ops.conv.lean import conv_lean_kernel
     from exactfuse.ops.conv.prefill import conv_prefill_kernel
 
@@ -68,8 +68,9 @@ def _conv(tile: str, warps: int) -> tuple[str, dict]:
     bt, bc = int(bt), int(bc)
     types = {n: "*bf16" for n in ("p_x", "p_w", "p_b", "p_res", "p_outer", "p_out", "p_state")}
     types |= {"p_sid": "*i32", "p_qsl": "*i32", "p_acc": "*i32", "p_init": "*i1", "p_tok": "*i32", "p_seq": "*i32"}
-    consts = dict(K=4, D=1, HAS_STATE=not stateless, HAS_SID=not stateless, INIT=0 if stateless else 1,
-                  HAS_RESIDUAL=False, HAS_OUTER=False, HAS_BIAS=True, ACT=ACT, BC=bc, BT=bt, EVEN_C=True)  # fmt: skip
+    consts = dict(K=4, D=dilation, HAS_STATE=not stateless, HAS_SID=not stateless, INIT=0 if stateless else 1,
+                  HAS_RESIDUAL=residual, HAS_OUTER=False, HAS_BIAS=True, ACT=ACT, BC=bc, BT=bt,
+                  EVEN_C=True)  # fmt: skip
     kernel = conv_lean_kernel
     if lean:  # a contiguous [C, 4] bf16 weight: each channel's taps one 64-bit word (the launcher's W_WORD)
         consts |= dict(UNROLL=int(unroll or 1), W_ALIGN=4, W_WORD=4)
@@ -224,6 +225,8 @@ def main() -> None:
     parser.add_argument("--kv", default="bf16,fp8e4nv", help="attention: cache dtypes (Triton names)")
     parser.add_argument("--q", default="bf16", help="attention: q dtype (Triton name)")
     parser.add_argument("--warps", type=int, default=4, help="num_warps")
+    parser.add_argument("--dilation", type=int, default=1, help="conv: the taps' dilation (short_conv's is 3)")
+    parser.add_argument("--residual", action="store_true", help="conv: the output added to a residual")
     parser.add_argument("--fixup", action="store_true", help="attention: merge in the launch (FIXUP)")
     parser.add_argument("--prefetch-slots", action="store_true", help="attention: also with PREFETCH_SLOTS")
     parser.add_argument("--op", default="F2F,F2FP,HADD2,LDG,LDGSTS,LDS,STS,HMMA,FFMA,IMAD",
@@ -238,7 +241,8 @@ def main() -> None:
     parser.add_argument("--fla", action="store_true", help="conv, decode: also fla-core's kernel (fla importable)")
     args = parser.parse_args()
     if args.preset == "conv":
-        jobs = [lambda t=t: _conv(t, args.warps) for t in (args.tiles or "32x128,16x128,32x128u8").split(",")]
+        tiles = (args.tiles or "32x128,16x128,32x128u8").split(",")
+        jobs = [lambda t=t: _conv(t, args.warps, args.dilation, args.residual) for t in tiles]
         if args.fla:
             jobs += [lambda bd=bd: _fla_conv(bd, args.warps) for bd in (32, 64, 128)]
     elif args.preset == "decode":  # --tiles: channels a program

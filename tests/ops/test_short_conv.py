@@ -283,9 +283,11 @@ def test_heuristic_depends_on_model_constants_only():
     long = conv_config(10240, 20, "decode", channels_contiguous=True)
     assert (long.BC, long.num_warps, long.window_tile) == (64, 1, False)
     assert conv_config(10240, 20, "decode").BC == 64
-    lean, rows = conv_config(10240, 9, "prefill"), conv_config(10240, 9, "prefill", lean=False)
+    lean, rows = conv_config(10240, 3, "prefill"), conv_config(10240, 3, "prefill", lean=False)
     assert (lean.BT, lean.BC, lean.unroll, lean.lean) == (8, 256, 8, True)  # the lean kernel's tile, one run of 8
     assert (rows.BT, rows.BC, rows.unroll, rows.lean) == (16, 128, 1, False)  # token map / seq_idx: the row kernel
+    wide = conv_config(10240, 9, "prefill")  # short_conv's window of 9: the 16 x 128 tile, lean
+    assert (wide.BT, wide.BC, wide.unroll, wide.lean) == (16, 128, 1, True)
     assert conv_config(200, 12, "spec").BC == 128 and conv_config(200, 12, "spec").BC_STATE == 256
     assert conv_config(7, 1, "decode").BC == 16 and conv_config(7, 1, "prefill").BC == 16
     assert conv_config(7, 1, "decode").num_warps == 1

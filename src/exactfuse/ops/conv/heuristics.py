@@ -23,11 +23,13 @@ TILE_CHANNELS = 128
 NUM_WARPS = 4
 # The lean prefill kernel's tile (prefill without a token map or seq_idx): PREFILL_TILE_ROWS x
 # PREFILL_TILE_CHANNELS at NUM_WARPS, its rows one run over a register window of PREFILL_TILE_UNROLL rows
-# (ConvConfig.unroll). 8 x 256 in one run of 8: 1.18x the 16 x 128 tile in runs of 1, geomean of five
-# causal_conv1d prefill shapes on an H100 (h100/sweeps/conv_tiles.txt).
+# (ConvConfig.unroll), where the window is at most PREFILL_TILE_WINDOW_MAX positions (K = 4, D = 1: what was
+# swept); longer windows (short_conv's 9) keep the row kernel's tile. 8 x 256 in one run of 8: 1.18x the
+# 16 x 128 tile in runs of 1, geomean of five causal_conv1d prefill shapes on an H100 (h100/sweeps/conv_tiles.txt).
 PREFILL_TILE_ROWS = 8
 PREFILL_TILE_CHANNELS = 256
 PREFILL_TILE_UNROLL = 8
+PREFILL_TILE_WINDOW_MAX = 3
 # Decode without a register window (windows longer than DECODE_WINDOW_TILE_MAX positions): one warp over 128
 # channels ([slot, W, C] storage) or 64 ([slot, C, W]), at most DECODE_TILE_ELEMENTS state values a program.
 DECODE_CHANNELS_CONTIGUOUS = 128
@@ -99,8 +101,9 @@ def conv_config(
     :data:`DECODE_CHANNELS_CONTIGUOUS` or :data:`DECODE_CHANNELS_STRIDED` channels, at most
     :data:`DECODE_TILE_ELEMENTS` state values a program.
     Spec and prefill rows hold only ``K`` taps: the lean prefill kernel takes the :data:`PREFILL_TILE_ROWS` x
-    :data:`PREFILL_TILE_CHANNELS` tile in runs of :data:`PREFILL_TILE_UNROLL` rows, the row kernel the
-    :data:`TILE_ROWS` x :data:`TILE_CHANNELS` tile; their write-back kernel a ``[BW, BC_STATE]`` state tile.
+    :data:`PREFILL_TILE_CHANNELS` tile in runs of :data:`PREFILL_TILE_UNROLL` rows up to a window of
+    :data:`PREFILL_TILE_WINDOW_MAX` positions, else (and the row kernel) the :data:`TILE_ROWS` x
+    :data:`TILE_CHANNELS` tile; their write-back kernel a ``[BW, BC_STATE]`` state tile.
     All from ``scripts/gpu/sweep_conv.py``.
     """
     BW = next_power_of_2(max(window, 1))
@@ -122,7 +125,7 @@ def conv_config(
         want = DECODE_CHANNELS_CONTIGUOUS if channels_contiguous else DECODE_CHANNELS_STRIDED
         BC = max(16, min(c_block, want, DECODE_TILE_ELEMENTS // BW))
         return ConvConfig(BT=1, BC=BC, BC_STATE=BC_STATE, BW=BW, num_warps=DECODE_WARPS)
-    if mode == "prefill" and lean:
+    if mode == "prefill" and lean and window <= PREFILL_TILE_WINDOW_MAX:
         BC = max(16, min(c_block, PREFILL_TILE_CHANNELS))
         return ConvConfig(BT=PREFILL_TILE_ROWS, BC=BC, BC_STATE=BC_STATE, BW=BW, num_warps=NUM_WARPS,
                           unroll=PREFILL_TILE_UNROLL)  # fmt: skip
