@@ -125,3 +125,44 @@ def test_float64_relative_overflow_like_native_passes():
     ref = torch.tensor([1.0, 70000.0], dtype=torch.float64)
     native = torch.tensor([1.0, float("inf")], dtype=torch.float16)
     assert _f64_check(native.clone(), native, ref).passed
+
+
+@pytest.mark.parametrize("contract", [Bitwise(), Ulp(1), Ulp(3), Tolerance()], ids=repr)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_a_check_in_chunks_agrees_with_one_chunk(contract, dtype):
+    """The statistics merged over chunks of 7 elements: those of the whole output in one chunk."""
+    gen = torch.Generator().manual_seed(1)
+    expected = torch.randn((13, 17), generator=gen).to(dtype)
+    actual = expected.clone()
+    flat = actual.view(-1)
+    flat[3] = torch.nextafter(flat[3], torch.tensor(float("inf"), dtype=dtype))
+    flat[40] = torch.nextafter(torch.nextafter(flat[40], flat[40] * 2), flat[40] * 4)
+    flat[50] = flat[50] * 1.5
+    flat[60], expected.view(-1)[60] = float("nan"), float("nan")
+    expected.view(-1)[70], flat[70] = 0.0, -0.0
+    want = contract._measure(actual, expected, chunk=actual.numel())
+    got = contract._measure(actual, expected, chunk=7)
+    assert (got.passed, got.mismatches, got.max_ulp) == (want.passed, want.mismatches, want.max_ulp)
+    assert got.max_abs_err == pytest.approx(want.max_abs_err) and got.worst_index == want.worst_index
+    assert contract._measure(expected, expected.clone(), chunk=7).passed
+
+
+def test_float64_relative_in_chunks_agrees_with_one_chunk(monkeypatch):
+    """The norms summed over chunks of 3 elements, the specials counted and the worst element found across
+    them: the result of one chunk."""
+    from exactfuse.registry import contracts
+
+    gen = torch.Generator().manual_seed(2)
+    ref = torch.randn(40, dtype=torch.float64, generator=gen)
+    ref[7], ref[20] = float("inf"), float("nan")
+    native = ref.float()
+    actual = native.clone()
+    actual[11] += 1e-3
+    actual[20] = 0.5  # a special the output does not reproduce
+    whole = _f64_check(actual, native, ref)
+    monkeypatch.setattr(contracts, "CHUNK", 3)
+    chunked = _f64_check(actual, native, ref)
+    assert (chunked.passed, chunked.mismatches, chunked.worst_index) == (whole.passed, whole.mismatches, (20,))
+    assert chunked.worst_index == whole.worst_index and chunked.max_abs_err == whole.max_abs_err == float("inf")
+    assert chunked.extra["rel_err"] == pytest.approx(whole.extra["rel_err"], rel=1e-12)
+    assert chunked.extra["native_rel_err"] == pytest.approx(whole.extra["native_rel_err"], rel=1e-12)

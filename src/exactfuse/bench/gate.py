@@ -14,9 +14,9 @@ import torch
 from exactfuse.registry.contracts import CheckResult, Contract
 from exactfuse.registry.op import Op
 from exactfuse.testing.calls import clone_args, collect_outputs
-from exactfuse.testing.on_device import CHUNK, bit_identical, check_call, check_output, device_check
+from exactfuse.testing.on_device import bit_identical, check_call, check_output
 
-__all__ = ["CHUNK", "bit_identical", "check_output", "clone_args", "device_check", "reference_outputs", "run_gate"]
+__all__ = ["bit_identical", "check_output", "clone_args", "reference_outputs", "run_gate"]
 
 
 def reference_outputs(op: Op, args: tuple, kwargs: dict) -> list[torch.Tensor]:

@@ -9,12 +9,16 @@
 
 NaN positions must match under every contract. A check returns a
 :class:`CheckResult` with the max abs error, max ulp, mismatch count and the
-index of the worst element, so a failure says where to look.
+index of the worst element, so a failure says where to look. Every check runs
+where the tensors are (the GPU for GPU tests, ``verify`` and the bench gate),
+``CHUNK`` elements at a time, so its float64 and int64 temporaries stay bounded
+and nothing is copied to the host.
 """
 
 from __future__ import annotations
 
 import abc
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +37,7 @@ TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
 }
 
 _INT_VIEW = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
+CHUNK = 1 << 24  # elements a check evaluates at a time: each float64 temporary 128 MiB at most
 
 
 @dataclass
@@ -88,11 +93,27 @@ def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.where(na ^ nb, torch.full_like(dist, 1 << 62), dist)
 
 
-def _worst(err: torch.Tensor, shape: torch.Size) -> tuple[int, ...] | None:
-    if err.numel() == 0:
+def _unravel(flat: int | None, shape: torch.Size) -> tuple[int, ...] | None:
+    if flat is None:
         return None
-    flat = int(err.reshape(-1).argmax())
     return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), shape))
+
+
+class _Largest:
+    """The largest value offered over chunks in order and its flat index (the first on ties; NaN, as
+    ``torch.max`` takes it, above every number)."""
+
+    def __init__(self):
+        self.value: float | None = None
+        self.index: int | None = None
+
+    def offer(self, values: torch.Tensor, start: int) -> None:
+        if values.numel() == 0:
+            return
+        i = int(values.argmax())
+        v = float(values[i])
+        if self.value is None or v > self.value or (math.isnan(v) and not math.isnan(self.value)):
+            self.value, self.index = v, start + i
 
 
 def _abs_err(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
@@ -100,6 +121,20 @@ def _abs_err(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
     err = (a - e).abs()
     same = (a == e) | (torch.isnan(a) & torch.isnan(e))  # inf == inf counts as exact
     return torch.where(same, torch.zeros_like(err), torch.nan_to_num(err, nan=float("inf")))
+
+
+def _flat_pair(actual: torch.Tensor, expected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both outputs flat, detached, on ``expected``'s device."""
+    e = expected.detach().reshape(-1)
+    return actual.detach().to(e.device).reshape(-1), e
+
+
+def bits_differ(a: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+    """Elementwise: not the same bits (signed zeros differ), any NaN matching any NaN."""
+    if a.dtype not in _INT_VIEW:
+        return a != e
+    view = _INT_VIEW[a.dtype]
+    return (a.view(view) != e.view(view)) & ~(torch.isnan(a) & torch.isnan(e))
 
 
 class Contract(abc.ABC):
@@ -122,20 +157,33 @@ class Contract(abc.ABC):
             )
         return None
 
-    def _measure(self, actual: torch.Tensor, expected: torch.Tensor, bad: torch.Tensor) -> CheckResult:
-        err = _abs_err(actual, expected)
-        floating = actual.dtype in _INT_VIEW
-        ulp = ulp_distance(actual, expected) if floating else err.to(torch.int64)
-        worst_source = bad.to(torch.float64) * (1 + err) if bad.any() else err
-        return CheckResult(
-            passed=not bool(bad.any()),
-            contract=self.name,
-            numel=actual.numel(),
-            mismatches=int(bad.sum()),
-            max_abs_err=float(err.max()) if err.numel() else 0.0,
-            max_ulp=int(ulp.max()) if ulp.numel() else 0,
-            worst_index=_worst(worst_source, actual.shape),
-        )
+    def _bad(self, a: torch.Tensor, e: torch.Tensor, ulp: torch.Tensor) -> torch.Tensor:
+        """The elements of a chunk that break the contract (:meth:`_measure`'s elementwise contracts)."""
+        raise NotImplementedError(f"{self.name} is not an elementwise contract")
+
+    def _measure(self, actual: torch.Tensor, expected: torch.Tensor, chunk: int = CHUNK) -> CheckResult:
+        """The result of an elementwise contract (:meth:`_bad`), ``chunk`` elements at a time where the
+        tensors are: the mismatches, the largest error and ulp distance, and the worst element (the
+        largest error among the mismatches, else overall)."""
+        a, e = _flat_pair(actual, expected)
+        floating = a.dtype in _INT_VIEW
+        mismatches, max_err, max_ulp = 0, 0.0, 0
+        worst_bad, worst_err = _Largest(), _Largest()
+        for start in range(0, a.numel(), chunk):
+            ac, ec = a[start : start + chunk], e[start : start + chunk]
+            err = _abs_err(ac, ec)
+            ulp = ulp_distance(ac, ec) if floating else err.to(torch.int64)
+            bad = self._bad(ac, ec, ulp)
+            n_bad = int(bad.sum())
+            mismatches += n_bad
+            max_err = max(max_err, float(err.max()))
+            max_ulp = max(max_ulp, int(ulp.max()))
+            worst_err.offer(err, start)
+            if n_bad:
+                worst_bad.offer(torch.where(bad, 1 + err, torch.zeros_like(err)), start)
+        worst = worst_bad.index if worst_bad.index is not None else worst_err.index
+        return CheckResult(mismatches == 0, self.name, a.numel(), mismatches, max_err, max_ulp,
+                           _unravel(worst, actual.shape))  # fmt: skip
 
     def for_outputs(self, n: int) -> list[Contract]:
         """The contract of each of a call's ``n`` outputs: this one for all (:class:`PerOutput` differs)."""
@@ -175,18 +223,13 @@ class Bitwise(Contract):
 
     name = "Bitwise"
 
+    def _bad(self, a, e, ulp):
+        return bits_differ(a, e)
+
     def check(self, actual, expected, **context):
         if (res := self._shape_check(actual, expected)) is not None:
             return res
-        a, e = actual.detach().cpu(), expected.detach().cpu()
-        if a.dtype in _INT_VIEW:
-            bad = ulp_distance(a, e) != 0
-            # -0.0 vs +0.0 are different bits but distance 0: compare raw bits too.
-            raw = a.view(_INT_VIEW[a.dtype]) != e.view(_INT_VIEW[e.dtype])
-            bad |= raw & ~(torch.isnan(a) & torch.isnan(e))
-        else:
-            bad = a != e
-        return self._measure(a, e, bad)
+        return self._measure(actual, expected)
 
 
 class Ulp(Contract):
@@ -196,11 +239,13 @@ class Ulp(Contract):
         self.n = n
         self.name = f"Ulp({n})"
 
+    def _bad(self, a, e, ulp):
+        return ulp > self.n
+
     def check(self, actual, expected, **context):
         if (res := self._shape_check(actual, expected)) is not None:
             return res
-        a, e = actual.detach().cpu(), expected.detach().cpu()
-        return self._measure(a, e, ulp_distance(a, e) > self.n)
+        return self._measure(actual, expected)
 
 
 class Tolerance(Contract):
@@ -218,14 +263,15 @@ class Tolerance(Contract):
         atol, rtol = self.tolerances(dtype)
         return f"Tolerance(atol={atol:g}, rtol={rtol:g})"
 
+    def _bad(self, a, e, ulp):
+        atol, rtol = self.tolerances(a.dtype)
+        return ~torch.isclose(a.double(), e.double(), atol=atol, rtol=rtol, equal_nan=True)
+
     def check(self, actual, expected, **context):
         if (res := self._shape_check(actual, expected)) is not None:
             return res
-        a, e = actual.detach().cpu(), expected.detach().cpu()
-        atol, rtol = self.tolerances(a.dtype)
-        close = torch.isclose(a.double(), e.double(), atol=atol, rtol=rtol, equal_nan=True)
-        res = self._measure(a, e, ~close)
-        res.detail = f"atol {atol:g}, rtol {rtol:g}"
+        res = self._measure(actual, expected)
+        res.detail = "atol {:g}, rtol {:g}".format(*self.tolerances(actual.dtype))
         return res
 
 
@@ -267,33 +313,48 @@ class Float64Relative(Contract):
     def check(self, actual, expected, *, args=(), kwargs=None, **context):
         if (res := self._shape_check(actual, expected)) is not None:
             return res
-        ref = self.reference(*args, **(kwargs or {})).detach().to(device="cpu", dtype=torch.float64)
-        a, e = actual.detach().cpu().double(), expected.detach().cpu().double()
-        # where the reference is NaN or infinite (special inputs) the output must be the same special
-        finite = torch.isfinite(ref)
-        special_bad = ~finite & ~((a == ref) | (torch.isnan(a) & torch.isnan(ref)))
-        ref_f = torch.where(finite, ref, 0.0)
-        a_f, e_f = torch.where(finite, a, 0.0), torch.where(finite, e, 0.0)
-        scale = float(torch.linalg.vector_norm(ref_f)) or 1.0
-        err = float(torch.linalg.vector_norm(torch.nan_to_num(a_f - ref_f, nan=float("inf")))) / scale
-        native_err = float(torch.linalg.vector_norm(e_f - ref_f)) / scale
+        a_all, e_all = _flat_pair(actual, expected)
+        ref_all = self.reference(*args, **(kwargs or {})).detach().to(e_all.device).reshape(-1)
+        # sums of squares of the finite positions (the norms), the outputs that differ where the reference is
+        # NaN or infinite (special inputs: there the output must be the same special), chunk by chunk
+        sq_ref = sq_err = sq_native = 0.0
+        n_special = 0
+        worst = _Largest()
+        for start in range(0, a_all.numel(), CHUNK):
+            ref = ref_all[start : start + CHUNK].double()
+            a, e = a_all[start : start + CHUNK].double(), e_all[start : start + CHUNK].double()
+            finite = torch.isfinite(ref)
+            special_bad = ~finite & ~((a == ref) | (torch.isnan(a) & torch.isnan(ref)))
+            ref_f = torch.where(finite, ref, 0.0)
+            a_f, e_f = torch.where(finite, a, 0.0), torch.where(finite, e, 0.0)
+            sq_ref += float(ref_f.square().sum())
+            sq_err += float(torch.nan_to_num(a_f - ref_f, nan=float("inf")).square().sum())
+            sq_native += float((e_f - ref_f).square().sum())
+            n_special += int(special_bad.sum())
+            abs_err = torch.where(finite, (a - ref).abs().nan_to_num(nan=float("inf")), 0.0)
+            worst.offer(torch.where(special_bad, float("inf"), abs_err), start)
+        scale = math.sqrt(sq_ref) or 1.0
+        err, native_err = math.sqrt(sq_err) / scale, math.sqrt(sq_native) / scale
         bound = self.factor * max(native_err, self.floor)
-        n_special = int(special_bad.sum())
-        passed = a.numel() == 0 or (err <= bound and n_special == 0)
-        abs_err = torch.where(finite, (a - ref).abs().nan_to_num(nan=float("inf")), special_bad.double() * float("inf"))
+        passed = a_all.numel() == 0 or (err <= bound and n_special == 0)
         detail = f"rel err {err:.3g} vs native {native_err:.3g} (bound {bound:.3g})"
         if n_special:
             detail += f"; {n_special} outputs differ where the reference is NaN or infinite"
         return CheckResult(
             passed=passed,
             contract=self.name,
-            numel=a.numel(),
+            numel=a_all.numel(),
             mismatches=0 if passed else max(1, n_special),
-            max_abs_err=float(abs_err.max()) if abs_err.numel() else 0.0,
-            worst_index=_worst(abs_err, a.shape),
+            max_abs_err=worst.value or 0.0,
+            worst_index=_unravel(worst.index, actual.shape),
             detail=detail,
             extra={"rel_err": err, "native_rel_err": native_err},
         )
+
+
+def _zero_mask_mismatches(a: torch.Tensor, e: torch.Tensor) -> int:
+    """How many elements are zero in one output and not in the other (flat ``a``, ``e``)."""
+    return sum(int(((a[i : i + CHUNK] == 0) != (e[i : i + CHUNK] == 0)).sum()) for i in range(0, a.numel(), CHUNK))
 
 
 def _rows_of(t: torch.Tensor) -> tuple[int, int]:
@@ -330,18 +391,12 @@ class RowBitwise(Contract):
     def check(self, actual, expected, **context):
         if (res := self._shape_check(actual, expected)) is not None:
             return res
-        e = expected.detach()
-        a = actual.detach().to(e.device)
-        if a.dtype in _INT_VIEW:
-            bad = a.view(_INT_VIEW[a.dtype]) != e.view(_INT_VIEW[e.dtype])
-            bad &= ~(torch.isnan(a) & torch.isnan(e))
-        else:
-            bad = a != e
-        rows, d = _rows_of(a)
-        differing = int(bad.reshape(rows, d).any(-1).sum()) if rows and d else 0
+        a, e = _flat_pair(actual, expected)
+        rows, d = _rows_of(actual)
+        differing = int(bits_differ(a, e).reshape(rows, d).any(-1).sum()) if rows and d else 0
         allowed = self.allowed_rows(rows, d)
-        zero_mask = int(((a == 0) != (e == 0)).sum())
-        res = self._measure(a, e, bad)
+        zero_mask = _zero_mask_mismatches(a, e)
+        res = self._measure(actual, expected)
         res.passed = differing <= allowed
         res.detail = f"{differing}/{rows} rows differ (allowed {allowed}), {zero_mask} zero-mask mismatches"
         res.extra = {"rows": rows, "differing_rows": differing, "zero_mask_mismatches": zero_mask}
@@ -367,10 +422,10 @@ class ZeroMaskTolerance(Tolerance):
         res = super().check(actual, expected, **context)
         if actual.shape != expected.shape or actual.dtype != expected.dtype:
             return res
-        a, e = actual.detach().cpu(), expected.detach().cpu()
-        zero_mask = int(((a == 0) != (e == 0)).sum())
+        a, e = _flat_pair(actual, expected)
+        zero_mask = _zero_mask_mismatches(a, e)
         res.extra["zero_mask_mismatches"] = zero_mask
-        if _rows_of(a)[1] <= self.up_to_d and zero_mask:
+        if _rows_of(actual)[1] <= self.up_to_d and zero_mask:
             res.passed = False
             res.detail += f"; {zero_mask} zero-mask mismatches"
         return res

@@ -22,7 +22,7 @@ from exactfuse.registry.contracts import (
 from exactfuse.registry.op import Op
 from exactfuse.testing.calls import CompileWatch, clone_args, collect_outputs
 from exactfuse.testing.inputs import make_generator, randn, randn_with_specials
-from exactfuse.testing.on_device import check_call, check_on_device, device_check
+from exactfuse.testing.on_device import check_call, check_on_device
 from exactfuse.utils import empty, poison_outputs
 
 
@@ -67,7 +67,6 @@ __all__ = [
     "check_provider",
     "clone_args",
     "collect_outputs",
-    "device_check",
     "empty",
     "make_generator",
     "ordered_bits",

@@ -1,12 +1,8 @@
-"""Contract checks evaluated where the tensors are (the GPU for GPU tests, verify and the bench gate).
+"""Contract checks where the tensors are (the GPU for GPU tests, verify and the bench gate).
 
-Outputs of 10^8 to 10^9 elements are too big to copy to the host and check there, so:
-
-1. bit-identical outputs pass any contract, decided with one compare on the device;
-2. otherwise the standard contracts (``Bitwise``, ``Ulp``, ``Tolerance``, exact types) are evaluated on
-   the device in chunks by :func:`device_check`, with the same pass/fail rule and statistics as their
-   ``check``;
-3. an op-specific contract (a subclass) runs its own ``check``.
+Outputs of 10^8 to 10^9 elements are too big to copy to the host and check there: every contract's
+``check`` runs on the outputs' device, a chunk at a time (``exactfuse.registry.contracts``), and
+bit-identical outputs pass any contract after one compare on the device (:func:`check_output`).
 """
 
 from __future__ import annotations
@@ -15,88 +11,26 @@ from collections.abc import Callable
 
 import torch
 
-from exactfuse.registry.contracts import Bitwise, CheckResult, Contract, Tolerance, Ulp, ulp_distance
+from exactfuse.registry.contracts import Bitwise, CheckResult, Contract, Tolerance, Ulp, bits_differ
 from exactfuse.registry.op import Op
 from exactfuse.testing.calls import collect_outputs
 from exactfuse.utils import poison_outputs
 
-CHUNK = 1 << 26
-_FLOATS = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
-STANDARD = (Bitwise, Ulp, Tolerance)  # the contracts device_check evaluates
+STANDARD = (Bitwise, Ulp, Tolerance)  # contracts whose result on bit-identical outputs is a plain pass
 
 
 def bit_identical(actual: torch.Tensor, expected: torch.Tensor) -> bool:
     """Same shape, dtype and bits (any NaN matches any NaN), compared on the device."""
     if actual.shape != expected.shape or actual.dtype != expected.dtype or actual.device != expected.device:
         return False
-    if actual.dtype not in _FLOATS:
-        return bool(torch.equal(actual, expected))
-    view = _FLOATS[actual.dtype]
-    differ = actual.view(view) != expected.view(view)
-    return not bool((differ & ~(torch.isnan(actual) & torch.isnan(expected))).any())
-
-
-def _abs_err(a: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
-    ad, ed = a.double(), e.double()
-    err = (ad - ed).abs()
-    same = (ad == ed) | (torch.isnan(ad) & torch.isnan(ed))
-    return torch.where(same, torch.zeros_like(err), torch.nan_to_num(err, nan=float("inf")))
-
-
-def _bad(contract: Contract, a: torch.Tensor, e: torch.Tensor, ulp: torch.Tensor) -> torch.Tensor:
-    if isinstance(contract, Tolerance):
-        atol, rtol = contract.tolerances(a.dtype)
-        return ~torch.isclose(a.double(), e.double(), atol=atol, rtol=rtol, equal_nan=True)
-    if isinstance(contract, Ulp):
-        return ulp > contract.n
-    if a.dtype in _FLOATS:
-        view = _FLOATS[a.dtype]
-        return (a.view(view) != e.view(view)) & ~(torch.isnan(a) & torch.isnan(e))
-    return a != e
-
-
-def device_check(contract: Contract, actual: torch.Tensor, expected: torch.Tensor, chunk: int = CHUNK) -> CheckResult:
-    """``contract.check`` for Bitwise/Ulp/Tolerance, evaluated where the tensors are, ``chunk`` elements at a time."""
-    if (res := contract._shape_check(actual, expected)) is not None:
-        return res
-    a, e = actual.detach().reshape(-1), expected.detach().reshape(-1)
-    floating = a.dtype in _FLOATS
-    mismatches, max_err, max_ulp = 0, 0.0, 0
-    worst_bad: tuple[float, int] | None = None
-    worst_err: tuple[float, int] | None = None
-    for start in range(0, a.numel(), chunk):
-        ac, ec = a[start : start + chunk], e[start : start + chunk]
-        err = _abs_err(ac, ec)
-        ulp = ulp_distance(ac, ec) if floating else err.to(torch.int64)
-        bad = _bad(contract, ac, ec, ulp)
-        n_bad = int(bad.sum())
-        mismatches += n_bad
-        max_err = max(max_err, float(err.max()))
-        max_ulp = max(max_ulp, int(ulp.max()))
-        i = int(err.argmax())
-        if worst_err is None or float(err[i]) > worst_err[0]:
-            worst_err = (float(err[i]), start + i)
-        if n_bad:
-            score = torch.where(bad, 1 + err, torch.zeros_like(err))
-            j = int(score.argmax())
-            if worst_bad is None or float(score[j]) > worst_bad[0]:
-                worst_bad = (float(score[j]), start + j)
-    worst = worst_bad or worst_err
-    index = None
-    if worst is not None:
-        index = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst[1]), actual.shape))
-    result = CheckResult(mismatches == 0, contract.name, a.numel(), mismatches, max_err, max_ulp, index)
-    if isinstance(contract, Tolerance):
-        atol, rtol = contract.tolerances(a.dtype)
-        result.detail = f"atol {atol:g}, rtol {rtol:g}"
-    return result
+    return not bool(bits_differ(actual, expected).any())
 
 
 def check_on_device(
     contract: Contract, actual: torch.Tensor, expected: torch.Tensor, args: tuple, kwargs: dict, op: Op | None
 ) -> CheckResult:
-    """``contract.check`` with its full result: on the device for the standard contracts (no copy to the
-    host), the contract's own ``check`` otherwise (whose result may carry more, e.g. row counts)."""
+    """``contract.check`` with its full result (a subclass's may carry more, e.g. row counts); the
+    standard contracts by :func:`check_output`."""
     if type(contract) in STANDARD:
         return check_output(contract, actual, expected, args, kwargs, op)
     return contract.check(actual, expected, args=args, kwargs=kwargs, op=op)
@@ -108,8 +42,6 @@ def check_output(
     """One output against the reference by the cheapest exact route (see the module doc)."""
     if bit_identical(actual, expected):
         return CheckResult(True, contract.name, expected.numel())
-    if type(contract) in STANDARD:
-        return device_check(contract, actual, expected)
     return contract.check(actual, expected, args=args, kwargs=kwargs, op=op)
 
 
