@@ -9,7 +9,11 @@ Two passes over ``pytest -m gpu``:
    of the card's memory (``tests/conftest.py``), so that the workers cannot take the card's memory from
    each other;
 2. the ``big_memory`` tests in as many workers as each get ``BIG_GIB`` of the card (two on an H100), each
-   held to its share of ``BIG_SHARE`` of the card.
+   held to its share of ``BIG_SHARE`` of the card; with them the ``aoti_load`` tests, where this torch can
+   load an AOTInductor package at all: ``scripts/gpu/probe_aoti_load.py plain`` (a package without
+   exactfuse, in its own process, built beside the first pass) decides, and where it cannot the report
+   names the tests not run and the probe's outcome (a torch that crashes loading any package would crash
+   the worker).
 
 ``--only shared`` or ``--only big_memory`` runs one pass (a targeted run; the whole suite is both).
 
@@ -119,8 +123,18 @@ def _run_pass(
         cmd += ["-n", str(workers), *(["--maxschedchunk", "1"] if _xdist_has_maxschedchunk() else [])]
     print(f"== {label}: {' '.join(cmd[2:])}", flush=True)
     t0 = time.time()
-    rc = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, EXACTFUSE_GPU_SHARE=str(share))).returncode
+    rc = subprocess.run(cmd, cwd=ROOT, env=_pass_env(share, workers)).returncode
     return rc, time.time() - t0
+
+
+def _pass_env(share: float, workers: int) -> dict:
+    """A pass's environment: each worker held to ``share / workers`` of the card (``tests/conftest.py``), and
+    to its part of the cores: ``OMP_NUM_THREADS`` the cores over the workers (torch's host ops), Inductor
+    compiling in the worker's own process (``TORCHINDUCTOR_COMPILE_THREADS=1``), not in a pool of a process a
+    core started by every worker. Values already set in the environment are kept."""
+    threads = max(1, (os.cpu_count() or 1) // max(workers, 1))
+    env = {"OMP_NUM_THREADS": str(threads), "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+    return {**env, **os.environ, "EXACTFUSE_GPU_SHARE": str(share)}
 
 
 def _xdist_has_maxschedchunk() -> bool:
@@ -133,6 +147,24 @@ def _xdist_has_maxschedchunk() -> bool:
         return True
     print(f"gpu_suite: pytest-xdist {major}.{minor} has no --maxschedchunk: tests go out in chunks", flush=True)
     return False
+
+
+def _start_aoti_probe() -> subprocess.Popen:
+    """``scripts/gpu/probe_aoti_load.py plain``: export, package, load and call an MLP without exactfuse, in
+    its own processes (a crash is reported, not fatal), while the first pass runs."""
+    script = ROOT / "scripts" / "gpu" / "probe_aoti_load.py"
+    return subprocess.Popen([sys.executable, str(script), "plain"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def _aoti_probe_loads(probe: subprocess.Popen | None) -> tuple[bool, str]:
+    """Whether the probe's package loaded and ran, and its outcome lines."""
+    if probe is None:
+        return False, "not probed"
+    stdout, stderr = probe.communicate(timeout=600)
+    summary = [ln for ln in stdout.splitlines() if ln.startswith(("OK", "CRASH", "FAIL", "TIMEOUT"))]
+    loads = probe.returncode == 0 and bool(summary) and summary[-1].startswith("OK")
+    return loads, (" / ".join(summary) or stderr[-400:])[:300]
 
 
 def _cases(xml: Path) -> list[dict]:
@@ -165,15 +197,23 @@ def main() -> int:
     out = args.out or _results_dir(gpu) / "gpu_suite.txt"
     # the slowest tests first (tests/conftest.py), by the times of this GPU's last committed run
     os.environ["EXACTFUSE_TEST_SECONDS"] = str(_results_dir(gpu) / SECONDS_FILE)
-    passes, lines = [], []
+    passes, lines, notes = [], [], []
+    probe = _start_aoti_probe() if args.only != "shared" else None
     with tempfile.TemporaryDirectory() as tmp:
         big = _big_memory_workers()
         for name, label, marks, workers, share in (
-            ("shared", f"shared pass ({args.workers} workers)", "gpu and not big_memory", args.workers, SHARED_SHARE),
+            ("shared", f"shared pass ({args.workers} workers)", "gpu and not big_memory and not aoti_load",
+             args.workers, SHARED_SHARE),
             ("big_memory", f"big_memory pass ({big} workers)", "gpu and big_memory", big, BIG_SHARE),
-        ):
+        ):  # fmt: skip
             if args.only not in (None, name):
                 continue
+            if name == "big_memory":
+                loads, why = _aoti_probe_loads(probe)
+                marks = "gpu and (big_memory or aoti_load)" if loads else marks
+                if not loads:
+                    notes += [f"not run here: the aoti_load tests; this torch cannot load an AOTInductor package "
+                              f"without exactfuse either (scripts/gpu/probe_aoti_load.py plain: {why})"]  # fmt: skip
             xml = Path(tmp) / f"{len(passes)}.xml"
             rc, seconds = _run_pass(label, marks, workers, share, args.timeout, extra, xml)
             passes.append((label, rc, seconds, _cases(xml)))
@@ -192,6 +232,7 @@ def main() -> int:
     for label, rc, seconds, cases in passes:
         counts = {k: sum(c["outcome"] == k for c in cases) for k in ("passed", "failure", "error", "skipped")}
         lines.append(f"{label}: pytest rc {rc}, {seconds:.0f} s, " + ", ".join(f"{v} {k}" for k, v in counts.items()))
+    lines += notes
     if bad:
         lines += ["", "## Not passed"] + [f"{c['outcome']}: {c['id']}: {c['message']}" for c in bad]
     lines += ["", "## Slowest (s)"]
