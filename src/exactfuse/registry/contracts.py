@@ -37,7 +37,7 @@ TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
 }
 
 _INT_VIEW = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
-CHUNK = 1 << 24  # elements a check evaluates at a time: each float64 temporary 128 MiB at most
+CHUNK = 1 << 22  # elements a check evaluates at a time: each float64 temporary 32 MiB at most
 
 
 @dataclass
@@ -387,6 +387,9 @@ class RowBitwise(Contract):
         if d <= self.all_rows_up_to_d:
             return 0
         return max(1, int(rows * (1.0 - self.min_fraction) + 1e-9))
+
+    def _bad(self, a, e, ulp):
+        return bits_differ(a, e)
 
     def check(self, actual, expected, **context):
         if (res := self._shape_check(actual, expected)) is not None:
