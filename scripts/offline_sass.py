@@ -73,7 +73,8 @@ def _conv(tile: str, warps: int, dilation: int = 1, residual: bool = False) -> t
                   EVEN_C=True)  # fmt: skip
     kernel = conv_lean_kernel
     if lean:  # a contiguous [C, 4] bf16 weight: each channel's taps one 64-bit word (the launcher's W_WORD)
-        consts |= dict(UNROLL=int(unroll or 1), W_ALIGN=4, W_WORD=4)
+        runs = int(unroll or 1)
+        consts |= dict(UNROLL=runs, W_ALIGN=4, W_WORD=4, EVERY_TILE=bool(stateless) and runs > 1)  # as launched
     else:
         kernel = conv_prefill_kernel
         consts |= dict(HAS_TOKEN_MAP=False, UNROLL=int(unroll or 1), HAS_SEQ_IDX=False, FIXUP=bool(fixup), HEAD=0)

@@ -75,6 +75,40 @@ def test_interpreter_bitwise_every_case(name, dtype, monkeypatch):
     assert not failures, failures
 
 
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dtype", INTERP_DTYPES, ids=DTYPE_NAMES.get)
+def test_interpreter_stateless_prefill_is_one_launch_bit_for_bit_at_every_boundary(dtype, monkeypatch):
+    """Without a state the lean kernel takes every tile of its 8-row runs (``launch.lean_takes_every_tile``):
+    requests of 1 to 19 rows and an empty one, so boundaries fall inside tiles, at their ends and two in one
+    tile; rows past the last request; L not a multiple of 8. One launch, and every output the spec's bits."""
+    import itertools
+
+    from exactfuse.ops.conv import launch
+
+    gen = make_generator(5)
+    lengths = [1, 2, 0, 3, 5, 9, 17, 8, 19, 4]
+    qsl = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32)
+    N, C, K = int(qsl[-1]) + 3, 48, 4
+    x, w, b = (torch.randn(s, generator=gen).to(dtype) for s in ((N, C), (C, K), (C,)))
+    launched = []
+    real = torch.library.wrap_triton
+
+    def recording(kernel):
+        launched.append(kernel.fn.__name__ if hasattr(kernel, "fn") else kernel.__name__)
+        return real(kernel)
+
+    with monkeypatch.context() as m:
+        m.setattr(torch.library, "wrap_triton", recording)
+        out = causal_conv1d.run_provider("triton", x, w, b, "silu", 1, None, qsl)
+    assert launch.lean_takes_every_tile(False, launch.heuristics.conv_config(C, K - 1, "prefill"))
+    assert launched == ["conv_lean_kernel"], launched
+    with monkeypatch.context() as m:
+        m.setattr(native, "silu", interpreter_silu)
+        expected = causal_conv1d.run_provider("native", x, w, b, "silu", 1, None, qsl)
+    assert torch.equal(bits(out), bits(expected))
+    assert not out[-3:].any()  # rows past the last request: zero
+
+
 def test_pad_slot_rows_are_zero_and_their_state_untouched():
     gen = make_generator(2)
     C, K = 16, 3

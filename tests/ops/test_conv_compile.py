@@ -80,9 +80,10 @@ def compile_all() -> list[str]:
             ("", {}),
             (" runs", dict(BT=32, UNROLL=8)),
             (" runs D3", dict(BT=32, UNROLL=8, D=3, HAS_OUTER=True, HAS_STATE=False)),
+            (" runs every tile", dict(BT=8, BC=256, UNROLL=8, HAS_STATE=False, HAS_SID=False, INIT=0, EVERY_TILE=True)),
             (" runs word", dict(BT=32, UNROLL=8, W_WORD=4)),
         ):
-            lean = _own(conv_lean_kernel, rows | dict(W_ALIGN=4, W_WORD=0) | change)
+            lean = _own(conv_lean_kernel, rows | dict(W_ALIGN=4, W_WORD=0, EVERY_TILE=False) | change)
             jobs.append((f"prefill lean{tag} EVEN_C={even_c}", conv_lean_kernel, types, lean, [*types, "stride_x"],
                          ["stride_w_k"], 4))  # fmt: skip
     # every integer argument a constant, as torch.compile's analysis of what a launch writes compiles it

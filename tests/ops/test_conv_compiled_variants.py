@@ -3,12 +3,12 @@ argument static (how vLLM compiles a model: its token dimensions marked, its sha
 specialized), bit for bit against the same provider's eager launch.
 
 The variants are the launcher's choices (``ops/conv/launch.py``): the lean prefill kernel and the fixup
-launch, the prefill kernel's plain tiles (token maps, ``seq_idx``), the update kernel's decode register window
-(tile and scalar loads), flat run and speculative rows, the state write-back, with and without a state, a
-residual and an outer residual, and the backward's two kernels. Each declared GPU case is run eagerly once with
-its launches recorded; the first case of each new set of launches is then compiled and compared, and a test
-asserts that the cases reach every variant, so a variant the declared cases stop reaching fails here, not
-silently.
+launch, the lean kernel that takes every tile (no state), the prefill kernel's plain tiles (token maps,
+``seq_idx``), the update kernel's decode register window (tile and scalar loads), flat run and speculative
+rows, the state write-back, with and without a state, a residual and an outer residual, and the backward's two
+kernels. Each declared GPU case is run eagerly once with its launches recorded; the first case of each new set
+of launches is then compiled and compared, and a test asserts that the cases reach every variant, so a variant
+the declared cases stop reaching fails here, not silently.
 Inductor types a symbolic size as an int64 argument, which the eager launches never do: a kernel whose
 integer types disagree under it (an ``if`` whose branches give int32 and int64) fails only on this path.
 """
@@ -25,11 +25,12 @@ import exactfuse
 from exactfuse.testing import clone_args
 
 INT_VIEW = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32}
-FLAGS = ("MODE", "FIXUP", "WINDOW_TILE", "FLAT_WINDOW", "SCALAR_WINDOW", "HAS_STATE", "HAS_RESIDUAL", "HAS_OUTER",
-         "HAS_TOKEN_MAP", "HAS_SEQ_IDX", "HAS_INIT", "HAS_SID", "INIT", "HAS_BIAS")  # fmt: skip
+FLAGS = ("MODE", "FIXUP", "EVERY_TILE", "WINDOW_TILE", "FLAT_WINDOW", "SCALAR_WINDOW", "HAS_STATE", "HAS_RESIDUAL",
+         "HAS_OUTER", "HAS_TOKEN_MAP", "HAS_SEQ_IDX", "HAS_INIT", "HAS_SID", "INIT", "HAS_BIAS")  # fmt: skip
 # what each op's declared cases must reach: (kernel, flag values), each met by one of its launches
 VARIANTS = {
     "lean prefill": ("conv_lean_kernel", {}),
+    "lean prefill of every tile": ("conv_lean_kernel", {"EVERY_TILE": True}),
     "fixup launch": ("conv_prefill_kernel", {"FIXUP": True}),
     "prefill rows with a token map": ("conv_prefill_kernel", {"FIXUP": False, "HAS_TOKEN_MAP": True}),
     "prefill rows with seq_idx": ("conv_prefill_kernel", {"HAS_SEQ_IDX": True}),
@@ -51,7 +52,7 @@ REQUIRED = {
                    "decode residual and outer residual"],
     "causal_conv1d": [*PREFILL, "prefill rows with seq_idx", "prefill without a state"],
     "causal_conv1d_update": [*PREFILL, *DECODE],  # its chunks of several rows are prefill launches
-    "causal_conv1d_fn": ["lean prefill", "fixup launch", "prefill rows with seq_idx", "prefill without a state"],
+    "causal_conv1d_fn": ["lean prefill of every tile", "prefill rows with seq_idx", "prefill without a state"],
     "causal_conv1d_fn_backward": ["backward rows", "backward rows with initial states", "backward dx"],
 }  # fmt: skip
 SHARDS = 3

@@ -9,7 +9,7 @@ import triton.language as tl
 
 from exactfuse.ops.conv.decode import tap_weights
 from exactfuse.ops.conv.rounding import bias_values, conv_value, store_conv, tap
-from exactfuse.ops.conv.slots import channel_mask, lean_tile, mask_and, request_slot
+from exactfuse.ops.conv.slots import channel_mask, find_request, lean_tile, mask_and, request_slot
 
 
 @triton.jit
@@ -57,14 +57,15 @@ def conv_lean_kernel(
     K: tl.constexpr, D: tl.constexpr, HAS_STATE: tl.constexpr, HAS_SID: tl.constexpr, INIT: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
     BC: tl.constexpr, BT: tl.constexpr, EVEN_C: tl.constexpr, UNROLL: tl.constexpr, W_ALIGN: tl.constexpr,
-    W_WORD: tl.constexpr,
+    W_WORD: tl.constexpr, EVERY_TILE: tl.constexpr,
 ):  # fmt: skip
     """Prefill (no token map, no ``seq_idx``): a ``[BT, BC]`` tile of rows x channels whose rows and taps are
     all in one request past its first ``SL`` rows (or all outside every request), ``slots.lean_tile``; without a
     state (no history is ever read) also a tile that starts a request and ends in it, its taps before the
     request's first row zeroed (:func:`_from_start`). No tap reaches a state, so the tile is loads of ``x`` and
     the tap sum, the loads issued before the request search they do not depend on; the other tiles are left to
-    ``prefill.conv_prefill_kernel``'s FIXUP launch.
+    ``prefill.conv_prefill_kernel``'s FIXUP launch, or with EVERY_TILE (no state, runs of rows: the launcher's
+    :func:`~exactfuse.ops.conv.launch.lean_takes_every_tile`) to :func:`_boundary_runs` here, in one launch.
 
     The tile's rows are ``BT / UNROLL`` runs of ``UNROLL`` consecutive rows: the ``UNROLL + SL`` input rows a
     run's taps touch are loaded and widened to fp32 once, each a ``[BT / UNROLL, BC]`` tile (at ``UNROLL`` 1,
@@ -112,6 +113,50 @@ def conv_lean_kernel(
                 stride_outer, stride_out, stride_w_c, stride_w_k, K, D, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT, UNROLL,
                 W_ALIGN, W_WORD, True,
             )  # fmt: skip
+    elif EVERY_TILE:  # else the prefill kernel's FIXUP launch takes the tile
+        tl.static_assert(not HAS_STATE)
+        _boundary_runs(
+            p_x, p_w, p_b, p_res, p_outer, p_out, p_qsl, start, o_c, m_c, L, R, stride_x, stride_res, stride_outer,
+            stride_out, stride_w_c, stride_w_k, K, D, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT, UNROLL, W_ALIGN,
+            W_WORD,
+        )  # fmt: skip
+
+
+@triton.jit
+def _boundary_runs(
+    p_x, p_w, p_b, p_res, p_outer, p_out, p_qsl, start, o_c, m_c, L, R, stride_x, stride_res, stride_outer,
+    stride_out, stride_w_c, stride_w_k, K: tl.constexpr, D: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+    HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, UNROLL: tl.constexpr, W_ALIGN: tl.constexpr,
+    W_WORD: tl.constexpr,
+):  # fmt: skip
+    """Without a state, a tile :func:`lean_tile` leaves (a request boundary inside it or near it, the first
+    tiles, the last one past ``L``), in the same runs: each row's request is searched (``slots.find_request``)
+    and each tap loads its input row where that row lies in ``[0, L)`` and in the request, zero before the
+    request's first row as the spec's history of zeros; a row outside every request stores the zero conv, rows
+    from ``L`` on store nothing. The taps load one at a time, not as a window (these tiles are few; a window
+    beside the search took the 16 x 128 tile from 72 to 120 registers offline). The sums are the lean runs'
+    sequence of roundings, so every output is the prefill kernel's bits, and no fixup launch follows."""
+    SL: tl.constexpr = (K - 1) * D
+    FP16_TAPS: tl.constexpr = (p_w.dtype.element_ty == tl.float16) & (p_x.dtype.element_ty == tl.float16)
+    weights = tile_weights(p_w, o_c, m_c, start, stride_w_c, stride_w_k, K, W_ALIGN, W_WORD)
+    b_bias = bias_values(p_b, o_c, m_c, start, HAS_BIAS)
+    q_end = tl.load(p_qsl + R)
+    for i_r in range(UNROLL):  # a loop, not unrolled: these rarer tiles keep the lean runs' registers
+        o_t = start + i_r
+        q_start = tl.load(p_qsl + find_request(o_t, R, p_qsl))
+        acc = tl.zeros_like(start * o_c).to(tl.float32)
+        for k in tl.static_range(K):
+            row = o_t + (D * k - SL)
+            m_x = mask_and(m_c, (row >= q_start) & (row >= 0) & (row < L))
+            b_x = tl.load(p_x + row.to(tl.int64) * stride_x + o_c, mask=m_x, other=0.0)
+            acc = tap(acc, weights[k], b_x.to(tl.float32), FP16_TAPS)
+        conv = conv_value(acc, b_bias, p_x, p_w, HAS_BIAS, ACT)
+        conv = tl.where((q_start <= o_t) & (o_t < q_end), conv, tl.zeros_like(conv))
+        row = o_t.to(tl.int64)
+        store_conv(
+            conv, p_res + row * stride_res, p_outer + row * stride_outer, p_out + row * stride_out, o_c,
+            mask_and(m_c, o_t < L), HAS_RESIDUAL, HAS_OUTER,
+        )  # fmt: skip
 
 
 @triton.jit
