@@ -3,6 +3,8 @@ lane-by-lane model of ``mma.sync.m16n8k16`` over the words that gives ``a @ W``.
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -260,3 +262,38 @@ def test_launch_rule_takes_only_what_the_launcher_accepts(K, N):
         assert tile_cols % (cfg["warps"] * cfg["tiles"]) == 0, (M, cfg)
         assert chunks % cfg["split"] == 0 and (chunks // cfg["split"]) % cfg["unroll"] == 0, (M, cfg)
         assert cfg["unroll"] in (1, 2, 4) and 8 * cfg["blocks"] >= min(M, 64), (M, cfg)
+
+
+def compile_rule_configs() -> list[str]:
+    """The fragment kernel (Gluon) compiled for sm_90 at every configuration ``fragment_config`` takes on the
+    bench layers at M 1-128, bf16 (and M = 1 in fp16), as its launcher specializes it; the failures."""
+    from exactfuse.ops.w4a16.heuristics import fragment_config
+    from exactfuse.ops.w4a16.mma import w4a16_fragment_kernel
+    from exactfuse.testing.offline import compile_error, compile_offline
+
+    layers = [(4096, 4096), (4096, 14336), (14336, 4096), (8192, 8192), (4096, 28672)]
+    picked = set()
+    for (K, N), M in itertools.product(layers, (1, 8, 16, 32, 64, 128)):
+        cfg = fragment_config(M, N, K, 132)
+        picked.add(("bf16", cfg["blocks"], cfg["tiles"], cfg["unroll"], cfg["split"] > 1, cfg["warps"]))
+        if M == 1:
+            picked.add(("fp16", cfg["blocks"], cfg["tiles"], cfg["unroll"], cfg["split"] > 1, cfg["warps"]))
+    failures = []
+    for dtype, blocks, tiles, unroll, split, warps in sorted(picked):
+        types = {"p_a32": "*i32", "p_w": "*i32", "p_s32": "*i32", "p_bias": f"*{dtype}", "p_out": f"*{dtype}",
+                 "p_ws": "*fp32", "p_count": "*i32"}  # fmt: skip
+        consts = dict(GROUP_CHUNKS=2, HAS_BIAS=True, SPLIT=split, BLOCKS=blocks, TILES=tiles, UNROLL=unroll,
+                      num_warps=warps)  # fmt: skip
+        try:
+            compile_offline(w4a16_fragment_kernel, types, consts, [*types, "stride_a32", "N", "K"], (), warps)
+        except Exception as exc:  # every configuration's error, not the first
+            failures.append(compile_error(f"{dtype} {blocks}x{tiles}u{unroll} split={split}", exc))
+    return failures
+
+
+def test_fragment_kernel_compiles_for_sm90_at_every_configuration_the_rule_takes():
+    """Without a GPU: a change that breaks the Gluon kernel's compile fails here, not first on the device."""
+    from exactfuse.testing.offline import run_in_child
+
+    ok, said = run_in_child(__file__, "compile_rule_configs")
+    assert ok, said

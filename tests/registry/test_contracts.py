@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from exactfuse.registry.comparison import ordered_bits, ulp_distance
 from exactfuse.registry.contracts import (
     Bitwise,
     PerOutput,
@@ -8,8 +9,6 @@ from exactfuse.registry.contracts import (
     Ulp,
     ZeroMaskTolerance,
     describe,
-    ordered_bits,
-    ulp_distance,
 )
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
@@ -150,7 +149,7 @@ def test_a_check_in_chunks_agrees_with_one_chunk(contract, dtype):
 def test_float64_relative_in_chunks_agrees_with_one_chunk(monkeypatch):
     """The norms summed over chunks of 3 elements, the specials counted and the worst element found across
     them: the result of one chunk."""
-    from exactfuse.registry import contracts
+    from exactfuse.registry import comparison
 
     gen = torch.Generator().manual_seed(2)
     ref = torch.randn(40, dtype=torch.float64, generator=gen)
@@ -160,7 +159,7 @@ def test_float64_relative_in_chunks_agrees_with_one_chunk(monkeypatch):
     actual[11] += 1e-3
     actual[20] = 0.5  # a special the output does not reproduce
     whole = _f64_check(actual, native, ref)
-    monkeypatch.setattr(contracts, "CHUNK", 3)
+    monkeypatch.setattr(comparison, "CHUNK", 3)
     chunked = _f64_check(actual, native, ref)
     assert (chunked.passed, chunked.mismatches, chunked.worst_index) == (whole.passed, whole.mismatches, (20,))
     assert chunked.worst_index == whole.worst_index and chunked.max_abs_err == whole.max_abs_err == float("inf")

@@ -2,14 +2,8 @@
 
 from exactfuse.registry.autograd import InferenceOnlyError
 from exactfuse.registry.case import Case, LazyCase
-from exactfuse.registry.contracts import (
-    Bitwise,
-    CheckResult,
-    Contract,
-    Tolerance,
-    Ulp,
-    ulp_distance,
-)
+from exactfuse.registry.comparison import ulp_distance
+from exactfuse.registry.contracts import Bitwise, CheckResult, Contract, Tolerance, Ulp
 from exactfuse.registry.keyword import KeywordOp
 from exactfuse.registry.op import OPS, NoProviderError, Op, Provider, get, load_declarations, op
 

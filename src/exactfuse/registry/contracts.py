@@ -11,7 +11,7 @@ NaN positions must match under every contract. A check returns a
 :class:`CheckResult` with the max abs error, max ulp, mismatch count and the
 index of the worst element, so a failure says where to look. Every check runs
 where the tensors are (the GPU for GPU tests, ``verify`` and the bench gate),
-``CHUNK`` elements at a time, so its float64 and int64 temporaries stay bounded
+``comparison.CHUNK`` elements at a time, so its float64 and int64 temporaries stay bounded
 and nothing is copied to the host.
 """
 
@@ -25,6 +25,17 @@ from typing import Any
 
 import torch
 
+from exactfuse.registry import comparison
+from exactfuse.registry.comparison import (
+    _INT_VIEW,
+    _abs_err,
+    _flat_pair,
+    _Largest,
+    _unravel,
+    _zero_mask_mismatches,
+    bits_differ,
+    ulp_distance,
+)
 from exactfuse.utils import DTYPE_NAMES
 
 # (atol, rtol) per dtype. fp32: a few ulp of fp32 around 1 (2^-23 = 1.2e-7) after
@@ -35,9 +46,6 @@ TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.float16: (1e-3, 1e-3),
     torch.bfloat16: (1e-3, 1.6e-2),
 }
-
-_INT_VIEW = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
-CHUNK = 1 << 22  # elements a check evaluates at a time: each float64 temporary 32 MiB at most
 
 
 @dataclass
@@ -67,76 +75,6 @@ class CheckResult:
         return text
 
 
-def ordered_bits(t: torch.Tensor) -> torch.Tensor:
-    """Map floats to int64 so that adjacent representable values differ by 1.
-
-    +0 and -0 both map to 0; the order is monotonic in the float value.
-    """
-    if t.dtype not in _INT_VIEW:
-        raise TypeError(f"ordered_bits: dtype must be fp32, fp16 or bf16, got {t.dtype}")
-    bits = t.contiguous().view(_INT_VIEW[t.dtype]).to(torch.int64)
-    width = torch.finfo(t.dtype).bits
-    magnitude = bits & ((1 << (width - 1)) - 1)
-    return torch.where(bits < 0, -magnitude, magnitude)
-
-
-def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Elementwise distance in units in the last place of ``a.dtype`` (int64).
-
-    Two NaNs are at distance 0; a NaN against a number is at distance 2**62.
-    """
-    if a.dtype != b.dtype:
-        raise TypeError(f"ulp_distance: dtypes differ ({a.dtype} vs {b.dtype})")
-    dist = (ordered_bits(a) - ordered_bits(b)).abs()
-    na, nb = torch.isnan(a), torch.isnan(b)
-    dist = torch.where(na & nb, torch.zeros_like(dist), dist)
-    return torch.where(na ^ nb, torch.full_like(dist, 1 << 62), dist)
-
-
-def _unravel(flat: int | None, shape: torch.Size) -> tuple[int, ...] | None:
-    if flat is None:
-        return None
-    return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), shape))
-
-
-class _Largest:
-    """The largest value offered over chunks in order and its flat index (the first on ties; NaN, as
-    ``torch.max`` takes it, above every number)."""
-
-    def __init__(self):
-        self.value: float | None = None
-        self.index: int | None = None
-
-    def offer(self, values: torch.Tensor, start: int) -> None:
-        if values.numel() == 0:
-            return
-        i = int(values.argmax())
-        v = float(values[i])
-        if self.value is None or v > self.value or (math.isnan(v) and not math.isnan(self.value)):
-            self.value, self.index = v, start + i
-
-
-def _abs_err(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
-    a, e = actual.double(), expected.double()
-    err = (a - e).abs()
-    same = (a == e) | (torch.isnan(a) & torch.isnan(e))  # inf == inf counts as exact
-    return torch.where(same, torch.zeros_like(err), torch.nan_to_num(err, nan=float("inf")))
-
-
-def _flat_pair(actual: torch.Tensor, expected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Both outputs flat, detached, on ``expected``'s device."""
-    e = expected.detach().reshape(-1)
-    return actual.detach().to(e.device).reshape(-1), e
-
-
-def bits_differ(a: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
-    """Elementwise: not the same bits (signed zeros differ), any NaN matching any NaN."""
-    if a.dtype not in _INT_VIEW:
-        return a != e
-    view = _INT_VIEW[a.dtype]
-    return (a.view(view) != e.view(view)) & ~(torch.isnan(a) & torch.isnan(e))
-
-
 class Contract(abc.ABC):
     """Base class: subclasses implement :meth:`check`."""
 
@@ -161,11 +99,12 @@ class Contract(abc.ABC):
         """The elements of a chunk that break the contract (:meth:`_measure`'s elementwise contracts)."""
         raise NotImplementedError(f"{self.name} is not an elementwise contract")
 
-    def _measure(self, actual: torch.Tensor, expected: torch.Tensor, chunk: int = CHUNK) -> CheckResult:
+    def _measure(self, actual: torch.Tensor, expected: torch.Tensor, chunk: int | None = None) -> CheckResult:
         """The result of an elementwise contract (:meth:`_bad`), ``chunk`` elements at a time where the
         tensors are: the mismatches, the largest error and ulp distance, and the worst element (the
         largest error among the mismatches, else overall)."""
         a, e = _flat_pair(actual, expected)
+        chunk = chunk or comparison.CHUNK
         floating = a.dtype in _INT_VIEW
         mismatches, max_err, max_ulp = 0, 0.0, 0
         worst_bad, worst_err = _Largest(), _Largest()
@@ -320,9 +259,10 @@ class Float64Relative(Contract):
         sq_ref = sq_err = sq_native = 0.0
         n_special = 0
         worst = _Largest()
-        for start in range(0, a_all.numel(), CHUNK):
-            ref = ref_all[start : start + CHUNK].double()
-            a, e = a_all[start : start + CHUNK].double(), e_all[start : start + CHUNK].double()
+        chunk = comparison.CHUNK
+        for start in range(0, a_all.numel(), chunk):
+            ref = ref_all[start : start + chunk].double()
+            a, e = a_all[start : start + chunk].double(), e_all[start : start + chunk].double()
             finite = torch.isfinite(ref)
             special_bad = ~finite & ~((a == ref) | (torch.isnan(a) & torch.isnan(ref)))
             ref_f = torch.where(finite, ref, 0.0)
@@ -350,11 +290,6 @@ class Float64Relative(Contract):
             detail=detail,
             extra={"rel_err": err, "native_rel_err": native_err},
         )
-
-
-def _zero_mask_mismatches(a: torch.Tensor, e: torch.Tensor) -> int:
-    """How many elements are zero in one output and not in the other (flat ``a``, ``e``)."""
-    return sum(int(((a[i : i + CHUNK] == 0) != (e[i : i + CHUNK] == 0)).sum()) for i in range(0, a.numel(), CHUNK))
 
 
 def _rows_of(t: torch.Tensor) -> tuple[int, int]:

@@ -9,16 +9,8 @@ from __future__ import annotations
 import torch
 
 from exactfuse.registry.case import Case
-from exactfuse.registry.contracts import (
-    TOLERANCES,
-    Bitwise,
-    CheckResult,
-    Contract,
-    Tolerance,
-    Ulp,
-    ordered_bits,
-    ulp_distance,
-)
+from exactfuse.registry.comparison import ordered_bits, ulp_distance
+from exactfuse.registry.contracts import TOLERANCES, Bitwise, CheckResult, Contract, Tolerance, Ulp
 from exactfuse.registry.op import Op
 from exactfuse.testing.calls import CompileWatch, clone_args, collect_outputs
 from exactfuse.testing.inputs import make_generator, randn, randn_with_specials

@@ -26,9 +26,10 @@ def compile_offline(
     num_stages: int | None = None,
     arch: int = 90,
 ):
-    """``fn`` compiled for ``sm_<arch>``: arguments typed by ``types`` (Triton type names; others ``i32``),
-    ``constexprs`` by value, ``ones`` the integer arguments equal to 1 (which Triton specializes to the
-    constant), ``div16`` those marked 16-divisible (pointers and strides a launch would see aligned)."""
+    """``fn`` (a Triton or a Gluon kernel) compiled for ``sm_<arch>``: arguments typed by ``types`` (Triton type
+    names; others ``i32``), ``constexprs`` by value, ``ones`` the integer arguments equal to 1 (which Triton
+    specializes to the constant), ``div16`` those marked 16-divisible (pointers and strides a launch would see
+    aligned)."""
     names = list(fn.arg_names)
     ones = list(ones)
     sig = {n: types.get(n, "i32") for n in names}
@@ -36,7 +37,12 @@ def compile_offline(
     consts = {(names.index(k),): v for k, v in constexprs.items()} | {(names.index(k),): 1 for k in ones}
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in div16}
     options = {"num_warps": num_warps} | ({"num_stages": num_stages} if num_stages else {})
-    source = ASTSource(fn, sig, constexprs=consts, attrs=attrs)
+    if fn.is_gluon():
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        source = GluonASTSource(fn, sig, constexprs=consts, attrs=attrs)
+    else:
+        source = ASTSource(fn, sig, constexprs=consts, attrs=attrs)
     return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
 
 
@@ -64,6 +70,20 @@ def cubin_tool(kernel, tool: str, *flags: str) -> str:
 def sass(kernel) -> str:
     """The SASS of a compiled kernel (``compile_offline``'s result)."""
     return cubin_tool(kernel, "nvdisasm", "-c")
+
+
+def largest_loop(text: str) -> list[str]:
+    """The instructions of the longest loop body in ``text`` (SASS): from a label to the branch back to it."""
+    lines = text.splitlines()
+    labels: dict[str, int] = {}
+    best: list[str] = []
+    for i, line in enumerate(lines):
+        if m := re.match(r"\s*(\.L_x_\d+):", line):
+            labels[m.group(1)] = i
+        if (m := re.search(r"\bBRA\b.*`\((\.L_x_\d+)\)", line)) and m.group(1) in labels:
+            body = [ln for ln in lines[labels[m.group(1)] : i + 1] if re.match(r"\s+/\*[0-9a-f]{4,}\*/", ln)]
+            best = body if len(body) > len(best) else best
+    return best
 
 
 def loop_barriers(text: str) -> list[int]:

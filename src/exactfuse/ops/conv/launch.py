@@ -30,10 +30,9 @@ def launch_conv(
     config: heuristics.ConvConfig | None = None,
     head: int = 0,
 ) -> None:
-    """Launch the row kernels (decode: the decode kernel; spec: the spec kernel; prefill: the lean kernel,
-    with a state then the prefill kernel's FIXUP launch on the tiles it leaves (without one the lean kernel
-    takes every tile: one launch), or the prefill kernel alone), then (spec, prefill, with a state) the
-    write-back kernel.
+    """Launch the row kernels (decode: the decode kernel; spec: the spec kernel; prefill: the lean kernel, then
+    the prefill kernel's FIXUP launch unless it took every tile, or the prefill kernel alone), then (spec,
+    prefill, with a state) the write-back kernel.
 
     ``call``: one :class:`~exactfuse.ops.conv.calls.ConvCall` (read by ``calls.short_conv_call`` and its
     siblings), as :func:`exactfuse.ops.conv.native.conv_reference` computes it; ``num_accepted_tokens``
@@ -66,15 +65,13 @@ def launch_conv(
     w_align = _stride_alignment(weight.stride(0))
     dense = mode == "decode" and has_state and _dense_slots(s_strides, head + SL)  # only decode reads it
     # prefill without a token map or seq_idx: the lean kernel takes the tiles inside one request (or outside
-    # all), then the prefill kernel's FIXUP launch the tiles at request boundaries and the ends, which without a
-    # state and in runs of rows the lean kernel takes too (lean_takes_every_tile)
+    # all), then the prefill kernel's FIXUP launch the others, unless the lean kernel takes every tile
     lean = mode == "prefill" and call.token_indices is None and call.seq_idx is None
     cfg = config or heuristics.conv_config(C, head + SL + SQL - 1, mode, contiguous, dense, lean)
     lean = lean and cfg.lean
     every_tile = lean and lean_takes_every_tile(has_state, cfg)
     slots = conv_state.shape[0] if has_state else 1
-    # the flags of every row kernel and the write-back kernel; the write-back kernel also takes the mode and the
-    # spec's rows a request
+    # the flags of every row kernel and the write-back kernel (which also takes the mode and the spec's rows)
     request_flags = dict(
         K=K,
         D=call.dilation,
@@ -115,21 +112,20 @@ def launch_conv(
     sizes = (L, R, N, C, slots, call.null_slot)
     strides = (x.stride(0), target.stride(0), outer_stride, target.stride(0), weight.stride(0), weight.stride(1))
     channel_blocks = triton.cdiv(C, cfg.BC)
-    if mode == "prefill":
-        if not every_tile:
-            boundary_tiles = (cfg.BT + SL - 2) // cfg.BT + 1  # tiles one boundary can leave (fixup_tile's NB)
-            rows_grid = (R + 1) * boundary_tiles + triton.cdiv(SL, cfg.BT) + 1 if lean else triton.cdiv(L, cfg.BT)
-            torch.library.wrap_triton(conv_prefill_kernel)[(rows_grid, channel_blocks)](
-                *rows, hinit, tok, seq, *sizes, *strides, *s_strides, sid_stride,
-                UNROLL=1 if lean else cfg.unroll, HAS_SEQ_IDX=call.seq_idx is not None, FIXUP=lean, **common,
-                **request_flags,
-            )  # fmt: skip
+    if mode == "prefill" and not every_tile:
+        boundary_tiles = (cfg.BT + SL - 2) // cfg.BT + 1  # tiles one boundary can leave (slots.fixup_tile's NB)
+        rows_grid = (R + 1) * boundary_tiles + triton.cdiv(SL, cfg.BT) + 1 if lean else triton.cdiv(L, cfg.BT)
+        torch.library.wrap_triton(conv_prefill_kernel)[(rows_grid, channel_blocks)](
+            *rows, hinit, tok, seq, *sizes, *strides, *s_strides, sid_stride,
+            UNROLL=1 if lean else cfg.unroll, HAS_SEQ_IDX=call.seq_idx is not None, FIXUP=lean, **common,
+            **request_flags,
+        )  # fmt: skip
     elif mode == "spec":
         torch.library.wrap_triton(conv_spec_kernel)[(triton.cdiv(L, cfg.BT), channel_blocks)](
             *rows, acc, hinit, tok, *sizes, *strides, *s_strides, sid_stride,
             SQL=SQL, UNROLL=cfg.unroll, **common, **request_flags,
         )  # fmt: skip
-    else:
+    elif mode == "decode":
         flat = cfg.flat_window and _dense_windows(s_strides, head + SL, C, cfg.BC, state.element_size())
         scalar_window = has_state and _scalar_window(contiguous, s_align, head + SL)
         window_tile = cfg.window_tile and cfg.BW <= heuristics.DECODE_WINDOW_TILE_MAX
@@ -150,10 +146,8 @@ def launch_conv(
 
 
 def lean_takes_every_tile(has_state: bool, cfg: heuristics.ConvConfig) -> bool:
-    """Whether the lean prefill kernel takes every tile, the ones at request boundaries and the ends too, in one
-    launch (its EVERY_TILE): without a state (no tap reads a history) and in runs of rows (``cfg.unroll`` > 1),
-    where the row search those tiles take adds no registers (offline, Triton 3.6, bf16: the 8 x 256 tile in runs
-    of 8 keeps 40; the 16 x 128 tile of single rows would go from 72 to 94, so it keeps the FIXUP launch)."""
+    """Whether the lean prefill kernel takes every tile in one launch (EVERY_TILE): without a state and in runs
+    of rows, where the boundary tiles' row search adds no registers (docs/heuristics.md, the prefill rule)."""
     return not has_state and cfg.unroll > 1
 
 
