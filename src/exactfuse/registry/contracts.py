@@ -95,9 +95,24 @@ class Contract(abc.ABC):
             )
         return None
 
+    def for_outputs(self, n: int) -> list[Contract]:
+        """The contract of each of a call's ``n`` outputs: this one for all (:class:`PerOutput` differs)."""
+        return [self] * n
+
+    def describe(self, dtype: torch.dtype) -> str:
+        """The contract on outputs of ``dtype``, with its numbers (a tolerance's atol and rtol)."""
+        return self.name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class Elementwise(Contract):
+    """A contract judged element by element (:meth:`_bad`), with the statistics of :meth:`_measure`."""
+
+    @abc.abstractmethod
     def _bad(self, a: torch.Tensor, e: torch.Tensor, ulp: torch.Tensor) -> torch.Tensor:
-        """The elements of a chunk that break the contract (:meth:`_measure`'s elementwise contracts)."""
-        raise NotImplementedError(f"{self.name} is not an elementwise contract")
+        """The elements of a chunk that break the contract."""
 
     def _measure(self, actual: torch.Tensor, expected: torch.Tensor, chunk: int | None = None) -> CheckResult:
         """The result of an elementwise contract (:meth:`_bad`), ``chunk`` elements at a time where the
@@ -124,17 +139,6 @@ class Contract(abc.ABC):
         return CheckResult(mismatches == 0, self.name, a.numel(), mismatches, max_err, max_ulp,
                            _unravel(worst, actual.shape))  # fmt: skip
 
-    def for_outputs(self, n: int) -> list[Contract]:
-        """The contract of each of a call's ``n`` outputs: this one for all (:class:`PerOutput` differs)."""
-        return [self] * n
-
-    def describe(self, dtype: torch.dtype) -> str:
-        """The contract on outputs of ``dtype``, with its numbers (a tolerance's atol and rtol)."""
-        return self.name
-
-    def __repr__(self) -> str:
-        return self.name
-
 
 class PerOutput(Contract):
     """One contract per output, in order, for an op that returns a tuple of tensors whose outputs are held
@@ -157,7 +161,7 @@ class PerOutput(Contract):
         raise TypeError(f"{self.name}: check each output with its own contract (for_outputs)")
 
 
-class Bitwise(Contract):
+class Bitwise(Elementwise):
     """Identical bit patterns; any NaN matches any NaN."""
 
     name = "Bitwise"
@@ -171,7 +175,7 @@ class Bitwise(Contract):
         return self._measure(actual, expected)
 
 
-class Ulp(Contract):
+class Ulp(Elementwise):
     """At most ``n`` units in the last place of the output dtype."""
 
     def __init__(self, n: int):
@@ -187,7 +191,7 @@ class Ulp(Contract):
         return self._measure(actual, expected)
 
 
-class Tolerance(Contract):
+class Tolerance(Elementwise):
     """``isclose`` with (atol, rtol) from :data:`TOLERANCES` unless given."""
 
     def __init__(self, atol: float | None = None, rtol: float | None = None):
@@ -298,7 +302,7 @@ def _rows_of(t: torch.Tensor) -> tuple[int, int]:
     return (t.numel() // d if d else 0), d
 
 
-class RowBitwise(Contract):
+class RowBitwise(Elementwise):
     """Whole rows bitwise equal (zero signs and the zero mask included), but for a small fraction.
 
     For ops whose rows depend on a statistic (mean, std) that a provider sums in
