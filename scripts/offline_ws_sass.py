@@ -1,0 +1,116 @@
+"""Compile the warp-specialized W4A16 probe kernel (``scripts/gpu/probe_w4a16_ws.py``) for sm_90a without a GPU
+and print, per configuration, its registers, shared memory and the consumer's main loop in SASS.
+
+Usage: PYTHONPATH=src python scripts/offline_ws_sass.py [--configs 1x1u2s8,2x2u2s6 ...] [--dtype bf16] [--warps 4]
+
+A configuration is ``BLOCKSxTILES uUNROLL sSTAGES`` (blocks of 8 activation rows, 16-column tiles a consumer
+warp, 64-row chunks a step, ring slots), compiled with --warps consumer warps, split-K, group 128 (GROUP_CHUNKS 2).
+Printed: the registers of the cubin and the ``setmaxnreg`` values of the partitions, shared bytes (the ring:
+words, records, activations, and the weights a slot times STAGES, what is in flight per SM at one CTA an SM),
+the consumer's loop (the longest loop with an HMMA) in SASS per packed word a lane dequantizes (the shipped
+fragment kernel: 21.75 at 1x1u2) and its LDS / UTMALDG / SYNCS / BAR counts, and the kernel's totals of the
+same. Static counts, as ``scripts/offline_sass.py``'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+
+import triton
+
+from exactfuse.testing.offline import compile_error, cubin_tool
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from offline_sass import compile_sass
+from probe_w4a16_ws import ACTS_SMEM, RECS_SMEM, WORDS_SMEM, w4a16_ws_kernel
+
+WARPS = 4
+OPS = ("LDS", "UTMALDG", "SYNCS", "BAR", "HMMA", "SHFL", "STS", "LDG")
+DEFAULT = "1x1u2s8,1x2u2s6,1x1u4s4,1x4u1s8,2x1u2s8,2x2u2s6,2x1u4s4"
+
+
+def _desc(block: list[int], layout) -> str:
+    """The signature type of a Gluon TMA descriptor argument (int32 box ``block`` in ``layout``)."""
+    return f"tensordesc<i32[{', '.join(map(str, block))}],{layout!r}>"
+
+
+def _consumer_loop(sass: str) -> list[str]:
+    """The shortest loop holding an HMMA (a label to the branch back to it): the consumer's step loop, not the
+    persistent loop around it."""
+    best: list[str] | None = None
+    lines = sass.splitlines()
+    labels: dict[str, int] = {}
+    for i, line in enumerate(lines):
+        if m := re.match(r"\s*(\.L_x_\d+):", line):
+            labels[m.group(1)] = i
+        if (m := re.search(r"\bBRA\b.*`\((\.L_x_\d+)\)", line)) and m.group(1) in labels:
+            body = [ln for ln in lines[labels[m.group(1)] : i + 1] if re.match(r"\s+/\*[0-9a-f]{4,}\*/", ln)]
+            if any(" HMMA" in ln for ln in body) and (best is None or len(body) < len(best)):
+                best = body
+    return best or []
+
+
+def _count(lines, op: str) -> int:
+    return sum(bool(re.search(rf"\b{op}\b|\b{op}\.", ln)) for ln in lines)
+
+
+def compile_ws(config: str, dtype: str, warps: int = WARPS) -> str:
+    """One configuration compiled with ``warps`` consumer warps; its printed line."""
+    blocks, tiles, unroll, stages = (int(v) for v in re.fullmatch(r"(\d+)x(\d+)u(\d+)s(\d+)", config).groups())
+    t_cta = tiles * warps
+    group_chunks = 2
+    ru = 1 if group_chunks % unroll == 0 else unroll
+    types = {
+        "w_desc": _desc([t_cta, unroll, 128], WORDS_SMEM),
+        "r_desc": _desc([1, t_cta, 32], RECS_SMEM),
+        "a_desc": _desc([unroll, 8 * blocks, 32], ACTS_SMEM),
+        "p_bias": f"*{dtype}",
+        "p_out": f"*{dtype}",
+        "p_ws": "*fp32",
+        "p_count": "*i32",
+    }
+    consts = dict(GROUP_CHUNKS=group_chunks, HAS_BIAS=False, SPLIT=True, BLOCKS=blocks, TILES=tiles, UNROLL=unroll,
+                  STAGES=stages, num_warps=warps)  # fmt: skip
+    label = f"ws {dtype} {config}/{warps}"
+    try:
+        r = compile_sass(w4a16_ws_kernel, types, consts, ["p_bias", "p_out", "p_ws", "p_count", "N"], (), warps)
+    except Exception as exc:  # a failed configuration is a line of the table, not the end of it
+        return compile_error(label, exc)
+    sass = r["sass"]
+    loop = _consumer_loop(sass)
+    words = tiles * unroll * 4
+    maxnreg = {
+        f"{kind.lower()} {int(n, 0)}"
+        for kind, n in re.findall(r"USETMAXREG\.(TRY_ALLOC|DEALLOC)\.CTAPOOL\s+(?:UP\d+,\s*)?(0x[0-9a-f]+|\d+)", sass)
+    }
+    stack = re.search(r"STACK:(\d+)", cubin_tool(r["kernel"], "cuobjdump", "-res-usage"))
+    slot_words = t_cta * unroll * 512
+    slot = slot_words + ru * t_cta * 128 + unroll * blocks * 1024
+    in_loop = ", ".join(f"{op} {_count(loop, op)}" for op in OPS)
+    total = ", ".join(f"{op} {_count(sass.splitlines(), op)}" for op in OPS[:4])
+    return (
+        f"{label}: {r['regs']} regs (setmaxnreg {', '.join(sorted(maxnreg)) or '-'}), "
+        f"stack {stack.group(1) if stack else '?'} B; {r['shared']} B shared (slot {slot} B, "
+        f"{stages * slot_words // 1024} KB of weights in flight); loop"
+        f" {len(loop)} SASS, {len(loop) / words:.2f} a word: {in_loop}; kernel: {total}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--configs", default=DEFAULT, help="BLOCKSxTILESuUNROLLsSTAGES,...")
+    parser.add_argument("--dtype", default="bf16", help="the activation dtype (bf16, fp16)")
+    parser.add_argument("--warps", type=int, default=WARPS, help="consumer warps")
+    args = parser.parse_args()
+    print(f"Triton {triton.__version__}, sm_90a; static SASS counts")
+    for config in args.configs.split(","):
+        print(compile_ws(config, args.dtype, args.warps), flush=True)
+
+
+if __name__ == "__main__":
+    main()
