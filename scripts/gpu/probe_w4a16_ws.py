@@ -371,6 +371,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dtypes", default="bf16,fp16")
     parser.add_argument("--ms", default="1,2,4,8,16")
+    parser.add_argument("--layers", default=",".join(f"{k}x{n}" for k, n in LAYERS), help="KxN,...")
     parser.add_argument("--tiles", type=int, default=0, help="tiles a consumer warp (0: ws_config's)")
     parser.add_argument("--unroll", type=int, default=2)
     parser.add_argument("--stages", type=int, default=0, help="ring slots (0: 48 KB of weights an SM)")
@@ -378,7 +379,7 @@ def main() -> None:
     args = parser.parse_args()
     _, sms, _ = device_line()
     failed = 0
-    for K, N in LAYERS:
+    for K, N in (tuple(int(v) for v in layer.split("x")) for layer in args.layers.split(",")):
         for name in args.dtypes.split(","):
             dtype = DTYPES[name]
             # the checked weight: RTN-quantized, asymmetric (zero points); the timed ones: random codes, rotated
