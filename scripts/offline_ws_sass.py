@@ -1,4 +1,4 @@
-"""Compile the warp-specialized W4A16 probe kernel (``scripts/gpu/probe_w4a16_ws.py``) for sm_90a without a GPU
+"""Compile the warp-specialized W4A16 probe kernel (``scripts/gpu/w4a16_ws.py``) for sm_90a without a GPU
 and print, per configuration, its registers, shared memory and the consumer's main loop in SASS.
 
 Usage: PYTHONPATH=src python scripts/offline_ws_sass.py [--configs 1x1u2s8,2x2u2s6 ...] [--dtype bf16] [--warps 4]
@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from offline_sass import compile_sass
-from probe_w4a16_ws import ACTS_SMEM, RECS_SMEM, WORDS_SMEM, w4a16_ws_kernel
+from w4a16_ws import ACTS_SMEM, RECS_SMEM, WORDS_SMEM, w4a16_ws_kernel
 
 WARPS = 4
 OPS = ("LDS", "UTMALDG", "SYNCS", "BAR", "HMMA", "SHFL", "STS", "LDG")
