@@ -51,9 +51,11 @@ from exactfuse.testing.offline import sass as disassemble
 ACT = 11  # exactfuse.ops.fastmath.SILU_RCP
 
 
-def compile_sass(fn, types: dict, constexprs: dict, div16=(), ones=(), num_warps=4, num_stages=None) -> dict:
+def compile_sass(
+    fn, types: dict, constexprs: dict, div16=(), ones=(), num_warps=4, num_stages=None, maxnreg=None
+) -> dict:
     """Registers, shared bytes and the SASS op counts of ``fn`` compiled with these argument types."""
-    kernel = compile_offline(fn, types, constexprs, div16, ones, num_warps, num_stages)
+    kernel = compile_offline(fn, types, constexprs, div16, ones, num_warps, num_stages, maxnreg=maxnreg)
     usage = cubin_tool(kernel, "cuobjdump", "-res-usage")
     sass = disassemble(kernel)
     ops: collections.Counter = collections.Counter()

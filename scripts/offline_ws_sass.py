@@ -2,11 +2,12 @@
 and print, per configuration, its registers, shared memory and the consumer's main loop in SASS.
 
 Usage: PYTHONPATH=src python scripts/offline_ws_sass.py [--configs 1x1u2s8,2x2u2s6 ...] [--dtype bf16] [--warps 4]
+    [--per-sm 1]
 
 A configuration is ``BLOCKSxTILES uUNROLL sSTAGES`` (blocks of 8 activation rows, 16-column tiles a consumer
 warp, 64-row chunks a step, ring slots), compiled with --warps consumer warps, split-K, group 128 (GROUP_CHUNKS 2).
 Printed: the registers of the cubin and the ``setmaxnreg`` values of the partitions, shared bytes (the ring:
-words, records, activations, and the weights a slot times STAGES, what is in flight per SM at one CTA an SM),
+words, records, activations, and the weights a slot times STAGES times the CTAs an SM: what is in flight an SM),
 the consumer's loop (the longest loop with an HMMA) in SASS per packed word a lane dequantizes (the shipped
 fragment kernel: 21.75 at 1x1u2) and its LDS / UTMALDG / SYNCS / BAR counts, and the kernel's totals of the
 same. Static counts, as ``scripts/offline_sass.py``'s.
@@ -27,7 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from offline_sass import compile_sass
-from w4a16_ws import ACTS_SMEM, RECS_SMEM, WORDS_SMEM, w4a16_ws_kernel
+from w4a16_ws import ACTS_SMEM, RECS_SMEM, WORDS_SMEM, register_cap, w4a16_ws_kernel
 
 WARPS = 4
 OPS = ("LDS", "UTMALDG", "SYNCS", "BAR", "HMMA", "SHFL", "STS", "LDG")
@@ -59,8 +60,9 @@ def _count(lines, op: str) -> int:
     return sum(bool(re.search(rf"\b{op}\b|\b{op}\.", ln)) for ln in lines)
 
 
-def compile_ws(config: str, dtype: str, warps: int = WARPS) -> str:
-    """One configuration compiled with ``warps`` consumer warps; its printed line."""
+def compile_ws(config: str, dtype: str, warps: int = WARPS, per_sm: int = 1) -> str:
+    """One configuration compiled with ``warps`` consumer warps for ``per_sm`` CTAs an SM
+    (``w4a16_ws.register_cap``); its printed line."""
     blocks, tiles, unroll, stages = (int(v) for v in re.fullmatch(r"(\d+)x(\d+)u(\d+)s(\d+)", config).groups())
     t_cta = tiles * warps
     group_chunks = 2
@@ -76,9 +78,10 @@ def compile_ws(config: str, dtype: str, warps: int = WARPS) -> str:
     }
     consts = dict(GROUP_CHUNKS=group_chunks, HAS_BIAS=False, SPLIT=True, BLOCKS=blocks, TILES=tiles, UNROLL=unroll,
                   STAGES=stages, num_warps=warps)  # fmt: skip
-    label = f"ws {dtype} {config}/{warps}"
+    label = f"ws {dtype} {config}/{warps}" + (f" x{per_sm} an SM" if per_sm > 1 else "")
     try:
-        r = compile_sass(w4a16_ws_kernel, types, consts, ["p_bias", "p_out", "p_ws", "p_count", "N"], (), warps)
+        div16 = ["p_bias", "p_out", "p_ws", "p_count", "N"]
+        r = compile_sass(w4a16_ws_kernel, types, consts, div16, (), warps, maxnreg=register_cap(warps, per_sm))
     except Exception as exc:  # a failed configuration is a line of the table, not the end of it
         return compile_error(label, exc)
     sass = r["sass"]
@@ -96,7 +99,7 @@ def compile_ws(config: str, dtype: str, warps: int = WARPS) -> str:
     return (
         f"{label}: {r['regs']} regs (setmaxnreg {', '.join(sorted(maxnreg)) or '-'}), "
         f"stack {stack.group(1) if stack else '?'} B; {r['shared']} B shared (slot {slot} B, "
-        f"{stages * slot_words // 1024} KB of weights in flight); loop"
+        f"{stages * slot_words * per_sm // 1024} KB of weights in flight an SM); loop"
         f" {len(loop)} SASS, {len(loop) / words:.2f} a word: {in_loop}; kernel: {total}"
     )
 
@@ -106,10 +109,11 @@ def main() -> None:
     parser.add_argument("--configs", default=DEFAULT, help="BLOCKSxTILESuUNROLLsSTAGES,...")
     parser.add_argument("--dtype", default="bf16", help="the activation dtype (bf16, fp16)")
     parser.add_argument("--warps", type=int, default=WARPS, help="consumer warps")
+    parser.add_argument("--per-sm", type=int, default=1, help="CTAs an SM (the registers capped to fit them)")
     args = parser.parse_args()
     print(f"Triton {triton.__version__}, sm_90a; static SASS counts")
     for config in args.configs.split(","):
-        print(compile_ws(config, args.dtype, args.warps), flush=True)
+        print(compile_ws(config, args.dtype, args.warps, args.per_sm), flush=True)
 
 
 if __name__ == "__main__":

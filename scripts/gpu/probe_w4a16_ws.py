@@ -46,7 +46,7 @@ def main() -> None:
     parser.add_argument("--tiles", type=int, default=0, help="tiles a consumer warp (0: ws_config's)")
     parser.add_argument("--unroll", type=int, default=2)
     parser.add_argument("--stages", type=int, default=0, help="ring slots (0: 48 KB of weights an SM)")
-    parser.add_argument("--variants", default="4x1,8x1", help="consumer warps x CTAs an SM, comma-separated")
+    parser.add_argument("--variants", default="4x1,4x2,8x1", help="consumer warps x CTAs an SM, comma-separated")
     args = parser.parse_args()
     _, sms, _ = device_line()
     failed = 0

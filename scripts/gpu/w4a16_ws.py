@@ -34,12 +34,15 @@ from exactfuse.ops.w4a16.mma import (
     _DEQUANT_FP16,
     _MMA_BF16,
     _MMA_FP16,
+    _barrier,
     _reduce,
     _store_out,
     fragment_step,
 )
 from exactfuse.utils import empty
 
+# a TMA load into shared memory: ``async_load`` from Triton 3.7, ``async_copy_global_to_shared`` before
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 WORDS_SMEM = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=3)
 RECS_SMEM = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=3)
 ACTS_SMEM = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=3)
@@ -84,6 +87,21 @@ def acts_view(blocks, unroll):
     return gl.SharedLinearLayout(bases)
 
 
+# A shared-memory slot seen through another shape and layout: ``reinterpret`` from Triton 3.7, ``_reinterpret``
+# before (the device's Triton 3.6)
+if hasattr(gl.shared_memory_descriptor, "reinterpret"):
+
+    @gluon.jit
+    def _view(slot, dtype: gl.constexpr, shape: gl.constexpr, layout: gl.constexpr):
+        return slot.reinterpret(dtype, shape, layout)
+
+else:
+
+    @gluon.jit
+    def _view(slot, dtype: gl.constexpr, shape: gl.constexpr, layout: gl.constexpr):
+        return slot._reinterpret(dtype, shape, layout)
+
+
 @gluon.jit
 def _decode_unit(unit, n_groups, m_blocks):
     """Work unit -> (tile group, row block, K split): tile groups fastest."""
@@ -109,14 +127,14 @@ def _producer(
             mbarrier.wait(empty_bars.index(slot), phase)
             bar = ready.index(slot)
             mbarrier.expect(bar, BYTES)
-            tma.async_copy_global_to_shared(w_desc, [pid_n * T_CTA, c, 0], bar, w_ring.index(slot))
+            _tma_load(w_desc, [pid_n * T_CTA, c, 0], bar, w_ring.index(slot))
             if SAME_GROUP:
-                tma.async_copy_global_to_shared(r_desc, [c // GROUP_CHUNKS, pid_n * T_CTA, 0], bar, r_ring.index(slot))
+                _tma_load(r_desc, [c // GROUP_CHUNKS, pid_n * T_CTA, 0], bar, r_ring.index(slot))
             else:
                 for u in gl.static_range(UNROLL):
                     g = (c + u) // GROUP_CHUNKS
-                    tma.async_copy_global_to_shared(r_desc, [g, pid_n * T_CTA, 0], bar, r_ring.index(slot).slice(u, 1))
-            tma.async_copy_global_to_shared(a_desc, [c, pid_m * BLOCKS * 8, 0], bar, a_ring.index(slot))
+                    _tma_load(r_desc, [g, pid_n * T_CTA, 0], bar, r_ring.index(slot).slice(u, 1))
+            _tma_load(a_desc, [c, pid_m * BLOCKS * 8, 0], bar, a_ring.index(slot))
             slot += 1
             if slot == STAGES:
                 slot = 0
@@ -130,11 +148,11 @@ def _operands(w_slot, r_slot, a_slot, R: gl.constexpr, TILES: gl.constexpr, BLOC
     shipped kernel's register layouts (``fragment_step``'s inputs), by 16-byte shared loads."""
     LWU: gl.constexpr = gl.BlockedLayout([1, TILES, U, 4], [32, 1, 1, 1], [num_warps, 1, 1, 1], [3, 2, 1, 0])
     LAU: gl.constexpr = gl.BlockedLayout([1, BLOCKS, U, 4], [32, 1, 1, 1], [num_warps, 1, 1, 1], [3, 2, 1, 0])
-    words = w_slot._reinterpret(gl.int32, [R, TILES, U, 4], words_view(num_warps, TILES, U)).load(LWU)
+    words = _view(w_slot, gl.int32, [R, TILES, U, 4], words_view(num_warps, TILES, U)).load(LWU)
     L_REC: gl.constexpr = gl.BlockedLayout(
         [1, 1, 1, TILES, RU, 4], [1, 8, 4, 1, 1, 1], [num_warps, 1, 1, 1, 1, 1], [5, 4, 3, 2, 1, 0]
     )
-    rec = r_slot._reinterpret(gl.int32, [num_warps, 8, 1, TILES, RU, 4], recs_view(num_warps, TILES, RU)).load(L_REC)
+    rec = _view(r_slot, gl.int32, [num_warps, 8, 1, TILES, RU, 4], recs_view(num_warps, TILES, RU)).load(L_REC)
     rec = gl.broadcast(rec, gl.full([num_warps, 8, 4, TILES, RU, 4], 0, gl.int32, layout=L_REC))[0]
     rec = gl.reshape(rec, [R, TILES, RU, 4])
     if RU != U:  # one group a step: the same record for every chunk
@@ -143,7 +161,7 @@ def _operands(w_slot, r_slot, a_slot, R: gl.constexpr, TILES: gl.constexpr, BLOC
     L_ACT: gl.constexpr = gl.BlockedLayout(
         [1, 1, 1, BLOCKS, U, 8], [1, 8, 4, 1, 1, 1], [num_warps, 1, 1, 1, 1, 1], [5, 4, 3, 2, 1, 0]
     )
-    x = a_slot._reinterpret(gl.int32, [1, 8, 4, BLOCKS, U, 8], acts_view(BLOCKS, U)).load(L_ACT)
+    x = _view(a_slot, gl.int32, [1, 8, 4, BLOCKS, U, 8], acts_view(BLOCKS, U)).load(L_ACT)
     x = gl.broadcast(x, gl.full([num_warps, 8, 4, BLOCKS, U, 8], 0, gl.int32, layout=L_ACT))[0]
     x = gl.permute(gl.reshape(x, [R, BLOCKS, U, 2, 4]), [0, 1, 2, 4, 3])
     x0, x1 = gl.split(x)
@@ -184,7 +202,7 @@ def _consumer(
             )
             # The slot goes back once every warp has read it: the barrier orders the shared loads before
             # thread 0's arrival (Triton adds another before the next wait).
-            gl.thread_barrier()
+            _barrier()
             mbarrier.arrive(empty_bars.index(slot))
             acc0, acc1, acc2, acc3 = fragment_step(
                 words, recs, x0, x1, acc0, acc1, acc2, acc3, LW, LA, LT, LB, U, DEQUANT, MMA
@@ -220,7 +238,7 @@ def _epilogue(
         gl.store(base + (o_m + 1) * N + o_n, acc1, mask=o_m + 1 < M)
         gl.store(base + o_m * N + o_n + 8, acc2, mask=o_m < M)
         gl.store(base + (o_m + 1) * N + o_n + 8, acc3, mask=o_m + 1 < M)
-        gl.thread_barrier()
+        _barrier()
         tile_id = pid_m * n_groups + pid_n
         arrived = gl.atomic_add(p_count + tile_id, 1, sem="acq_rel", scope="gpu")
         if arrived == S - 1:
@@ -332,5 +350,15 @@ def launch_ws(a, words, scales, perm, bias, *, tiles, blocks, unroll, stages, sp
         w_desc, r_desc, a_desc, bias if bias is not None else out, out, ws, counts, M, N, n_groups, m_blocks,
         n_units, chunks // split, split, GROUP_CHUNKS=chunks // groups, HAS_BIAS=bias is not None,
         SPLIT=split > 1, BLOCKS=blocks, TILES=tiles, UNROLL=unroll, STAGES=stages, num_warps=warps,
+        maxnreg=register_cap(warps, per_sm),
     )  # fmt: skip
     return out
+
+
+def register_cap(warps: int, per_sm: int) -> int | None:
+    """The registers a thread (``maxnreg``) that let ``per_sm`` CTAs share an SM's 65,536: a CTA is ``warps``
+    consumer warps and the producer's warp group (4 warps, given back to 24 registers a thread by
+    ``setmaxnreg``, which hands them to the consumers); None at one CTA an SM (the compiler's choice)."""
+    if per_sm == 1:
+        return None
+    return 65536 // (per_sm * 32 * (warps + 4)) // 8 * 8

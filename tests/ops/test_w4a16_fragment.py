@@ -297,3 +297,29 @@ def test_fragment_kernel_compiles_for_sm90_at_every_configuration_the_rule_takes
 
     ok, said = run_in_child(__file__, "compile_rule_configs")
     assert ok, said
+
+
+def compile_ws_prototype() -> list[str]:
+    """The warp-specialized prototype that reuses the fragment kernel's helpers (``scripts/gpu/w4a16_ws.py``,
+    timed by ``probe_w4a16_ws.py``) compiled for sm_90a at one and two CTAs an SM and at 8 consumer warps;
+    the failures (a change to ``mma.py`` that breaks it shows here)."""
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    sys.path[:0] = [str(root / "scripts"), str(root / "scripts" / "gpu")]
+    import offline_ws_sass
+
+    lines = [
+        offline_ws_sass.compile_ws(c, "bf16", w, p)
+        for c, w, p in (("1x2u2s6", 4, 1), ("2x1u2s4", 4, 2), ("1x1u2s4", 8, 1))
+    ]
+    return [line for line in lines if " regs " not in line or " 0.00 a word" in line]
+
+
+def test_ws_prototype_compiles_for_sm90():
+    """Without a GPU: the prototype of ``probe_w4a16_ws`` keeps compiling as the fragment kernel changes."""
+    from exactfuse.testing.offline import run_in_child
+
+    ok, said = run_in_child(__file__, "compile_ws_prototype")
+    assert ok, said

@@ -25,11 +25,12 @@ def compile_offline(
     num_warps: int = 4,
     num_stages: int | None = None,
     arch: int = 90,
+    maxnreg: int | None = None,
 ):
     """``fn`` (a Triton or a Gluon kernel) compiled for ``sm_<arch>``: arguments typed by ``types`` (Triton type
     names; others ``i32``), ``constexprs`` by value, ``ones`` the integer arguments equal to 1 (which Triton
     specializes to the constant), ``div16`` those marked 16-divisible (pointers and strides a launch would see
-    aligned)."""
+    aligned); ``maxnreg`` caps the registers a thread, as the launch option does."""
     names = list(fn.arg_names)
     ones = list(ones)
     sig = {n: types.get(n, "i32") for n in names}
@@ -37,6 +38,7 @@ def compile_offline(
     consts = {(names.index(k),): v for k, v in constexprs.items()} | {(names.index(k),): 1 for k in ones}
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in div16}
     options = {"num_warps": num_warps} | ({"num_stages": num_stages} if num_stages else {})
+    options |= {"maxnreg": maxnreg} if maxnreg else {}
     if fn.is_gluon():
         from triton.experimental.gluon._runtime import GluonASTSource
 
