@@ -1,10 +1,11 @@
 """The warp-specialized W4A16 decode kernel (``w4a16_ws.py``) beside the shipped fragment kernel and cuBLAS.
 
-Run on a GPU: ``bash scripts/gpu/run.sh probe w4a16_ws`` (``--dtypes``, ``--ms``, ``--tiles``, ``--unroll``,
-``--stages``). For the layers 4096x4096, 4096x14336, 14336x4096 and 8192x8192 (K x N), M 1-16, bf16 and fp16,
-group 128, weights rotated past the L2: each probe output is checked bit for bit against ``launch_fragment``
-at the same split, then both (the shipped kernel at its ``fragment_config``) and cuBLAS's dense ``a @ W`` are
-timed over CUDA-graph replays; one line a (layer, M, dtype) with µs and ratios.
+Run on a GPU: ``bash scripts/gpu/run.sh probe w4a16_ws`` (``--variants``, ``--layers``, ``--dtypes``, ``--ms``,
+``--tiles``, ``--unroll``, ``--stages``). For the layers 4096x4096, 4096x14336, 14336x4096 and 8192x8192 (K x N),
+M 1-16, bf16 and fp16, group 128, weights rotated past the L2, and each variant (consumer warps x CTAs an SM):
+the prototype's output is checked bit for bit against ``launch_fragment`` at the same split, then both (the
+shipped kernel at its ``fragment_config``) and cuBLAS's dense ``a @ W`` are timed over CUDA-graph replays; one
+line a (layer, M, dtype, variant) with µs and ratios; exit status 1 if any output differs.
 """
 
 from __future__ import annotations
