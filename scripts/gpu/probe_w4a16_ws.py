@@ -1,8 +1,9 @@
 """The warp-specialized W4A16 decode kernel (``w4a16_ws.py``) beside the shipped fragment kernel and cuBLAS.
 
 Run on a GPU: ``bash scripts/gpu/run.sh probe w4a16_ws`` (``--variants``, ``--layers``, ``--dtypes``, ``--ms``,
-``--tiles``, ``--unroll``, ``--stages``). For the layers 4096x4096, 4096x14336, 14336x4096 and 8192x8192 (K x N),
-M 1-16, bf16 and fp16, group 128, weights rotated past the L2, and each variant (consumer warps x CTAs an SM):
+``--tiles``, ``--unroll``, ``--stages``, ``--splits``; the last two comma-separated lists). For the layers
+4096x4096, 4096x14336, 14336x4096 and 8192x8192 (K x N), M 1-16, bf16 and fp16, group 128, weights rotated
+past the L2, and each variant (consumer warps x CTAs an SM) x split x ring depth:
 the prototype's output is checked bit for bit against ``launch_fragment`` at the same split, then both (the
 shipped kernel at its ``fragment_config``) and cuBLAS's dense ``a @ W`` are timed over CUDA-graph replays; one
 line a (layer, M, dtype, variant) with µs and ratios; exit status 1 if any output differs.
@@ -46,8 +47,9 @@ def main() -> None:
     parser.add_argument("--layers", default=",".join(f"{k}x{n}" for k, n in LAYERS), help="KxN,...")
     parser.add_argument("--tiles", type=int, default=0, help="tiles a consumer warp (0: ws_config's)")
     parser.add_argument("--unroll", type=int, default=2)
-    parser.add_argument("--stages", type=int, default=0, help="ring slots (0: 48 KB of weights an SM)")
+    parser.add_argument("--stages", default="0", help="ring slots, comma-separated (0: 48 KB of weights an SM)")
     parser.add_argument("--variants", default="4x1,4x2,8x1", help="consumer warps x CTAs an SM, comma-separated")
+    parser.add_argument("--splits", default="0", help="K splits, comma-separated (0: ws_split's)")
     args = parser.parse_args()
     _, sms, _ = device_line()
     failed = 0
@@ -63,9 +65,14 @@ def main() -> None:
             dense = [dense_weight(p.qweight, p.scales, None, None, 128, dtype) for p in ws]
             for M in (int(m) for m in args.ms.split(",")):
                 a = torch.randn((M, K), dtype=dtype, device="cuda")
-                for variant in args.variants.split(","):
+                for variant, split, stages in (
+                    (v, int(s), int(r))
+                    for v in args.variants.split(",")
+                    for s in args.splits.split(",")
+                    for r in args.stages.split(",")
+                ):
                     warps, per_sm = (int(v) for v in variant.split("x"))
-                    cfg = ws_config(M, N, K, sms, args.tiles, args.unroll, args.stages, warps, per_sm)
+                    cfg = ws_config(M, N, K, sms, args.tiles, args.unroll, stages, warps, per_sm, split)
                     same = {k: cfg[k] for k in ("tiles", "blocks", "unroll", "split", "warps")}
                     exact = all(
                         torch.equal(launch_ws(a, *check, b, **cfg), launch_fragment(a, *check, b, **same))

@@ -302,19 +302,17 @@ def ws_split(chunks: int, units_per_split: int, unroll: int, sms: int, max_split
     return best[1]
 
 
-def ws_config(
-    M: int, N: int, K: int, sms: int, tiles: int = 0, unroll: int = 2, stages: int = 0, warps: int = 4, per_sm: int = 1
-) -> dict:
+def ws_config(M: int, N: int, K: int, sms: int, tiles=0, unroll=2, stages=0, warps=4, per_sm=1, split=0) -> dict:
     """``launch_ws``'s arguments: one block of 8 rows up to M = 8, two to 16; 2 tiles a warp where N allows,
     ``unroll`` chunks a step, ``per_sm`` CTAs of ``warps`` consumer warps an SM, the ring deep enough for
-    48 KB of weights an SM (at most 16 slots), and :func:`ws_split`."""
+    48 KB of weights an SM (at most 16 slots), and ``split`` (0: :func:`ws_split`'s)."""
     blocks = 1 if M <= 8 else 2
     n_tiles = N // 16
     tiles = tiles or (2 if n_tiles % (2 * warps) == 0 else 1)
     slot_words = warps * tiles * unroll * 512
     stages = stages or max(3, min(16, -(-48 * 1024 // (slot_words * per_sm))))
     units = (n_tiles // (warps * tiles)) * -(-M // (8 * blocks))
-    split = ws_split(K // 64, units, unroll, sms * per_sm)
+    split = split or ws_split(K // 64, units, unroll, sms * per_sm)
     return {"tiles": tiles, "blocks": blocks, "unroll": unroll, "stages": stages, "split": split, "warps": warps,
             "per_sm": per_sm}  # fmt: skip
 

@@ -198,6 +198,7 @@ def _mark_compiled(task: tuple[str, str, str]) -> None:
 
 def run(args, console: Console) -> int:
     """Run ``exactfuse verify`` with parsed ``args``; returns the exit code (1: a row failed, 2: nothing checked)."""
+    start = time.perf_counter()
     device = device_here()
     on_gpu = device.type == "cuda"
     quick = args.quick or not on_gpu
@@ -259,6 +260,7 @@ def run(args, console: Console) -> int:
             f"[green]PASS[/] ({seconds:.1f}s)" if ok else "[red]FAIL[/]",
         )
     console.print(table)
+    rows_done = time.perf_counter()
     proofs = _proof_table({op.name for op in ops}, args.dtype, device)
     if proofs is not None:
         console.print(proofs)
@@ -271,6 +273,12 @@ def run(args, console: Console) -> int:
         per_op[op_name] = per_op.get(op_name, 0.0) + seconds
     times = ", ".join(f"{name} {seconds:.1f}s" for name, seconds in sorted(per_op.items(), key=lambda kv: -kv[1]))
     console.print(f"time per op (its rows' seconds, summed over processes): {times}", highlight=False)
+    end = time.perf_counter()
+    console.print(
+        f"verify: {end - start:.1f} s in all: rows {rows_done - start:.1f} s in {jobs} process(es), "
+        f"fast-math proofs {end - rows_done:.1f} s",
+        highlight=False,
+    )
     console.print("[green]all contracts hold[/]" if failures == 0 else f"[red]{failures} row(s) failed[/]")
     return 1 if failures else 0
 
