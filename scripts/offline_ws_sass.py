@@ -5,7 +5,8 @@ Usage: PYTHONPATH=src python scripts/offline_ws_sass.py [--configs 1x1u2s8,2x2u2
     [--per-sm 1]
 
 A configuration is ``BLOCKSxTILES uUNROLL sSTAGES`` (blocks of 8 activation rows, 16-column tiles a consumer
-warp, 64-row chunks a step, ring slots), compiled with --warps consumer warps, split-K, group 128 (GROUP_CHUNKS 2).
+warp, 64-row chunks a step, ring slots), compiled with --warps consumer warps, stream-K (a unit in at most
+3 pieces), group 128 (GROUP_CHUNKS 2).
 Printed: the registers of the cubin and the ``setmaxnreg`` values of the partitions, shared bytes (the ring:
 words, records, activations, and the weights a slot times STAGES times the CTAs an SM: what is in flight an SM),
 the consumer's loop (the longest loop with an HMMA) in SASS per packed word a lane dequantizes (the shipped
@@ -76,8 +77,8 @@ def compile_ws(config: str, dtype: str, warps: int = WARPS, per_sm: int = 1) -> 
         "p_ws": "*fp32",
         "p_count": "*i32",
     }
-    consts = dict(GROUP_CHUNKS=group_chunks, HAS_BIAS=False, SPLIT=True, BLOCKS=blocks, TILES=tiles, UNROLL=unroll,
-                  STAGES=stages, num_warps=warps)  # fmt: skip
+    consts = dict(GROUP_CHUNKS=group_chunks, HAS_BIAS=False, BLOCKS=blocks, TILES=tiles, UNROLL=unroll,
+                  STAGES=stages, PIECES=3, num_warps=warps)  # fmt: skip
     label = f"ws {dtype} {config}/{warps}" + (f" x{per_sm} an SM" if per_sm > 1 else "")
     try:
         div16 = ["p_bias", "p_out", "p_ws", "p_count", "N"]

@@ -1,6 +1,6 @@
-"""Nsight Compute of the warp-specialized prototype (``w4a16_ws.py``, its ``ws_config`` at 4 consumer warps,
-one CTA an SM) beside the shipped fragment kernel (its ``fragment_config``), same weights (bf16, group 128,
-symmetric), at 14336 x 4096 (one long unit a CTA) and 4096 x 14336 (seven short ones), M 1 and 16."""
+"""Nsight Compute of the warp-specialized stream-K prototype (``w4a16_ws.py``, its ``ws_config``: 4 consumer
+warps, one CTA an SM) beside the shipped fragment kernel (its ``fragment_config``), same weights (bf16, group
+128, symmetric), at 14336 x 4096 and 4096 x 14336, M 1 and 16."""
 
 import torch
 from common import ncu_main
@@ -20,7 +20,7 @@ def calls() -> list:
         p = fragment.pack(w.qweight, w.scales, w.zeros)
         for M in (1, 16):
             a = torch.randn((M, K), dtype=torch.bfloat16, device="cuda")
-            ws, frag = ws_config(M, N, K, sms), fragment_config(M, N, K, sms)
+            ws, frag = ws_config(M, N, K), fragment_config(M, N, K, sms)
             out += [lambda a=a, p=p, c=ws: launch_ws(a, p.words, p.scales, None, None, **c),
                     lambda a=a, p=p, c=frag: launch_fragment(a, p.words, p.scales, None, None, **c)]  # fmt: skip
     return out

@@ -1,14 +1,16 @@
-"""A warp-specialized W4A16 decode kernel (Gluon, sm_90a), its launch rule and launcher: a prototype that
-``probe_w4a16_ws.py`` checks and times beside the shipped fragment kernel.
+"""A warp-specialized, stream-K W4A16 decode kernel (Gluon, sm_90a), its launch rule and launcher: a prototype
+that ``probe_w4a16_ws.py`` checks and times beside the shipped fragment kernel.
 
 ``w4a16_ws_kernel`` computes what ``mma.w4a16_fragment_kernel`` computes, from the same inputs (fragment
-layout words, scale records, activations, optional bias, the split-K workspace and arrival counters) and
-with the same bits at the same K split, but moves the operands differently: a producer warp issues TMA
-copies of each step's words, scale records and activations into a ring of ``STAGES`` shared-memory slots
-(a "ready" and an "empty" mbarrier a slot) and the consumer warps read them with 16-byte shared loads, then
-dequantize and multiply exactly as the shipped kernel's ``fragment_step`` does (reused). The grid is
-persistent: one CTA an SM walks its work units (tile group, row block, K split) in a fixed order; the
-split-K partials are summed by the last split to arrive, in split order, as the shipped epilogue does.
+layout words, scale records, activations, optional bias), with the same dequantization and products, but
+moves the operands and deals the work differently: a producer warp issues TMA copies of each step's words,
+scale records and activations into a ring of ``STAGES`` shared-memory slots (a "ready" and an "empty"
+mbarrier a slot) and the consumer warps read them with 16-byte shared loads, then dequantize and multiply
+exactly as the shipped kernel's ``fragment_step`` does (reused). The grid is persistent and stream-K: the
+work units' (tile group, row block) K steps, laid end to end, are cut into one equal contiguous share a
+CTA, so every SM streams the same number of weight bytes whatever the layer's shape; a unit cut between
+CTAs is summed by the last of its pieces to arrive, in the CTAs' order (K order): deterministic, though not
+the split-K kernel's bits (its pieces differ).
 
 Slots (int32): words ``[TILES num_warps, UNROLL, 128]`` (a lane's four words of a chunk are 16 contiguous
 bytes, a warp's 512: conflict-free without a swizzle), scale records ``[1 or UNROLL, TILES num_warps, 32]``
@@ -35,7 +37,6 @@ from exactfuse.ops.w4a16.mma import (
     _MMA_BF16,
     _MMA_FP16,
     _barrier,
-    _reduce,
     _store_out,
     fragment_step,
 )
@@ -103,27 +104,39 @@ else:
 
 
 @gluon.jit
-def _decode_unit(unit, n_groups, m_blocks):
-    """Work unit -> (tile group, row block, K split): tile groups fastest."""
-    rest = unit // n_groups
-    return unit % n_groups, rest % m_blocks, rest // m_blocks
+def _cta_range(total):
+    """This CTA's stream-K share ``[begin, end)`` of the ``total`` steps, the units' steps laid end to end:
+    ``c total // P`` to ``(c + 1) total // P`` (never empty: the grid is at most ``total`` CTAs)."""
+    c = gl.program_id(0)
+    p = gl.num_programs(0)
+    return c * total // p, (c + 1) * total // p
+
+
+@gluon.jit
+def _piece(u, begin, end, steps):
+    """The steps ``[s0, s1)`` of unit ``u`` that fall in ``[begin, end)``."""
+    return gl.maximum(begin, u * steps) - u * steps, gl.minimum(end, (u + 1) * steps) - u * steps
 
 
 @gluon.jit
 def _producer(
-    w_desc, r_desc, a_desc, w_ring, r_ring, a_ring, ready, empty_bars, n_groups, m_blocks, n_units, chunks_per_split,
+    w_desc, r_desc, a_desc, w_ring, r_ring, a_ring, ready, empty_bars, n_groups, steps, total,
     GROUP_CHUNKS: gl.constexpr, T_CTA: gl.constexpr, BLOCKS: gl.constexpr, UNROLL: gl.constexpr,
     STAGES: gl.constexpr, SAME_GROUP: gl.constexpr,
 ):  # fmt: skip
-    """One warp: each step's words, records and activations into the next free slot, by TMA."""
+    """One warp: each step's words, records and activations into the next free slot, by TMA, in the order the
+    consumers take them (this CTA's share of the steps)."""
     RU: gl.constexpr = 1 if SAME_GROUP else UNROLL
     BYTES: gl.constexpr = 4 * (T_CTA * UNROLL * 128 + RU * T_CTA * 32 + UNROLL * BLOCKS * 8 * 32)
     slot = 0
     phase = 1  # a fresh slot's wait for the phase before its first passes at once
-    for unit in range(gl.program_id(0), n_units, gl.num_programs(0)):
-        pid_n, pid_m, pid_s = _decode_unit(unit, n_groups, m_blocks)
-        c_begin = pid_s * chunks_per_split
-        for c in range(c_begin, c_begin + chunks_per_split, UNROLL):
+    begin, end = _cta_range(total)
+    for u in range(begin // steps, (end + steps - 1) // steps):
+        pid_n = u % n_groups
+        pid_m = u // n_groups
+        s0, s1 = _piece(u, begin, end, steps)
+        for step in range(s0, s1):
+            c = step * UNROLL
             mbarrier.wait(empty_bars.index(slot), phase)
             bar = ready.index(slot)
             mbarrier.expect(bar, BYTES)
@@ -131,9 +144,9 @@ def _producer(
             if SAME_GROUP:
                 _tma_load(r_desc, [c // GROUP_CHUNKS, pid_n * T_CTA, 0], bar, r_ring.index(slot))
             else:
-                for u in gl.static_range(UNROLL):
-                    g = (c + u) // GROUP_CHUNKS
-                    _tma_load(r_desc, [g, pid_n * T_CTA, 0], bar, r_ring.index(slot).slice(u, 1))
+                for i in gl.static_range(UNROLL):
+                    g = (c + i) // GROUP_CHUNKS
+                    _tma_load(r_desc, [g, pid_n * T_CTA, 0], bar, r_ring.index(slot).slice(i, 1))
             _tma_load(a_desc, [c, pid_m * BLOCKS * 8, 0], bar, a_ring.index(slot))
             slot += 1
             if slot == STAGES:
@@ -170,12 +183,12 @@ def _operands(w_slot, r_slot, a_slot, R: gl.constexpr, TILES: gl.constexpr, BLOC
 
 @gluon.jit
 def _consumer(
-    w_ring, r_ring, a_ring, ready, empty_bars, p_bias, p_out, p_ws, p_count, M, N, n_groups, m_blocks, n_units,
-    chunks_per_split, split, HAS_BIAS: gl.constexpr, SPLIT: gl.constexpr, BLOCKS: gl.constexpr,
-    TILES: gl.constexpr, UNROLL: gl.constexpr, STAGES: gl.constexpr, SAME_GROUP: gl.constexpr,
-    num_warps: gl.constexpr,
+    w_ring, r_ring, a_ring, ready, empty_bars, p_bias, p_out, p_ws, p_count, M, N, n_groups, steps, total,
+    HAS_BIAS: gl.constexpr, BLOCKS: gl.constexpr, TILES: gl.constexpr, UNROLL: gl.constexpr, STAGES: gl.constexpr,
+    SAME_GROUP: gl.constexpr, PIECES: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
-    """The default partition: every unit's steps as ``fragment_step`` from the ring, then its epilogue."""
+    """The default partition: each unit's piece of this CTA's share as ``fragment_step`` from the ring, then
+    its epilogue."""
     DT: gl.constexpr = p_out.dtype.element_ty
     DEQUANT: gl.constexpr = _DEQUANT_BF16 if gl.bfloat16 == DT else _DEQUANT_FP16
     MMA: gl.constexpr = _MMA_BF16 if gl.bfloat16 == DT else _MMA_FP16
@@ -189,13 +202,14 @@ def _consumer(
     LB: gl.constexpr = gl.SliceLayout(1, L3)
     slot = 0
     phase = 0
-    for unit in range(gl.program_id(0), n_units, gl.num_programs(0)):
-        pid_n, pid_m, pid_s = _decode_unit(unit, n_groups, m_blocks)
+    begin, end = _cta_range(total)
+    for u in range(begin // steps, (end + steps - 1) // steps):
+        s0, s1 = _piece(u, begin, end, steps)
         acc0 = gl.zeros([R, TILES, BLOCKS], gl.float32, layout=L3)
         acc1 = gl.zeros([R, TILES, BLOCKS], gl.float32, layout=L3)
         acc2 = gl.zeros([R, TILES, BLOCKS], gl.float32, layout=L3)
         acc3 = gl.zeros([R, TILES, BLOCKS], gl.float32, layout=L3)
-        for _ in range(0, chunks_per_split, U):
+        for _ in range(s0, s1):
             mbarrier.wait(ready.index(slot), phase)
             words, recs, x0, x1 = _operands(
                 w_ring.index(slot), r_ring.index(slot), a_ring.index(slot), R, TILES, BLOCKS, U, RU, num_warps
@@ -211,18 +225,21 @@ def _consumer(
             if slot == STAGES:
                 slot = 0
                 phase ^= 1
-        _epilogue(acc0, acc1, acc2, acc3, p_out, p_bias, p_ws, p_count, M, N, pid_n, pid_m, pid_s, split, n_groups,
-                  LT, LB, R, TILES, BLOCKS, HAS_BIAS, SPLIT, num_warps)  # fmt: skip
+        _epilogue(acc0, acc1, acc2, acc3, p_out, p_bias, p_ws, p_count, M, N, u, s0, s1, begin, steps, total,
+                  n_groups, LT, LB, R, TILES, BLOCKS, HAS_BIAS, PIECES, num_warps)  # fmt: skip
 
 
 @gluon.jit
 def _epilogue(
-    acc0, acc1, acc2, acc3, p_out, p_bias, p_ws, p_count, M, N, pid_n, pid_m, pid_s, S, n_groups,
+    acc0, acc1, acc2, acc3, p_out, p_bias, p_ws, p_count, M, N, u, s0, s1, begin, steps, total, n_groups,
     LT: gl.constexpr, LB: gl.constexpr, R: gl.constexpr, TILES: gl.constexpr, BLOCKS: gl.constexpr,
-    HAS_BIAS: gl.constexpr, SPLIT: gl.constexpr, num_warps: gl.constexpr,
+    HAS_BIAS: gl.constexpr, PIECES: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
-    """``mma.fragment_epilogue`` with the unit's indices in place of the program ids: the same stores, the
-    same arrival counter a (row block, tile group) and the same split-order sum by the last split."""
+    """A unit's piece: stored (with the bias) when it is the whole unit; else kept in this CTA's workspace
+    slot (0: the unit it began in, 1: the unit it ends in) and, by the last piece to arrive, the unit's
+    pieces summed in K order (the CTAs' order), rounded and stored."""
+    pid_n = u % n_groups
+    pid_m = u // n_groups
     o_row = gl.arange(0, R, layout=gl.SliceLayout(1, LT))
     lane_t = gl.expand_dims(o_row % 32, 1)
     tile = gl.expand_dims((pid_n * num_warps + o_row // 32) * TILES, 1) + gl.expand_dims(
@@ -232,40 +249,66 @@ def _epilogue(
     lane_b = gl.expand_dims(gl.convert_layout(o_row % 32, gl.SliceLayout(1, LB), assert_trivial=True), 1)
     o_n = gl.broadcast(gl.expand_dims(tile * 16 + lane_t // 4, 2), acc0)[0]
     o_m = gl.broadcast(gl.expand_dims((pid_m * BLOCKS + block) * 8 + (lane_b % 4) * 2, 1), acc0)[0]
-    if SPLIT:
-        base = p_ws + pid_s * M * N
-        gl.store(base + o_m * N + o_n, acc0, mask=o_m < M)
-        gl.store(base + (o_m + 1) * N + o_n, acc1, mask=o_m + 1 < M)
-        gl.store(base + o_m * N + o_n + 8, acc2, mask=o_m < M)
-        gl.store(base + (o_m + 1) * N + o_n + 8, acc3, mask=o_m + 1 < M)
-        _barrier()
-        tile_id = pid_m * n_groups + pid_n
-        arrived = gl.atomic_add(p_count + tile_id, 1, sem="acq_rel", scope="gpu")
-        if arrived == S - 1:
-            _reduce(p_out, p_bias, p_ws, o_m, o_n, M, N, S, HAS_BIAS)
-            _reduce(p_out, p_bias, p_ws, o_m + 1, o_n, M, N, S, HAS_BIAS)
-            _reduce(p_out, p_bias, p_ws, o_m, o_n + 8, M, N, S, HAS_BIAS)
-            _reduce(p_out, p_bias, p_ws, o_m + 1, o_n + 8, M, N, S, HAS_BIAS)
-            gl.store(p_count + tile_id, 0)
-    else:
+    if (s0 == 0) & (s1 == steps):
         _store_out(acc0, p_out, p_bias, o_m, o_n, M, N, HAS_BIAS)
         _store_out(acc1, p_out, p_bias, o_m + 1, o_n, M, N, HAS_BIAS)
         _store_out(acc2, p_out, p_bias, o_m, o_n + 8, M, N, HAS_BIAS)
         _store_out(acc3, p_out, p_bias, o_m + 1, o_n + 8, M, N, HAS_BIAS)
+    else:
+        ROWS: gl.constexpr = 8 * BLOCKS
+        COLS: gl.constexpr = 16 * TILES * num_warps
+        at = (o_m - pid_m * ROWS) * COLS + o_n - pid_n * COLS  # the outputs' offsets in a slot
+        p = gl.num_programs(0)
+        mine = p_ws + (gl.program_id(0) * 2 + (u != begin // steps).to(gl.int32)) * (ROWS * COLS)
+        gl.store(mine + at, acc0)
+        gl.store(mine + at + COLS, acc1)
+        gl.store(mine + at + 8, acc2)
+        gl.store(mine + at + COLS + 8, acc3)
+        _barrier()
+        first = ((u * steps + 1) * p - 1) // total  # the CTAs whose shares hold the unit's first and last steps
+        last = ((u + 1) * steps * p - 1) // total
+        arrived = gl.atomic_add(p_count + u, 1, sem="acq_rel", scope="gpu")
+        if arrived == last - first:
+            _finish(p_out, p_bias, p_ws, at, o_m, o_n, M, N, u, first, last, steps, total, ROWS * COLS, HAS_BIAS,
+                    PIECES)  # fmt: skip
+            _finish(p_out, p_bias, p_ws, at + COLS, o_m + 1, o_n, M, N, u, first, last, steps, total,
+                    ROWS * COLS, HAS_BIAS, PIECES)  # fmt: skip
+            _finish(p_out, p_bias, p_ws, at + 8, o_m, o_n + 8, M, N, u, first, last, steps, total, ROWS * COLS,
+                    HAS_BIAS, PIECES)  # fmt: skip
+            _finish(p_out, p_bias, p_ws, at + COLS + 8, o_m + 1, o_n + 8, M, N, u, first, last, steps, total,
+                    ROWS * COLS, HAS_BIAS, PIECES)  # fmt: skip
+            gl.store(p_count + u, 0)
+
+
+@gluon.jit
+def _finish(p_out, p_bias, p_ws, at, o_m, o_n, M, N, u, first, last, steps, total, SLOT: gl.constexpr,
+            HAS_BIAS: gl.constexpr, PIECES: gl.constexpr):  # fmt: skip
+    """Unit ``u``'s pieces of these outputs (CTAs ``first`` .. ``last``, at most ``PIECES``) summed in the
+    CTAs' order (a masked piece adds +0.0, which leaves any sum as it is, -0.0 aside), rounded and stored."""
+    p = gl.num_programs(0)
+    acc = gl.load(p_ws + (first * 2 + (u != (first * total // p) // steps).to(gl.int32)) * SLOT + at,
+                  cache_modifier=".cg")  # fmt: skip
+    for i in gl.static_range(1, PIECES):  # independent loads: in flight together
+        cta = first + i
+        slot = cta * 2 + (u != (cta * total // p) // steps).to(gl.int32)
+        acc += gl.load(p_ws + slot * SLOT + at, mask=cta <= last, other=0.0, cache_modifier=".cg")
+    _store_out(acc, p_out, p_bias, o_m, o_n, M, N, HAS_BIAS)
 
 
 @gluon.jit(do_not_specialize=["M"])
 def w4a16_ws_kernel(
-    w_desc, r_desc, a_desc, p_bias, p_out, p_ws, p_count, M, N, n_groups, m_blocks, n_units, chunks_per_split,
-    split, GROUP_CHUNKS: gl.constexpr, HAS_BIAS: gl.constexpr, SPLIT: gl.constexpr, BLOCKS: gl.constexpr,
-    TILES: gl.constexpr, UNROLL: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr,
+    w_desc, r_desc, a_desc, p_bias, p_out, p_ws, p_count, M, N, n_groups, steps, total,
+    GROUP_CHUNKS: gl.constexpr, HAS_BIAS: gl.constexpr, BLOCKS: gl.constexpr, TILES: gl.constexpr,
+    UNROLL: gl.constexpr, STAGES: gl.constexpr, PIECES: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
-    """``a @ W`` over ``n_units = n_groups m_blocks split`` work units, a persistent CTA taking units
-    ``program_id(0)``, ``+ num_programs(0)``, ...: a unit is ``16 TILES num_warps`` columns, ``8 BLOCKS`` rows
-    and ``chunks_per_split`` chunks of 64 rows (a multiple of UNROLL). Descriptors: w_desc over words
-    ``[N/16, K/64, 128]`` (box ``[T num_warps, U, 128]``), r_desc over records ``[groups, N/16, 32]`` int32
-    (box ``[1, T num_warps, 32]``), a_desc over activations as ``[K/64, M, 32]`` int32 pairs (box
-    ``[U, 8 B, 32]``, 128-byte swizzle; rows past M read as zeros). The rest as ``w4a16_fragment_kernel``."""
+    """``a @ W``, stream-K: the units (``16 TILES num_warps`` columns by ``8 BLOCKS`` rows, tile groups fastest)
+    have ``steps`` steps of ``UNROLL`` chunks of 64 rows each; laid end to end they are ``total`` steps, and
+    CTA ``c`` of ``P`` takes steps ``c total // P`` to ``(c + 1) total // P`` (a unit cut between CTAs is
+    finished by its last piece to arrive, at most ``PIECES`` of them, in a fixed order: deterministic).
+    Descriptors: w_desc over words ``[N/16, K/64, 128]`` (box ``[T num_warps, U, 128]``), r_desc over records
+    ``[groups, N/16, 32]`` int32 (box ``[1, T num_warps, 32]``), a_desc over activations as ``[K/64, M, 32]``
+    int32 pairs (box ``[U, 8 B, 32]``, 128-byte swizzle; rows past M read as zeros). ``p_ws``: two fp32 slots
+    of ``8 BLOCKS x 16 T num_warps`` a CTA; ``p_count``: a zeroed int32 counter a unit, left zeroed."""
     T_CTA: gl.constexpr = TILES * num_warps
     SAME_GROUP: gl.constexpr = GROUP_CHUNKS % UNROLL == 0
     RU: gl.constexpr = 1 if SAME_GROUP else UNROLL
@@ -280,46 +323,39 @@ def w4a16_ws_kernel(
     gl.warp_specialize(
         [
             (_consumer, (w_ring, r_ring, a_ring, ready, empty_bars, p_bias, p_out, p_ws, p_count, M, N, n_groups,
-                         m_blocks, n_units, chunks_per_split, split, HAS_BIAS, SPLIT, BLOCKS, TILES, UNROLL, STAGES,
-                         SAME_GROUP, num_warps)),
-            (_producer, (w_desc, r_desc, a_desc, w_ring, r_ring, a_ring, ready, empty_bars, n_groups, m_blocks,
-                         n_units, chunks_per_split, GROUP_CHUNKS, T_CTA, BLOCKS, UNROLL, STAGES, SAME_GROUP)),
+                         steps, total, HAS_BIAS, BLOCKS, TILES, UNROLL, STAGES, SAME_GROUP, PIECES, num_warps)),
+            (_producer, (w_desc, r_desc, a_desc, w_ring, r_ring, a_ring, ready, empty_bars, n_groups, steps, total,
+                         GROUP_CHUNKS, T_CTA, BLOCKS, UNROLL, STAGES, SAME_GROUP)),
         ],
         [1],
         [24],
     )  # fmt: skip
 
 
-def ws_split(chunks: int, units_per_split: int, unroll: int, sms: int, max_split: int = 32) -> int:
-    """The K split that gives the busiest CTA the fewest chunks (ties: the smaller split, less workspace
-    traffic): ``units_per_split`` units a split, dealt round-robin to ``sms`` persistent CTAs."""
-    best = None
-    for s in range(1, min(chunks, max_split) + 1):
-        if chunks % s or (chunks // s) % unroll:
-            continue
-        key = (-(-units_per_split * s // sms) * (chunks // s), s)
-        best = key if best is None or key < best else best
-    return best[1]
-
-
-def ws_config(M: int, N: int, K: int, sms: int, tiles=0, unroll=2, stages=0, warps=4, per_sm=1, split=0) -> dict:
+def ws_config(M: int, N: int, K: int, tiles=0, unroll=2, stages=0, warps=4, per_sm=1) -> dict:
     """``launch_ws``'s arguments: one block of 8 rows up to M = 8, two to 16; 2 tiles a warp where N allows,
-    ``unroll`` chunks a step, ``per_sm`` CTAs of ``warps`` consumer warps an SM, the ring deep enough for
-    48 KB of weights an SM (at most 16 slots), and ``split`` (0: :func:`ws_split`'s)."""
-    blocks = 1 if M <= 8 else 2
+    ``unroll`` chunks a step, ``per_sm`` CTAs of ``warps`` consumer warps an SM and the ring deep enough for
+    48 KB of weights an SM (at most 16 slots)."""
     n_tiles = N // 16
     tiles = tiles or (2 if n_tiles % (2 * warps) == 0 else 1)
-    slot_words = warps * tiles * unroll * 512
-    stages = stages or max(3, min(16, -(-48 * 1024 // (slot_words * per_sm))))
-    units = (n_tiles // (warps * tiles)) * -(-M // (8 * blocks))
-    split = split or ws_split(K // 64, units, unroll, sms * per_sm)
-    return {"tiles": tiles, "blocks": blocks, "unroll": unroll, "stages": stages, "split": split, "warps": warps,
+    stages = stages or max(3, min(16, -(-48 * 1024 // (warps * tiles * unroll * 512 * per_sm))))
+    return {"tiles": tiles, "blocks": 1 if M <= 8 else 2, "unroll": unroll, "stages": stages, "warps": warps,
             "per_sm": per_sm}  # fmt: skip
 
 
-def launch_ws(a, words, scales, perm, bias, *, tiles, blocks, unroll, stages, split, warps=4, per_sm=1):
-    """``a[:, perm] @ W (+ bias)`` -> ``[M, N]`` by ``w4a16_ws_kernel``: ``launch_fragment``'s contract (the
-    same bits at the same ``split``), persistent (at most ``per_sm`` CTAs an SM)."""
+def stream_k(units: int, steps: int, ctas: int) -> tuple[int, int]:
+    """(CTAs, the most pieces a unit is cut into) when ``units`` units of ``steps`` steps are dealt to at most
+    ``ctas`` CTAs in equal contiguous shares (``w4a16_ws_kernel``'s ``c total // P``)."""
+    total = units * steps
+    p = min(ctas, total)
+    first = [((u * steps + 1) * p - 1) // total for u in range(units)]
+    last = [((u + 1) * steps * p - 1) // total for u in range(units)]
+    return p, max(b - a + 1 for a, b in zip(first, last, strict=True))
+
+
+def launch_ws(a, words, scales, perm, bias, *, tiles, blocks, unroll, stages, warps=4, per_sm=1):
+    """``a[:, perm] @ W (+ bias)`` -> ``[M, N]`` by ``w4a16_ws_kernel``: ``launch_fragment``'s contract,
+    persistent (at most ``per_sm`` CTAs an SM), deterministic on a given GPU."""
     if perm is not None:
         a = permuted_columns(a, perm)
     if a.stride(1) != 1 or a.stride(0) % 8 or a.data_ptr() % 16:
@@ -327,10 +363,8 @@ def launch_ws(a, words, scales, perm, bias, *, tiles, blocks, unroll, stages, sp
     M = a.shape[0]
     n_tiles, chunks = words.shape[:2]
     N, groups, t_cta = n_tiles * 16, scales.shape[0], warps * tiles
-    if chunks % split or (chunks // split) % unroll or n_tiles % t_cta:
-        raise ValueError(
-            f"split={split}, unroll={unroll}, {t_cta} tiles a CTA do not divide {chunks} chunks, {n_tiles} tiles"
-        )
+    if chunks % unroll or n_tiles % t_cta:
+        raise ValueError(f"unroll={unroll}, {t_cta} tiles a CTA do not divide {chunks} chunks, {n_tiles} tiles")
     out = empty((M, N), a.dtype, a.device)
     if M == 0:
         return out
@@ -339,15 +373,15 @@ def launch_ws(a, words, scales, perm, bias, *, tiles, blocks, unroll, stages, sp
     w_desc = TensorDescriptor.from_tensor(words.view(n_tiles, chunks, 128), [t_cta, unroll, 128], WORDS_SMEM)
     r_desc = TensorDescriptor.from_tensor(scales.view(torch.int32).view(groups, n_tiles, 32), [1, t_cta, 32], RECS_SMEM)
     a_desc = TensorDescriptor.from_tensor(acts, [unroll, 8 * blocks, 32], ACTS_SMEM)
-    n_groups, m_blocks = n_tiles // t_cta, -(-M // (8 * blocks))
-    n_units = n_groups * m_blocks * split
-    ws = torch.empty((split, M, N), dtype=torch.float32, device=a.device) if split > 1 else out
-    counts = arrival_counters(a.device, n_groups * m_blocks) if split > 1 else out
+    n_groups, m_blocks, steps = n_tiles // t_cta, -(-M // (8 * blocks)), chunks // unroll
     sms = torch.cuda.get_device_properties(a.device).multi_processor_count
-    w4a16_ws_kernel[(min(n_units, sms * per_sm),)](
-        w_desc, r_desc, a_desc, bias if bias is not None else out, out, ws, counts, M, N, n_groups, m_blocks,
-        n_units, chunks // split, split, GROUP_CHUNKS=chunks // groups, HAS_BIAS=bias is not None,
-        SPLIT=split > 1, BLOCKS=blocks, TILES=tiles, UNROLL=unroll, STAGES=stages, num_warps=warps,
+    grid, pieces = stream_k(n_groups * m_blocks, steps, sms * per_sm)
+    ws = torch.empty((grid, 2, 8 * blocks, 16 * t_cta), dtype=torch.float32, device=a.device)
+    counts = arrival_counters(a.device, n_groups * m_blocks)
+    w4a16_ws_kernel[(grid,)](
+        w_desc, r_desc, a_desc, bias if bias is not None else out, out, ws, counts, M, N, n_groups, steps,
+        n_groups * m_blocks * steps, GROUP_CHUNKS=chunks // groups, HAS_BIAS=bias is not None, BLOCKS=blocks,
+        TILES=tiles, UNROLL=unroll, STAGES=stages, PIECES=pieces, num_warps=warps,
         maxnreg=register_cap(warps, per_sm),
     )  # fmt: skip
     return out
