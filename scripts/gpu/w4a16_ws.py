@@ -10,7 +10,9 @@ exactly as the shipped kernel's ``fragment_step`` does (reused). The grid is per
 work units' (tile group, row block) K steps, laid end to end, are cut into one equal contiguous share a
 CTA, so every SM streams the same number of weight bytes whatever the layer's shape; a unit cut between
 CTAs is summed by the last of its pieces to arrive, in the CTAs' order (K order): deterministic, though not
-the split-K kernel's bits (its pieces differ).
+the split-K kernel's bits (its pieces differ). The grid (``stream_k``) is every SM, or fewer CTAs where that
+cuts each unit into the same number of pieces and the busiest CTA's chunks, each piece's cost counted, are
+fewer (whole units a CTA at 4096 x 14336: a piece costs about 2 µs).
 
 Slots (int32): words ``[TILES num_warps, UNROLL, 128]`` (a lane's four words of a chunk are 16 contiguous
 bytes, a warp's 512: conflict-free without a swizzle), scale records ``[1 or UNROLL, TILES num_warps, 32]``
@@ -343,14 +345,43 @@ def ws_config(M: int, N: int, K: int, tiles=0, unroll=2, stages=0, warps=4, per_
             "per_sm": per_sm}  # fmt: skip
 
 
-def stream_k(units: int, steps: int, ctas: int) -> tuple[int, int]:
-    """(CTAs, the most pieces a unit is cut into) when ``units`` units of ``steps`` steps are dealt to at most
-    ``ctas`` CTAs in equal contiguous shares (``w4a16_ws_kernel``'s ``c total // P``)."""
+# What a piece of a unit (a share's end inside a unit) costs, in 64-row chunks of streaming: the partial
+# sums' stores, the release fence and atomic, and the last piece's sum (about 2 µs on an H100, 8-10 chunks'
+# time: benchmarks/results/h100/sweeps/w4a16_ws.txt, split 8 against split 1)
+PIECE_CHUNKS = 8
+
+
+def shares(units: int, steps: int, grid: int) -> list[tuple[int, int]]:
+    """Each CTA's (steps, pieces) when ``units`` units of ``steps`` steps, laid end to end, are cut into
+    ``grid`` equal contiguous shares (``w4a16_ws_kernel``'s ``c total // P``); pieces: the units the share
+    holds only part of."""
     total = units * steps
-    p = min(ctas, total)
-    first = [((u * steps + 1) * p - 1) // total for u in range(units)]
-    last = [((u + 1) * steps * p - 1) // total for u in range(units)]
-    return p, max(b - a + 1 for a, b in zip(first, last, strict=True))
+    out = []
+    for c in range(grid):
+        begin, end = c * total // grid, (c + 1) * total // grid
+        units_held = range(begin // steps, (end + steps - 1) // steps)
+        parts = sum(
+            max(begin, u * steps) > u * steps or min(end, (u + 1) * steps) < (u + 1) * steps for u in units_held
+        )
+        out.append((end - begin, parts))
+    return out
+
+
+def stream_k(units: int, steps: int, unroll: int, ctas: int) -> tuple[int, int]:
+    """(grid, the most pieces a unit is cut into): of the grids that cut every unit into the same number of
+    pieces (``units`` times a divisor of ``steps``, at most ``ctas``) and the whole of ``ctas`` (stream-K),
+    the one whose busiest CTA streams the fewest chunks, each piece counted as :data:`PIECE_CHUNKS` more
+    (ties: the smaller grid)."""
+    total = units * steps
+    grids = {units * s for s in range(1, steps + 1) if steps % s == 0 and units * s <= ctas} | {min(ctas, total)}
+
+    def cost(grid: int) -> int:
+        return max(n * unroll + PIECE_CHUNKS * parts for n, parts in shares(units, steps, grid))
+
+    grid = min(sorted(grids), key=cost)
+    first = [((u * steps + 1) * grid - 1) // total for u in range(units)]
+    last = [((u + 1) * steps * grid - 1) // total for u in range(units)]
+    return grid, max(b - a + 1 for a, b in zip(first, last, strict=True))
 
 
 def launch_ws(a, words, scales, perm, bias, *, tiles, blocks, unroll, stages, warps=4, per_sm=1):
@@ -375,7 +406,7 @@ def launch_ws(a, words, scales, perm, bias, *, tiles, blocks, unroll, stages, wa
     a_desc = TensorDescriptor.from_tensor(acts, [unroll, 8 * blocks, 32], ACTS_SMEM)
     n_groups, m_blocks, steps = n_tiles // t_cta, -(-M // (8 * blocks)), chunks // unroll
     sms = torch.cuda.get_device_properties(a.device).multi_processor_count
-    grid, pieces = stream_k(n_groups * m_blocks, steps, sms * per_sm)
+    grid, pieces = stream_k(n_groups * m_blocks, steps, unroll, sms * per_sm)
     ws = torch.empty((grid, 2, 8 * blocks, 16 * t_cta), dtype=torch.float32, device=a.device)
     counts = arrival_counters(a.device, n_groups * m_blocks)
     w4a16_ws_kernel[(grid,)](

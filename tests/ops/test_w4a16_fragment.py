@@ -328,28 +328,39 @@ def test_ws_prototype_compiles_for_sm90():
 def test_ws_prototype_stream_k_shares_cover_every_step_once():
     """The prototype's stream-K bookkeeping, replayed in Python: each step of each unit in one CTA's share;
     a unit cut into pieces only at a share's ends (slot 0 the unit a share begins in, 1 the one it ends in),
-    its pieces the CTAs ``first`` .. ``last`` of the kernel's formulas, at most ``stream_k``'s count."""
+    its pieces the CTAs ``first`` .. ``last`` of the kernel's formulas, at most ``stream_k``'s count; and the
+    grid rule's choices on the layers the H100 measured (whole units a CTA at 4096 x 14336, four pieces a unit
+    at 14336 x 4096 and 4096², stream-K over every SM where units outnumber them)."""
     import sys
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "gpu"))
-    from w4a16_ws import stream_k
+    from w4a16_ws import shares, stream_k
 
+    assert [stream_k(u, s, 2, 132)[0] for u, s in ((112, 32), (32, 112), (32, 32), (224, 64))] == [112, 128, 128, 132]
     for units, steps, ctas in [(112, 32, 132), (32, 112, 132), (32, 32, 132), (7, 3, 132), (1, 1, 132), (300, 5, 264)]:
-        p, pieces = stream_k(units, steps, ctas)
-        total = units * steps
-        seen, slots = [[] for _ in range(units)], set()
-        for c in range(p):
-            begin, end = c * total // p, (c + 1) * total // p
-            assert end > begin
-            for u in range(begin // steps, (end + steps - 1) // steps):
-                s0, s1 = max(begin, u * steps) - u * steps, min(end, (u + 1) * steps) - u * steps
-                seen[u].append((s0, s1, c))
-                if (s0, s1) != (0, steps):
-                    slot = (c, int(u != begin // steps))
-                    assert slot not in slots and u in (begin // steps, (end - 1) // steps)
-                    slots.add(slot)
-        for u, got in enumerate(seen):
-            assert [s for s0, s1, _ in got for s in range(s0, s1)] == list(range(steps)), (units, steps, u)
-            first, last = ((u * steps + 1) * p - 1) // total, ((u + 1) * steps * p - 1) // total
-            assert [c for *_, c in got] == list(range(first, last + 1)) and last - first + 1 <= pieces
+        for p in {stream_k(units, steps, 2, ctas)[0], min(ctas, units * steps), units}:
+            total = units * steps
+            pieces = max(b - a + 1 for a, b in (
+                (((u * steps + 1) * p - 1) // total, ((u + 1) * steps * p - 1) // total) for u in range(units)
+            ))  # fmt: skip
+            if p == stream_k(units, steps, 2, ctas)[0]:
+                assert pieces == stream_k(units, steps, 2, ctas)[1]
+            seen, slots = [[] for _ in range(units)], set()
+            for c in range(p):
+                begin, end = c * total // p, (c + 1) * total // p
+                assert end > begin
+                parts = 0
+                for u in range(begin // steps, (end + steps - 1) // steps):
+                    s0, s1 = max(begin, u * steps) - u * steps, min(end, (u + 1) * steps) - u * steps
+                    seen[u].append((s0, s1, c))
+                    if (s0, s1) != (0, steps):
+                        parts += 1
+                        slot = (c, int(u != begin // steps))
+                        assert slot not in slots and u in (begin // steps, (end - 1) // steps)
+                        slots.add(slot)
+                assert shares(units, steps, p)[c] == (end - begin, parts)
+            for u, got in enumerate(seen):
+                assert [s for s0, s1, _ in got for s in range(s0, s1)] == list(range(steps)), (units, steps, u)
+                first, last = ((u * steps + 1) * p - 1) // total, ((u + 1) * steps * p - 1) // total
+                assert [c for *_, c in got] == list(range(first, last + 1)) and last - first + 1 <= pieces
