@@ -61,9 +61,9 @@ def _count(lines, op: str) -> int:
     return sum(bool(re.search(rf"\b{op}\b|\b{op}\.", ln)) for ln in lines)
 
 
-def compile_ws(config: str, dtype: str, warps: int = WARPS, per_sm: int = 1) -> str:
+def compile_ws(config: str, dtype: str, warps: int = WARPS, per_sm: int = 1, pdl: bool = False) -> str:
     """One configuration compiled with ``warps`` consumer warps for ``per_sm`` CTAs an SM
-    (``w4a16_ws.register_cap``); its printed line."""
+    (``w4a16_ws.register_cap``), with ``pdl`` the programmatic-dependent-launch waits; its printed line."""
     blocks, tiles, unroll, stages = (int(v) for v in re.fullmatch(r"(\d+)x(\d+)u(\d+)s(\d+)", config).groups())
     t_cta = tiles * warps
     group_chunks = 2
@@ -78,8 +78,8 @@ def compile_ws(config: str, dtype: str, warps: int = WARPS, per_sm: int = 1) -> 
         "p_count": "*i32",
     }
     consts = dict(GROUP_CHUNKS=group_chunks, HAS_BIAS=False, BLOCKS=blocks, TILES=tiles, UNROLL=unroll,
-                  STAGES=stages, PIECES=3, num_warps=warps)  # fmt: skip
-    label = f"ws {dtype} {config}/{warps}" + (f" x{per_sm} an SM" if per_sm > 1 else "")
+                  STAGES=stages, PIECES=3, PDL=pdl, num_warps=warps)  # fmt: skip
+    label = f"ws {dtype} {config}/{warps}" + (f" x{per_sm} an SM" if per_sm > 1 else "") + (" pdl" if pdl else "")
     try:
         div16 = ["p_bias", "p_out", "p_ws", "p_count", "N"]
         r = compile_sass(w4a16_ws_kernel, types, consts, div16, (), warps, maxnreg=register_cap(warps, per_sm))
@@ -111,10 +111,11 @@ def main() -> None:
     parser.add_argument("--dtype", default="bf16", help="the activation dtype (bf16, fp16)")
     parser.add_argument("--warps", type=int, default=WARPS, help="consumer warps")
     parser.add_argument("--per-sm", type=int, default=1, help="CTAs an SM (the registers capped to fit them)")
+    parser.add_argument("--pdl", action="store_true", help="with the programmatic-dependent-launch waits")
     args = parser.parse_args()
     print(f"Triton {triton.__version__}, sm_90a; static SASS counts")
     for config in args.configs.split(","):
-        print(compile_ws(config, args.dtype, args.warps, args.per_sm), flush=True)
+        print(compile_ws(config, args.dtype, args.warps, args.per_sm, args.pdl), flush=True)
 
 
 if __name__ == "__main__":

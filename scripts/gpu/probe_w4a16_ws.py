@@ -2,14 +2,16 @@
 cuBLAS.
 
 Run on a GPU: ``bash scripts/gpu/run.sh probe w4a16_ws`` (``--variants``, ``--layers``, ``--dtypes``, ``--ms``,
-``--tiles``, ``--unroll``, ``--stages``; ``--stages`` a comma-separated list). For the layers 4096x4096,
-4096x14336, 14336x4096 and 8192x8192 (K x N), M 1-16, bf16 and fp16, group 128, weights rotated past the L2,
-and each variant (consumer warps x CTAs an SM) x ring depth, the prototype is checked first: one-hot
-activations pick weight rows (exact sums in any order: the dequantization bit for bit), random ones meet
-``w4a16_gemm_packed``'s contract against its native spec (asymmetric RTN weights, with and without a bias) and
-repeat bit for bit. Then it, the shipped kernel at its ``fragment_config`` and cuBLAS's dense ``a @ W`` are
-timed over CUDA-graph replays; one line a (layer, M, dtype, variant) with µs and ratios; exit status 1 if a
-check fails.
+``--tiles``, ``--unroll``, ``--stages``, ``--pdl``; all but the three single numbers comma-separated lists).
+For the layers 4096x4096, 4096x14336, 14336x4096 and 8192x8192 (K x N), M 1-16, bf16 and fp16, group 128,
+weights rotated past the L2, and each variant (consumer warps x CTAs an SM) x ring depth x launch (``--pdl
+0,1``: plain, programmatic dependent), the prototype is checked first: one-hot activations pick weight rows
+(exact sums in any order: the dequantization bit for bit), random ones meet ``w4a16_gemm_packed``'s contract
+against its native spec (asymmetric RTN weights, with and without a bias) and repeat bit for bit. Then it,
+the shipped kernel at its ``fragment_config`` and cuBLAS's dense ``a @ W`` are timed over CUDA-graph replays
+of one call a rotated weight; one line a (layer, M, dtype, variant) with µs and ratios; exit status 1 if a
+check fails. A programmatic dependent launch overlaps the previous call's tail in that sequence, which a
+model's layers give only where the kernel before each one also lets its dependents start early.
 """
 
 from __future__ import annotations
@@ -76,6 +78,9 @@ def main() -> None:
     parser.add_argument("--unroll", type=int, default=2)
     parser.add_argument("--stages", default="0", help="ring slots, comma-separated (0: 48 KB of weights an SM)")
     parser.add_argument("--variants", default="4x1", help="consumer warps x CTAs an SM, comma-separated")
+    parser.add_argument(
+        "--pdl", default="0", help="0: a plain launch, 1: a programmatic dependent one; comma-separated"
+    )
     args = parser.parse_args()
     _, sms, _ = device_line()
     failed = 0
@@ -91,13 +96,18 @@ def main() -> None:
             dense = [dense_weight(p.qweight, p.scales, None, None, 128, dtype) for p in ws]
             for M in (int(m) for m in args.ms.split(",")):
                 a = torch.randn((M, K), dtype=dtype, device="cuda")
-                for variant, stages in ((v, int(r)) for v in args.variants.split(",") for r in args.stages.split(",")):
+                for variant, stages, pdl in (
+                    (v, int(r), bool(int(d)))
+                    for v in args.variants.split(",")
+                    for r in args.stages.split(",")
+                    for d in args.pdl.split(",")
+                ):
                     warps, per_sm = (int(v) for v in variant.split("x"))
-                    cfg = ws_config(M, N, K, args.tiles, args.unroll, stages, warps, per_sm)
+                    cfg = ws_config(M, N, K, args.tiles, args.unroll, stages, warps, per_sm) | {"pdl": pdl}
                     verdict = _check(M, dtype, check, bias, cfg)
                     failed += verdict != "ok"
                     t_ws, t_frag, t_cublas = _times(a, cfg, fragment_config(M, N, K, sms), packed, dense)
-                    label = "t{tiles}b{blocks}u{unroll}s{stages} {warps}w{per_sm}".format(**cfg)
+                    label = "t{tiles}b{blocks}u{unroll}s{stages} {warps}w{per_sm}".format(**cfg) + " pdl" * pdl
                     print(f"{K}x{N} M{M} {name}: ws {t_ws:.2f} us ({label}), fragment {t_frag:.2f} us, cuBLAS "
                           f"{t_cublas:.2f} us; fragment/ws {t_frag / t_ws:.2f}x, cuBLAS/ws {t_cublas / t_ws:.2f}x; "
                           f"{K * N / 2e3 / t_ws:.0f} GB/s of codes; checks {verdict}", flush=True)  # fmt: skip

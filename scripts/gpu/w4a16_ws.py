@@ -121,39 +121,77 @@ def _piece(u, begin, end, steps):
 
 
 @gluon.jit
+def _gdc_wait():
+    """``griddepcontrol.wait``: the previous kernel of the stream has finished and its writes are visible (a
+    no-op without a programmatic dependent launch)."""
+    gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _gdc_launch_dependents():
+    """``griddepcontrol.launch_dependents``: the next kernel of the stream may start once every CTA has said so."""
+    gl.inline_asm_elementwise(
+        "griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1
+    )
+
+
+@gluon.jit
+def _load_weights(w_desc, r_desc, w_slot, r_slot, bar, i, steps, n_groups, GROUP_CHUNKS: gl.constexpr,
+                  T_CTA: gl.constexpr, UNROLL: gl.constexpr, SAME_GROUP: gl.constexpr):  # fmt: skip
+    """Step ``i`` of the units laid end to end: its words and scale records into a slot, by TMA."""
+    c = (i % steps) * UNROLL
+    pid_n = (i // steps) % n_groups
+    _tma_load(w_desc, [pid_n * T_CTA, c, 0], bar, w_slot)
+    if SAME_GROUP:
+        _tma_load(r_desc, [c // GROUP_CHUNKS, pid_n * T_CTA, 0], bar, r_slot)
+    else:
+        for j in gl.static_range(UNROLL):
+            _tma_load(r_desc, [(c + j) // GROUP_CHUNKS, pid_n * T_CTA, 0], bar, r_slot.slice(j, 1))
+
+
+@gluon.jit
+def _load_acts(a_desc, a_slot, bar, i, steps, n_groups, BLOCKS: gl.constexpr, UNROLL: gl.constexpr):
+    """Step ``i``'s activations into a slot, by TMA."""
+    _tma_load(a_desc, [(i % steps) * UNROLL, (i // steps) // n_groups * BLOCKS * 8, 0], bar, a_slot)
+
+
+@gluon.jit
 def _producer(
     w_desc, r_desc, a_desc, w_ring, r_ring, a_ring, ready, empty_bars, n_groups, steps, total,
     GROUP_CHUNKS: gl.constexpr, T_CTA: gl.constexpr, BLOCKS: gl.constexpr, UNROLL: gl.constexpr,
-    STAGES: gl.constexpr, SAME_GROUP: gl.constexpr,
+    STAGES: gl.constexpr, SAME_GROUP: gl.constexpr, PDL: gl.constexpr,
 ):  # fmt: skip
     """One warp: each step's words, records and activations into the next free slot, by TMA, in the order the
-    consumers take them (this CTA's share of the steps)."""
+    consumers take them (this CTA's share of the steps). With ``PDL`` the first ring's weights go out before
+    the wait for the previous kernel (they do not depend on it), its activations after."""
     RU: gl.constexpr = 1 if SAME_GROUP else UNROLL
     BYTES: gl.constexpr = 4 * (T_CTA * UNROLL * 128 + RU * T_CTA * 32 + UNROLL * BLOCKS * 8 * 32)
-    slot = 0
-    phase = 1  # a fresh slot's wait for the phase before its first passes at once
     begin, end = _cta_range(total)
-    for u in range(begin // steps, (end + steps - 1) // steps):
-        pid_n = u % n_groups
-        pid_m = u // n_groups
-        s0, s1 = _piece(u, begin, end, steps)
-        for step in range(s0, s1):
-            c = step * UNROLL
-            mbarrier.wait(empty_bars.index(slot), phase)
-            bar = ready.index(slot)
-            mbarrier.expect(bar, BYTES)
-            _tma_load(w_desc, [pid_n * T_CTA, c, 0], bar, w_ring.index(slot))
-            if SAME_GROUP:
-                _tma_load(r_desc, [c // GROUP_CHUNKS, pid_n * T_CTA, 0], bar, r_ring.index(slot))
-            else:
-                for i in gl.static_range(UNROLL):
-                    g = (c + i) // GROUP_CHUNKS
-                    _tma_load(r_desc, [g, pid_n * T_CTA, 0], bar, r_ring.index(slot).slice(i, 1))
-            _tma_load(a_desc, [c, pid_m * BLOCKS * 8, 0], bar, a_ring.index(slot))
-            slot += 1
-            if slot == STAGES:
-                slot = 0
-                phase ^= 1
+    ahead = gl.minimum(end - begin, STAGES if PDL else 0)  # fresh slots filled around the wait
+    for i in range(begin, begin + ahead):
+        bar = ready.index(i - begin)
+        mbarrier.expect(bar, BYTES)
+        _load_weights(w_desc, r_desc, w_ring.index(i - begin), r_ring.index(i - begin), bar, i, steps, n_groups,
+                      GROUP_CHUNKS, T_CTA, UNROLL, SAME_GROUP)  # fmt: skip
+    if PDL:
+        _gdc_wait()
+    for i in range(begin, begin + ahead):
+        _load_acts(a_desc, a_ring.index(i - begin), ready.index(i - begin), i, steps, n_groups, BLOCKS, UNROLL)
+    slot = ahead % STAGES
+    phase = 1 - ahead // STAGES  # a fresh slot's wait for the phase before its first passes at once
+    for i in range(begin + ahead, end):
+        mbarrier.wait(empty_bars.index(slot), phase)
+        bar = ready.index(slot)
+        mbarrier.expect(bar, BYTES)
+        _load_weights(w_desc, r_desc, w_ring.index(slot), r_ring.index(slot), bar, i, steps, n_groups,
+                      GROUP_CHUNKS, T_CTA, UNROLL, SAME_GROUP)  # fmt: skip
+        _load_acts(a_desc, a_ring.index(slot), bar, i, steps, n_groups, BLOCKS, UNROLL)
+        slot += 1
+        if slot == STAGES:
+            slot = 0
+            phase ^= 1
+    if PDL:
+        _gdc_launch_dependents()
 
 
 @gluon.jit
@@ -301,7 +339,7 @@ def _finish(p_out, p_bias, p_ws, at, o_m, o_n, M, N, u, first, last, steps, tota
 def w4a16_ws_kernel(
     w_desc, r_desc, a_desc, p_bias, p_out, p_ws, p_count, M, N, n_groups, steps, total,
     GROUP_CHUNKS: gl.constexpr, HAS_BIAS: gl.constexpr, BLOCKS: gl.constexpr, TILES: gl.constexpr,
-    UNROLL: gl.constexpr, STAGES: gl.constexpr, PIECES: gl.constexpr, num_warps: gl.constexpr,
+    UNROLL: gl.constexpr, STAGES: gl.constexpr, PIECES: gl.constexpr, PDL: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
     """``a @ W``, stream-K: the units (``16 TILES num_warps`` columns by ``8 BLOCKS`` rows, tile groups fastest)
     have ``steps`` steps of ``UNROLL`` chunks of 64 rows each; laid end to end they are ``total`` steps, and
@@ -327,7 +365,7 @@ def w4a16_ws_kernel(
             (_consumer, (w_ring, r_ring, a_ring, ready, empty_bars, p_bias, p_out, p_ws, p_count, M, N, n_groups,
                          steps, total, HAS_BIAS, BLOCKS, TILES, UNROLL, STAGES, SAME_GROUP, PIECES, num_warps)),
             (_producer, (w_desc, r_desc, a_desc, w_ring, r_ring, a_ring, ready, empty_bars, n_groups, steps, total,
-                         GROUP_CHUNKS, T_CTA, BLOCKS, UNROLL, STAGES, SAME_GROUP)),
+                         GROUP_CHUNKS, T_CTA, BLOCKS, UNROLL, STAGES, SAME_GROUP, PDL)),
         ],
         [1],
         [24],
@@ -384,9 +422,10 @@ def stream_k(units: int, steps: int, unroll: int, ctas: int) -> tuple[int, int]:
     return grid, max(b - a + 1 for a, b in zip(first, last, strict=True))
 
 
-def launch_ws(a, words, scales, perm, bias, *, tiles, blocks, unroll, stages, warps=4, per_sm=1):
+def launch_ws(a, words, scales, perm, bias, *, tiles, blocks, unroll, stages, warps=4, per_sm=1, pdl=False):
     """``a[:, perm] @ W (+ bias)`` -> ``[M, N]`` by ``w4a16_ws_kernel``: ``launch_fragment``'s contract,
-    persistent (at most ``per_sm`` CTAs an SM), deterministic on a given GPU."""
+    persistent (at most ``per_sm`` CTAs an SM), deterministic on a given GPU; ``pdl``: a programmatic
+    dependent launch, the first weights read while the previous kernel of the stream finishes."""
     if perm is not None:
         a = permuted_columns(a, perm)
     if a.stride(1) != 1 or a.stride(0) % 8 or a.data_ptr() % 16:
@@ -412,8 +451,8 @@ def launch_ws(a, words, scales, perm, bias, *, tiles, blocks, unroll, stages, wa
     w4a16_ws_kernel[(grid,)](
         w_desc, r_desc, a_desc, bias if bias is not None else out, out, ws, counts, M, N, n_groups, steps,
         n_groups * m_blocks * steps, GROUP_CHUNKS=chunks // groups, HAS_BIAS=bias is not None, BLOCKS=blocks,
-        TILES=tiles, UNROLL=unroll, STAGES=stages, PIECES=pieces, num_warps=warps,
-        maxnreg=register_cap(warps, per_sm),
+        TILES=tiles, UNROLL=unroll, STAGES=stages, PIECES=pieces, PDL=pdl, num_warps=warps,
+        maxnreg=register_cap(warps, per_sm), launch_pdl=pdl,
     )  # fmt: skip
     return out
 

@@ -301,8 +301,8 @@ def test_fragment_kernel_compiles_for_sm90_at_every_configuration_the_rule_takes
 
 def compile_ws_prototype() -> list[str]:
     """The warp-specialized prototype that reuses the fragment kernel's helpers (``scripts/gpu/w4a16_ws.py``,
-    timed by ``probe_w4a16_ws.py``) compiled for sm_90a at one and two CTAs an SM and at 8 consumer warps;
-    the failures (a change to ``mma.py`` that breaks it shows here)."""
+    timed by ``probe_w4a16_ws.py``) compiled for sm_90a at one and two CTAs an SM, at 8 consumer warps and with
+    the programmatic-dependent-launch waits; the failures (a change to ``mma.py`` that breaks it shows here)."""
     import sys
     from pathlib import Path
 
@@ -311,9 +311,10 @@ def compile_ws_prototype() -> list[str]:
     import offline_ws_sass
 
     lines = [
-        offline_ws_sass.compile_ws(c, "bf16", w, p)
-        for c, w, p in (("1x2u2s6", 4, 1), ("2x1u2s4", 4, 2), ("1x1u2s4", 8, 1))
-    ]
+        offline_ws_sass.compile_ws(c, "bf16", w, p, pdl)
+        for c, w, p, pdl in (("1x2u2s6", 4, 1, False), ("2x1u2s4", 4, 2, False), ("1x1u2s4", 8, 1, False),
+                             ("1x2u2s6", 4, 1, True))
+    ]  # fmt: skip
     return [line for line in lines if " regs " not in line or " 0.00 a word" in line]
 
 
