@@ -8,10 +8,11 @@ weights rotated past the L2, and each variant (consumer warps x CTAs an SM) x ri
 0,1``: plain, programmatic dependent), the prototype is checked first: one-hot activations pick weight rows
 (exact sums in any order: the dequantization bit for bit), random ones meet ``w4a16_gemm_packed``'s contract
 against its native spec (asymmetric RTN weights, with and without a bias) and repeat bit for bit. Then it,
-the shipped kernel at its ``fragment_config`` and cuBLAS's dense ``a @ W`` are timed over CUDA-graph replays
-of one call a rotated weight; one line a (layer, M, dtype, variant) with µs and ratios; exit status 1 if a
-check fails. A programmatic dependent launch overlaps the previous call's tail in that sequence, which a
-model's layers give only where the kernel before each one also lets its dependents start early.
+the shipped kernel at its ``fragment_config``, cuBLAS's dense ``a @ W`` and a pure read of the words (a max
+over them) are timed over CUDA-graph replays of one call a rotated weight; one line a (layer, M, dtype,
+variant) with µs and ratios; exit status 1 if a check fails. A programmatic dependent launch overlaps the
+previous call's tail in that sequence, which a model's layers give only where the kernel before each one
+also lets its dependents start early.
 """
 
 from __future__ import annotations
@@ -35,6 +36,14 @@ def _times(a, cfg: dict, fcfg: dict, packed: list, dense: list) -> tuple[float, 
     t_ws = time_us(lambda: [launch_ws(a, p.words, p.scales, None, None, **cfg) for p in packed], n)
     t_frag = time_us(lambda: [launch_fragment(a, p.words, p.scales, None, None, **fcfg) for p in packed], n)
     return t_ws, t_frag, time_us(lambda: [a @ d for d in dense], len(dense))
+
+
+def _read_us(packed: list) -> float:
+    """µs a pure read of one weight's words (a max over them, one kernel), over the rotated weights: the read
+    bandwidth the W4A16 kernels' main stream can reach, measured beside them."""
+    from common import time_us
+
+    return time_us(lambda: [p.words.amax() for p in packed], len(packed))
 
 
 def _check(M: int, dtype, check, bias, cfg: dict) -> str:
@@ -94,6 +103,10 @@ def main() -> None:
             ws = rotated(lambda K=K, N=N, d=dtype: _random_prepared(K, N, d, "cuda"), K * N // 2)
             packed = [fragment.pack(p.qweight, p.scales, p.zeros) for p in ws]
             dense = [dense_weight(p.qweight, p.scales, None, None, 128, dtype) for p in ws]
+            t_read = _read_us(packed)
+            print(
+                f"{K}x{N} {name}: a pure read of the words {t_read:.2f} us, {K * N / 2e3 / t_read:.0f} GB/s", flush=True
+            )
             for M in (int(m) for m in args.ms.split(",")):
                 a = torch.randn((M, K), dtype=dtype, device="cuda")
                 for variant, stages, pdl in (
@@ -110,7 +123,8 @@ def main() -> None:
                     label = "t{tiles}b{blocks}u{unroll}s{stages} {warps}w{per_sm}".format(**cfg) + " pdl" * pdl
                     print(f"{K}x{N} M{M} {name}: ws {t_ws:.2f} us ({label}), fragment {t_frag:.2f} us, cuBLAS "
                           f"{t_cublas:.2f} us; fragment/ws {t_frag / t_ws:.2f}x, cuBLAS/ws {t_cublas / t_ws:.2f}x; "
-                          f"{K * N / 2e3 / t_ws:.0f} GB/s of codes; checks {verdict}", flush=True)  # fmt: skip
+                          f"{K * N / 2e3 / t_ws:.0f} GB/s of codes, {t_read / t_ws:.0%} of the pure read's; "
+                          f"checks {verdict}", flush=True)  # fmt: skip
             ws = packed = dense = None
             torch.cuda.empty_cache()
     print(f"{failed} failed checks" if failed else "every configuration passed its checks")
