@@ -29,16 +29,17 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from offline_sass import compile_sass
-from w4a16_ws import ACTS_SMEM, RECS_SMEM, WORDS_SMEM, register_cap, w4a16_ws_kernel
+from w4a16_ws import ACTS_SMEM, SCALES_SMEM, WORDS_SMEM, ZEROS_SMEM, w4a16_ws_kernel
+from w4a16_ws_launch import register_cap
 
 WARPS = 4
 OPS = ("LDS", "UTMALDG", "SYNCS", "BAR", "HMMA", "SHFL", "STS", "LDG")
 DEFAULT = "1x1u2s8,1x2u2s6,1x1u4s4,1x4u1s8,2x1u2s8,2x2u2s6,2x1u4s4"
 
 
-def _desc(block: list[int], layout) -> str:
-    """The signature type of a Gluon TMA descriptor argument (int32 box ``block`` in ``layout``)."""
-    return f"tensordesc<i32[{', '.join(map(str, block))}],{layout!r}>"
+def _desc(block: list[int], layout, elem: str = "i32") -> str:
+    """The signature type of a Gluon TMA descriptor argument (box ``block`` of ``elem`` in ``layout``)."""
+    return f"tensordesc<{elem}[{', '.join(map(str, block))}],{layout!r}>"
 
 
 def _consumer_loop(sass: str) -> list[str]:
@@ -61,25 +62,34 @@ def _count(lines, op: str) -> int:
     return sum(bool(re.search(rf"\b{op}\b|\b{op}\.", ln)) for ln in lines)
 
 
-def compile_ws(config: str, dtype: str, warps: int = WARPS, per_sm: int = 1, pdl: bool = False) -> str:
+def compile_ws(
+    config: str, dtype: str, warps: int = WARPS, per_sm: int = 1, pdl: bool = False, zeros: bool = True
+) -> str:
     """One configuration compiled with ``warps`` consumer warps for ``per_sm`` CTAs an SM
-    (``w4a16_ws.register_cap``), with ``pdl`` the programmatic-dependent-launch waits; its printed line."""
+    (``w4a16_ws.register_cap``), with ``pdl`` the programmatic-dependent-launch waits, with ``zeros`` zero
+    points (else every one 8); its printed line."""
     blocks, tiles, unroll, stages = (int(v) for v in re.fullmatch(r"(\d+)x(\d+)u(\d+)s(\d+)", config).groups())
     t_cta = tiles * warps
     group_chunks = 2
     ru = 1 if group_chunks % unroll == 0 else unroll
     types = {
         "w_desc": _desc([t_cta, unroll, 128], WORDS_SMEM),
-        "r_desc": _desc([1, t_cta, 32], RECS_SMEM),
+        "s_desc": _desc([1, 16 * t_cta], SCALES_SMEM, "i16"),
+        "z_desc": _desc([1, 2 * t_cta], ZEROS_SMEM),
         "a_desc": _desc([unroll, 8 * blocks, 32], ACTS_SMEM),
         "p_bias": f"*{dtype}",
         "p_out": f"*{dtype}",
         "p_ws": "*fp32",
         "p_count": "*i32",
     }
-    consts = dict(GROUP_CHUNKS=group_chunks, HAS_BIAS=False, BLOCKS=blocks, TILES=tiles, UNROLL=unroll,
-                  STAGES=stages, PIECES=3, PDL=pdl, num_warps=warps)  # fmt: skip
-    label = f"ws {dtype} {config}/{warps}" + (f" x{per_sm} an SM" if per_sm > 1 else "") + (" pdl" if pdl else "")
+    consts = dict(GROUP_CHUNKS=group_chunks, HAS_BIAS=False, HAS_ZEROS=zeros, BLOCKS=blocks, TILES=tiles,
+                  UNROLL=unroll, STAGES=stages, PIECES=3, PDL=pdl, num_warps=warps)  # fmt: skip
+    label = (
+        f"ws {dtype} {config}/{warps}"
+        + (f" x{per_sm} an SM" if per_sm > 1 else "")
+        + (" pdl" if pdl else "")
+        + ("" if zeros else " symmetric")
+    )
     try:
         div16 = ["p_bias", "p_out", "p_ws", "p_count", "N"]
         r = compile_sass(w4a16_ws_kernel, types, consts, div16, (), warps, maxnreg=register_cap(warps, per_sm))
@@ -94,7 +104,7 @@ def compile_ws(config: str, dtype: str, warps: int = WARPS, per_sm: int = 1, pdl
     }
     stack = re.search(r"STACK:(\d+)", cubin_tool(r["kernel"], "cuobjdump", "-res-usage"))
     slot_words = t_cta * unroll * 512
-    slot = slot_words + ru * t_cta * 128 + unroll * blocks * 1024
+    slot = slot_words + ru * t_cta * (32 + 8 * zeros) + unroll * blocks * 1024  # words, scales, zeros, activations
     in_loop = ", ".join(f"{op} {_count(loop, op)}" for op in OPS)
     total = ", ".join(f"{op} {_count(sass.splitlines(), op)}" for op in OPS[:4])
     return (
@@ -112,10 +122,11 @@ def main() -> None:
     parser.add_argument("--warps", type=int, default=WARPS, help="consumer warps")
     parser.add_argument("--per-sm", type=int, default=1, help="CTAs an SM (the registers capped to fit them)")
     parser.add_argument("--pdl", action="store_true", help="with the programmatic-dependent-launch waits")
+    parser.add_argument("--symmetric", action="store_true", help="no zero points (every one 8)")
     args = parser.parse_args()
     print(f"Triton {triton.__version__}, sm_90a; static SASS counts")
     for config in args.configs.split(","):
-        print(compile_ws(config, args.dtype, args.warps, args.per_sm, args.pdl), flush=True)
+        print(compile_ws(config, args.dtype, args.warps, args.per_sm, args.pdl, not args.symmetric), flush=True)
 
 
 if __name__ == "__main__":

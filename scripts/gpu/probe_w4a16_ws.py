@@ -5,7 +5,8 @@ Run on a GPU: ``bash scripts/gpu/run.sh probe w4a16_ws`` (``--variants``, ``--la
 ``--tiles``, ``--unroll``, ``--stages``, ``--pdl``; all but the three single numbers comma-separated lists).
 For the layers 4096x4096, 4096x14336, 14336x4096 and 8192x8192 (K x N), M 1-16, bf16 and fp16, group 128,
 weights rotated past the L2, and each variant (consumer warps x CTAs an SM) x ring depth x launch (``--pdl
-0,1``: plain, programmatic dependent), the prototype is checked first: one-hot activations pick weight rows
+0,1``: plain, programmatic dependent), the prototype (its scales in the compact layout, ``compact_scales``)
+is checked first: one-hot activations pick weight rows
 (exact sums in any order: the dequantization bit for bit), random ones meet ``w4a16_gemm_packed``'s contract
 against its native spec (asymmetric RTN weights, with and without a bias) and repeat bit for bit. Then it,
 the shipped kernel at its ``fragment_config``, cuBLAS's dense ``a @ W`` and a pure read of the words (a max
@@ -20,7 +21,7 @@ from __future__ import annotations
 import argparse
 
 import torch
-from w4a16_ws import launch_ws, ws_config
+from w4a16_ws_launch import compact_scales, launch_ws, ws_config
 
 LAYERS = ((4096, 4096), (4096, 14336), (14336, 4096), (8192, 8192))  # (K, N)
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -30,10 +31,12 @@ def _times(a, cfg: dict, fcfg: dict, packed: list, dense: list) -> tuple[float, 
     """µs a call of the prototype (``cfg``), the shipped kernel (``fcfg``) and cuBLAS, over the rotated weights."""
     from common import time_us
 
+    from exactfuse.ops.w4a16 import fragment
     from exactfuse.ops.w4a16.mma import launch_fragment
 
     n = len(packed)
-    t_ws = time_us(lambda: [launch_ws(a, p.words, p.scales, None, None, **cfg) for p in packed], n)
+    compact = [(p.words, *compact_scales(*fragment.unpack_scales(p.scales))) for p in packed]
+    t_ws = time_us(lambda: [launch_ws(a, *c, None, None, **cfg) for c in compact], n)
     t_frag = time_us(lambda: [launch_fragment(a, p.words, p.scales, None, None, **fcfg) for p in packed], n)
     return t_ws, t_frag, time_us(lambda: [a @ d for d in dense], len(dense))
 
@@ -51,22 +54,23 @@ def _check(M: int, dtype, check, bias, cfg: dict) -> str:
     import exactfuse
     from exactfuse.ops.w4a16 import fragment
 
-    words, scales = check[0], check[1]
+    words, records, perm = check
+    scales, zeros = compact_scales(*fragment.unpack_scales(records))
     K = words.shape[1] * 64
-    w = fragment.dequantize(words, scales)
+    w = fragment.dequantize(words, records)
     rows = torch.randint(0, K, (M,), device="cuda")
     onehot = torch.zeros(M, K, device="cuda", dtype=dtype)
     onehot[torch.arange(M), rows] = 1
-    if not torch.equal(launch_ws(onehot, words, scales, None, None, **cfg), w[rows]):
+    if not torch.equal(launch_ws(onehot, words, scales, zeros, None, None, **cfg), w[rows]):
         return "one-hot rows are not the dequantized weight's"
     op = exactfuse.get("w4a16_gemm_packed")
     a = torch.randn((M, K), dtype=dtype, device="cuda")
     for b in (None, bias):
-        got = launch_ws(a, *check, b, **cfg)
+        got = launch_ws(a, words, scales, zeros, perm, b, **cfg)
         res = op.contract.check(got, op.native(a, *check, b), args=(a, *check, b), kwargs={})
         if not res.passed:
             return f"contract (bias {b is not None}): {res.summary()}"
-        if not torch.equal(got, launch_ws(a, *check, b, **cfg)):
+        if not torch.equal(got, launch_ws(a, words, scales, zeros, perm, b, **cfg)):
             return "not deterministic"
     return "ok"
 

@@ -1,38 +1,34 @@
-"""A warp-specialized, stream-K W4A16 decode kernel (Gluon, sm_90a), its launch rule and launcher: a prototype
-that ``probe_w4a16_ws.py`` checks and times beside the shipped fragment kernel.
+"""A warp-specialized, stream-K W4A16 decode kernel (Gluon, sm_90a): a prototype that ``probe_w4a16_ws.py``
+checks and times beside the shipped fragment kernel.
 
-``w4a16_ws_kernel`` computes what ``mma.w4a16_fragment_kernel`` computes, from the same inputs (fragment
-layout words, scale records, activations, optional bias), with the same dequantization and products, but
-moves the operands and deals the work differently: a producer warp issues TMA copies of each step's words,
-scale records and activations into a ring of ``STAGES`` shared-memory slots (a "ready" and an "empty"
+``w4a16_ws_kernel`` computes what ``mma.w4a16_fragment_kernel`` computes, from the fragment layout's words,
+compact scales and zero points (2 bytes and half a byte a column a group, where the fragment layout's scale
+records take 8), activations and an optional bias, with the same dequantization and products, but moves the
+operands and deals the work differently: a producer warp issues TMA copies of each step's words, scales,
+zero points and activations into a ring of ``STAGES`` shared-memory slots (a "ready" and an "empty"
 mbarrier a slot) and the consumer warps read them with 16-byte shared loads, then dequantize and multiply
 exactly as the shipped kernel's ``fragment_step`` does (reused). The grid is persistent and stream-K: the
 work units' (tile group, row block) K steps, laid end to end, are cut into one equal contiguous share a
 CTA, so every SM streams the same number of weight bytes whatever the layer's shape; a unit cut between
 CTAs is summed by the last of its pieces to arrive, in the CTAs' order (K order): deterministic, though not
-the split-K kernel's bits (its pieces differ). The grid (``stream_k``) is every SM, or fewer CTAs where that
-cuts each unit into the same number of pieces and the busiest CTA's chunks, each piece's cost counted, are
-fewer (whole units a CTA at 4096 x 14336: a piece costs about 2 µs).
+the split-K kernel's bits (its pieces differ). The host side (``w4a16_ws_launch.py``) picks the grid.
 
-Slots (int32): words ``[TILES num_warps, UNROLL, 128]`` (a lane's four words of a chunk are 16 contiguous
-bytes, a warp's 512: conflict-free without a swizzle), scale records ``[1 or UNROLL, TILES num_warps, 32]``
-(one box when a step lies in one group) and activations ``[UNROLL, 8 BLOCKS, 32]`` with the 128-byte swizzle
-(two rows of a quarter-warp's 16-byte loads fall in different banks). The consumer views each slot through a
-``SharedLinearLayout`` that maps it onto the shipped kernel's register tensors (``[R, TILES, UNROLL, 4]``
-and ``[R, BLOCKS, UNROLL, 4]``, R = 32 num_warps), lanes and warps that read the same records or
-activations loading them as a broadcast.
+Slots: words ``[TILES num_warps, UNROLL, 128]`` int32 (a lane's four words of a chunk are 16 contiguous
+bytes, a warp's 512: conflict-free without a swizzle), scales ``[1 or UNROLL, 16 TILES num_warps]`` (16-bit)
+and zero points ``[1 or UNROLL, 2 TILES num_warps]`` (int32 words of eight nibbles), one box each when a step
+lies in one group, and activations ``[UNROLL, 8 BLOCKS, 32]`` int32 with the 128-byte swizzle (two rows of a
+quarter-warp's 16-byte loads fall in different banks). The consumer views each slot through a
+``SharedLinearLayout`` that maps it onto the shipped kernel's register tensors (``[R, TILES, UNROLL, 4]`` and
+``[R, BLOCKS, UNROLL, 4]``, R = 32 num_warps), lanes and warps that read the same scales, zero points or
+activations loading them as a broadcast, and builds the shipped kernel's scale records in registers.
 """
 
 from __future__ import annotations
 
-import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from exactfuse.ops.arrival import arrival_counters
-from exactfuse.ops.w4a16.dequant import permuted_columns
 from exactfuse.ops.w4a16.mma import (
     _DEQUANT_BF16,
     _DEQUANT_FP16,
@@ -42,12 +38,12 @@ from exactfuse.ops.w4a16.mma import (
     _store_out,
     fragment_step,
 )
-from exactfuse.utils import empty
 
 # a TMA load into shared memory: ``async_load`` from Triton 3.7, ``async_copy_global_to_shared`` before
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 WORDS_SMEM = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=3)
-RECS_SMEM = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=3)
+SCALES_SMEM = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=2)
+ZEROS_SMEM = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
 ACTS_SMEM = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=3)
 
 
@@ -72,11 +68,21 @@ def words_view(warps, tiles, unroll):
 
 
 @gluon.constexpr_function
-def recs_view(warps, tiles, units):
-    """Records slot ``[RU, W T, 32]`` as ``[W, 8, 1, T, RU, 4]`` (lane ``4 row + q``; q reads the same record)."""
-    bases = [_unit(6, 5, 1), _unit(6, 5, 2)] + [_unit(6, 1, 1 << i) for i in range(3)]
+def scales_view(warps, tiles, units):
+    """Scales slot ``[RU, 16 W T]`` (16-bit) as ``[W, 8, 1, T, RU, 2]``: lane ``4 row + q`` reads the scales of
+    its tile's columns ``row`` and ``row + 8`` (q reads the same)."""
+    bases = [_unit(6, 1, 1 << i) for i in range(3)] + [_unit(6, 5, 1)]
     bases += [_unit(6, 3, 1 << i) for i in range(_bits(tiles))] + [_unit(6, 0, 1 << i) for i in range(_bits(warps))]
     bases += [_unit(6, 4, 1 << i) for i in range(_bits(units))]
+    return gl.SharedLinearLayout(bases)
+
+
+@gluon.constexpr_function
+def zeros_view(warps, tiles, units):
+    """Zero-point slot ``[RU, 2 W T]`` (int32 words of 8 nibbles) as ``[W, 1, 1, T, RU, 2]``: a tile's two words,
+    columns 0-7 and 8-15 (every lane of the warp reads them)."""
+    bases = [_unit(6, 5, 1)] + [_unit(6, 3, 1 << i) for i in range(_bits(tiles))]
+    bases += [_unit(6, 0, 1 << i) for i in range(_bits(warps))] + [_unit(6, 4, 1 << i) for i in range(_bits(units))]
     return gl.SharedLinearLayout(bases)
 
 
@@ -136,17 +142,18 @@ def _gdc_launch_dependents():
 
 
 @gluon.jit
-def _load_weights(w_desc, r_desc, w_slot, r_slot, bar, i, steps, n_groups, GROUP_CHUNKS: gl.constexpr,
-                  T_CTA: gl.constexpr, UNROLL: gl.constexpr, SAME_GROUP: gl.constexpr):  # fmt: skip
-    """Step ``i`` of the units laid end to end: its words and scale records into a slot, by TMA."""
+def _load_weights(w_desc, s_desc, z_desc, w_slot, s_slot, z_slot, bar, i, steps, n_groups,
+                  GROUP_CHUNKS: gl.constexpr, T_CTA: gl.constexpr, UNROLL: gl.constexpr, SAME_GROUP: gl.constexpr,
+                  HAS_ZEROS: gl.constexpr):  # fmt: skip
+    """Step ``i`` of the units laid end to end: its words, scales and zero points into a slot, by TMA."""
     c = (i % steps) * UNROLL
     pid_n = (i // steps) % n_groups
     _tma_load(w_desc, [pid_n * T_CTA, c, 0], bar, w_slot)
-    if SAME_GROUP:
-        _tma_load(r_desc, [c // GROUP_CHUNKS, pid_n * T_CTA, 0], bar, r_slot)
-    else:
-        for j in gl.static_range(UNROLL):
-            _tma_load(r_desc, [(c + j) // GROUP_CHUNKS, pid_n * T_CTA, 0], bar, r_slot.slice(j, 1))
+    for j in gl.static_range(1 if SAME_GROUP else UNROLL):
+        g = (c + j) // GROUP_CHUNKS
+        _tma_load(s_desc, [g, pid_n * T_CTA * 16], bar, s_slot.slice(j, 1))
+        if HAS_ZEROS:
+            _tma_load(z_desc, [g, pid_n * T_CTA * 2], bar, z_slot.slice(j, 1))
 
 
 @gluon.jit
@@ -157,22 +164,24 @@ def _load_acts(a_desc, a_slot, bar, i, steps, n_groups, BLOCKS: gl.constexpr, UN
 
 @gluon.jit
 def _producer(
-    w_desc, r_desc, a_desc, w_ring, r_ring, a_ring, ready, empty_bars, n_groups, steps, total,
+    w_desc, s_desc, z_desc, a_desc, w_ring, s_ring, z_ring, a_ring, ready, empty_bars, n_groups, steps, total,
     GROUP_CHUNKS: gl.constexpr, T_CTA: gl.constexpr, BLOCKS: gl.constexpr, UNROLL: gl.constexpr,
-    STAGES: gl.constexpr, SAME_GROUP: gl.constexpr, PDL: gl.constexpr,
+    STAGES: gl.constexpr, SAME_GROUP: gl.constexpr, HAS_ZEROS: gl.constexpr, PDL: gl.constexpr,
 ):  # fmt: skip
-    """One warp: each step's words, records and activations into the next free slot, by TMA, in the order the
-    consumers take them (this CTA's share of the steps). With ``PDL`` the first ring's weights go out before
-    the wait for the previous kernel (they do not depend on it), its activations after."""
+    """One warp: each step's words, scales, zero points and activations into the next free slot, by TMA, in the
+    order the consumers take them (this CTA's share of the steps). With ``PDL`` the first ring's weights go out
+    before the wait for the previous kernel (they do not depend on it), its activations after."""
     RU: gl.constexpr = 1 if SAME_GROUP else UNROLL
-    BYTES: gl.constexpr = 4 * (T_CTA * UNROLL * 128 + RU * T_CTA * 32 + UNROLL * BLOCKS * 8 * 32)
+    BYTES: gl.constexpr = (4 * T_CTA * UNROLL * 128 + RU * T_CTA * (32 + (8 if HAS_ZEROS else 0))
+                           + 4 * UNROLL * BLOCKS * 8 * 32)  # fmt: skip
     begin, end = _cta_range(total)
     ahead = gl.minimum(end - begin, STAGES if PDL else 0)  # fresh slots filled around the wait
     for i in range(begin, begin + ahead):
         bar = ready.index(i - begin)
         mbarrier.expect(bar, BYTES)
-        _load_weights(w_desc, r_desc, w_ring.index(i - begin), r_ring.index(i - begin), bar, i, steps, n_groups,
-                      GROUP_CHUNKS, T_CTA, UNROLL, SAME_GROUP)  # fmt: skip
+        _load_weights(w_desc, s_desc, z_desc, w_ring.index(i - begin), s_ring.index(i - begin),
+                      z_ring.index(i - begin), bar, i, steps, n_groups, GROUP_CHUNKS, T_CTA, UNROLL, SAME_GROUP,
+                      HAS_ZEROS)  # fmt: skip
     if PDL:
         _gdc_wait()
     for i in range(begin, begin + ahead):
@@ -183,8 +192,8 @@ def _producer(
         mbarrier.wait(empty_bars.index(slot), phase)
         bar = ready.index(slot)
         mbarrier.expect(bar, BYTES)
-        _load_weights(w_desc, r_desc, w_ring.index(slot), r_ring.index(slot), bar, i, steps, n_groups,
-                      GROUP_CHUNKS, T_CTA, UNROLL, SAME_GROUP)  # fmt: skip
+        _load_weights(w_desc, s_desc, z_desc, w_ring.index(slot), s_ring.index(slot), z_ring.index(slot), bar, i,
+                      steps, n_groups, GROUP_CHUNKS, T_CTA, UNROLL, SAME_GROUP, HAS_ZEROS)  # fmt: skip
         _load_acts(a_desc, a_ring.index(slot), bar, i, steps, n_groups, BLOCKS, UNROLL)
         slot += 1
         if slot == STAGES:
@@ -195,22 +204,44 @@ def _producer(
 
 
 @gluon.jit
-def _operands(w_slot, r_slot, a_slot, R: gl.constexpr, TILES: gl.constexpr, BLOCKS: gl.constexpr,
-              U: gl.constexpr, RU: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
-    """A slot's words and records ``[R, T, U, 4]`` and activations ``x0``, ``x1`` ``[R, B, U, 4]`` in the
-    shipped kernel's register layouts (``fragment_step``'s inputs), by 16-byte shared loads."""
+def _records(s_slot, z_slot, R: gl.constexpr, TILES: gl.constexpr, U: gl.constexpr, RU: gl.constexpr,
+             HAS_ZEROS: gl.constexpr, MAGIC: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
+    """The fragment kernel's scale records ``[R, T, U, 4]`` (``s_r, s_r8, MAGIC + z_r, MAGIC + z_r8``, each a
+    32-bit pair of one 16-bit value) built from a slot's compact scales and zero points: lane ``4 row + q``
+    of warp ``w`` takes columns ``row`` and ``row + 8`` of its tiles."""
+    L6: gl.constexpr = gl.BlockedLayout(
+        [1, 1, 1, TILES, RU, 2], [1, 8, 4, 1, 1, 1], [num_warps, 1, 1, 1, 1, 1], [5, 4, 3, 2, 1, 0]
+    )
+    L4: gl.constexpr = gl.BlockedLayout([1, TILES, RU, 2], [32, 1, 1, 1], [num_warps, 1, 1, 1], [3, 2, 1, 0])
+    full = gl.full([num_warps, 8, 4, TILES, RU, 2], 0, gl.int32, layout=L6)
+    s16 = _view(s_slot, gl.int16, [num_warps, 8, 1, TILES, RU, 2], scales_view(num_warps, TILES, RU)).load(L6)
+    s = gl.broadcast(s16.to(gl.int32) & 0xFFFF, full)[0]
+    s = gl.convert_layout(gl.reshape(s, [R, TILES, RU, 2]), L4)
+    if HAS_ZEROS:
+        zw = _view(z_slot, gl.int32, [num_warps, 1, 1, TILES, RU, 2], zeros_view(num_warps, TILES, RU)).load(L6)
+        zw = gl.convert_layout(gl.reshape(gl.broadcast(zw, full)[0], [R, TILES, RU, 2]), L4)
+        row = gl.arange(0, R, layout=gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, L4))))
+        shift = gl.expand_dims(gl.expand_dims(gl.expand_dims((row % 32) // 4 * 4, 1), 2), 3)
+        z = MAGIC + ((zw >> shift) & 0xF)
+    else:
+        z = gl.full([R, TILES, RU, 2], MAGIC + 8, gl.int32, layout=L4)
+    pairs = gl.join(s, z) * 0x10001  # [R, T, RU, 2 (row, row + 8), 2 (s, z)]: each value in both halves
+    rec = gl.reshape(gl.permute(pairs, [0, 1, 2, 4, 3]), [R, TILES, RU, 4])
+    if RU != U:  # one group a step: the same record for every chunk
+        rec = gl.broadcast(rec, gl.full([R, TILES, U, 4], 0, gl.int32, layout=rec.type.layout))[0]
+    return rec
+
+
+@gluon.jit
+def _operands(w_slot, s_slot, z_slot, a_slot, R: gl.constexpr, TILES: gl.constexpr, BLOCKS: gl.constexpr,
+              U: gl.constexpr, RU: gl.constexpr, HAS_ZEROS: gl.constexpr, MAGIC: gl.constexpr,
+              num_warps: gl.constexpr):  # fmt: skip
+    """A slot's words and scale records ``[R, T, U, 4]`` and activations ``x0``, ``x1`` ``[R, B, U, 4]`` in the
+    shipped kernel's register layouts (``fragment_step``'s inputs), by shared loads."""
     LWU: gl.constexpr = gl.BlockedLayout([1, TILES, U, 4], [32, 1, 1, 1], [num_warps, 1, 1, 1], [3, 2, 1, 0])
     LAU: gl.constexpr = gl.BlockedLayout([1, BLOCKS, U, 4], [32, 1, 1, 1], [num_warps, 1, 1, 1], [3, 2, 1, 0])
     words = _view(w_slot, gl.int32, [R, TILES, U, 4], words_view(num_warps, TILES, U)).load(LWU)
-    L_REC: gl.constexpr = gl.BlockedLayout(
-        [1, 1, 1, TILES, RU, 4], [1, 8, 4, 1, 1, 1], [num_warps, 1, 1, 1, 1, 1], [5, 4, 3, 2, 1, 0]
-    )
-    rec = _view(r_slot, gl.int32, [num_warps, 8, 1, TILES, RU, 4], recs_view(num_warps, TILES, RU)).load(L_REC)
-    rec = gl.broadcast(rec, gl.full([num_warps, 8, 4, TILES, RU, 4], 0, gl.int32, layout=L_REC))[0]
-    rec = gl.reshape(rec, [R, TILES, RU, 4])
-    if RU != U:  # one group a step: the same record for every chunk
-        rec = gl.broadcast(rec, gl.full([R, TILES, U, 4], 0, gl.int32, layout=rec.type.layout))[0]
-    recs = gl.convert_layout(rec, LWU)
+    recs = gl.convert_layout(_records(s_slot, z_slot, R, TILES, U, RU, HAS_ZEROS, MAGIC, num_warps), LWU)
     L_ACT: gl.constexpr = gl.BlockedLayout(
         [1, 1, 1, BLOCKS, U, 8], [1, 8, 4, 1, 1, 1], [num_warps, 1, 1, 1, 1, 1], [5, 4, 3, 2, 1, 0]
     )
@@ -223,15 +254,16 @@ def _operands(w_slot, r_slot, a_slot, R: gl.constexpr, TILES: gl.constexpr, BLOC
 
 @gluon.jit
 def _consumer(
-    w_ring, r_ring, a_ring, ready, empty_bars, p_bias, p_out, p_ws, p_count, M, N, n_groups, steps, total,
+    w_ring, s_ring, z_ring, a_ring, ready, empty_bars, p_bias, p_out, p_ws, p_count, M, N, n_groups, steps, total,
     HAS_BIAS: gl.constexpr, BLOCKS: gl.constexpr, TILES: gl.constexpr, UNROLL: gl.constexpr, STAGES: gl.constexpr,
-    SAME_GROUP: gl.constexpr, PIECES: gl.constexpr, num_warps: gl.constexpr,
+    SAME_GROUP: gl.constexpr, HAS_ZEROS: gl.constexpr, PIECES: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
     """The default partition: each unit's piece of this CTA's share as ``fragment_step`` from the ring, then
     its epilogue."""
     DT: gl.constexpr = p_out.dtype.element_ty
     DEQUANT: gl.constexpr = _DEQUANT_BF16 if gl.bfloat16 == DT else _DEQUANT_FP16
     MMA: gl.constexpr = _MMA_BF16 if gl.bfloat16 == DT else _MMA_FP16
+    MAGIC: gl.constexpr = 0x4300 if gl.bfloat16 == DT else 0x6400  # fragment.MAGIC's bits: 128, 1024
     R: gl.constexpr = 32 * num_warps
     U: gl.constexpr = UNROLL
     RU: gl.constexpr = 1 if SAME_GROUP else UNROLL
@@ -252,7 +284,18 @@ def _consumer(
         for _ in range(s0, s1):
             mbarrier.wait(ready.index(slot), phase)
             words, recs, x0, x1 = _operands(
-                w_ring.index(slot), r_ring.index(slot), a_ring.index(slot), R, TILES, BLOCKS, U, RU, num_warps
+                w_ring.index(slot),
+                s_ring.index(slot),
+                z_ring.index(slot),
+                a_ring.index(slot),
+                R,
+                TILES,
+                BLOCKS,
+                U,
+                RU,
+                HAS_ZEROS,
+                MAGIC,
+                num_warps,
             )
             # The slot goes back once every warp has read it: the barrier orders the shared loads before
             # thread 0's arrival (Triton adds another before the next wait).
@@ -337,23 +380,27 @@ def _finish(p_out, p_bias, p_ws, at, o_m, o_n, M, N, u, first, last, steps, tota
 
 @gluon.jit(do_not_specialize=["M"])
 def w4a16_ws_kernel(
-    w_desc, r_desc, a_desc, p_bias, p_out, p_ws, p_count, M, N, n_groups, steps, total,
-    GROUP_CHUNKS: gl.constexpr, HAS_BIAS: gl.constexpr, BLOCKS: gl.constexpr, TILES: gl.constexpr,
-    UNROLL: gl.constexpr, STAGES: gl.constexpr, PIECES: gl.constexpr, PDL: gl.constexpr, num_warps: gl.constexpr,
+    w_desc, s_desc, z_desc, a_desc, p_bias, p_out, p_ws, p_count, M, N, n_groups, steps, total,
+    GROUP_CHUNKS: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_ZEROS: gl.constexpr, BLOCKS: gl.constexpr,
+    TILES: gl.constexpr, UNROLL: gl.constexpr, STAGES: gl.constexpr, PIECES: gl.constexpr, PDL: gl.constexpr,
+    num_warps: gl.constexpr,
 ):  # fmt: skip
     """``a @ W``, stream-K: the units (``16 TILES num_warps`` columns by ``8 BLOCKS`` rows, tile groups fastest)
     have ``steps`` steps of ``UNROLL`` chunks of 64 rows each; laid end to end they are ``total`` steps, and
     CTA ``c`` of ``P`` takes steps ``c total // P`` to ``(c + 1) total // P`` (a unit cut between CTAs is
     finished by its last piece to arrive, at most ``PIECES`` of them, in a fixed order: deterministic).
-    Descriptors: w_desc over words ``[N/16, K/64, 128]`` (box ``[T num_warps, U, 128]``), r_desc over records
-    ``[groups, N/16, 32]`` int32 (box ``[1, T num_warps, 32]``), a_desc over activations as ``[K/64, M, 32]``
-    int32 pairs (box ``[U, 8 B, 32]``, 128-byte swizzle; rows past M read as zeros). ``p_ws``: two fp32 slots
-    of ``8 BLOCKS x 16 T num_warps`` a CTA; ``p_count``: a zeroed int32 counter a unit, left zeroed."""
+    Descriptors: w_desc over words ``[N/16, K/64, 128]`` (box ``[T num_warps, U, 128]``), s_desc over the
+    scales ``[groups, N]`` as int16 (box ``[1, 16 T num_warps]``), z_desc (with HAS_ZEROS) over the zero
+    points ``[groups, N/8]`` int32, eight nibbles a word, column ``8 j + i`` in nibble ``i`` of word ``j`` (box
+    ``[1, 2 T num_warps]``; without, every zero point is 8), a_desc over activations as ``[K/64, M, 32]`` int32
+    pairs (box ``[U, 8 B, 32]``, 128-byte swizzle; rows past M read as zeros). ``p_ws``: two fp32 slots of
+    ``8 BLOCKS x 16 T num_warps`` a CTA; ``p_count``: a zeroed int32 counter a unit, left zeroed."""
     T_CTA: gl.constexpr = TILES * num_warps
     SAME_GROUP: gl.constexpr = GROUP_CHUNKS % UNROLL == 0
     RU: gl.constexpr = 1 if SAME_GROUP else UNROLL
     w_ring = gl.allocate_shared_memory(gl.int32, [STAGES, T_CTA, UNROLL, 128], WORDS_SMEM)
-    r_ring = gl.allocate_shared_memory(gl.int32, [STAGES, RU, T_CTA, 32], RECS_SMEM)
+    s_ring = gl.allocate_shared_memory(gl.int16, [STAGES, RU, T_CTA * 16], SCALES_SMEM)
+    z_ring = gl.allocate_shared_memory(gl.int32, [STAGES, RU, T_CTA * 2 if HAS_ZEROS else 4], ZEROS_SMEM)
     a_ring = gl.allocate_shared_memory(gl.int32, [STAGES, UNROLL, BLOCKS * 8, 32], ACTS_SMEM)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -362,105 +409,13 @@ def w4a16_ws_kernel(
         mbarrier.init(empty_bars.index(i), count=1)
     gl.warp_specialize(
         [
-            (_consumer, (w_ring, r_ring, a_ring, ready, empty_bars, p_bias, p_out, p_ws, p_count, M, N, n_groups,
-                         steps, total, HAS_BIAS, BLOCKS, TILES, UNROLL, STAGES, SAME_GROUP, PIECES, num_warps)),
-            (_producer, (w_desc, r_desc, a_desc, w_ring, r_ring, a_ring, ready, empty_bars, n_groups, steps, total,
-                         GROUP_CHUNKS, T_CTA, BLOCKS, UNROLL, STAGES, SAME_GROUP, PDL)),
+            (_consumer, (w_ring, s_ring, z_ring, a_ring, ready, empty_bars, p_bias, p_out, p_ws, p_count, M, N,
+                         n_groups, steps, total, HAS_BIAS, BLOCKS, TILES, UNROLL, STAGES, SAME_GROUP, HAS_ZEROS,
+                         PIECES, num_warps)),
+            (_producer, (w_desc, s_desc, z_desc, a_desc, w_ring, s_ring, z_ring, a_ring, ready, empty_bars,
+                         n_groups, steps, total, GROUP_CHUNKS, T_CTA, BLOCKS, UNROLL, STAGES, SAME_GROUP, HAS_ZEROS,
+                         PDL)),
         ],
         [1],
         [24],
     )  # fmt: skip
-
-
-def ws_config(M: int, N: int, K: int, tiles=0, unroll=2, stages=0, warps=4, per_sm=1) -> dict:
-    """``launch_ws``'s arguments: one block of 8 rows up to M = 8, two to 16; 2 tiles a warp where N allows,
-    ``unroll`` chunks a step, ``per_sm`` CTAs of ``warps`` consumer warps an SM and the ring deep enough for
-    48 KB of weights an SM (at most 16 slots)."""
-    n_tiles = N // 16
-    tiles = tiles or (2 if n_tiles % (2 * warps) == 0 else 1)
-    stages = stages or max(3, min(16, -(-48 * 1024 // (warps * tiles * unroll * 512 * per_sm))))
-    return {"tiles": tiles, "blocks": 1 if M <= 8 else 2, "unroll": unroll, "stages": stages, "warps": warps,
-            "per_sm": per_sm}  # fmt: skip
-
-
-# What a piece of a unit (a share's end inside a unit) costs, in 64-row chunks of streaming: the partial
-# sums' stores, the release fence and atomic, and the last piece's sum (about 2 µs on an H100, 8-10 chunks'
-# time: benchmarks/results/h100/sweeps/w4a16_ws.txt, split 8 against split 1)
-PIECE_CHUNKS = 8
-
-
-def shares(units: int, steps: int, grid: int) -> list[tuple[int, int]]:
-    """Each CTA's (steps, pieces) when ``units`` units of ``steps`` steps, laid end to end, are cut into
-    ``grid`` equal contiguous shares (``w4a16_ws_kernel``'s ``c total // P``); pieces: the units the share
-    holds only part of."""
-    total = units * steps
-    out = []
-    for c in range(grid):
-        begin, end = c * total // grid, (c + 1) * total // grid
-        units_held = range(begin // steps, (end + steps - 1) // steps)
-        parts = sum(
-            max(begin, u * steps) > u * steps or min(end, (u + 1) * steps) < (u + 1) * steps for u in units_held
-        )
-        out.append((end - begin, parts))
-    return out
-
-
-def stream_k(units: int, steps: int, unroll: int, ctas: int) -> tuple[int, int]:
-    """(grid, the most pieces a unit is cut into): of the grids that cut every unit into the same number of
-    pieces (``units`` times a divisor of ``steps``, at most ``ctas``) and the whole of ``ctas`` (stream-K),
-    the one whose busiest CTA streams the fewest chunks, each piece counted as :data:`PIECE_CHUNKS` more
-    (ties: the smaller grid)."""
-    total = units * steps
-    grids = {units * s for s in range(1, steps + 1) if steps % s == 0 and units * s <= ctas} | {min(ctas, total)}
-
-    def cost(grid: int) -> int:
-        return max(n * unroll + PIECE_CHUNKS * parts for n, parts in shares(units, steps, grid))
-
-    grid = min(sorted(grids), key=cost)
-    first = [((u * steps + 1) * grid - 1) // total for u in range(units)]
-    last = [((u + 1) * steps * grid - 1) // total for u in range(units)]
-    return grid, max(b - a + 1 for a, b in zip(first, last, strict=True))
-
-
-def launch_ws(a, words, scales, perm, bias, *, tiles, blocks, unroll, stages, warps=4, per_sm=1, pdl=False):
-    """``a[:, perm] @ W (+ bias)`` -> ``[M, N]`` by ``w4a16_ws_kernel``: ``launch_fragment``'s contract,
-    persistent (at most ``per_sm`` CTAs an SM), deterministic on a given GPU; ``pdl``: a programmatic
-    dependent launch, the first weights read while the previous kernel of the stream finishes."""
-    if perm is not None:
-        a = permuted_columns(a, perm)
-    if a.stride(1) != 1 or a.stride(0) % 8 or a.data_ptr() % 16:
-        a = a.contiguous() if a.shape[1] % 8 == 0 and a.data_ptr() % 16 == 0 else a.clone()
-    M = a.shape[0]
-    n_tiles, chunks = words.shape[:2]
-    N, groups, t_cta = n_tiles * 16, scales.shape[0], warps * tiles
-    if chunks % unroll or n_tiles % t_cta:
-        raise ValueError(f"unroll={unroll}, {t_cta} tiles a CTA do not divide {chunks} chunks, {n_tiles} tiles")
-    out = empty((M, N), a.dtype, a.device)
-    if M == 0:
-        return out
-    a32 = a.view(torch.int32)
-    acts = a32.as_strided((chunks, M, 32), (32, a32.stride(0), 1))  # [chunk, row, pair]
-    w_desc = TensorDescriptor.from_tensor(words.view(n_tiles, chunks, 128), [t_cta, unroll, 128], WORDS_SMEM)
-    r_desc = TensorDescriptor.from_tensor(scales.view(torch.int32).view(groups, n_tiles, 32), [1, t_cta, 32], RECS_SMEM)
-    a_desc = TensorDescriptor.from_tensor(acts, [unroll, 8 * blocks, 32], ACTS_SMEM)
-    n_groups, m_blocks, steps = n_tiles // t_cta, -(-M // (8 * blocks)), chunks // unroll
-    sms = torch.cuda.get_device_properties(a.device).multi_processor_count
-    grid, pieces = stream_k(n_groups * m_blocks, steps, unroll, sms * per_sm)
-    ws = torch.empty((grid, 2, 8 * blocks, 16 * t_cta), dtype=torch.float32, device=a.device)
-    counts = arrival_counters(a.device, n_groups * m_blocks)
-    w4a16_ws_kernel[(grid,)](
-        w_desc, r_desc, a_desc, bias if bias is not None else out, out, ws, counts, M, N, n_groups, steps,
-        n_groups * m_blocks * steps, GROUP_CHUNKS=chunks // groups, HAS_BIAS=bias is not None, BLOCKS=blocks,
-        TILES=tiles, UNROLL=unroll, STAGES=stages, PIECES=pieces, PDL=pdl, num_warps=warps,
-        maxnreg=register_cap(warps, per_sm), launch_pdl=pdl,
-    )  # fmt: skip
-    return out
-
-
-def register_cap(warps: int, per_sm: int) -> int | None:
-    """The registers a thread (``maxnreg``) that let ``per_sm`` CTAs share an SM's 65,536: a CTA is ``warps``
-    consumer warps and the producer's warp group (4 warps, given back to 24 registers a thread by
-    ``setmaxnreg``, which hands them to the consumers); None at one CTA an SM (the compiler's choice)."""
-    if per_sm == 1:
-        return None
-    return 65536 // (per_sm * 32 * (warps + 4)) // 8 * 8

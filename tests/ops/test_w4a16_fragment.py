@@ -301,8 +301,9 @@ def test_fragment_kernel_compiles_for_sm90_at_every_configuration_the_rule_takes
 
 def compile_ws_prototype() -> list[str]:
     """The warp-specialized prototype that reuses the fragment kernel's helpers (``scripts/gpu/w4a16_ws.py``,
-    timed by ``probe_w4a16_ws.py``) compiled for sm_90a at one and two CTAs an SM, at 8 consumer warps and with
-    the programmatic-dependent-launch waits; the failures (a change to ``mma.py`` that breaks it shows here)."""
+    timed by ``probe_w4a16_ws.py``) compiled for sm_90a at one and two CTAs an SM, at 8 consumer warps, with
+    the programmatic-dependent-launch waits and without zero points; the failures (a change to ``mma.py`` that
+    breaks it shows here)."""
     import sys
     from pathlib import Path
 
@@ -311,9 +312,9 @@ def compile_ws_prototype() -> list[str]:
     import offline_ws_sass
 
     lines = [
-        offline_ws_sass.compile_ws(c, "bf16", w, p, pdl)
-        for c, w, p, pdl in (("1x2u2s6", 4, 1, False), ("2x1u2s4", 4, 2, False), ("1x1u2s4", 8, 1, False),
-                             ("1x2u2s6", 4, 1, True))
+        offline_ws_sass.compile_ws(c, "bf16", w, p, pdl, zeros)
+        for c, w, p, pdl, zeros in (("1x2u2s6", 4, 1, False, True), ("2x1u2s4", 4, 2, False, True),
+                                    ("1x1u2s4", 8, 1, False, True), ("1x2u2s6", 4, 1, True, False))
     ]  # fmt: skip
     return [line for line in lines if " regs " not in line or " 0.00 a word" in line]
 
@@ -336,7 +337,7 @@ def test_ws_prototype_stream_k_shares_cover_every_step_once():
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "gpu"))
-    from w4a16_ws import shares, stream_k
+    from w4a16_ws_launch import shares, stream_k
 
     assert [stream_k(u, s, 2, 132)[0] for u, s in ((112, 32), (32, 112), (32, 32), (224, 64))] == [112, 128, 128, 132]
     for units, steps, ctas in [(112, 32, 132), (32, 112, 132), (32, 32, 132), (7, 3, 132), (1, 1, 132), (300, 5, 264)]:
@@ -365,3 +366,23 @@ def test_ws_prototype_stream_k_shares_cover_every_step_once():
                 assert [s for s0, s1, _ in got for s in range(s0, s1)] == list(range(steps)), (units, steps, u)
                 first, last = ((u * steps + 1) * p - 1) // total, ((u + 1) * steps * p - 1) // total
                 assert [c for *_, c in got] == list(range(first, last + 1)) and last - first + 1 <= pieces
+
+
+def test_ws_prototype_compact_scales_keep_every_zero_point():
+    """``w4a16_ws.compact_scales``: the scales as they are, each zero point in its nibble (column ``8 j + i``
+    in nibble ``i`` of word ``j``, the top nibble's bit the int32's sign), none where every one is 8."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "gpu"))
+    from w4a16_ws_launch import compact_scales
+
+    gen = torch.Generator().manual_seed(0)
+    scales = torch.randn(3, 64, generator=gen).to(torch.bfloat16)
+    zeros = torch.randint(0, 16, (3, 64), generator=gen, dtype=torch.uint8)
+    zeros[0, 7] = 15  # a word whose top nibble sets the sign bit
+    s, words = compact_scales(scales, zeros)
+    assert torch.equal(s, scales) and words.dtype == torch.int32 and words.shape == (3, 8)
+    got = (words.to(torch.int64)[..., None] >> (4 * torch.arange(8))) & 0xF
+    assert torch.equal(got.reshape(3, 64), zeros.to(torch.int64))
+    assert compact_scales(scales, torch.full_like(zeros, 8))[1] is None and compact_scales(scales, None)[1] is None
