@@ -29,8 +29,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from offline_sass import compile_sass
-from w4a16_ws import ACTS_SMEM, SCALES_SMEM, WORDS_SMEM, ZEROS_SMEM, w4a16_ws_kernel
+from w4a16_ws import w4a16_ws_kernel
 from w4a16_ws_launch import register_cap
+from w4a16_ws_views import ACTS_SMEM, SCALES_SMEM, WORDS_SMEM, ZEROS_SMEM
 
 WARPS = 4
 OPS = ("LDS", "UTMALDG", "SYNCS", "BAR", "HMMA", "SHFL", "STS", "LDG")

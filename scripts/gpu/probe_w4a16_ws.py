@@ -10,7 +10,7 @@ is checked first: one-hot activations pick weight rows
 (exact sums in any order: the dequantization bit for bit), random ones meet ``w4a16_gemm_packed``'s contract
 against its native spec (asymmetric RTN weights, with and without a bias) and repeat bit for bit. Then it,
 the shipped kernel at its ``fragment_config``, cuBLAS's dense ``a @ W`` and a pure read of the words (a max
-over them) are timed over CUDA-graph replays of one call a rotated weight; one line a (layer, M, dtype,
+over them) are timed over CUDA-graph replays of one call per rotated weight; one line a (layer, M, dtype,
 variant) with µs and ratios; exit status 1 if a check fails. A programmatic dependent launch overlaps the
 previous call's tail in that sequence, which a model's layers give only where the kernel before each one
 also lets its dependents start early.

@@ -18,9 +18,10 @@ bytes, a warp's 512: conflict-free without a swizzle), scales ``[1 or UNROLL, 16
 and zero points ``[1 or UNROLL, 2 TILES num_warps]`` (int32 words of eight nibbles), one box each when a step
 lies in one group, and activations ``[UNROLL, 8 BLOCKS, 32]`` int32 with the 128-byte swizzle (two rows of a
 quarter-warp's 16-byte loads fall in different banks). The consumer views each slot through a
-``SharedLinearLayout`` that maps it onto the shipped kernel's register tensors (``[R, TILES, UNROLL, 4]`` and
-``[R, BLOCKS, UNROLL, 4]``, R = 32 num_warps), lanes and warps that read the same scales, zero points or
-activations loading them as a broadcast, and builds the shipped kernel's scale records in registers.
+``SharedLinearLayout`` (``w4a16_ws_views.py``) that maps it onto the shipped kernel's register tensors
+(``[R, TILES, UNROLL, 4]`` and ``[R, BLOCKS, UNROLL, 4]``, R = 32 num_warps), lanes and warps that read the
+same scales, zero points or activations loading them as a broadcast, and builds the shipped kernel's scale
+records in registers.
 """
 
 from __future__ import annotations
@@ -28,6 +29,17 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
+from w4a16_ws_views import (
+    ACTS_SMEM,
+    SCALES_SMEM,
+    WORDS_SMEM,
+    ZEROS_SMEM,
+    _view,
+    acts_view,
+    scales_view,
+    words_view,
+    zeros_view,
+)
 
 from exactfuse.ops.w4a16.mma import (
     _DEQUANT_BF16,
@@ -41,74 +53,6 @@ from exactfuse.ops.w4a16.mma import (
 
 # a TMA load into shared memory: ``async_load`` from Triton 3.7, ``async_copy_global_to_shared`` before
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
-WORDS_SMEM = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=3)
-SCALES_SMEM = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=2)
-ZEROS_SMEM = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
-ACTS_SMEM = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=3)
-
-
-@gluon.constexpr_function
-def _bits(n: int) -> int:
-    assert n >= 1 and n & (n - 1) == 0, f"{n} is not a power of two"
-    return n.bit_length() - 1
-
-
-@gluon.constexpr_function
-def _unit(rank: int, dim: int, value: int) -> list[int]:
-    return [value if i == dim else 0 for i in range(rank)]
-
-
-@gluon.constexpr_function
-def words_view(warps, tiles, unroll):
-    """Words slot ``[W T, U, 128]`` as ``[R, T, U, 4]`` (row ``r = 32 w + lane``): offset -> coordinates."""
-    bases = [_unit(4, 3, 1), _unit(4, 3, 2)] + [_unit(4, 0, 1 << i) for i in range(5)]
-    bases += [_unit(4, 2, 1 << i) for i in range(_bits(unroll))] + [_unit(4, 1, 1 << i) for i in range(_bits(tiles))]
-    bases += [_unit(4, 0, 32 << i) for i in range(_bits(warps))]
-    return gl.SharedLinearLayout(bases)
-
-
-@gluon.constexpr_function
-def scales_view(warps, tiles, units):
-    """Scales slot ``[RU, 16 W T]`` (16-bit) as ``[W, 8, 1, T, RU, 2]``: lane ``4 row + q`` reads the scales of
-    its tile's columns ``row`` and ``row + 8`` (q reads the same)."""
-    bases = [_unit(6, 1, 1 << i) for i in range(3)] + [_unit(6, 5, 1)]
-    bases += [_unit(6, 3, 1 << i) for i in range(_bits(tiles))] + [_unit(6, 0, 1 << i) for i in range(_bits(warps))]
-    bases += [_unit(6, 4, 1 << i) for i in range(_bits(units))]
-    return gl.SharedLinearLayout(bases)
-
-
-@gluon.constexpr_function
-def zeros_view(warps, tiles, units):
-    """Zero-point slot ``[RU, 2 W T]`` (int32 words of 8 nibbles) as ``[W, 1, 1, T, RU, 2]``: a tile's two words,
-    columns 0-7 and 8-15 (every lane of the warp reads them)."""
-    bases = [_unit(6, 5, 1)] + [_unit(6, 3, 1 << i) for i in range(_bits(tiles))]
-    bases += [_unit(6, 0, 1 << i) for i in range(_bits(warps))] + [_unit(6, 4, 1 << i) for i in range(_bits(units))]
-    return gl.SharedLinearLayout(bases)
-
-
-@gluon.constexpr_function
-def acts_view(blocks, unroll):
-    """Activations slot ``[U, 8 B, 32]`` (128-byte swizzle: 16-byte unit ``^= row % 8``) as ``[1, 8, 4, B, U, 8]``:
-    lane ``4 row + q`` reads pairs ``8 q ..`` of row ``8 b + row``, pairs 0-3 then 4-7 (``x0``, ``x1``)."""
-    bases = [_unit(6, 5, 1), _unit(6, 5, 2), _unit(6, 5, 4), _unit(6, 2, 1), _unit(6, 2, 2)]
-    bases += [[0, 1, 0, 0, 0, 4], [0, 2, 1, 0, 0, 0], [0, 4, 2, 0, 0, 0]]  # row bits, with the swizzle's XOR
-    bases += [_unit(6, 3, 1 << i) for i in range(_bits(blocks))] + [_unit(6, 4, 1 << i) for i in range(_bits(unroll))]
-    return gl.SharedLinearLayout(bases)
-
-
-# A shared-memory slot seen through another shape and layout: ``reinterpret`` from Triton 3.7, ``_reinterpret``
-# before (the device's Triton 3.6)
-if hasattr(gl.shared_memory_descriptor, "reinterpret"):
-
-    @gluon.jit
-    def _view(slot, dtype: gl.constexpr, shape: gl.constexpr, layout: gl.constexpr):
-        return slot.reinterpret(dtype, shape, layout)
-
-else:
-
-    @gluon.jit
-    def _view(slot, dtype: gl.constexpr, shape: gl.constexpr, layout: gl.constexpr):
-        return slot._reinterpret(dtype, shape, layout)
 
 
 @gluon.jit

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import torch
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-from w4a16_ws import ACTS_SMEM, SCALES_SMEM, WORDS_SMEM, ZEROS_SMEM, w4a16_ws_kernel
+from w4a16_ws import w4a16_ws_kernel
+from w4a16_ws_views import ACTS_SMEM, SCALES_SMEM, WORDS_SMEM, ZEROS_SMEM
 
 from exactfuse.ops.arrival import arrival_counters
 from exactfuse.ops.w4a16.dequant import permuted_columns
