@@ -151,12 +151,14 @@ def rows_by_case(fake_op, **kw) -> dict[tuple[str, str], results.Row]:
 
 def sleeping_warm_task(task, config) -> None:
     """A warm-up task for the interrupt test (``bench.warm.warm_up``'s ``work``): writes its process id to
-    ``<task.case>.pid``, then sleeps past any test's patience."""
+    ``<task.case>.pid`` (whole when the name appears: written beside it, then renamed, so that a worker
+    ended between the two leaves no empty file for the test to read), then sleeps past any test's patience."""
     import os
     import time
 
-    with open(f"{task.case}.pid", "w") as f:
+    with open(f"{task.case}.tmp", "w") as f:
         f.write(str(os.getpid()))
+    os.replace(f"{task.case}.tmp", f"{task.case}.pid")
     time.sleep(120)
 
 
