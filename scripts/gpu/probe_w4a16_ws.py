@@ -27,15 +27,14 @@ LAYERS = ((4096, 4096), (4096, 14336), (14336, 4096), (8192, 8192))  # (K, N)
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def _times(a, cfg: dict, fcfg: dict, packed: list, dense: list) -> tuple[float, float, float]:
-    """µs a call of the prototype (``cfg``), the shipped kernel (``fcfg``) and cuBLAS, over the rotated weights."""
+def _times(a, cfg: dict, fcfg: dict, packed: list, compact: list, dense: list) -> tuple[float, float, float]:
+    """µs a call of the prototype (``cfg``, on ``compact``), the shipped kernel (``fcfg``, on ``packed``) and
+    cuBLAS (on ``dense``), over the rotated weights."""
     from common import time_us
 
-    from exactfuse.ops.w4a16 import fragment
     from exactfuse.ops.w4a16.mma import launch_fragment
 
     n = len(packed)
-    compact = [(p.words, *compact_scales(*fragment.unpack_scales(p.scales))) for p in packed]
     t_ws = time_us(lambda: [launch_ws(a, *c, None, None, **cfg) for c in compact], n)
     t_frag = time_us(lambda: [launch_fragment(a, p.words, p.scales, None, None, **fcfg) for p in packed], n)
     return t_ws, t_frag, time_us(lambda: [a @ d for d in dense], len(dense))
@@ -107,6 +106,7 @@ def main() -> None:
             ws = rotated(lambda K=K, N=N, d=dtype: _random_prepared(K, N, d, "cuda"), K * N // 2)
             packed = [fragment.pack(p.qweight, p.scales, p.zeros) for p in ws]
             dense = [dense_weight(p.qweight, p.scales, None, None, 128, dtype) for p in ws]
+            compact = [(p.words, *compact_scales(*fragment.unpack_scales(p.scales))) for p in packed]
             t_read = _read_us(packed)
             print(
                 f"{K}x{N} {name}: a pure read of the words {t_read:.2f} us, {K * N / 2e3 / t_read:.0f} GB/s", flush=True
@@ -123,13 +123,13 @@ def main() -> None:
                     cfg = ws_config(M, N, K, args.tiles, args.unroll, stages, warps, per_sm) | {"pdl": pdl}
                     verdict = _check(M, dtype, check, bias, cfg)
                     failed += verdict != "ok"
-                    t_ws, t_frag, t_cublas = _times(a, cfg, fragment_config(M, N, K, sms), packed, dense)
+                    t_ws, t_frag, t_cublas = _times(a, cfg, fragment_config(M, N, K, sms), packed, compact, dense)
                     label = "t{tiles}b{blocks}u{unroll}s{stages} {warps}w{per_sm}".format(**cfg) + " pdl" * pdl
                     print(f"{K}x{N} M{M} {name}: ws {t_ws:.2f} us ({label}), fragment {t_frag:.2f} us, cuBLAS "
                           f"{t_cublas:.2f} us; fragment/ws {t_frag / t_ws:.2f}x, cuBLAS/ws {t_cublas / t_ws:.2f}x; "
                           f"{K * N / 2e3 / t_ws:.0f} GB/s of codes, {t_read / t_ws:.0%} of the pure read's; "
                           f"checks {verdict}", flush=True)  # fmt: skip
-            ws = packed = dense = None
+            ws = packed = compact = dense = None
             torch.cuda.empty_cache()
     print(f"{failed} failed checks" if failed else "every configuration passed its checks")
     raise SystemExit(1 if failed else 0)

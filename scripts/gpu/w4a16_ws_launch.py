@@ -6,6 +6,8 @@ number of pieces and the busiest CTA's chunks, each piece's cost counted, are fe
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from w4a16_ws import w4a16_ws_kernel
@@ -49,6 +51,7 @@ def shares(units: int, steps: int, grid: int) -> list[tuple[int, int]]:
     return out
 
 
+@functools.cache  # a pure function of four sizes, asked every launch
 def stream_k(units: int, steps: int, unroll: int, ctas: int) -> tuple[int, int]:
     """(grid, the most pieces a unit is cut into): of the grids that cut every unit into the same number of
     pieces (``units`` times a divisor of ``steps``, at most ``ctas``) and the whole of ``ctas`` (stream-K),
