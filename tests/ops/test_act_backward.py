@@ -22,6 +22,7 @@ from exactfuse.ops.act_and_mul import launch as act_launch
 from exactfuse.registry import InferenceOnlyError
 from exactfuse.testing import CompileWatch, assert_contract_matrix, clone_args
 from exactfuse.testing.calls import clone_value
+from support.bits import SHORT, same_bits
 from support.graph import capture
 
 # backward op -> its forward op and the forward's differentiable arguments
@@ -31,16 +32,6 @@ BACKWARD = {
     "silu_mul_backward": (silu_mul_backward, silu_mul, ("gate", "up")),
     "gelu_mul_backward": (gelu_mul_backward, gelu_mul, ("gate", "up")),
 }
-SHORT = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
-_BITS = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
-
-
-def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Equal bit patterns (the sign of zero included); any NaN matches any NaN."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    differ = (a.contiguous().view(_BITS[a.dtype]) != b.contiguous().view(_BITS[b.dtype])) & ~(a.isnan() & b.isnan())
-    return not bool(differ.any())
 
 
 def _as_tuple(out):
@@ -76,7 +67,7 @@ def test_spec_is_eager_autograd_bit_for_bit(name, dtype):
         got = _as_tuple(backward.native(*case.args, **case.kwargs))
         assert len(got) == len(want)
         for g, w in zip(got, want, strict=True):
-            assert _same_bits(g, w), f"{name} {case.id}"
+            assert same_bits(g, w), f"{name} {case.id}"
 
 
 # ----------------------------------------------------------------- kernel against the spec
@@ -142,7 +133,7 @@ def test_gpu_edge_values_bitwise(name, dtype):
         expected = _as_tuple(backward.native(*args, **kwargs))
         with exactfuse.poison_outputs():
             got = _as_tuple(backward.run_provider("triton", *args, **kwargs))
-        assert all(_same_bits(g, e) for g, e in zip(got, expected, strict=True)), kwargs
+        assert all(same_bits(g, e) for g, e in zip(got, expected, strict=True)), kwargs
 
 
 @pytest.mark.interpreter
@@ -154,7 +145,7 @@ def test_kernel_stores_positive_zero_in_dx_as_autograd_does(name):
     grad = torch.tensor([[1.0, 1.0], [-0.0, 1.0]])
     (want,) = _eager_autograd(forward, grad, {"x": x}, names)
     got = backward.run_provider("triton", grad, x)
-    assert (want == 0).any() and _same_bits(got, want)
+    assert (want == 0).any() and same_bits(got, want)
 
 
 # ----------------------------------------------------------------- dispatch from the forward ops
@@ -174,7 +165,7 @@ def test_forward_gradient_runs_the_backward_op_through_the_registry(name):
         leaves = {k: v.detach().clone().requires_grad_(True) if k in names else v for k, v in inputs.items()}
         with backward.priority(order):
             got = torch.autograd.grad(forward(**leaves), [leaves[n] for n in names], grad)
-        assert all(_same_bits(g, w) for g, w in zip(got, want, strict=True)), order
+        assert all(same_bits(g, w) for g, w in zip(got, want, strict=True)), order
 
 
 @pytest.mark.interpreter
@@ -187,7 +178,7 @@ def test_expanded_gradient_falls_back_to_native():
     assert "grad has strides (0, 0)" in silu_and_mul_backward.providers["triton"].accepts(grad, x)
     leaf = x.clone().requires_grad_(True)
     (got,) = torch.autograd.grad(silu_and_mul(leaf).sum(), leaf)
-    assert _same_bits(got, _eager_autograd(silu_and_mul, grad, {"x": x}, ("x",))[0])
+    assert same_bits(got, _eager_autograd(silu_and_mul, grad, {"x": x}, ("x",))[0])
 
 
 @pytest.mark.interpreter
@@ -205,7 +196,7 @@ def test_non_contiguous_input_falls_back_to_native():
     grad = torch.randn(4, 3, 8)
     with silu_and_mul_backward.priority(["triton", "native"]):
         assert silu_and_mul_backward.select(grad, x).name == "native"
-        assert _same_bits(silu_and_mul_backward(grad, x), silu_and_mul_backward.native(grad, x))
+        assert same_bits(silu_and_mul_backward(grad, x), silu_and_mul_backward.native(grad, x))
 
 
 def test_second_derivative():
@@ -216,7 +207,7 @@ def test_second_derivative():
         ours, ref = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
         (g1,) = torch.autograd.grad(gelu_and_mul(ours, approximate).square().sum(), ours, create_graph=True)
         (g2,) = torch.autograd.grad(gelu_and_mul.native(ref, approximate).square().sum(), ref, create_graph=True)
-        assert _same_bits(g1, g2)
+        assert same_bits(g1, g2)
         # second order: autograd of the written-out gradient, whose contributions to x are summed in
         # another order than eager's double backward: close, not bitwise
         torch.testing.assert_close(torch.autograd.grad(g1.sum(), ours)[0], torch.autograd.grad(g2.sum(), ref)[0])
@@ -237,7 +228,7 @@ def test_compiled_forward_and_backward_equal_eager_autograd(name):
     leaves = {k: v.detach().clone().requires_grad_(True) if k in names else v for k, v in inputs.items()}
     got = torch.autograd.grad(compiled(**leaves), [leaves[n] for n in names], grad)
     want = _eager_autograd(forward, grad, inputs, names)
-    assert all(_same_bits(g, w) for g, w in zip(got, want, strict=True))
+    assert all(same_bits(g, w) for g, w in zip(got, want, strict=True))
 
 
 # ----------------------------------------------------------------- errors
@@ -293,7 +284,7 @@ def test_gpu_gradient_is_eager_autograd_bitwise(name, dtype):
         leaves = {k: v.detach().clone().requires_grad_(True) if k in names else v for k, v in inputs.items()}
         got = torch.autograd.grad(forward(**leaves), [leaves[n] for n in names], grad)
         want = _eager_autograd(forward, grad, inputs, names)
-        assert all(_same_bits(g, w) for g, w in zip(got, want, strict=True)), f"{name} {case.id}"
+        assert all(same_bits(g, w) for g, w in zip(got, want, strict=True)), f"{name} {case.id}"
 
 
 @pytest.mark.gpu
@@ -306,7 +297,7 @@ def test_gpu_int64_offsets():
     with exactfuse.poison_outputs():
         dx = act_launch.silu_and_mul_backward_triton(grad, x)
     for rows in (slice(0, 64), slice(T - 64, T)):
-        assert _same_bits(dx[rows], silu_and_mul_backward.native(grad[rows], x[rows]))
+        assert same_bits(dx[rows], silu_and_mul_backward.native(grad[rows], x[rows]))
 
 
 @pytest.mark.gpu
@@ -323,7 +314,7 @@ def test_gpu_compiled_forward_and_backward_bitwise(name, dtype):
     leaves = {k: v.detach().clone().requires_grad_(True) if k in names else v for k, v in inputs.items()}
     got = torch.autograd.grad(compiled(**leaves), [leaves[n] for n in names], grad)
     want = _eager_autograd(forward, grad, inputs, names)
-    assert all(_same_bits(g, w) for g, w in zip(got, want, strict=True))
+    assert all(same_bits(g, w) for g, w in zip(got, want, strict=True))
 
 
 @pytest.mark.gpu
@@ -359,7 +350,7 @@ def test_gpu_warmup_then_cuda_graph_of_forward_and_backward(dtype):
             *_eager_autograd(gelu_mul, static_grad, {"gate": gate, "up": up}, ("gate", "up")),
             *_eager_autograd(silu_mul, static_grad, {"gate": gate, "up": up}, ("gate", "up")),
         )
-        assert all(_same_bits(g, w) for g, w in zip(static_out, want, strict=True))
+        assert all(same_bits(g, w) for g, w in zip(static_out, want, strict=True))
 
 
 @pytest.mark.gpu
@@ -377,4 +368,4 @@ def test_gpu_every_16_bit_gate_bitwise():
                     args, kw = clone_args((grad, gate, up), kwargs)
                     got = backward.run_provider("triton", *args, **kw)
                     want = backward.native(grad, gate, up, **kwargs)
-                    assert all(_same_bits(g, w) for g, w in zip(got, want, strict=True)), (name, dtype, scale, kwargs)
+                    assert all(same_bits(g, w) for g, w in zip(got, want, strict=True)), (name, dtype, scale, kwargs)

@@ -8,16 +8,10 @@ import torch
 import exactfuse
 from exactfuse.ops.moe_silu_and_mul import moe_gated_kernel, moe_silu_and_mul, moe_silu_and_mul_backward
 from exactfuse.testing import CompileWatch, assert_contract_matrix
+from support.bits import SHORT, same_bits
 from support.graph import capture
 from support.moe import LAYOUT, pair
-from support.moe_backward import (
-    SHORT,
-    assert_within_contract,
-    eager_autograd,
-    edge_calls,
-    kernel,
-    same_bits,
-)
+from support.moe_backward import assert_within_contract, eager_autograd, edge_calls, kernel
 
 
 # ----------------------------------------------------------------- GPU

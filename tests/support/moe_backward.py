@@ -1,4 +1,4 @@
-"""Helpers shared by the moe_silu_and_mul_backward test files: bit comparison, eager autograd's gradients,
+"""Helpers shared by the moe_silu_and_mul_backward test files: eager autograd's gradients,
 the kernel called alone, the contract check and the edge-value inputs."""
 
 from __future__ import annotations
@@ -9,17 +9,6 @@ import exactfuse
 from exactfuse.ops.moe_silu_and_mul import moe_silu_and_mul, moe_silu_and_mul_backward
 from exactfuse.testing import clone_args
 from exactfuse.testing.calls import clone_value
-
-SHORT = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
-_BITS = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
-
-
-def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Equal bit patterns (the sign of zero included); any NaN matches any NaN."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    differ = (a.contiguous().view(_BITS[a.dtype]) != b.contiguous().view(_BITS[b.dtype])) & ~(a.isnan() & b.isnan())
-    return not bool(differ.any())
 
 
 def eager_autograd(grad, gateup, row_weights=None, interleaved=False, out_dtype=None):
