@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from offline_sass import compile_sass
 from w4a16_ws import w4a16_ws_kernel
-from w4a16_ws_launch import register_cap
+from w4a16_ws_launch import ZERO_ROW, register_cap
 from w4a16_ws_views import ACTS_SMEM, SCALES_SMEM, WORDS_SMEM, ZEROS_SMEM
 
 WARPS = 4
@@ -76,7 +76,7 @@ def compile_ws(
     types = {
         "w_desc": _desc([t_cta, unroll, 128], WORDS_SMEM),
         "s_desc": _desc([1, 16 * t_cta], SCALES_SMEM, "i16"),
-        "z_desc": _desc([1, 2 * t_cta], ZEROS_SMEM),
+        "z_desc": _desc([1, max(2 * t_cta, ZERO_ROW)], ZEROS_SMEM),
         "a_desc": _desc([unroll, 8 * blocks, 32], ACTS_SMEM),
         "p_bias": f"*{dtype}",
         "p_out": f"*{dtype}",
@@ -105,7 +105,8 @@ def compile_ws(
     }
     stack = re.search(r"STACK:(\d+)", cubin_tool(r["kernel"], "cuobjdump", "-res-usage"))
     slot_words = t_cta * unroll * 512
-    slot = slot_words + ru * t_cta * (32 + 8 * zeros) + unroll * blocks * 1024  # words, scales, zeros, activations
+    zero_row = 4 * max(2 * t_cta, ZERO_ROW) * zeros
+    slot = slot_words + ru * (t_cta * 32 + zero_row) + unroll * blocks * 1024  # words, scales, zeros, activations
     in_loop = ", ".join(f"{op} {_count(loop, op)}" for op in OPS)
     total = ", ".join(f"{op} {_count(sass.splitlines(), op)}" for op in OPS[:4])
     return (

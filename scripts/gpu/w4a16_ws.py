@@ -116,7 +116,8 @@ def _producer(
     order the consumers take them (this CTA's share of the steps). With ``PDL`` the first ring's weights go out
     before the wait for the previous kernel (they do not depend on it), its activations after."""
     RU: gl.constexpr = 1 if SAME_GROUP else UNROLL
-    BYTES: gl.constexpr = (4 * T_CTA * UNROLL * 128 + RU * T_CTA * (32 + (8 if HAS_ZEROS else 0))
+    ZW: gl.constexpr = T_CTA * 2 if T_CTA * 2 >= 32 else 32
+    BYTES: gl.constexpr = (4 * T_CTA * UNROLL * 128 + RU * (T_CTA * 32 + (4 * ZW if HAS_ZEROS else 0))
                            + 4 * UNROLL * BLOCKS * 8 * 32)  # fmt: skip
     begin, end = _cta_range(total)
     ahead = gl.minimum(end - begin, STAGES if PDL else 0)  # fresh slots filled around the wait
@@ -344,7 +345,10 @@ def w4a16_ws_kernel(
     RU: gl.constexpr = 1 if SAME_GROUP else UNROLL
     w_ring = gl.allocate_shared_memory(gl.int32, [STAGES, T_CTA, UNROLL, 128], WORDS_SMEM)
     s_ring = gl.allocate_shared_memory(gl.int16, [STAGES, RU, T_CTA * 16], SCALES_SMEM)
-    z_ring = gl.allocate_shared_memory(gl.int32, [STAGES, RU, T_CTA * 2 if HAS_ZEROS else 4], ZEROS_SMEM)
+    # a zero-point row: the tile group's 2 T_CTA words, at least 128 bytes (a TMA destination's alignment;
+    # the words past the group's are the next group's, unread)
+    ZW: gl.constexpr = (T_CTA * 2 if T_CTA * 2 >= 32 else 32) if HAS_ZEROS else 4
+    z_ring = gl.allocate_shared_memory(gl.int32, [STAGES, RU, ZW], ZEROS_SMEM)
     a_ring = gl.allocate_shared_memory(gl.int32, [STAGES, UNROLL, BLOCKS * 8, 32], ACTS_SMEM)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())

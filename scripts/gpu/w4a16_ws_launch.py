@@ -103,7 +103,10 @@ def launch_ws(a, words, scales, zeros, perm, bias, *, tiles, blocks, unroll, sta
     acts = a32.as_strided((chunks, M, 32), (32, a32.stride(0), 1))  # [chunk, row, pair]
     w_desc = TensorDescriptor.from_tensor(words.view(n_tiles, chunks, 128), [t_cta, unroll, 128], WORDS_SMEM)
     s_desc = TensorDescriptor.from_tensor(scales.view(torch.int16), [1, 16 * t_cta], SCALES_SMEM)
-    z_desc = None if zeros is None else TensorDescriptor.from_tensor(zeros, [1, 2 * t_cta], ZEROS_SMEM)
+    if zeros is not None and 2 * t_cta < ZERO_ROW and (chunks // groups) % unroll:
+        raise ValueError(f"zero points with {t_cta} tiles a CTA need whole groups a step (unroll={unroll})")
+    z_box = [1, max(2 * t_cta, ZERO_ROW)]  # a TMA destination is 128-byte aligned: a slot's row is at least that
+    z_desc = None if zeros is None else TensorDescriptor.from_tensor(zeros, z_box, ZEROS_SMEM)
     a_desc = TensorDescriptor.from_tensor(acts, [unroll, 8 * blocks, 32], ACTS_SMEM)
     n_groups, m_blocks, steps = n_tiles // t_cta, -(-M // (8 * blocks)), chunks // unroll
     sms = torch.cuda.get_device_properties(a.device).multi_processor_count
@@ -117,6 +120,9 @@ def launch_ws(a, words, scales, zeros, perm, bias, *, tiles, blocks, unroll, sta
         PDL=pdl, num_warps=warps, maxnreg=register_cap(warps, per_sm), launch_pdl=pdl,
     )  # fmt: skip
     return out
+
+
+ZERO_ROW = 32  # int32 words in 128 bytes: the shortest zero-point row a ring slot holds
 
 
 def register_cap(warps: int, per_sm: int) -> int | None:
