@@ -6,7 +6,6 @@ Usage: PYTHONPATH=src python scripts/offline_sass.py conv [--tiles 32x128,32x128
        PYTHONPATH=src python scripts/offline_sass.py attention [--kv bf16,fp8e4nv,fp8e5] [--q bf16] [--fixup]
        PYTHONPATH=src python scripts/offline_sass.py merge        (the attention's merge launch)
        PYTHONPATH=src python scripts/offline_sass.py moe          (flat and row grid, both layouts)
-       PYTHONPATH=src python scripts/offline_sass.py fragment [--tiles 1x1u2,4x4u1 ...] [--dtype bf16]
        ... [--op F2F,F2FP,LDG,LDGSTS,LDS,HMMA] [--sass DIR]   (count these ops; write each kernel's SASS)
 
 Triton compiles to PTX and ptxas / nvdisasm (shipped in the Triton wheel) to SASS without a GPU, so
@@ -26,10 +25,7 @@ the weights as one word a channel); ``conv`` is the conv family's
 prefill kernel in causal_conv1d prefill (K = 4, bf16's fast SiLU ``ACT``, bias, a slot cache, bf16);
 ``attention`` is sparse_paged_attention's partial kernel at (Hq, Hkv) = (24, 2), D = 128, block_n 64,
 split, fused gate; ``merge`` its merge launch, plain (8 splits a group, all columns, 2 warps) and the
-rows = 1 rule's (16 splits at once, 64 columns, 4 warps, a programmatic dependent launch); ``fragment`` the
-W4A16 fragment kernel (``ops/w4a16/mma.py``, Gluon) at ``--tiles`` ``BLOCKSxTILES[uUNROLL]`` (blocks of 8 rows
-of activations, 16-column tiles a warp, 64-row chunks a step), split-K, group 128, 4 warps, with its main loop's
-instructions per packed word a lane dequantizes (the issue's instruction budget) and MMAs per word; ``moe`` is
+rows = 1 rule's (16 splits at once, 64 columns, 4 warps, a programmatic dependent launch); ``moe`` is
 moe_silu_and_mul's kernel at its N = 3072 bf16 configuration (BM 1, BN 1024, 4 warps) with fp32 row
 weights, split and interleaved, flat and row grid. Pointers and row strides are marked 16-divisible and
 unit strides constant, as the launches specialize them.
@@ -44,7 +40,7 @@ import re
 
 import triton
 
-from exactfuse.testing.offline import compile_offline, cubin_tool, largest_loop
+from exactfuse.testing.offline import compile_offline, cubin_tool
 from exactfuse.testing.offline import sass as disassemble
 
 # the conv presets' SiLU: the first bf16 candidate, the formula the H200 proves (fastmath.CANDIDATES)
@@ -223,30 +219,10 @@ def _conv_grad(tile: str, warps: int, dx: bool) -> tuple[str, dict]:
     )
 
 
-def _fragment(tile: str, dtype: str, warps: int) -> tuple[str, dict]:
-    from exactfuse.ops.w4a16.mma import w4a16_fragment_kernel
-
-    blocks, tiles, unroll = re.fullmatch(r"(\d+)x(\d+)(?:u(\d+))?", tile).groups()
-    blocks, tiles, unroll = int(blocks), int(tiles), int(unroll or 1)
-    types = {"p_a32": "*i32", "p_w": "*i32", "p_s32": "*i32", "p_bias": f"*{dtype}", "p_out": f"*{dtype}",
-             "p_ws": "*fp32", "p_count": "*i32"}  # fmt: skip
-    consts = dict(GROUP_CHUNKS=2, HAS_BIAS=False, SPLIT=True, BLOCKS=blocks, TILES=tiles, UNROLL=unroll,
-                  num_warps=warps)  # fmt: skip
-    result = compile_sass(w4a16_fragment_kernel, types, consts, [*types, "stride_a32", "N", "K"], (), warps)
-    loop = largest_loop(result["sass"])
-    words = tiles * unroll * 4  # a lane's words a step: 4 k-steps of each chunk of each tile
-    mma = sum(" HMMA" in line for line in loop)
-    stack = re.search(r"STACK:(\d+)", cubin_tool(result["kernel"], "cuobjdump", "-res-usage"))
-    note = (f"; loop {len(loop)} SASS, {len(loop) / words:.2f} a word, {mma / words:.0f} MMA a word, "
-            f"stack {stack.group(1) if stack else '?'} B")  # fmt: skip
-    return f"fragment {dtype} {tile}/{warps}", result | {"note": note}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("preset", choices=["conv", "decode", "short_decode", "conv_grad", "attention", "merge",
-                                           "moe", "fragment"])  # fmt: skip
-    parser.add_argument("--dtype", default="bf16", help="fragment: the activation dtype (bf16, fp16)")
+                                           "moe"])  # fmt: skip
     parser.add_argument("--tiles", help="conv: BTxBC[uUNROLL][l: the lean prefill kernel][f: the prefill kernel's "
                         "fixup launch][s: no state],... (16x128,16x128l,16x128f,16x128ls); conv_grad: "
                         "BTxBCxSTEPS[w: weights read as one word a channel],... (32x64x8,16x128x16w)")  # fmt: skip
@@ -287,9 +263,6 @@ def main() -> None:
         jobs = [lambda t=t, dx=dx: _conv_grad(t, args.warps, dx) for t in tiles for dx in (False, True)]
     elif args.preset == "merge":  # the plain merge launch and the rows = 1 rule's
         jobs = [lambda: _merge(8, 0, False, 2), lambda: _merge(16, 64, True, 4)]
-    elif args.preset == "fragment":
-        tiles = (args.tiles or "1x1u2,1x1u4,1x2u1,2x1u1,2x1u2,4x1u1,4x2u1,4x4u1,8x1u1,8x2u1").split(",")
-        jobs = [lambda t=t: _fragment(t, args.dtype, args.warps) for t in tiles]
     elif args.preset == "moe":
         jobs = [lambda i=i, r=r: _moe(i, r) for i in (False, True) for r in (False, True)]
     else:

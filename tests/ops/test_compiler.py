@@ -115,7 +115,7 @@ def _fixed(spec: Spec, width: int, device: torch.device, dtype: torch.dtype) -> 
         elif spec.op == "w4a16_gemm_packed":
             w = random_weights(width, width, dtype, device, gen)
             packed = fragment.pack(w.qweight, w.scales, w.zeros, w.perm)
-            tensors, extra = (packed.words, packed.scales), (packed.words, packed.scales, packed.perm, None)
+            tensors, extra = [t for t in packed[:3] if t is not None], (*packed, None)
         else:
             weight = torch.randn(width, 4, generator=gen).to(device, dtype)
             bias = torch.randn(width, generator=gen).to(device, dtype)

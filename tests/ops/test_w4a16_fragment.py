@@ -3,8 +3,6 @@ lane-by-lane model of ``mma.sync.m16n8k16`` over the words that gives ``a @ W``.
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 import torch
 
@@ -28,14 +26,41 @@ def _weights(K, N, G, dtype, seed=0):
 def test_pack_unpack_is_the_identity_and_dequantizes_as_the_spec(K, N, G, dtype):
     qweight, scales, zeros = _weights(K, N, G, dtype)
     packed = fragment.pack(qweight, scales, zeros)
+    groups = scales.shape[0]
     assert packed.words.shape == (N // 16, K // 64, 32, 4) and packed.words.dtype == torch.int32
-    assert packed.scales.shape == (scales.shape[0], N // 16, 8, 8) and packed.scales.dtype == dtype
-    q, s, z = fragment.unpack(packed.words, packed.scales)
+    assert torch.equal(packed.scales, scales) and packed.scales.is_contiguous()
+    assert packed.zeros.shape == (groups, N // 8) and packed.zeros.dtype == torch.int32
+    q, s, z = fragment.unpack(packed.words, packed.scales, packed.zeros)
     assert torch.equal(q, qweight) and torch.equal(s, scales) and torch.equal(z, zeros)
     want = native.dequantize(qweight, scales, zeros, G, dtype)
-    assert torch.equal(fragment.dequantize(packed.words, packed.scales), want)
-    sym = fragment.pack(qweight, scales, None)  # symmetric: zero point 8
-    assert torch.equal(fragment.dequantize(sym.words, sym.scales), native.dequantize(qweight, scales, None, G, dtype))
+    assert torch.equal(fragment.dequantize(packed.words, packed.scales, packed.zeros), want)
+    sym = fragment.pack(qweight, scales, None)  # symmetric: zero point 8, no zero words
+    assert sym.zeros is None
+    assert torch.equal(fragment.dequantize(*sym[:3]), native.dequantize(qweight, scales, None, G, dtype))
+    _, _, z8 = fragment.unpack(*sym[:3])
+    assert z8.dtype == torch.uint8 and bool((z8 == 8).all()) and z8.shape == (groups, N)
+
+
+def test_pack_scales_round_trips_every_zero_point():
+    """Column ``8 j + i``'s zero point in nibble ``i`` of word ``j``, 0..15 all kept (a word whose top nibble
+    sets bit 31 stored negative); every zero point 8, or none, gives no zero words."""
+    gen = torch.Generator().manual_seed(0)
+    scales = torch.randn(3, 32, generator=gen).to(torch.float16)
+    zeros = torch.arange(96, dtype=torch.uint8).reshape(3, 32) % 16  # every value 0..15 in every nibble slot
+    zeros[2, 8:16] = torch.tensor([1, 2, 3, 4, 5, 6, 7, 15], dtype=torch.uint8)
+    s, words = fragment.pack_scales(scales, zeros)
+    assert s is scales and words.dtype == torch.int32 and words.shape == (3, 4)
+    assert int(words[2, 1]) == 0xF7654321 - 2**32 and bool((words < 0).any())
+    nibbles = (words.to(torch.int64)[..., None] >> (4 * torch.arange(8))) & 0xF
+    assert torch.equal(nibbles.reshape(3, 32), zeros.to(torch.int64))
+    s2, z2 = fragment.unpack_scales(s, words)
+    assert torch.equal(s2, scales) and torch.equal(z2, zeros) and z2.dtype == torch.uint8
+    for symmetric in (torch.full_like(zeros, 8), None):
+        s, words = fragment.pack_scales(scales.t().contiguous().t(), symmetric)
+        assert words is None and s.is_contiguous() and torch.equal(s, scales)
+        assert torch.equal(fragment.unpack_scales(s, None)[1], torch.full_like(zeros, 8))
+    with pytest.raises(ValueError, match="zero points must be 0..15"):
+        fragment.pack_scales(scales, torch.full_like(zeros, 16))  # GPTQ v1's 16 has no nibble
 
 
 @pytest.mark.interpreter
@@ -50,7 +75,7 @@ def test_dense_from_fragment_is_the_spec_dequantization(K, N, G):
     qweight, scales, zeros = _weights(K, N, G, dtype, seed=3)
     for z in (zeros, None):
         packed = fragment.pack(qweight, scales, z)
-        got = dequant.dense_from_fragment(packed.words, packed.scales)
+        got = dequant.dense_from_fragment(packed.words, packed.scales, packed.zeros)
         assert torch.equal(got, native.dequantize(qweight, scales, z, G, dtype))
 
 
@@ -63,9 +88,9 @@ def test_packed_dense_gemm_is_the_packed_spec():
     packed = fragment.pack(qweight, scales, zeros, perm)
     a = torch.randn(7, 256, dtype=torch.float16)
     bias = torch.randn(64, dtype=torch.float16)
-    for p, b in ((None, None), (packed.perm, bias)):
-        want = native.w4a16_gemm_packed(a, packed.words, packed.scales, p, b)
-        assert torch.equal(dequant.packed_dense_gemm(a, packed.words, packed.scales, p, b), want)
+    for z, p, b in ((None, None, None), (packed.zeros, packed.perm, bias)):
+        want = native.w4a16_gemm_packed(a, packed.words, packed.scales, z, p, b)
+        assert torch.equal(dequant.packed_dense_gemm(a, packed.words, packed.scales, z, p, b), want)
 
 
 def _mma_model(words: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
@@ -133,6 +158,12 @@ def test_op_checks_name_the_argument():
         exactfuse.w4a16_gemm_packed(a, qweight, packed.scales)
     with pytest.raises(ValueError, match="bias must be"):
         exactfuse.w4a16_gemm_packed(a, packed.words, packed.scales, bias=torch.zeros(3, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match=r"scales must be \[groups, N\] = \[groups, 64\]"):
+        exactfuse.w4a16_gemm_packed(a, packed.words, packed.scales.t())
+    with pytest.raises(ValueError, match=r"zeros must be None or int32 \[groups, N/8\] = \[2, 8\]"):
+        exactfuse.w4a16_gemm_packed(a, packed.words, packed.scales, zeros.to(torch.int32))
+    with pytest.raises(ValueError, match=r"zeros must be None or int32 \[groups, N/8\] = \[2, 8\]"):
+        exactfuse.w4a16_gemm_packed(a, packed.words, packed.scales, packed.zeros.to(torch.int64))
 
 
 def test_packed_spec_is_the_gptq_spec():
@@ -146,88 +177,13 @@ def test_packed_spec_is_the_gptq_spec():
         assert torch.equal(exactfuse.w4a16_gemm_packed(a, *packed, bias=bias), want)
 
 
-GPU_DTYPES = [pytest.param(torch.bfloat16, id="bf16"), pytest.param(torch.float16, id="fp16")]
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", GPU_DTYPES)
-def test_gpu_kernel_dequantizes_bit_for_bit_and_meets_the_contract(dtype):
-    """One-hot activations pick weight rows (exact products and sums): the kernel's dequantization is the
-    spec's bit for bit, every configuration the launcher takes; then the op's cases against its contract."""
-    from exactfuse.ops.w4a16 import mma
-
-    dev = torch.device("cuda")
-    qweight, scales, zeros = (t.to(dev) for t in _weights(1024, 256, 128, dtype))
-    packed = fragment.pack(qweight, scales, zeros)
-    w = native.dequantize(qweight, scales, zeros, 128, dtype)
-    configs = (
-        (4, 4, 1, 1, 1),
-        (4, 2, 2, 4, 1),
-        (2, 1, 1, 16, 1),
-        (4, 1, 8, 2, 1),
-        (1, 2, 4, 1, 1),
-        (4, 2, 1, 4, 2),
-        (4, 2, 2, 1, 2),
-        (4, 1, 1, 2, 4),
-        (4, 4, 2, 4, 4),
-    )  # (warps, tiles, blocks, split, unroll); 16 chunks, 2 a group: a step of 4 chunks spans two groups
-    for warps, tiles, blocks, split, unroll in configs:
-        rows = torch.randint(0, 1024, (16 * blocks + 3,), device=dev)
-        onehot = torch.zeros(len(rows), 1024, device=dev, dtype=dtype)
-        onehot[torch.arange(len(rows)), rows] = 1
-        out = mma.launch_fragment(onehot, packed.words, packed.scales, None, None, warps=warps, tiles=tiles,
-                                  blocks=blocks, split=split, unroll=unroll)  # fmt: skip
-        assert torch.equal(out, w[rows]), (warps, tiles, blocks, split, unroll)
-    o = exactfuse.get("w4a16_gemm_packed")
-    for case in o.iter_cases(dev, dtype, quick=False):
-        with o.priority(["triton"]):
-            got = o(*case.args, **case.kwargs)
-        want = o.native(*case.args, **case.kwargs)
-        res = o.contract.check(got, want, args=case.args, kwargs=case.kwargs)
-        assert res.passed, f"{case.case_id}: {res.summary()}"
-        again = o(*case.args, **case.kwargs)
-        assert torch.equal(got, again), f"{case.case_id}: not deterministic"
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", GPU_DTYPES)
-def test_gpu_packed_op_above_m_128_is_native_bit_for_bit(dtype):
-    """Above M = 128 the provider dequantizes the layout and multiplies with cuBLAS, as the spec does."""
-    from exactfuse.ops.w4a16 import mma
-    from exactfuse.ops.w4a16.heuristics import DENSE_ABOVE_M
-
-    dev = torch.device("cuda")
-    qweight, scales, zeros = (t.to(dev) for t in _weights(2048, 768, 128, dtype, seed=5))
-    perm = torch.randperm(2048, device=dev).to(torch.int32)
-    packed = fragment.pack(qweight, scales, zeros, perm)
-    bias = torch.randn(768, device=dev).to(dtype)
-    for M in (DENSE_ABOVE_M + 1, 1000):
-        a = torch.randn(M, 2048, device=dev, dtype=dtype)
-        got = mma.w4a16_gemm_packed_triton(a, *packed, bias)
-        assert torch.equal(got, native.w4a16_gemm_packed(a, *packed, bias)), M
-
-
-@pytest.mark.gpu
-def test_gpu_packed_op_in_a_cuda_graph_replays_as_eager():
-    dev = torch.device("cuda")
-    qweight, scales, zeros = (t.to(dev) for t in _weights(2048, 512, 128, torch.bfloat16))
-    packed = fragment.pack(qweight, scales, zeros)
-    a = torch.randn(4, 2048, device=dev, dtype=torch.bfloat16)
-    eager = exactfuse.w4a16_gemm_packed(a, packed.words, packed.scales)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = exactfuse.w4a16_gemm_packed(a, packed.words, packed.scales)
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(out, eager)
-
-
 def test_bench_grid_builds_packed_cases():
     o = exactfuse.get("w4a16_gemm_packed")
     o.load_declarations()
     case = next(iter(o.grids["quick"](torch.device("cpu"), torch.float16)))
-    a, words, scales, perm, bias = case.args
+    a, words, scales, zeros, perm, bias = case.args
     assert case.id == "M1-K4096-N4096" and words.shape == (256, 64, 32, 4) and scales.dtype == torch.float16
+    assert scales.shape == (32, 4096) and zeros is None
     assert perm is None and bias is None and a.shape == (1, 4096)
 
 
@@ -243,146 +199,9 @@ def test_peers_take_the_same_weight_in_the_gptq_layout(symmetric):
         symmetric=symmetric, act_order=True, bias=True,
     ).args  # fmt: skip
     packed = fragment.pack(qweight, scales, zeros, perm)
-    got = _packed_gptq_args((a, packed.words, packed.scales, packed.perm, bias), {})
+    got = _packed_gptq_args((a, *packed, bias), {})
+    named = _packed_gptq_args((a, packed.words, packed.scales), {"zeros": packed.zeros, "perm": perm, "bias": bias})
+    assert named[4] is perm and named[5] is bias and (named[3] is None if symmetric else torch.equal(named[3], zeros))
     assert got[0] is a and got[4] is packed.perm and got[5] is bias and got[6] == g == 64
     assert torch.equal(got[1], qweight) and torch.equal(got[2], scales)
     assert got[3] is None if symmetric else torch.equal(got[3], zeros)
-
-
-@pytest.mark.parametrize("N", [16, 64, 256, 4096, 6144, 13824, 14336, 28672])
-@pytest.mark.parametrize("K", [64, 256, 1024, 4096, 5120, 8192, 14336, 28672])
-def test_launch_rule_takes_only_what_the_launcher_accepts(K, N):
-    """Every configuration ``fragment_config`` returns divides the layer as the kernel needs: tiles among
-    the warps, K's chunks among the splits and each split's chunks into steps."""
-    from exactfuse.ops.w4a16.heuristics import fragment_config
-
-    tile_cols, chunks = N // 16, K // 64
-    for M in (1, 2, 8, 9, 16, 33, 64, 300):
-        cfg = fragment_config(M, N, K, 132)
-        assert tile_cols % (cfg["warps"] * cfg["tiles"]) == 0, (M, cfg)
-        assert chunks % cfg["split"] == 0 and (chunks // cfg["split"]) % cfg["unroll"] == 0, (M, cfg)
-        assert cfg["unroll"] in (1, 2, 4) and 8 * cfg["blocks"] >= min(M, 64), (M, cfg)
-
-
-def compile_rule_configs() -> list[str]:
-    """The fragment kernel (Gluon) compiled for sm_90 at every configuration ``fragment_config`` takes on the
-    bench layers at M 1-128, bf16 (and M = 1 in fp16), as its launcher specializes it; the failures."""
-    from exactfuse.ops.w4a16.heuristics import fragment_config
-    from exactfuse.ops.w4a16.mma import w4a16_fragment_kernel
-    from exactfuse.testing.offline import compile_error, compile_offline
-
-    layers = [(4096, 4096), (4096, 14336), (14336, 4096), (8192, 8192), (4096, 28672)]
-    picked = set()
-    for (K, N), M in itertools.product(layers, (1, 8, 16, 32, 64, 128)):
-        cfg = fragment_config(M, N, K, 132)
-        picked.add(("bf16", cfg["blocks"], cfg["tiles"], cfg["unroll"], cfg["split"] > 1, cfg["warps"]))
-        if M == 1:
-            picked.add(("fp16", cfg["blocks"], cfg["tiles"], cfg["unroll"], cfg["split"] > 1, cfg["warps"]))
-    failures = []
-    for dtype, blocks, tiles, unroll, split, warps in sorted(picked):
-        types = {"p_a32": "*i32", "p_w": "*i32", "p_s32": "*i32", "p_bias": f"*{dtype}", "p_out": f"*{dtype}",
-                 "p_ws": "*fp32", "p_count": "*i32"}  # fmt: skip
-        consts = dict(GROUP_CHUNKS=2, HAS_BIAS=True, SPLIT=split, BLOCKS=blocks, TILES=tiles, UNROLL=unroll,
-                      num_warps=warps)  # fmt: skip
-        try:
-            compile_offline(w4a16_fragment_kernel, types, consts, [*types, "stride_a32", "N", "K"], (), warps)
-        except Exception as exc:  # every configuration's error, not the first
-            failures.append(compile_error(f"{dtype} {blocks}x{tiles}u{unroll} split={split}", exc))
-    return failures
-
-
-def test_fragment_kernel_compiles_for_sm90_at_every_configuration_the_rule_takes():
-    """Without a GPU: a change that breaks the Gluon kernel's compile fails here, not first on the device."""
-    from exactfuse.testing.offline import run_in_child
-
-    ok, said = run_in_child(__file__, "compile_rule_configs")
-    assert ok, said
-
-
-def compile_ws_prototype() -> list[str]:
-    """The warp-specialized prototype that reuses the fragment kernel's helpers (``scripts/gpu/w4a16_ws.py``,
-    timed by ``probe_w4a16_ws.py``) compiled for sm_90a at one and two CTAs an SM, at 8 consumer warps, with
-    the programmatic-dependent-launch waits and without zero points; the failures (a change to ``mma.py`` that
-    breaks it shows here)."""
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    sys.path[:0] = [str(root / "scripts"), str(root / "scripts" / "gpu")]
-    import offline_ws_sass
-
-    lines = [
-        offline_ws_sass.compile_ws(c, "bf16", w, p, pdl, zeros)
-        for c, w, p, pdl, zeros in (("1x2u2s6", 4, 1, False, True), ("2x1u2s4", 4, 2, False, True),
-                                    ("1x1u2s4", 8, 1, False, True), ("1x2u2s6", 4, 1, True, False))
-    ]  # fmt: skip
-    return [line for line in lines if " regs " not in line or " 0.00 a word" in line]
-
-
-def test_ws_prototype_compiles_for_sm90():
-    """Without a GPU: the prototype of ``probe_w4a16_ws`` keeps compiling as the fragment kernel changes."""
-    from exactfuse.testing.offline import run_in_child
-
-    ok, said = run_in_child(__file__, "compile_ws_prototype")
-    assert ok, said
-
-
-def test_ws_prototype_stream_k_shares_cover_every_step_once():
-    """The prototype's stream-K bookkeeping, replayed in Python: each step of each unit in one CTA's share;
-    a unit cut into pieces only at a share's ends (slot 0 the unit a share begins in, 1 the one it ends in),
-    its pieces the CTAs ``first`` .. ``last`` of the kernel's formulas, at most ``stream_k``'s count; and the
-    grid rule's choices on the layers the H100 measured (whole units a CTA at 4096 x 14336, four pieces a unit
-    at 14336 x 4096 and 4096², stream-K over every SM where units outnumber them)."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "gpu"))
-    from w4a16_ws_launch import shares, stream_k
-
-    assert [stream_k(u, s, 2, 132)[0] for u, s in ((112, 32), (32, 112), (32, 32), (224, 64))] == [112, 128, 128, 132]
-    for units, steps, ctas in [(112, 32, 132), (32, 112, 132), (32, 32, 132), (7, 3, 132), (1, 1, 132), (300, 5, 264)]:
-        for p in {stream_k(units, steps, 2, ctas)[0], min(ctas, units * steps), units}:
-            total = units * steps
-            pieces = max(b - a + 1 for a, b in (
-                (((u * steps + 1) * p - 1) // total, ((u + 1) * steps * p - 1) // total) for u in range(units)
-            ))  # fmt: skip
-            if p == stream_k(units, steps, 2, ctas)[0]:
-                assert pieces == stream_k(units, steps, 2, ctas)[1]
-            seen, slots = [[] for _ in range(units)], set()
-            for c in range(p):
-                begin, end = c * total // p, (c + 1) * total // p
-                assert end > begin
-                parts = 0
-                for u in range(begin // steps, (end + steps - 1) // steps):
-                    s0, s1 = max(begin, u * steps) - u * steps, min(end, (u + 1) * steps) - u * steps
-                    seen[u].append((s0, s1, c))
-                    if (s0, s1) != (0, steps):
-                        parts += 1
-                        slot = (c, int(u != begin // steps))
-                        assert slot not in slots and u in (begin // steps, (end - 1) // steps)
-                        slots.add(slot)
-                assert shares(units, steps, p)[c] == (end - begin, parts)
-            for u, got in enumerate(seen):
-                assert [s for s0, s1, _ in got for s in range(s0, s1)] == list(range(steps)), (units, steps, u)
-                first, last = ((u * steps + 1) * p - 1) // total, ((u + 1) * steps * p - 1) // total
-                assert [c for *_, c in got] == list(range(first, last + 1)) and last - first + 1 <= pieces
-
-
-def test_ws_prototype_compact_scales_keep_every_zero_point():
-    """``w4a16_ws.compact_scales``: the scales as they are, each zero point in its nibble (column ``8 j + i``
-    in nibble ``i`` of word ``j``, the top nibble's bit the int32's sign), none where every one is 8."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "gpu"))
-    from w4a16_ws_launch import compact_scales
-
-    gen = torch.Generator().manual_seed(0)
-    scales = torch.randn(3, 64, generator=gen).to(torch.bfloat16)
-    zeros = torch.randint(0, 16, (3, 64), generator=gen, dtype=torch.uint8)
-    zeros[0, 7] = 15  # a word whose top nibble sets the sign bit
-    s, words = compact_scales(scales, zeros)
-    assert torch.equal(s, scales) and words.dtype == torch.int32 and words.shape == (3, 8)
-    got = (words.to(torch.int64)[..., None] >> (4 * torch.arange(8))) & 0xF
-    assert torch.equal(got.reshape(3, 64), zeros.to(torch.int64))
-    assert compact_scales(scales, torch.full_like(zeros, 8))[1] is None and compact_scales(scales, None)[1] is None

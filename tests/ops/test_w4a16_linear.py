@@ -77,21 +77,28 @@ def test_fragment_layout_is_the_gptq_layers_weight_and_checkpoint(symmetric):
     saved, want = frag.state_dict(), gptq.state_dict()
     assert set(saved) == set(want) and all(torch.equal(saved[k], want[k]) for k in want)
     # and loads into either layout
+    assert frag.fragment_scales.shape == (4, 64) and frag.fragment_scales.dtype == torch.float16
+    if symmetric:
+        assert frag.fragment_zeros is None
+    else:
+        assert frag.fragment_zeros.shape == (4, 8) and frag.fragment_zeros.dtype == torch.int32
     clone = W4A16Linear(256, 64, group_size=64, symmetric=symmetric, bias=True, layout="fragment")
     clone.load_state_dict(want)
     assert torch.equal(clone.words, frag.words) and torch.equal(clone.fragment_scales, frag.fragment_scales)
+    assert clone.fragment_zeros is None if symmetric else torch.equal(clone.fragment_zeros, frag.fragment_zeros)
     back = W4A16Linear(256, 64, group_size=64, symmetric=symmetric, bias=True)
     back.load_state_dict(saved)
     assert torch.equal(back.qweight, gptq.qweight) and torch.equal(back.scales, gptq.scales)
 
 
 def test_fragment_layout_converts_dtype_as_the_gptq_layout():
-    """The records hold MAGIC + z, whose value depends on the dtype: ``.to(dtype)`` repacks them."""
+    """``.to(dtype)`` converts the scales (and bias) as any float buffer; the zero words stay int32."""
     torch.manual_seed(1)
     lin = torch.nn.Linear(128, 32, bias=True).half()
     gptq = W4A16Linear.from_linear(lin, group_size=64, symmetric=False).to(torch.bfloat16)
     frag = W4A16Linear.from_linear(lin, group_size=64, symmetric=False, layout="fragment").to(torch.bfloat16)
     assert frag.fragment_scales.dtype == torch.bfloat16 and frag.bias.dtype == torch.bfloat16
+    assert frag.fragment_zeros.dtype == torch.int32
     assert torch.equal(frag.dense_weight(), gptq.dense_weight())
     x = torch.randn(4, 128, dtype=torch.bfloat16)
     assert torch.equal(frag(x), gptq(x))
@@ -127,6 +134,21 @@ def test_fragment_layout_errors_name_what_it_cannot_take():
         layer.load_state_dict(wrong)
     with pytest.raises(TypeError, match="keeps its scales in float16 or bfloat16"):
         layer.float()
+    assert layer.fragment_scales.dtype == torch.float16  # a refused dtype leaves the layer as it was
+
+
+def test_fragment_layout_refuses_a_zero_point_of_16():
+    """A GPTQ v1 zero point of 16 (stored 15) has no nibble in the fragment layout's zero words."""
+    t = quantize_rtn(torch.randn(64, 128, generator=make_generator(0)), 64, False, scale_dtype=torch.float16)
+    qzeros = t.qzeros.clone()
+    qzeros[0, 0] |= 0xF  # column 0 of group 0: stored 15, true zero point 16
+    gptq = W4A16Linear.from_gptq(t.qweight, qzeros, t.scales, format="v1")
+    assert "zero points must be 0..15" in gptq.fragment_unsupported()
+    with pytest.raises(ValueError, match="zero points must be 0..15"):
+        W4A16Linear.from_gptq(t.qweight, qzeros, t.scales, format="v1", layout="fragment")
+    frag = W4A16Linear(128, 64, group_size=64, symmetric=False, layout="fragment")
+    with pytest.raises(RuntimeError, match="holds zero points 0..15, got up to 16"):
+        frag.load_state_dict(gptq.state_dict())
 
 
 @pytest.mark.gpu
@@ -147,5 +169,5 @@ def test_gpu_fragment_layout_meets_the_contract_at_every_path(dtype):
         with w4a16_gemm_packed.priority(["triton"]):
             y = frag(x)
         want = torch.matmul(x, frag.dense_weight()) + frag.bias
-        args = (x, frag.words, frag.fragment_scales, frag.perm, frag.bias)
+        args = (x, frag.words, frag.fragment_scales, frag.fragment_zeros, frag.perm, frag.bias)
         assert w4a16_gemm_packed.contract.check(y, want, args=args).passed, M

@@ -31,15 +31,17 @@ class W4A16Linear(nn.Module):
     allocator) and multiply with cuBLAS (``exactfuse.ops.w4a16.heuristics``).
 
     ``layout="fragment"`` holds the same weight repacked once for ``w4a16_gemm_packed``
-    (``exactfuse.ops.w4a16.fragment``: ``words`` and ``fragment_scales`` in place of
-    ``qweight``, ``scales`` and ``zeros``, the same bytes), which is faster at decode sizes
-    (docs/performance.md: M <= 16 on the wide layers) and slower at M 32-128. Its
-    ``state_dict`` is still the GPTQ layout's (unpacked on save, repacked on load: exact
-    inverses), so checkpoints do not depend on the layout; ``.to(dtype)`` converts the
-    scales as the GPTQ layout does. It needs groups of a multiple of 64 rows (or one group)
-    and ``K % 64 == N % 16 == 0``, no per-row ``groups``, and its kernel runs on sm_90
-    (elsewhere the op's native path). ``deterministic`` does not apply: its split-K is
-    always finished in a fixed order.
+    (``exactfuse.ops.w4a16.fragment``): ``words [N/16, K/64, 32, 4]`` int32,
+    ``fragment_scales [K/G, N]`` (the activation dtype) and, when asymmetric,
+    ``fragment_zeros [K/G, N/8]`` int32 (8 zero points a word) in place of ``qweight``,
+    ``scales`` and ``zeros``, which is faster at decode sizes (docs/performance.md: M <= 16
+    on the wide layers) and slower at M 32-128. Its ``state_dict`` is still the GPTQ
+    layout's (unpacked on save, repacked on load: exact inverses), so checkpoints do not
+    depend on the layout; ``.to(dtype)`` converts the scales as the GPTQ layout does. It
+    needs groups of a multiple of 64 rows (or one group), ``K % 64 == N % 16 == 0``, zero
+    points 0..15 (not a GPTQ v1 zero point of 16), no per-row ``groups``, and its kernel
+    runs on sm_90 (elsewhere the op's native path). ``deterministic`` does not apply: its
+    split-K is always finished in a fixed order.
     """
 
     def __init__(
@@ -96,7 +98,11 @@ class W4A16Linear(nn.Module):
         if self.group_index is not None:
             return "it has no per-row groups (groups=...)"
         groups = (self.scales if self.layout == "gptq" else self.fragment_scales).shape[0]
-        return fragment.layout_unsupported(self.in_features, self.out_features, groups)
+        if reason := fragment.layout_unsupported(self.in_features, self.out_features, groups):
+            return reason
+        if self.layout == "gptq" and self.zeros is not None and bool((self.zeros > 15).any()):
+            return "its zero points must be 0..15 (a nibble; GPTQ v1 can give 16)"
+        return None
 
     def repack(self) -> W4A16Linear:
         """Hold the weight in the fragment layout from now on (class docstring); returns ``self``."""
@@ -105,13 +111,20 @@ class W4A16Linear(nn.Module):
         if reason := self.fragment_unsupported():
             raise ValueError(f"W4A16Linear: layout='fragment' does not take this layer: {reason}")
         packed = fragment.pack(self.qweight, self.scales, self.zeros)
+        zeros = self._zero_words(self.zeros)
         for name in _GPTQ_BUFFERS:
             delattr(self, name)
         # not in state_dict: _save_to_state_dict writes the GPTQ tensors they unpack to
         self.register_buffer("words", packed.words, persistent=False)
         self.register_buffer("fragment_scales", packed.scales, persistent=False)
+        self.register_buffer("fragment_zeros", zeros, persistent=False)
         self.layout = "fragment"
         return self
+
+    def _zero_words(self, zeros: torch.Tensor | None) -> torch.Tensor | None:
+        """The fragment layout's zero words of ``zeros [K/G, N]``: a tensor whenever the layer is asymmetric
+        (all 8 included), so that a load copies into it."""
+        return None if self.symmetric else fragment.pack_zeros(zeros)
 
     def unpacked(self) -> W4A16Linear:
         """The same layer in the GPTQ layout: ``self`` if it is, else a new one built from this one's ``state_dict``."""
@@ -129,7 +142,7 @@ class W4A16Linear(nn.Module):
         """``(qweight, scales, zeros)`` of the GPTQ layout (unpacked from the fragment layout)."""
         if self.layout == "gptq":
             return self.qweight, self.scales, self.zeros
-        qweight, scales, zeros = fragment.unpack(self.words, self.fragment_scales)
+        qweight, scales, zeros = fragment.unpack(self.words, self.fragment_scales, self.fragment_zeros)
         return qweight, scales, None if self.symmetric else zeros
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
@@ -163,25 +176,30 @@ class W4A16Linear(nn.Module):
         if wrong:
             error_msgs.append("size mismatch for " + "; ".join(wrong))
             return
+        if "zeros" in got and got["zeros"].numel() and (top := int(got["zeros"].max())) > 15:
+            error_msgs.append(f"{keys['zeros']}: the fragment layout holds zero points 0..15, got up to {top}")
+            return
         scales = got["scales"].to(self.fragment_scales.device, self.fragment_scales.dtype)
         zeros = got["zeros"].to(scales.device) if "zeros" in got else None
         packed = fragment.pack(got["qweight"].to(scales.device), scales, zeros)
         self.words.copy_(packed.words)
         self.fragment_scales.copy_(packed.scales)
+        if zeros is not None:
+            self.fragment_zeros.copy_(self._zero_words(zeros))
 
     def _apply(self, fn, recurse=True):
         if self.layout != "fragment":
             return super()._apply(fn, recurse)
-        # the records hold MAGIC + z, whose value depends on the dtype: convert the scales, then repack
-        scales, zeros = fragment.unpack_scales(self.fragment_scales)
-        scales = fn(scales)
+        # the scales convert as any float buffer (the zero words stay int32), but only to a dtype the
+        # kernel takes: converted first, so that a refused dtype leaves the layer as it was
+        scales = fn(self.fragment_scales)
         if scales.dtype not in fragment.MAGIC:
             raise TypeError(
                 f"W4A16Linear: layout='fragment' keeps its scales in float16 or bfloat16, not {scales.dtype}"
             )
         self._buffers["fragment_scales"] = None
         super()._apply(fn, recurse)
-        self._buffers["fragment_scales"] = fragment.pack_scales(scales, fn(zeros))
+        self._buffers["fragment_scales"] = scales
         return self
 
     @classmethod
@@ -254,7 +272,7 @@ class W4A16Linear(nn.Module):
         """``x [..., K]`` -> ``[..., N]`` in ``x``'s dtype."""
         x2 = x.reshape(-1, self.in_features)
         if self.layout == "fragment":
-            y = w4a16_gemm_packed(x2, self.words, self.fragment_scales, self.perm, self.bias)
+            y = w4a16_gemm_packed(x2, self.words, self.fragment_scales, self.fragment_zeros, self.perm, self.bias)
             return y.reshape(*x.shape[:-1], self.out_features)
         y = w4a16_gemm(
             x2, self.qweight, self.scales, self.zeros, self.perm, self.bias, self.group_size, self.deterministic,

@@ -102,9 +102,9 @@ register_peer(
 def _packed_gptq_args(args: tuple, kwargs: dict) -> tuple:
     """The packed op's arguments as ``w4a16_gemm``'s: the weight unpacked to the GPTQ layout (zeros None
     where every zero point is the symmetric 8)."""
-    a, words, scales, perm, bias = (*args, *([None] * (5 - len(args))))[:5]
-    perm, bias = kwargs.get("perm", perm), kwargs.get("bias", bias)
-    qweight, s, z = fragment.unpack(words, scales)
+    a, words, scales, zeros, perm, bias = (*args, *([None] * (6 - len(args))))[:6]
+    zeros, perm, bias = kwargs.get("zeros", zeros), kwargs.get("perm", perm), kwargs.get("bias", bias)
+    qweight, s, z = fragment.unpack(words, scales, zeros)
     zeros = None if bool((z == SYMMETRIC_ZERO).all()) else z
     return a, qweight, s, zeros, perm, bias, (words.shape[1] * fragment.CHUNK_K) // scales.shape[0]
 

@@ -4,7 +4,9 @@
 Spec in ``native.py``, argument checks in ``checks.py``, formats in ``packing.py`` and ``fragment.py``,
 the launcher, the provider and what it takes in ``launch.py``, kernels in ``tile_kernel.py`` (the fused
 tile), ``gemv.py`` (M <= 2), ``staged.py`` (the multi-stage Gluon tile), ``splitk.py`` and ``dequant.py``
-(the dense path), and ``mma.py`` (the fragment layout's, with its launcher), the launch rules in
+(the dense path), and, for the fragment layout, ``packed_kernel.py`` (the warp-specialized stream-K kernel;
+its shared-memory views in ``packed_smem.py``, its ``mma.sync`` steps in ``mma.py``) with its launcher and
+provider in ``packed.py``, the launch rules in
 ``heuristics.py``, the warmup hooks in ``warmup.py``. Inputs, grids and cost (``make_case`` too) live in the
 test kit (``exactfuse.testing.cases.w4a16``), baselines in the bench (``exactfuse.bench.peers``). The ops are
 *opaque* to torch.compile (``custom_op`` + fake): their tile and split-K choice depends on the runtime M, and
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.w4a16 import checks, fragment, launch, native, splitk, tile_kernel, warmup
+from exactfuse.ops.w4a16 import checks, fragment, launch, native, packed, splitk, tile_kernel, warmup
 from exactfuse.ops.w4a16 import mma as _mma
 from exactfuse.ops.w4a16.native import dense_weight, dequantize
 from exactfuse.ops.w4a16.packing import PreparedW4A16, dequantize_gptq, prepare_gptq, quantize_rtn, random_weights
@@ -58,9 +60,9 @@ w4a16_gemm.provider(
 w4a16_gemm.differentiable("a", "bias", backward=native.w4a16_gemm_backward)
 
 
-def packed_reference64(a, words, scales, perm=None, bias=None):
+def packed_reference64(a, words, scales, zeros=None, perm=None, bias=None):
     """float64 ``a[:, perm] @ W (+ bias)`` with ``W`` dequantized from the fragment layout as the spec does."""
-    w = fragment.dequantize(words, scales).double()
+    w = fragment.dequantize(words, scales, zeros).double()
     a64 = a.double() if perm is None else a.double().index_select(1, perm.to(torch.int64))
     out = a64 @ w
     return out if bias is None else out + bias.double()
@@ -77,8 +79,8 @@ w4a16_gemm_packed = op(
     dtypes=(torch.float16, torch.bfloat16),
     warmup=warmup.w4a16_gemm_packed,
 )
-w4a16_gemm_packed.provider("triton", supported=_mma.gluon_gpu_supported, supports_args=_mma.packed_supports)(
-    _mma.w4a16_gemm_packed_triton
+w4a16_gemm_packed.provider("triton", supported=_mma.gluon_gpu_supported, supports_args=packed.packed_supports)(
+    packed.w4a16_gemm_packed_triton
 )
 w4a16_gemm_packed.differentiable("a", "bias", backward=native.w4a16_gemm_packed_backward)
 

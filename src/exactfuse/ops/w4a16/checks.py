@@ -108,6 +108,7 @@ def check_w4a16_packed_args(
     a: torch.Tensor,
     words: torch.Tensor,
     scales: torch.Tensor,
+    zeros: torch.Tensor | None = None,
     perm: torch.Tensor | None = None,
     bias: torch.Tensor | None = None,
 ) -> None:
@@ -124,20 +125,25 @@ def check_w4a16_packed_args(
         raise ValueError(f"{op}: a must be [M, K] = [M, {K}] (K = 64 * words.shape[1]), got {_shape(a)}")
     if a.dtype not in FLOAT_DTYPES:
         raise TypeError(f"{op}: a must be float16 or bfloat16, got {a.dtype}")
-    groups = scales.shape[0] if scales.dim() == 4 else 0
-    if scales.dim() != 4 or scales.shape[1:] != (N // 16, 8, 8) or groups == 0 or (K // 64) % groups:
+    groups = scales.shape[0] if scales.dim() == 2 else 0
+    if scales.dim() != 2 or scales.shape[1] != N or groups == 0 or (K // 64) % groups:
         raise ValueError(
-            f"{op}: scales must be [groups, N/16, 8, 8] = [groups, {N // 16}, 8, 8] with groups dividing "
-            f"K/64 = {K // 64}, got {_shape(scales)}"
+            f"{op}: scales must be [groups, N] = [groups, {N}] with groups dividing K/64 = {K // 64}, "
+            f"got {_shape(scales)}"
         )
     if scales.dtype != a.dtype:
-        raise TypeError(f"{op}: scales must have a's dtype {a.dtype} (they were packed for it), got {scales.dtype}")
+        raise TypeError(f"{op}: scales must have a's dtype {a.dtype}, got {scales.dtype}")
+    if zeros is not None and (
+        not isinstance(zeros, torch.Tensor) or zeros.shape != (groups, N // 8) or zeros.dtype != torch.int32
+    ):
+        got = f"{_shape(zeros)} {zeros.dtype}" if isinstance(zeros, torch.Tensor) else type(zeros).__name__
+        raise ValueError(f"{op}: zeros must be None or int32 [groups, N/8] = [{groups}, {N // 8}], got {got}")
     if perm is not None and (perm.shape != (K,) or perm.dtype not in INDEX_DTYPES):
         raise ValueError(f"{op}: perm must be int32/int64 [K] = [{K}], got {_shape(perm)} {perm.dtype}")
     if perm is not None and perm.is_cpu and perm.numel() and not bool(((perm >= 0) & (perm < K)).all()):
         raise ValueError(f"{op}: perm's values must be in [0, K) = [0, {K}), got {int(perm.min())}..{int(perm.max())}")
     if bias is not None and (bias.shape != (N,) or bias.dtype != a.dtype):
         raise ValueError(f"{op}: bias must be [N] = [{N}] of a's dtype {a.dtype}, got {_shape(bias)} {bias.dtype}")
-    for name, t in (("words", words), ("scales", scales), ("perm", perm), ("bias", bias)):
+    for name, t in (("words", words), ("scales", scales), ("zeros", zeros), ("perm", perm), ("bias", bias)):
         if t is not None and t.device != a.device:
             raise ValueError(f"{op}: {name} must be on a's device {a.device}, got {t.device}")

@@ -159,15 +159,19 @@ def dequantize_dense(
 
 
 @triton.jit
-def fragment_dequant_kernel(p_words, p_s, p_w, N, chunks, group_chunks, MAGIC: tl.constexpr, CB: tl.constexpr):
+def fragment_dequant_kernel(
+    p_words, p_s, p_z, p_w, N, chunks, group_chunks, HAS_ZEROS: tl.constexpr, MAGIC: tl.constexpr, CB: tl.constexpr
+):
     """Dense weight ``p_w [K, N]`` (the scales' dtype, contiguous) from the fragment layout
     (``fragment.py``): 16-column tile ``program_id(0)``, chunks ``CB program_id(1) ..`` of 64 rows.
 
-    p_words: ``[N/16, K/64, 32, 4]`` int32; p_s: ``[groups, N/16, 8, 8]`` records (a group is
-    ``group_chunks`` chunks). Word ``[tile, c, 4 r + qq, j]``, nibble ``4 e + 2 h + b`` is the code of
-    row ``k = 64 c + 16 qq + 4 j + 2 h + e`` and column ``n = 16 tile + r + 8 b``; its record fields are
-    ``s`` at ``2 b`` and ``MAGIC + z`` at ``4 + 2 b``. ``((MAGIC + q) - (MAGIC + z)) * s`` in fp32 is exact
-    but the product, rounded once to the dtype: ``fragment.dequantize``'s bits.
+    p_words: ``[N/16, K/64, 32, 4]`` int32; p_s: ``[groups, N]`` scales, contiguous (a group is
+    ``group_chunks`` chunks); p_z: ``[groups, N/8]`` int32 zero words, column ``8 j + i`` in nibble ``i`` of
+    word ``j`` (read only with HAS_ZEROS; zero point 8 without). Word ``[tile, c, 4 r + qq, j]``, nibble
+    ``4 e + 2 h + b`` is the code of row ``k = 64 c + 16 qq + 4 j + 2 h + e`` and column
+    ``n = 16 tile + r + 8 b``, whose zero point is nibble ``r`` of zero word ``2 tile + b``.
+    ``((MAGIC + q) - (MAGIC + z)) * s`` in fp32 is exact but the product, rounded once to the dtype:
+    ``fragment.dequantize``'s bits. MAGIC, HAS_ZEROS and CB (chunks a program) are constexpr.
     """
     tile = tl.program_id(0)
     o_c = (tl.program_id(1) * CB + tl.arange(0, CB))[:, None, None, None, None]
@@ -176,30 +180,36 @@ def fragment_dequant_kernel(p_words, p_s, p_w, N, chunks, group_chunks, MAGIC: t
     o_j = tl.arange(0, 4)[None, None, None, :, None]
     nib = tl.arange(0, 8)[None, None, None, None, :]
     m_c = o_c < chunks
-    words = tl.load(p_words + ((tile * chunks + o_c) * 32 + o_r * 4 + o_q) * 4 + o_j, mask=m_c, other=0)
-    code = ((words >> (nib * 4)) & 0xF).to(tl.float32)  # [CB, 8, 4, 4, 8]
+    b_words = tl.load(p_words + ((tile * chunks + o_c) * 32 + o_r * 4 + o_q) * 4 + o_j, mask=m_c, other=0)
+    b_code = ((b_words >> (nib * 4)) & 0xF).to(tl.float32)  # [CB, 8, 4, 4, 8]
     b = nib & 1
-    rec = p_s + (((o_c // group_chunks) * (N // 16) + tile) * 8 + o_r) * 8 + 2 * b
-    s = tl.load(rec, mask=m_c, other=0.0).to(tl.float32)
-    zz = tl.load(rec + 4, mask=m_c, other=0.0).to(tl.float32)
-    value = ((code + MAGIC) - zz) * s
-    o_k = o_c * 64 + o_q * 16 + o_j * 4 + ((nib >> 1) & 1) * 2 + (nib >> 2)
+    o_g = o_c // group_chunks
     o_n = tile * 16 + o_r + 8 * b
+    b_s = tl.load(p_s + o_g * N + o_n, mask=m_c, other=0.0).to(tl.float32)
+    if HAS_ZEROS:
+        b_zw = tl.load(p_z + o_g * (N // 8) + 2 * tile + b, mask=m_c, other=0)
+        b_z = ((b_zw >> (o_r * 4)) & 0xF).to(tl.float32)
+    else:
+        b_z = 8.0
+    value = ((b_code + MAGIC) - (b_z + MAGIC)) * b_s
+    o_k = o_c * 64 + o_q * 16 + o_j * 4 + ((nib >> 1) & 1) * 2 + (nib >> 2)
     tl.store(p_w + o_k.to(tl.int64) * N + o_n, value.to(p_w.dtype.element_ty), mask=m_c)
 
 
 FRAGMENT_DEQUANT_CHUNKS = 4  # chunks of 64 rows a program of fragment_dequant_kernel: [256, 16] values
 
 
-def dense_from_fragment(words: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-    """The ``[K, N]`` weight of the fragment layout in ``scales``' dtype, in one kernel (the bits of
+def dense_from_fragment(words: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None) -> torch.Tensor:
+    """The ``[K, N]`` weight of the fragment layout (``words [N/16, K/64, 32, 4]`` int32, ``scales [groups, N]``
+    fp16/bf16, ``zeros [groups, N/8]`` int32 or None) in ``scales``' dtype, in one kernel (the bits of
     ``fragment.dequantize``, the spec's)."""
     tiles, chunks = words.shape[:2]
+    scales = scales.contiguous()
     w = empty((chunks * 64, tiles * 16), scales.dtype, scales.device)
     cb = FRAGMENT_DEQUANT_CHUNKS
     torch.library.wrap_triton(fragment_dequant_kernel)[(tiles, triton.cdiv(chunks, cb))](
-        words, scales, w, tiles * 16, chunks, chunks // scales.shape[0],
-        MAGIC=MAGIC[scales.dtype], CB=cb,
+        words, scales, zeros.contiguous() if zeros is not None else words, w, tiles * 16, chunks,
+        chunks // scales.shape[0], HAS_ZEROS=zeros is not None, MAGIC=MAGIC[scales.dtype], CB=cb,
     )  # fmt: skip
     return w
 
@@ -216,13 +226,14 @@ def packed_dense_gemm(
     a: torch.Tensor,
     words: torch.Tensor,
     scales: torch.Tensor,
+    zeros: torch.Tensor | None,
     perm: torch.Tensor | None,
     bias: torch.Tensor | None,
 ) -> torch.Tensor:
     """``w4a16_gemm_packed`` as the ``dense`` configuration: the fragment layout dequantized into a
     ``[K, N]`` buffer (:func:`dense_from_fragment`), then the spec's ``torch.matmul`` (+ bias): bitwise
     equal to native, at the cost of ``2 * K * N`` transient bytes."""
-    w = dense_from_fragment(words, scales)
+    w = dense_from_fragment(words, scales, zeros)
     if perm is not None:
         a = permuted_columns(a, perm)
     out = torch.matmul(a, w)

@@ -23,11 +23,19 @@ adjacent in it: lane ``l`` with ``q = l % 4`` reads the 16 activations ``64 chun
 pairs, and k-position ``c + e`` (``e`` = 0, 1) of step ``j`` is ``k = 64 chunk + 16 q + 4 j + e`` (pair
 ``2 j``), ``c + 8 + e`` is ``k + 2`` (pair ``2 j + 1``).
 
-The scales and zero points of each group are repacked beside it, in the activation dtype:
-``scales [groups, N / 16, 8, 8]``: for tile row ``r``: ``s_r, s_r, s_{r+8}, s_{r+8}, MAGIC + z_r`` twice
-and ``MAGIC + z_{r+8}`` twice: the four 32-bit pairs the dequantization multiplies and subtracts.
-``MAGIC + z`` (at most 143 or 1039) is exact in the dtype. A chunk lies in one group: the group size
-is a multiple of 64 (or one group spans K).
+The scales and zero points stay in GPTQ order, compact: 2 bytes a column a group, and half a byte more with
+zero points (records of ``s`` and ``MAGIC + z`` laid out as the MMA's registers take them would be 8):
+
+``scales [groups, N]`` in the activation dtype, contiguous: the scales as they are.
+
+``zeros [groups, N / 8]`` int32, or None where every zero point is 8 (symmetric): column ``8 j + i``'s true
+zero point (0..15) in nibble ``i`` (bits ``4i .. 4i + 3``) of word ``j`` of its group's row; a word of
+``2**31`` or more is stored as its negative two's complement. A GPTQ "v1" zero point of 16 has no nibble:
+:func:`pack` refuses it.
+
+The dequantization is ``((MAGIC + q) - (MAGIC + z)) * s`` in the dtype: ``MAGIC + z`` (at most 1039) is
+exact and so is the difference, so only the product rounds, once: the spec's ``(q - z) * s``. A chunk lies
+in one group: the group size is a multiple of 64 (or one group spans K).
 
 :func:`pack` takes the prepared GPTQ-order tensors of :mod:`~exactfuse.ops.w4a16.packing` (what
 ``W4A16Linear`` stores) and :func:`unpack` gives them back: exact inverses.
@@ -53,6 +61,7 @@ class FragmentW4A16(NamedTuple):
 
     words: torch.Tensor
     scales: torch.Tensor
+    zeros: torch.Tensor | None
     perm: torch.Tensor | None
 
 
@@ -88,52 +97,74 @@ def unpack_codes(words: torch.Tensor) -> torch.Tensor:
     return axes.permute(inverse).reshape(chunks * CHUNK_K, tiles * TILE_N).contiguous()
 
 
-def pack_scales(scales: torch.Tensor, zeros: torch.Tensor | None) -> torch.Tensor:
-    """``scales [groups, N]`` (fp16/bf16) and true zero points ``zeros [groups, N]`` (or None: 8) ->
-    ``[groups, N/16, 8, 8]`` in ``scales``' dtype (module docstring)."""
-    groups, N = scales.shape
-    z = torch.full_like(scales, SYMMETRIC_ZERO) if zeros is None else zeros.to(scales.dtype)
-    zz = z + MAGIC[scales.dtype]  # exact: an integer below 2^11
-    s, zz = scales.view(groups, N // TILE_N, 2, 8), zz.view(groups, N // TILE_N, 2, 8)  # [g, tile, half, r]
-    parts = (s[:, :, 0], s[:, :, 0], s[:, :, 1], s[:, :, 1], zz[:, :, 0], zz[:, :, 0], zz[:, :, 1], zz[:, :, 1])
-    return torch.stack(parts, dim=-1).contiguous()
+def pack_zeros(zeros: torch.Tensor) -> torch.Tensor:
+    """True zero points ``zeros [groups, N]`` (0..15) -> zero words ``[groups, N/8]`` int32: column ``8 j + i``
+    in nibble ``i`` of word ``j`` (module docstring), whether or not every one is 8."""
+    groups, N = zeros.shape
+    if N % PACK:
+        raise ValueError(f"fragment.pack_zeros: zeros' columns must be a multiple of {PACK}, got {list(zeros.shape)}")
+    z = zeros.to(torch.int64)
+    if z.numel() and not bool(((z >= 0) & (z <= 15)).all()):
+        raise ValueError(
+            f"fragment.pack_zeros: zero points must be 0..15 (a nibble), got {int(z.min())}..{int(z.max())}"
+        )
+    shifts = torch.arange(0, 32, 4, device=zeros.device, dtype=torch.int64)
+    word = (z.reshape(groups, N // PACK, PACK) << shifts).sum(-1)  # distinct bits: the sum is the OR
+    return torch.where(word >= 2**31, word - 2**32, word).to(torch.int32)
 
 
-def unpack_scales(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The inverse of :func:`pack_scales`: ``(scales [groups, N], zeros [groups, N] uint8)``."""
-    groups, tiles = packed.shape[:2]
-    s = torch.stack((packed[..., 0], packed[..., 2]), dim=2).reshape(groups, tiles * TILE_N)
-    zz = torch.stack((packed[..., 4], packed[..., 6]), dim=2).reshape(groups, tiles * TILE_N)
-    return s, (zz.float() - MAGIC[packed.dtype]).to(torch.uint8)
+def unpack_zeros(zeros: torch.Tensor) -> torch.Tensor:
+    """The inverse of :func:`pack_zeros`: ``[groups, N]`` uint8 zero points."""
+    groups, words = zeros.shape
+    shifts = torch.arange(0, 32, 4, device=zeros.device, dtype=torch.int32)
+    nibbles = (zeros.unsqueeze(-1) >> shifts) & 0xF  # an arithmetic shift: the mask drops the sign's copies
+    return nibbles.reshape(groups, words * PACK).to(torch.uint8)
+
+
+def pack_scales(scales: torch.Tensor, zeros: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """GPTQ-order ``scales [groups, N]`` (fp16/bf16) and true zero points ``zeros [groups, N]`` (0..15, or
+    None: 8) -> ``(scales [groups, N]`` contiguous, ``zeros [groups, N/8]`` int32 :func:`pack_zeros` words, or
+    None where every zero point is 8)."""
+    if zeros is None or bool((zeros == SYMMETRIC_ZERO).all()):
+        return scales.contiguous(), None
+    return scales.contiguous(), pack_zeros(zeros)
+
+
+def unpack_scales(scales: torch.Tensor, zeros: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The inverse of :func:`pack_scales`: ``(scales [groups, N], zeros [groups, N] uint8)``, all 8 where
+    ``zeros`` is None."""
+    if zeros is None:
+        return scales, torch.full(scales.shape, SYMMETRIC_ZERO, dtype=torch.uint8, device=scales.device)
+    return scales, unpack_zeros(zeros)
 
 
 def pack(
     qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, perm: torch.Tensor | None = None
 ) -> FragmentW4A16:
     """The prepared GPTQ-order tensors (:class:`~exactfuse.ops.w4a16.packing.PreparedW4A16`, groups of a
-    multiple of 64 rows or one group) in the fragment layout."""
+    multiple of 64 rows or one group, zero points 0..15) in the fragment layout:
+    ``w4a16_gemm_packed(a, *pack(qweight, scales, zeros, perm), bias)`` is ``w4a16_gemm``'s product."""
     if scales.dtype not in FLOAT_DTYPES:
         raise TypeError(f"fragment.pack: scales must be float16 or bfloat16, got {scales.dtype}")
     K, N = qweight.shape[0] * PACK, qweight.shape[1]
     if reason := layout_unsupported(K, N, scales.shape[0]):
         raise ValueError(f"fragment.pack: no fragment layout for this weight: {reason}")
-    return FragmentW4A16(pack_codes(unpack_rows(qweight)), pack_scales(scales, zeros), perm)
+    return FragmentW4A16(pack_codes(unpack_rows(qweight)), *pack_scales(scales, zeros), perm)
 
 
-def unpack(words: torch.Tensor, scales: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(qweight [K/8, N], scales [groups, N], zeros [groups, N] uint8)`` in GPTQ order."""
-    s, z = unpack_scales(scales)
-    return pack_rows(unpack_codes(words)), s, z
+def unpack(
+    words: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(qweight [K/8, N], scales [groups, N], zeros [groups, N] uint8)`` in GPTQ order (zeros all 8 where
+    ``zeros`` is None)."""
+    return pack_rows(unpack_codes(words)), *unpack_scales(scales, zeros)
 
 
-def dequantize(words: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+def dequantize(words: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None) -> torch.Tensor:
     """The ``[K, N]`` weight in ``scales``' dtype: ``((MAGIC + q) - (MAGIC + z)) * s``, each step exact but
     the last, rounded once (the spec's ``(q - z) * s`` in the dtype)."""
     q = unpack_codes(words)
-    K, N = q.shape
-    groups, dtype = scales.shape[0], scales.dtype
-    pairs = scales[..., 0::2]  # [groups, tile, r, 4]: s_r, s_{r+8}, MAGIC + z_r, MAGIC + z_{r+8}
-    s = torch.stack((pairs[..., 0], pairs[..., 1]), dim=2).reshape(groups, N)
-    zz = torch.stack((pairs[..., 2], pairs[..., 3]), dim=2).reshape(groups, N)
-    rows = torch.arange(K, device=q.device) // (K // groups)
-    return ((q.to(dtype) + MAGIC[dtype]) - zz[rows]) * s[rows]
+    K, dtype = q.shape[0], scales.dtype
+    rows = torch.arange(K, device=q.device) // (K // scales.shape[0])
+    z = SYMMETRIC_ZERO if zeros is None else unpack_zeros(zeros)[rows].to(dtype)
+    return ((q.to(dtype) + MAGIC[dtype]) - (z + MAGIC[dtype])) * scales[rows]

@@ -6,7 +6,8 @@ M = 1 and 2 run the CUDA-core GEMV (``gemv.py``), 3 <= M <= 128 the fused dequan
 (``tile_kernel.py``); on sm_90, M 2-128 run the multi-stage Gluon tile (:func:`staged_config`, ``staged.py``)
 where its arguments fit. docs/heuristics.md gives each bucket's sweep, its ratios against the alternatives and
 the variants measured and rejected, with the files under benchmarks/results/h200/sweeps/ that hold them.
-The op is opaque to torch.compile, so this choice runs per call on the runtime M.
+The op is opaque to torch.compile, so this choice runs per call on the runtime M. ``w4a16_gemm_packed``'s
+kernel takes :func:`packed_config` and its persistent grid from :func:`stream_k`.
 
 Split-K (``split_k`` programs along K per output tile) is used when the output tiles alone give fewer
 than ``programs_per_sm`` programs per SM (or leave SMs idle). It keeps at least one BK tile per split
@@ -210,54 +211,64 @@ def with_split(config: TileConfig, K: int, split_k: int) -> TileConfig:
     return dataclasses.replace(config, split_k=_cdiv(k_tiles, iters), k_per_split=iters * config.BK)
 
 
-FRAGMENT_MIN_CHUNKS = 4  # chunks of 64 rows a K split keeps at least (its loads run one chunk ahead)
-FRAGMENT_MAX_BLOCKS = 8  # blocks of 8 rows of ``a`` a program multiplies (more rows: more programs)
-FRAGMENT_WIDE_TILES = 896  # 16-column tiles from which N counts as wide (N >= 14336)
+PACKED_WEIGHT_BYTES_AN_SM = 48 * 1024  # the packed kernel's ring: weights in flight an SM
+PACKED_MAX_STAGES = 16
 
 
-def fragment_blocks(M: int) -> int:
-    """Blocks of 8 rows a program of the fragment kernel takes: ``M / 8`` rounded up to a power of two, at
-    most ``FRAGMENT_MAX_BLOCKS``."""
-    blocks = 1
-    while blocks * 8 < M and blocks < FRAGMENT_MAX_BLOCKS:
-        blocks *= 2
-    return blocks
+def packed_config(M: int, N: int, K: int, groups: int) -> dict | None:
+    """Launch arguments of ``w4a16_gemm_packed``'s kernel (``packed.launch_packed``), None where it does not
+    take the layer (N not a multiple of 64: four consumer warps of whole 16-column tiles). Four consumer
+    warps of 2 tiles each where N allows (else 1), one block of 8 rows up to M = 8, 2 up to 16, then 4;
+    2 chunks of 64 rows a step where the chunks and a group's chunks divide by 2 (else 1), and a ring deep
+    enough for :data:`PACKED_WEIGHT_BYTES_AN_SM` (3 to 16 slots). Measured on eight layers (4096 x 4096 to
+    28672 x 8192) at M 1-16 against the register-pipelined kernel it replaced and cuBLAS:
+    benchmarks/results/h100/sweeps/w4a16_ws_compact.txt (docs/heuristics.md)."""
+    n_tiles, chunks = N // 16, K // 64
+    if n_tiles % 4:
+        return None
+    tiles = 2 if n_tiles % 8 == 0 else 1
+    group_chunks = chunks // groups
+    unroll = 2 if chunks % 2 == 0 and group_chunks % 2 == 0 else 1
+    stages = max(3, min(PACKED_MAX_STAGES, -(-PACKED_WEIGHT_BYTES_AN_SM // (4 * tiles * unroll * 512))))
+    blocks = 1 if M <= 8 else 2 if M <= 16 else 4
+    return {"tiles": tiles, "blocks": blocks, "unroll": unroll, "stages": stages}
 
 
-@functools.lru_cache(maxsize=4096)
-def fragment_config(M: int, N: int, K: int, num_sms: int = H200_SMS) -> dict:
-    """Launch arguments of the fragment kernel (``mma.launch_fragment``): 4 warps (fewer where N has fewer
-    than 4 16-column tiles), ``fragment_blocks(M)`` blocks of 8 rows.
+# What a piece of a unit (a share's end inside a unit) costs, in 64-row chunks of streaming: the partial
+# sums' stores, the release fence and atomic, and the last piece's sum (about 2 µs on an H100, 8-10 chunks'
+# time: benchmarks/results/h100/sweeps/w4a16_ws.txt, split 8 against split 1)
+PIECE_CHUNKS = 8
 
-    One block (M <= 8) up to N = 14336: one tile a warp, the fewest K splits that make 3.5 programs an SM,
-    and 4 chunks a step where that is one wave at 4 programs an SM (the registers of a 4-chunk step, 128 at
-    one tile, hold 4 programs of 4 warps an SM), else 2. Fit to a sweep of 1, 2 and 4 chunks a step
-    (sweeps/w4a16_fragment_unroll.txt): on the four such bench layers at M 1 and 8 it takes the fastest
-    swept configuration or one within 1.03x of it, 1.03-1.21x faster than one chunk a step.
 
-    Otherwise one chunk a step, and per warp 1 tile, 2 at one block or at 8 blocks, 4 for wide
-    N at 4 blocks; then the fewest K splits (divisors of ``K / 64``, splits of at least
-    ``FRAGMENT_MIN_CHUNKS`` chunks) that make 6.5 programs an SM up to 2 blocks, 1.7 from 4 blocks. Fit to
-    the sweep over (warps, tiles, split) on the five bench layers at M 1-64 (sweeps/w4a16_fragment.txt):
-    at M 1, 8 and 16 it takes the fastest swept configuration or one within 1.06x of it (the 14336-row
-    layer's 14 splits were not swept). From M = 32 the kernel is slower than ``w4a16_gemm``'s tiles on
-    every layer and the rule is not tuned."""
-    tile_cols = N // 16
-    blocks = fragment_blocks(M)
-    wide = tile_cols >= FRAGMENT_WIDE_TILES
-    warps = next(w for w in (4, 2, 1) if tile_cols % w == 0)
-    chunks = K // 64
-    splits = [s for s in range(1, chunks + 1) if chunks % s == 0 and (s == 1 or chunks // s >= FRAGMENT_MIN_CHUNKS)]
-    if blocks == 1 and tile_cols <= FRAGMENT_WIDE_TILES:
-        programs = tile_cols // warps
-        split = next((s for s in splits if programs * s >= 3.5 * num_sms), splits[-1])
-        per_split = chunks // split
-        one_wave = programs * split <= 4 * num_sms
-        unroll = 4 if one_wave and per_split % 4 == 0 else 2 if per_split % 2 == 0 else 1
-        return {"warps": warps, "tiles": 1, "blocks": 1, "split": split, "unroll": unroll}
-    want = {1: 2, 2: 1, 4: 4 if wide else 1, 8: 2}[blocks]
-    tiles = next(t for t in (4, 2, 1) if t <= want and tile_cols % (warps * t) == 0)
-    programs = (tile_cols // (warps * tiles)) * _cdiv(max(M, 1), 8 * blocks)
-    target = (6.5 if blocks <= 2 else 1.7) * num_sms
-    split = next((s for s in splits if programs * s >= target), splits[-1])
-    return {"warps": warps, "tiles": tiles, "blocks": blocks, "split": split, "unroll": 1}  # cached: not mutated
+def shares(units: int, steps: int, grid: int) -> list[tuple[int, int]]:
+    """Each CTA's (steps, pieces) when ``units`` units of ``steps`` steps, laid end to end, are cut into
+    ``grid`` equal contiguous shares (the packed kernel's ``c total // P``); pieces: the units the share
+    holds only part of."""
+    total = units * steps
+    out = []
+    for c in range(grid):
+        begin, end = c * total // grid, (c + 1) * total // grid
+        units_held = range(begin // steps, (end + steps - 1) // steps)
+        parts = sum(
+            max(begin, u * steps) > u * steps or min(end, (u + 1) * steps) < (u + 1) * steps for u in units_held
+        )
+        out.append((end - begin, parts))
+    return out
+
+
+@functools.cache  # a pure function of four sizes, asked every launch
+def stream_k(units: int, steps: int, unroll: int, ctas: int) -> tuple[int, int]:
+    """The packed kernel's (grid, the most pieces a unit is cut into): of the grids that cut every unit into
+    the same number of pieces (``units`` times a divisor of ``steps``, at most ``ctas``) and the whole of
+    ``ctas`` (stream-K), the one whose busiest CTA streams the fewest chunks, each piece counted as
+    :data:`PIECE_CHUNKS` more (ties: the smaller grid)."""
+    total = units * steps
+    grids = {units * s for s in range(1, steps + 1) if steps % s == 0 and units * s <= ctas} | {min(ctas, total)}
+
+    def cost(grid: int) -> int:
+        return max(n * unroll + PIECE_CHUNKS * parts for n, parts in shares(units, steps, grid))
+
+    grid = min(sorted(grids), key=cost)
+    first = [((u * steps + 1) * grid - 1) // total for u in range(units)]
+    last = [((u + 1) * steps * grid - 1) // total for u in range(units)]
+    return grid, max(b - a + 1 for a, b in zip(first, last, strict=True))

@@ -149,19 +149,23 @@ def w4a16_gemm_packed(
     a: torch.Tensor,
     words: torch.Tensor,
     scales: torch.Tensor,
+    zeros: torch.Tensor | None = None,
     perm: torch.Tensor | None = None,
     bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """:func:`w4a16_gemm` over the fragment layout (``fragment.py``): ``a[:, perm] @ W (+ bias)``, ``W``
-    dequantized as ``(q - z) * s`` in ``a.dtype`` (one rounding), ``torch.matmul``, then ``+ bias``."""
-    w = fragment.dequantize(words, scales)
+    dequantized as ``(q - z) * s`` in ``a.dtype`` (one rounding), ``torch.matmul``, then ``+ bias``.
+
+    ``words [N/16, K/64, 32, 4]`` int32, ``scales [groups, N]`` in ``a``'s dtype, ``zeros [groups, N/8]``
+    int32 (8 zero points a word) or None (all 8), ``perm`` and ``bias`` as :func:`w4a16_gemm`'s."""
+    w = fragment.dequantize(words, scales, zeros)
     if perm is not None:
         a = a.index_select(1, perm.to(torch.int64))
     out = torch.matmul(a, w)
     return out if bias is None else out + bias
 
 
-def w4a16_gemm_packed_fake(a, words, scales, perm=None, bias=None) -> torch.Tensor:
+def w4a16_gemm_packed_fake(a, words, scales, zeros=None, perm=None, bias=None) -> torch.Tensor:
     """Output metadata only: ``[M, N]`` in ``a.dtype`` on ``a.device``."""
     return a.new_empty((a.shape[0], words.shape[0] * 16))
 
@@ -171,8 +175,9 @@ def w4a16_gemm_packed_backward(
     a: torch.Tensor,
     words: torch.Tensor,
     scales: torch.Tensor,
+    zeros: torch.Tensor | None = None,
     perm: torch.Tensor | None = None,
     bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(d a, d bias)`` of :func:`w4a16_gemm_packed`: as :func:`w4a16_gemm_backward` (frozen weight)."""
-    return frozen_weight_backward(grad, a, fragment.dequantize(words, scales), perm, bias)
+    return frozen_weight_backward(grad, a, fragment.dequantize(words, scales, zeros), perm, bias)

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.w4a16 import fragment, launch
-from exactfuse.ops.w4a16 import mma as _mma
+from exactfuse.ops.w4a16 import fragment, launch, packed
 from exactfuse.ops.w4a16.heuristics import DENSE_ABOVE_M
 from exactfuse.ops.w4a16.packing import random_weights
 
@@ -56,13 +55,13 @@ def w4a16_gemm(
             launch.launch_w4a16_gemm(a, w.qweight, w.scales, w.zeros, w.perm, b, w.group_size, deterministic)
 
 
-# one M for every block count of the fragment kernel (heuristics.fragment_blocks: 1, 2, 4, 8), and one above
+# one M for every block count of the packed kernel (heuristics.packed_config: 1, 2, 4), and one above
 # heuristics.DENSE_ABOVE_M (the layout's dequantization kernel, then cuBLAS)
-PACKED_WARMUP_M = (1, 16, 32, 64, 128, DENSE_ABOVE_M + 1)
+PACKED_WARMUP_M = (1, 16, 32, DENSE_ABOVE_M + 1)
 
 
 def w4a16_gemm_packed(device, dtype, *, shapes=((4096, 4096),), group_size=128, symmetric=True, bias=False, **other):
-    """Compile the fragment kernel's specializations for the layers ``shapes = ((K, N), ...)`` (repacked
+    """Compile the packed kernel's specializations for the layers ``shapes = ((K, N), ...)`` (repacked
     with ``fragment.pack``) at every block count the launch rule takes; nothing where the provider cannot
     run (no sm_90 GPU, a layer with no fragment layout). Other options are ignored."""
     gen = torch.Generator(device="cpu").manual_seed(0)
@@ -70,9 +69,9 @@ def w4a16_gemm_packed(device, dtype, *, shapes=((4096, 4096),), group_size=128, 
         w = random_weights(K, N, dtype, device, gen, group_size=group_size, symmetric=symmetric)
         if fragment.layout_unsupported(K, N, w.scales.shape[0]):
             continue
-        packed = fragment.pack(w.qweight, w.scales, w.zeros)
+        words, scales, zeros, _ = fragment.pack(w.qweight, w.scales, w.zeros)
         b = torch.zeros((N,), dtype=dtype, device=device) if bias else None
         for M in PACKED_WARMUP_M:
             a = torch.ones((M, K), dtype=dtype, device=device)
-            if _mma.packed_supports(a, packed.words, packed.scales, None, b) is True:
-                _mma.w4a16_gemm_packed_triton(a, packed.words, packed.scales, None, b)
+            if packed.packed_supports(a, words, scales, zeros, None, b) is True:
+                packed.w4a16_gemm_packed_triton(a, words, scales, zeros, None, b)

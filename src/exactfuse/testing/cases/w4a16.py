@@ -137,8 +137,7 @@ def packed_case(case_id, M, K, N, dtype, device, gen, *, bias=False, **weight_op
     a, qweight, scales, zeros, perm, b, _ = make_case(
         case_id, M, K, N, dtype, device, gen, bias=bias, **weight_options
     ).args
-    packed = fragment.pack(qweight, scales, zeros, perm)
-    return Case(case_id, (a, packed.words, packed.scales, packed.perm, b))
+    return Case(case_id, (a, *fragment.pack(qweight, scales, zeros, perm), b))
 
 
 @w4a16_gemm_packed.inputs
@@ -168,8 +167,7 @@ PACKED_BENCH_M = (1, 2, 4, 8, 16, 32, 64)
 def _packed_bench_cases(device, dtype, points):
     for case in _bench_cases(device, dtype, points):
         a, qweight, scales, zeros, perm, b, _ = case.args
-        packed = fragment.pack(qweight, scales, zeros, perm)
-        yield Case(case.id, (a, packed.words, packed.scales, packed.perm, b))
+        yield Case(case.id, (a, *fragment.pack(qweight, scales, zeros, perm), b))
 
 
 w4a16_gemm_packed.grid("default")(
@@ -182,9 +180,9 @@ w4a16_gemm_packed.grid("quick")(
 )
 
 
-def _packed_bytes(a, words, scales, perm=None, bias=None) -> int:
-    """Words + scale records (+ perm, bias) + activations + output, each read or written once."""
-    moved = sum(t.numel() * t.element_size() for t in (words, scales, perm, bias, a) if t is not None)
+def _packed_bytes(a, words, scales, zeros=None, perm=None, bias=None) -> int:
+    """Words + scales (+ zero words, perm, bias) + activations + output, each read or written once."""
+    moved = sum(t.numel() * t.element_size() for t in (words, scales, zeros, perm, bias, a) if t is not None)
     return moved + a.shape[0] * words.shape[0] * 16 * a.element_size()
 
 

@@ -1,4 +1,4 @@
-"""The warp-specialized W4A16 prototype's shared memory (its kernel in ``w4a16_ws.py``): the ring slots' layouts
+"""The shared memory of ``w4a16_gemm_packed``'s kernel (``packed_kernel.py``): the ring slots' layouts
 and the ``SharedLinearLayout`` views through which the consumer warps read a slot as the fragment kernel's
 register tensors (offset bits -> tensor coordinates)."""
 

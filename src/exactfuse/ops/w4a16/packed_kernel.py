@@ -1,27 +1,26 @@
-"""A warp-specialized, stream-K W4A16 decode kernel (Gluon, sm_90a): a prototype that ``probe_w4a16_ws.py``
-checks and times beside the shipped fragment kernel.
+"""The kernel of ``w4a16_gemm_packed`` (Gluon, sm_90a): a warp-specialized, persistent, stream-K GEMM over the
+fragment layout (``fragment.py``: the words, the compact scales and zero points).
 
-``w4a16_ws_kernel`` computes what ``mma.w4a16_fragment_kernel`` computes, from the fragment layout's words,
-compact scales and zero points (2 bytes and half a byte a column a group, where the fragment layout's scale
-records take 8), activations and an optional bias, with the same dequantization and products, but moves the
-operands and deals the work differently: a producer warp issues TMA copies of each step's words, scales,
-zero points and activations into a ring of ``STAGES`` shared-memory slots (a "ready" and an "empty"
-mbarrier a slot) and the consumer warps read them with 16-byte shared loads, then dequantize and multiply
-exactly as the shipped kernel's ``fragment_step`` does (reused). The grid is persistent and stream-K: the
-work units' (tile group, row block) K steps, laid end to end, are cut into one equal contiguous share a
-CTA, so every SM streams the same number of weight bytes whatever the layer's shape; a unit cut between
-CTAs is summed by the last of its pieces to arrive, in the CTAs' order (K order): deterministic, though not
-the split-K kernel's bits (its pieces differ). The host side (``w4a16_ws_launch.py``) picks the grid.
+A producer warp issues TMA copies of each step's words, scales, zero points and activations into a ring of
+``STAGES`` shared-memory slots (a "ready" and an "empty" mbarrier a slot); the consumer warps read a slot
+with 16-byte shared loads, build the fragment records (``s_r, s_r8, MAGIC + z_r, MAGIC + z_r8``) in
+registers, then dequantize and multiply with ``mma.fragment_step``: per word 3 shifts and 4 ``lop3`` give
+``MAGIC + q``, 4 ``sub`` (exact) and 4 ``mul`` (one rounding: the spec's ``(q - z) * s`` bit for bit) make
+the ``mma.sync.m16n8k16`` operand. The grid is persistent and stream-K: the work units' (tile group, row
+block) K steps, laid end to end, are cut into one equal contiguous share a CTA, so every SM streams the same
+number of weight bytes whatever the layer's shape (``heuristics.stream_k`` picks the grid); a unit cut
+between CTAs is summed by the last of its pieces to arrive, in the CTAs' order (K order): deterministic.
+With a programmatic dependent launch the producer issues the first ring of weights before
+``griddepcontrol.wait`` (they do not depend on the previous kernel), the activations after.
 
 Slots: words ``[TILES num_warps, UNROLL, 128]`` int32 (a lane's four words of a chunk are 16 contiguous
 bytes, a warp's 512: conflict-free without a swizzle), scales ``[1 or UNROLL, 16 TILES num_warps]`` (16-bit)
-and zero points ``[1 or UNROLL, 2 TILES num_warps]`` (int32 words of eight nibbles), one box each when a step
-lies in one group, and activations ``[UNROLL, 8 BLOCKS, 32]`` int32 with the 128-byte swizzle (two rows of a
-quarter-warp's 16-byte loads fall in different banks). The consumer views each slot through a
-``SharedLinearLayout`` (``w4a16_ws_views.py``) that maps it onto the shipped kernel's register tensors
-(``[R, TILES, UNROLL, 4]`` and ``[R, BLOCKS, UNROLL, 4]``, R = 32 num_warps), lanes and warps that read the
-same scales, zero points or activations loading them as a broadcast, and builds the shipped kernel's scale
-records in registers.
+and zero points ``[1 or UNROLL, 2 TILES num_warps, at least 128 bytes]`` (int32 words of eight nibbles), one
+box each when a step lies in one group, and activations ``[UNROLL, 8 BLOCKS, 32]`` int32 with the 128-byte
+swizzle (two rows of a quarter-warp's 16-byte loads fall in different banks). The consumer views each slot
+through a ``SharedLinearLayout`` (``packed_smem.py``) that maps it onto ``fragment_step``'s register tensors
+(``[R, TILES, UNROLL, 4]`` and ``[R, BLOCKS, UNROLL, 4]``, R = 32 num_warps); lanes and warps that read the
+same scales, zero points or activations load them as a broadcast.
 """
 
 from __future__ import annotations
@@ -29,17 +28,6 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
-from w4a16_ws_views import (
-    ACTS_SMEM,
-    SCALES_SMEM,
-    WORDS_SMEM,
-    ZEROS_SMEM,
-    _view,
-    acts_view,
-    scales_view,
-    words_view,
-    zeros_view,
-)
 
 from exactfuse.ops.w4a16.mma import (
     _DEQUANT_BF16,
@@ -49,6 +37,17 @@ from exactfuse.ops.w4a16.mma import (
     _barrier,
     _store_out,
     fragment_step,
+)
+from exactfuse.ops.w4a16.packed_smem import (
+    ACTS_SMEM,
+    SCALES_SMEM,
+    WORDS_SMEM,
+    ZEROS_SMEM,
+    _view,
+    acts_view,
+    scales_view,
+    words_view,
+    zeros_view,
 )
 
 # a TMA load into shared memory: ``async_load`` from Triton 3.7, ``async_copy_global_to_shared`` before
@@ -323,8 +322,8 @@ def _finish(p_out, p_bias, p_ws, at, o_m, o_n, M, N, u, first, last, steps, tota
     _store_out(acc, p_out, p_bias, o_m, o_n, M, N, HAS_BIAS)
 
 
-@gluon.jit(do_not_specialize=["M"])
-def w4a16_ws_kernel(
+@gluon.jit(do_not_specialize=["M", "n_groups", "steps", "total"])
+def w4a16_packed_kernel(
     w_desc, s_desc, z_desc, a_desc, p_bias, p_out, p_ws, p_count, M, N, n_groups, steps, total,
     GROUP_CHUNKS: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_ZEROS: gl.constexpr, BLOCKS: gl.constexpr,
     TILES: gl.constexpr, UNROLL: gl.constexpr, STAGES: gl.constexpr, PIECES: gl.constexpr, PDL: gl.constexpr,

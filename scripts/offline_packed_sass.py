@@ -1,7 +1,7 @@
-"""Compile the warp-specialized W4A16 probe kernel (``scripts/gpu/w4a16_ws.py``) for sm_90a without a GPU
+"""Compile ``w4a16_gemm_packed``'s kernel (``ops/w4a16/packed_kernel.py``) for sm_90a without a GPU
 and print, per configuration, its registers, shared memory and the consumer's main loop in SASS.
 
-Usage: PYTHONPATH=src python scripts/offline_ws_sass.py [--configs 1x1u2s8,2x2u2s6 ...] [--dtype bf16] [--warps 4]
+Usage: PYTHONPATH=src python scripts/offline_packed_sass.py [--configs 1x1u2s8,2x2u2s6 ...] [--dtype bf16] [--warps 4]
     [--per-sm 1]
 
 A configuration is ``BLOCKSxTILES uUNROLL sSTAGES`` (blocks of 8 activation rows, 16-column tiles a consumer
@@ -9,9 +9,9 @@ warp, 64-row chunks a step, ring slots), compiled with --warps consumer warps, s
 3 pieces), group 128 (GROUP_CHUNKS 2).
 Printed: the registers of the cubin and the ``setmaxnreg`` values of the partitions, shared bytes (the ring:
 words, records, activations, and the weights a slot times STAGES times the CTAs an SM: what is in flight an SM),
-the consumer's loop (the longest loop with an HMMA) in SASS per packed word a lane dequantizes (the shipped
-fragment kernel: 21.75 at 1x1u2) and its LDS / UTMALDG / SYNCS / BAR counts, and the kernel's totals of the
-same. Static counts, as ``scripts/offline_sass.py``'s.
+the consumer's loop (the longest loop with an HMMA) in SASS per packed word a lane dequantizes (the
+register-pipelined kernel it replaced: 21.75 at 1x1u2) and its LDS / UTMALDG / SYNCS / BAR counts, and the
+kernel's totals of the same. Static counts, as ``scripts/offline_sass.py``'s.
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ import triton
 
 from exactfuse.testing.offline import compile_error, cubin_tool
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from offline_sass import compile_sass
-from w4a16_ws import w4a16_ws_kernel
-from w4a16_ws_launch import ZERO_ROW, register_cap
-from w4a16_ws_views import ACTS_SMEM, SCALES_SMEM, WORDS_SMEM, ZEROS_SMEM
+
+from exactfuse.ops.w4a16.packed import ZERO_ROW, register_cap
+from exactfuse.ops.w4a16.packed_kernel import w4a16_packed_kernel
+from exactfuse.ops.w4a16.packed_smem import ACTS_SMEM, SCALES_SMEM, WORDS_SMEM, ZEROS_SMEM
 
 WARPS = 4
 OPS = ("LDS", "UTMALDG", "SYNCS", "BAR", "HMMA", "SHFL", "STS", "LDG")
@@ -67,7 +67,7 @@ def compile_ws(
     config: str, dtype: str, warps: int = WARPS, per_sm: int = 1, pdl: bool = False, zeros: bool = True
 ) -> str:
     """One configuration compiled with ``warps`` consumer warps for ``per_sm`` CTAs an SM
-    (``w4a16_ws.register_cap``), with ``pdl`` the programmatic-dependent-launch waits, with ``zeros`` zero
+    (``packed.register_cap``), with ``pdl`` the programmatic-dependent-launch waits, with ``zeros`` zero
     points (else every one 8); its printed line."""
     blocks, tiles, unroll, stages = (int(v) for v in re.fullmatch(r"(\d+)x(\d+)u(\d+)s(\d+)", config).groups())
     t_cta = tiles * warps
@@ -86,14 +86,14 @@ def compile_ws(
     consts = dict(GROUP_CHUNKS=group_chunks, HAS_BIAS=False, HAS_ZEROS=zeros, BLOCKS=blocks, TILES=tiles,
                   UNROLL=unroll, STAGES=stages, PIECES=3, PDL=pdl, num_warps=warps)  # fmt: skip
     label = (
-        f"ws {dtype} {config}/{warps}"
+        f"packed {dtype} {config}/{warps}"
         + (f" x{per_sm} an SM" if per_sm > 1 else "")
         + (" pdl" if pdl else "")
         + ("" if zeros else " symmetric")
     )
     try:
         div16 = ["p_bias", "p_out", "p_ws", "p_count", "N"]
-        r = compile_sass(w4a16_ws_kernel, types, consts, div16, (), warps, maxnreg=register_cap(warps, per_sm))
+        r = compile_sass(w4a16_packed_kernel, types, consts, div16, (), warps, maxnreg=register_cap(warps, per_sm))
     except Exception as exc:  # a failed configuration is a line of the table, not the end of it
         return compile_error(label, exc)
     sass = r["sass"]

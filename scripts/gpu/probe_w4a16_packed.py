@@ -1,0 +1,131 @@
+"""``w4a16_gemm_packed``'s kernel (``ops/w4a16/packed_kernel.py``) beside its dense path, ``w4a16_gemm`` on the
+GPTQ layout and cuBLAS.
+
+Run on a GPU: ``bash scripts/gpu/run.sh probe w4a16_packed`` (``--layers``, ``--dtypes``, ``--ms``, ``--pdl``,
+``--tiles``, ``--stages``; the first four comma-separated lists). For each layer (K x N), dtype and M, group
+128, weights rotated past the L2, the kernel at ``packed_config`` (``--tiles`` / ``--stages`` override it; ``--pdl
+0,1``: plain and programmatic dependent launches) is checked first: one-hot activations pick weight rows
+(exact sums in any order: the dequantization bit for bit), random ones meet the op's contract against its
+native spec (asymmetric RTN weights, with and without a bias) and repeat bit for bit. Then it, the op's dense
+path (the layout dequantized, then cuBLAS: what the provider runs above ``DENSE_ABOVE_M`` rows),
+``w4a16_gemm`` on the same weights in the GPTQ layout (what ``W4A16Linear`` runs by default) and cuBLAS's
+dense ``a @ W`` are timed over CUDA-graph replays of one call per rotated weight; one line a (layer, M, dtype,
+launch) with µs and ratios; exit status 1 if a check fails. The programmatic dependent launch overlaps the
+previous call's tail in that sequence, which a model's layers give only where the kernel before each one lets
+its dependents start early.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+LAYERS = "4096x4096,4096x14336,14336x4096,8192x8192,8192x28672,28672x8192,5120x13824,4096x6144"  # K x N
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _baselines(a, packed: list, gptq: list, dense: list) -> tuple[float, float, float]:
+    """µs a call of the op's dense path (on ``packed``), ``w4a16_gemm`` (on ``gptq``) and cuBLAS (on ``dense``),
+    over the rotated weights."""
+    from common import time_us
+
+    from exactfuse.ops.w4a16.dequant import packed_dense_gemm
+    from exactfuse.ops.w4a16.launch import launch_w4a16_gemm
+
+    n = len(packed)
+    t_dense = time_us(lambda: [packed_dense_gemm(a, *p, None) for p in packed], n)
+    t_gptq = time_us(
+        lambda: [launch_w4a16_gemm(a, p.qweight, p.scales, p.zeros, None, None, 128, True) for p in gptq], n
+    )
+    return t_dense, t_gptq, time_us(lambda: [a @ d for d in dense], n)
+
+
+def _time_packed(a, packed: list, cfg: dict) -> float:
+    """µs a call of the kernel at ``cfg`` over the rotated weights."""
+    from common import time_us
+
+    from exactfuse.ops.w4a16.packed import launch_packed
+
+    return time_us(lambda: [launch_packed(a, *p, None, **cfg) for p in packed], len(packed))
+
+
+def _check(M: int, dtype, check, bias, cfg: dict) -> str:
+    """The kernel's checks at one configuration: "ok", else what failed."""
+    import exactfuse
+    from exactfuse.ops.w4a16 import fragment
+    from exactfuse.ops.w4a16.packed import launch_packed
+
+    words, scales, zeros, _ = check
+    K = words.shape[1] * 64
+    w = fragment.dequantize(words, scales, zeros)
+    rows = torch.randint(0, K, (M,), device="cuda")
+    onehot = torch.zeros(M, K, device="cuda", dtype=dtype)
+    onehot[torch.arange(M), rows] = 1
+    if not torch.equal(launch_packed(onehot, words, scales, zeros, None, None, **cfg), w[rows]):
+        return "one-hot rows are not the dequantized weight's"
+    op = exactfuse.get("w4a16_gemm_packed")
+    a = torch.randn((M, K), dtype=dtype, device="cuda")
+    for b in (None, bias):
+        got = launch_packed(a, *check, b, **cfg)
+        res = op.contract.check(got, op.native(a, *check, b), args=(a, *check, b), kwargs={})
+        if not res.passed:
+            return f"contract (bias {b is not None}): {res.summary()}"
+        if not torch.equal(got, launch_packed(a, *check, b, **cfg)):
+            return "not deterministic"
+    return "ok"
+
+
+def main() -> None:
+    from common import device_line, rotated
+
+    from exactfuse.ops.w4a16 import dense_weight, fragment
+    from exactfuse.ops.w4a16.heuristics import packed_config
+    from exactfuse.ops.w4a16.packing import random_weights
+    from exactfuse.testing.cases.w4a16 import _random_prepared
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dtypes", default="bf16")
+    parser.add_argument("--ms", default="1,2,4,8,16,32,64,128")
+    parser.add_argument("--layers", default=LAYERS, help="KxN,...")
+    parser.add_argument(
+        "--pdl", default="0", help="0: a plain launch, 1: a programmatic dependent one, comma-separated"
+    )
+    parser.add_argument("--tiles", type=int, default=0, help="tiles a consumer warp (0: packed_config's)")
+    parser.add_argument("--stages", type=int, default=0, help="ring slots (0: packed_config's)")
+    args = parser.parse_args()
+    device_line()
+    failed = 0
+    for K, N in (tuple(int(v) for v in layer.split("x")) for layer in args.layers.split(",")):
+        for name in args.dtypes.split(","):
+            dtype = DTYPES[name]
+            # the checked weight: RTN-quantized, asymmetric (zero points); the timed ones: random codes, rotated
+            w = random_weights(K, N, dtype, "cuda", torch.Generator().manual_seed(K + N), symmetric=False)
+            check = fragment.pack(w.qweight, w.scales, w.zeros, w.perm)
+            bias = torch.randn(N, dtype=dtype, device="cuda")
+            gptq = rotated(lambda K=K, N=N, d=dtype: _random_prepared(K, N, d, "cuda"), K * N // 2)
+            packed = [fragment.pack(p.qweight, p.scales, p.zeros) for p in gptq]
+            dense = [dense_weight(p.qweight, p.scales, None, None, 128, dtype) for p in gptq]
+            for M in (int(m) for m in args.ms.split(",")):
+                a = torch.randn((M, K), dtype=dtype, device="cuda")
+                base = packed_config(M, N, K, K // 128)
+                base |= {k: v for k, v in (("tiles", args.tiles), ("stages", args.stages)) if v}
+                t_dense, t_gptq, t_cublas = _baselines(a, packed, gptq, dense)
+                for pdl in (bool(int(d)) for d in args.pdl.split(",")):
+                    cfg = base | {"pdl": pdl}
+                    verdict = _check(M, dtype, check, bias, cfg)
+                    failed += verdict != "ok"
+                    t = _time_packed(a, packed, cfg)
+                    label = "t{tiles}b{blocks}u{unroll}s{stages}".format(**cfg) + " pdl" * pdl
+                    print(f"{K}x{N} M{M} {name}: packed {t:.2f} us ({label}), dense path {t_dense:.2f}, w4a16_gemm "
+                          f"{t_gptq:.2f}, cuBLAS {t_cublas:.2f}; dense/packed {t_dense / t:.2f}x, w4a16_gemm/packed "
+                          f"{t_gptq / t:.2f}x, cuBLAS/packed {t_cublas / t:.2f}x; {K * N / 2e3 / t:.0f} GB/s of codes; "
+                          f"checks {verdict}", flush=True)  # fmt: skip
+            gptq = packed = dense = None
+            torch.cuda.empty_cache()
+    print(f"{failed} failed checks" if failed else "every configuration passed its checks")
+    raise SystemExit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""``w4a16_gemm_packed``'s Triton provider: the warp-specialized stream-K kernel (``packed_kernel.py``) up to
+``heuristics.DENSE_ABOVE_M`` rows where :func:`packed_supports` takes the arguments, the layout dequantized in
+one kernel and ``torch.matmul`` above (``dequant.packed_dense_gemm``: the spec's bits) and for layers the
+kernel's tiling does not divide (N not a multiple of 64)."""
+
+from __future__ import annotations
+
+import torch
+
+from exactfuse.ops.arrival import arrival_counters
+from exactfuse.ops.w4a16.dequant import packed_dense_gemm, permuted_columns
+from exactfuse.ops.w4a16.fragment import CHUNK_K, TILE_N
+from exactfuse.ops.w4a16.heuristics import DENSE_ABOVE_M, packed_config, stream_k
+from exactfuse.ops.w4a16.staged import HAS_GLUON, wgmma_unavailable
+from exactfuse.utils import empty, num_sms
+
+if HAS_GLUON:
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from exactfuse.ops.w4a16.packed_kernel import w4a16_packed_kernel
+    from exactfuse.ops.w4a16.packed_smem import ACTS_SMEM, SCALES_SMEM, WORDS_SMEM, ZEROS_SMEM
+
+CONSUMER_WARPS = 4
+ZERO_ROW = 32  # int32 words in 128 bytes (a TMA destination's alignment): the shortest zero-point row a slot holds
+
+
+def register_cap(warps: int, per_sm: int) -> int | None:
+    """The registers a thread (``maxnreg``) that let ``per_sm`` CTAs share an SM's 65,536: a CTA is ``warps``
+    consumer warps and the producer's warp group (4 warps, given back to 24 registers a thread by
+    ``setmaxnreg``, which hands them to the consumers); None at one CTA an SM (the compiler's choice)."""
+    if per_sm == 1:
+        return None
+    return 65536 // (per_sm * 32 * (warps + 4)) // 8 * 8
+
+
+def launch_packed(
+    a: torch.Tensor,
+    words: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor | None,
+    perm: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    *,
+    tiles: int,
+    blocks: int,
+    unroll: int,
+    stages: int,
+    warps: int = CONSUMER_WARPS,
+    per_sm: int = 1,
+    pdl: bool = False,
+) -> torch.Tensor:
+    """``a[:, perm] @ W (+ bias)`` -> ``[M, N]`` by ``w4a16_packed_kernel`` from the fragment layout
+    (``fragment.py``): persistent (at most ``per_sm`` CTAs an SM), deterministic on a given GPU. ``pdl``: a
+    programmatic dependent launch, the first weights read while the previous kernel of the stream finishes,
+    for callers whose weights no kernel just before wrote (the reads come before the wait)."""
+    if perm is not None:
+        a = permuted_columns(a, perm)
+    if a.stride(1) != 1 or a.stride(0) % 8 or a.data_ptr() % 16:
+        a = a.contiguous() if a.shape[1] % 8 == 0 and a.data_ptr() % 16 == 0 else a.clone()
+    M = a.shape[0]
+    n_tiles, chunks = words.shape[:2]
+    N, groups, t_cta = n_tiles * TILE_N, scales.shape[0], warps * tiles
+    if chunks % unroll or n_tiles % t_cta:
+        raise ValueError(f"unroll={unroll}, {t_cta} tiles a CTA do not divide {chunks} chunks, {n_tiles} tiles")
+    if zeros is not None and 2 * t_cta < ZERO_ROW and (chunks // groups) % unroll:
+        raise ValueError(f"zero points with {t_cta} tiles a CTA need whole groups a step (unroll={unroll})")
+    out = empty((M, N), a.dtype, a.device)
+    if M == 0:
+        return out
+    a32 = a.view(torch.int32)
+    acts = a32.as_strided((chunks, M, 32), (32, a32.stride(0), 1))  # [chunk, row, pair]
+    w_desc = TensorDescriptor.from_tensor(words.view(n_tiles, chunks, 128), [t_cta, unroll, 128], WORDS_SMEM)
+    s_desc = TensorDescriptor.from_tensor(scales.view(torch.int16), [1, 16 * t_cta], SCALES_SMEM)
+    z_box = [1, max(2 * t_cta, ZERO_ROW)]
+    z_desc = None if zeros is None else TensorDescriptor.from_tensor(zeros, z_box, ZEROS_SMEM)
+    a_desc = TensorDescriptor.from_tensor(acts, [unroll, 8 * blocks, 32], ACTS_SMEM)
+    n_groups, m_blocks, steps = n_tiles // t_cta, -(-M // (8 * blocks)), chunks // unroll
+    grid, pieces = stream_k(n_groups * m_blocks, steps, unroll, num_sms(a.device) * per_sm)
+    ws = torch.empty((grid, 2, 8 * blocks, 16 * t_cta), dtype=torch.float32, device=a.device)
+    counts = arrival_counters(a.device, n_groups * m_blocks)
+    w4a16_packed_kernel[(grid,)](
+        w_desc, s_desc, z_desc, a_desc, bias if bias is not None else out, out, ws, counts, M, N, n_groups, steps,
+        n_groups * m_blocks * steps, GROUP_CHUNKS=chunks // groups, HAS_BIAS=bias is not None,
+        HAS_ZEROS=zeros is not None, BLOCKS=blocks, TILES=tiles, UNROLL=unroll, STAGES=stages, PIECES=pieces,
+        PDL=pdl, num_warps=warps, maxnreg=register_cap(warps, per_sm), launch_pdl=pdl,
+    )  # fmt: skip
+    return out
+
+
+def packed_supports(
+    a: torch.Tensor,
+    words: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor | None = None,
+    perm: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+) -> bool | str:
+    """An sm_90 GPU with Gluon, ``a`` with unit last stride, contiguous, 16-byte aligned layout tensors; else
+    the reason."""
+    if reason := wgmma_unavailable(a):
+        return reason
+    if a.stride(1) != 1:
+        return f"a has strides {tuple(a.stride())}: the kernel reads rows of a with unit last stride"
+    for name, t in (("words", words), ("scales", scales), ("zeros", zeros), ("perm", perm), ("bias", bias)):
+        if t is not None and not t.is_contiguous():
+            return f"{name} has strides {tuple(t.stride())}: the kernel reads it contiguous"
+    for name, t in (("words", words), ("scales", scales), ("zeros", zeros)):
+        if t is not None and t.data_ptr() % 16:
+            return f"{name} starts at an address that is not 16-byte aligned: the kernel reads it by TMA"
+    if a.shape[0] * words.shape[0] * TILE_N >= 2**31:
+        return "outputs past 2^31 need int64 offsets, which the kernel does not take"
+    return True
+
+
+def w4a16_gemm_packed_triton(
+    a: torch.Tensor,
+    words: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor | None = None,
+    perm: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    N, K = words.shape[0] * TILE_N, words.shape[1] * CHUNK_K
+    cfg = packed_config(a.shape[0], N, K, scales.shape[0])
+    if a.shape[0] > DENSE_ABOVE_M or cfg is None:  # w4a16_gemm's boundary, or a layer the tiling does not divide
+        return packed_dense_gemm(a, words, scales, zeros, perm, bias)
+    return launch_packed(a, words, scales, zeros, perm, bias, **cfg)

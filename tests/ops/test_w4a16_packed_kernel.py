@@ -1,0 +1,205 @@
+"""``w4a16_gemm_packed``'s kernel (``ops/w4a16/packed_kernel.py``): its launch rule and stream-K grid, its
+compile for sm_90a without a GPU, and on a GPU its dequantization bit for bit, the op's contract, the dense
+path's bits and CUDA-graph replay."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+import exactfuse
+from exactfuse.ops.w4a16 import fragment, native, packing
+from exactfuse.ops.w4a16.heuristics import packed_config, shares, stream_k
+
+GPU_DTYPES = [pytest.param(torch.bfloat16, id="bf16"), pytest.param(torch.float16, id="fp16")]
+
+
+def _weights(K, N, G, dtype, seed=0, symmetric=False):
+    gen = torch.Generator().manual_seed(seed)
+    groups = 1 if G == -1 else K // G
+    q = torch.randint(0, 16, (K, N), generator=gen, dtype=torch.int32)
+    scales = (torch.randn(groups, N, generator=gen) * 0.05).to(dtype)
+    zeros = None if symmetric else torch.randint(0, 16, (groups, N), generator=gen).to(torch.uint8)
+    return packing.pack_rows(q), scales, zeros
+
+
+@pytest.mark.parametrize("N", [16, 48, 64, 256, 4096, 6144, 13824, 14336, 28672])
+@pytest.mark.parametrize("K, G", [(64, -1), (256, 64), (1024, 128), (4096, 128), (5120, 128), (14336, 128)])
+def test_launch_rule_takes_only_what_the_launcher_accepts(K, N, G):
+    """``packed_config`` declines N not a multiple of 64 (the dense path takes it) and otherwise divides the
+    layer as ``launch_packed`` needs: tiles among the four consumer warps, K's chunks and a group's chunks into
+    steps (so zero-point rows never span two groups below 16 tiles a CTA), a ring of 3-16 slots, blocks
+    covering up to 32 rows."""
+    groups = 1 if G == -1 else K // G
+    for M in (1, 2, 8, 9, 16, 17, 33, 64, 128):
+        cfg = packed_config(M, N, K, groups)
+        if N % 64:
+            assert cfg is None
+            continue
+        assert (N // 16) % (4 * cfg["tiles"]) == 0, (M, cfg)
+        assert (K // 64) % cfg["unroll"] == 0 and (K // 64 // groups) % cfg["unroll"] == 0, (M, cfg)
+        assert 3 <= cfg["stages"] <= 16 and 8 * cfg["blocks"] >= min(M, 32), (M, cfg)
+
+
+def test_stream_k_shares_cover_every_step_once():
+    """The kernel's stream-K bookkeeping, replayed in Python: each step of each unit in one CTA's share; a unit
+    cut into pieces only at a share's ends (slot 0 the unit a share begins in, 1 the one it ends in), its
+    pieces the CTAs ``first`` .. ``last`` of the kernel's formulas, at most ``stream_k``'s count; and the grid
+    rule's choices on the layers an H100 measured (whole units a CTA at 4096 x 14336, four pieces a unit at
+    14336 x 4096 and 4096², stream-K over every SM where units outnumber them)."""
+    assert [stream_k(u, s, 2, 132)[0] for u, s in ((112, 32), (32, 112), (32, 32), (224, 64))] == [112, 128, 128, 132]
+    for units, steps, ctas in [(112, 32, 132), (32, 112, 132), (32, 32, 132), (7, 3, 132), (1, 1, 132), (300, 5, 264)]:
+        for p in {stream_k(units, steps, 2, ctas)[0], min(ctas, units * steps), units}:
+            total = units * steps
+            pieces = max(b - a + 1 for a, b in (
+                (((u * steps + 1) * p - 1) // total, ((u + 1) * steps * p - 1) // total) for u in range(units)
+            ))  # fmt: skip
+            if p == stream_k(units, steps, 2, ctas)[0]:
+                assert pieces == stream_k(units, steps, 2, ctas)[1]
+            seen, slots = [[] for _ in range(units)], set()
+            for c in range(p):
+                begin, end = c * total // p, (c + 1) * total // p
+                assert end > begin
+                parts = 0
+                for u in range(begin // steps, (end + steps - 1) // steps):
+                    s0, s1 = max(begin, u * steps) - u * steps, min(end, (u + 1) * steps) - u * steps
+                    seen[u].append((s0, s1, c))
+                    if (s0, s1) != (0, steps):
+                        parts += 1
+                        slot = (c, int(u != begin // steps))
+                        assert slot not in slots and u in (begin // steps, (end - 1) // steps)
+                        slots.add(slot)
+                assert shares(units, steps, p)[c] == (end - begin, parts)
+            for u, got in enumerate(seen):
+                assert [s for s0, s1, _ in got for s in range(s0, s1)] == list(range(steps)), (units, steps, u)
+                first, last = ((u * steps + 1) * p - 1) // total, ((u + 1) * steps * p - 1) // total
+                assert [c for *_, c in got] == list(range(first, last + 1)) and last - first + 1 <= pieces
+
+
+def test_launcher_refuses_zero_point_rows_across_groups():
+    """Below 16 tiles a CTA a zero-point slot row is the 128 bytes of one group: a step spanning two groups
+    (unroll 4 over groups of 2 chunks) with zero points is refused before any launch."""
+    pytest.importorskip("triton.experimental.gluon")
+    from exactfuse.ops.w4a16.packed import launch_packed
+
+    words, scales, zeros, _ = fragment.pack(*_weights(1024, 256, 128, torch.float16))
+    a = torch.zeros(1, 1024, dtype=torch.float16)
+    with pytest.raises(ValueError, match="whole groups a step"):
+        launch_packed(a, words, scales, zeros, None, None, tiles=1, blocks=1, unroll=4, stages=4)
+
+
+def compile_rule_configs() -> list[str]:
+    """The kernel compiled for sm_90a at every configuration ``packed_config`` takes on the bench layers at M
+    1-128 in bf16 (M = 1 in fp16), with and without zero points, and at the probe's variants (two CTAs an SM,
+    8 consumer warps, a programmatic dependent launch); the failures."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    import offline_packed_sass
+
+    layers = [(4096, 4096), (4096, 14336), (14336, 4096), (8192, 8192), (4096, 28672)]
+    picked = set()
+    for (K, N), M in itertools.product(layers, (1, 8, 16, 32, 64, 128)):
+        cfg = packed_config(M, N, K, K // 128)
+        picked.add(("bf16", "{blocks}x{tiles}u{unroll}s{stages}".format(**cfg), 4, 1, False))
+        if M == 1:
+            picked.add(("fp16", "{blocks}x{tiles}u{unroll}s{stages}".format(**cfg), 4, 1, False))
+    picked |= {("bf16", "2x1u2s4", 4, 2, False), ("bf16", "1x1u2s4", 8, 1, False), ("bf16", "1x2u2s6", 4, 1, True)}
+    lines = [
+        offline_packed_sass.compile_ws(config, dtype, warps, per_sm, pdl, zeros)
+        for (dtype, config, warps, per_sm, pdl), zeros in itertools.product(sorted(picked), (True, False))
+    ]
+    return [line for line in lines if " regs " not in line or " 0.00 a word" in line]
+
+
+def test_kernel_compiles_for_sm90_at_every_configuration_the_rule_takes():
+    """Without a GPU: a change that breaks the Gluon kernel's compile fails here, not first on the device."""
+    from exactfuse.testing.offline import run_in_child
+
+    ok, said = run_in_child(__file__, "compile_rule_configs")
+    assert ok, said
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", GPU_DTYPES)
+def test_gpu_kernel_dequantizes_bit_for_bit_and_meets_the_contract(dtype):
+    """One-hot activations pick weight rows (exact products and sums): the kernel's dequantization is the
+    spec's bit for bit at every tiling, ring, stream-K cut (8 pieces a unit at 1024 x 256), CTAs an SM and
+    launch kind, with zero points and without; then the op's cases against its contract, repeated bit for bit."""
+    from exactfuse.ops.w4a16.packed import launch_packed
+
+    dev = torch.device("cuda")
+    configs = (
+        dict(tiles=2, blocks=1, unroll=2, stages=6),
+        dict(tiles=1, blocks=2, unroll=1, stages=8),
+        dict(tiles=2, blocks=4, unroll=2, stages=3),
+        dict(tiles=1, blocks=1, unroll=2, stages=4, per_sm=2),
+        dict(tiles=1, blocks=1, unroll=2, stages=4, warps=8),
+        dict(tiles=2, blocks=1, unroll=2, stages=6, pdl=True),
+        dict(tiles=4, blocks=2, unroll=4, stages=4),  # 16 tiles a CTA: a step spans two groups
+    )
+    for symmetric in (False, True):
+        qweight, scales, zeros = (
+            None if t is None else t.to(dev) for t in _weights(1024, 256, 128, dtype, 3, symmetric)
+        )
+        packed = fragment.pack(qweight, scales, zeros)
+        assert (packed.zeros is None) == symmetric
+        w = native.dequantize(qweight, scales, zeros, 128, dtype)
+        for cfg in configs:
+            rows = torch.randint(0, 1024, (16 * cfg["blocks"] + 3,), device=dev)
+            onehot = torch.zeros(len(rows), 1024, device=dev, dtype=dtype)
+            onehot[torch.arange(len(rows)), rows] = 1
+            assert torch.equal(launch_packed(onehot, *packed, None, **cfg), w[rows]), (symmetric, cfg)
+    o = exactfuse.get("w4a16_gemm_packed")
+    for case in o.iter_cases(dev, dtype, quick=False):
+        with o.priority(["triton"]):
+            got = o(*case.args, **case.kwargs)
+        want = o.native(*case.args, **case.kwargs)
+        res = o.contract.check(got, want, args=case.args, kwargs=case.kwargs)
+        assert res.passed, f"{case.case_id}: {res.summary()}"
+        again = o(*case.args, **case.kwargs)
+        assert torch.equal(got, again), f"{case.case_id}: not deterministic"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", GPU_DTYPES)
+def test_gpu_dense_path_is_native_bit_for_bit(dtype):
+    """Above M = 128, and at any M for a layer the kernel's tiling does not divide (N = 48), the provider
+    dequantizes the layout and multiplies with cuBLAS, as the spec does."""
+    from exactfuse.ops.w4a16.heuristics import DENSE_ABOVE_M
+    from exactfuse.ops.w4a16.packed import w4a16_gemm_packed_triton
+
+    dev = torch.device("cuda")
+    for N, ms in ((768, (DENSE_ABOVE_M + 1, 1000)), (48, (1, 7, 200))):
+        qweight, scales, zeros = (t.to(dev) for t in _weights(2048, N, 128, dtype, seed=5))
+        perm = torch.randperm(2048, device=dev).to(torch.int32)
+        packed = fragment.pack(qweight, scales, zeros, perm)
+        bias = torch.randn(N, device=dev).to(dtype)
+        for M in ms:
+            a = torch.randn(M, 2048, device=dev, dtype=dtype)
+            got = w4a16_gemm_packed_triton(a, *packed, bias)
+            assert torch.equal(got, native.w4a16_gemm_packed(a, *packed, bias)), (N, M)
+
+
+@pytest.mark.gpu
+def test_gpu_packed_op_in_a_cuda_graph_replays_as_eager():
+    """The op (its kernel's persistent grid, workspace and arrival counters) captured in a CUDA graph, and a
+    programmatic dependent launch of the kernel captured after it, replay as eager."""
+    from exactfuse.ops.w4a16.packed import launch_packed
+
+    dev = torch.device("cuda")
+    qweight, scales, zeros = (t.to(dev) for t in _weights(2048, 512, 128, torch.bfloat16))
+    packed = fragment.pack(qweight, scales, zeros)
+    a = torch.randn(4, 2048, device=dev, dtype=torch.bfloat16)
+    cfg = packed_config(4, 512, 2048, 16) | {"pdl": True}
+    eager = exactfuse.w4a16_gemm_packed(a, *packed)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = exactfuse.w4a16_gemm_packed(a, *packed)
+        out_pdl = launch_packed(a, *packed, None, **cfg)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager) and torch.equal(out_pdl, eager)
