@@ -112,7 +112,8 @@ def _sized(quick: bool, device) -> tuple[int, int]:
 
 
 def upstream_cases(device, dtype, gen, *, quick: bool = False, layout: str = "cw"):
-    """Upstream's seven cases (spec §3.1), the mixed batch as its three calls through token maps."""
+    """Upstream's seven cases (spec §3.1), the mixed batch as its three calls through token maps (not in
+    ``quick``)."""
     wide, model = _sized(quick, device)
     short = DTYPE_NAMES[dtype]
     kw = {"dtype": dtype, "device": device, "gen": gen, "layout": layout}
@@ -132,10 +133,11 @@ def upstream_cases(device, dtype, gen, *, quick: bool = False, layout: str = "cw
         f"spec-graph-padded-{layout}-{short}", "spec", (1, 4, 4, 0), accepted=(1, 2, 4, 1), sql=4, padding=4,
         null=(1,), C=model, **kw,
     )  # fmt: skip
-    mixed = {"extra_rows": 6, "C": model, **kw}
-    yield short_conv_case(f"mixed-spec-{layout}-{short}", "spec", (3, 4), accepted=(2, 4), sql=4, **mixed)
-    yield short_conv_case(f"mixed-decode-{layout}-{short}", "decode", decodes=1, **mixed)
-    yield short_conv_case(f"mixed-prefill-{layout}-{short}", "prefill", (5,), **mixed)
+    if not quick:  # quick: the token map runs in every mode in the mixed-varied cases below
+        mixed = {"extra_rows": 6, "C": model, **kw}
+        yield short_conv_case(f"mixed-spec-{layout}-{short}", "spec", (3, 4), accepted=(2, 4), sql=4, **mixed)
+        yield short_conv_case(f"mixed-decode-{layout}-{short}", "decode", decodes=1, **mixed)
+        yield short_conv_case(f"mixed-prefill-{layout}-{short}", "prefill", (5,), **mixed)
     varied = {"C": 640 if device.type != "cpu" or not quick else 160, "K": 3, "D": 2, **kw}
     yield short_conv_case(
         f"mixed-varied-spec-C{varied['C']}-K3-D2-{layout}-{short}", "spec", (1, 2), accepted=(0, 1), sql=3,
@@ -151,16 +153,22 @@ def upstream_cases(device, dtype, gen, *, quick: bool = False, layout: str = "cw
     )  # fmt: skip
 
 
+# quick's sweep: one (K, D) a state layout, so that K in {2, 5} and D in {1, 3} each run once and every mode
+# runs in both layouts (each (K, D, mode, layout) is a Triton specialization of its own); K2-D1 keeps
+# decode's BW = 1 window. The R = 0 and no-init cases take the layout's (K, D) too: L, R and N are
+# do_not_specialize, so they compile nothing the sweep does not (spec's R = 0 keeps its SQL = 2).
+QUICK_SWEEP = {"cw": (2, 1), "wc": (5, 3)}
+
+
 def sweep_cases(device, dtype, gen, *, quick: bool = False):
-    """K x D x mode x layout on a channel count no block divides (``quick``: each K x D in one layout); R = 0
-    in every mode."""
+    """K x D x mode x layout on a channel count no block divides (``quick``: ``QUICK_SWEEP``); R = 0 in every
+    mode."""
     short = DTYPE_NAMES[dtype]
     C = 200 if device.type == "cpu" else 1000
-    ks = (2, 3, 4, 5) if not quick else (2, 5)
-    ds = (1, 2, 3) if not quick else (1, 3)
     for i, layout in enumerate(LAYOUTS):
         kw = {"dtype": dtype, "device": device, "gen": gen, "layout": layout, "C": C}
-        for K, D in _in_layout([(K, D) for K in ks for D in ds], i, quick):
+        combos = [(K, D) for K in (2, 3, 4, 5) for D in (1, 2, 3)] if not quick else [QUICK_SWEEP[layout]]
+        for K, D in combos:
             tag = f"K{K}-D{D}-{layout}-{short}"
             yield short_conv_case(f"decode-{tag}", "decode", decodes=5, null=(2,), K=K, D=D, **kw)
             yield short_conv_case(
@@ -171,12 +179,13 @@ def sweep_cases(device, dtype, gen, *, quick: bool = False):
                 f"prefill-{tag}", "prefill", (2, 0, 9, 1), null=(3,), padding=1, K=K, D=D, outer=K % 2 == 0,
                 **kw,
             )  # fmt: skip
+        taps = {} if not quick else dict(zip(("K", "D"), QUICK_SWEEP[layout], strict=True))
         for mode in ("decode", "spec", "prefill") if not quick or i == 0 else ():
             extra = {"accepted": (), "sql": 2} if mode == "spec" else {}
-            yield short_conv_case(f"{mode}-R0-{layout}-{short}", mode, (), padding=0, **extra, **kw)
+            yield short_conv_case(f"{mode}-R0-{layout}-{short}", mode, (), padding=0, **extra, **taps, **kw)
             if mode != "decode":
-                yield short_conv_case(f"{mode}-R0-padded-{layout}-{short}", mode, (), padding=3, **extra, **kw)
-        yield short_conv_case(f"decode-no-init-{layout}-{short}", "decode", decodes=4, init=False, **kw)
+                yield short_conv_case(f"{mode}-R0-padded-{layout}-{short}", mode, (), padding=3, **extra, **taps, **kw)
+        yield short_conv_case(f"decode-no-init-{layout}-{short}", "decode", decodes=4, init=False, **taps, **kw)
 
 
 def _in_layout(combos: list, layout_index: int, quick: bool) -> list:
@@ -247,15 +256,19 @@ def causal_conv1d_inputs(device: torch.device, dtype: torch.dtype, *, quick: boo
         yield causal_case(f"R0-{layout}-{short}", (), K=4, D=1, **kw)
     kw = {"dtype": dtype, "device": device, "gen": gen, "C": C}
     yield causal_case(f"stateless-{short}", (6, 2), state=False, K=4, D=2, **kw)
-    for K, D in ((4, 1), (3, 2)):  # Dao's packed sequences: runs in each row, then padding
+    # Dao's packed sequences: runs in each row, then padding (quick: K4-D1; K3-D2 runs in varlen-wc)
+    for K, D in ((4, 1), (3, 2)) if not quick else ((4, 1),):
         packed = ((3, 1, 5), (17,), (1, 1, 2, 6))
         yield causal_case(f"seq-idx-K{K}-D{D}-{short}", (12, 17, 13), packed=packed, K=K, D=D, **kw)
     yield causal_case(f"seq-idx-one-row-{short}", (40,), packed=((9, 20, 8),), one_sequence=True, K=4, D=1, **kw)
-    for layout in LAYOUTS:  # fp32 weight and bias with x's dtype (Dao's convention)
+    # fp32 weight and bias with x's dtype (Dao's convention); quick: each call once, the layouts by turns
+    for i, layout in enumerate(LAYOUTS):
         tag = f"{layout}-{short}"
         wide = {"layout": layout, "wide": True, **kw}
-        yield causal_case(f"fp32-weight-varlen-{tag}", (7, 0, 1, 12), pad=(2,), K=4, D=1, **wide)
-        yield causal_case(f"fp32-weight-noact-{tag}", (5, 9), activation=None, K=3, D=2, **wide)
+        if not quick or i == 0:
+            yield causal_case(f"fp32-weight-varlen-{tag}", (7, 0, 1, 12), pad=(2,), K=4, D=1, **wide)
+        if not quick or i == 1:
+            yield causal_case(f"fp32-weight-noact-{tag}", (5, 9), activation=None, K=3, D=2, **wide)
     yield causal_case(f"fp32-weight-seq-idx-{short}", (12, 17), packed=((3, 9), (17,)), K=4, D=1, wide=True, **kw)
 
 
@@ -349,5 +362,8 @@ def causal_conv1d_update_inputs(device: torch.device, dtype: torch.dtype, *, qui
             yield update_case(f"chunk-Lq3-{tag}", 4, 3, pad=(0,), K=K, D=D, **kw)
             yield update_case(f"spec-Lq4-{tag}", 4, 4, spec=True, pad=(2,), K=K, D=D, bias=False, **kw)
         yield update_case(f"B0-{layout}-{short}", 0, None, K=4, D=1, **kw)
-        yield update_case(f"fp32-weight-decode-{layout}-{short}", 5, None, pad=(1,), K=4, D=1, wide=True, **kw)
-        yield update_case(f"fp32-weight-spec-Lq3-{layout}-{short}", 4, 3, spec=True, K=3, D=2, wide=True, **kw)
+        # fp32 weight and bias; quick: each call once, the layouts by turns
+        if not quick or i == 0:
+            yield update_case(f"fp32-weight-decode-{layout}-{short}", 5, None, pad=(1,), K=4, D=1, wide=True, **kw)
+        if not quick or i == 1:
+            yield update_case(f"fp32-weight-spec-Lq3-{layout}-{short}", 4, 3, spec=True, K=3, D=2, wide=True, **kw)

@@ -32,6 +32,10 @@ FULL_SHAPES = (
     *((m, n) for m in (1, 2, 4, 8, 16) for n in (768, 1024, 1536)),
 )
 LAYOUTS = {"split": False, "inter": True}
+# quick keeps every width N (BN, BM, EVEN_N), every (weights, out_dtype) variant in both layouts and every
+# dtype, on fewer combinations: each (shape, layout) takes one variant, by turns (each combination is a
+# Triton specialization of its own), and each extra case (specials, wide range, row stride) one layout.
+QUICK_EXTRA_LAYOUT = {"specials": "split", "wide-range": "inter", "row-stride": "split"}
 
 
 def _weights(kind: str, M: int, dtype: torch.dtype, device, gen: torch.Generator) -> torch.Tensor | None:
@@ -56,20 +60,26 @@ def _variants(dtype: torch.dtype, quick: bool):
 @moe_silu_and_mul.inputs
 def _inputs(device: torch.device, dtype: torch.dtype, *, quick: bool = False, seed: int = 0):
     gen = make_generator(seed)
-    for M, N in QUICK_SHAPES if quick else FULL_SHAPES:
-        for layout, interleaved in LAYOUTS.items():
-            for wkind, out_dtype in _variants(dtype, quick):
+    variants = list(_variants(dtype, quick))
+    for s, (M, N) in enumerate(QUICK_SHAPES if quick else FULL_SHAPES):
+        for j, (layout, interleaved) in enumerate(LAYOUTS.items()):
+            for wkind, out_dtype in variants if not quick else [variants[(s + j) % len(variants)]]:
                 x = randn_with_specials((M, 2 * N), dtype, device, gen, specials=False)
                 w = _weights(wkind, M, dtype, device, gen)
                 suffix = f"-out_{DTYPE_NAMES[out_dtype]}" if out_dtype is not None else ""
                 yield Case(f"M{M}-N{N}-{layout}-{wkind}{suffix}", (x, w, interleaved, out_dtype))
     for layout, interleaved in LAYOUTS.items():
-        x = randn_with_specials((64, 2 * 96), dtype, device, gen, specials=True)
-        yield Case(f"specials-M64-N96-{layout}-w32", (x, _weights("w32", 64, dtype, device, gen), interleaved))
-        wide = randn_with_specials((8, 2 * 256), dtype, device, gen, specials=False) * 12
-        yield Case(f"wide-range-M8-N256-{layout}-none", (wide, None, interleaved))
-        strided = randn_with_specials((6, 2 * 160), dtype, device, gen, specials=False)[:, : 2 * 128]
-        yield Case(f"row-stride-M6-N128-{layout}-w32", (strided, _weights("w32", 6, dtype, device, gen), interleaved))
+        if not quick or QUICK_EXTRA_LAYOUT["specials"] == layout:
+            x = randn_with_specials((64, 2 * 96), dtype, device, gen, specials=True)
+            w = _weights("w32", 64, dtype, device, gen)
+            yield Case(f"specials-M64-N96-{layout}-w32", (x, w, interleaved))
+        if not quick or QUICK_EXTRA_LAYOUT["wide-range"] == layout:
+            wide = randn_with_specials((8, 2 * 256), dtype, device, gen, specials=False) * 12
+            yield Case(f"wide-range-M8-N256-{layout}-none", (wide, None, interleaved))
+        if not quick or QUICK_EXTRA_LAYOUT["row-stride"] == layout:
+            strided = randn_with_specials((6, 2 * 160), dtype, device, gen, specials=False)[:, : 2 * 128]
+            w = _weights("w32", 6, dtype, device, gen)
+            yield Case(f"row-stride-M6-N128-{layout}-w32", (strided, w, interleaved))
 
 
 # ------------------------------------------------------------- bench grids
