@@ -167,13 +167,13 @@ def test_gpu_kernel_dequantizes_bit_for_bit_and_meets_the_contract(dtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", GPU_DTYPES)
 def test_gpu_dense_path_is_native_bit_for_bit(dtype):
-    """Above M = 128, and at any M for a layer the kernel's tiling does not divide (N = 48), the provider
-    dequantizes the layout and multiplies with cuBLAS, as the spec does."""
-    from exactfuse.ops.w4a16.heuristics import DENSE_ABOVE_M
+    """Above ``PACKED_KERNEL_MAX_M`` rows, and at any M for a layer the kernel's tiling does not divide (N = 48),
+    the provider dequantizes the layout and multiplies with cuBLAS, as the spec does."""
+    from exactfuse.ops.w4a16.heuristics import PACKED_KERNEL_MAX_M
     from exactfuse.ops.w4a16.packed import w4a16_gemm_packed_triton
 
     dev = torch.device("cuda")
-    for N, ms in ((768, (DENSE_ABOVE_M + 1, 1000)), (48, (1, 7, 200))):
+    for N, ms in ((768, (PACKED_KERNEL_MAX_M + 1, 129, 1000)), (48, (1, 7, 200))):
         qweight, scales, zeros = (t.to(dev) for t in _weights(2048, N, 128, dtype, seed=5))
         perm = torch.randperm(2048, device=dev).to(torch.int32)
         packed = fragment.pack(qweight, scales, zeros, perm)

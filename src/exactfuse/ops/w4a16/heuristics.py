@@ -211,6 +211,9 @@ def with_split(config: TileConfig, K: int, split_k: int) -> TileConfig:
     return dataclasses.replace(config, split_k=_cdiv(k_tiles, iters), k_per_split=iters * config.BK)
 
 
+# The rows the packed kernel serves: M 1-16 were checked and measured on a GPU (two blocks of 8 rows at most);
+# above, the layout dequantized once and cuBLAS (the spec's bits) until the 4-block tile has been measured
+PACKED_KERNEL_MAX_M = 16
 PACKED_WEIGHT_BYTES_AN_SM = 48 * 1024  # the packed kernel's ring: weights in flight an SM
 PACKED_MAX_STAGES = 16
 

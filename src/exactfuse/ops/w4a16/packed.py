@@ -1,7 +1,7 @@
 """``w4a16_gemm_packed``'s Triton provider: the warp-specialized stream-K kernel (``packed_kernel.py``) up to
-``heuristics.DENSE_ABOVE_M`` rows where :func:`packed_supports` takes the arguments, the layout dequantized in
-one kernel and ``torch.matmul`` above (``dequant.packed_dense_gemm``: the spec's bits) and for layers the
-kernel's tiling does not divide (N not a multiple of 64)."""
+``heuristics.PACKED_KERNEL_MAX_M`` rows where :func:`packed_supports` takes the arguments, the layout
+dequantized in one kernel and ``torch.matmul`` above (``dequant.packed_dense_gemm``: the spec's bits) and for
+layers the kernel's tiling does not divide (N not a multiple of 64)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from exactfuse.ops.arrival import arrival_counters
 from exactfuse.ops.w4a16.dequant import packed_dense_gemm, permuted_columns
 from exactfuse.ops.w4a16.fragment import CHUNK_K, TILE_N
-from exactfuse.ops.w4a16.heuristics import DENSE_ABOVE_M, packed_config, stream_k
+from exactfuse.ops.w4a16.heuristics import PACKED_KERNEL_MAX_M, packed_config, stream_k
 from exactfuse.ops.w4a16.staged import HAS_GLUON, wgmma_unavailable
 from exactfuse.utils import empty, num_sms
 
@@ -122,6 +122,6 @@ def w4a16_gemm_packed_triton(
 ) -> torch.Tensor:
     N, K = words.shape[0] * TILE_N, words.shape[1] * CHUNK_K
     cfg = packed_config(a.shape[0], N, K, scales.shape[0])
-    if a.shape[0] > DENSE_ABOVE_M or cfg is None:  # w4a16_gemm's boundary, or a layer the tiling does not divide
+    if a.shape[0] > PACKED_KERNEL_MAX_M or cfg is None:  # rows past the measured tiles, or a layer it does not divide
         return packed_dense_gemm(a, words, scales, zeros, perm, bias)
     return launch_packed(a, words, scales, zeros, perm, bias, **cfg)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from exactfuse.ops.w4a16 import fragment, launch, packed
-from exactfuse.ops.w4a16.heuristics import DENSE_ABOVE_M
+from exactfuse.ops.w4a16.heuristics import PACKED_KERNEL_MAX_M
 from exactfuse.ops.w4a16.packing import random_weights
 
 # a row count in every bucket of heuristics.BUCKETS (M = 2 is the two-row GEMV's) and the dense path; on
@@ -55,9 +55,9 @@ def w4a16_gemm(
             launch.launch_w4a16_gemm(a, w.qweight, w.scales, w.zeros, w.perm, b, w.group_size, deterministic)
 
 
-# one M for every block count of the packed kernel (heuristics.packed_config: 1, 2, 4), and one above
-# heuristics.DENSE_ABOVE_M (the layout's dequantization kernel, then cuBLAS)
-PACKED_WARMUP_M = (1, 16, 32, DENSE_ABOVE_M + 1)
+# one M for every block count the packed kernel serves (heuristics.packed_config: 1, 2), and one above
+# heuristics.PACKED_KERNEL_MAX_M (the layout's dequantization kernel, then cuBLAS)
+PACKED_WARMUP_M = (1, 16, PACKED_KERNEL_MAX_M + 1)
 
 
 def w4a16_gemm_packed(device, dtype, *, shapes=((4096, 4096),), group_size=128, symmetric=True, bias=False, **other):
