@@ -6,13 +6,14 @@ Run on a GPU: ``bash scripts/gpu/run.sh probe w4a16_packed`` (``--layers``, ``--
 128, weights rotated past the L2, the kernel at ``packed_config`` (``--tiles`` / ``--stages`` override it; ``--pdl
 0,1``: plain and programmatic dependent launches) is checked first: one-hot activations pick weight rows
 (exact sums in any order: the dequantization bit for bit), random ones meet the op's contract against its
-native spec (asymmetric RTN weights, with and without a bias) and repeat bit for bit. Then it, the op's dense
-path (the layout dequantized, then cuBLAS: what the provider runs above ``DENSE_ABOVE_M`` rows),
-``w4a16_gemm`` on the same weights in the GPTQ layout (what ``W4A16Linear`` runs by default) and cuBLAS's
-dense ``a @ W`` are timed over CUDA-graph replays of one call per rotated weight; one line a (layer, M, dtype,
-launch) with µs and ratios; exit status 1 if a check fails. The programmatic dependent launch overlaps the
-previous call's tail in that sequence, which a model's layers give only where the kernel before each one lets
-its dependents start early.
+native spec (asymmetric RTN weights, with and without a bias) and repeat bit for bit, at any M (above
+``PACKED_KERNEL_MAX_M`` rows the op itself takes the dense path; the probe times the kernel's 4-block tile
+there against it). Then it, the op's dense path (the layout dequantized, then cuBLAS), ``w4a16_gemm`` on the
+same weights in the GPTQ layout (what ``W4A16Linear`` runs by default), cuBLAS's dense ``a @ W`` and a pure
+read of the words (``read_kernel``) are timed over CUDA-graph replays of one call per rotated weight; one line
+a (layer, M, dtype, launch) with µs and ratios; exit status 1 if a check fails. The programmatic dependent
+launch overlaps the previous call's tail in that sequence, which a model's layers give only where the kernel
+before each one lets its dependents start early.
 """
 
 from __future__ import annotations
@@ -20,9 +21,39 @@ from __future__ import annotations
 import argparse
 
 import torch
+import triton
+import triton.language as tl
 
 LAYERS = "4096x4096,4096x14336,14336x4096,8192x8192,8192x28672,28672x8192,5120x13824,4096x6144"  # K x N
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@triton.jit
+def read_kernel(p_words, n, p_out, BLOCK: tl.constexpr):
+    """Every word of ``p_words [n]`` read once (16-byte loads, evict-first, a grid-stride loop the compiler
+    pipelines) and XOR-ed into one ``[BLOCK]`` vector a program, stored so that nothing is left out: a pure
+    read of the bytes the W4A16 kernels stream."""
+    pid = tl.program_id(0)
+    acc = tl.zeros([BLOCK], tl.int32)
+    for start in tl.range(pid * BLOCK, n, tl.num_programs(0) * BLOCK, num_stages=4):
+        offs = start + tl.arange(0, BLOCK)
+        acc ^= tl.load(p_words + offs, mask=offs < n, other=0, eviction_policy="evict_first")
+    tl.store(p_out + pid * BLOCK + tl.arange(0, BLOCK), acc)
+
+
+def _read_us(packed: list) -> float:
+    """µs a pure read of one weight's words (:func:`read_kernel`, 4 programs of 8 warps an SM), over the
+    rotated weights: the read bandwidth the kernel's main stream could reach, measured beside it."""
+    from common import time_us
+
+    from exactfuse.utils import num_sms
+
+    grid, block = 4 * num_sms(packed[0].words.device), 4096
+    out = torch.empty(grid * block, dtype=torch.int32, device=packed[0].words.device)
+    return time_us(
+        lambda: [read_kernel[(grid,)](p.words, p.words.numel(), out, BLOCK=block, num_warps=8) for p in packed],
+        len(packed),
+    )
 
 
 def _baselines(a, packed: list, gptq: list, dense: list) -> tuple[float, float, float]:
@@ -106,6 +137,10 @@ def main() -> None:
             gptq = rotated(lambda K=K, N=N, d=dtype: _random_prepared(K, N, d, "cuda"), K * N // 2)
             packed = [fragment.pack(p.qweight, p.scales, p.zeros) for p in gptq]
             dense = [dense_weight(p.qweight, p.scales, None, None, 128, dtype) for p in gptq]
+            t_read = _read_us(packed)
+            print(
+                f"{K}x{N} {name}: a pure read of the words {t_read:.2f} us, {K * N / 2e3 / t_read:.0f} GB/s", flush=True
+            )
             for M in (int(m) for m in args.ms.split(",")):
                 a = torch.randn((M, K), dtype=dtype, device="cuda")
                 base = packed_config(M, N, K, K // 128)
@@ -119,7 +154,8 @@ def main() -> None:
                     label = "t{tiles}b{blocks}u{unroll}s{stages}".format(**cfg) + " pdl" * pdl
                     print(f"{K}x{N} M{M} {name}: packed {t:.2f} us ({label}), dense path {t_dense:.2f}, w4a16_gemm "
                           f"{t_gptq:.2f}, cuBLAS {t_cublas:.2f}; dense/packed {t_dense / t:.2f}x, w4a16_gemm/packed "
-                          f"{t_gptq / t:.2f}x, cuBLAS/packed {t_cublas / t:.2f}x; {K * N / 2e3 / t:.0f} GB/s of codes; "
+                          f"{t_gptq / t:.2f}x, cuBLAS/packed {t_cublas / t:.2f}x; {K * N / 2e3 / t:.0f} GB/s of codes, "
+                          f"{t_read / t:.0%} of the pure read's; "
                           f"checks {verdict}", flush=True)  # fmt: skip
             gptq = packed = dense = None
             torch.cuda.empty_cache()
