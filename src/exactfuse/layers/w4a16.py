@@ -34,14 +34,14 @@ class W4A16Linear(nn.Module):
     (``exactfuse.ops.w4a16.fragment``): ``words [N/16, K/64, 32, 4]`` int32,
     ``fragment_scales [K/G, N]`` (the activation dtype) and, when asymmetric,
     ``fragment_zeros [K/G, N/8]`` int32 (8 zero points a word) in place of ``qweight``,
-    ``scales`` and ``zeros``, which is faster at decode sizes (docs/performance.md: M <= 16
-    on the wide layers) and slower at M 32-128. Its ``state_dict`` is still the GPTQ
+    ``scales`` and ``zeros``, run by a warp-specialized stream-K kernel at decode sizes (M
+    1-16: docs/heuristics.md) and dequantized for cuBLAS above. Its ``state_dict`` is still the GPTQ
     layout's (unpacked on save, repacked on load: exact inverses), so checkpoints do not
     depend on the layout; ``.to(dtype)`` converts the scales as the GPTQ layout does. It
     needs groups of a multiple of 64 rows (or one group), ``K % 64 == N % 16 == 0``, zero
     points 0..15 (not a GPTQ v1 zero point of 16), no per-row ``groups``, and its kernel
-    runs on sm_90 (elsewhere the op's native path). ``deterministic`` does not apply: its
-    split-K is always finished in a fixed order.
+    runs on sm_90 (elsewhere the op's native path). ``deterministic`` does not apply: a unit
+    cut between CTAs is always summed in a fixed order.
     """
 
     def __init__(
