@@ -87,7 +87,7 @@ def test_list_and_verify_show_the_contract_checked_here_with_its_numbers(capsys)
 
 @pytest.mark.interpreter
 def test_verify_says_why_a_listed_provider_is_not_checked(capsys):
-    """The fragment kernel's provider is listed, but runs Gluon, which the interpreter does not: verify and
+    """The packed kernel's provider is listed, but runs Gluon, which the interpreter does not: verify and
     list say so, and nothing is checked."""
     assert main(["verify", "--op", "w4a16_gemm_packed", "--dtype", "fp16"]) == 2
     out = " ".join(capsys.readouterr().out.split())

@@ -150,7 +150,7 @@ def _producer(
 @gluon.jit
 def _records(s_slot, z_slot, R: gl.constexpr, TILES: gl.constexpr, U: gl.constexpr, RU: gl.constexpr,
              HAS_ZEROS: gl.constexpr, MAGIC: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
-    """The fragment kernel's scale records ``[R, T, U, 4]`` (``s_r, s_r8, MAGIC + z_r, MAGIC + z_r8``, each a
+    """``fragment_step``'s scale records ``[R, T, U, 4]`` (``s_r, s_r8, MAGIC + z_r, MAGIC + z_r8``, each a
     32-bit pair of one 16-bit value) built from a slot's compact scales and zero points: lane ``4 row + q``
     of warp ``w`` takes columns ``row`` and ``row + 8`` of its tiles."""
     L6: gl.constexpr = gl.BlockedLayout(
@@ -181,7 +181,7 @@ def _operands(w_slot, s_slot, z_slot, a_slot, R: gl.constexpr, TILES: gl.constex
               U: gl.constexpr, RU: gl.constexpr, HAS_ZEROS: gl.constexpr, MAGIC: gl.constexpr,
               num_warps: gl.constexpr):  # fmt: skip
     """A slot's words and scale records ``[R, T, U, 4]`` and activations ``x0``, ``x1`` ``[R, B, U, 4]`` in the
-    shipped kernel's register layouts (``fragment_step``'s inputs), by shared loads."""
+    register layouts ``fragment_step`` takes, by shared loads."""
     LWU: gl.constexpr = gl.BlockedLayout([1, TILES, U, 4], [32, 1, 1, 1], [num_warps, 1, 1, 1], [3, 2, 1, 0])
     LAU: gl.constexpr = gl.BlockedLayout([1, BLOCKS, U, 4], [32, 1, 1, 1], [num_warps, 1, 1, 1], [3, 2, 1, 0])
     words = _view(w_slot, gl.int32, [R, TILES, U, 4], words_view(num_warps, TILES, U)).load(LWU)

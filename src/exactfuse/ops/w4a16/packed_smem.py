@@ -1,5 +1,5 @@
 """The shared memory of ``w4a16_gemm_packed``'s kernel (``packed_kernel.py``): the ring slots' layouts
-and the ``SharedLinearLayout`` views through which the consumer warps read a slot as the fragment kernel's
+and the ``SharedLinearLayout`` views through which the consumer warps read a slot as ``mma.fragment_step``'s
 register tensors (offset bits -> tensor coordinates)."""
 
 from __future__ import annotations
