@@ -72,7 +72,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     add("--plot", metavar="FILE.png",
         help="draw speedup and %% of roofline per shape (matplotlib); '{op}' in the name: one file per op")  # fmt: skip
     add("--no-compile", action="store_true", help="skip native-compiled (torch.compile of the spec)")
-    add("--rep-ms", type=float, help="ms of calls per CUDA graph replay (default 20; 10 with the quick grid)")
+    add("--rep-ms", type=float, help="ms of calls per CUDA graph replay (default 20; 4 with the quick grid)")
     add("--shard", type=shard, metavar="I/N",
         help="run cases I, I+N, I+2N, ... of each grid (N processes, one per GPU; "
         "scripts/merge_results.py joins them)")  # fmt: skip
