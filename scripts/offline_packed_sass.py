@@ -64,7 +64,13 @@ def _count(lines, op: str) -> int:
 
 
 def compile_ws(
-    config: str, dtype: str, warps: int = WARPS, per_sm: int = 1, pdl: bool = False, zeros: bool = True
+    config: str,
+    dtype: str,
+    warps: int = WARPS,
+    per_sm: int = 1,
+    pdl: bool = False,
+    zeros: bool = True,
+    per_warp: bool = False,
 ) -> str:
     """One configuration compiled with ``warps`` consumer warps for ``per_sm`` CTAs an SM
     (``packed.register_cap``), with ``pdl`` the programmatic-dependent-launch waits, with ``zeros`` zero
@@ -84,11 +90,12 @@ def compile_ws(
         "p_count": "*i32",
     }
     consts = dict(GROUP_CHUNKS=group_chunks, HAS_BIAS=False, HAS_ZEROS=zeros, BLOCKS=blocks, TILES=tiles,
-                  UNROLL=unroll, STAGES=stages, PIECES=3, PDL=pdl, num_warps=warps)  # fmt: skip
+                  UNROLL=unroll, STAGES=stages, PIECES=3, PDL=pdl, PER_WARP=per_warp, num_warps=warps)  # fmt: skip
     label = (
         f"packed {dtype} {config}/{warps}"
         + (f" x{per_sm} an SM" if per_sm > 1 else "")
         + (" pdl" if pdl else "")
+        + (" per-warp" if per_warp else "")
         + ("" if zeros else " symmetric")
     )
     try:
@@ -125,10 +132,14 @@ def main() -> None:
     parser.add_argument("--per-sm", type=int, default=1, help="CTAs an SM (the registers capped to fit them)")
     parser.add_argument("--pdl", action="store_true", help="with the programmatic-dependent-launch waits")
     parser.add_argument("--symmetric", action="store_true", help="no zero points (every one 8)")
+    parser.add_argument("--per-warp", action="store_true", help="each consumer warp a partition of its own")
     args = parser.parse_args()
     print(f"Triton {triton.__version__}, sm_90a; static SASS counts")
     for config in args.configs.split(","):
-        print(compile_ws(config, args.dtype, args.warps, args.per_sm, args.pdl, not args.symmetric), flush=True)
+        print(
+            compile_ws(config, args.dtype, args.warps, args.per_sm, args.pdl, not args.symmetric, args.per_warp),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -2,9 +2,10 @@
 GPTQ layout and cuBLAS.
 
 Run on a GPU: ``bash scripts/gpu/run.sh probe w4a16_packed`` (``--layers``, ``--dtypes``, ``--ms``, ``--pdl``,
-``--tiles``, ``--stages``; the first four comma-separated lists). For each layer (K x N), dtype and M, group
-128, weights rotated past the L2, the kernel at ``packed_config`` (``--tiles`` / ``--stages`` override it; ``--pdl
-0,1``: plain and programmatic dependent launches) is checked first: one-hot activations pick weight rows
+``--per-warp``, ``--tiles``, ``--stages``; the first five comma-separated lists). For each layer (K x N), dtype
+and M, group 128, weights rotated past the L2, the kernel at ``packed_config`` (``--tiles`` / ``--stages``
+override it; ``--pdl 0,1``: plain and programmatic dependent launches; ``--per-warp 0,1``: the consumer warps
+in one partition or each in its own) is checked first: one-hot activations pick weight rows
 (exact sums in any order: the dequantization bit for bit), random ones meet the op's contract against its
 native spec (asymmetric RTN weights, with and without a bias) and repeat bit for bit, at any M (above
 ``PACKED_KERNEL_MAX_M`` rows the op itself takes the dense path; the probe times the kernel's 4-block tile
@@ -124,6 +125,7 @@ def main() -> None:
     )
     parser.add_argument("--tiles", type=int, default=0, help="tiles a consumer warp (0: packed_config's)")
     parser.add_argument("--stages", type=int, default=0, help="ring slots (0: packed_config's)")
+    parser.add_argument("--per-warp", default="0", help="1: each consumer warp a partition of its own; comma-separated")
     args = parser.parse_args()
     device_line()
     failed = 0
@@ -146,12 +148,14 @@ def main() -> None:
                 base = packed_config(M, N, K, K // 128)
                 base |= {k: v for k, v in (("tiles", args.tiles), ("stages", args.stages)) if v}
                 t_dense, t_gptq, t_cublas = _baselines(a, packed, gptq, dense)
-                for pdl in (bool(int(d)) for d in args.pdl.split(",")):
-                    cfg = base | {"pdl": pdl}
+                for pdl, per_warp in (
+                    (bool(int(d)), bool(int(w))) for d in args.pdl.split(",") for w in args.per_warp.split(",")
+                ):
+                    cfg = base | {"pdl": pdl, "per_warp": per_warp}
                     verdict = _check(M, dtype, check, bias, cfg)
                     failed += verdict != "ok"
                     t = _time_packed(a, packed, cfg)
-                    label = "t{tiles}b{blocks}u{unroll}s{stages}".format(**cfg) + " pdl" * pdl
+                    label = "t{tiles}b{blocks}u{unroll}s{stages}".format(**cfg) + " pdl" * pdl + " per-warp" * per_warp
                     print(f"{K}x{N} M{M} {name}: packed {t:.2f} us ({label}), dense path {t_dense:.2f}, w4a16_gemm "
                           f"{t_gptq:.2f}, cuBLAS {t_cublas:.2f}; dense/packed {t_dense / t:.2f}x, w4a16_gemm/packed "
                           f"{t_gptq / t:.2f}x, cuBLAS/packed {t_cublas / t:.2f}x; {K * N / 2e3 / t:.0f} GB/s of codes, "

@@ -112,6 +112,8 @@ def compile_rule_configs() -> list[str]:
         offline_packed_sass.compile_ws(config, dtype, warps, per_sm, pdl, zeros)
         for (dtype, config, warps, per_sm, pdl), zeros in itertools.product(sorted(picked), (True, False))
     ]
+    lines += [offline_packed_sass.compile_ws(c, "bf16", 4, 1, False, zeros, True) for c in ("1x2u2s6", "2x2u2s6")
+              for zeros in (True, False)]  # fmt: skip
     return [line for line in lines if " regs " not in line or " 0.00 a word" in line]
 
 
@@ -127,8 +129,9 @@ def test_kernel_compiles_for_sm90_at_every_configuration_the_rule_takes():
 @pytest.mark.parametrize("dtype", GPU_DTYPES)
 def test_gpu_kernel_dequantizes_bit_for_bit_and_meets_the_contract(dtype):
     """One-hot activations pick weight rows (exact products and sums): the kernel's dequantization is the
-    spec's bit for bit at every tiling, ring, stream-K cut (8 pieces a unit at 1024 x 256), CTAs an SM and
-    launch kind, with zero points and without; then the op's cases against its contract, repeated bit for bit."""
+    spec's bit for bit at every tiling, ring, stream-K cut (8 pieces a unit at 1024 x 256), CTAs an SM, launch
+    kind and consumer partitioning (``per_warp``), with zero points and without; then the op's cases against
+    its contract, repeated bit for bit."""
     from exactfuse.ops.w4a16.packed import launch_packed
 
     dev = torch.device("cuda")
@@ -140,6 +143,8 @@ def test_gpu_kernel_dequantizes_bit_for_bit_and_meets_the_contract(dtype):
         dict(tiles=1, blocks=1, unroll=2, stages=4, warps=8),
         dict(tiles=2, blocks=1, unroll=2, stages=6, pdl=True),
         dict(tiles=4, blocks=2, unroll=4, stages=4),  # 16 tiles a CTA: a step spans two groups
+        dict(tiles=2, blocks=1, unroll=2, stages=6, per_warp=True),
+        dict(tiles=1, blocks=2, unroll=2, stages=4, per_warp=True),
     )
     for symmetric in (False, True):
         qweight, scales, zeros = (

@@ -48,11 +48,13 @@ def launch_packed(
     warps: int = CONSUMER_WARPS,
     per_sm: int = 1,
     pdl: bool = False,
+    per_warp: bool = False,
 ) -> torch.Tensor:
     """``a[:, perm] @ W (+ bias)`` -> ``[M, N]`` by ``w4a16_packed_kernel`` from the fragment layout
     (``fragment.py``): persistent (at most ``per_sm`` CTAs an SM), deterministic on a given GPU. ``pdl``: a
     programmatic dependent launch, the first weights read while the previous kernel of the stream finishes,
-    for callers whose weights no kernel just before wrote (the reads come before the wait)."""
+    for callers whose weights no kernel just before wrote (the reads come before the wait). ``per_warp``: each
+    of the 4 consumer warps a partition of its own, releasing its part of a slot alone."""
     if perm is not None:
         a = permuted_columns(a, perm)
     if a.stride(1) != 1 or a.stride(0) % 8 or a.data_ptr() % 16:
@@ -60,6 +62,8 @@ def launch_packed(
     M = a.shape[0]
     n_tiles, chunks = words.shape[:2]
     N, groups, t_cta = n_tiles * TILE_N, scales.shape[0], warps * tiles
+    if per_warp and (warps != 4 or per_sm != 1):
+        raise ValueError(f"per_warp takes 4 consumer warps and one CTA an SM, got warps={warps}, per_sm={per_sm}")
     if chunks % unroll or n_tiles % t_cta:
         raise ValueError(f"unroll={unroll}, {t_cta} tiles a CTA do not divide {chunks} chunks, {n_tiles} tiles")
     if zeros is not None and 2 * t_cta < ZERO_ROW and (chunks // groups) % unroll:
@@ -77,12 +81,12 @@ def launch_packed(
     n_groups, m_blocks, steps = n_tiles // t_cta, -(-M // (8 * blocks)), chunks // unroll
     grid, pieces = stream_k(n_groups * m_blocks, steps, unroll, num_sms(a.device) * per_sm)
     ws = torch.empty((grid, 2, 8 * blocks, 16 * t_cta), dtype=torch.float32, device=a.device)
-    counts = arrival_counters(a.device, n_groups * m_blocks)
+    counts = arrival_counters(a.device, n_groups * m_blocks * (4 if per_warp else 1))
     w4a16_packed_kernel[(grid,)](
         w_desc, s_desc, z_desc, a_desc, bias if bias is not None else out, out, ws, counts, M, N, n_groups, steps,
         n_groups * m_blocks * steps, GROUP_CHUNKS=chunks // groups, HAS_BIAS=bias is not None,
         HAS_ZEROS=zeros is not None, BLOCKS=blocks, TILES=tiles, UNROLL=unroll, STAGES=stages, PIECES=pieces,
-        PDL=pdl, num_warps=warps, maxnreg=register_cap(warps, per_sm), launch_pdl=pdl,
+        PDL=pdl, PER_WARP=per_warp, num_warps=warps, maxnreg=register_cap(warps, per_sm), launch_pdl=pdl,
     )  # fmt: skip
     return out
 

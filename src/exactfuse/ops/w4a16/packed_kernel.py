@@ -200,10 +200,11 @@ def _operands(w_slot, s_slot, z_slot, a_slot, R: gl.constexpr, TILES: gl.constex
 def _consumer(
     w_ring, s_ring, z_ring, a_ring, ready, empty_bars, p_bias, p_out, p_ws, p_count, M, N, n_groups, steps, total,
     HAS_BIAS: gl.constexpr, BLOCKS: gl.constexpr, TILES: gl.constexpr, UNROLL: gl.constexpr, STAGES: gl.constexpr,
-    SAME_GROUP: gl.constexpr, HAS_ZEROS: gl.constexpr, PIECES: gl.constexpr, num_warps: gl.constexpr,
+    SAME_GROUP: gl.constexpr, HAS_ZEROS: gl.constexpr, PIECES: gl.constexpr, W: gl.constexpr, WARP: gl.constexpr,
+    num_warps: gl.constexpr,
 ):  # fmt: skip
-    """The default partition: each unit's piece of this CTA's share as ``fragment_step`` from the ring, then
-    its epilogue."""
+    """Consumer warps ``WARP .. WARP + num_warps`` of ``W`` (all of them in one partition, or each its own):
+    each unit's piece of this CTA's share as ``fragment_step`` from their part of the ring, then its epilogue."""
     DT: gl.constexpr = p_out.dtype.element_ty
     DEQUANT: gl.constexpr = _DEQUANT_BF16 if gl.bfloat16 == DT else _DEQUANT_FP16
     MMA: gl.constexpr = _MMA_BF16 if gl.bfloat16 == DT else _MMA_FP16
@@ -227,10 +228,13 @@ def _consumer(
         acc3 = gl.zeros([R, TILES, BLOCKS], gl.float32, layout=L3)
         for _ in range(s0, s1):
             mbarrier.wait(ready.index(slot), phase)
+            z_slot = z_ring.index(slot)
+            if HAS_ZEROS:
+                z_slot = z_slot.slice(WARP * 2 * TILES, num_warps * 2 * TILES, dim=1)
             words, recs, x0, x1 = _operands(
-                w_ring.index(slot),
-                s_ring.index(slot),
-                z_ring.index(slot),
+                w_ring.index(slot).slice(WARP * TILES, num_warps * TILES),
+                s_ring.index(slot).slice(WARP * 16 * TILES, num_warps * 16 * TILES, dim=1),
+                z_slot,
                 a_ring.index(slot),
                 R,
                 TILES,
@@ -241,8 +245,9 @@ def _consumer(
                 MAGIC,
                 num_warps,
             )
-            # The slot goes back once every warp has read it: the barrier orders the shared loads before
-            # thread 0's arrival (Triton adds another before the next wait).
+            # The slot goes back once every consumer warp has read it: the barrier orders the partition's shared
+            # loads before its thread 0's arrival (one warp's partition: no CTA barrier; the empty barrier counts
+            # one arrival a partition).
             _barrier()
             mbarrier.arrive(empty_bars.index(slot))
             acc0, acc1, acc2, acc3 = fragment_step(
@@ -253,14 +258,14 @@ def _consumer(
                 slot = 0
                 phase ^= 1
         _epilogue(acc0, acc1, acc2, acc3, p_out, p_bias, p_ws, p_count, M, N, u, s0, s1, begin, steps, total,
-                  n_groups, LT, LB, R, TILES, BLOCKS, HAS_BIAS, PIECES, num_warps)  # fmt: skip
+                  n_groups, LT, LB, R, TILES, BLOCKS, HAS_BIAS, PIECES, W, WARP, num_warps)  # fmt: skip
 
 
 @gluon.jit
 def _epilogue(
     acc0, acc1, acc2, acc3, p_out, p_bias, p_ws, p_count, M, N, u, s0, s1, begin, steps, total, n_groups,
     LT: gl.constexpr, LB: gl.constexpr, R: gl.constexpr, TILES: gl.constexpr, BLOCKS: gl.constexpr,
-    HAS_BIAS: gl.constexpr, PIECES: gl.constexpr, num_warps: gl.constexpr,
+    HAS_BIAS: gl.constexpr, PIECES: gl.constexpr, W: gl.constexpr, WARP: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
     """A unit's piece: stored (with the bias) when it is the whole unit; else kept in this CTA's workspace
     slot (0: the unit it began in, 1: the unit it ends in) and, by the last piece to arrive, the unit's
@@ -269,7 +274,7 @@ def _epilogue(
     pid_m = u // n_groups
     o_row = gl.arange(0, R, layout=gl.SliceLayout(1, LT))
     lane_t = gl.expand_dims(o_row % 32, 1)
-    tile = gl.expand_dims((pid_n * num_warps + o_row // 32) * TILES, 1) + gl.expand_dims(
+    tile = gl.expand_dims((pid_n * W + WARP + o_row // 32) * TILES, 1) + gl.expand_dims(
         gl.arange(0, TILES, layout=gl.SliceLayout(0, LT)), 0
     )
     block = gl.expand_dims(gl.arange(0, BLOCKS, layout=gl.SliceLayout(0, LB)), 0)
@@ -283,7 +288,7 @@ def _epilogue(
         _store_out(acc3, p_out, p_bias, o_m + 1, o_n + 8, M, N, HAS_BIAS)
     else:
         ROWS: gl.constexpr = 8 * BLOCKS
-        COLS: gl.constexpr = 16 * TILES * num_warps
+        COLS: gl.constexpr = 16 * TILES * W
         at = (o_m - pid_m * ROWS) * COLS + o_n - pid_n * COLS  # the outputs' offsets in a slot
         p = gl.num_programs(0)
         mine = p_ws + (gl.program_id(0) * 2 + (u != begin // steps).to(gl.int32)) * (ROWS * COLS)
@@ -294,7 +299,8 @@ def _epilogue(
         _barrier()
         first = ((u * steps + 1) * p - 1) // total  # the CTAs whose shares hold the unit's first and last steps
         last = ((u + 1) * steps * p - 1) // total
-        arrived = gl.atomic_add(p_count + u, 1, sem="acq_rel", scope="gpu")
+        count = p_count + u * (W // num_warps) + WARP // num_warps  # a counter a unit and partition
+        arrived = gl.atomic_add(count, 1, sem="acq_rel", scope="gpu")
         if arrived == last - first:
             _finish(p_out, p_bias, p_ws, at, o_m, o_n, M, N, u, first, last, steps, total, ROWS * COLS, HAS_BIAS,
                     PIECES)  # fmt: skip
@@ -304,7 +310,7 @@ def _epilogue(
                     HAS_BIAS, PIECES)  # fmt: skip
             _finish(p_out, p_bias, p_ws, at + COLS + 8, o_m + 1, o_n + 8, M, N, u, first, last, steps, total,
                     ROWS * COLS, HAS_BIAS, PIECES)  # fmt: skip
-            gl.store(p_count + u, 0)
+            gl.store(count, 0)
 
 
 @gluon.jit
@@ -327,7 +333,7 @@ def w4a16_packed_kernel(
     w_desc, s_desc, z_desc, a_desc, p_bias, p_out, p_ws, p_count, M, N, n_groups, steps, total,
     GROUP_CHUNKS: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_ZEROS: gl.constexpr, BLOCKS: gl.constexpr,
     TILES: gl.constexpr, UNROLL: gl.constexpr, STAGES: gl.constexpr, PIECES: gl.constexpr, PDL: gl.constexpr,
-    num_warps: gl.constexpr,
+    PER_WARP: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
     """``a @ W``, stream-K: the units (``16 TILES num_warps`` columns by ``8 BLOCKS`` rows, tile groups fastest)
     have ``steps`` steps of ``UNROLL`` chunks of 64 rows each; laid end to end they are ``total`` steps, and
@@ -338,8 +344,11 @@ def w4a16_packed_kernel(
     points ``[groups, N/8]`` int32, eight nibbles a word, column ``8 j + i`` in nibble ``i`` of word ``j`` (box
     ``[1, 2 T num_warps]``; without, every zero point is 8), a_desc over activations as ``[K/64, M, 32]`` int32
     pairs (box ``[U, 8 B, 32]``, 128-byte swizzle; rows past M read as zeros). ``p_ws``: two fp32 slots of
-    ``8 BLOCKS x 16 T num_warps`` a CTA; ``p_count``: a zeroed int32 counter a unit, left zeroed."""
-    T_CTA: gl.constexpr = TILES * num_warps
+    ``8 BLOCKS x 16 T num_warps`` a CTA; ``p_count``: a zeroed int32 counter a unit (with PER_WARP four, one a
+    consumer warp), left zeroed. PER_WARP: each of the 4 consumer warps a partition of its own that releases
+    its part of a slot alone (no CTA-wide barrier before a slot's release), the producer in the default
+    partition's 4 warps."""
+    T_CTA: gl.constexpr = TILES * num_warps  # num_warps consumer warps, in one partition or (PER_WARP) one each
     SAME_GROUP: gl.constexpr = GROUP_CHUNKS % UNROLL == 0
     RU: gl.constexpr = 1 if SAME_GROUP else UNROLL
     w_ring = gl.allocate_shared_memory(gl.int32, [STAGES, T_CTA, UNROLL, 128], WORDS_SMEM)
@@ -353,16 +362,40 @@ def w4a16_packed_kernel(
     empty_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty_bars.index(i), count=1)
-    gl.warp_specialize(
-        [
-            (_consumer, (w_ring, s_ring, z_ring, a_ring, ready, empty_bars, p_bias, p_out, p_ws, p_count, M, N,
-                         n_groups, steps, total, HAS_BIAS, BLOCKS, TILES, UNROLL, STAGES, SAME_GROUP, HAS_ZEROS,
-                         PIECES, num_warps)),
-            (_producer, (w_desc, s_desc, z_desc, a_desc, w_ring, s_ring, z_ring, a_ring, ready, empty_bars,
-                         n_groups, steps, total, GROUP_CHUNKS, T_CTA, BLOCKS, UNROLL, STAGES, SAME_GROUP, HAS_ZEROS,
-                         PDL)),
-        ],
-        [1],
-        [24],
-    )  # fmt: skip
+        mbarrier.init(empty_bars.index(i), count=4 if PER_WARP else 1)
+    if PER_WARP:  # the producer in the 4 warps of the default partition, 4 one-warp consumer partitions
+        gl.static_assert(num_warps == 4, "PER_WARP takes 4 consumer warps")
+        gl.warp_specialize(
+            [
+                (_producer, (w_desc, s_desc, z_desc, a_desc, w_ring, s_ring, z_ring, a_ring, ready, empty_bars,
+                             n_groups, steps, total, GROUP_CHUNKS, T_CTA, BLOCKS, UNROLL, STAGES, SAME_GROUP,
+                             HAS_ZEROS, PDL)),
+                (_consumer, (w_ring, s_ring, z_ring, a_ring, ready, empty_bars, p_bias, p_out, p_ws, p_count, M, N,
+                             n_groups, steps, total, HAS_BIAS, BLOCKS, TILES, UNROLL, STAGES, SAME_GROUP, HAS_ZEROS,
+                             PIECES, 4, 0, 1)),
+                (_consumer, (w_ring, s_ring, z_ring, a_ring, ready, empty_bars, p_bias, p_out, p_ws, p_count, M, N,
+                             n_groups, steps, total, HAS_BIAS, BLOCKS, TILES, UNROLL, STAGES, SAME_GROUP, HAS_ZEROS,
+                             PIECES, 4, 1, 1)),
+                (_consumer, (w_ring, s_ring, z_ring, a_ring, ready, empty_bars, p_bias, p_out, p_ws, p_count, M, N,
+                             n_groups, steps, total, HAS_BIAS, BLOCKS, TILES, UNROLL, STAGES, SAME_GROUP, HAS_ZEROS,
+                             PIECES, 4, 2, 1)),
+                (_consumer, (w_ring, s_ring, z_ring, a_ring, ready, empty_bars, p_bias, p_out, p_ws, p_count, M, N,
+                             n_groups, steps, total, HAS_BIAS, BLOCKS, TILES, UNROLL, STAGES, SAME_GROUP, HAS_ZEROS,
+                             PIECES, 4, 3, 1)),
+            ],
+            [1, 1, 1, 1],
+            [232, 232, 232, 232],
+        )  # fmt: skip
+    else:  # the consumers in the default partition, the producer a one-warp worker
+        gl.warp_specialize(
+            [
+                (_consumer, (w_ring, s_ring, z_ring, a_ring, ready, empty_bars, p_bias, p_out, p_ws, p_count, M, N,
+                             n_groups, steps, total, HAS_BIAS, BLOCKS, TILES, UNROLL, STAGES, SAME_GROUP, HAS_ZEROS,
+                             PIECES, num_warps, 0, num_warps)),
+                (_producer, (w_desc, s_desc, z_desc, a_desc, w_ring, s_ring, z_ring, a_ring, ready, empty_bars,
+                             n_groups, steps, total, GROUP_CHUNKS, T_CTA, BLOCKS, UNROLL, STAGES, SAME_GROUP,
+                             HAS_ZEROS, PDL)),
+            ],
+            [1],
+            [24],
+        )  # fmt: skip
