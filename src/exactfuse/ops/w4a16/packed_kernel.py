@@ -245,9 +245,8 @@ def _consumer(
                 MAGIC,
                 num_warps,
             )
-            # The slot goes back once every consumer warp has read it: the barrier orders the partition's shared
-            # loads before its thread 0's arrival (one warp's partition: no CTA barrier; the empty barrier counts
-            # one arrival a partition).
+            # The slot goes back once every consumer warp has read it: the barrier orders the partition's loads
+            # before its thread 0's arrival (the empty barrier counts one a partition; one warp's: no CTA barrier)
             _barrier()
             mbarrier.arrive(empty_bars.index(slot))
             acc0, acc1, acc2, acc3 = fragment_step(
@@ -353,8 +352,7 @@ def w4a16_packed_kernel(
     RU: gl.constexpr = 1 if SAME_GROUP else UNROLL
     w_ring = gl.allocate_shared_memory(gl.int32, [STAGES, T_CTA, UNROLL, 128], WORDS_SMEM)
     s_ring = gl.allocate_shared_memory(gl.int16, [STAGES, RU, T_CTA * 16], SCALES_SMEM)
-    # a zero-point row: the tile group's 2 T_CTA words, at least 128 bytes (a TMA destination's alignment;
-    # the words past the group's are the next group's, unread)
+    # a zero-point row: the tile group's 2 T_CTA words, at least 128 bytes (a TMA destination's alignment)
     ZW: gl.constexpr = (T_CTA * 2 if T_CTA * 2 >= 32 else 32) if HAS_ZEROS else 4
     z_ring = gl.allocate_shared_memory(gl.int32, [STAGES, RU, ZW], ZEROS_SMEM)
     a_ring = gl.allocate_shared_memory(gl.int32, [STAGES, UNROLL, BLOCKS * 8, 32], ACTS_SMEM)
