@@ -1,7 +1,8 @@
 """The conv family's launch configurations on its bench shapes (bf16), each checked bit for bit (output and state)
 against the shipped rule's first: µs, % of the copy roofline, geomean against the shipped one. Default: the
 prefill tile ``BTxBC[uU][g]`` (``uU``: ``ConvConfig.unroll``; ``g``: no lean kernel) x ``--warps`` on causal_conv1d
-(sweeps/conv_tiles.txt; ``--floor``: also the shipped tile and fla-core's conv with the SiLU and without,
+(sweeps/conv_tiles.txt; ``--fn``: on causal_conv1d_fn's grid, the stateless prefill, FLA's own call beside,
+conv_fn_tiles.txt; ``--floor``: also the shipped tile and fla-core's conv with the SiLU and without,
 conv_floor.txt). ``--decode`` (short_conv) and ``--update`` (causal_conv1d_update, beside fla-core's update on
 its ``-lastK`` cases): ``--channels`` a program x ``--warps`` x ``--paths`` (``t`` window in registers, ``f`` flat
 run) x ``--orders`` (``c``: ``channels_first``) x ``--rows`` a program (conv_decode.txt, conv_update_decode.txt)."""
@@ -13,15 +14,17 @@ import re
 import torch
 from common import device_line, emit, geomean, ints, time_us
 
-from exactfuse.bench.peers.conv import _fla_causal_conv1d, _fla_causal_conv1d_update
-from exactfuse.ops.conv import _causal_conv1d, _causal_conv1d_update, _short_conv, calls, heuristics
+from exactfuse.bench.peers.conv import _fla_causal_conv1d, _fla_causal_conv1d_fn, _fla_causal_conv1d_update
+from exactfuse.ops.conv import _causal_conv1d, _causal_conv1d_fn, _causal_conv1d_update, _short_conv, calls, heuristics
 from exactfuse.ops.conv.launch import _dense_slots, _dense_windows, _history_head, launch_conv
 from exactfuse.testing import clone_args
-from exactfuse.testing.cases.conv_grids import _causal_grid, _short_conv_grid, _update_grid
+from exactfuse.testing.cases.conv_grids import _causal_grid, _fn_grid, _short_conv_grid, _update_grid
 
 DEFAULT_TILES = "16x128,32x128,16x128u4,16x128u8,16x256u8,8x512u8,32x64u8,32x128u8,64x64u8,32x128u16,16x128g"
 CALLS = {"short_conv": calls.short_conv_call, "causal_conv1d": calls.causal_conv1d_call,
-         "causal_conv1d_update": calls.causal_conv1d_update_call}  # fmt: skip
+         "causal_conv1d_update": calls.causal_conv1d_update_call,
+         "causal_conv1d_fn": lambda x, w, b, act, d, qsl, seq_idx, init: calls.causal_conv1d_call(
+             x, w, b, act, d, None, qsl, None, None, -1, seq_idx)}  # fmt: skip
 
 
 def arguments(op, args, kwargs) -> dict:
@@ -34,12 +37,12 @@ def launch(op, case, config):
     """``op``'s launch on a copy of ``case`` at ``config``, run once: (call, output (short_conv: the residual),
     state)."""
     a = arguments(op, *clone_args(case.args, case.kwargs))
-    head = _history_head(a["conv_state"], a["weight"], a["dilation"], a.pop("history_at", "start"))  # as launched
+    head = _history_head(a.get("conv_state"), a["weight"], a["dilation"], a.pop("history_at", "start"))  # as launched
     call, out = CALLS[op.name](*a.values()), a["residual"] if op is _short_conv else torch.empty_like(a["x"])
     view = None if op is _short_conv else out.view(call.x.shape)
     run = lambda: launch_conv(call, out=view, config=config, head=head)  # noqa: E731
     run()
-    return run, out, a["conv_state"]
+    return run, out, a.get("conv_state", out)
 
 
 def sweep_case(op, case, shipped, shipped_key, configs: dict, label, copy: float, ratios: dict) -> list[str]:
@@ -134,6 +137,9 @@ def main() -> None:
     parser.add_argument("--tiles", default=DEFAULT_TILES)
     parser.add_argument("--warps", help="warps to time (default 4,8; with --decode, --update 1,2,4,8)")
     parser.add_argument("--floor", action="store_true", help="also the SiLU's cost, beside FLA (conv_floor.txt)")
+    parser.add_argument(
+        "--fn", action="store_true", help="the tiles on causal_conv1d_fn's grid, FLA beside (conv_fn_tiles.txt)"
+    )
     parser.add_argument("--decode", action="store_true", help="short_conv decode (conv_decode.txt)")
     parser.add_argument("--update", action="store_true", help="causal_conv1d_update (conv_update_decode.txt)")
     parser.add_argument("--channels", default="64,128,256", help="--decode, --update: channels a program")
@@ -144,28 +150,35 @@ def main() -> None:
     line, _, copy = device_line()
     if opts.decode or opts.update:
         return decode(opts, copy, line)
-    h, op = heuristics, _causal_conv1d
+    h = heuristics
+    op, grid = (_causal_conv1d_fn, _fn_grid) if opts.fn else (_causal_conv1d, _causal_grid)
     tiles = [re.fullmatch(r"(\d+)x(\d+)(?:u(\d+))?(g)?", t).groups() for t in opts.tiles.split(",")]
     tiles = [(int(bt), int(bc), int(u or 1), not g) for bt, bc, u, g in tiles]
     shipped_tile = tile_label(h.PREFILL_TILE_ROWS, h.PREFILL_TILE_CHANNELS, h.PREFILL_TILE_UNROLL, True, h.NUM_WARPS)
-    lines = [f"{line}; shipped tile {shipped_tile}",
-             "shape | BTxBC/warps: µs (% roofline) ..."]  # fmt: skip
+    lines = [f"{line}; {op.name} prefill, bf16; shipped tile {shipped_tile}",
+             "shape | BTxBC/warps: µs (% roofline) ..." + (" | fla: its fastest form" if opts.fn else "")]  # fmt: skip
     floors, ratios = [f"{line}; shipped tile, causal_conv1d prefill, bf16, slot cache",
                       "shape | copy roofline µs | provider activation µs (% roofline) ..."], {}  # fmt: skip
-    for case in (lazy.materialize() for lazy in _causal_grid(torch.device("cuda"), torch.bfloat16)):
+    for case in (lazy.materialize() for lazy in grid(torch.device("cuda"), torch.bfloat16)):
         C, K = arguments(op, case.args, case.kwargs)["weight"].shape
         shipped = h.conv_config(C, K - 1, "prefill")
-        if opts.floor:
+        if opts.floor and not opts.fn:
             floors.append(floor(case, shipped, copy))
             print(floors[-1], flush=True)
         configs = {(bt, bc, u, lean, w): h.ConvConfig(BT=bt, BC=bc, BC_STATE=shipped.BC_STATE, BW=shipped.BW,
                                                       num_warps=w, unroll=u, lean=lean)
                    for (bt, bc, u, lean), w in itertools.product(tiles, ints(opts.warps or "4,8"))}  # fmt: skip
         key = (shipped.BT, shipped.BC, shipped.unroll, shipped.lean, shipped.num_warps)
-        lines.append(f"{case.id} | " + " ".join(sweep_case(op, case, shipped, key, configs, tile_label, copy, ratios)))
+        row = sweep_case(op, case, shipped, key, configs, tile_label, copy, ratios)
+        if opts.fn:  # FLA's own stateless call, its fastest form, checked against the shipped tile's output
+            _, ref_out, _ = launch(op, case, shipped)
+            fla = _fla_causal_conv1d_fn(*clone_args(case.args, case.kwargs))
+            close = torch.allclose(fla().float().view_as(ref_out), ref_out.float(), atol=2e-2, rtol=2e-2)
+            row.append(f"| fla {time_us(fla, rep_ms=10):.1f} ({fla.form})" + ("" if close else " NOT within 2e-2"))
+        lines.append(f"{case.id} | " + " ".join(row))
         print(lines[-1], flush=True)
-    emit("conv_tiles.txt", [*lines, ranked(ratios, tile_label, "tile")])
-    if opts.floor:
+    emit("conv_fn_tiles.txt" if opts.fn else "conv_tiles.txt", [*lines, ranked(ratios, tile_label, "tile")])
+    if opts.floor and not opts.fn:
         emit("conv_floor.txt", floors)
 
 
