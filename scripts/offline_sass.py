@@ -109,6 +109,7 @@ def _decode(bc: int, warps: int, path: str, rows: int = 1) -> tuple[str, dict]:
     """The decode kernel's step on FLA's state (``[B, C, K]``, K = 4, the history at the end: HEAD 1),
     bf16, SiLU, bias, no state indices; ``path``: ``-`` the two loads, ``t`` the register window's tile, ``f``
     the flat run."""
+    from exactfuse.ops.conv.decode import window_owned
     from exactfuse.ops.conv.update import conv_decode_kernel as kernel
 
     types = {n: "*bf16" for n in ("p_x", "p_w", "p_b", "p_res", "p_outer", "p_out", "p_state")}
@@ -116,7 +117,8 @@ def _decode(bc: int, warps: int, path: str, rows: int = 1) -> tuple[str, dict]:
     consts = dict(K=4, D=1, HAS_STATE=True, HAS_SID=False, INIT=2, HAS_TOKEN_MAP=False,
                   HAS_RESIDUAL=False, HAS_OUTER=False, HAS_BIAS=True, ACT=ACT, BC=bc, BW=4, BT=rows,
                   HEAD=1, WINDOW_TILE=path == "t", S_ALIGN=4, W_ALIGN=4,
-                  CHANNELS_FIRST=False, FLAT_WINDOW=path == "f", EVEN_C=True, SCALAR_WINDOW=False)  # fmt: skip
+                  CHANNELS_FIRST=False, FLAT_WINDOW=path == "f", EVEN_C=True, SCALAR_WINDOW=False,
+                  OWNED=window_owned(path == "f", bc, warps))  # fmt: skip
     div16 = [*types, "stride_x", "stride_out", "stride_s_slot", "C"]  # stride_s_c is K = 4: not 16-divisible
     ones = ["stride_w_k", "stride_s_w", "stride_sid"]
     kind = {"-": "", "t": " window tile", "f": " flat run"}[path]
@@ -129,6 +131,7 @@ def _short_decode(bc: int, warps: int, path: str, rows: int = 1) -> tuple[str, d
     channel stride 9), bf16, residual and outer residual, no activation, a state index and initial-state flag
     a row; ``path``: ``t`` the register window's ``[BW, BC]`` tile, ``s`` one ``[BC]`` vector a position
     (SCALAR_WINDOW), ``f`` the flat run (FLAT_WINDOW)."""
+    from exactfuse.ops.conv.decode import window_owned
     from exactfuse.ops.conv.update import conv_decode_kernel as kernel
 
     types = {n: "*bf16" for n in ("p_x", "p_w", "p_b", "p_res", "p_outer", "p_out", "p_state")}
@@ -136,7 +139,8 @@ def _short_decode(bc: int, warps: int, path: str, rows: int = 1) -> tuple[str, d
     consts = dict(K=4, D=3, HAS_STATE=True, HAS_SID=True, INIT=1, HAS_TOKEN_MAP=False,
                   HAS_RESIDUAL=True, HAS_OUTER=True, HAS_BIAS=False, ACT=-1, BC=bc, BW=16, BT=rows,
                   HEAD=0, WINDOW_TILE=path in "ts", S_ALIGN=1, W_ALIGN=4,
-                  CHANNELS_FIRST=False, FLAT_WINDOW=path == "f", EVEN_C=True, SCALAR_WINDOW=path == "s")  # fmt: skip
+                  CHANNELS_FIRST=False, FLAT_WINDOW=path == "f", EVEN_C=True, SCALAR_WINDOW=path == "s",
+                  OWNED=window_owned(path == "f", bc, warps))  # fmt: skip
     div16 = [*types, "stride_x", "stride_res", "stride_outer", "stride_out", "stride_s_slot", "C"]
     ones = ["stride_w_k", "stride_s_w", "stride_sid"]  # stride_s_c is the window, 9: not 16-divisible
     label = f"short_conv decode cw {bc}/{warps} {path}{f' {rows} rows' if rows > 1 else ''}"

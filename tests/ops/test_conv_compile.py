@@ -12,7 +12,7 @@ POINTERS = {n: "*bf16" for n in ("p_x", "p_w", "p_b", "p_res", "p_outer", "p_out
 }  # fmt: skip
 BASE = dict(K=4, D=1, SQL=1, HAS_STATE=True, HAS_SID=True, INIT=1, HAS_TOKEN_MAP=False, HAS_RESIDUAL=True,
             HAS_OUTER=False, HAS_BIAS=True, UNROLL=1, HAS_SEQ_IDX=False, HEAD=0, CHANNELS_FIRST=False,
-            FLAT_WINDOW=False, SCALAR_WINDOW=False)  # fmt: skip
+            FLAT_WINDOW=False, SCALAR_WINDOW=False, OWNED=False)  # fmt: skip
 # (label, constexprs, the integer arguments equal to 1): decode over [slot, W, C] (channel stride 1) and
 # [slot, C, W] (window stride 1, channel stride K - 1 = 3 or K = 4), K = 1 (weight stride 1), the flat run
 # and the two-load path
@@ -20,6 +20,11 @@ DECODE = [
     ("decode wc", dict(BC=256, BW=4, WINDOW_TILE=True, S_ALIGN=1, W_ALIGN=4), ["stride_s_c"]),
     ("decode cw odd", dict(BC=256, BW=4, WINDOW_TILE=True, S_ALIGN=1, W_ALIGN=4, SCALAR_WINDOW=True), ["stride_s_w"]),
     ("decode cw even", dict(BC=256, BW=4, WINDOW_TILE=True, S_ALIGN=4, W_ALIGN=4, HEAD=1), ["stride_s_w"]),
+    (
+        "decode cw even owned",
+        dict(BC=256, BW=4, WINDOW_TILE=True, S_ALIGN=4, W_ALIGN=4, HEAD=1, OWNED=True),
+        ["stride_s_w"],
+    ),
     ("decode cw even rows", dict(BC=256, BW=4, BT=4, WINDOW_TILE=True, S_ALIGN=4, W_ALIGN=4, HEAD=1), ["stride_s_w"]),
     (
         "decode cw odd rows",

@@ -90,7 +90,7 @@ def decode_window(
     read_state, L, N, stride_x, stride_res, stride_outer, stride_out, stride_s_c, stride_s_w,
     K: tl.constexpr, D: tl.constexpr, HEAD: tl.constexpr, BC: tl.constexpr, BW: tl.constexpr, S_ALIGN: tl.constexpr,
     HAS_TOKEN_MAP: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr,
-    ACT: tl.constexpr, FLAT: tl.constexpr, SCALAR: tl.constexpr,
+    ACT: tl.constexpr, FLAT: tl.constexpr, SCALAR: tl.constexpr, OWNED: tl.constexpr,
 ):  # fmt: skip
     """Decode row ``i_t`` with its slot's window held in registers: the ``HEAD + SL`` old positions loaded once
     as a ``[BW, BC]`` tile and viewed as ``[BC, BW]`` (each channel's window one vector access where the state's
@@ -111,7 +111,14 @@ def decode_window(
     below ``C``, ``BC`` a multiple of the 16-byte vector's elements): the block's ``BC (HEAD + SL)`` elements
     are one contiguous run, shifted in rows of 16 bytes whatever the window's length (:func:`flat_rows`); the
     taps are ``[BC]`` loads of their positions, one channel a thread, of the lines the run's rows read too (one
-    of the two reaches DRAM). No value crosses threads, so no layout conversion."""
+    of the two reaches DRAM). No value crosses threads, so no layout conversion.
+
+    The new window is stored after a CTA barrier, so that no thread overwrites a position another has yet to
+    read, unless OWNED (the launcher's :func:`window_owned`: not FLAT, and at least
+    as many channels as the program has threads): then the tile (or each position's vector) holds every element
+    in one thread only, and the store takes the load's pointers in the load's layout, so each thread overwrites
+    only what it read itself (tests/ops/test_conv_decode_owned.py reads both off the compiled IR). The barrier
+    held every warp of a program until the slowest one's loads returned."""
     SL: tl.constexpr = (K - 1) * D
     NW: tl.constexpr = HEAD + SL
     FP16_TAPS: tl.constexpr = (
@@ -161,7 +168,8 @@ def decode_window(
                 shifted += (b_x.to(p_window.dtype.element_ty),)
             else:
                 shifted += (cols[i],)
-    tl.debug_barrier()  # every thread's loads of the window precede any store into it
+    if FLAT or not OWNED:
+        tl.debug_barrier()  # every thread's loads of the window precede any store into it
     if FLAT:
         tl.store(p_rows, new, mask=mask_and(m_rows, state_ok))
     elif SCALAR:
@@ -169,3 +177,12 @@ def decode_window(
             tl.store(p_old + i * stride_s_w, shifted[i], mask=mask_and(m_c, state_ok))
     else:
         tl.store(p_old, tl.trans(window_tile(shifted, BC, BW)), mask=mask_and(m_old, state_ok))
+
+
+def window_owned(flat: bool, BC: int, num_warps: int) -> bool:
+    """Whether the decode kernel's register window may be stored without a CTA barrier (``OWNED``): not the flat
+    run (whose elements each take the next one, another thread's), and at least a channel a thread, so that
+    Triton's blocked layout of the ``[BW, BC]`` tile (or of each position's ``[BC]`` vector) holds no element in
+    two threads; the load and the store share one pointer tensor, so each thread overwrites only the positions
+    it read. tests/ops/test_conv_decode_owned.py reads both facts off the compiled IR."""
+    return not flat and 32 * num_warps <= BC

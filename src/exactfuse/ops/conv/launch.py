@@ -9,6 +9,7 @@ import torch
 import triton
 
 from exactfuse.ops.conv import calls, heuristics, windows
+from exactfuse.ops.conv.decode import window_owned
 from exactfuse.ops.conv.grad_kernels import conv_grad_init_kernel, conv_grad_rows_kernel, conv_grad_x_kernel
 from exactfuse.ops.conv.lean import conv_lean_kernel
 from exactfuse.ops.conv.prefill import conv_prefill_kernel
@@ -134,8 +135,8 @@ def launch_conv(
         torch.library.wrap_triton(conv_decode_kernel)[grid](
             *rows[:-1], hinit, tok, *sizes, *strides, *s_strides, sid_stride,
             BW=cfg.BW, S_ALIGN=s_align, W_ALIGN=w_align, CHANNELS_FIRST=cfg.channels_first, FLAT_WINDOW=flat,
-            SCALAR_WINDOW=scalar_window, WINDOW_TILE=window_tile, **common, **request_flags,
-        )  # fmt: skip
+            SCALAR_WINDOW=scalar_window, WINDOW_TILE=window_tile, OWNED=window_owned(flat, cfg.BC, cfg.num_warps),
+            **common, **request_flags)  # fmt: skip
     if mode != "decode" and has_state:
         torch.library.wrap_triton(conv_state_kernel)[(R, triton.cdiv(C, cfg.BC_STATE))](
             x, state, sid, qsl, acc, hinit, tok,

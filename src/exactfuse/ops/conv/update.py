@@ -27,7 +27,7 @@ def conv_decode_kernel(
     HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
     BC: tl.constexpr, BW: tl.constexpr, BT: tl.constexpr, HEAD: tl.constexpr,
     WINDOW_TILE: tl.constexpr, S_ALIGN: tl.constexpr, W_ALIGN: tl.constexpr, CHANNELS_FIRST: tl.constexpr,
-    FLAT_WINDOW: tl.constexpr, EVEN_C: tl.constexpr, SCALAR_WINDOW: tl.constexpr,
+    FLAT_WINDOW: tl.constexpr, EVEN_C: tl.constexpr, SCALAR_WINDOW: tl.constexpr, OWNED: tl.constexpr,
 ):  # fmt: skip
     """``BT`` rows x ``BC`` channels of the conv output of decode, each row a request that shifts its own
     slot's window.
@@ -45,7 +45,8 @@ def conv_decode_kernel(
     ``BC`` dividing ``C``: each program's windows read and written as one flat run, ``decode.decode_window``'s
     FLAT), EVEN_C (``BC`` divides ``C``: no channel masks), SCALAR_WINDOW (the launcher's ``_scalar_window``:
     ``[slot, C, W]`` storage whose channel stride no power of two above 1 divides, a short window): the
-    register window one ``[BC]`` vector a position, ``decode_window``'s SCALAR.
+    register window one ``[BC]`` vector a position, ``decode_window``'s SCALAR; OWNED (the launcher's
+    ``decode.window_owned``): the register window stored without a barrier, ``decode_window``'s OWNED.
     L, R, N, slots and null_slot are runtime values, not specialized: one compile serves every batch.
     """
     SL: tl.constexpr = (K - 1) * D
@@ -77,7 +78,7 @@ def conv_decode_kernel(
                 p_x, p_w, weights, b_bias, p_res, p_outer, p_out, p_window, p_tok, i_row, i_c * BC, o_c, m_c,
                 out_ok, state_ok, read_state, L, N, stride_x, stride_res, stride_outer, stride_out, stride_s_c,
                 stride_s_w, K, D, HEAD, BC, BW, S_ALIGN, HAS_TOKEN_MAP, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT,
-                FLAT_WINDOW, SCALAR_WINDOW,
+                FLAT_WINDOW, SCALAR_WINDOW, OWNED,
             )  # fmt: skip
         else:
             conv_rows(
