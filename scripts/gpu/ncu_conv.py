@@ -2,8 +2,9 @@
 prefill kernel's fixup launch, the state write-back) beside fla-core's conv, each with ``--activations``
 (``silu``, ``none``) on the ``--prefill`` grid shapes (default ``B1-L8192-C10240-K4``); short_conv decode on
 ``--decode`` (default ``decode-R256-cw,decode-R256-wc``; ``-`` none), with ``--tile`` also each ``cw`` shape at
-the register window the rule gives slots that are not dense. Each output is checked first: exactfuse's bit
-for bit against the spec (or the shipped rule's), FLA's within 2e-2."""
+the register window the rule gives slots that are not dense; causal_conv1d_fn (the stateless prefill, one
+launch) beside FLA's own stateless call on ``--fn`` (default ``-``: none; e.g. ``B1-L512-C4096-K4``). Each output
+is checked first: exactfuse's bit for bit against the spec (or the shipped rule's), FLA's within 2e-2."""
 
 import argparse
 
@@ -11,10 +12,10 @@ import torch
 from common import ncu_main
 from sweep_conv import launch
 
-from exactfuse.bench.peers.conv import _fla_causal_conv1d
-from exactfuse.ops.conv import _causal_conv1d, _short_conv, heuristics
+from exactfuse.bench.peers.conv import _fla_causal_conv1d, _fla_causal_conv1d_fn
+from exactfuse.ops.conv import _causal_conv1d, _causal_conv1d_fn, _short_conv, heuristics
 from exactfuse.testing import clone_args
-from exactfuse.testing.cases.conv_grids import _causal_grid, _short_conv_grid
+from exactfuse.testing.cases.conv_grids import _causal_grid, _fn_grid, _short_conv_grid
 
 
 def calls() -> list:
@@ -23,6 +24,7 @@ def calls() -> list:
     parser.add_argument("--activations", default="silu,none")
     parser.add_argument("--decode", default="decode-R256-cw,decode-R256-wc")
     parser.add_argument("--tile", action="store_true")
+    parser.add_argument("--fn", default="-")
     opts = parser.parse_args()
     device, out = torch.device("cuda"), []
 
@@ -43,6 +45,12 @@ def calls() -> list:
             fla = _fla_causal_conv1d(*clone_args(bound.args, bound.kwargs))
             assert torch.allclose(fla().float(), ours.float(), atol=2e-2, rtol=2e-2), "FLA's output is not within 2e-2"
             out.append(fla)
+    stateless = _fn_grid(device, torch.bfloat16, opts.fn.split(",")) if opts.fn != "-" else []
+    for case in (lazy.materialize() for lazy in stateless):
+        ours = checked(_causal_conv1d_fn, case)
+        fla = _fla_causal_conv1d_fn(*clone_args(case.args, case.kwargs))
+        assert torch.allclose(fla().float().view_as(ours), ours.float(), atol=2e-2, rtol=2e-2), "FLA's output differs"
+        out.append(fla)
     decode = _short_conv_grid(device, torch.bfloat16, opts.decode.split(",")) if opts.decode != "-" else []
     for case in (lazy.materialize() for lazy in decode):
         checked(_short_conv, case)
