@@ -114,11 +114,11 @@ def decode_window(
     of the two reaches DRAM). No value crosses threads, so no layout conversion.
 
     The new window is stored after a CTA barrier, so that no thread overwrites a position another has yet to
-    read, unless OWNED (the launcher's :func:`window_owned`: not FLAT, and at least
-    as many channels as the program has threads): then the tile (or each position's vector) holds every element
-    in one thread only, and the store takes the load's pointers in the load's layout, so each thread overwrites
-    only what it read itself (tests/ops/test_conv_decode_owned.py reads both off the compiled IR). The barrier
-    held every warp of a program until the slowest one's loads returned."""
+    read, unless OWNED (the launcher's :func:`window_owned`: not FLAT, and at least as many channels as the
+    program has threads): then the tile (or each position's vector) holds every element in one thread only,
+    and the store takes the load's pointers in the load's layout, so each thread overwrites only what it read
+    itself (tests/ops/test_conv_decode_owned.py reads both off the compiled IR). The barrier held every warp of
+    a program until the slowest one's loads returned."""
     SL: tl.constexpr = (K - 1) * D
     NW: tl.constexpr = HEAD + SL
     FP16_TAPS: tl.constexpr = (
