@@ -1,7 +1,8 @@
 """The main job's time as a new user meets it (docs/measuring.md, "verify's time"): on empty Triton and Inductor
 cache directories, ``exactfuse verify --quick`` (cold), the same again (warm), then ``exactfuse bench --quick``
 as the README's quickstart runs it (no plot), each a process of its own, wall seconds from its start to its exit.
-Writes main_job_times.txt (the commands, their seconds, each one's last lines) and each run's whole log.
+Writes main_job_times.txt (the commands, their seconds, each one's last lines), each run's whole log and the
+bench's rows (bench_quick/) into the output folder.
 
     python3 scripts/gpu/probe_main_job.py [--skip-bench] [--cache DIR]
 """
@@ -57,6 +58,9 @@ def main() -> None:
 
     lines.append(f"# {torch.cuda.get_device_name()}, {os.cpu_count()} cores; torch {torch.__version__}")
     runs = RUNS[:2] if args.skip_bench else RUNS
+    if out := out_dir():  # the bench's rows come back with the results, the tree's committed ones untouched
+        runs = [(label, [*cmd, "--out", os.path.join(out, "bench_quick")] if cmd[0] == "bench" else cmd)
+                for label, cmd in runs]  # fmt: skip
     for i, (label, cmd) in enumerate(runs):
         seconds, rc, tail = run(label, cmd, env, f"main_job_{i}.log")
         lines.append(f"{label}: {seconds:.1f} s wall, rc {rc}; its last lines:")
