@@ -2,7 +2,7 @@
 and print, per configuration, its registers, shared memory and the consumer's main loop in SASS.
 
 Usage: PYTHONPATH=src python scripts/offline_packed_sass.py [--configs 1x1u2s8,2x2u2s6 ...] [--dtype bf16] [--warps 4]
-    [--per-sm 1]
+    [--per-sm 1] [--wgmma]
 
 A configuration is ``BLOCKSxTILES uUNROLL sSTAGES`` (blocks of 8 activation rows, 16-column tiles a consumer
 warp, 64-row chunks a step, ring slots), compiled with --warps consumer warps, stream-K (a unit in at most
@@ -32,6 +32,7 @@ from offline_sass import compile_sass
 from exactfuse.ops.w4a16.packed import ZERO_ROW, register_cap
 from exactfuse.ops.w4a16.packed_kernel import w4a16_packed_kernel
 from exactfuse.ops.w4a16.packed_smem import ACTS_SMEM, SCALES_SMEM, WORDS_SMEM, ZEROS_SMEM
+from exactfuse.ops.w4a16.packed_wgmma_kernel import w4a16_packed_wgmma_kernel
 
 WARPS = 4
 OPS = ("LDS", "UTMALDG", "SYNCS", "BAR", "HMMA", "SHFL", "STS", "LDG")
@@ -124,6 +125,40 @@ def compile_ws(
     )
 
 
+def compile_wgmma(config: str, dtype: str, warps: int = WARPS, zeros: bool = True) -> str:
+    """The wgmma kernel (``packed_wgmma_kernel.py``) at ``ROWSxTILES uUNROLL sSTAGES`` (rows of ``a`` a unit,
+    16-column tiles a consumer warp, 64-row chunks a step, ring slots) with ``warps`` consumer warps; its
+    printed line: registers, shared bytes, the consumer's loop per packed word a lane dequantizes and its
+    HGMMA / PRMT / SHFL counts (the A operand built with no data movement: no PRMT or SHFL in the loop)."""
+    rows, tiles, unroll, stages = (int(v) for v in re.fullmatch(r"(\d+)x(\d+)u(\d+)s(\d+)", config).groups())
+    t_cta = tiles * warps
+    types = {
+        "w_desc": _desc([t_cta, unroll, 128], WORDS_SMEM),
+        "s_desc": _desc([1, 16 * t_cta], SCALES_SMEM, "i16"),
+        "z_desc": _desc([1, max(2 * t_cta, ZERO_ROW)], ZEROS_SMEM),
+        "a_desc": _desc([unroll, rows, 32], ACTS_SMEM),
+        "p_bias": f"*{dtype}",
+        "p_out": f"*{dtype}",
+        "p_ws": "*fp32",
+        "p_count": "*i32",
+    }
+    consts = dict(GROUP_CHUNKS=2, HAS_BIAS=False, HAS_ZEROS=zeros, BM=rows, TILES=tiles, UNROLL=unroll,
+                  STAGES=stages, PIECES=3, PDL=False, num_warps=warps)  # fmt: skip
+    label = f"wgmma {dtype} {config}/{warps}" + ("" if zeros else " symmetric")
+    try:
+        r = compile_sass(w4a16_packed_wgmma_kernel, types, consts, ["p_bias", "p_out", "p_ws", "p_count", "N"], (),
+                         warps)  # fmt: skip
+    except Exception as exc:  # a failed configuration is a line of the table, not the end of it
+        return compile_error(label, exc)
+    loop = _consumer_loop(r["sass"].replace("HGMMA", "HMMA.G"))
+    words = tiles * unroll * 4
+    in_loop = ", ".join(f"{op} {_count(loop, op)}" for op in ("HMMA", "PRMT", "SHFL", "LDS", "STS", "BAR"))
+    return (
+        f"{label}: {r['regs']} regs, {r['shared']} B shared; loop {len(loop)} SASS, {len(loop) / words:.2f} a word:"
+        f" {in_loop.replace('HMMA', 'HGMMA')}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--configs", default=DEFAULT, help="BLOCKSxTILESuUNROLLsSTAGES,...")
@@ -133,9 +168,13 @@ def main() -> None:
     parser.add_argument("--pdl", action="store_true", help="with the programmatic-dependent-launch waits")
     parser.add_argument("--symmetric", action="store_true", help="no zero points (every one 8)")
     parser.add_argument("--per-warp", action="store_true", help="each consumer warp a partition of its own")
+    parser.add_argument("--wgmma", action="store_true", help="the wgmma kernel, configurations ROWSxTILESuUsS")
     args = parser.parse_args()
     print(f"Triton {triton.__version__}, sm_90a; static SASS counts")
     for config in args.configs.split(","):
+        if args.wgmma:
+            print(compile_wgmma(config, args.dtype, args.warps, not args.symmetric), flush=True)
+            continue
         print(
             compile_ws(config, args.dtype, args.warps, args.per_sm, args.pdl, not args.symmetric, args.per_warp),
             flush=True,

@@ -114,7 +114,34 @@ def compile_rule_configs() -> list[str]:
     ]
     lines += [offline_packed_sass.compile_ws(c, "bf16", 4, 1, False, zeros, True) for c in ("1x2u2s6", "2x2u2s6")
               for zeros in (True, False)]  # fmt: skip
-    return [line for line in lines if " regs " not in line or " 0.00 a word" in line]
+    return [line for line in lines if " regs " not in line or " 0.00 a word" in line] + compile_wgmma_configs()
+
+
+def compile_wgmma_configs() -> list[str]:
+    """The wgmma kernel at the GPU test's configurations, both dtypes, with and without zero points; the
+    failures, and any whose consumer loop moves data to build the A operand (a PRMT past the scale records'
+    one a tile and chunk, or a SHFL)."""
+    import re
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    import offline_packed_sass
+
+    bad = []
+    for (config, warps), dtype, zeros in itertools.product(WGMMA_CONFIGS, ("bf16", "fp16"), (True, False)):
+        line = offline_packed_sass.compile_wgmma(config, dtype, warps, zeros)
+        _, tiles, unroll, _ = (int(v) for v in re.fullmatch(r"(\d+)x(\d+)u(\d+)s(\d+)", config).groups())
+        counts = dict(re.findall(r"(HGMMA|PRMT|SHFL) (\d+)", line))
+        if " regs" not in line:
+            bad.append(line)
+        elif int(counts["HGMMA"]) != 4 * tiles * unroll or int(counts["PRMT"]) > tiles * unroll or int(counts["SHFL"]):
+            bad.append(line)  # four k-steps a tile and chunk, the operand's registers as dequantized
+    return bad
+
+
+# (rows x tiles u unroll s stages, consumer warps): the wgmma kernel's GPU test configurations
+WGMMA_CONFIGS = [("32x2u2s8", 4), ("64x1u1s6", 4), ("128x2u2s4", 4), ("128x1u2s4", 8), ("64x2u2s4", 8)]
 
 
 def test_kernel_compiles_for_sm90_at_every_configuration_the_rule_takes():
@@ -208,3 +235,66 @@ def test_gpu_packed_op_in_a_cuda_graph_replays_as_eager():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, eager) and torch.equal(out_pdl, eager)
+
+
+def test_wgmma_k_order_is_the_order_of_the_operand_the_kernel_builds():
+    """The wgmma kernel relabels a lane's dequantized registers as its A operand: register ``t = b + 2 h`` of
+    word ``j`` (nibbles ``t`` and ``t + 4``: half ``e``) of lane ``4 r + qq`` is row ``8 b + r`` of the tile at MMA
+    k-position ``16 j + 8 e + 2 qq + h`` (``packed_wgmma_kernel._operand``'s permute). Built so from the
+    words, that operand times the activations in ``wgmma_columns``' order is the weight times ``a``: column
+    ``64 c + kappa`` of the operand is row ``order[64 c + kappa]`` of the codes. Also a permutation, and with
+    act-order the gather ``perm[order]``."""
+    pytest.importorskip("triton.experimental.gluon")
+    from exactfuse.ops.w4a16.packed import _mma_k_order, wgmma_columns
+
+    K, N = 256, 32
+    q = torch.randint(0, 16, (K, N), generator=torch.Generator().manual_seed(1), dtype=torch.int32)
+    words = fragment.pack_codes(q)
+    nibbles = (words.unsqueeze(-1) >> torch.arange(0, 32, 4, dtype=torch.int32)) & 0xF
+    axes = nibbles.reshape(N // 16, K // 64, 8, 4, 4, 2, 2, 2)  # [tile, chunk, r, qq, j, e, h, b]
+    operand = axes.permute(0, 7, 2, 1, 4, 5, 3, 6).reshape(N, K)  # [tile, b, r] x [chunk, j, e, qq, h]
+    order = _mma_k_order(K, torch.device("cpu"))
+    assert torch.equal(order.sort().values, torch.arange(K))
+    assert torch.equal(operand, q[order].T)
+    a = torch.randn(3, K)
+    perm = torch.randperm(K).to(torch.int32)
+    assert torch.equal(wgmma_columns(a, perm), a[:, perm.long()][:, order])
+    assert torch.equal(wgmma_columns(a, None), a[:, order])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", GPU_DTYPES)
+def test_gpu_wgmma_kernel_dequantizes_bit_for_bit_and_meets_the_contract(dtype):
+    """The wgmma kernel (17-128 rows): one-hot activations pick weight rows bit for bit at every test
+    configuration (rows 32-128, one and two warpgroups, stream-K cuts), with zero points and without, with
+    act-order; random activations with a bias against the spec under the op's contract, repeated bit for bit."""
+    from exactfuse.ops.w4a16.packed import launch_packed_wgmma
+
+    dev = torch.device("cuda")
+    o = exactfuse.get("w4a16_gemm_packed")
+    for symmetric in (False, True):
+        qweight, scales, zeros = (
+            None if t is None else t.to(dev) for t in _weights(1024, 512, 128, dtype, 4, symmetric)
+        )
+        perm = torch.randperm(1024, device=dev).to(torch.int32)
+        packed = fragment.pack(qweight, scales, zeros, perm)
+        w = native.dequantize(qweight, scales, zeros, 128, dtype)
+        for config, warps in WGMMA_CONFIGS:
+            rows, tiles, unroll, stages = (int(v) for v in config.replace("x", " ").replace("u", " ").replace(
+                "s", " ").split())  # fmt: skip
+            cfg = dict(rows=rows, tiles=tiles, unroll=unroll, stages=stages, warps=warps)
+            for M in {rows // 2 + 1, rows}:
+                picks = torch.randint(0, 1024, (M,), device=dev)
+                onehot = torch.zeros(M, 1024, device=dev, dtype=dtype)
+                onehot[torch.arange(M), picks] = 1
+                # a[:, perm] picks row j of the weight where perm[j] is the one-hot column
+                inverse = torch.argsort(perm.long())
+                got = launch_packed_wgmma(onehot, *packed, None, **cfg)
+                assert torch.equal(got, w[inverse[picks]]), (symmetric, cfg, M)
+            a = torch.randn(rows, 1024, device=dev, dtype=dtype)
+            bias = torch.randn(512, device=dev).to(dtype)
+            got = launch_packed_wgmma(a, *packed, bias, **cfg)
+            want = native.w4a16_gemm_packed(a, *packed, bias)
+            res = o.contract.check(got, want, args=(a, *packed, bias), kwargs={})
+            assert res.passed, f"{symmetric} {cfg}: {res.summary()}"
+            assert torch.equal(got, launch_packed_wgmma(a, *packed, bias, **cfg)), f"{cfg}: not deterministic"

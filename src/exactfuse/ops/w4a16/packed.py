@@ -5,6 +5,8 @@ layers the kernel's tiling does not divide (N not a multiple of 64)."""
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from exactfuse.ops.arrival import arrival_counters
@@ -19,6 +21,7 @@ if HAS_GLUON:
 
     from exactfuse.ops.w4a16.packed_kernel import w4a16_packed_kernel
     from exactfuse.ops.w4a16.packed_smem import ACTS_SMEM, SCALES_SMEM, WORDS_SMEM, ZEROS_SMEM
+    from exactfuse.ops.w4a16.packed_wgmma_kernel import w4a16_packed_wgmma_kernel
 
 CONSUMER_WARPS = 4
 ZERO_ROW = 32  # int32 words in 128 bytes (a TMA destination's alignment): the shortest zero-point row a slot holds
@@ -31,6 +34,36 @@ def register_cap(warps: int, per_sm: int) -> int | None:
     if per_sm == 1:
         return None
     return 65536 // (per_sm * 32 * (warps + 4)) // 8 * 8
+
+
+def _kernel_operands(a, words, scales, zeros, *, t_cta: int, unroll: int, rows: int, per_sm: int):
+    """What both kernels take after the activations' layout: ``a`` contiguous by rows (act-order gathered),
+    the TMA descriptors of the words, scales, zero points and ``[chunk, row, pair]`` activations (box ``[unroll,
+    rows, 32]``), the units (tile groups, row blocks, steps), the stream-K grid and pieces, and the fp32
+    workspace (two slots of ``rows x 16 t_cta`` a CTA)."""
+    if a.stride(1) != 1 or a.stride(0) % 8 or a.data_ptr() % 16:
+        a = a.contiguous() if a.shape[1] % 8 == 0 and a.data_ptr() % 16 == 0 else a.clone()
+    M = a.shape[0]
+    n_tiles, chunks = words.shape[:2]
+    a32 = a.view(torch.int32)
+    acts = a32.as_strided((chunks, M, 32), (32, a32.stride(0), 1))  # [chunk, row, pair]
+    w_desc = TensorDescriptor.from_tensor(words.view(n_tiles, chunks, 128), [t_cta, unroll, 128], WORDS_SMEM)
+    s_desc = TensorDescriptor.from_tensor(scales.view(torch.int16), [1, 16 * t_cta], SCALES_SMEM)
+    z_box = [1, max(2 * t_cta, ZERO_ROW)]
+    z_desc = None if zeros is None else TensorDescriptor.from_tensor(zeros, z_box, ZEROS_SMEM)
+    a_desc = TensorDescriptor.from_tensor(acts, [unroll, rows, 32], ACTS_SMEM)
+    n_groups, m_blocks, steps = n_tiles // t_cta, -(-M // rows), chunks // unroll
+    grid, pieces = stream_k(n_groups * m_blocks, steps, unroll, num_sms(a.device) * per_sm)
+    ws = torch.empty((grid, 2, rows, 16 * t_cta), dtype=torch.float32, device=a.device)
+    return (w_desc, s_desc, z_desc, a_desc), (n_groups, m_blocks, steps), grid, pieces, ws
+
+
+def _check_tiling(words, scales, zeros, t_cta: int, unroll: int) -> None:
+    n_tiles, chunks = words.shape[:2]
+    if chunks % unroll or n_tiles % t_cta:
+        raise ValueError(f"unroll={unroll}, {t_cta} tiles a CTA do not divide {chunks} chunks, {n_tiles} tiles")
+    if zeros is not None and 2 * t_cta < ZERO_ROW and (chunks // scales.shape[0]) % unroll:
+        raise ValueError(f"zero points with {t_cta} tiles a CTA need whole groups a step (unroll={unroll})")
 
 
 def launch_packed(
@@ -55,38 +88,84 @@ def launch_packed(
     programmatic dependent launch, the first weights read while the previous kernel of the stream finishes,
     for callers whose weights no kernel just before wrote (the reads come before the wait). ``per_warp``: each
     of the 4 consumer warps a partition of its own, releasing its part of a slot alone."""
-    if perm is not None:
-        a = permuted_columns(a, perm)
-    if a.stride(1) != 1 or a.stride(0) % 8 or a.data_ptr() % 16:
-        a = a.contiguous() if a.shape[1] % 8 == 0 and a.data_ptr() % 16 == 0 else a.clone()
-    M = a.shape[0]
-    n_tiles, chunks = words.shape[:2]
-    N, groups, t_cta = n_tiles * TILE_N, scales.shape[0], warps * tiles
     if per_warp and (warps != 4 or per_sm != 1):
         raise ValueError(f"per_warp takes 4 consumer warps and one CTA an SM, got warps={warps}, per_sm={per_sm}")
-    if chunks % unroll or n_tiles % t_cta:
-        raise ValueError(f"unroll={unroll}, {t_cta} tiles a CTA do not divide {chunks} chunks, {n_tiles} tiles")
-    if zeros is not None and 2 * t_cta < ZERO_ROW and (chunks // groups) % unroll:
-        raise ValueError(f"zero points with {t_cta} tiles a CTA need whole groups a step (unroll={unroll})")
+    t_cta = warps * tiles
+    _check_tiling(words, scales, zeros, t_cta, unroll)
+    if perm is not None:
+        a = permuted_columns(a, perm)
+    M, N = a.shape[0], words.shape[0] * TILE_N
     out = empty((M, N), a.dtype, a.device)
     if M == 0:
         return out
-    a32 = a.view(torch.int32)
-    acts = a32.as_strided((chunks, M, 32), (32, a32.stride(0), 1))  # [chunk, row, pair]
-    w_desc = TensorDescriptor.from_tensor(words.view(n_tiles, chunks, 128), [t_cta, unroll, 128], WORDS_SMEM)
-    s_desc = TensorDescriptor.from_tensor(scales.view(torch.int16), [1, 16 * t_cta], SCALES_SMEM)
-    z_box = [1, max(2 * t_cta, ZERO_ROW)]
-    z_desc = None if zeros is None else TensorDescriptor.from_tensor(zeros, z_box, ZEROS_SMEM)
-    a_desc = TensorDescriptor.from_tensor(acts, [unroll, 8 * blocks, 32], ACTS_SMEM)
-    n_groups, m_blocks, steps = n_tiles // t_cta, -(-M // (8 * blocks)), chunks // unroll
-    grid, pieces = stream_k(n_groups * m_blocks, steps, unroll, num_sms(a.device) * per_sm)
-    ws = torch.empty((grid, 2, 8 * blocks, 16 * t_cta), dtype=torch.float32, device=a.device)
+    descs, (n_groups, m_blocks, steps), grid, pieces, ws = _kernel_operands(
+        a, words, scales, zeros, t_cta=t_cta, unroll=unroll, rows=8 * blocks, per_sm=per_sm
+    )
     counts = arrival_counters(a.device, n_groups * m_blocks * (4 if per_warp else 1))
     w4a16_packed_kernel[(grid,)](
-        w_desc, s_desc, z_desc, a_desc, bias if bias is not None else out, out, ws, counts, M, N, n_groups, steps,
-        n_groups * m_blocks * steps, GROUP_CHUNKS=chunks // groups, HAS_BIAS=bias is not None,
+        *descs, bias if bias is not None else out, out, ws, counts, M, N, n_groups, steps,
+        n_groups * m_blocks * steps, GROUP_CHUNKS=words.shape[1] // scales.shape[0], HAS_BIAS=bias is not None,
         HAS_ZEROS=zeros is not None, BLOCKS=blocks, TILES=tiles, UNROLL=unroll, STAGES=stages, PIECES=pieces,
         PDL=pdl, PER_WARP=per_warp, num_warps=warps, maxnreg=register_cap(warps, per_sm), launch_pdl=pdl,
+    )  # fmt: skip
+    return out
+
+
+@functools.cache
+def _mma_k_order(K: int, device: torch.device) -> torch.Tensor:
+    """:func:`wgmma_columns` without act-order: column ``64 c + kappa`` of ``a'`` is column ``64 c + k`` of
+    ``a``, ``kappa = 16 j + 8 e + 2 qq + h`` and ``k = 16 qq + 4 j + 2 h + e`` (j, qq < 4; e, h < 2)."""
+    kappa = torch.arange(K)
+    j, e, qq, h = kappa % 64 // 16, kappa % 16 // 8, kappa % 8 // 2, kappa % 2
+    return (kappa - kappa % 64 + 16 * qq + 4 * j + 2 * h + e).to(device)
+
+
+def wgmma_columns(a: torch.Tensor, perm: torch.Tensor | None) -> torch.Tensor:
+    """``a[:, perm]`` with each 64-column chunk's columns in the wgmma kernel's k order
+    (``packed_wgmma_kernel.py``: MMA k-position ``kappa`` of a chunk holds the weights of the fragment layout's
+    ``k``), as a new contiguous tensor: one gather."""
+    order = _mma_k_order(a.shape[1], a.device)
+    if perm is not None:
+        order = perm.to(torch.int64)[order]
+    return permuted_columns(a, order)
+
+
+def launch_packed_wgmma(
+    a: torch.Tensor,
+    words: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor | None,
+    perm: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    *,
+    tiles: int,
+    rows: int,
+    unroll: int,
+    stages: int,
+    warps: int = CONSUMER_WARPS,
+    pdl: bool = False,
+) -> torch.Tensor:
+    """``a[:, perm] @ W (+ bias)`` -> ``[M, N]`` by ``w4a16_packed_wgmma_kernel`` from the fragment layout:
+    units of ``rows`` (32, 64 or 128) rows of ``a`` by ``16 tiles warps`` columns, ``warps`` 4 or 8 consumer
+    warps (one or two warpgroups); persistent, one CTA an SM, deterministic on a given GPU. The activations
+    are gathered once into the kernel's k order (:func:`wgmma_columns`)."""
+    if warps not in (4, 8) or rows not in (32, 64, 128):
+        raise ValueError(f"the wgmma kernel takes 4 or 8 consumer warps and 32, 64 or 128 rows, got {warps}, {rows}")
+    t_cta = warps * tiles
+    _check_tiling(words, scales, zeros, t_cta, unroll)
+    M, N = a.shape[0], words.shape[0] * TILE_N
+    out = empty((M, N), a.dtype, a.device)
+    if M == 0:
+        return out
+    descs, (n_groups, m_blocks, steps), grid, pieces, ws = _kernel_operands(
+        wgmma_columns(a, perm), words, scales, zeros, t_cta=t_cta, unroll=unroll, rows=rows, per_sm=1
+    )
+    counts = arrival_counters(a.device, n_groups * m_blocks)
+    w4a16_packed_wgmma_kernel[(grid,)](
+        *descs, bias if bias is not None else out, out, ws, counts, M, N, n_groups, steps,
+        n_groups * m_blocks * steps, GROUP_CHUNKS=words.shape[1] // scales.shape[0], HAS_BIAS=bias is not None,
+        HAS_ZEROS=zeros is not None, BM=rows, TILES=tiles, UNROLL=unroll, STAGES=stages, PIECES=pieces, PDL=pdl,
+        num_warps=warps, launch_pdl=pdl,
     )  # fmt: skip
     return out
 

@@ -1,0 +1,209 @@
+"""The wgmma kernel of ``w4a16_gemm_packed`` (Gluon, sm_90a) for 17-128 rows of ``a``: the same ring, producer
+and stream-K grid as the ``mma.sync`` kernel (``packed_kernel.py``), with the weights dequantized in registers
+straight into wgmma's register A operand and the activations read by wgmma from the ring.
+
+``out^T = W^T a^T``: A is the weight, ``[16 W T, 64]`` a 64-row chunk (W consumer warps of T 16-column tiles
+each), B the activations' ``[64, BM]`` slot, the accumulator ``[16 W T, BM]`` fp32. A lane's four words of a
+chunk (``fragment.py``) hold, after ``mma.fragment_step``'s exact dequantization, the values wgmma's A
+layout (``DotOperandLayout(0, NVMMA v3, k_width 2)``) gives that lane: rows ``r`` and ``r + 8`` of its tile
+(lane ``4 r + qq``), MMA k-positions ``kappa = 16 j + 8 h + 2 qq + e`` for word ``j`` and nibble
+``4 e + 2 h + b`` (row ``r + 8 b``). So the operand is built with no shuffle; the price is that position
+``kappa`` stands for the layout's ``k = 16 qq + 4 j + 2 h + e``, so the activations are read in that order:
+the launcher passes ``a`` with each chunk's columns permuted (``packed.wgmma_columns``), once a call, for
+every CTA and tile.
+
+Accumulator row ``16 W t + 16 w + i`` (wgmma's warps-along-rows order, T repeats) is column ``16 (w T + t) +
+i`` of the unit's tile group: warp ``w`` dequantizes tiles ``w T .. w T + T - 1``, as in the ``mma.sync``
+kernel's slot views (``packed_smem.py``), which this kernel reads the same way.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
+
+from exactfuse.ops.w4a16.mma import _barrier, _record, _store_out, _unstack
+from exactfuse.ops.w4a16.packed_kernel import _cta_range, _piece, _producer, _records
+from exactfuse.ops.w4a16.packed_smem import ACTS_SMEM, SCALES_SMEM, WORDS_SMEM, ZEROS_SMEM, _view, words_view
+
+
+def _wide_dequant_asm(magic: int, ty: str) -> str:
+    """``mma._dequant_asm``'s sequence (word $8, scale pairs $9/$10, zero pairs $11/$12: rows r, r + 8) with
+    its four pairs given back as eight 16-bit values $0..$7, pair ``t``'s lower k-position first."""
+    pair = f"0x{magic:04x}{magic:04x}"
+    lines = ["{", ".reg .b32 u0, u1, u2, v0, v1, v2, v3;", "shr.u32 u0, $8, 4;", "shr.u32 u1, $8, 8;",
+             "shr.u32 u2, $8, 12;", f"lop3.b32 v0, $8, 0x000f000f, {pair}, 0xea;"]  # fmt: skip
+    lines += [f"lop3.b32 v{t}, u{t - 1}, 0x000f000f, {pair}, 0xea;" for t in (1, 2, 3)]
+    lines += [f"sub.rn.{ty} v{t}, v{t}, ${12 if t % 2 else 11};" for t in range(4)]
+    lines += [f"mul.rn.{ty} v{t}, v{t}, ${10 if t % 2 else 9};" for t in range(4)]
+    lines += [f"mov.b32 {{${2 * t}, ${2 * t + 1}}}, v{t};" for t in range(4)]
+    return "\n".join([*lines, "}"])
+
+
+_WIDE_BF16 = gl.constexpr(_wide_dequant_asm(0x4300, "bf16x2"))
+_WIDE_FP16 = gl.constexpr(_wide_dequant_asm(0x6400, "f16x2"))
+_WIDE_CONSTRAINTS = gl.constexpr(",".join(["=h"] * 8 + ["r"] * 5))
+# the activations' slot, [U, BM, 32] int32 pairs with the 128-byte swizzle, seen as [U, BM, 64] 16-bit values
+B_SMEM = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
+
+
+@gluon.jit
+def _operand(words, rec, p_out, layout: gl.constexpr, a_layout: gl.constexpr, DEQUANT: gl.constexpr,
+             W: gl.constexpr, T: gl.constexpr):  # fmt: skip
+    """A chunk's words ``[32 W, T, 4]`` (lane ``32 w + l``, tile, word ``j``) and scale records dequantized into
+    wgmma's A operand ``[16 W T, 64]`` (row ``16 W t + 16 w + 8 b + r``, MMA k-position ``16 j + 8 h + 2 qq +
+    e``) in ``p_out``'s dtype: a relabelling of the registers, no data movement."""
+    sr, s8, zr, z8 = _record(rec, layout)
+    ty = p_out.dtype.element_ty  # the dtype itself: a constexpr-wrapped one cannot type the asm
+    v = gl.inline_asm_elementwise(DEQUANT, _WIDE_CONSTRAINTS, [words, sr, s8, zr, z8], (ty,) * 8, True, 1)
+    pairs = (gl.join(v[0], v[1]), gl.join(v[2], v[3]), gl.join(v[4], v[5]), gl.join(v[6], v[7]))  # [.., e]
+    x = gl.join(gl.join(pairs[0], pairs[1]), gl.join(pairs[2], pairs[3]))  # [32 W, T, 4 j, 2 h, 2 b, 2 e]
+    x = gl.reshape(x, [W, 8, 4, T, 4, 2, 2, 2])  # [w, r, qq, t, j, h, b, e]
+    x = gl.reshape(gl.permute(x, [3, 0, 6, 1, 4, 7, 2, 5]), [16 * W * T, 64])  # [t, w, b, r] x [j, h, qq, e]
+    return gl.convert_layout(x, a_layout, assert_trivial=True)
+
+
+@gluon.jit
+def _wgmma_consumer(
+    w_ring, s_ring, z_ring, a_ring, ready, empty_bars, p_bias, p_out, p_ws, p_count, M, N, n_groups, steps, total,
+    HAS_BIAS: gl.constexpr, BM: gl.constexpr, TILES: gl.constexpr, UNROLL: gl.constexpr, STAGES: gl.constexpr,
+    SAME_GROUP: gl.constexpr, HAS_ZEROS: gl.constexpr, PIECES: gl.constexpr, num_warps: gl.constexpr,
+):  # fmt: skip
+    """The consumer warps (one or two warpgroups): each unit's piece of this CTA's share, a chunk a wgmma into
+    ``[16 W T, BM]`` fp32, then its epilogue."""
+    DT: gl.constexpr = p_out.dtype.element_ty
+    DEQUANT: gl.constexpr = _WIDE_BF16 if gl.bfloat16 == DT else _WIDE_FP16
+    MAGIC: gl.constexpr = 0x4300 if gl.bfloat16 == DT else 0x6400  # fragment.MAGIC's bits: 128, 1024
+    R: gl.constexpr = 32 * num_warps
+    U: gl.constexpr = UNROLL
+    RU: gl.constexpr = 1 if SAME_GROUP else UNROLL
+    ROWS: gl.constexpr = 16 * num_warps * TILES
+    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                  instr_shape=[16, BM, 16])  # fmt: skip
+    A_OP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
+    LWU: gl.constexpr = gl.BlockedLayout([1, TILES, U, 4], [32, 1, 1, 1], [num_warps, 1, 1, 1], [3, 2, 1, 0])
+    LW: gl.constexpr = gl.BlockedLayout([1, TILES, 4], [32, 1, 1], [num_warps, 1, 1], [2, 1, 0])
+    slot = 0
+    phase = 0
+    begin, end = _cta_range(total)
+    for u in range(begin // steps, (end + steps - 1) // steps):
+        s0, s1 = _piece(u, begin, end, steps)
+        acc = gl.zeros([ROWS, BM], gl.float32, layout=MMA)
+        for _ in range(s0, s1):
+            mbarrier.wait(ready.index(slot), phase)
+            words = _view(w_ring.index(slot), gl.int32, [R, TILES, U, 4], words_view(num_warps, TILES, U)).load(LWU)
+            recs = gl.convert_layout(
+                _records(s_ring.index(slot), z_ring.index(slot), R, TILES, U, RU, HAS_ZEROS, MAGIC, num_warps), LWU
+            )
+            acts = _view(a_ring.index(slot), DT, [U, BM, 64], B_SMEM)
+            w_u = _unstack(words, LW, U)
+            rec_u = _unstack(recs, LW, U)
+            for c in gl.static_range(U):
+                a_op = _operand(w_u[c], rec_u[c], p_out, LW, A_OP, DEQUANT, num_warps, TILES)
+                acc = warpgroup_mma(a_op, acts.index(c).permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=[acc])
+            # every warp's wgmma has read the slot: the barrier orders that before thread 0's arrival
+            _barrier()
+            mbarrier.arrive(empty_bars.index(slot))
+            slot += 1
+            if slot == STAGES:
+                slot = 0
+                phase ^= 1
+        _wgmma_epilogue(acc, p_out, p_bias, p_ws, p_count, M, N, u, s0, s1, begin, steps, total, n_groups, MMA,
+                        ROWS, BM, TILES, HAS_BIAS, PIECES, num_warps)  # fmt: skip
+
+
+@gluon.jit
+def _wgmma_epilogue(
+    acc, p_out, p_bias, p_ws, p_count, M, N, u, s0, s1, begin, steps, total, n_groups, MMA: gl.constexpr,
+    ROWS: gl.constexpr, BM: gl.constexpr, TILES: gl.constexpr, HAS_BIAS: gl.constexpr, PIECES: gl.constexpr,
+    num_warps: gl.constexpr,
+):  # fmt: skip
+    """A unit's piece: stored (with the bias) when it is the whole unit; else kept in this CTA's workspace slot
+    (0: the unit it began in, 1: the unit it ends in) and, by the last piece to arrive, the unit's pieces summed
+    in K order (the CTAs' order), rounded and stored (``packed_kernel._epilogue``'s protocol)."""
+    pid_n = u % n_groups
+    pid_m = u // n_groups
+    row = gl.arange(0, ROWS, layout=gl.SliceLayout(1, MMA))
+    # accumulator row 16 W t + 16 w + i is column 16 (w T + t) + i of the tile group
+    col = (row // 16 % num_warps * TILES + row // (16 * num_warps)) * 16 + row % 16
+    o_n = gl.expand_dims(pid_n * ROWS + col, 1)
+    o_m = gl.expand_dims(pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(0, MMA)), 0)
+    o_n, o_m = gl.broadcast(o_n, o_m)
+    if (s0 == 0) & (s1 == steps):
+        _store_out(acc, p_out, p_bias, o_m, o_n, M, N, HAS_BIAS)
+    else:
+        at = (o_m - pid_m * BM) * ROWS + (o_n - pid_n * ROWS)  # the outputs' offsets in a slot
+        p = gl.num_programs(0)
+        gl.store(p_ws + (gl.program_id(0) * 2 + (u != begin // steps).to(gl.int32)) * (BM * ROWS) + at, acc)
+        _barrier()
+        first = ((u * steps + 1) * p - 1) // total  # the CTAs whose shares hold the unit's first and last steps
+        last = ((u + 1) * steps * p - 1) // total
+        arrived = gl.atomic_add(p_count + u, 1, sem="acq_rel", scope="gpu")
+        if arrived == last - first:
+            _wgmma_finish(p_out, p_bias, p_ws, M, N, u, pid_n, pid_m, first, last, steps, total, ROWS, BM,
+                          HAS_BIAS, PIECES, num_warps)  # fmt: skip
+            gl.store(p_count + u, 0)
+
+
+@gluon.jit
+def _wgmma_finish(p_out, p_bias, p_ws, M, N, u, pid_n, pid_m, first, last, steps, total, ROWS: gl.constexpr,
+                  BM: gl.constexpr, HAS_BIAS: gl.constexpr, PIECES: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
+    """Unit ``u``'s pieces (CTAs ``first`` .. ``last``, at most ``PIECES``) summed in the CTAs' order (a
+    masked piece adds +0.0, which leaves any sum as it is, -0.0 aside), rounded and stored: read in a layout
+    of its own, 4 columns a thread, 8 rows of ``a`` at a time."""
+    FL: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [1, num_warps], [1, 0])
+    p = gl.num_programs(0)
+    cols = gl.expand_dims(gl.arange(0, ROWS, layout=gl.SliceLayout(0, FL)), 0)
+    for r0 in gl.static_range(0, BM, 8):
+        rows = gl.expand_dims(r0 + gl.arange(0, 8, layout=gl.SliceLayout(1, FL)), 1)
+        at = rows * ROWS + cols
+        acc = gl.load(p_ws + (first * 2 + (u != (first * total // p) // steps).to(gl.int32)) * (BM * ROWS) + at,
+                      cache_modifier=".cg")  # fmt: skip
+        for i in gl.static_range(1, PIECES):  # independent loads: in flight together
+            cta = first + i
+            slot = cta * 2 + (u != (cta * total // p) // steps).to(gl.int32)
+            acc += gl.load(p_ws + slot * (BM * ROWS) + at, mask=cta <= last, other=0.0,
+                           cache_modifier=".cg")  # fmt: skip
+        o_m, o_n = gl.broadcast(pid_m * BM + rows, pid_n * ROWS + cols)
+        _store_out(acc, p_out, p_bias, o_m, o_n, M, N, HAS_BIAS)
+
+
+@gluon.jit(do_not_specialize=["M", "n_groups", "steps", "total"])
+def w4a16_packed_wgmma_kernel(
+    w_desc, s_desc, z_desc, a_desc, p_bias, p_out, p_ws, p_count, M, N, n_groups, steps, total,
+    GROUP_CHUNKS: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_ZEROS: gl.constexpr, BM: gl.constexpr,
+    TILES: gl.constexpr, UNROLL: gl.constexpr, STAGES: gl.constexpr, PIECES: gl.constexpr, PDL: gl.constexpr,
+    num_warps: gl.constexpr,
+):  # fmt: skip
+    """``a' @ W``, stream-K over units of ``16 TILES num_warps`` columns by ``BM`` rows (tile groups fastest),
+    as ``packed_kernel.w4a16_packed_kernel`` (its descriptors, workspace and counters; ``a_desc``'s box
+    ``[U, BM, 32]``), where ``a'`` is ``a`` with each chunk's columns in the MMA's k order
+    (``packed.wgmma_columns``). ``num_warps``: 4 or 8 consumer warps (one or two warpgroups) in the default
+    partition, the producer a one-warp worker."""
+    T_CTA: gl.constexpr = TILES * num_warps
+    SAME_GROUP: gl.constexpr = GROUP_CHUNKS % UNROLL == 0
+    RU: gl.constexpr = 1 if SAME_GROUP else UNROLL
+    w_ring = gl.allocate_shared_memory(gl.int32, [STAGES, T_CTA, UNROLL, 128], WORDS_SMEM)
+    s_ring = gl.allocate_shared_memory(gl.int16, [STAGES, RU, T_CTA * 16], SCALES_SMEM)
+    ZW: gl.constexpr = (T_CTA * 2 if T_CTA * 2 >= 32 else 32) if HAS_ZEROS else 4
+    z_ring = gl.allocate_shared_memory(gl.int32, [STAGES, RU, ZW], ZEROS_SMEM)
+    a_ring = gl.allocate_shared_memory(gl.int32, [STAGES, UNROLL, BM, 32], ACTS_SMEM)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty_bars.index(i), count=1)
+    gl.warp_specialize(
+        [
+            (_wgmma_consumer, (w_ring, s_ring, z_ring, a_ring, ready, empty_bars, p_bias, p_out, p_ws, p_count, M,
+                               N, n_groups, steps, total, HAS_BIAS, BM, TILES, UNROLL, STAGES, SAME_GROUP,
+                               HAS_ZEROS, PIECES, num_warps)),
+            (_producer, (w_desc, s_desc, z_desc, a_desc, w_ring, s_ring, z_ring, a_ring, ready, empty_bars,
+                         n_groups, steps, total, GROUP_CHUNKS, T_CTA, BM // 8, UNROLL, STAGES, SAME_GROUP,
+                         HAS_ZEROS, PDL)),
+        ],
+        [1],
+        [24],
+    )  # fmt: skip
