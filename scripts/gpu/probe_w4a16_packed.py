@@ -1,11 +1,12 @@
-"""``w4a16_gemm_packed``'s kernel (``ops/w4a16/packed_kernel.py``) beside its dense path, ``w4a16_gemm`` on the
-GPTQ layout and cuBLAS.
+"""``w4a16_gemm_packed``'s kernels (``ops/w4a16/packed_kernel.py``, and ``packed_wgmma_kernel.py`` with
+``--wgmma``) beside its dense path, ``w4a16_gemm`` on the GPTQ layout and cuBLAS.
 
 Run on a GPU: ``bash scripts/gpu/run.sh probe w4a16_packed`` (``--layers``, ``--dtypes``, ``--ms``, ``--pdl``,
-``--per-warp``, ``--tiles``, ``--stages``; the first five comma-separated lists). For each layer (K x N), dtype
-and M, group 128, weights rotated past the L2, the kernel at ``packed_config`` (``--tiles`` / ``--stages``
-override it; ``--pdl 0,1``: plain and programmatic dependent launches; ``--per-warp 0,1``: the consumer warps
-in one partition or each in its own) is checked first: one-hot activations pick weight rows
+``--per-warp``, ``--tiles``, ``--stages``, ``--wgmma``; the first five comma-separated lists). For each layer
+(K x N), dtype and M, group 128, weights rotated past the L2, the kernel at ``packed_config`` (``--tiles`` /
+``--stages`` override it; ``--pdl 0,1``: plain and programmatic dependent launches; ``--per-warp 0,1``: the
+consumer warps in one partition or each in its own; ``--wgmma ROWSxTILESuUNROLLsSTAGES/WARPS,...``: the wgmma
+kernel too, at each configuration whose rows cover M) is checked first: one-hot activations pick weight rows
 (exact sums in any order: the dequantization bit for bit), random ones meet the op's contract against its
 native spec (asymmetric RTN weights, with and without a bias) and repeat bit for bit, at any M (above
 ``PACKED_KERNEL_MAX_M`` rows the op itself takes the dense path; the probe times the kernel's 4-block tile
@@ -73,21 +74,31 @@ def _baselines(a, packed: list, gptq: list, dense: list) -> tuple[float, float, 
     return t_dense, t_gptq, time_us(lambda: [a @ d for d in dense], n)
 
 
-def _time_packed(a, packed: list, cfg: dict) -> float:
-    """µs a call of the kernel at ``cfg`` over the rotated weights."""
+def _time_packed(a, packed: list, cfg: dict, launch=None) -> float:
+    """µs a call of the kernel at ``cfg`` (``launch``: ``launch_packed`` or ``launch_packed_wgmma``) over the
+    rotated weights."""
     from common import time_us
 
     from exactfuse.ops.w4a16.packed import launch_packed
 
-    return time_us(lambda: [launch_packed(a, *p, None, **cfg) for p in packed], len(packed))
+    launch = launch or launch_packed
+    return time_us(lambda: [launch(a, *p, None, **cfg) for p in packed], len(packed))
 
 
-def _check(M: int, dtype, check, bias, cfg: dict) -> str:
+def _wgmma_config(spec: str) -> dict:
+    """``ROWSxTILESuUNROLLsSTAGES/WARPS`` as ``launch_packed_wgmma``'s keywords."""
+    config, _, warps = spec.partition("/")
+    rows, tiles, unroll, stages = (int(v) for v in config.replace("x", " ").replace("u", " ").replace("s", " ").split())
+    return {"rows": rows, "tiles": tiles, "unroll": unroll, "stages": stages, "warps": int(warps or 4)}
+
+
+def _check(M: int, dtype, check, bias, cfg: dict, launch=None) -> str:
     """The kernel's checks at one configuration: "ok", else what failed."""
     import exactfuse
     from exactfuse.ops.w4a16 import fragment
     from exactfuse.ops.w4a16.packed import launch_packed
 
+    launch_packed = launch or launch_packed
     words, scales, zeros, _ = check
     K = words.shape[1] * 64
     w = fragment.dequantize(words, scales, zeros)
@@ -126,6 +137,9 @@ def main() -> None:
     parser.add_argument("--tiles", type=int, default=0, help="tiles a consumer warp (0: packed_config's)")
     parser.add_argument("--stages", type=int, default=0, help="ring slots (0: packed_config's)")
     parser.add_argument("--per-warp", default="0", help="1: each consumer warp a partition of its own; comma-separated")
+    parser.add_argument(
+        "--wgmma", default="", help="the wgmma kernel too, at ROWSxTILESuUNROLLsSTAGES/WARPS,... (rows >= M taken)"
+    )
     args = parser.parse_args()
     device_line()
     failed = 0
@@ -160,6 +174,19 @@ def main() -> None:
                           f"{t_gptq:.2f}, cuBLAS {t_cublas:.2f}; dense/packed {t_dense / t:.2f}x, w4a16_gemm/packed "
                           f"{t_gptq / t:.2f}x, cuBLAS/packed {t_cublas / t:.2f}x; {K * N / 2e3 / t:.0f} GB/s of codes, "
                           f"{t_read / t:.0%} of the pure read's; "
+                          f"checks {verdict}", flush=True)  # fmt: skip
+                for spec in (s for s in args.wgmma.split(",") if s):
+                    from exactfuse.ops.w4a16.packed import launch_packed_wgmma
+
+                    cfg = _wgmma_config(spec)
+                    if cfg["rows"] < M:
+                        continue
+                    verdict = _check(M, dtype, check, bias, cfg, launch_packed_wgmma)
+                    failed += verdict != "ok"
+                    t = _time_packed(a, packed, cfg, launch_packed_wgmma)
+                    print(f"{K}x{N} M{M} {name}: wgmma {t:.2f} us ({spec}), dense path {t_dense:.2f}, w4a16_gemm "
+                          f"{t_gptq:.2f}, cuBLAS {t_cublas:.2f}; dense/wgmma {t_dense / t:.2f}x, w4a16_gemm/wgmma "
+                          f"{t_gptq / t:.2f}x, cuBLAS/wgmma {t_cublas / t:.2f}x; {K * N / 2e3 / t:.0f} GB/s of codes; "
                           f"checks {verdict}", flush=True)  # fmt: skip
             gptq = packed = dense = None
             torch.cuda.empty_cache()

@@ -240,7 +240,8 @@ def test_gpu_packed_op_in_a_cuda_graph_replays_as_eager():
 def test_wgmma_k_order_is_the_order_of_the_operand_the_kernel_builds():
     """The wgmma kernel relabels a lane's dequantized registers as its A operand: register ``t = b + 2 h`` of
     word ``j`` (nibbles ``t`` and ``t + 4``: half ``e``) of lane ``4 r + qq`` is row ``8 b + r`` of the tile at MMA
-    k-position ``16 j + 8 e + 2 qq + h`` (``packed_wgmma_kernel._operand``'s permute). Built so from the
+    k-position ``16 j + 8 h + 2 qq + e`` (``packed_wgmma_kernel._operand``'s permute: wgmma's A registers
+    are pairs of adjacent k-positions, as ``mma.sync``'s). Built so from the
     words, that operand times the activations in ``wgmma_columns``' order is the weight times ``a``: column
     ``64 c + kappa`` of the operand is row ``order[64 c + kappa]`` of the codes. Also a permutation, and with
     act-order the gather ``perm[order]``."""
@@ -252,7 +253,7 @@ def test_wgmma_k_order_is_the_order_of_the_operand_the_kernel_builds():
     words = fragment.pack_codes(q)
     nibbles = (words.unsqueeze(-1) >> torch.arange(0, 32, 4, dtype=torch.int32)) & 0xF
     axes = nibbles.reshape(N // 16, K // 64, 8, 4, 4, 2, 2, 2)  # [tile, chunk, r, qq, j, e, h, b]
-    operand = axes.permute(0, 7, 2, 1, 4, 5, 3, 6).reshape(N, K)  # [tile, b, r] x [chunk, j, e, qq, h]
+    operand = axes.permute(0, 7, 2, 1, 4, 6, 3, 5).reshape(N, K)  # [tile, b, r] x [chunk, j, h, qq, e]
     order = _mma_k_order(K, torch.device("cpu"))
     assert torch.equal(order.sort().values, torch.arange(K))
     assert torch.equal(operand, q[order].T)

@@ -114,9 +114,9 @@ def launch_packed(
 @functools.cache
 def _mma_k_order(K: int, device: torch.device) -> torch.Tensor:
     """:func:`wgmma_columns` without act-order: column ``64 c + kappa`` of ``a'`` is column ``64 c + k`` of
-    ``a``, ``kappa = 16 j + 8 e + 2 qq + h`` and ``k = 16 qq + 4 j + 2 h + e`` (j, qq < 4; e, h < 2)."""
+    ``a``, ``kappa = 16 j + 8 h + 2 qq + e`` and ``k = 16 qq + 4 j + 2 h + e`` (j, qq < 4; h, e < 2)."""
     kappa = torch.arange(K)
-    j, e, qq, h = kappa % 64 // 16, kappa % 16 // 8, kappa % 8 // 2, kappa % 2
+    j, h, qq, e = kappa % 64 // 16, kappa % 16 // 8, kappa % 8 // 2, kappa % 2
     return (kappa - kappa % 64 + 16 * qq + 4 * j + 2 * h + e).to(device)
 
 

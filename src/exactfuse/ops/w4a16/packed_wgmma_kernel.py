@@ -57,9 +57,10 @@ def _operand(words, rec, p_out, layout: gl.constexpr, a_layout: gl.constexpr, DE
     sr, s8, zr, z8 = _record(rec, layout)
     ty = p_out.dtype.element_ty  # the dtype itself: a constexpr-wrapped one cannot type the asm
     v = gl.inline_asm_elementwise(DEQUANT, _WIDE_CONSTRAINTS, [words, sr, s8, zr, z8], (ty,) * 8, True, 1)
+    # join appends its new axis last: pair t's halves, then b, then h (t = b + 2 h)
     pairs = (gl.join(v[0], v[1]), gl.join(v[2], v[3]), gl.join(v[4], v[5]), gl.join(v[6], v[7]))  # [.., e]
-    x = gl.join(gl.join(pairs[0], pairs[1]), gl.join(pairs[2], pairs[3]))  # [32 W, T, 4 j, 2 h, 2 b, 2 e]
-    x = gl.reshape(x, [W, 8, 4, T, 4, 2, 2, 2])  # [w, r, qq, t, j, h, b, e]
+    x = gl.join(gl.join(pairs[0], pairs[1]), gl.join(pairs[2], pairs[3]))  # [32 W, T, 4 j, 2 e, 2 b, 2 h]
+    x = gl.reshape(x, [W, 8, 4, T, 4, 2, 2, 2])  # [w, r, qq, t, j, e, b, h]
     x = gl.reshape(gl.permute(x, [3, 0, 6, 1, 4, 7, 2, 5]), [16 * W * T, 64])  # [t, w, b, r] x [j, h, qq, e]
     return gl.convert_layout(x, a_layout, assert_trivial=True)
 
