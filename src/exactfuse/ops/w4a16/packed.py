@@ -125,9 +125,9 @@ def wgmma_columns(a: torch.Tensor, perm: torch.Tensor | None) -> torch.Tensor:
     (``packed_wgmma_kernel.py``: MMA k-position ``kappa`` of a chunk holds the weights of the fragment layout's
     ``k``), as a new contiguous tensor: one gather."""
     order = _mma_k_order(a.shape[1], a.device)
-    if perm is not None:
-        order = perm.to(torch.int64)[order]
-    return permuted_columns(a, order)
+    if perm is None:  # one gather: every index is in range
+        return a.index_select(1, order)
+    return permuted_columns(a, perm.to(torch.int64)[order])
 
 
 def launch_packed_wgmma(
