@@ -125,10 +125,11 @@ def compile_ws(
     )
 
 
-def compile_wgmma(config: str, dtype: str, warps: int = WARPS, zeros: bool = True) -> str:
+def compile_wgmma(config: str, dtype: str, warps: int = WARPS, zeros: bool = True, pipelined: bool = True) -> str:
     """The wgmma kernel (``packed_wgmma_kernel.py``) at ``ROWSxTILES uUNROLL sSTAGES`` (rows of ``a`` a unit,
     16-column tiles a consumer warp, 64-row chunks a step, ring slots) with ``warps`` consumer warps; its
-    printed line: registers, shared bytes, the consumer's loop per packed word a lane dequantizes and its
+    printed line (``pipelined``: a step's wgmmas in flight while the next is dequantized): registers, shared
+    bytes, the consumer's loop per packed word a lane dequantizes and its
     HGMMA / PRMT / SHFL counts (the A operand built with no data movement: no PRMT or SHFL in the loop)."""
     rows, tiles, unroll, stages = (int(v) for v in re.fullmatch(r"(\d+)x(\d+)u(\d+)s(\d+)", config).groups())
     t_cta = tiles * warps
@@ -143,8 +144,8 @@ def compile_wgmma(config: str, dtype: str, warps: int = WARPS, zeros: bool = Tru
         "p_count": "*i32",
     }
     consts = dict(GROUP_CHUNKS=2, HAS_BIAS=False, HAS_ZEROS=zeros, BM=rows, TILES=tiles, UNROLL=unroll,
-                  STAGES=stages, PIECES=3, PDL=False, num_warps=warps)  # fmt: skip
-    label = f"wgmma {dtype} {config}/{warps}" + ("" if zeros else " symmetric")
+                  STAGES=stages, PIECES=3, PDL=False, PIPELINED=pipelined, num_warps=warps)  # fmt: skip
+    label = f"wgmma {dtype} {config}/{warps}" + ("" if zeros else " symmetric") + ("" if pipelined else " unpipelined")
     try:
         r = compile_sass(w4a16_packed_wgmma_kernel, types, consts, ["p_bias", "p_out", "p_ws", "p_count", "N"], (),
                          warps)  # fmt: skip
@@ -173,7 +174,8 @@ def main() -> None:
     print(f"Triton {triton.__version__}, sm_90a; static SASS counts")
     for config in args.configs.split(","):
         if args.wgmma:
-            print(compile_wgmma(config, args.dtype, args.warps, not args.symmetric), flush=True)
+            for pipelined in (True, False):
+                print(compile_wgmma(config, args.dtype, args.warps, not args.symmetric, pipelined), flush=True)
             continue
         print(
             compile_ws(config, args.dtype, args.warps, args.per_sm, args.pdl, not args.symmetric, args.per_warp),

@@ -5,7 +5,7 @@ Run on a GPU: ``bash scripts/gpu/run.sh probe w4a16_packed`` (``--layers``, ``--
 ``--per-warp``, ``--tiles``, ``--stages``, ``--wgmma``; the first five comma-separated lists). For each layer
 (K x N), dtype and M, group 128, weights rotated past the L2, the kernel at ``packed_config`` (``--tiles`` /
 ``--stages`` override it; ``--pdl 0,1``: plain and programmatic dependent launches; ``--per-warp 0,1``: the
-consumer warps in one partition or each in its own; ``--wgmma ROWSxTILESuUNROLLsSTAGES/WARPS,...``: the wgmma
+consumer warps in one partition or each in its own; ``--wgmma ROWSxTILESuUNROLLsSTAGES[-]/WARPS,...``: the wgmma
 kernel too, at each configuration whose rows cover M) is checked first: one-hot activations pick weight rows
 (exact sums in any order: the dequantization bit for bit), random ones meet the op's contract against its
 native spec (asymmetric RTN weights, with and without a bias) and repeat bit for bit, at any M (above
@@ -86,10 +86,14 @@ def _time_packed(a, packed: list, cfg: dict, launch=None) -> float:
 
 
 def _wgmma_config(spec: str) -> dict:
-    """``ROWSxTILESuUNROLLsSTAGES/WARPS`` as ``launch_packed_wgmma``'s keywords."""
+    """``ROWSxTILESuUNROLLsSTAGES[-]/WARPS`` as ``launch_packed_wgmma``'s keywords (``-``: not pipelined)."""
     config, _, warps = spec.partition("/")
-    rows, tiles, unroll, stages = (int(v) for v in config.replace("x", " ").replace("u", " ").replace("s", " ").split())
-    return {"rows": rows, "tiles": tiles, "unroll": unroll, "stages": stages, "warps": int(warps or 4)}
+    pipelined = not config.endswith("-")
+    rows, tiles, unroll, stages = (
+        int(v) for v in config.rstrip("-").replace("x", " ").replace("u", " ").replace("s", " ").split()
+    )
+    return {"rows": rows, "tiles": tiles, "unroll": unroll, "stages": stages, "warps": int(warps or 4),
+            "pipelined": pipelined}  # fmt: skip
 
 
 def _check(M: int, dtype, check, bias, cfg: dict, launch=None) -> str:

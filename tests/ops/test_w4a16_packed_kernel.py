@@ -129,8 +129,8 @@ def compile_wgmma_configs() -> list[str]:
     import offline_packed_sass
 
     bad = []
-    for (config, warps), dtype, zeros in itertools.product(WGMMA_CONFIGS, ("bf16", "fp16"), (True, False)):
-        line = offline_packed_sass.compile_wgmma(config, dtype, warps, zeros)
+    for (config, warps, pipelined), dtype, zeros in itertools.product(WGMMA_CONFIGS, ("bf16", "fp16"), (True, False)):
+        line = offline_packed_sass.compile_wgmma(config, dtype, warps, zeros, pipelined)
         _, tiles, unroll, _ = (int(v) for v in re.fullmatch(r"(\d+)x(\d+)u(\d+)s(\d+)", config).groups())
         counts = dict(re.findall(r"(HGMMA|PRMT|SHFL) (\d+)", line))
         if " regs" not in line:
@@ -140,8 +140,8 @@ def compile_wgmma_configs() -> list[str]:
     return bad
 
 
-# (rows x tiles u unroll s stages, consumer warps): the wgmma kernel's GPU test configurations
-WGMMA_CONFIGS = [("32x2u2s8", 4), ("64x1u1s6", 4), ("128x2u2s4", 4), ("128x1u2s4", 8), ("64x2u2s4", 8)]
+# (rows x tiles u unroll s stages, consumer warps, pipelined): the wgmma kernel's GPU test configurations
+WGMMA_CONFIGS = [("32x2u2s8", 4, True), ("64x1u1s6", 4, True), ("128x1u2s4", 8, True), ("64x2u2s6", 4, False)]
 
 
 def test_kernel_compiles_for_sm90_at_every_configuration_the_rule_takes():
@@ -267,8 +267,9 @@ def test_wgmma_k_order_is_the_order_of_the_operand_the_kernel_builds():
 @pytest.mark.parametrize("dtype", GPU_DTYPES)
 def test_gpu_wgmma_kernel_dequantizes_bit_for_bit_and_meets_the_contract(dtype):
     """The wgmma kernel (17-128 rows): one-hot activations pick weight rows bit for bit at every test
-    configuration (rows 32-128, one and two warpgroups, stream-K cuts), with zero points and without, with
-    act-order; random activations with a bias against the spec under the op's contract, repeated bit for bit."""
+    configuration (rows 32-128, one and two warpgroups, pipelined or not, stream-K cuts), with zero points and
+    without, with act-order; random activations with a bias against the spec under the op's contract, repeated
+    bit for bit."""
     from exactfuse.ops.w4a16.packed import launch_packed_wgmma
 
     dev = torch.device("cuda")
@@ -280,10 +281,10 @@ def test_gpu_wgmma_kernel_dequantizes_bit_for_bit_and_meets_the_contract(dtype):
         perm = torch.randperm(1024, device=dev).to(torch.int32)
         packed = fragment.pack(qweight, scales, zeros, perm)
         w = native.dequantize(qweight, scales, zeros, 128, dtype)
-        for config, warps in WGMMA_CONFIGS:
+        for config, warps, pipelined in WGMMA_CONFIGS:
             rows, tiles, unroll, stages = (int(v) for v in config.replace("x", " ").replace("u", " ").replace(
                 "s", " ").split())  # fmt: skip
-            cfg = dict(rows=rows, tiles=tiles, unroll=unroll, stages=stages, warps=warps)
+            cfg = dict(rows=rows, tiles=tiles, unroll=unroll, stages=stages, warps=warps, pipelined=pipelined)
             for M in {rows // 2 + 1, rows}:
                 picks = torch.randint(0, 1024, (M,), device=dev)
                 onehot = torch.zeros(M, 1024, device=dev, dtype=dtype)

@@ -144,11 +144,13 @@ def launch_packed_wgmma(
     stages: int,
     warps: int = CONSUMER_WARPS,
     pdl: bool = False,
+    pipelined: bool = True,
 ) -> torch.Tensor:
     """``a[:, perm] @ W (+ bias)`` -> ``[M, N]`` by ``w4a16_packed_wgmma_kernel`` from the fragment layout:
     units of ``rows`` (32, 64 or 128) rows of ``a`` by ``16 tiles warps`` columns, ``warps`` 4 or 8 consumer
     warps (one or two warpgroups); persistent, one CTA an SM, deterministic on a given GPU. The activations
-    are gathered once into the kernel's k order (:func:`wgmma_columns`)."""
+    are gathered once into the kernel's k order (:func:`wgmma_columns`). ``pipelined``: each step's wgmmas run
+    while the next step is dequantized (else each step waits for its own)."""
     if warps not in (4, 8) or rows not in (32, 64, 128):
         raise ValueError(f"the wgmma kernel takes 4 or 8 consumer warps and 32, 64 or 128 rows, got {warps}, {rows}")
     t_cta = warps * tiles
@@ -165,7 +167,7 @@ def launch_packed_wgmma(
         *descs, bias if bias is not None else out, out, ws, counts, M, N, n_groups, steps,
         n_groups * m_blocks * steps, GROUP_CHUNKS=words.shape[1] // scales.shape[0], HAS_BIAS=bias is not None,
         HAS_ZEROS=zeros is not None, BM=rows, TILES=tiles, UNROLL=unroll, STAGES=stages, PIECES=pieces, PDL=pdl,
-        num_warps=warps, launch_pdl=pdl,
+        PIPELINED=pipelined, num_warps=warps, launch_pdl=pdl,
     )  # fmt: skip
     return out
 

@@ -66,13 +66,65 @@ def _operand(words, rec, p_out, layout: gl.constexpr, a_layout: gl.constexpr, DE
 
 
 @gluon.jit
+def _step_operands(w_slot, s_slot, z_slot, p_out, R: gl.constexpr, TILES: gl.constexpr, U: gl.constexpr,
+                   RU: gl.constexpr, HAS_ZEROS: gl.constexpr, MAGIC: gl.constexpr, DEQUANT: gl.constexpr,
+                   A_OP: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
+    """A slot's ``U`` chunks of words and scale records, by shared loads, dequantized into ``U`` A operands."""
+    LWU: gl.constexpr = gl.BlockedLayout([1, TILES, U, 4], [32, 1, 1, 1], [num_warps, 1, 1, 1], [3, 2, 1, 0])
+    LW: gl.constexpr = gl.BlockedLayout([1, TILES, 4], [32, 1, 1], [num_warps, 1, 1], [2, 1, 0])
+    words = _view(w_slot, gl.int32, [R, TILES, U, 4], words_view(num_warps, TILES, U)).load(LWU)
+    recs = gl.convert_layout(_records(s_slot, z_slot, R, TILES, U, RU, HAS_ZEROS, MAGIC, num_warps), LWU)
+    w_u = _unstack(words, LW, U)
+    rec_u = _unstack(recs, LW, U)
+    if U == 1:
+        ops = (_operand(w_u[0], rec_u[0], p_out, LW, A_OP, DEQUANT, num_warps, TILES),)
+    elif U == 2:
+        ops = (
+            _operand(w_u[0], rec_u[0], p_out, LW, A_OP, DEQUANT, num_warps, TILES),
+            _operand(w_u[1], rec_u[1], p_out, LW, A_OP, DEQUANT, num_warps, TILES),
+        )
+    else:
+        ops = (
+            _operand(w_u[0], rec_u[0], p_out, LW, A_OP, DEQUANT, num_warps, TILES),
+            _operand(w_u[1], rec_u[1], p_out, LW, A_OP, DEQUANT, num_warps, TILES),
+            _operand(w_u[2], rec_u[2], p_out, LW, A_OP, DEQUANT, num_warps, TILES),
+            _operand(w_u[3], rec_u[3], p_out, LW, A_OP, DEQUANT, num_warps, TILES),
+        )
+    return ops
+
+
+@gluon.jit
+def _issue(ops, acts, acc, U: gl.constexpr):
+    """The step's ``U`` asynchronous wgmmas, chunk ``c``'s operand times the slot's activations ``c``."""
+    for c in gl.static_range(U):
+        acc = warpgroup_mma(ops[c], acts.index(c).permute((1, 0)), acc, is_async=True)
+    return acc
+
+
+@gluon.jit
+def _retire(acc, ops):
+    """Wait for every wgmma in flight: their register operands ``ops`` stay live until then."""
+    return warpgroup_mma_wait(0, deps=(acc,) + ops)[0]  # noqa: RUF005 (the JIT takes no starred tuple)
+
+
+@gluon.jit
+def _release(empty_bars, slot):
+    """The slot goes back to the producer once every consumer warp's wgmmas have read it: the barrier orders
+    that before thread 0's arrival."""
+    _barrier()
+    mbarrier.arrive(empty_bars.index(slot))
+
+
+@gluon.jit
 def _wgmma_consumer(
     w_ring, s_ring, z_ring, a_ring, ready, empty_bars, p_bias, p_out, p_ws, p_count, M, N, n_groups, steps, total,
     HAS_BIAS: gl.constexpr, BM: gl.constexpr, TILES: gl.constexpr, UNROLL: gl.constexpr, STAGES: gl.constexpr,
-    SAME_GROUP: gl.constexpr, HAS_ZEROS: gl.constexpr, PIECES: gl.constexpr, num_warps: gl.constexpr,
+    SAME_GROUP: gl.constexpr, HAS_ZEROS: gl.constexpr, PIECES: gl.constexpr, PIPELINED: gl.constexpr,
+    num_warps: gl.constexpr,
 ):  # fmt: skip
     """The consumer warps (one or two warpgroups): each unit's piece of this CTA's share, a chunk a wgmma into
-    ``[16 W T, BM]`` fp32, then its epilogue."""
+    ``[16 W T, BM]`` fp32, then its epilogue. PIPELINED: a step's wgmmas run while the next step's slot is read
+    and dequantized (its slot released a step later), else each step waits for its own."""
     DT: gl.constexpr = p_out.dtype.element_ty
     DEQUANT: gl.constexpr = _WIDE_BF16 if gl.bfloat16 == DT else _WIDE_FP16
     MAGIC: gl.constexpr = 0x4300 if gl.bfloat16 == DT else 0x6400  # fragment.MAGIC's bits: 128, 1024
@@ -83,34 +135,49 @@ def _wgmma_consumer(
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                   instr_shape=[16, BM, 16])  # fmt: skip
     A_OP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
-    LWU: gl.constexpr = gl.BlockedLayout([1, TILES, U, 4], [32, 1, 1, 1], [num_warps, 1, 1, 1], [3, 2, 1, 0])
-    LW: gl.constexpr = gl.BlockedLayout([1, TILES, 4], [32, 1, 1], [num_warps, 1, 1], [2, 1, 0])
     slot = 0
     phase = 0
     begin, end = _cta_range(total)
     for u in range(begin // steps, (end + steps - 1) // steps):
         s0, s1 = _piece(u, begin, end, steps)
         acc = gl.zeros([ROWS, BM], gl.float32, layout=MMA)
-        for _ in range(s0, s1):
+        if PIPELINED:  # the piece's first step issued here, each later one while its predecessor runs
             mbarrier.wait(ready.index(slot), phase)
-            words = _view(w_ring.index(slot), gl.int32, [R, TILES, U, 4], words_view(num_warps, TILES, U)).load(LWU)
-            recs = gl.convert_layout(
-                _records(s_ring.index(slot), z_ring.index(slot), R, TILES, U, RU, HAS_ZEROS, MAGIC, num_warps), LWU
-            )
-            acts = _view(a_ring.index(slot), DT, [U, BM, 64], B_SMEM)
-            w_u = _unstack(words, LW, U)
-            rec_u = _unstack(recs, LW, U)
-            for c in gl.static_range(U):
-                a_op = _operand(w_u[c], rec_u[c], p_out, LW, A_OP, DEQUANT, num_warps, TILES)
-                acc = warpgroup_mma(a_op, acts.index(c).permute((1, 0)), acc, is_async=True)
-            acc = warpgroup_mma_wait(0, deps=[acc])
-            # every warp's wgmma has read the slot: the barrier orders that before thread 0's arrival
-            _barrier()
-            mbarrier.arrive(empty_bars.index(slot))
+            ops = _step_operands(w_ring.index(slot), s_ring.index(slot), z_ring.index(slot), p_out, R, TILES, U, RU,
+                                 HAS_ZEROS, MAGIC, DEQUANT, A_OP, num_warps)  # fmt: skip
+            acc = _issue(ops, _view(a_ring.index(slot), DT, [U, BM, 64], B_SMEM), acc, U)
+            held = slot
             slot += 1
             if slot == STAGES:
                 slot = 0
                 phase ^= 1
+            for _ in range(s0 + 1, s1):
+                mbarrier.wait(ready.index(slot), phase)
+                nxt = _step_operands(w_ring.index(slot), s_ring.index(slot), z_ring.index(slot), p_out, R, TILES,
+                                     U, RU, HAS_ZEROS, MAGIC, DEQUANT, A_OP, num_warps)  # fmt: skip
+                acc = _retire(acc, ops)
+                _release(empty_bars, held)
+                acc = _issue(nxt, _view(a_ring.index(slot), DT, [U, BM, 64], B_SMEM), acc, U)
+                ops = nxt
+                held = slot
+                slot += 1
+                if slot == STAGES:
+                    slot = 0
+                    phase ^= 1
+            acc = _retire(acc, ops)
+            _release(empty_bars, held)
+        else:
+            for _ in range(s0, s1):
+                mbarrier.wait(ready.index(slot), phase)
+                ops = _step_operands(w_ring.index(slot), s_ring.index(slot), z_ring.index(slot), p_out, R, TILES,
+                                     U, RU, HAS_ZEROS, MAGIC, DEQUANT, A_OP, num_warps)  # fmt: skip
+                acc = _issue(ops, _view(a_ring.index(slot), DT, [U, BM, 64], B_SMEM), acc, U)
+                acc = _retire(acc, ops)
+                _release(empty_bars, slot)
+                slot += 1
+                if slot == STAGES:
+                    slot = 0
+                    phase ^= 1
         _wgmma_epilogue(acc, p_out, p_bias, p_ws, p_count, M, N, u, s0, s1, begin, steps, total, n_groups, MMA,
                         ROWS, BM, TILES, HAS_BIAS, PIECES, num_warps)  # fmt: skip
 
@@ -176,13 +243,14 @@ def w4a16_packed_wgmma_kernel(
     w_desc, s_desc, z_desc, a_desc, p_bias, p_out, p_ws, p_count, M, N, n_groups, steps, total,
     GROUP_CHUNKS: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_ZEROS: gl.constexpr, BM: gl.constexpr,
     TILES: gl.constexpr, UNROLL: gl.constexpr, STAGES: gl.constexpr, PIECES: gl.constexpr, PDL: gl.constexpr,
-    num_warps: gl.constexpr,
+    PIPELINED: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
     """``a' @ W``, stream-K over units of ``16 TILES num_warps`` columns by ``BM`` rows (tile groups fastest),
     as ``packed_kernel.w4a16_packed_kernel`` (its descriptors, workspace and counters; ``a_desc``'s box
     ``[U, BM, 32]``), where ``a'`` is ``a`` with each chunk's columns in the MMA's k order
     (``packed.wgmma_columns``). ``num_warps``: 4 or 8 consumer warps (one or two warpgroups) in the default
-    partition, the producer a one-warp worker."""
+    partition, the producer a one-warp worker. PIPELINED: each step's wgmmas in flight while the next step is
+    dequantized."""
     T_CTA: gl.constexpr = TILES * num_warps
     SAME_GROUP: gl.constexpr = GROUP_CHUNKS % UNROLL == 0
     RU: gl.constexpr = 1 if SAME_GROUP else UNROLL
@@ -200,7 +268,7 @@ def w4a16_packed_wgmma_kernel(
         [
             (_wgmma_consumer, (w_ring, s_ring, z_ring, a_ring, ready, empty_bars, p_bias, p_out, p_ws, p_count, M,
                                N, n_groups, steps, total, HAS_BIAS, BM, TILES, UNROLL, STAGES, SAME_GROUP,
-                               HAS_ZEROS, PIECES, num_warps)),
+                               HAS_ZEROS, PIECES, PIPELINED, num_warps)),
             (_producer, (w_desc, s_desc, z_desc, a_desc, w_ring, s_ring, z_ring, a_ring, ready, empty_bars,
                          n_groups, steps, total, GROUP_CHUNKS, T_CTA, BM // 8, UNROLL, STAGES, SAME_GROUP,
                          HAS_ZEROS, PDL)),
