@@ -211,9 +211,9 @@ def with_split(config: TileConfig, K: int, split_k: int) -> TileConfig:
     return dataclasses.replace(config, split_k=_cdiv(k_tiles, iters), k_per_split=iters * config.BK)
 
 
-# The rows the packed kernel serves: M 1-16 were checked and measured on a GPU (two blocks of 8 rows at most);
-# above, the layout dequantized once and cuBLAS (the spec's bits) until the 4-block tile has been measured
-PACKED_KERNEL_MAX_M = 16
+# The rows the packed kernel serves. Its 4-block tile against the layout dequantized and cuBLAS (the path
+# above) at M 32-128, bf16: 2.6-9.3x faster (benchmarks/results/h100/sweeps/w4a16_packed_wgmma.txt)
+PACKED_KERNEL_MAX_M = 128
 PACKED_WEIGHT_BYTES_AN_SM = 48 * 1024  # the packed kernel's ring: weights in flight an SM
 PACKED_MAX_STAGES = 16
 
@@ -225,7 +225,8 @@ def packed_config(M: int, N: int, K: int, groups: int) -> dict | None:
     2 chunks of 64 rows a step where the chunks and a group's chunks divide by 2 (else 1), and a ring deep
     enough for :data:`PACKED_WEIGHT_BYTES_AN_SM` (3 to 16 slots). Measured on eight layers (4096 x 4096 to
     28672 x 8192) at M 1-16 against the register-pipelined kernel it replaced and cuBLAS:
-    benchmarks/results/h100/sweeps/w4a16_ws_compact.txt (docs/heuristics.md)."""
+    benchmarks/results/h100/sweeps/w4a16_ws_compact.txt; the 4-block tile at M 32-128 on two of them:
+    h100/sweeps/w4a16_packed_wgmma.txt (docs/heuristics.md)."""
     n_tiles, chunks = N // 16, K // 64
     if n_tiles % 4:
         return None

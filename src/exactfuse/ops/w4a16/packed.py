@@ -207,6 +207,6 @@ def w4a16_gemm_packed_triton(
 ) -> torch.Tensor:
     N, K = words.shape[0] * TILE_N, words.shape[1] * CHUNK_K
     cfg = packed_config(a.shape[0], N, K, scales.shape[0])
-    if a.shape[0] > PACKED_KERNEL_MAX_M or cfg is None:  # rows past the measured tiles, or a layer it does not divide
+    if a.shape[0] > PACKED_KERNEL_MAX_M or cfg is None:  # rows past the kernel's, or a layer it does not divide
         return packed_dense_gemm(a, words, scales, zeros, perm, bias)
     return launch_packed(a, words, scales, zeros, perm, bias, **cfg)
