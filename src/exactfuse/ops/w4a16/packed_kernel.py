@@ -327,6 +327,25 @@ def _finish(p_out, p_bias, p_ws, at, o_m, o_n, M, N, u, first, last, steps, tota
     _store_out(acc, p_out, p_bias, o_m, o_n, M, N, HAS_BIAS)
 
 
+@gluon.jit
+def _ring(STAGES: gl.constexpr, T_CTA: gl.constexpr, UNROLL: gl.constexpr, RU: gl.constexpr,
+          HAS_ZEROS: gl.constexpr, ROWS: gl.constexpr, RELEASES: gl.constexpr):  # fmt: skip
+    """The ring's shared memory: words, scales, zero points and activations (``ROWS`` rows of ``a``) a slot,
+    a "ready" mbarrier a slot (one TMA transaction) and an "empty" one (``RELEASES`` arrivals)."""
+    w_ring = gl.allocate_shared_memory(gl.int32, [STAGES, T_CTA, UNROLL, 128], WORDS_SMEM)
+    s_ring = gl.allocate_shared_memory(gl.int16, [STAGES, RU, T_CTA * 16], SCALES_SMEM)
+    # a zero-point row: the tile group's 2 T_CTA words, at least 128 bytes (a TMA destination's alignment)
+    ZW: gl.constexpr = (T_CTA * 2 if T_CTA * 2 >= 32 else 32) if HAS_ZEROS else 4
+    z_ring = gl.allocate_shared_memory(gl.int32, [STAGES, RU, ZW], ZEROS_SMEM)
+    a_ring = gl.allocate_shared_memory(gl.int32, [STAGES, UNROLL, ROWS, 32], ACTS_SMEM)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty_bars.index(i), count=RELEASES)
+    return w_ring, s_ring, z_ring, a_ring, ready, empty_bars
+
+
 @gluon.jit(do_not_specialize=["M", "n_groups", "steps", "total"])
 def w4a16_packed_kernel(
     w_desc, s_desc, z_desc, a_desc, p_bias, p_out, p_ws, p_count, M, N, n_groups, steps, total,
@@ -350,17 +369,9 @@ def w4a16_packed_kernel(
     T_CTA: gl.constexpr = TILES * num_warps  # num_warps consumer warps, in one partition or (PER_WARP) one each
     SAME_GROUP: gl.constexpr = GROUP_CHUNKS % UNROLL == 0
     RU: gl.constexpr = 1 if SAME_GROUP else UNROLL
-    w_ring = gl.allocate_shared_memory(gl.int32, [STAGES, T_CTA, UNROLL, 128], WORDS_SMEM)
-    s_ring = gl.allocate_shared_memory(gl.int16, [STAGES, RU, T_CTA * 16], SCALES_SMEM)
-    # a zero-point row: the tile group's 2 T_CTA words, at least 128 bytes (a TMA destination's alignment)
-    ZW: gl.constexpr = (T_CTA * 2 if T_CTA * 2 >= 32 else 32) if HAS_ZEROS else 4
-    z_ring = gl.allocate_shared_memory(gl.int32, [STAGES, RU, ZW], ZEROS_SMEM)
-    a_ring = gl.allocate_shared_memory(gl.int32, [STAGES, UNROLL, BLOCKS * 8, 32], ACTS_SMEM)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty_bars.index(i), count=4 if PER_WARP else 1)
+    w_ring, s_ring, z_ring, a_ring, ready, empty_bars = _ring(
+        STAGES, T_CTA, UNROLL, RU, HAS_ZEROS, BLOCKS * 8, 4 if PER_WARP else 1
+    )
     if PER_WARP:  # the producer in the 4 warps of the default partition, 4 one-warp consumer partitions
         gl.static_assert(num_warps == 4, "PER_WARP takes 4 consumer warps")
         gl.warp_specialize(

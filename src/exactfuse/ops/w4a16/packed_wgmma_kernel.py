@@ -26,8 +26,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
 from exactfuse.ops.w4a16.mma import _barrier, _record, _store_out, _unstack
-from exactfuse.ops.w4a16.packed_kernel import _cta_range, _piece, _producer, _records
-from exactfuse.ops.w4a16.packed_smem import ACTS_SMEM, SCALES_SMEM, WORDS_SMEM, ZEROS_SMEM, _view, words_view
+from exactfuse.ops.w4a16.packed_kernel import _cta_range, _finish, _piece, _producer, _records, _ring
+from exactfuse.ops.w4a16.packed_smem import _view, words_view
 
 
 def _wide_dequant_asm(magic: int, ty: str) -> str:
@@ -220,24 +220,15 @@ def _wgmma_epilogue(
 @gluon.jit
 def _wgmma_finish(p_out, p_bias, p_ws, M, N, u, pid_n, pid_m, first, last, steps, total, ROWS: gl.constexpr,
                   BM: gl.constexpr, HAS_BIAS: gl.constexpr, PIECES: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
-    """Unit ``u``'s pieces (CTAs ``first`` .. ``last``, at most ``PIECES``) summed in the CTAs' order (a
-    masked piece adds +0.0, which leaves any sum as it is, -0.0 aside), rounded and stored: read in a layout
-    of its own, 4 columns a thread, 8 rows of ``a`` at a time."""
+    """Unit ``u``'s pieces summed in the CTAs' order, rounded and stored (``packed_kernel._finish``), read in a
+    layout of its own, 4 columns a thread, 8 rows of ``a`` at a time."""
     FL: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [1, num_warps], [1, 0])
-    p = gl.num_programs(0)
     cols = gl.expand_dims(gl.arange(0, ROWS, layout=gl.SliceLayout(0, FL)), 0)
     for r0 in gl.static_range(0, BM, 8):
         rows = gl.expand_dims(r0 + gl.arange(0, 8, layout=gl.SliceLayout(1, FL)), 1)
-        at = rows * ROWS + cols
-        acc = gl.load(p_ws + (first * 2 + (u != (first * total // p) // steps).to(gl.int32)) * (BM * ROWS) + at,
-                      cache_modifier=".cg")  # fmt: skip
-        for i in gl.static_range(1, PIECES):  # independent loads: in flight together
-            cta = first + i
-            slot = cta * 2 + (u != (cta * total // p) // steps).to(gl.int32)
-            acc += gl.load(p_ws + slot * (BM * ROWS) + at, mask=cta <= last, other=0.0,
-                           cache_modifier=".cg")  # fmt: skip
         o_m, o_n = gl.broadcast(pid_m * BM + rows, pid_n * ROWS + cols)
-        _store_out(acc, p_out, p_bias, o_m, o_n, M, N, HAS_BIAS)
+        _finish(p_out, p_bias, p_ws, rows * ROWS + cols, o_m, o_n, M, N, u, first, last, steps, total, BM * ROWS,
+                HAS_BIAS, PIECES)  # fmt: skip
 
 
 @gluon.jit(do_not_specialize=["M", "n_groups", "steps", "total"])
@@ -256,16 +247,7 @@ def w4a16_packed_wgmma_kernel(
     T_CTA: gl.constexpr = TILES * num_warps
     SAME_GROUP: gl.constexpr = GROUP_CHUNKS % UNROLL == 0
     RU: gl.constexpr = 1 if SAME_GROUP else UNROLL
-    w_ring = gl.allocate_shared_memory(gl.int32, [STAGES, T_CTA, UNROLL, 128], WORDS_SMEM)
-    s_ring = gl.allocate_shared_memory(gl.int16, [STAGES, RU, T_CTA * 16], SCALES_SMEM)
-    ZW: gl.constexpr = (T_CTA * 2 if T_CTA * 2 >= 32 else 32) if HAS_ZEROS else 4
-    z_ring = gl.allocate_shared_memory(gl.int32, [STAGES, RU, ZW], ZEROS_SMEM)
-    a_ring = gl.allocate_shared_memory(gl.int32, [STAGES, UNROLL, BM, 32], ACTS_SMEM)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty_bars.index(i), count=1)
+    w_ring, s_ring, z_ring, a_ring, ready, empty_bars = _ring(STAGES, T_CTA, UNROLL, RU, HAS_ZEROS, BM, 1)
     gl.warp_specialize(
         [
             (_wgmma_consumer, (w_ring, s_ring, z_ring, a_ring, ready, empty_bars, p_bias, p_out, p_ws, p_count, M,
