@@ -34,8 +34,8 @@ class W4A16Linear(nn.Module):
     (``exactfuse.ops.w4a16.fragment``): ``words [N/16, K/64, 32, 4]`` int32,
     ``fragment_scales [K/G, N]`` (the activation dtype) and, when asymmetric,
     ``fragment_zeros [K/G, N/8]`` int32 (8 zero points a word) in place of ``qweight``,
-    ``scales`` and ``zeros``, run by a warp-specialized stream-K kernel at decode sizes (M
-    1-16: docs/heuristics.md) and dequantized for cuBLAS above. Its ``state_dict`` is still the GPTQ
+    ``scales`` and ``zeros``, run by a warp-specialized stream-K kernel up to 128 rows
+    (docs/heuristics.md) and dequantized for cuBLAS above. Its ``state_dict`` is still the GPTQ
     layout's (unpacked on save, repacked on load: exact inverses), so checkpoints do not
     depend on the layout; ``.to(dtype)`` converts the scales as the GPTQ layout does. It
     needs groups of a multiple of 64 rows (or one group), ``K % 64 == N % 16 == 0``, zero
