@@ -141,7 +141,7 @@ def compile_wgmma_configs() -> list[str]:
 
 
 # (rows x tiles u unroll s stages, consumer warps, pipelined): the wgmma kernel's GPU test configurations
-WGMMA_CONFIGS = [("32x2u2s8", 4, True), ("64x1u1s6", 4, True), ("128x1u2s4", 8, True), ("64x2u2s6", 4, False)]
+WGMMA_CONFIGS = [("32x2u2s8", 4, True), ("128x1u2s4", 8, True), ("64x1u1s6", 4, False)]
 
 
 def test_kernel_compiles_for_sm90_at_every_configuration_the_rule_takes():
@@ -291,7 +291,8 @@ def test_gpu_wgmma_kernel_dequantizes_bit_for_bit_and_meets_the_contract(dtype):
                 onehot[torch.arange(M), picks] = 1
                 # a[:, perm] picks row j of the weight where perm[j] is the one-hot column
                 inverse = torch.argsort(perm.long())
-                got = launch_packed_wgmma(onehot, *packed, None, **cfg)
+                # a zero bias (added in fp32, rounded again: exact) keeps to the one compiled specialization
+                got = launch_packed_wgmma(onehot, *packed, torch.zeros(512, device=dev, dtype=dtype), **cfg)
                 assert torch.equal(got, w[inverse[picks]]), (symmetric, cfg, M)
             a = torch.randn(rows, 1024, device=dev, dtype=dtype)
             bias = torch.randn(512, device=dev).to(dtype)
