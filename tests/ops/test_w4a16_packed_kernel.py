@@ -301,3 +301,28 @@ def test_gpu_wgmma_kernel_dequantizes_bit_for_bit_and_meets_the_contract(dtype):
             res = o.contract.check(got, want, args=(a, *packed, bias), kwargs={})
             assert res.passed, f"{symmetric} {cfg}: {res.summary()}"
             assert torch.equal(got, launch_packed_wgmma(a, *packed, bias, **cfg)), f"{cfg}: not deterministic"
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_permuted_columns_gathers_in_one_kernel_as_torch_indexes(dtype, monkeypatch):
+    """``dequant.permuted_columns``: the act-order gather, and with ``order`` the wgmma kernel's k order after
+    it, by its Triton kernel (under the interpreter here) equal to torch's indexing; a ``perm`` entry outside
+    [0, K) reads 0; a strided ``a`` and M = 0 taken."""
+    from exactfuse.ops.w4a16.dequant import permuted_columns
+    from exactfuse.ops.w4a16.packed import _mma_k_order
+
+    gen = torch.Generator().manual_seed(2)
+    K = 192
+    a = torch.randn(5, 2 * K, generator=gen).to(dtype)[:, ::2]  # column stride 2
+    perm = torch.randperm(K, generator=gen).to(torch.int32)
+    perm[[3, 70]] = torch.tensor([-1, K], dtype=torch.int32)
+    order = _mma_k_order(K, torch.device("cpu"))
+    index = perm.long()
+    want = torch.where((index >= 0) & (index < K), a[:, index.clamp(0, K - 1)], 0)
+    assert torch.equal(permuted_columns(a, perm), want)
+    assert torch.equal(permuted_columns(a, perm, order), want[:, order])
+    assert torch.equal(permuted_columns(a, None, order), a[:, order])
+    assert permuted_columns(a[:0], perm, order).shape == (0, K)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # torch's path: the same values
+    assert torch.equal(permuted_columns(a, perm, order), want[:, order])

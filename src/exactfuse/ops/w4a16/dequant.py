@@ -14,6 +14,7 @@ import triton.language as tl
 
 from exactfuse.ops.w4a16.fragment import MAGIC
 from exactfuse.ops.w4a16.heuristics import TileConfig
+from exactfuse.registry.platform import interpreter_enabled
 from exactfuse.utils import empty
 
 
@@ -214,12 +215,44 @@ def dense_from_fragment(words: torch.Tensor, scales: torch.Tensor, zeros: torch.
     return w
 
 
-def permuted_columns(a: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
-    """``a[:, perm]`` as a new contiguous tensor, 0 where an entry of ``perm`` is outside [0, K) (as the
-    fused kernels read it): the act-order activations of the paths that do not gather in the kernel."""
-    index = perm.to(torch.int64)
-    K = a.shape[1]
-    return torch.where((index >= 0) & (index < K), a.index_select(1, index.clamp(0, K - 1)), 0)
+@triton.jit
+def gather_columns_kernel(p_a, p_perm, p_order, p_out, K, stride_a_m, stride_a_k, HAS_PERM: tl.constexpr,
+                          HAS_ORDER: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
+    """Row ``program_id(0)`` of ``out = a[:, perm[order]]`` (``perm`` / ``order`` the identity where absent),
+    ``BLOCK`` columns a program: 0 where an entry of ``perm`` is outside [0, K); ``order`` is a permutation."""
+    m = tl.program_id(0).to(tl.int64)
+    o_k = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    m_k = o_k < K
+    col = o_k.to(tl.int64)
+    if HAS_ORDER:
+        col = tl.load(p_order + o_k, mask=m_k, other=0).to(tl.int64)
+    if HAS_PERM:
+        col = tl.load(p_perm + col, mask=m_k, other=0).to(tl.int64)
+    ok = m_k & (col >= 0) & (col < K)
+    v = tl.load(p_a + m * stride_a_m + col * stride_a_k, mask=ok, other=0)
+    tl.store(p_out + m * K + o_k, v, mask=m_k)
+
+
+def permuted_columns(a: torch.Tensor, perm: torch.Tensor | None, order: torch.Tensor | None = None) -> torch.Tensor:
+    """``a[:, perm[order]]`` (``perm`` or ``order`` None: the identity) as a new contiguous tensor, 0 where an
+    entry of ``perm`` is outside [0, K) (as the fused kernels read it): the act-order activations of the paths
+    that do not gather in the kernel, and the wgmma kernel's k order (``order``, a permutation). One kernel
+    where Triton runs, torch's index ops elsewhere."""
+    M, K = a.shape
+    if not (a.is_cuda or interpreter_enabled()):
+        index = torch.arange(K, device=a.device) if order is None else order.to(torch.int64)
+        if perm is not None:
+            index = perm.to(torch.int64)[index]
+        return torch.where((index >= 0) & (index < K), a.index_select(1, index.clamp(0, K - 1)), 0)
+    out = empty((M, K), a.dtype, a.device)
+    if M == 0 or K == 0:
+        return out
+    block = min(1024, triton.next_power_of_2(K))
+    torch.library.wrap_triton(gather_columns_kernel)[(M, triton.cdiv(K, block))](
+        a, perm if perm is not None else a, order if order is not None else a, out, K, a.stride(0), a.stride(1),
+        HAS_PERM=perm is not None, HAS_ORDER=order is not None, BLOCK=block,
+    )  # fmt: skip
+    return out
 
 
 def packed_dense_gemm(

@@ -123,11 +123,8 @@ def _mma_k_order(K: int, device: torch.device) -> torch.Tensor:
 def wgmma_columns(a: torch.Tensor, perm: torch.Tensor | None) -> torch.Tensor:
     """``a[:, perm]`` with each 64-column chunk's columns in the wgmma kernel's k order
     (``packed_wgmma_kernel.py``: MMA k-position ``kappa`` of a chunk holds the weights of the fragment layout's
-    ``k``), as a new contiguous tensor: one gather."""
-    order = _mma_k_order(a.shape[1], a.device)
-    if perm is None:  # one gather: every index is in range
-        return a.index_select(1, order)
-    return permuted_columns(a, perm.to(torch.int64)[order])
+    ``k``), as a new contiguous tensor: one gather kernel."""
+    return permuted_columns(a, perm, _mma_k_order(a.shape[1], a.device))
 
 
 def launch_packed_wgmma(
