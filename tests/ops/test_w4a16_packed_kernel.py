@@ -326,3 +326,21 @@ def test_permuted_columns_gathers_in_one_kernel_as_torch_indexes(dtype, monkeypa
     assert permuted_columns(a[:0], perm, order).shape == (0, K)
     monkeypatch.setenv("TRITON_INTERPRET", "0")  # torch's path: the same values
     assert torch.equal(permuted_columns(a, perm, order), want[:, order])
+
+
+def test_provider_routes_up_to_128_rows_to_the_kernel(monkeypatch):
+    """``w4a16_gemm_packed``'s provider: the kernel at 1-128 rows (its 4-block tile from 17) on a layer it tiles,
+    the dense path above 128 rows and for a layer whose N is not a multiple of 64."""
+    pytest.importorskip("triton.experimental.gluon")
+    from exactfuse.ops.w4a16 import packed
+
+    taken = []
+    monkeypatch.setattr(packed, "launch_packed", lambda a, *args, **cfg: taken.append(("kernel", cfg["blocks"])))
+    monkeypatch.setattr(packed, "packed_dense_gemm", lambda a, *args: taken.append(("dense", a.shape[0])))
+    for N in (256, 48):
+        words, scales, zeros, _ = fragment.pack(*_weights(256, N, 128, torch.float16))
+        for M in (1, 16, 17, 128, 129):
+            packed.w4a16_gemm_packed_triton(torch.zeros(M, 256, dtype=torch.float16), words, scales, zeros)
+    assert taken == [("kernel", 1), ("kernel", 2), ("kernel", 4), ("kernel", 4), ("dense", 129)] + [
+        ("dense", M) for M in (1, 16, 17, 128, 129)
+    ]
