@@ -91,10 +91,10 @@ def test_verify_says_why_a_listed_provider_is_not_checked(capsys):
     list say so, and nothing is checked."""
     assert main(["verify", "--op", "w4a16_gemm_packed", "--dtype", "fp16"]) == 2
     out = " ".join(capsys.readouterr().out.split())
-    assert "nothing was checked: the triton provider of w4a16_gemm_packed is unavailable here: it runs Gluon" in out
+    assert "nothing was checked: the gluon provider of w4a16_gemm_packed is unavailable here: it runs Gluon" in out
     assert "Triton interpreter" in out and "no provider besides native" not in out
     assert main(["list", "--op", "w4a16_gemm_packed"]) == 0
-    assert _cells(capsys.readouterr().out, "w4a16_gemm_packed")[1] == "native, triton (unavailable here)"
+    assert _cells(capsys.readouterr().out, "w4a16_gemm_packed")[1] == "native, gluon (unavailable here)"
 
 
 @pytest.mark.interpreter
@@ -116,7 +116,7 @@ def test_info_gives_each_providers_reason(capsys, monkeypatch):
 
     assert main(["info", "w4a16_gemm_packed"]) == 0
     out = capsys.readouterr().out
-    assert _cells(out, "provider triton")[1].startswith("unavailable here: it runs Gluon kernels on sm_90 GPUs")
+    assert _cells(out, "provider gluon")[1].startswith("unavailable here: it runs Gluon kernels on sm_90 GPUs")
     assert _cells(out, "contract fp16")[1] == "Float64Relative(2x)"
     op = OPS["silu_and_mul"]
     monkeypatch.setattr(op.providers["triton"], "supports_args", lambda x: "x is too wide for the kernel")

@@ -7,7 +7,7 @@ from common import ncu_main
 
 from exactfuse.ops.w4a16 import fragment
 from exactfuse.ops.w4a16.launch import launch_w4a16_gemm
-from exactfuse.ops.w4a16.packed import w4a16_gemm_packed_triton
+from exactfuse.ops.w4a16.packed import w4a16_gemm_packed_gluon
 from exactfuse.testing.cases.w4a16 import _random_prepared
 
 
@@ -18,7 +18,7 @@ def calls() -> list:
         p = fragment.pack(w.qweight, w.scales, w.zeros)
         for M in (1, 16):
             a = torch.randn((M, K), dtype=torch.bfloat16, device="cuda")
-            out.append(lambda a=a, p=p: w4a16_gemm_packed_triton(a, *p, None))
+            out.append(lambda a=a, p=p: w4a16_gemm_packed_gluon(a, *p, None))
             out.append(lambda a=a, w=w: launch_w4a16_gemm(a, w.qweight, w.scales, w.zeros, None, None, 128, True))
     return out
 

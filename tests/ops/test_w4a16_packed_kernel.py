@@ -187,7 +187,7 @@ def test_gpu_kernel_dequantizes_bit_for_bit_and_meets_the_contract(dtype):
             assert torch.equal(launch_packed(onehot, *packed, None, **cfg), w[rows]), (symmetric, cfg)
     o = exactfuse.get("w4a16_gemm_packed")
     for case in o.iter_cases(dev, dtype, quick=False):
-        with o.priority(["triton"]):
+        with o.priority(["gluon"]):
             got = o(*case.args, **case.kwargs)
         want = o.native(*case.args, **case.kwargs)
         res = o.contract.check(got, want, args=case.args, kwargs=case.kwargs)
@@ -202,7 +202,7 @@ def test_gpu_dense_path_is_native_bit_for_bit(dtype):
     """Above ``PACKED_KERNEL_MAX_M`` rows, and at any M for a layer the kernel's tiling does not divide (N = 48),
     the provider dequantizes the layout and multiplies with cuBLAS, as the spec does."""
     from exactfuse.ops.w4a16.heuristics import PACKED_KERNEL_MAX_M
-    from exactfuse.ops.w4a16.packed import w4a16_gemm_packed_triton
+    from exactfuse.ops.w4a16.packed import w4a16_gemm_packed_gluon
 
     dev = torch.device("cuda")
     for N, ms in ((768, (PACKED_KERNEL_MAX_M + 1, 1000)), (48, (1, 7, 200))):
@@ -212,7 +212,7 @@ def test_gpu_dense_path_is_native_bit_for_bit(dtype):
         bias = torch.randn(N, device=dev).to(dtype)
         for M in ms:
             a = torch.randn(M, 2048, device=dev, dtype=dtype)
-            got = w4a16_gemm_packed_triton(a, *packed, bias)
+            got = w4a16_gemm_packed_gluon(a, *packed, bias)
             assert torch.equal(got, native.w4a16_gemm_packed(a, *packed, bias)), (N, M)
 
 
@@ -340,7 +340,7 @@ def test_provider_routes_up_to_128_rows_to_the_kernel(monkeypatch):
     for N in (256, 48):
         words, scales, zeros, _ = fragment.pack(*_weights(256, N, 128, torch.float16))
         for M in (1, 16, 17, 128, 129):
-            packed.w4a16_gemm_packed_triton(torch.zeros(M, 256, dtype=torch.float16), words, scales, zeros)
+            packed.w4a16_gemm_packed_gluon(torch.zeros(M, 256, dtype=torch.float16), words, scales, zeros)
     assert taken == [("kernel", 1), ("kernel", 2), ("kernel", 4), ("kernel", 4), ("dense", 129)] + [
         ("dense", M) for M in (1, 16, 17, 128, 129)
     ]

@@ -206,10 +206,13 @@ class Op:
 
     # -------------------------------------------------------------- dispatch
     def priority_order(self, device_type: str) -> tuple[str, ...]:
-        """Provider names in the order they are tried for ``device_type`` now."""
+        """Provider names in the order they are tried for ``device_type`` now: a scoped or ``EXACTFUSE_PRIORITY``
+        order as given (strict), else the platform's default order among the providers this op declares."""
         if self._override:
             return self._override[-1]
-        return platform.env_priority().get(self.name) or platform.default_priority(device_type)
+        if order := platform.env_priority().get(self.name):
+            return order
+        return tuple(name for name in platform.default_priority(device_type) if name in self.providers)
 
     @contextlib.contextmanager
     def priority(self, order: Sequence[str]) -> Iterator[None]:

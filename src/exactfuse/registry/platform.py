@@ -1,8 +1,9 @@
 """Default provider priority per platform and the ``EXACTFUSE_PRIORITY`` override.
 
 The platform of a call is the device type of its first tensor argument. CUDA
-prefers the Triton provider and falls back to the native spec; every other
-device runs the native spec. ``EXACTFUSE_PRIORITY="op=prov,prov;op2=prov"``
+prefers a Gluon provider (a kernel in Triton's explicit-layout language), then the
+Triton provider, and falls back to the native spec, each where the op declares it;
+every other device runs the native spec. ``EXACTFUSE_PRIORITY="op=prov,prov;op2=prov"``
 replaces the order for the named ops (read once, at import).
 """
 
@@ -14,7 +15,7 @@ import os
 import torch
 
 DEFAULT_PRIORITY: dict[str, tuple[str, ...]] = {
-    "cuda": ("triton", "native"),
+    "cuda": ("gluon", "triton", "native"),
     "cpu": ("native",),
 }
 _FALLBACK = ("native",)

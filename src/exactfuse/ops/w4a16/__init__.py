@@ -79,8 +79,8 @@ w4a16_gemm_packed = op(
     dtypes=(torch.float16, torch.bfloat16),
     warmup=warmup.w4a16_gemm_packed,
 )
-w4a16_gemm_packed.provider("triton", supported=_mma.gluon_gpu_supported, supports_args=packed.packed_supports)(
-    packed.w4a16_gemm_packed_triton
+w4a16_gemm_packed.provider("gluon", supported=_mma.gluon_gpu_supported, supports_args=packed.packed_supports)(
+    packed.w4a16_gemm_packed_gluon
 )
 w4a16_gemm_packed.differentiable("a", "bias", backward=native.w4a16_gemm_packed_backward)
 

@@ -1,4 +1,4 @@
-"""``w4a16_gemm_packed``'s Triton provider: the warp-specialized stream-K kernel (``packed_kernel.py``) up to
+"""``w4a16_gemm_packed``'s ``gluon`` provider: the warp-specialized stream-K kernel (``packed_kernel.py``) up to
 ``heuristics.PACKED_KERNEL_MAX_M`` rows where :func:`packed_supports` takes the arguments, the layout
 dequantized in one kernel and ``torch.matmul`` above (``dequant.packed_dense_gemm``: the spec's bits) and for
 layers the kernel's tiling does not divide (N not a multiple of 64)."""
@@ -194,7 +194,7 @@ def packed_supports(
     return True
 
 
-def w4a16_gemm_packed_triton(
+def w4a16_gemm_packed_gluon(
     a: torch.Tensor,
     words: torch.Tensor,
     scales: torch.Tensor,

@@ -74,4 +74,4 @@ def w4a16_gemm_packed(device, dtype, *, shapes=((4096, 4096),), group_size=128, 
         for M in PACKED_WARMUP_M:
             a = torch.ones((M, K), dtype=dtype, device=device)
             if packed.packed_supports(a, words, scales, zeros, None, b) is True:
-                packed.w4a16_gemm_packed_triton(a, words, scales, zeros, None, b)
+                packed.w4a16_gemm_packed_gluon(a, words, scales, zeros, None, b)
