@@ -38,17 +38,7 @@ from exactfuse.ops.w4a16.mma import (
     _store_out,
     fragment_step,
 )
-from exactfuse.ops.w4a16.packed_smem import (
-    ACTS_SMEM,
-    SCALES_SMEM,
-    WORDS_SMEM,
-    ZEROS_SMEM,
-    _view,
-    acts_view,
-    scales_view,
-    words_view,
-    zeros_view,
-)
+from exactfuse.ops.w4a16.packed_smem import _ring, _view, acts_view, scales_view, words_view, zeros_view
 
 # a TMA load into shared memory: ``async_load`` from Triton 3.7, ``async_copy_global_to_shared`` before
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
@@ -325,25 +315,6 @@ def _finish(p_out, p_bias, p_ws, at, o_m, o_n, M, N, u, first, last, steps, tota
         slot = cta * 2 + (u != (cta * total // p) // steps).to(gl.int32)
         acc += gl.load(p_ws + slot * SLOT + at, mask=cta <= last, other=0.0, cache_modifier=".cg")
     _store_out(acc, p_out, p_bias, o_m, o_n, M, N, HAS_BIAS)
-
-
-@gluon.jit
-def _ring(STAGES: gl.constexpr, T_CTA: gl.constexpr, UNROLL: gl.constexpr, RU: gl.constexpr,
-          HAS_ZEROS: gl.constexpr, ROWS: gl.constexpr, RELEASES: gl.constexpr):  # fmt: skip
-    """The ring's shared memory: words, scales, zero points and activations (``ROWS`` rows of ``a``) a slot,
-    a "ready" mbarrier a slot (one TMA transaction) and an "empty" one (``RELEASES`` arrivals)."""
-    w_ring = gl.allocate_shared_memory(gl.int32, [STAGES, T_CTA, UNROLL, 128], WORDS_SMEM)
-    s_ring = gl.allocate_shared_memory(gl.int16, [STAGES, RU, T_CTA * 16], SCALES_SMEM)
-    # a zero-point row: the tile group's 2 T_CTA words, at least 128 bytes (a TMA destination's alignment)
-    ZW: gl.constexpr = (T_CTA * 2 if T_CTA * 2 >= 32 else 32) if HAS_ZEROS else 4
-    z_ring = gl.allocate_shared_memory(gl.int32, [STAGES, RU, ZW], ZEROS_SMEM)
-    a_ring = gl.allocate_shared_memory(gl.int32, [STAGES, UNROLL, ROWS, 32], ACTS_SMEM)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty_bars.index(i), count=RELEASES)
-    return w_ring, s_ring, z_ring, a_ring, ready, empty_bars
 
 
 @gluon.jit(do_not_specialize=["M", "n_groups", "steps", "total"])

@@ -1,11 +1,12 @@
-"""The shared memory of ``w4a16_gemm_packed``'s kernel (``packed_kernel.py``): the ring slots' layouts
-and the ``SharedLinearLayout`` views through which the consumer warps read a slot as ``mma.fragment_step``'s
-register tensors (offset bits -> tensor coordinates)."""
+"""The shared memory of ``w4a16_gemm_packed``'s kernels (``packed_kernel.py``, ``packed_wgmma_kernel.py``): the
+ring (:func:`_ring`), its slots' layouts and the ``SharedLinearLayout`` views through which the consumer warps
+read a slot as ``mma.fragment_step``'s register tensors (offset bits -> tensor coordinates)."""
 
 from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 WORDS_SMEM = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=3)
 SCALES_SMEM = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=2)
@@ -60,6 +61,25 @@ def acts_view(blocks, unroll):
     bases += [[0, 1, 0, 0, 0, 4], [0, 2, 1, 0, 0, 0], [0, 4, 2, 0, 0, 0]]  # row bits, with the swizzle's XOR
     bases += [_unit(6, 3, 1 << i) for i in range(_bits(blocks))] + [_unit(6, 4, 1 << i) for i in range(_bits(unroll))]
     return gl.SharedLinearLayout(bases)
+
+
+@gluon.jit
+def _ring(STAGES: gl.constexpr, T_CTA: gl.constexpr, UNROLL: gl.constexpr, RU: gl.constexpr,
+          HAS_ZEROS: gl.constexpr, ROWS: gl.constexpr, RELEASES: gl.constexpr):  # fmt: skip
+    """The ring's shared memory: words, scales, zero points and activations (``ROWS`` rows of ``a``) a slot,
+    a "ready" mbarrier a slot (one TMA transaction) and an "empty" one (``RELEASES`` arrivals)."""
+    w_ring = gl.allocate_shared_memory(gl.int32, [STAGES, T_CTA, UNROLL, 128], WORDS_SMEM)
+    s_ring = gl.allocate_shared_memory(gl.int16, [STAGES, RU, T_CTA * 16], SCALES_SMEM)
+    # a zero-point row: the tile group's 2 T_CTA words, at least 128 bytes (a TMA destination's alignment)
+    ZW: gl.constexpr = (T_CTA * 2 if T_CTA * 2 >= 32 else 32) if HAS_ZEROS else 4
+    z_ring = gl.allocate_shared_memory(gl.int32, [STAGES, RU, ZW], ZEROS_SMEM)
+    a_ring = gl.allocate_shared_memory(gl.int32, [STAGES, UNROLL, ROWS, 32], ACTS_SMEM)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty_bars.index(i), count=RELEASES)
+    return w_ring, s_ring, z_ring, a_ring, ready, empty_bars
 
 
 # A shared-memory slot seen through another shape and layout: ``reinterpret`` from Triton 3.7, ``_reinterpret``

@@ -26,8 +26,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
 from exactfuse.ops.w4a16.mma import _barrier, _record, _store_out, _unstack
-from exactfuse.ops.w4a16.packed_kernel import _cta_range, _finish, _piece, _producer, _records, _ring
-from exactfuse.ops.w4a16.packed_smem import _view, words_view
+from exactfuse.ops.w4a16.packed_kernel import _cta_range, _finish, _piece, _producer, _records
+from exactfuse.ops.w4a16.packed_smem import _ring, _view, words_view
 
 
 def _wide_dequant_asm(magic: int, ty: str) -> str:
