@@ -23,32 +23,25 @@ if HAS_GLUON:
     _barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 
 
+def dequant_lines(magic: int, ty: str, word: str, scales: tuple[str, str], zeros: tuple[str, str],
+                  out: tuple[str, ...]) -> list[str]:  # fmt: skip
+    """The PTX that dequantizes one word (operand ``word``) into its four A registers ``out``: ``((MAGIC | q) -
+    (MAGIC + z)) * s``, two weights an instruction, with the scale and zero pairs of rows r and r + 8 (``scales``,
+    ``zeros``); ``u0``-``u2`` are scratch registers the caller declares."""
+    pair = f"0x{magic:04x}{magic:04x}"
+    src = [word, "u0", "u1", "u2"]
+    lines = [f"shr.u32 u{i}, {word}, {4 * (i + 1)};" for i in range(3)]
+    lines += [f"lop3.b32 {out[t]}, {src[t]}, 0x000f000f, {pair}, 0xea;" for t in range(4)]
+    lines += [f"sub.rn.{ty} {out[t]}, {out[t]}, {zeros[t % 2]};" for t in range(4)]
+    lines += [f"mul.rn.{ty} {out[t]}, {out[t]}, {scales[t % 2]};" for t in range(4)]
+    return lines
+
+
 def _dequant_asm(magic: int, ty: str) -> str:
     """One word ($4) dequantized with scale pairs $5/$6 (rows r, r + 8) and zero pairs $7/$8 into the four
-    A registers of its MMA k-step ($0..$3): ``((MAGIC | q) - (MAGIC + z)) * s``, two weights an instruction."""
-    pair = f"0x{magic:04x}{magic:04x}"
-    return "\n".join(
-        [
-            "{",
-            ".reg .b32 u0, u1, u2;",
-            "shr.u32 u0, $4, 4;",
-            "shr.u32 u1, $4, 8;",
-            "shr.u32 u2, $4, 12;",
-            f"lop3.b32 $0, $4, 0x000f000f, {pair}, 0xea;",
-            f"lop3.b32 $1, u0, 0x000f000f, {pair}, 0xea;",
-            f"lop3.b32 $2, u1, 0x000f000f, {pair}, 0xea;",
-            f"lop3.b32 $3, u2, 0x000f000f, {pair}, 0xea;",
-            f"sub.rn.{ty} $0, $0, $7;",
-            f"sub.rn.{ty} $1, $1, $8;",
-            f"sub.rn.{ty} $2, $2, $7;",
-            f"sub.rn.{ty} $3, $3, $8;",
-            f"mul.rn.{ty} $0, $0, $5;",
-            f"mul.rn.{ty} $1, $1, $6;",
-            f"mul.rn.{ty} $2, $2, $5;",
-            f"mul.rn.{ty} $3, $3, $6;",
-            "}",
-        ]
-    )
+    A registers of its MMA k-step ($0..$3): :func:`dequant_lines`."""
+    body = dequant_lines(magic, ty, "$4", ("$5", "$6"), ("$7", "$8"), ("$0", "$1", "$2", "$3"))
+    return "\n".join(["{", ".reg .b32 u0, u1, u2;", *body, "}"])
 
 
 def _mma_asm(mma_type: str) -> str:

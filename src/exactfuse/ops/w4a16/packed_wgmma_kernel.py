@@ -25,22 +25,17 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
-from exactfuse.ops.w4a16.mma import _barrier, _record, _store_out, _unstack
+from exactfuse.ops.w4a16.mma import _barrier, _record, _store_out, _unstack, dequant_lines
 from exactfuse.ops.w4a16.packed_kernel import _cta_range, _finish, _piece, _producer, _records
 from exactfuse.ops.w4a16.packed_smem import _ring, _view, words_view
 
 
 def _wide_dequant_asm(magic: int, ty: str) -> str:
-    """``mma._dequant_asm``'s sequence (word $8, scale pairs $9/$10, zero pairs $11/$12: rows r, r + 8) with
-    its four pairs given back as eight 16-bit values $0..$7, pair ``t``'s lower k-position first."""
-    pair = f"0x{magic:04x}{magic:04x}"
-    lines = ["{", ".reg .b32 u0, u1, u2, v0, v1, v2, v3;", "shr.u32 u0, $8, 4;", "shr.u32 u1, $8, 8;",
-             "shr.u32 u2, $8, 12;", f"lop3.b32 v0, $8, 0x000f000f, {pair}, 0xea;"]  # fmt: skip
-    lines += [f"lop3.b32 v{t}, u{t - 1}, 0x000f000f, {pair}, 0xea;" for t in (1, 2, 3)]
-    lines += [f"sub.rn.{ty} v{t}, v{t}, ${12 if t % 2 else 11};" for t in range(4)]
-    lines += [f"mul.rn.{ty} v{t}, v{t}, ${10 if t % 2 else 9};" for t in range(4)]
-    lines += [f"mov.b32 {{${2 * t}, ${2 * t + 1}}}, v{t};" for t in range(4)]
-    return "\n".join([*lines, "}"])
+    """``mma.dequant_lines`` on word $8 with scale pairs $9/$10 and zero pairs $11/$12 (rows r, r + 8), its four
+    pairs given back as eight 16-bit values $0..$7, pair ``t``'s lower k-position first."""
+    body = dequant_lines(magic, ty, "$8", ("$9", "$10"), ("$11", "$12"), ("v0", "v1", "v2", "v3"))
+    unpack = [f"mov.b32 {{${2 * t}, ${2 * t + 1}}}, v{t};" for t in range(4)]
+    return "\n".join(["{", ".reg .b32 u0, u1, u2, v0, v1, v2, v3;", *body, *unpack, "}"])
 
 
 _WIDE_BF16 = gl.constexpr(_wide_dequant_asm(0x4300, "bf16x2"))
