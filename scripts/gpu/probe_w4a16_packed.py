@@ -5,8 +5,9 @@ Run on a GPU: ``bash scripts/gpu/run.sh probe w4a16_packed`` (``--layers``, ``--
 ``--per-warp``, ``--tiles``, ``--stages``, ``--wgmma``; the first five comma-separated lists). For each layer
 (K x N), dtype and M, group 128, weights rotated past the L2, the kernel at ``packed_config`` (``--tiles`` /
 ``--stages`` override it; ``--pdl 0,1``: plain and programmatic dependent launches; ``--per-warp 0,1``: the
-consumer warps in one partition or each in its own; ``--wgmma ROWSxTILESuUNROLLsSTAGES[-]/WARPS,...``: the wgmma
-kernel too, at each configuration whose rows cover M) is checked first: one-hot activations pick weight rows
+consumer warps in one partition or each in its own; ``--wgmma ROWSxTILESuUNROLLsSTAGES[p][gG]/WARPS,...``: the
+wgmma kernel too (``p`` pipelined, ``g2`` two consumer warpgroup partitions), at each configuration whose rows
+cover M) is checked first: one-hot activations pick weight rows
 (exact sums in any order: the dequantization bit for bit), random ones meet the op's contract against its
 native spec (asymmetric RTN weights, with and without a bias) and repeat bit for bit, at any M (above
 ``PACKED_KERNEL_MAX_M`` rows the op itself takes the dense path; the probe times the kernel's 4-block tile
@@ -21,6 +22,7 @@ before each one lets its dependents start early.
 from __future__ import annotations
 
 import argparse
+import re
 
 import torch
 import triton
@@ -86,14 +88,14 @@ def _time_packed(a, packed: list, cfg: dict, launch=None) -> float:
 
 
 def _wgmma_config(spec: str) -> dict:
-    """``ROWSxTILESuUNROLLsSTAGES[-]/WARPS`` as ``launch_packed_wgmma``'s keywords (``-``: not pipelined)."""
+    """``ROWSxTILESuUNROLLsSTAGES[p][gGROUPS]/WARPS`` as ``launch_packed_wgmma``'s keywords (``p``: pipelined;
+    ``g2``: two consumer warpgroups, each a partition of its own)."""
     config, _, warps = spec.partition("/")
-    pipelined = not config.endswith("-")
-    rows, tiles, unroll, stages = (
-        int(v) for v in config.rstrip("-").replace("x", " ").replace("u", " ").replace("s", " ").split()
-    )
-    return {"rows": rows, "tiles": tiles, "unroll": unroll, "stages": stages, "warps": int(warps or 4),
-            "pipelined": pipelined}  # fmt: skip
+    found = re.fullmatch(r"(\d+)x(\d+)u(\d+)s(\d+)(p?)(?:g(\d))?", config)
+    rows, tiles, unroll, stages, pipelined, groups = found.groups()
+    cfg = {"rows": int(rows), "tiles": int(tiles), "unroll": int(unroll), "stages": int(stages),
+           "warps": int(warps or 4), "pipelined": bool(pipelined)}  # fmt: skip
+    return cfg | ({"groups": int(groups)} if groups and groups != "1" else {})
 
 
 def _check(M: int, dtype, check, bias, cfg: dict, launch=None) -> str:

@@ -299,6 +299,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         grid=grid,
         dtypes=tuple(DTYPES[d] for d in dict.fromkeys(args.dtypes or ["bf16"])),
         providers=args.providers,
+        peers=grid != "quick",
         compile=not args.no_compile,
         device=str(device),
         l2_bytes=l2_cache_bytes(device),
@@ -312,7 +313,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
     )
     roofline = measure_roofline(device, matmul=any(o.flops_fn is not None for o in ops))
     clock["rates"] = time.perf_counter()
-    peers = {f"{p.name}({o.name})": p.version() for o in ops for p in peers_for(o.name)}
+    candidates = Candidates(config)
+    peers = {
+        f"{p.name}({o.name})": p.version() for o in ops for p in peers_for(o.name) if candidates.wanted_peer(p.name)
+    }
     meta = results.collect_meta(
         device,
         grid=grid,
@@ -325,7 +329,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
         f"[bold]{meta['gpu']}[/] torch {meta['torch']} triton {meta['triton']} git {meta['git_rev']}; "
         f"copy {roofline.copy_bytes_per_s / 1e9:,.0f} GB/s"
         + (f", bf16 matmul {roofline.matmul_flops_per_s / 1e12:,.0f} TFLOP/s" if roofline.matmul_flops_per_s else "")
-        + f"; L2 {config.l2_bytes / 2**20:.0f} MiB; peers: {', '.join(peers) or 'none importable'}"
+        + f"; L2 {config.l2_bytes / 2**20:.0f} MiB; peers: "
+        + (
+            ", ".join(peers)
+            or ("none importable" if config.peers else "not timed on the quick grid (--provider NAME times one)")
+        )
     )
     out_dir = Path(args.out) if args.out else Path("benchmarks/results") / meta["gpu_slug"]
     reporter = RichReporter(console)

@@ -242,3 +242,16 @@ def test_the_phase_line_says_where_a_runs_time_went(monkeypatch):
         "bench: 10.2 s in all: imports 1.5 s, rates 0.2 s, peers 0.2 s, warm-up 3.5 s, timing pass 4.5 s, plots 0.2 s"
     )
     assert bench_cli.phase_line({"imports": 101.0}) == "bench: 1.0 s in all: imports 1.0 s"
+
+
+def test_quick_grid_times_peers_only_where_a_provider_option_names_them(fake_op):
+    """``BenchConfig.peers``: off on the quick grid (the CLI's ``--quick``: a peer's autotuning is most of a cold
+    run), the peer rows gone; ``--provider`` naming a peer times it there, and the default grid times them all."""
+    from exactfuse.bench.runner import BenchConfig, Candidates
+
+    def names(**kw):
+        return [c.name for c in Candidates(BenchConfig(device="cpu", compile=False, **kw)).for_op(fake_op)]
+
+    assert "fakepeer" in names() and "fakepeer" not in names(peers=False)
+    assert names(peers=False, providers=["good", "fakepeer"]) == ["good", "fakepeer"]
+    assert ("n8", "fakepeer") not in rows_by_case(fake_op, peers=False)

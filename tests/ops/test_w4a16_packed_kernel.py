@@ -140,8 +140,9 @@ def compile_wgmma_configs() -> list[str]:
     return bad
 
 
-# (rows x tiles u unroll s stages, consumer warps, pipelined): the wgmma kernel's GPU test configurations
-WGMMA_CONFIGS = [("32x2u2s8", 4, True), ("128x1u2s4", 8, True), ("64x1u1s6", 4, False)]
+# (rows x tiles u unroll s stages, consumer warps, pipelined): the wgmma kernel's GPU test configurations, the
+# tiles the op routes to (heuristics.PACKED_WGMMA_TILES) among them
+WGMMA_CONFIGS = [("64x2u2s6", 4, False), ("128x1u2s4", 8, False), ("32x1u1s6", 4, False)]
 
 
 def test_kernel_compiles_for_sm90_at_every_configuration_the_rule_takes():
@@ -303,6 +304,31 @@ def test_gpu_wgmma_kernel_dequantizes_bit_for_bit_and_meets_the_contract(dtype):
             assert torch.equal(got, launch_packed_wgmma(a, *packed, bias, **cfg)), f"{cfg}: not deterministic"
 
 
+@pytest.mark.gpu
+def test_gpu_pipelined_wgmma_consumer_runs_only_where_ptxas_keeps_its_operands():
+    """Where Triton's sm_90 ptxas is older than 13.3, ``pipelined=True`` is refused; under a later one the
+    pipelined consumer's one-hot rows are the dequantized weight's at the layer and tile where ptxas 12.8 gave
+    other values (4096 x 14336, 64 rows: benchmarks/results/h100/sweeps/w4a16_packed_wgmma.txt)."""
+    from exactfuse.ops.w4a16.packed import launch_packed_wgmma, pipelining_unsafe
+
+    dev = torch.device("cuda")
+    K, N, M = 4096, 14336, 64
+    qweight, scales, zeros = (t.to(dev) for t in _weights(K, N, 128, torch.bfloat16, 5))
+    packed = fragment.pack(qweight, scales, zeros)
+    cfg = dict(rows=64, tiles=2, unroll=2, stages=6, warps=4, pipelined=True)
+    picks = torch.randint(0, K, (M,), device=dev)
+    onehot = torch.zeros(M, K, device=dev, dtype=torch.bfloat16)
+    onehot[torch.arange(M), picks] = 1
+    if reason := pipelining_unsafe():
+        with pytest.raises(ValueError, match="pipelined=True"):
+            launch_packed_wgmma(onehot, *packed, None, **cfg)
+        assert "13.3" in reason
+        return
+    w = native.dequantize(qweight, scales, zeros, 128, torch.bfloat16)
+    for _ in range(20):
+        assert torch.equal(launch_packed_wgmma(onehot, *packed, None, **cfg), w[picks])
+
+
 @pytest.mark.interpreter
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_permuted_columns_gathers_in_one_kernel_as_torch_indexes(dtype, monkeypatch):
@@ -328,14 +354,53 @@ def test_permuted_columns_gathers_in_one_kernel_as_torch_indexes(dtype, monkeypa
     assert torch.equal(permuted_columns(a, perm, order), want[:, order])
 
 
-def test_provider_routes_up_to_128_rows_to_the_kernel(monkeypatch):
-    """``w4a16_gemm_packed``'s provider: the kernel at 1-128 rows (its 4-block tile from 17) on a layer it tiles,
-    the dense path above 128 rows and for a layer whose N is not a multiple of 64."""
-    pytest.importorskip("triton.experimental.gluon")
+@pytest.mark.parametrize("K, N", [(4096, 4096), (4096, 8192), (4096, 14336), (14336, 4096), (8192, 8192), (4096, 6144)])
+def test_wgmma_rule_takes_33_to_128_rows_of_large_layers_as_the_launcher_needs(K, N):
+    """``packed_wgmma_config``: the wgmma kernel for 33-128 rows of layers of at least 2^25 weights (4096 x
+    8192 up; not 4096² or 4096 x 6144), its 64-row tile up to 64 rows and its 128-row tile above, each tiling
+    the layer as ``launch_packed_wgmma`` needs; None elsewhere (the mma.sync kernel's tile)."""
+    from exactfuse.ops.w4a16.heuristics import PACKED_WGMMA_TILES, packed_wgmma_config
+
+    for M in (1, 16, 32, 33, 64, 65, 128, 129):
+        cfg = packed_wgmma_config(M, N, K, K // 128)
+        if not 33 <= M <= 128 or K * N < 2**25:
+            assert cfg is None, (M, cfg)
+            continue
+        assert (cfg["rows"], cfg["tiles"], cfg["stages"], cfg["warps"]) == PACKED_WGMMA_TILES[64 if M <= 64 else 128]
+        assert (N // 16) % (cfg["tiles"] * cfg["warps"]) == 0 and (K // 64 // (K // 128)) % cfg["unroll"] == 0
+
+
+def test_pipelined_wgmma_consumer_is_refused_under_a_ptxas_that_reuses_its_operand_registers(monkeypatch):
+    """``packed.pipelining_unsafe``: the pipelined consumer only under Triton's sm_90 ptxas 13.3 or later (older
+    ones may hand an in-flight wgmma's A registers to the next step's dequantization); ``launch_packed_wgmma``
+    refuses ``pipelined=True`` naming the argument and the version, before it touches the tensors."""
+    pytest.importorskip("triton.backends.nvidia.compiler")
+    import triton.backends.nvidia.compiler as nvidia
+
     from exactfuse.ops.w4a16 import packed
+
+    for version, unsafe in (("12.8", True), ("12.9", True), ("13.3", False), ("13.4", False)):
+        monkeypatch.setattr(nvidia, "get_ptxas", lambda arch, v=version: type("Tool", (), {"version": v})())
+        packed.pipelining_unsafe.cache_clear()
+        reason = packed.pipelining_unsafe()
+        assert bool(reason) == unsafe and (not unsafe or version in reason), (version, reason)
+        if unsafe:
+            with pytest.raises(ValueError, match=f"pipelined=True: .*{version}"):
+                packed.launch_packed_wgmma(None, None, None, None, None, None, tiles=2, rows=64, unroll=2, stages=6,
+                                           pipelined=True)  # fmt: skip
+    packed.pipelining_unsafe.cache_clear()
+
+
+def test_provider_routes_up_to_128_rows_to_the_kernel(monkeypatch):
+    """``w4a16_gemm_packed``'s provider: the mma.sync kernel at 1-128 rows (its 4-block tile from 17) on a layer
+    it tiles, the wgmma kernel at 33-128 rows where ``packed_wgmma_config`` takes the layer, the dense path
+    above 128 rows and for a layer whose N is not a multiple of 64."""
+    pytest.importorskip("triton.experimental.gluon")
+    from exactfuse.ops.w4a16 import heuristics, packed
 
     taken = []
     monkeypatch.setattr(packed, "launch_packed", lambda a, *args, **cfg: taken.append(("kernel", cfg["blocks"])))
+    monkeypatch.setattr(packed, "launch_packed_wgmma", lambda a, *args, **cfg: taken.append(("wgmma", cfg["rows"])))
     monkeypatch.setattr(packed, "packed_dense_gemm", lambda a, *args: taken.append(("dense", a.shape[0])))
     for N in (256, 48):
         words, scales, zeros, _ = fragment.pack(*_weights(256, N, 128, torch.float16))
@@ -344,3 +409,10 @@ def test_provider_routes_up_to_128_rows_to_the_kernel(monkeypatch):
     assert taken == [("kernel", 1), ("kernel", 2), ("kernel", 4), ("kernel", 4), ("dense", 129)] + [
         ("dense", M) for M in (1, 16, 17, 128, 129)
     ]
+    # a layer as large as the wgmma kernel's rule takes (its threshold lowered to this 256 x 256 one)
+    monkeypatch.setattr(heuristics, "PACKED_WGMMA_MIN_WEIGHTS", 256 * 256)
+    taken.clear()
+    words, scales, zeros, _ = fragment.pack(*_weights(256, 256, 128, torch.float16))
+    for M in (32, 33, 64, 65, 128, 129):
+        packed.w4a16_gemm_packed_gluon(torch.zeros(M, 256, dtype=torch.float16), words, scales, zeros)
+    assert taken == [("kernel", 4), ("wgmma", 64), ("wgmma", 64), ("wgmma", 128), ("wgmma", 128), ("dense", 129)]

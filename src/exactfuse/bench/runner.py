@@ -33,6 +33,9 @@ class BenchConfig:
     grid: str = "default"
     dtypes: Sequence[torch.dtype] = (torch.bfloat16,)
     providers: Sequence[str] | None = None
+    # time the ops' peers where ``providers`` names none of them (the quick grid does not: FLA's conv autotunes
+    # for 52 s of a 111 s cold ``bench --quick`` on an H100, benchmarks/results/h100/sweeps/main_job_times.txt)
+    peers: bool = True
     compile: bool = True
     compile_backend: str = "inductor"
     device: str = "cuda"
@@ -116,6 +119,9 @@ class Candidates:
     def wanted(self, name: str) -> bool:
         return self.config.providers is None or name in self.config.providers
 
+    def wanted_peer(self, name: str) -> bool:
+        return self.config.peers if self.config.providers is None else name in self.config.providers
+
     def compiled_native(self, op: Op) -> Callable:
         if op.name not in self.compiled:
             # dynamic=False: one static-shape graph per shape; calls on other
@@ -149,7 +155,7 @@ class Candidates:
                 )
             )
         for peer in peers_for(op.name):
-            if self.wanted(peer.name):
+            if self.wanted_peer(peer.name):
                 out.append(self._peer(peer))
         return out
 

@@ -238,6 +238,30 @@ def packed_config(M: int, N: int, K: int, groups: int) -> dict | None:
     return {"tiles": tiles, "blocks": blocks, "unroll": unroll, "stages": stages}
 
 
+# The wgmma kernel (``packed_wgmma_kernel.py``, each step waiting for its own wgmmas) against the mma.sync
+# kernel's 4-block tile, bf16 on an H100: at M 64 26.2 against 36.1 µs on 4096 x 14336 and 30.4 against
+# 36.2 on 8192², at M 128 52.0 against 64.1 on 4096 x 14336, but 18.2 against 14.0 at M 64 on 4096²
+# (benchmarks/results/h100/sweeps/w4a16_packed_wgmma.txt)
+PACKED_WGMMA_MIN_M = 33
+PACKED_WGMMA_MIN_WEIGHTS = 2**25  # K N from which it serves: 4096 x 14336 and 8192² above, 4096² below
+# (rows a unit, 16-column tiles a consumer warp, ring slots, consumer warps) up to 64 rows and above
+PACKED_WGMMA_TILES = {64: (64, 2, 6, 4), 128: (128, 1, 4, 8)}
+
+
+def packed_wgmma_config(M: int, N: int, K: int, groups: int) -> dict | None:
+    """Launch arguments of the wgmma kernel (``packed.launch_packed_wgmma``) where it serves ``M`` rows of a
+    ``K x N`` layer: :data:`PACKED_WGMMA_MIN_M` to :data:`PACKED_KERNEL_MAX_M` rows of a layer of at least
+    :data:`PACKED_WGMMA_MIN_WEIGHTS` weights, tiled as measured (:data:`PACKED_WGMMA_TILES`: two chunks a
+    step, so K's chunks and a group's chunks even); else None (the mma.sync kernel's tile)."""
+    if not PACKED_WGMMA_MIN_M <= M <= PACKED_KERNEL_MAX_M or K * N < PACKED_WGMMA_MIN_WEIGHTS:
+        return None
+    rows, tiles, stages, warps = PACKED_WGMMA_TILES[64 if M <= 64 else 128]
+    chunks = K // 64
+    if (N // 16) % (tiles * warps) or chunks % 2 or (chunks // groups) % 2:
+        return None
+    return {"rows": rows, "tiles": tiles, "unroll": 2, "stages": stages, "warps": warps}
+
+
 # What a piece of a unit (a share's end inside a unit) costs, in 64-row chunks of streaming: the partial
 # sums' stores, the release fence and atomic, and the last piece's sum (about 2 µs on an H100, 8-10 chunks'
 # time: benchmarks/results/h100/sweeps/w4a16_ws.txt, split 8 against split 1)

@@ -1,18 +1,21 @@
-"""``w4a16_gemm_packed``'s ``gluon`` provider: the warp-specialized stream-K kernel (``packed_kernel.py``) up to
-``heuristics.PACKED_KERNEL_MAX_M`` rows where :func:`packed_supports` takes the arguments, the layout
-dequantized in one kernel and ``torch.matmul`` above (``dequant.packed_dense_gemm``: the spec's bits) and for
-layers the kernel's tiling does not divide (N not a multiple of 64)."""
+"""``w4a16_gemm_packed``'s ``gluon`` provider: the warp-specialized stream-K kernels up to
+``heuristics.PACKED_KERNEL_MAX_M`` rows where :func:`packed_supports` takes the arguments (the mma.sync
+kernel, ``packed_kernel.py``; the wgmma kernel, ``packed_wgmma_kernel.py``, where
+``heuristics.packed_wgmma_config`` routes: 33-128 rows of a large layer), the layout dequantized in one kernel
+and ``torch.matmul`` above (``dequant.packed_dense_gemm``: the spec's bits) and for layers the kernels' tiling
+does not divide (N not a multiple of 64)."""
 
 from __future__ import annotations
 
 import functools
+import re
 
 import torch
 
 from exactfuse.ops.arrival import arrival_counters
 from exactfuse.ops.w4a16.dequant import packed_dense_gemm, permuted_columns
 from exactfuse.ops.w4a16.fragment import CHUNK_K, TILE_N
-from exactfuse.ops.w4a16.heuristics import PACKED_KERNEL_MAX_M, packed_config, stream_k
+from exactfuse.ops.w4a16.heuristics import PACKED_KERNEL_MAX_M, packed_config, packed_wgmma_config, stream_k
 from exactfuse.ops.w4a16.staged import HAS_GLUON, wgmma_unavailable
 from exactfuse.utils import empty, num_sms
 
@@ -25,6 +28,30 @@ if HAS_GLUON:
 
 CONSUMER_WARPS = 4
 ZERO_ROW = 32  # int32 words in 128 bytes (a TMA destination's alignment): the shortest zero-point row a slot holds
+# ptxas before CUDA 13.3 may give the registers of a register-A wgmma's operand to later instructions before the
+# wgmma has read them (fixed in 13.3, NVIDIA's release notes); the pipelined wgmma consumer, which dequantizes
+# the next step while a step's wgmmas run, then multiplies corrupted weights: its one-hot checks failed under
+# Triton 3.6's ptxas 12.8 on an H100 (benchmarks/results/h100/sweeps/w4a16_packed_wgmma.txt)
+PIPELINING_PTXAS = (13, 3)
+
+
+@functools.cache
+def pipelining_unsafe() -> str | None:
+    """Why the wgmma kernel's pipelined consumer may not run here (the ptxas Triton runs for sm_90 is older
+    than :data:`PIPELINING_PTXAS`), else None."""
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+
+        version = get_ptxas(90).version
+    except Exception as exc:  # no NVIDIA backend, or a Triton that names its tools otherwise
+        return f"the version of Triton's sm_90 ptxas cannot be read ({type(exc).__name__}: {exc})"
+    found = re.match(r"(\d+)\.(\d+)", str(version))
+    if found is None or tuple(map(int, found.groups())) < PIPELINING_PTXAS:
+        return (
+            f"Triton's sm_90 ptxas is {version}; before {'.'.join(map(str, PIPELINING_PTXAS))} it may reuse a "
+            "register-A wgmma's operand registers before the wgmma reads them (TRITON_PTXAS_PATH names another)"
+        )
+    return None
 
 
 def register_cap(warps: int, per_sm: int) -> int | None:
@@ -141,15 +168,18 @@ def launch_packed_wgmma(
     stages: int,
     warps: int = CONSUMER_WARPS,
     pdl: bool = False,
-    pipelined: bool = True,
+    pipelined: bool = False,
 ) -> torch.Tensor:
     """``a[:, perm] @ W (+ bias)`` -> ``[M, N]`` by ``w4a16_packed_wgmma_kernel`` from the fragment layout:
     units of ``rows`` (32, 64 or 128) rows of ``a`` by ``16 tiles warps`` columns, ``warps`` 4 or 8 consumer
     warps (one or two warpgroups); persistent, one CTA an SM, deterministic on a given GPU. The activations
     are gathered once into the kernel's k order (:func:`wgmma_columns`). ``pipelined``: each step's wgmmas run
-    while the next step is dequantized (else each step waits for its own)."""
+    while the next step is dequantized (else each step waits for its own), refused where
+    :func:`pipelining_unsafe` says why."""
     if warps not in (4, 8) or rows not in (32, 64, 128):
         raise ValueError(f"the wgmma kernel takes 4 or 8 consumer warps and 32, 64 or 128 rows, got {warps}, {rows}")
+    if pipelined and (reason := pipelining_unsafe()):
+        raise ValueError(f"pipelined=True: {reason}")
     t_cta = warps * tiles
     _check_tiling(words, scales, zeros, t_cta, unroll)
     M, N = a.shape[0], words.shape[0] * TILE_N
@@ -206,4 +236,6 @@ def w4a16_gemm_packed_gluon(
     cfg = packed_config(a.shape[0], N, K, scales.shape[0])
     if a.shape[0] > PACKED_KERNEL_MAX_M or cfg is None:  # rows past the kernel's, or a layer it does not divide
         return packed_dense_gemm(a, words, scales, zeros, perm, bias)
+    if wgmma := packed_wgmma_config(a.shape[0], N, K, scales.shape[0]):
+        return launch_packed_wgmma(a, words, scales, zeros, perm, bias, **wgmma)
     return launch_packed(a, words, scales, zeros, perm, bias, **cfg)

@@ -1,8 +1,8 @@
 """A wgmma kernel over ``w4a16_gemm_packed``'s fragment layout (Gluon, sm_90a) for 17-128 rows of ``a``
-(``packed.launch_packed_wgmma``; the op does not route to it yet, docs/heuristics.md "Open work"): the same
-ring, producer and stream-K grid as the ``mma.sync`` kernel (``packed_kernel.py``), with the weights
-dequantized in registers straight into wgmma's register A operand and the activations read by wgmma from the
-ring.
+(``packed.launch_packed_wgmma``; the op routes 33-128 rows of large layers to it,
+``heuristics.packed_wgmma_config``): the same ring, producer and stream-K grid as the ``mma.sync`` kernel
+(``packed_kernel.py``), with the weights dequantized in registers straight into wgmma's register A operand
+and the activations read by wgmma from the ring.
 
 ``out^T = W^T a^T``: A is the weight, ``[16 W T, 64]`` a 64-row chunk (W consumer warps of T 16-column tiles
 each), B the activations' ``[64, BM]`` slot, the accumulator ``[16 W T, BM]`` fp32. A lane's four words of a

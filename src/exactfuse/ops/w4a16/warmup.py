@@ -55,9 +55,10 @@ def w4a16_gemm(
             launch.launch_w4a16_gemm(a, w.qweight, w.scales, w.zeros, w.perm, b, w.group_size, deterministic)
 
 
-# one M for every block count the packed kernel serves (heuristics.packed_config: 1, 2, 4), and one above
+# one M for every block count the mma.sync kernel serves (heuristics.packed_config: 1, 2, 4), for each tile of
+# the wgmma kernel on the layers it serves (heuristics.packed_wgmma_config: 64, 128), and one above
 # heuristics.PACKED_KERNEL_MAX_M (the layout's dequantization kernel, then cuBLAS)
-PACKED_WARMUP_M = (1, 16, 32, PACKED_KERNEL_MAX_M + 1)
+PACKED_WARMUP_M = (1, 16, 32, 64, PACKED_KERNEL_MAX_M, PACKED_KERNEL_MAX_M + 1)
 
 
 def w4a16_gemm_packed(device, dtype, *, shapes=((4096, 4096),), group_size=128, symmetric=True, bias=False, **other):
