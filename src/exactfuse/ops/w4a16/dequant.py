@@ -161,43 +161,53 @@ def dequantize_dense(
 
 @triton.jit
 def fragment_dequant_kernel(
-    p_words, p_s, p_z, p_w, N, chunks, group_chunks, HAS_ZEROS: tl.constexpr, MAGIC: tl.constexpr, CB: tl.constexpr
-):
-    """Dense weight ``p_w [K, N]`` (the scales' dtype, contiguous) from the fragment layout
-    (``fragment.py``): 16-column tile ``program_id(0)``, chunks ``CB program_id(1) ..`` of 64 rows.
+    p_words, p_s, p_z, p_w, N, chunks, group_chunks, HAS_ZEROS: tl.constexpr, MAGIC: tl.constexpr, CB: tl.constexpr,
+    TN: tl.constexpr,
+):  # fmt: skip
+    """Dense weight ``p_w [K, N]`` (the scales' dtype, contiguous) from the fragment layout (``fragment.py``):
+    16-column tiles ``TN program_id(0) ..`` by chunks ``CB program_id(1) ..`` of 64 rows a program, stored as
+    rows of ``16 TN`` columns.
 
     p_words: ``[N/16, K/64, 32, 4]`` int32; p_s: ``[groups, N]`` scales, contiguous (a group is
     ``group_chunks`` chunks); p_z: ``[groups, N/8]`` int32 zero words, column ``8 j + i`` in nibble ``i`` of
     word ``j`` (read only with HAS_ZEROS; zero point 8 without). Word ``[tile, c, 4 r + qq, j]``, nibble
     ``4 e + 2 h + b`` is the code of row ``k = 64 c + 16 qq + 4 j + 2 h + e`` and column
-    ``n = 16 tile + r + 8 b``, whose zero point is nibble ``r`` of zero word ``2 tile + b``.
+    ``n = 16 tile + r + 8 b``, whose zero point is nibble ``r`` of zero word ``2 tile + b`` (``n // 8``).
     ``((MAGIC + q) - (MAGIC + z)) * s`` in fp32 is exact but the product, rounded once to the dtype:
-    ``fragment.dequantize``'s bits. MAGIC, HAS_ZEROS and CB (chunks a program) are constexpr.
+    ``fragment.dequantize``'s bits. MAGIC, HAS_ZEROS, CB and TN are constexpr.
     """
-    tile = tl.program_id(0)
-    o_c = (tl.program_id(1) * CB + tl.arange(0, CB))[:, None, None, None, None]
-    o_r = tl.arange(0, 8)[None, :, None, None, None]
-    o_q = tl.arange(0, 4)[None, None, :, None, None]
-    o_j = tl.arange(0, 4)[None, None, None, :, None]
-    nib = tl.arange(0, 8)[None, None, None, None, :]
-    m_c = o_c < chunks
-    b_words = tl.load(p_words + ((tile * chunks + o_c) * 32 + o_r * 4 + o_q) * 4 + o_j, mask=m_c, other=0)
-    b_code = ((b_words >> (nib * 4)) & 0xF).to(tl.float32)  # [CB, 8, 4, 4, 8]
-    b = nib & 1
-    o_g = o_c // group_chunks
-    o_n = tile * 16 + o_r + 8 * b
-    b_s = tl.load(p_s + o_g * N + o_n, mask=m_c, other=0.0).to(tl.float32)
+    t0 = tl.program_id(0) * TN
+    c0 = tl.program_id(1) * CB
+    o_t = tl.arange(0, TN)[:, None, None, None, None]
+    o_c = tl.arange(0, CB)[None, :, None, None, None]
+    o_r = tl.arange(0, 8)[None, None, :, None, None]
+    o_q = tl.arange(0, 4)[None, None, None, :, None]
+    o_j = tl.arange(0, 4)[None, None, None, None, :]
+    m_w = (t0 + o_t < N // 16) & (c0 + o_c < chunks)
+    b_words = tl.load(p_words + (((t0 + o_t) * chunks + c0 + o_c) * 32 + o_r * 4 + o_q) * 4 + o_j, mask=m_w, other=0)
+    b_code = (b_words[:, :, :, :, :, None] >> (tl.arange(0, 8) * 4)) & 0xF  # [t, c, r, qq, j, nibble]
+    b_code = tl.reshape(b_code, [TN, CB, 8, 4, 4, 2, 2, 2])  # nibble 4 e + 2 h + b
+    b_code = tl.reshape(tl.permute(b_code, [1, 3, 4, 6, 5, 0, 7, 2]), [CB, 64, 16 * TN])  # [c] x [k] x [n]
+    o_g = ((c0 + tl.arange(0, CB)) // group_chunks)[:, None, None]
+    o_n = (t0 * 16 + tl.arange(0, 16 * TN))[None, None, :]
+    m_s = (o_g < (chunks + group_chunks - 1) // group_chunks) & (o_n < N)
+    b_s = tl.load(p_s + o_g * N + o_n, mask=m_s, other=0.0).to(tl.float32)  # [CB, 1, 16 TN]
     if HAS_ZEROS:
-        b_zw = tl.load(p_z + o_g * (N // 8) + 2 * tile + b, mask=m_c, other=0)
-        b_z = ((b_zw >> (o_r * 4)) & 0xF).to(tl.float32)
+        b_zw = tl.load(p_z + o_g * (N // 8) + o_n // 8, mask=m_s, other=0)
+        b_z = ((b_zw >> (o_n % 8 * 4)) & 0xF).to(tl.float32)
     else:
         b_z = 8.0
-    value = ((b_code + MAGIC) - (b_z + MAGIC)) * b_s
-    o_k = o_c * 64 + o_q * 16 + o_j * 4 + ((nib >> 1) & 1) * 2 + (nib >> 2)
-    tl.store(p_w + o_k.to(tl.int64) * N + o_n, value.to(p_w.dtype.element_ty), mask=m_c)
+    value = ((b_code.to(tl.float32) + MAGIC) - (b_z + MAGIC)) * b_s
+    o_k = (c0 * 64 + tl.arange(0, CB * 64))[:, None]
+    o_n = t0 * 16 + tl.arange(0, 16 * TN)[None, :]
+    m = (o_k < chunks * 64) & (o_n < N)
+    tl.store(p_w + o_k.to(tl.int64) * N + o_n, tl.reshape(value, [CB * 64, 16 * TN]).to(p_w.dtype.element_ty), mask=m)
 
 
-FRAGMENT_DEQUANT_CHUNKS = 4  # chunks of 64 rows a program of fragment_dequant_kernel: [256, 16] values
+# a program of fragment_dequant_kernel: CHUNKS chunks of 64 rows by TILES 16-column tiles, [128, 64] values,
+# stored as 128-byte rows
+FRAGMENT_DEQUANT_CHUNKS = 2
+FRAGMENT_DEQUANT_TILES = 4
 
 
 def dense_from_fragment(words: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None) -> torch.Tensor:
@@ -207,10 +217,10 @@ def dense_from_fragment(words: torch.Tensor, scales: torch.Tensor, zeros: torch.
     tiles, chunks = words.shape[:2]
     scales = scales.contiguous()
     w = empty((chunks * 64, tiles * 16), scales.dtype, scales.device)
-    cb = FRAGMENT_DEQUANT_CHUNKS
-    torch.library.wrap_triton(fragment_dequant_kernel)[(tiles, triton.cdiv(chunks, cb))](
+    cb, tn = FRAGMENT_DEQUANT_CHUNKS, FRAGMENT_DEQUANT_TILES
+    torch.library.wrap_triton(fragment_dequant_kernel)[(triton.cdiv(tiles, tn), triton.cdiv(chunks, cb))](
         words, scales, zeros.contiguous() if zeros is not None else words, w, tiles * 16, chunks,
-        chunks // scales.shape[0], HAS_ZEROS=zeros is not None, MAGIC=MAGIC[scales.dtype], CB=cb,
+        chunks // scales.shape[0], HAS_ZEROS=zeros is not None, MAGIC=MAGIC[scales.dtype], CB=cb, TN=tn,
     )  # fmt: skip
     return w
 
