@@ -4,7 +4,7 @@ as the README's quickstart runs it (no plot), each a process of its own, wall se
 Writes main_job_times.txt (the commands, their seconds, each one's last lines), each run's whole log and the
 bench's rows (bench_quick/) into the output folder.
 
-    python3 scripts/gpu/probe_main_job.py [--skip-bench] [--cache DIR]
+    python3 scripts/gpu/probe_main_job.py [--skip-bench | --skip-verify] [--cache DIR]
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ def run(label: str, args: list[str], env: dict, log_name: str) -> tuple[float, i
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--skip-bench", action="store_true", help="only the two verify runs")
+    parser.add_argument("--skip-verify", action="store_true", help="only the bench run (cold)")
     parser.add_argument("--cache", help="the cache root (default: a new temporary directory; it must be empty)")
     args = parser.parse_args()
     root = args.cache or tempfile.mkdtemp(prefix="exactfuse-main-job-")
@@ -57,7 +58,7 @@ def main() -> None:
     import torch
 
     lines.append(f"# {torch.cuda.get_device_name()}, {os.cpu_count()} cores; torch {torch.__version__}")
-    runs = RUNS[:2] if args.skip_bench else RUNS
+    runs = RUNS[:2] if args.skip_bench else RUNS[2:] if args.skip_verify else RUNS
     if out := out_dir():  # the bench's rows come back with the results, the tree's committed ones untouched
         runs = [(label, [*cmd, "--out", os.path.join(out, "bench_quick")] if cmd[0] == "bench" else cmd)
                 for label, cmd in runs]  # fmt: skip
