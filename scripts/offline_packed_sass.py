@@ -2,7 +2,7 @@
 and print, per configuration, its registers, shared memory and the consumer's main loop in SASS.
 
 Usage: PYTHONPATH=src python scripts/offline_packed_sass.py [--configs 1x1u2s8,2x2u2s6 ...] [--dtype bf16] [--warps 4]
-    [--per-sm 1] [--wgmma]
+    [--per-sm 1] [--wgmma [--groups 2]]
 
 A configuration is ``BLOCKSxTILES uUNROLL sSTAGES`` (blocks of 8 activation rows, 16-column tiles a consumer
 warp, 64-row chunks a step, ring slots), compiled with --warps consumer warps, stream-K (a unit in at most
@@ -44,20 +44,28 @@ def _desc(block: list[int], layout, elem: str = "i32") -> str:
     return f"tensordesc<{elem}[{', '.join(map(str, block))}],{layout!r}>"
 
 
-def _consumer_loop(sass: str) -> list[str]:
-    """The shortest loop holding an HMMA (a label to the branch back to it): the consumer's step loop, not the
-    persistent loop around it."""
-    best: list[str] | None = None
-    lines = sass.splitlines()
+def _loop_spans(lines: list[str]) -> list[tuple[int, int]]:
+    """Each loop of the SASS ``lines``: (its label's line, the line of the branch back to it)."""
     labels: dict[str, int] = {}
+    spans = []
     for i, line in enumerate(lines):
         if m := re.match(r"\s*(\.L_x_\d+):", line):
             labels[m.group(1)] = i
         if (m := re.search(r"\bBRA\b.*`\((\.L_x_\d+)\)", line)) and m.group(1) in labels:
-            body = [ln for ln in lines[labels[m.group(1)] : i + 1] if re.match(r"\s+/\*[0-9a-f]{4,}\*/", ln)]
-            if any(" HMMA" in ln for ln in body) and (best is None or len(body) < len(best)):
-                best = body
-    return best or []
+            spans.append((labels[m.group(1)], i))
+    return spans
+
+
+def _body(lines: list[str], span: tuple[int, int]) -> list[str]:
+    return [ln for ln in lines[span[0] : span[1] + 1] if re.match(r"\s+/\*[0-9a-f]{4,}\*/", ln)]
+
+
+def _consumer_loop(sass: str) -> list[str]:
+    """The shortest loop holding an HMMA (a label to the branch back to it): the consumer's step loop, not the
+    persistent loop around it."""
+    lines = sass.splitlines()
+    bodies = [_body(lines, span) for span in _loop_spans(lines)]
+    return min((b for b in bodies if any(" HMMA" in ln for ln in b)), key=len, default=[])
 
 
 def _count(lines, op: str) -> int:
@@ -125,14 +133,28 @@ def compile_ws(
     )
 
 
-def compile_wgmma(config: str, dtype: str, warps: int = WARPS, zeros: bool = True, pipelined: bool = True) -> str:
+def _hgmma_loops(sass: str) -> list[list[str]]:
+    """The step loop of each consumer partition: for each HGMMA, the shortest loop holding it."""
+    lines = sass.splitlines()
+    spans = _loop_spans(lines)
+    loops = set()
+    for i, line in enumerate(lines):
+        if " HGMMA" in line and (around := [(a, b) for a, b in spans if a <= i <= b]):
+            loops.add(min(around, key=lambda span: span[1] - span[0]))
+    return [_body(lines, span) for span in sorted(loops)]
+
+
+def compile_wgmma(
+    config: str, dtype: str, warps: int = WARPS, zeros: bool = True, pipelined: bool = True, groups: int = 1
+) -> str:
     """The wgmma kernel (``packed_wgmma_kernel.py``) at ``ROWSxTILES uUNROLL sSTAGES`` (rows of ``a`` a unit,
-    16-column tiles a consumer warp, 64-row chunks a step, ring slots) with ``warps`` consumer warps; its
-    printed line (``pipelined``: a step's wgmmas in flight while the next is dequantized): registers, shared
-    bytes, the consumer's loop per packed word a lane dequantizes and its
-    HGMMA / PRMT / SHFL counts (the A operand built with no data movement: no PRMT or SHFL in the loop)."""
+    16-column tiles a consumer warp, 64-row chunks a step, ring slots) with ``warps`` consumer warps in each of
+    ``groups`` consumer partitions; its printed line (``pipelined``: a step's wgmmas in flight while the next is
+    dequantized): registers, shared bytes, the consumer's loop per packed word a lane dequantizes and its
+    HGMMA / PRMT / SHFL counts (the A operand built with no data movement: no PRMT or SHFL in the loop), and
+    with two partitions each one's loop's HGMMAs."""
     rows, tiles, unroll, stages = (int(v) for v in re.fullmatch(r"(\d+)x(\d+)u(\d+)s(\d+)", config).groups())
-    t_cta = tiles * warps
+    t_cta = tiles * warps * groups
     types = {
         "w_desc": _desc([t_cta, unroll, 128], WORDS_SMEM),
         "s_desc": _desc([1, 16 * t_cta], SCALES_SMEM, "i16"),
@@ -144,8 +166,13 @@ def compile_wgmma(config: str, dtype: str, warps: int = WARPS, zeros: bool = Tru
         "p_count": "*i32",
     }
     consts = dict(GROUP_CHUNKS=2, HAS_BIAS=False, HAS_ZEROS=zeros, BM=rows, TILES=tiles, UNROLL=unroll,
-                  STAGES=stages, PIECES=3, PDL=False, PIPELINED=pipelined, num_warps=warps)  # fmt: skip
-    label = f"wgmma {dtype} {config}/{warps}" + ("" if zeros else " symmetric") + ("" if pipelined else " unpipelined")
+                  STAGES=stages, PIECES=3, PDL=False, PIPELINED=pipelined, GROUPS=groups, num_warps=warps)  # fmt: skip
+    label = (
+        f"wgmma {dtype} {config}/{warps}"
+        + ("" if groups == 1 else f" x{groups} partitions")
+        + ("" if zeros else " symmetric")
+        + ("" if pipelined else " unpipelined")
+    )
     try:
         r = compile_sass(w4a16_packed_wgmma_kernel, types, consts, ["p_bias", "p_out", "p_ws", "p_count", "N"], (),
                          warps)  # fmt: skip
@@ -154,9 +181,11 @@ def compile_wgmma(config: str, dtype: str, warps: int = WARPS, zeros: bool = Tru
     loop = _consumer_loop(r["sass"].replace("HGMMA", "HMMA.G"))
     words = tiles * unroll * 4
     in_loop = ", ".join(f"{op} {_count(loop, op)}" for op in ("HMMA", "PRMT", "SHFL", "LDS", "STS", "BAR"))
+    each = ", ".join(str(_count(body, "HGMMA")) for body in _hgmma_loops(r["sass"]))
+    loops = "" if groups == 1 else f"; partitions' loops: HGMMA {each}"
     return (
         f"{label}: {r['regs']} regs, {r['shared']} B shared; loop {len(loop)} SASS, {len(loop) / words:.2f} a word:"
-        f" {in_loop.replace('HMMA', 'HGMMA')}"
+        f" {in_loop.replace('HMMA', 'HGMMA')}{loops}"
     )
 
 
@@ -170,12 +199,16 @@ def main() -> None:
     parser.add_argument("--symmetric", action="store_true", help="no zero points (every one 8)")
     parser.add_argument("--per-warp", action="store_true", help="each consumer warp a partition of its own")
     parser.add_argument("--wgmma", action="store_true", help="the wgmma kernel, configurations ROWSxTILESuUsS")
+    parser.add_argument("--groups", type=int, default=1, help="the wgmma kernel's consumer partitions (1 or 2)")
     args = parser.parse_args()
     print(f"Triton {triton.__version__}, sm_90a; static SASS counts")
     for config in args.configs.split(","):
         if args.wgmma:
-            for pipelined in (True, False):
-                print(compile_wgmma(config, args.dtype, args.warps, not args.symmetric, pipelined), flush=True)
+            for pipelined in (True, False) if args.groups == 1 else (False,):  # two partitions: unpipelined
+                print(
+                    compile_wgmma(config, args.dtype, args.warps, not args.symmetric, pipelined, args.groups),
+                    flush=True,
+                )
             continue
         print(
             compile_ws(config, args.dtype, args.warps, args.per_sm, args.pdl, not args.symmetric, args.per_warp),

@@ -118,9 +118,10 @@ def compile_rule_configs() -> list[str]:
 
 
 def compile_wgmma_configs() -> list[str]:
-    """The wgmma kernel at the GPU test's configurations, both dtypes, with and without zero points; the
-    failures, and any whose consumer loop moves data to build the A operand (a PRMT past the scale records'
-    one a tile and chunk, or a SHFL)."""
+    """The wgmma kernel at the GPU test's configurations and with two consumer partitions, both dtypes, with and
+    without zero points; the failures, any whose consumer loop moves data to build the A operand (a PRMT past
+    the scale records' one a tile and chunk, or a SHFL), and any two-partition one whose partitions' step loops
+    do not each hold their wgmmas."""
     import re
     import sys
     from pathlib import Path
@@ -129,20 +130,26 @@ def compile_wgmma_configs() -> list[str]:
     import offline_packed_sass
 
     bad = []
-    for (config, warps, pipelined), dtype, zeros in itertools.product(WGMMA_CONFIGS, ("bf16", "fp16"), (True, False)):
-        line = offline_packed_sass.compile_wgmma(config, dtype, warps, zeros, pipelined)
+    configs = [(*c, 1) for c in WGMMA_CONFIGS] + [(c, 4, False, 2) for c in PINGPONG_CONFIGS]
+    for (config, warps, pipelined, groups), dtype, zeros in itertools.product(configs, ("bf16", "fp16"), (True, False)):
+        line = offline_packed_sass.compile_wgmma(config, dtype, warps, zeros, pipelined, groups)
         _, tiles, unroll, _ = (int(v) for v in re.fullmatch(r"(\d+)x(\d+)u(\d+)s(\d+)", config).groups())
         counts = dict(re.findall(r"(HGMMA|PRMT|SHFL) (\d+)", line))
+        each = re.search(r"partitions' loops: HGMMA ([\d, ]+)", line)
         if " regs" not in line:
             bad.append(line)
         elif int(counts["HGMMA"]) != 4 * tiles * unroll or int(counts["PRMT"]) > tiles * unroll or int(counts["SHFL"]):
             bad.append(line)  # four k-steps a tile and chunk, the operand's registers as dequantized
+        elif groups > 1 and (each is None or each.group(1) != ", ".join([str(4 * tiles * unroll)] * groups)):
+            bad.append(line)  # each consumer partition's step loop its own wgmmas
     return bad
 
 
 # (rows x tiles u unroll s stages, consumer warps, pipelined): the wgmma kernel's GPU test configurations, the
 # tiles the op routes to (heuristics.PACKED_WGMMA_TILES) among them
 WGMMA_CONFIGS = [("64x2u2s6", 4, False), ("128x1u2s4", 8, False), ("32x1u1s6", 4, False)]
+# the two-warpgroup consumer (``launch_packed_wgmma(..., groups=2)``, 4 warps each) compiled offline
+PINGPONG_CONFIGS = ["64x2u2s6", "128x1u2s4"]
 
 
 def test_kernel_compiles_for_sm90_at_every_configuration_the_rule_takes():

@@ -169,18 +169,27 @@ def launch_packed_wgmma(
     warps: int = CONSUMER_WARPS,
     pdl: bool = False,
     pipelined: bool = False,
+    groups: int = 1,
 ) -> torch.Tensor:
     """``a[:, perm] @ W (+ bias)`` -> ``[M, N]`` by ``w4a16_packed_wgmma_kernel`` from the fragment layout:
-    units of ``rows`` (32, 64 or 128) rows of ``a`` by ``16 tiles warps`` columns, ``warps`` 4 or 8 consumer
-    warps (one or two warpgroups); persistent, one CTA an SM, deterministic on a given GPU. The activations
-    are gathered once into the kernel's k order (:func:`wgmma_columns`). ``pipelined``: each step's wgmmas run
-    while the next step is dequantized (else each step waits for its own), refused where
-    :func:`pipelining_unsafe` says why."""
+    units of ``rows`` (32, 64 or 128) rows of ``a`` by ``16 tiles warps groups`` columns, ``warps`` 4 or 8
+    consumer warps (one or two warpgroups) in each of ``groups`` consumer partitions; persistent, one CTA an SM,
+    deterministic on a given GPU. The activations are gathered once into the kernel's k order
+    (:func:`wgmma_columns`). ``pipelined``: each step's wgmmas run while the next step is dequantized (else each
+    step waits for its own), refused where :func:`pipelining_unsafe` says why. ``groups`` 2: two consumer
+    warpgroups (``warps`` 4, not ``pipelined``), each a partition of its own that takes its half of each slot's
+    tiles and releases the slot alone, so one dequantizes while the other's wgmmas run; the results are those
+    of ``groups`` 1 with 8 warps, bit for bit."""
     if warps not in (4, 8) or rows not in (32, 64, 128):
         raise ValueError(f"the wgmma kernel takes 4 or 8 consumer warps and 32, 64 or 128 rows, got {warps}, {rows}")
+    if groups not in (1, 2) or (groups == 2 and (warps != 4 or pipelined)):
+        raise ValueError(
+            f"groups={groups}: the wgmma kernel takes 1 or 2 consumer partitions, 2 with warps=4 and "
+            f"pipelined=False (got warps={warps}, pipelined={pipelined})"
+        )
     if pipelined and (reason := pipelining_unsafe()):
         raise ValueError(f"pipelined=True: {reason}")
-    t_cta = warps * tiles
+    t_cta = warps * tiles * groups
     _check_tiling(words, scales, zeros, t_cta, unroll)
     M, N = a.shape[0], words.shape[0] * TILE_N
     out = empty((M, N), a.dtype, a.device)
@@ -189,12 +198,12 @@ def launch_packed_wgmma(
     descs, (n_groups, m_blocks, steps), grid, pieces, ws = _kernel_operands(
         wgmma_columns(a, perm), words, scales, zeros, t_cta=t_cta, unroll=unroll, rows=rows, per_sm=1
     )
-    counts = arrival_counters(a.device, n_groups * m_blocks)
+    counts = arrival_counters(a.device, n_groups * m_blocks * groups)  # a counter a unit and consumer partition
     w4a16_packed_wgmma_kernel[(grid,)](
         *descs, bias if bias is not None else out, out, ws, counts, M, N, n_groups, steps,
         n_groups * m_blocks * steps, GROUP_CHUNKS=words.shape[1] // scales.shape[0], HAS_BIAS=bias is not None,
         HAS_ZEROS=zeros is not None, BM=rows, TILES=tiles, UNROLL=unroll, STAGES=stages, PIECES=pieces, PDL=pdl,
-        PIPELINED=pipelined, num_warps=warps, launch_pdl=pdl,
+        PIPELINED=pipelined, GROUPS=groups, num_warps=warps, launch_pdl=pdl,
     )  # fmt: skip
     return out
 

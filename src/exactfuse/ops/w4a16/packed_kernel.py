@@ -139,20 +139,30 @@ def _producer(
 
 @gluon.jit
 def _records(s_slot, z_slot, R: gl.constexpr, TILES: gl.constexpr, U: gl.constexpr, RU: gl.constexpr,
-             HAS_ZEROS: gl.constexpr, MAGIC: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
+             HAS_ZEROS: gl.constexpr, MAGIC: gl.constexpr, num_warps: gl.constexpr, GROUP: gl.constexpr = 0,
+             GROUPS: gl.constexpr = 1):  # fmt: skip
     """``fragment_step``'s scale records ``[R, T, U, 4]`` (``s_r, s_r8, MAGIC + z_r, MAGIC + z_r8``, each a
     32-bit pair of one 16-bit value) built from a slot's compact scales and zero points: lane ``4 row + q``
-    of warp ``w`` takes columns ``row`` and ``row + 8`` of its tiles."""
+    of warp ``w`` takes columns ``row`` and ``row + 8`` of its tiles. With GROUPS > 1 the slot holds the tiles
+    of GROUPS partitions of ``num_warps`` warps each, and these are partition GROUP's: the whole slot's views
+    cut to its warps (a cut view keeps the slot's row stride where a step spans groups, RU > 1)."""
     L6: gl.constexpr = gl.BlockedLayout(
         [1, 1, 1, TILES, RU, 2], [1, 8, 4, 1, 1, 1], [num_warps, 1, 1, 1, 1, 1], [5, 4, 3, 2, 1, 0]
     )
     L4: gl.constexpr = gl.BlockedLayout([1, TILES, RU, 2], [32, 1, 1, 1], [num_warps, 1, 1, 1], [3, 2, 1, 0])
+    W: gl.constexpr = num_warps * GROUPS
     full = gl.full([num_warps, 8, 4, TILES, RU, 2], 0, gl.int32, layout=L6)
-    s16 = _view(s_slot, gl.int16, [num_warps, 8, 1, TILES, RU, 2], scales_view(num_warps, TILES, RU)).load(L6)
+    s_view = _view(s_slot, gl.int16, [W, 8, 1, TILES, RU, 2], scales_view(W, TILES, RU))
+    if GROUPS > 1:
+        s_view = s_view.slice(GROUP * num_warps, num_warps)
+    s16 = s_view.load(L6)
     s = gl.broadcast(s16.to(gl.int32) & 0xFFFF, full)[0]
     s = gl.convert_layout(gl.reshape(s, [R, TILES, RU, 2]), L4)
     if HAS_ZEROS:
-        zw = _view(z_slot, gl.int32, [num_warps, 1, 1, TILES, RU, 2], zeros_view(num_warps, TILES, RU)).load(L6)
+        z_view = _view(z_slot, gl.int32, [W, 1, 1, TILES, RU, 2], zeros_view(W, TILES, RU))
+        if GROUPS > 1:
+            z_view = z_view.slice(GROUP * num_warps, num_warps)
+        zw = z_view.load(L6)
         zw = gl.convert_layout(gl.reshape(gl.broadcast(zw, full)[0], [R, TILES, RU, 2]), L4)
         row = gl.arange(0, R, layout=gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, L4))))
         shift = gl.expand_dims(gl.expand_dims(gl.expand_dims((row % 32) // 4 * 4, 1), 2), 3)

@@ -17,6 +17,12 @@ every CTA and tile.
 Accumulator row ``16 W t + 16 w + i`` (wgmma's warps-along-rows order, T repeats) is column ``16 (w T + t) +
 i`` of the unit's tile group: warp ``w`` dequantizes tiles ``w T .. w T + T - 1``, as in the ``mma.sync``
 kernel's slot views (``packed_smem.py``), which this kernel reads the same way.
+
+With GROUPS 2 the two warpgroups of that 8-warp consumer are two partitions (the default one and a worker, 4
+warps each): warpgroup ``g`` reads warps ``4 g .. 4 g + 3``'s part of each slot (the slot's views cut to them),
+waits for its own wgmmas each step and releases the slot alone (two arrivals a slot), so one dequantizes while
+the other's wgmmas run, with no wgmma in flight while its own warpgroup writes registers; each finishes its own
+half of a unit's columns (a stream-K counter a unit and warpgroup). The sums are those of the 8-warp consumer.
 """
 
 from __future__ import annotations
@@ -65,12 +71,22 @@ def _operand(words, rec, p_out, layout: gl.constexpr, a_layout: gl.constexpr, DE
 @gluon.jit
 def _step_operands(w_slot, s_slot, z_slot, p_out, R: gl.constexpr, TILES: gl.constexpr, U: gl.constexpr,
                    RU: gl.constexpr, HAS_ZEROS: gl.constexpr, MAGIC: gl.constexpr, DEQUANT: gl.constexpr,
-                   A_OP: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
-    """A slot's ``U`` chunks of words and scale records, by shared loads, dequantized into ``U`` A operands."""
+                   A_OP: gl.constexpr, GROUP: gl.constexpr, GROUPS: gl.constexpr,
+                   num_warps: gl.constexpr):  # fmt: skip
+    """A slot's ``U`` chunks of words and scale records, by shared loads, dequantized into ``U`` A operands:
+    warpgroup ``GROUP``'s tiles of a slot holding ``GROUPS`` warpgroups' (the 8-warp consumer's warps ``4
+    GROUP .. 4 GROUP + 3``)."""
     LWU: gl.constexpr = gl.BlockedLayout([1, TILES, U, 4], [32, 1, 1, 1], [num_warps, 1, 1, 1], [3, 2, 1, 0])
     LW: gl.constexpr = gl.BlockedLayout([1, TILES, 4], [32, 1, 1], [num_warps, 1, 1], [2, 1, 0])
-    words = _view(w_slot, gl.int32, [R, TILES, U, 4], words_view(num_warps, TILES, U)).load(LWU)
-    recs = gl.convert_layout(_records(s_slot, z_slot, R, TILES, U, RU, HAS_ZEROS, MAGIC, num_warps), LWU)
+    if GROUPS == 1:
+        words = _view(w_slot, gl.int32, [R, TILES, U, 4], words_view(num_warps, TILES, U)).load(LWU)
+        recs = _records(s_slot, z_slot, R, TILES, U, RU, HAS_ZEROS, MAGIC, num_warps)
+    else:
+        W: gl.constexpr = num_warps * GROUPS
+        w_view = _view(w_slot, gl.int32, [32 * W, TILES, U, 4], words_view(W, TILES, U))
+        words = w_view.slice(GROUP * R, R).load(LWU)
+        recs = _records(s_slot, z_slot, R, TILES, U, RU, HAS_ZEROS, MAGIC, num_warps, GROUP, GROUPS)
+    recs = gl.convert_layout(recs, LWU)
     w_u = _unstack(words, LW, U)
     rec_u = _unstack(recs, LW, U)
     if U == 1:
@@ -117,11 +133,13 @@ def _wgmma_consumer(
     w_ring, s_ring, z_ring, a_ring, ready, empty_bars, p_bias, p_out, p_ws, p_count, M, N, n_groups, steps, total,
     HAS_BIAS: gl.constexpr, BM: gl.constexpr, TILES: gl.constexpr, UNROLL: gl.constexpr, STAGES: gl.constexpr,
     SAME_GROUP: gl.constexpr, HAS_ZEROS: gl.constexpr, PIECES: gl.constexpr, PIPELINED: gl.constexpr,
-    num_warps: gl.constexpr,
+    GROUP: gl.constexpr, GROUPS: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
-    """The consumer warps (one or two warpgroups): each unit's piece of this CTA's share, a chunk a wgmma into
-    ``[16 W T, BM]`` fp32, then its epilogue. PIPELINED: a step's wgmmas run while the next step's slot is read
-    and dequantized (its slot released a step later), else each step waits for its own."""
+    """The consumer warps of a partition (one or two warpgroups), warpgroup ``GROUP`` of ``GROUPS`` partitions
+    that share each slot (their tiles side by side, as the 8-warp consumer's warpgroups): each unit's piece of
+    this CTA's share, a chunk a wgmma into ``[16 W T, BM]`` fp32, then its epilogue. PIPELINED: a step's wgmmas
+    run while the next step's slot is read and dequantized (its slot released a step later), else each step
+    waits for its own; each partition releases a slot alone."""
     DT: gl.constexpr = p_out.dtype.element_ty
     DEQUANT: gl.constexpr = _WIDE_BF16 if gl.bfloat16 == DT else _WIDE_FP16
     MAGIC: gl.constexpr = 0x4300 if gl.bfloat16 == DT else 0x6400  # fragment.MAGIC's bits: 128, 1024
@@ -141,7 +159,7 @@ def _wgmma_consumer(
         if PIPELINED:  # the piece's first step issued here, each later one while its predecessor runs
             mbarrier.wait(ready.index(slot), phase)
             ops = _step_operands(w_ring.index(slot), s_ring.index(slot), z_ring.index(slot), p_out, R, TILES, U, RU,
-                                 HAS_ZEROS, MAGIC, DEQUANT, A_OP, num_warps)  # fmt: skip
+                                 HAS_ZEROS, MAGIC, DEQUANT, A_OP, GROUP, GROUPS, num_warps)  # fmt: skip
             acc = _issue(ops, _view(a_ring.index(slot), DT, [U, BM, 64], B_SMEM), acc, U)
             held = slot
             slot += 1
@@ -151,7 +169,7 @@ def _wgmma_consumer(
             for _ in range(s0 + 1, s1):
                 mbarrier.wait(ready.index(slot), phase)
                 nxt = _step_operands(w_ring.index(slot), s_ring.index(slot), z_ring.index(slot), p_out, R, TILES,
-                                     U, RU, HAS_ZEROS, MAGIC, DEQUANT, A_OP, num_warps)  # fmt: skip
+                                     U, RU, HAS_ZEROS, MAGIC, DEQUANT, A_OP, GROUP, GROUPS, num_warps)  # fmt: skip
                 acc = _retire(acc, ops)
                 _release(empty_bars, held)
                 acc = _issue(nxt, _view(a_ring.index(slot), DT, [U, BM, 64], B_SMEM), acc, U)
@@ -167,7 +185,7 @@ def _wgmma_consumer(
             for _ in range(s0, s1):
                 mbarrier.wait(ready.index(slot), phase)
                 ops = _step_operands(w_ring.index(slot), s_ring.index(slot), z_ring.index(slot), p_out, R, TILES,
-                                     U, RU, HAS_ZEROS, MAGIC, DEQUANT, A_OP, num_warps)  # fmt: skip
+                                     U, RU, HAS_ZEROS, MAGIC, DEQUANT, A_OP, GROUP, GROUPS, num_warps)  # fmt: skip
                 acc = _issue(ops, _view(a_ring.index(slot), DT, [U, BM, 64], B_SMEM), acc, U)
                 acc = _retire(acc, ops)
                 _release(empty_bars, slot)
@@ -176,54 +194,66 @@ def _wgmma_consumer(
                     slot = 0
                     phase ^= 1
         _wgmma_epilogue(acc, p_out, p_bias, p_ws, p_count, M, N, u, s0, s1, begin, steps, total, n_groups, MMA,
-                        ROWS, BM, TILES, HAS_BIAS, PIECES, num_warps)  # fmt: skip
+                        ROWS, BM, TILES, HAS_BIAS, PIECES, GROUP, GROUPS, num_warps)  # fmt: skip
 
 
 @gluon.jit
 def _wgmma_epilogue(
     acc, p_out, p_bias, p_ws, p_count, M, N, u, s0, s1, begin, steps, total, n_groups, MMA: gl.constexpr,
     ROWS: gl.constexpr, BM: gl.constexpr, TILES: gl.constexpr, HAS_BIAS: gl.constexpr, PIECES: gl.constexpr,
-    num_warps: gl.constexpr,
+    GROUP: gl.constexpr, GROUPS: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
-    """A unit's piece: stored (with the bias) when it is the whole unit; else kept in this CTA's workspace slot
-    (0: the unit it began in, 1: the unit it ends in) and, by the last piece to arrive, the unit's pieces summed
-    in K order (the CTAs' order), rounded and stored (``packed_kernel._epilogue``'s protocol)."""
+    """A unit's piece of warpgroup ``GROUP``'s ``ROWS`` columns (of the unit's ``GROUPS ROWS``): stored (with
+    the bias) when it is the whole unit; else kept in this CTA's workspace slot (0: the unit it began in, 1:
+    the unit it ends in; each partition its own columns) and, by the last piece to arrive (a counter a unit and
+    partition), the unit's pieces of these columns summed in K order (the CTAs' order), rounded and stored
+    (``packed_kernel._epilogue``'s protocol)."""
+    COLS: gl.constexpr = ROWS * GROUPS  # the unit's columns
     pid_n = u % n_groups
     pid_m = u // n_groups
     row = gl.arange(0, ROWS, layout=gl.SliceLayout(1, MMA))
-    # accumulator row 16 W t + 16 w + i is column 16 (w T + t) + i of the tile group
-    col = (row // 16 % num_warps * TILES + row // (16 * num_warps)) * 16 + row % 16
-    o_n = gl.expand_dims(pid_n * ROWS + col, 1)
+    # accumulator row 16 W t + 16 w + i is column 16 (w T + t) + i of the partition's columns
+    col = GROUP * ROWS + (row // 16 % num_warps * TILES + row // (16 * num_warps)) * 16 + row % 16
+    o_n = gl.expand_dims(pid_n * COLS + col, 1)
     o_m = gl.expand_dims(pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(0, MMA)), 0)
     o_n, o_m = gl.broadcast(o_n, o_m)
     if (s0 == 0) & (s1 == steps):
         _store_out(acc, p_out, p_bias, o_m, o_n, M, N, HAS_BIAS)
     else:
-        at = (o_m - pid_m * BM) * ROWS + (o_n - pid_n * ROWS)  # the outputs' offsets in a slot
+        at = (o_m - pid_m * BM) * COLS + (o_n - pid_n * COLS)  # the outputs' offsets in a slot
         p = gl.num_programs(0)
-        gl.store(p_ws + (gl.program_id(0) * 2 + (u != begin // steps).to(gl.int32)) * (BM * ROWS) + at, acc)
+        gl.store(p_ws + (gl.program_id(0) * 2 + (u != begin // steps).to(gl.int32)) * (BM * COLS) + at, acc)
         _barrier()
         first = ((u * steps + 1) * p - 1) // total  # the CTAs whose shares hold the unit's first and last steps
         last = ((u + 1) * steps * p - 1) // total
-        arrived = gl.atomic_add(p_count + u, 1, sem="acq_rel", scope="gpu")
+        count = p_count + u * GROUPS + GROUP
+        arrived = gl.atomic_add(count, 1, sem="acq_rel", scope="gpu")
         if arrived == last - first:
             _wgmma_finish(p_out, p_bias, p_ws, M, N, u, pid_n, pid_m, first, last, steps, total, ROWS, BM,
-                          HAS_BIAS, PIECES, num_warps)  # fmt: skip
-            gl.store(p_count + u, 0)
+                          HAS_BIAS, PIECES, GROUP, GROUPS, num_warps)  # fmt: skip
+            gl.store(count, 0)
 
 
 @gluon.jit
 def _wgmma_finish(p_out, p_bias, p_ws, M, N, u, pid_n, pid_m, first, last, steps, total, ROWS: gl.constexpr,
-                  BM: gl.constexpr, HAS_BIAS: gl.constexpr, PIECES: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
-    """Unit ``u``'s pieces summed in the CTAs' order, rounded and stored (``packed_kernel._finish``), read in a
-    layout of its own, 4 columns a thread, 8 rows of ``a`` at a time."""
+                  BM: gl.constexpr, HAS_BIAS: gl.constexpr, PIECES: gl.constexpr, GROUP: gl.constexpr,
+                  GROUPS: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
+    """Unit ``u``'s pieces of warpgroup ``GROUP``'s ``ROWS`` columns summed in the CTAs' order, rounded and
+    stored (``packed_kernel._finish``), read in a layout of its own, 4 columns a thread, 8 rows of ``a`` at a
+    time."""
+    COLS: gl.constexpr = ROWS * GROUPS
     FL: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [1, num_warps], [1, 0])
-    cols = gl.expand_dims(gl.arange(0, ROWS, layout=gl.SliceLayout(0, FL)), 0)
+    cols = gl.expand_dims(GROUP * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(0, FL)), 0)
     for r0 in gl.static_range(0, BM, 8):
         rows = gl.expand_dims(r0 + gl.arange(0, 8, layout=gl.SliceLayout(1, FL)), 1)
-        o_m, o_n = gl.broadcast(pid_m * BM + rows, pid_n * ROWS + cols)
-        _finish(p_out, p_bias, p_ws, rows * ROWS + cols, o_m, o_n, M, N, u, first, last, steps, total, BM * ROWS,
+        o_m, o_n = gl.broadcast(pid_m * BM + rows, pid_n * COLS + cols)
+        _finish(p_out, p_bias, p_ws, rows * COLS + cols, o_m, o_n, M, N, u, first, last, steps, total, BM * COLS,
                 HAS_BIAS, PIECES)  # fmt: skip
+
+
+# the registers a thread of the second consumer warpgroup (GROUPS = 2): with the producer's warpgroup at 24, the
+# default partition's warpgroup gets the rest of the SM's 65,536 (480 - this)
+PINGPONG_REGS = gl.constexpr(240)
 
 
 @gluon.jit(do_not_specialize=["M", "n_groups", "steps", "total"])
@@ -231,27 +261,49 @@ def w4a16_packed_wgmma_kernel(
     w_desc, s_desc, z_desc, a_desc, p_bias, p_out, p_ws, p_count, M, N, n_groups, steps, total,
     GROUP_CHUNKS: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_ZEROS: gl.constexpr, BM: gl.constexpr,
     TILES: gl.constexpr, UNROLL: gl.constexpr, STAGES: gl.constexpr, PIECES: gl.constexpr, PDL: gl.constexpr,
-    PIPELINED: gl.constexpr, num_warps: gl.constexpr,
+    PIPELINED: gl.constexpr, GROUPS: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
-    """``a' @ W``, stream-K over units of ``16 TILES num_warps`` columns by ``BM`` rows (tile groups fastest),
-    as ``packed_kernel.w4a16_packed_kernel`` (its descriptors, workspace and counters; ``a_desc``'s box
-    ``[U, BM, 32]``), where ``a'`` is ``a`` with each chunk's columns in the MMA's k order
-    (``packed.wgmma_columns``). ``num_warps``: 4 or 8 consumer warps (one or two warpgroups) in the default
-    partition, the producer a one-warp worker. PIPELINED: each step's wgmmas in flight while the next step is
-    dequantized."""
-    T_CTA: gl.constexpr = TILES * num_warps
+    """``a' @ W``, stream-K over units of ``16 TILES num_warps GROUPS`` columns by ``BM`` rows (tile groups
+    fastest), as ``packed_kernel.w4a16_packed_kernel`` (its descriptors, workspace and counters; ``a_desc``'s
+    box ``[U, BM, 32]``), where ``a'`` is ``a`` with each chunk's columns in the MMA's k order
+    (``packed.wgmma_columns``). GROUPS 1: ``num_warps`` 4 or 8 consumer warps (one or two warpgroups) in the
+    default partition, the producer a one-warp worker. GROUPS 2 (``num_warps`` 4, not PIPELINED): two consumer
+    warpgroups, each a partition of its own (the default one and a worker) that dequantizes and multiplies its
+    half of each slot's tiles, releases the slot alone (two arrivals a slot) and finishes its half of a unit's
+    columns (``p_count``: two counters a unit); the results are those of GROUPS 1 with 8 warps, bit for bit.
+    PIPELINED: each step's wgmmas in flight while the next step is dequantized."""
+    gl.static_assert(GROUPS == 1 or (GROUPS == 2 and num_warps == 4 and not PIPELINED),
+                     "two consumer partitions take 4 warps each and the unpipelined steps")  # fmt: skip
+    T_CTA: gl.constexpr = TILES * num_warps * GROUPS
     SAME_GROUP: gl.constexpr = GROUP_CHUNKS % UNROLL == 0
     RU: gl.constexpr = 1 if SAME_GROUP else UNROLL
-    w_ring, s_ring, z_ring, a_ring, ready, empty_bars = _ring(STAGES, T_CTA, UNROLL, RU, HAS_ZEROS, BM, 1)
-    gl.warp_specialize(
-        [
-            (_wgmma_consumer, (w_ring, s_ring, z_ring, a_ring, ready, empty_bars, p_bias, p_out, p_ws, p_count, M,
-                               N, n_groups, steps, total, HAS_BIAS, BM, TILES, UNROLL, STAGES, SAME_GROUP,
-                               HAS_ZEROS, PIECES, PIPELINED, num_warps)),
-            (_producer, (w_desc, s_desc, z_desc, a_desc, w_ring, s_ring, z_ring, a_ring, ready, empty_bars,
-                         n_groups, steps, total, GROUP_CHUNKS, T_CTA, BM // 8, UNROLL, STAGES, SAME_GROUP,
-                         HAS_ZEROS, PDL)),
-        ],
-        [1],
-        [24],
-    )  # fmt: skip
+    w_ring, s_ring, z_ring, a_ring, ready, empty_bars = _ring(STAGES, T_CTA, UNROLL, RU, HAS_ZEROS, BM, GROUPS)
+    if GROUPS == 1:
+        gl.warp_specialize(
+            [
+                (_wgmma_consumer, (w_ring, s_ring, z_ring, a_ring, ready, empty_bars, p_bias, p_out, p_ws, p_count,
+                                   M, N, n_groups, steps, total, HAS_BIAS, BM, TILES, UNROLL, STAGES, SAME_GROUP,
+                                   HAS_ZEROS, PIECES, PIPELINED, 0, 1, num_warps)),
+                (_producer, (w_desc, s_desc, z_desc, a_desc, w_ring, s_ring, z_ring, a_ring, ready, empty_bars,
+                             n_groups, steps, total, GROUP_CHUNKS, T_CTA, BM // 8, UNROLL, STAGES, SAME_GROUP,
+                             HAS_ZEROS, PDL)),
+            ],
+            [1],
+            [24],
+        )  # fmt: skip
+    else:  # warpgroup 0 in the default partition, the producer and warpgroup 1 workers
+        gl.warp_specialize(
+            [
+                (_wgmma_consumer, (w_ring, s_ring, z_ring, a_ring, ready, empty_bars, p_bias, p_out, p_ws, p_count,
+                                   M, N, n_groups, steps, total, HAS_BIAS, BM, TILES, UNROLL, STAGES, SAME_GROUP,
+                                   HAS_ZEROS, PIECES, False, 0, 2, 4)),
+                (_producer, (w_desc, s_desc, z_desc, a_desc, w_ring, s_ring, z_ring, a_ring, ready, empty_bars,
+                             n_groups, steps, total, GROUP_CHUNKS, T_CTA, BM // 8, UNROLL, STAGES, SAME_GROUP,
+                             HAS_ZEROS, PDL)),
+                (_wgmma_consumer, (w_ring, s_ring, z_ring, a_ring, ready, empty_bars, p_bias, p_out, p_ws, p_count,
+                                   M, N, n_groups, steps, total, HAS_BIAS, BM, TILES, UNROLL, STAGES, SAME_GROUP,
+                                   HAS_ZEROS, PIECES, False, 1, 2, 4)),
+            ],
+            [1, 4],
+            [24, PINGPONG_REGS],
+        )  # fmt: skip
