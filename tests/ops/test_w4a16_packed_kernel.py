@@ -180,6 +180,7 @@ def test_gpu_kernel_dequantizes_bit_for_bit_and_meets_the_contract(dtype):
         dict(tiles=4, blocks=2, unroll=4, stages=4),  # 16 tiles a CTA: a step spans two groups
         dict(tiles=2, blocks=1, unroll=2, stages=6, per_warp=True),
         dict(tiles=1, blocks=2, unroll=2, stages=4, per_warp=True),
+        dict(tiles=4, blocks=2, unroll=4, stages=4, per_warp=True),  # each warp's records of two groups a step
     )
     for symmetric in (False, True):
         qweight, scales, zeros = (

@@ -179,13 +179,15 @@ def _records(s_slot, z_slot, R: gl.constexpr, TILES: gl.constexpr, U: gl.constex
 @gluon.jit
 def _operands(w_slot, s_slot, z_slot, a_slot, R: gl.constexpr, TILES: gl.constexpr, BLOCKS: gl.constexpr,
               U: gl.constexpr, RU: gl.constexpr, HAS_ZEROS: gl.constexpr, MAGIC: gl.constexpr,
-              num_warps: gl.constexpr):  # fmt: skip
+              num_warps: gl.constexpr, GROUP: gl.constexpr, GROUPS: gl.constexpr):  # fmt: skip
     """A slot's words and scale records ``[R, T, U, 4]`` and activations ``x0``, ``x1`` ``[R, B, U, 4]`` in the
-    register layouts ``fragment_step`` takes, by shared loads."""
+    register layouts ``fragment_step`` takes, by shared loads: ``w_slot`` these warps' words, the records of
+    partition GROUP of GROUPS (:func:`_records`)."""
     LWU: gl.constexpr = gl.BlockedLayout([1, TILES, U, 4], [32, 1, 1, 1], [num_warps, 1, 1, 1], [3, 2, 1, 0])
     LAU: gl.constexpr = gl.BlockedLayout([1, BLOCKS, U, 4], [32, 1, 1, 1], [num_warps, 1, 1, 1], [3, 2, 1, 0])
     words = _view(w_slot, gl.int32, [R, TILES, U, 4], words_view(num_warps, TILES, U)).load(LWU)
-    recs = gl.convert_layout(_records(s_slot, z_slot, R, TILES, U, RU, HAS_ZEROS, MAGIC, num_warps), LWU)
+    recs = _records(s_slot, z_slot, R, TILES, U, RU, HAS_ZEROS, MAGIC, num_warps, GROUP, GROUPS)
+    recs = gl.convert_layout(recs, LWU)
     L_ACT: gl.constexpr = gl.BlockedLayout(
         [1, 1, 1, BLOCKS, U, 8], [1, 8, 4, 1, 1, 1], [num_warps, 1, 1, 1, 1, 1], [5, 4, 3, 2, 1, 0]
     )
@@ -228,13 +230,10 @@ def _consumer(
         acc3 = gl.zeros([R, TILES, BLOCKS], gl.float32, layout=L3)
         for _ in range(s0, s1):
             mbarrier.wait(ready.index(slot), phase)
-            z_slot = z_ring.index(slot)
-            if HAS_ZEROS:
-                z_slot = z_slot.slice(WARP * 2 * TILES, num_warps * 2 * TILES, dim=1)
             words, recs, x0, x1 = _operands(
                 w_ring.index(slot).slice(WARP * TILES, num_warps * TILES),
-                s_ring.index(slot).slice(WARP * 16 * TILES, num_warps * 16 * TILES, dim=1),
-                z_slot,
+                s_ring.index(slot),
+                z_ring.index(slot),
                 a_ring.index(slot),
                 R,
                 TILES,
@@ -244,6 +243,8 @@ def _consumer(
                 HAS_ZEROS,
                 MAGIC,
                 num_warps,
+                WARP // num_warps,  # the records of these warps: partition WARP of W one-warp ones (PER_WARP)
+                W // num_warps,
             )
             # The slot goes back once every consumer warp has read it: the barrier orders the partition's loads
             # before its thread 0's arrival (the empty barrier counts one a partition; one warp's: no CTA barrier)
