@@ -5,6 +5,7 @@ path's bits and CUDA-graph replay."""
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
 import torch
@@ -122,7 +123,6 @@ def compile_wgmma_configs() -> list[str]:
     without zero points; the failures, any whose consumer loop moves data to build the A operand (a PRMT past
     the scale records' one a tile and chunk, or a SHFL), and any two-partition one whose partitions' step loops
     do not each hold their wgmmas."""
-    import re
     import sys
     from pathlib import Path
 
@@ -130,7 +130,7 @@ def compile_wgmma_configs() -> list[str]:
     import offline_packed_sass
 
     bad = []
-    configs = [(*c, 1) for c in WGMMA_CONFIGS] + [(c, 4, False, 2) for c in PINGPONG_CONFIGS]
+    configs = [c for c in WGMMA_CONFIGS if c[3] == 1] + [(c, 4, False, 2) for c in PINGPONG_CONFIGS]
     for (config, warps, pipelined, groups), dtype, zeros in itertools.product(configs, ("bf16", "fp16"), (True, False)):
         line = offline_packed_sass.compile_wgmma(config, dtype, warps, zeros, pipelined, groups)
         _, tiles, unroll, _ = (int(v) for v in re.fullmatch(r"(\d+)x(\d+)u(\d+)s(\d+)", config).groups())
@@ -145,9 +145,14 @@ def compile_wgmma_configs() -> list[str]:
     return bad
 
 
-# (rows x tiles u unroll s stages, consumer warps, pipelined): the wgmma kernel's GPU test configurations, the
-# tiles the op routes to (heuristics.PACKED_WGMMA_TILES) among them
-WGMMA_CONFIGS = [("64x2u2s6", 4, False), ("128x1u2s4", 8, False), ("32x1u1s6", 4, False)]
+# (rows x tiles u unroll s stages, consumer warps a partition, pipelined, consumer partitions): the wgmma
+# kernel's GPU test configurations, the tiles the op routes to (heuristics.PACKED_WGMMA_TILES) among them
+WGMMA_CONFIGS = [
+    ("64x2u2s6", 4, False, 1),
+    ("128x1u2s4", 8, False, 1),
+    ("32x1u1s6", 4, False, 1),
+    ("128x1u2s4", 4, False, 2),
+]
 # the two-warpgroup consumer (``launch_packed_wgmma(..., groups=2)``, 4 warps each) compiled offline
 PINGPONG_CONFIGS = ["64x2u2s6", "128x1u2s4"]
 
@@ -290,10 +295,9 @@ def test_gpu_wgmma_kernel_dequantizes_bit_for_bit_and_meets_the_contract(dtype):
         perm = torch.randperm(1024, device=dev).to(torch.int32)
         packed = fragment.pack(qweight, scales, zeros, perm)
         w = native.dequantize(qweight, scales, zeros, 128, dtype)
-        for config, warps, pipelined in WGMMA_CONFIGS:
-            rows, tiles, unroll, stages = (int(v) for v in config.replace("x", " ").replace("u", " ").replace(
-                "s", " ").split())  # fmt: skip
-            cfg = dict(rows=rows, tiles=tiles, unroll=unroll, stages=stages, warps=warps, pipelined=pipelined)
+        for config in WGMMA_CONFIGS:
+            cfg = _wgmma_cfg(*config)
+            rows = cfg["rows"]
             for M in {rows // 2 + 1, rows}:
                 picks = torch.randint(0, 1024, (M,), device=dev)
                 onehot = torch.zeros(M, 1024, device=dev, dtype=dtype)
@@ -310,6 +314,39 @@ def test_gpu_wgmma_kernel_dequantizes_bit_for_bit_and_meets_the_contract(dtype):
             res = o.contract.check(got, want, args=(a, *packed, bias), kwargs={})
             assert res.passed, f"{symmetric} {cfg}: {res.summary()}"
             assert torch.equal(got, launch_packed_wgmma(a, *packed, bias, **cfg)), f"{cfg}: not deterministic"
+
+
+def _wgmma_cfg(config: str, warps: int, pipelined: bool, groups: int) -> dict:
+    """``launch_packed_wgmma``'s tiling arguments from a ``WGMMA_CONFIGS`` entry."""
+    rows, tiles, unroll, stages = (int(v) for v in re.fullmatch(r"(\d+)x(\d+)u(\d+)s(\d+)", config).groups())
+    return dict(rows=rows, tiles=tiles, unroll=unroll, stages=stages, warps=warps, pipelined=pipelined, groups=groups)
+
+
+@pytest.mark.gpu
+def test_gpu_two_warpgroup_consumer_is_the_one_warpgroup_tile_bit_for_bit_on_a_routed_layer():
+    """The tile the op routes above 64 rows (two 4-warp consumer partitions, heuristics.PACKED_WGMMA_TILES) on a
+    full 4096 x 14336 layer with act-order and zero points: the same bits as one 8-warp partition over the same
+    columns and stream-K cut, at 128 and 65 rows; its one-hot rows the dequantized weight's."""
+    from exactfuse.ops.w4a16.heuristics import packed_wgmma_config
+    from exactfuse.ops.w4a16.packed import launch_packed_wgmma
+
+    dev = torch.device("cuda")
+    K, N = 4096, 14336
+    qweight, scales, zeros = (t.to(dev) for t in _weights(K, N, 128, torch.bfloat16, 6))
+    perm = torch.randperm(K, device=dev).to(torch.int32)
+    packed = fragment.pack(qweight, scales, zeros, perm)
+    for M in (128, 65):
+        routed = packed_wgmma_config(M, N, K, K // 128)
+        assert routed["groups"] == 2 and routed["warps"] == 4, routed
+        a = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
+        got = launch_packed_wgmma(a, *packed, None, **routed)
+        assert torch.equal(got, launch_packed_wgmma(a, *packed, None, **(routed | dict(warps=8, groups=1)))), M
+    w = native.dequantize(qweight, scales, zeros, 128, torch.bfloat16)
+    picks = torch.randint(0, K, (128,), device=dev)
+    onehot = torch.zeros(128, K, device=dev, dtype=torch.bfloat16)
+    onehot[torch.arange(128), picks] = 1
+    got = launch_packed_wgmma(onehot, *packed, None, **packed_wgmma_config(128, N, K, K // 128))
+    assert torch.equal(got, w[torch.argsort(perm.long())[picks]])
 
 
 @pytest.mark.gpu

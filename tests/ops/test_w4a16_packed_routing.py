@@ -29,8 +29,10 @@ def test_wgmma_rule_takes_33_to_128_rows_of_large_layers_as_the_launcher_needs(K
         if not 33 <= M <= 128 or K * N < 2**25:
             assert cfg is None, (M, cfg)
             continue
-        assert (cfg["rows"], cfg["tiles"], cfg["stages"], cfg["warps"]) == PACKED_WGMMA_TILES[64 if M <= 64 else 128]
-        assert (N // 16) % (cfg["tiles"] * cfg["warps"]) == 0 and (K // 64 // (K // 128)) % cfg["unroll"] == 0
+        tile = (cfg["rows"], cfg["tiles"], cfg["stages"], cfg["warps"], cfg["groups"])
+        assert tile == PACKED_WGMMA_TILES[64 if M <= 64 else 128]
+        assert (N // 16) % (cfg["tiles"] * cfg["warps"] * cfg["groups"]) == 0
+        assert (K // 64 // (K // 128)) % cfg["unroll"] == 0
 
 
 def test_pipelined_wgmma_consumer_is_refused_under_a_ptxas_that_reuses_its_operand_registers(monkeypatch):
