@@ -83,7 +83,7 @@ def quantized(model: nn.Module) -> tuple[nn.Module, nn.Module]:
     """(the W4A16 model, the same with every W4A16Linear as an nn.Linear of its dequantized weight)."""
     w4, dense = copy.deepcopy(model), copy.deepcopy(model)
     for name, linear in [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear) and ".layers." in n]:
-        layer = W4A16Linear.from_linear(linear).to(linear.weight.device)
+        layer = W4A16Linear.from_linear(linear, layout="gptq").to(linear.weight.device)
         parent, attr = name.rsplit(".", 1)
         setattr(w4.get_submodule(parent), attr, layer)
         plain = nn.Linear(linear.in_features, linear.out_features, bias=linear.bias is not None)

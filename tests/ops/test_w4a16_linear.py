@@ -171,3 +171,25 @@ def test_gpu_fragment_layout_meets_the_contract_at_every_path(dtype):
         want = torch.matmul(x, frag.dense_weight()) + frag.bias
         args = (x, frag.words, frag.fragment_scales, frag.fragment_zeros, frag.perm, frag.bias)
         assert w4a16_gemm_packed.contract.check(y, want, args=args).passed, M
+
+
+def test_auto_layout_is_the_fragment_layout_where_its_kernel_runs(monkeypatch):
+    """``layout="auto"`` (``from_gptq`` / ``from_linear``'s default): the fragment layout where the layer has one
+    and ``w4a16_gemm_packed``'s kernel runs on its device, else the GPTQ layout (here, without an sm_90 GPU:
+    the GPTQ layout); the same outputs either way."""
+    from exactfuse.layers import w4a16 as layers
+
+    lin = torch.nn.Linear(256, 64, bias=True).half()
+    x = torch.randn(3, 256, dtype=torch.float16)
+    assert W4A16Linear.from_linear(lin, group_size=64).layout == "gptq"
+    monkeypatch.setattr(layers, "fragment_kernel_runs", lambda device: device.type == "cpu")
+    auto = W4A16Linear.from_linear(lin, group_size=64, symmetric=False)
+    assert auto.layout == "fragment"
+    assert torch.equal(auto(x), W4A16Linear.from_linear(lin, group_size=64, symmetric=False, layout="gptq")(x))
+    assert W4A16Linear.from_linear(lin, group_size=32).layout == "gptq"  # groups of 32 rows: no fragment layout
+    t = quantize_rtn(torch.randn(64, 128, generator=make_generator(0)), 64, False, scale_dtype=torch.float16)
+    qzeros = t.qzeros.clone()
+    qzeros[0, 0] |= 0xF  # a GPTQ v1 zero point of 16
+    assert W4A16Linear.from_gptq(t.qweight, qzeros, t.scales, format="v1").layout == "gptq"
+    with pytest.raises(ValueError, match="layout must be one of"):
+        W4A16Linear.from_gptq(t.qweight, t.qzeros, t.scales, layout="fast")

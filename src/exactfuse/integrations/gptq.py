@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from exactfuse.layers.w4a16 import LAYOUTS, W4A16Linear
+from exactfuse.layers.w4a16 import LAYOUT_CHOICES, W4A16Linear
 from exactfuse.ops.w4a16.packing import PACK, SYMMETRIC_ZERO, pack_cols, quantize_rtn
 
 log = logging.getLogger(__name__)
@@ -118,15 +118,16 @@ def read_config(path: str | Path) -> dict:
 
 
 def load_gptq(
-    model: nn.Module, path: str | Path, *, dtype: torch.dtype | None = None, layout: str = "gptq"
+    model: nn.Module, path: str | Path, *, dtype: torch.dtype | None = None, layout: str = "auto"
 ) -> list[str]:
     """Load a GPTQ directory into ``model`` (built from its config on a real device): each ``nn.Linear``
     with a ``P.qweight`` in the checkpoint becomes a :class:`W4A16Linear` (in ``dtype``, default the
     Linear's if fp16/bf16, else fp16) and every other tensor is loaded by name. Returns the replaced
-    module paths. ``layout="fragment"`` repacks each layer the fragment layout takes
-    (``W4A16Linear``'s docstring; the others keep the GPTQ layout, with a warning naming them)."""
-    if layout not in LAYOUTS:
-        raise ValueError(f"load_gptq: layout must be one of {LAYOUTS}, got {layout!r}")
+    module paths. ``layout="auto"`` (the default) gives each layer its ``preferred_layout()``;
+    ``layout="fragment"`` repacks each layer the fragment layout takes (``W4A16Linear``'s docstring; the others
+    keep the GPTQ layout, with a warning naming them); ``"gptq"`` keeps the checkpoint's."""
+    if layout not in LAYOUT_CHOICES:
+        raise ValueError(f"load_gptq: layout must be one of {LAYOUT_CHOICES}, got {layout!r}")
     config = read_config(path)
     fmt, sym = FORMATS[config.get("checkpoint_format", "gptq")], bool(config.get("sym", True))
     file = Path(path) / WEIGHTS
@@ -156,6 +157,7 @@ def load_gptq(
         layer = W4A16Linear.from_gptq(
             qweight.to(device), _to(tensors.pop(f"{p}.qzeros", None), device), tensors.pop(f"{p}.scales").to(device),
             _to(g_idx, device), _to(tensors.pop(f"{p}.bias", None), device), format=fmt, sym=sym, dtype=act_dtype,
+            layout="auto" if layout == "auto" else "gptq",
         )  # fmt: skip
         if layout == "fragment":
             if reason := layer.fragment_unsupported():

@@ -6,9 +6,12 @@ import torch
 from torch import nn
 
 from exactfuse.ops.w4a16 import dense_weight, fragment, w4a16_gemm, w4a16_gemm_packed
+from exactfuse.ops.w4a16.mma import fragment_kernel_runs
 from exactfuse.ops.w4a16.packing import PACK, prepare_gptq, quantize_rtn
 
 LAYOUTS = ("gptq", "fragment")
+# what the constructors that are given the weights take: a layout, or "auto" (``W4A16Linear.preferred_layout``)
+LAYOUT_CHOICES = ("auto", *LAYOUTS)
 _GPTQ_BUFFERS = ("qweight", "scales", "zeros")
 
 
@@ -103,6 +106,15 @@ class W4A16Linear(nn.Module):
         if self.layout == "gptq" and self.zeros is not None and bool((self.zeros > 15).any()):
             return "its zero points must be 0..15 (a nibble; GPTQ v1 can give 16)"
         return None
+
+    def preferred_layout(self) -> str:
+        """The layout ``layout="auto"`` takes: ``"fragment"`` where the layer has one (:meth:`fragment_unsupported`)
+        and its kernel runs on the layer's device (an sm_90 GPU with Gluon), else ``"gptq"``: where the kernel
+        runs it is the faster (docs/performance.md, "W4A16Linear's layout"); elsewhere its op runs the spec."""
+        if self.fragment_unsupported() is not None:
+            return "gptq"
+        device = (self.qweight if self.layout == "gptq" else self.words).device
+        return "fragment" if fragment_kernel_runs(device) else "gptq"
 
     def repack(self) -> W4A16Linear:
         """Hold the weight in the fragment layout from now on (class docstring); returns ``self``."""
@@ -215,15 +227,16 @@ class W4A16Linear(nn.Module):
         format: str = "v1",
         sym: bool | None = None,
         dtype: torch.dtype | None = None,
-        layout: str = "gptq",
+        layout: str = "auto",
     ) -> W4A16Linear:
         """From GPTQ checkpoint tensors (layouts in :mod:`exactfuse.ops.w4a16.packing`).
 
         ``sym=None`` infers symmetry from the zero points; ``dtype`` (default:
-        the scales') is the activation dtype the layer will run in; ``layout``: as the constructor's.
+        the scales') is the activation dtype the layer will run in; ``layout``: as the constructor's, or
+        ``"auto"`` (the default): :meth:`preferred_layout`, read from the weights on their device.
         """
-        if layout not in LAYOUTS:
-            raise ValueError(f"W4A16Linear.from_gptq: layout must be one of {LAYOUTS}, got {layout!r}")
+        if layout not in LAYOUT_CHOICES:
+            raise ValueError(f"W4A16Linear.from_gptq: layout must be one of {LAYOUT_CHOICES}, got {layout!r}")
         p = prepare_gptq(qweight, qzeros, scales, g_idx, bits=bits, format=format, sym=sym)
         K, N = p.qweight.shape[0] * PACK, p.qweight.shape[1]
         dtype = dtype or scales.dtype
@@ -248,13 +261,16 @@ class W4A16Linear(nn.Module):
             if tuple(bias.shape) != (N,):
                 raise ValueError(f"W4A16Linear.from_gptq: bias must be [N] = [{N}], got {list(bias.shape)}")
             layer.bias.copy_(bias.to(dtype))
+        if layout == "auto":
+            layout = layer.preferred_layout()
         return layer.repack() if layout == "fragment" else layer
 
     @classmethod
     def from_linear(
-        cls, linear: nn.Linear, group_size: int = 128, symmetric: bool = True, layout: str = "gptq"
+        cls, linear: nn.Linear, group_size: int = 128, symmetric: bool = True, layout: str = "auto"
     ) -> W4A16Linear:
-        """Round-to-nearest quantization of an ``nn.Linear`` (fp16/bf16 keep their dtype, else fp16)."""
+        """Round-to-nearest quantization of an ``nn.Linear`` (fp16/bf16 keep their dtype, else fp16); ``layout``
+        as :meth:`from_gptq`'s."""
         w = linear.weight.detach()
         dtype = w.dtype if w.dtype in (torch.float16, torch.bfloat16) else torch.float16
         t = quantize_rtn(w, group_size, symmetric, format="v2", scale_dtype=dtype)

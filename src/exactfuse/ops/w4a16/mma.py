@@ -15,6 +15,7 @@ import torch
 
 from exactfuse.ops.w4a16.staged import HAS_GLUON
 from exactfuse.registry.platform import interpreter_enabled
+from exactfuse.utils import compute_capability
 
 if HAS_GLUON:
     from triton.experimental import gluon
@@ -179,6 +180,12 @@ def gluon_gpu_supported() -> bool | str:
     if not torch.cuda.is_available():
         return "it runs Gluon kernels on sm_90 GPUs, and no CUDA GPU is available here"
     return True
+
+
+def fragment_kernel_runs(device: torch.device) -> bool:
+    """Whether ``w4a16_gemm_packed``'s kernels run on ``device``: :func:`gluon_gpu_supported`, and an sm_90
+    CUDA device."""
+    return device.type == "cuda" and gluon_gpu_available() and compute_capability(device) == (9, 0)
 
 
 def gluon_gpu_available() -> bool:
