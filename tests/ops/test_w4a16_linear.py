@@ -193,3 +193,21 @@ def test_auto_layout_is_the_fragment_layout_where_its_kernel_runs(monkeypatch):
     assert W4A16Linear.from_gptq(t.qweight, qzeros, t.scales, format="v1").layout == "gptq"
     with pytest.raises(ValueError, match="layout must be one of"):
         W4A16Linear.from_gptq(t.qweight, t.qzeros, t.scales, layout="fast")
+
+
+@pytest.mark.gpu
+def test_gpu_auto_layout_on_this_gpu_is_the_one_its_kernel_takes():
+    """On an sm_90 GPU ``from_linear``'s default layout is the fragment layout, elsewhere the GPTQ layout; the
+    layer's outputs are the GPTQ layer's within the op's contract either way."""
+    from exactfuse.ops.w4a16 import w4a16_gemm_packed
+    from exactfuse.utils import compute_capability
+
+    lin = torch.nn.Linear(4096, 1024, bias=True).to("cuda", torch.bfloat16)
+    auto = W4A16Linear.from_linear(lin)
+    want = "fragment" if compute_capability(torch.device("cuda")) == (9, 0) else "gptq"
+    assert auto.layout == want
+    x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
+    ref = torch.matmul(x, auto.dense_weight()) + auto.bias
+    if want == "fragment":
+        args = (x, auto.words, auto.fragment_scales, auto.fragment_zeros, auto.perm, auto.bias)
+        assert w4a16_gemm_packed.contract.check(auto(x), ref, args=args).passed
