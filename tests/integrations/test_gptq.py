@@ -70,6 +70,13 @@ def test_load_in_the_fragment_layout_gives_the_same_logits(tmp_path, caplog):
         load_gptq(small, tmp_path / "g32", layout="fragment")
     assert all(small.get_submodule(p).layout == "gptq" for p in saved)
     assert "keeps the GPTQ layout" in caplog.text and saved[0] in caplog.text
+    # "auto": each layer's preferred_layout(), without a warning (here, no sm_90 GPU: the GPTQ layout)
+    caplog.clear()
+    auto = _llama(5)
+    with caplog.at_level("WARNING", logger="exactfuse.integrations.gptq"):
+        load_gptq(auto, tmp_path / "g32", layout="auto")
+    assert all(auto.get_submodule(p).layout == auto.get_submodule(p).preferred_layout() for p in saved)
+    assert "keeps the GPTQ layout" not in caplog.text
     with pytest.raises(ValueError, match="layout must be one of"):
         load_gptq(_llama(4), tmp_path, layout="marlin")
 

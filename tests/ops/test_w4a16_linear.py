@@ -174,36 +174,37 @@ def test_gpu_fragment_layout_meets_the_contract_at_every_path(dtype):
 
 
 def test_auto_layout_is_the_fragment_layout_where_its_kernel_runs(monkeypatch):
-    """``layout="auto"`` (``from_gptq`` / ``from_linear``'s default): the fragment layout where the layer has one
-    and ``w4a16_gemm_packed``'s kernel runs on its device, else the GPTQ layout (here, without an sm_90 GPU:
-    the GPTQ layout); the same outputs either way."""
+    """``layout="auto"``: the fragment layout where the layer has one and ``w4a16_gemm_packed``'s kernel runs on
+    its device, else the GPTQ layout (here, without an sm_90 GPU: the GPTQ layout); the same outputs either
+    way. The default stays the GPTQ layout."""
     from exactfuse.layers import w4a16 as layers
 
     lin = torch.nn.Linear(256, 64, bias=True).half()
     x = torch.randn(3, 256, dtype=torch.float16)
-    assert W4A16Linear.from_linear(lin, group_size=64).layout == "gptq"
+    assert W4A16Linear.from_linear(lin, group_size=64, layout="auto").layout == "gptq"
     monkeypatch.setattr(layers, "fragment_kernel_runs", lambda device: device.type == "cpu")
-    auto = W4A16Linear.from_linear(lin, group_size=64, symmetric=False)
+    assert W4A16Linear.from_linear(lin, group_size=64).layout == "gptq"
+    auto = W4A16Linear.from_linear(lin, group_size=64, symmetric=False, layout="auto")
     assert auto.layout == "fragment"
-    assert torch.equal(auto(x), W4A16Linear.from_linear(lin, group_size=64, symmetric=False, layout="gptq")(x))
-    assert W4A16Linear.from_linear(lin, group_size=32).layout == "gptq"  # groups of 32 rows: no fragment layout
+    assert torch.equal(auto(x), W4A16Linear.from_linear(lin, group_size=64, symmetric=False)(x))
+    assert W4A16Linear.from_linear(lin, group_size=32, layout="auto").layout == "gptq"  # groups of 32 rows
     t = quantize_rtn(torch.randn(64, 128, generator=make_generator(0)), 64, False, scale_dtype=torch.float16)
     qzeros = t.qzeros.clone()
     qzeros[0, 0] |= 0xF  # a GPTQ v1 zero point of 16
-    assert W4A16Linear.from_gptq(t.qweight, qzeros, t.scales, format="v1").layout == "gptq"
+    assert W4A16Linear.from_gptq(t.qweight, qzeros, t.scales, format="v1", layout="auto").layout == "gptq"
     with pytest.raises(ValueError, match="layout must be one of"):
         W4A16Linear.from_gptq(t.qweight, t.qzeros, t.scales, layout="fast")
 
 
 @pytest.mark.gpu
 def test_gpu_auto_layout_on_this_gpu_is_the_one_its_kernel_takes():
-    """On an sm_90 GPU ``from_linear``'s default layout is the fragment layout, elsewhere the GPTQ layout; the
-    layer's outputs are the GPTQ layer's within the op's contract either way."""
+    """On an sm_90 GPU ``layout="auto"`` is the fragment layout, elsewhere the GPTQ layout; the layer's outputs
+    are within the op's contract of its dequantized weight."""
     from exactfuse.ops.w4a16 import w4a16_gemm_packed
     from exactfuse.utils import compute_capability
 
     lin = torch.nn.Linear(4096, 1024, bias=True).to("cuda", torch.bfloat16)
-    auto = W4A16Linear.from_linear(lin)
+    auto = W4A16Linear.from_linear(lin, layout="auto")
     want = "fragment" if compute_capability(torch.device("cuda")) == (9, 0) else "gptq"
     assert auto.layout == want
     x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)

@@ -118,14 +118,14 @@ def read_config(path: str | Path) -> dict:
 
 
 def load_gptq(
-    model: nn.Module, path: str | Path, *, dtype: torch.dtype | None = None, layout: str = "auto"
+    model: nn.Module, path: str | Path, *, dtype: torch.dtype | None = None, layout: str = "gptq"
 ) -> list[str]:
     """Load a GPTQ directory into ``model`` (built from its config on a real device): each ``nn.Linear``
     with a ``P.qweight`` in the checkpoint becomes a :class:`W4A16Linear` (in ``dtype``, default the
     Linear's if fp16/bf16, else fp16) and every other tensor is loaded by name. Returns the replaced
-    module paths. ``layout="auto"`` (the default) gives each layer its ``preferred_layout()``;
-    ``layout="fragment"`` repacks each layer the fragment layout takes (``W4A16Linear``'s docstring; the others
-    keep the GPTQ layout, with a warning naming them); ``"gptq"`` keeps the checkpoint's."""
+    module paths. ``layout="gptq"`` keeps the checkpoint's layout; ``"fragment"`` repacks each layer the
+    fragment layout takes (``W4A16Linear``'s docstring; the others keep the GPTQ layout, with a warning naming
+    them); ``"auto"`` gives each layer its ``preferred_layout()``, without a warning."""
     if layout not in LAYOUT_CHOICES:
         raise ValueError(f"load_gptq: layout must be one of {LAYOUT_CHOICES}, got {layout!r}")
     config = read_config(path)

@@ -109,8 +109,8 @@ class W4A16Linear(nn.Module):
 
     def preferred_layout(self) -> str:
         """The layout ``layout="auto"`` takes: ``"fragment"`` where the layer has one (:meth:`fragment_unsupported`)
-        and its kernel runs on the layer's device (an sm_90 GPU with Gluon), else ``"gptq"``: where the kernel
-        runs it is the faster (docs/performance.md, "W4A16Linear's layout"); elsewhere its op runs the spec."""
+        and its kernel runs on the layer's device (an sm_90 GPU with Gluon), else ``"gptq"`` (elsewhere the
+        fragment layout's op would run the spec). Not the default: docs/performance.md, "W4A16Linear's layout"."""
         if self.fragment_unsupported() is not None:
             return "gptq"
         device = (self.qweight if self.layout == "gptq" else self.words).device
@@ -227,13 +227,13 @@ class W4A16Linear(nn.Module):
         format: str = "v1",
         sym: bool | None = None,
         dtype: torch.dtype | None = None,
-        layout: str = "auto",
+        layout: str = "gptq",
     ) -> W4A16Linear:
         """From GPTQ checkpoint tensors (layouts in :mod:`exactfuse.ops.w4a16.packing`).
 
         ``sym=None`` infers symmetry from the zero points; ``dtype`` (default:
         the scales') is the activation dtype the layer will run in; ``layout``: as the constructor's, or
-        ``"auto"`` (the default): :meth:`preferred_layout`, read from the weights on their device.
+        ``"auto"``: :meth:`preferred_layout`, read from the weights on their device.
         """
         if layout not in LAYOUT_CHOICES:
             raise ValueError(f"W4A16Linear.from_gptq: layout must be one of {LAYOUT_CHOICES}, got {layout!r}")
@@ -267,7 +267,7 @@ class W4A16Linear(nn.Module):
 
     @classmethod
     def from_linear(
-        cls, linear: nn.Linear, group_size: int = 128, symmetric: bool = True, layout: str = "auto"
+        cls, linear: nn.Linear, group_size: int = 128, symmetric: bool = True, layout: str = "gptq"
     ) -> W4A16Linear:
         """Round-to-nearest quantization of an ``nn.Linear`` (fp16/bf16 keep their dtype, else fp16); ``layout``
         as :meth:`from_gptq`'s."""
