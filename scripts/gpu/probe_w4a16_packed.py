@@ -16,7 +16,10 @@ same weights in the GPTQ layout (what ``W4A16Linear`` runs by default), cuBLAS's
 read of the words (``read_kernel``) are timed over CUDA-graph replays of one call per rotated weight; one line
 a (layer, M, dtype, launch) with µs and ratios; exit status 1 if a check fails. The programmatic dependent
 launch overlaps the previous call's tail in that sequence, which a model's layers give only where the kernel
-before each one lets its dependents start early.
+before each one lets its dependents start early. ``--routed``: first, at each M, the op's provider as it routes
+that M (checked: the contract with and without a bias, a repeat) beside ``w4a16_gemm`` as it routes it, the
+two layouts' paths side by side (``W4A16Linear``'s default layout, docs/performance.md); above
+``PACKED_KERNEL_MAX_M`` rows only that line.
 """
 
 from __future__ import annotations
@@ -87,6 +90,33 @@ def _time_packed(a, packed: list, cfg: dict, launch=None) -> float:
     return time_us(lambda: [launch(a, *p, None, **cfg) for p in packed], len(packed))
 
 
+def _routed(a, packed: list, check, bias) -> tuple[str, float, str]:
+    """``w4a16_gemm_packed``'s provider as the op runs it at ``a``'s rows (``heuristics.packed_wgmma_config``,
+    ``packed_config`` or the dense path): its checks against the op's spec with and without ``bias`` and a
+    repeat ("ok" or what failed), its µs over the rotated weights, and which path it took."""
+    from common import time_us
+
+    import exactfuse
+    from exactfuse.ops.w4a16.heuristics import PACKED_KERNEL_MAX_M, packed_config, packed_wgmma_config
+    from exactfuse.ops.w4a16.packed import w4a16_gemm_packed_gluon
+
+    (M, K), N = a.shape, check[0].shape[0] * 16
+    op, verdict = exactfuse.get("w4a16_gemm_packed"), "ok"
+    for b in (None, bias):
+        got = w4a16_gemm_packed_gluon(a, *check, b)
+        if not (res := op.contract.check(got, op.native(a, *check, b), args=(a, *check, b), kwargs={})).passed:
+            verdict = f"contract (bias {b is not None}): {res.summary()}"
+        elif not torch.equal(got, w4a16_gemm_packed_gluon(a, *check, b)):
+            verdict = "not deterministic"
+    t = time_us(lambda: [w4a16_gemm_packed_gluon(a, *p, None) for p in packed], len(packed))
+    cfg = packed_config(M, N, K, K // 128)
+    if M > PACKED_KERNEL_MAX_M or cfg is None:
+        return verdict, t, "dense path"
+    if wgmma := packed_wgmma_config(M, N, K, K // 128):
+        return verdict, t, "wgmma {rows}x{tiles}u{unroll}s{stages}g{groups}/{warps}".format(**wgmma)
+    return verdict, t, "mma.sync t{tiles}b{blocks}u{unroll}s{stages}".format(**cfg)
+
+
 def _wgmma_config(spec: str) -> dict:
     """``ROWSxTILESuUNROLLsSTAGES[p][gGROUPS]/WARPS`` as ``launch_packed_wgmma``'s keywords (``p``: pipelined;
     ``g2``: two consumer warpgroups, each a partition of its own)."""
@@ -129,7 +159,7 @@ def main() -> None:
     from common import device_line, rotated
 
     from exactfuse.ops.w4a16 import dense_weight, fragment
-    from exactfuse.ops.w4a16.heuristics import packed_config
+    from exactfuse.ops.w4a16.heuristics import PACKED_KERNEL_MAX_M, packed_config
     from exactfuse.ops.w4a16.packing import random_weights
     from exactfuse.testing.cases.w4a16 import _random_prepared
 
@@ -146,6 +176,10 @@ def main() -> None:
     parser.add_argument(
         "--wgmma", default="", help="the wgmma kernel too, at ROWSxTILESuUNROLLsSTAGES/WARPS,... (rows >= M taken)"
     )
+    parser.add_argument(
+        "--routed", action="store_true",
+        help="the op as it routes each M beside w4a16_gemm as it routes it (above 128 rows: only that line)",
+    )  # fmt: skip
     args = parser.parse_args()
     device_line()
     failed = 0
@@ -168,6 +202,14 @@ def main() -> None:
                 base = packed_config(M, N, K, K // 128)
                 base |= {k: v for k, v in (("tiles", args.tiles), ("stages", args.stages)) if v}
                 t_dense, t_gptq, t_cublas = _baselines(a, packed, gptq, dense)
+                if args.routed:
+                    verdict, t, route = _routed(a, packed, check, bias)
+                    failed += verdict != "ok"
+                    print(f"{K}x{N} M{M} {name}: the op as routed {t:.2f} us ({route}), w4a16_gemm as routed "
+                          f"{t_gptq:.2f}, cuBLAS {t_cublas:.2f}; w4a16_gemm/op {t_gptq / t:.2f}x, cuBLAS/op "
+                          f"{t_cublas / t:.2f}x; checks {verdict}", flush=True)  # fmt: skip
+                    if M > PACKED_KERNEL_MAX_M:
+                        continue  # the kernel's own lines are for the rows it serves
                 for pdl, per_warp in (
                     (bool(int(d)), bool(int(w))) for d in args.pdl.split(",") for w in args.per_warp.split(",")
                 ):
