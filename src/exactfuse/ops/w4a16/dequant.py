@@ -12,7 +12,6 @@ import torch
 import triton
 import triton.language as tl
 
-from exactfuse.ops.w4a16.fragment import MAGIC
 from exactfuse.ops.w4a16.heuristics import TileConfig
 from exactfuse.registry.platform import interpreter_enabled
 from exactfuse.utils import empty
@@ -161,8 +160,7 @@ def dequantize_dense(
 
 @triton.jit
 def fragment_dequant_kernel(
-    p_words, p_s, p_z, p_w, N, chunks, group_chunks, HAS_ZEROS: tl.constexpr, MAGIC: tl.constexpr, CB: tl.constexpr,
-    TN: tl.constexpr,
+    p_words, p_s, p_z, p_w, N, chunks, group_chunks, HAS_ZEROS: tl.constexpr, CB: tl.constexpr, TN: tl.constexpr,
 ):  # fmt: skip
     """Dense weight ``p_w [K, N]`` (the scales' dtype, contiguous) from the fragment layout (``fragment.py``):
     16-column tiles ``TN program_id(0) ..`` by chunks ``CB program_id(1) ..`` of 64 rows a program, stored as
@@ -173,8 +171,10 @@ def fragment_dequant_kernel(
     word ``j`` (read only with HAS_ZEROS; zero point 8 without). Word ``[tile, c, 4 r + qq, j]``, nibble
     ``4 e + 2 h + b`` is the code of row ``k = 64 c + 16 qq + 4 j + 2 h + e`` and column
     ``n = 16 tile + r + 8 b``, whose zero point is nibble ``r`` of zero word ``2 tile + b`` (``n // 8``).
-    ``((MAGIC + q) - (MAGIC + z)) * s`` in fp32 is exact but the product, rounded once to the dtype:
-    ``fragment.dequantize``'s bits. MAGIC, HAS_ZEROS, CB and TN are constexpr.
+    ``((2^23 + q) - (2^23 + z)) * s`` in fp32, each ``2^23 + q`` the code OR-ed into 2^23's bits (no integer
+    conversion), is exact but the product, rounded once to the dtype: ``fragment.dequantize``'s bits
+    (``((MAGIC + q) - (MAGIC + z)) * s`` in the dtype, whose steps are exact but the product's rounding).
+    HAS_ZEROS, CB and TN are constexpr.
     """
     t0 = tl.program_id(0) * TN
     c0 = tl.program_id(1) * CB
@@ -194,10 +194,10 @@ def fragment_dequant_kernel(
     b_s = tl.load(p_s + o_g * N + o_n, mask=m_s, other=0.0).to(tl.float32)  # [CB, 1, 16 TN]
     if HAS_ZEROS:
         b_zw = tl.load(p_z + o_g * (N // 8) + o_n // 8, mask=m_s, other=0)
-        b_z = ((b_zw >> (o_n % 8 * 4)) & 0xF).to(tl.float32)
+        b_z = (((b_zw >> (o_n % 8 * 4)) & 0xF) | 0x4B000000).to(tl.float32, bitcast=True)
     else:
-        b_z = 8.0
-    value = ((b_code.to(tl.float32) + MAGIC) - (b_z + MAGIC)) * b_s
+        b_z = 8388616.0  # 2^23 + 8
+    value = ((b_code | 0x4B000000).to(tl.float32, bitcast=True) - b_z) * b_s
     o_k = (c0 * 64 + tl.arange(0, CB * 64))[:, None]
     o_n = t0 * 16 + tl.arange(0, 16 * TN)[None, :]
     m = (o_k < chunks * 64) & (o_n < N)
@@ -220,7 +220,7 @@ def dense_from_fragment(words: torch.Tensor, scales: torch.Tensor, zeros: torch.
     cb, tn = FRAGMENT_DEQUANT_CHUNKS, FRAGMENT_DEQUANT_TILES
     torch.library.wrap_triton(fragment_dequant_kernel)[(triton.cdiv(tiles, tn), triton.cdiv(chunks, cb))](
         words, scales, zeros.contiguous() if zeros is not None else words, w, tiles * 16, chunks,
-        chunks // scales.shape[0], HAS_ZEROS=zeros is not None, MAGIC=MAGIC[scales.dtype], CB=cb, TN=tn,
+        chunks // scales.shape[0], HAS_ZEROS=zeros is not None, CB=cb, TN=tn,
     )  # fmt: skip
     return w
 
