@@ -2,7 +2,7 @@
 and print, per configuration, its registers, shared memory and the consumer's main loop in SASS.
 
 Usage: PYTHONPATH=src python scripts/offline_packed_sass.py [--configs 1x1u2s8,2x2u2s6 ...] [--dtype bf16] [--warps 4]
-    [--per-sm 1] [--wgmma [--groups 2]]
+    [--per-sm 1] [--mix] [--wgmma [--groups 2]]
 
 A configuration is ``BLOCKSxTILES uUNROLL sSTAGES`` (blocks of 8 activation rows, 16-column tiles a consumer
 warp, 64-row chunks a step, ring slots), compiled with --warps consumer warps, stream-K (a unit in at most
@@ -17,6 +17,7 @@ kernel's totals of the same. Static counts, as ``scripts/offline_sass.py``'s.
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import re
 import sys
@@ -68,6 +69,14 @@ def _consumer_loop(sass: str) -> list[str]:
     return min((b for b in bodies if any(" HMMA" in ln for ln in b)), key=len, default=[])
 
 
+def _op_mix(lines) -> str:
+    """``lines``' SASS opcodes (predicates and modifiers dropped) and their counts, most first."""
+    ops = collections.Counter(
+        m.group(1) for ln in lines if (m := re.search(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", ln))
+    )
+    return ", ".join(f"{op} {n}" for op, n in ops.most_common())
+
+
 def _count(lines, op: str) -> int:
     return sum(bool(re.search(rf"\b{op}\b|\b{op}\.", ln)) for ln in lines)
 
@@ -80,10 +89,11 @@ def compile_ws(
     pdl: bool = False,
     zeros: bool = True,
     per_warp: bool = False,
+    mix: bool = False,
 ) -> str:
     """One configuration compiled with ``warps`` consumer warps for ``per_sm`` CTAs an SM
     (``packed.register_cap``), with ``pdl`` the programmatic-dependent-launch waits, with ``zeros`` zero
-    points (else every one 8); its printed line."""
+    points (else every one 8); its printed line (``mix``: and the consumer loop's whole opcode mix)."""
     blocks, tiles, unroll, stages = (int(v) for v in re.fullmatch(r"(\d+)x(\d+)u(\d+)s(\d+)", config).groups())
     t_cta = tiles * warps
     group_chunks = 2
@@ -130,6 +140,7 @@ def compile_ws(
         f"stack {stack.group(1) if stack else '?'} B; {r['shared']} B shared (slot {slot} B, "
         f"{stages * slot_words * per_sm // 1024} KB of weights in flight an SM); loop"
         f" {len(loop)} SASS, {len(loop) / words:.2f} a word: {in_loop}; kernel: {total}"
+        + (f"\n  the loop's opcodes: {_op_mix(loop)}" if mix else "")
     )
 
 
@@ -200,6 +211,7 @@ def main() -> None:
     parser.add_argument("--per-warp", action="store_true", help="each consumer warp a partition of its own")
     parser.add_argument("--wgmma", action="store_true", help="the wgmma kernel, configurations ROWSxTILESuUsS")
     parser.add_argument("--groups", type=int, default=1, help="the wgmma kernel's consumer partitions (1 or 2)")
+    parser.add_argument("--mix", action="store_true", help="the mma.sync kernel's consumer loop's whole opcode mix")
     args = parser.parse_args()
     print(f"Triton {triton.__version__}, sm_90a; static SASS counts")
     for config in args.configs.split(","):
@@ -211,7 +223,9 @@ def main() -> None:
                 )
             continue
         print(
-            compile_ws(config, args.dtype, args.warps, args.per_sm, args.pdl, not args.symmetric, args.per_warp),
+            compile_ws(
+                config, args.dtype, args.warps, args.per_sm, args.pdl, not args.symmetric, args.per_warp, args.mix
+            ),
             flush=True,
         )
 
