@@ -314,9 +314,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     roofline = measure_roofline(device, matmul=any(o.flops_fn is not None for o in ops))
     clock["rates"] = time.perf_counter()
     candidates = Candidates(config)
-    peers = {
-        f"{p.name}({o.name})": p.version() for o in ops for p in peers_for(o.name) if candidates.wanted_peer(p.name)
-    }
+    peers = {f"{p.name}({o.name})": p.version() for o in ops for p in peers_for(o.name, candidates.wanted_peer)}
     meta = results.collect_meta(
         device,
         grid=grid,

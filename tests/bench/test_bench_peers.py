@@ -1,5 +1,7 @@
 """Peer adapters of `exactfuse bench`: Liger-Kernel for the gated activations, the W4A16 baselines (CPU)."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -22,6 +24,22 @@ def test_liger_peers_registered_and_tanh_only():
             not geglu.available()
             and Candidates(BenchConfig(device="cpu", compile=False)).for_op(OPS["gelu_and_mul"])[-1].name != "liger"
         )
+
+
+def test_a_peer_not_timed_is_not_imported(monkeypatch):
+    """The candidates ask a peer whether its library is available (an import: FLA's takes seconds) only where
+    the run times that peer: the quick grid (``peers=False``) and a ``--provider`` list without it ask none."""
+    asked = []
+    for adapters in PEERS.values():
+        for name, adapter in list(adapters.items()):
+            asks = lambda name=name: asked.append(name) or False  # noqa: E731
+            monkeypatch.setitem(adapters, name, dataclasses.replace(adapter, available=asks))
+    op = OPS["causal_conv1d"]
+    Candidates(BenchConfig(device="cpu", compile=False, peers=False)).for_op(op)
+    Candidates(BenchConfig(device="cpu", compile=False, providers=["triton", "native"])).for_op(op)
+    assert asked == []
+    Candidates(BenchConfig(device="cpu", compile=False, providers=["triton", "fla"])).for_op(op)
+    assert asked == ["fla"]
 
 
 def test_w4a16_baseline_peers_prepare_outside_timing_and_decline_what_they_cannot_run():

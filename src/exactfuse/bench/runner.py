@@ -154,9 +154,7 @@ class Candidates:
                     COMPILED, "compiled", _bind(self.compiled_native(op)), contract=_baseline_contract, gated=False
                 )
             )
-        for peer in peers_for(op.name):
-            if self.wanted_peer(peer.name):
-                out.append(self._peer(peer))
+        out += [self._peer(peer) for peer in peers_for(op.name, self.wanted_peer)]
         return out
 
     @staticmethod

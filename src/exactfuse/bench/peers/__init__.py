@@ -88,10 +88,11 @@ def load_peers() -> None:
         importlib.import_module(module.name)
 
 
-def peers_for(op: str) -> list[PeerAdapter]:
-    """The adapters registered for ``op`` whose library is available here."""
+def peers_for(op: str, wanted: Callable[[str], bool] = lambda name: True) -> list[PeerAdapter]:
+    """The adapters registered for ``op`` that ``wanted`` takes (by name) and whose library is available here;
+    only those are imported (an unwanted peer's library, FLA's say, costs its import nothing)."""
     load_peers()
-    return [a for a in PEERS.get(op, {}).values() if a.available()]
+    return [a for a in PEERS.get(op, {}).values() if wanted(a.name) and a.available()]
 
 
 def importable_on_cuda(module: str) -> Callable[[], bool]:
