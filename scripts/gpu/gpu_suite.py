@@ -1,6 +1,7 @@
 """The whole GPU suite in one command: every ``@pytest.mark.gpu`` test, then a report of its counts.
 
-Usage: python3 scripts/gpu/gpu_suite.py [--workers N] [--only PASS] [--out FILE] [--timeout S] [PYTEST_ARGS...]
+Usage: python3 scripts/gpu/gpu_suite.py [--workers N] [--only PASS] [--out FILE] [--timeout S] [--budget S]
+           [PYTEST_ARGS...]
 
 Two passes over ``pytest -m gpu``:
 
@@ -17,6 +18,12 @@ Two passes over ``pytest -m gpu``:
 
 ``--only shared`` or ``--only big_memory`` runs one pass (a targeted run; the whole suite is both).
 
+``--budget S`` (default: ``EXACTFUSE_STEP_SECONDS``, which ``scripts/gpu/run.sh`` sets to what its step has
+left, less a margin) stops the suite itself after S seconds: the running pass is interrupted, a pass not yet
+begun is not started, and the report is written all the same, from pytest's junit file or, where an
+interrupted pytest left none, from ``pytest_stream``'s file (``EXACTFUSE_STREAM``). It says that the run was
+stopped and names the tests that were still running; a stopped run is not a pass.
+
 The report (``--out``, default ``benchmarks/results/<gpu>/gpu_suite.txt``) holds the commit, the GPU, torch
 and Triton, the pass/fail/skip counts of each pass, every failure and error, the slowest tests and the
 largest peak allocations (the ``peak_gib`` property). Exit status 0 only when no test failed, erred or was
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -111,9 +119,14 @@ def _results_dir(gpu: str) -> Path:
     return ROOT / "benchmarks" / "results" / tag
 
 
+# seconds an interrupted pytest gets to write its junit file before it is killed
+STOP_GRACE = 20
+
+
 def _run_pass(
-    label: str, marks: str, workers: int, share: float, timeout: int, extra: list[str], xml: Path
-) -> tuple[int, float]:
+    label: str, marks: str, workers: int, share: float, timeout: int, extra: list[str], xml: Path, left: float
+) -> tuple[int, float, bool]:
+    """One pass of pytest, stopped once ``left`` seconds are spent (:func:`_run_until`)."""
     cmd = [sys.executable, "-m", "pytest", "-m", marks, "-q", "-rfEs", "-p", "no:cacheprovider",
            "-o", "junit_family=xunit1", f"--junitxml={xml}", f"--timeout={timeout}", *extra]  # fmt: skip
     if workers > 1:
@@ -122,9 +135,28 @@ def _run_pass(
         # longest tests (473 s for 2,271 s of test time at 9 workers, gpu_suite.txt)
         cmd += ["-n", str(workers), *(["--maxschedchunk", "1"] if _xdist_has_maxschedchunk() else [])]
     print(f"== {label}: {' '.join(cmd[2:])}", flush=True)
+    rc, seconds, cut = _run_until(cmd, _pass_env(share, workers), left)
+    if cut:
+        print(f"== {label}: stopped after {seconds:.0f} s, the suite's budget spent", flush=True)
+    return rc, seconds, cut
+
+
+def _run_until(cmd: list[str], env: dict, left: float) -> tuple[int, float, bool]:
+    """``cmd`` in a session of its own (an interrupt reaches its children, the xdist workers, and nothing
+    above this script), interrupted once ``left`` seconds are spent and killed ``STOP_GRACE`` s later:
+    (its exit status, its seconds, whether it was stopped)."""
     t0 = time.time()
-    rc = subprocess.run(cmd, cwd=ROOT, env=_pass_env(share, workers)).returncode
-    return rc, time.time() - t0
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True)
+    try:
+        return proc.wait(timeout=max(left, 1.0)), time.time() - t0, False
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=STOP_GRACE)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        return proc.returncode, time.time() - t0, True
 
 
 def _pass_env(share: float, workers: int) -> dict:
@@ -157,14 +189,53 @@ def _start_aoti_probe() -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
 
 
-def _aoti_probe_loads(probe: subprocess.Popen | None) -> tuple[bool, str]:
-    """Whether the probe's package loaded and ran, and its outcome lines."""
+def _aoti_probe_loads(probe: subprocess.Popen | None, deadline: float) -> tuple[bool, str]:
+    """Whether the probe's package loaded and ran, and its outcome lines; a probe still running at
+    ``deadline`` (or 600 s on) is stopped and counts as not loading."""
     if probe is None:
         return False, "not probed"
-    stdout, stderr = probe.communicate(timeout=600)
+    try:
+        stdout, stderr = probe.communicate(timeout=max(1.0, min(600.0, deadline - time.time())))
+    except subprocess.TimeoutExpired:
+        probe.kill()
+        probe.communicate()
+        return False, "not finished in the suite's budget"
     summary = [ln for ln in stdout.splitlines() if ln.startswith(("OK", "CRASH", "FAIL", "TIMEOUT"))]
     loads = probe.returncode == 0 and bool(summary) and summary[-1].startswith("OK")
     return loads, (" / ".join(summary) or stderr[-400:])[:300]
+
+
+def _stream_cases(stream: Path | None, known: set[str]) -> tuple[list[dict], list[str]]:
+    """The results ``pytest_stream`` wrote (``outcome seconds node-id @wall worker`` lines) for tests not in
+    ``known`` (junit ids), as :func:`_cases` gives them, and the node ids of the tests started without a
+    result (still running when the pass was stopped)."""
+    if stream is None or not stream.exists():
+        return [], []
+    outcomes = {"passed": "passed", "failed": "failure", "skipped": "skipped"}
+    cases, running = {}, {}
+    for line in stream.read_text().splitlines():
+        parts = line.split()
+        if len(parts) < 2 or line.startswith(" "):
+            continue
+        if parts[0] == "start":
+            running[parts[1]] = True
+            continue
+        if len(parts) < 3:
+            continue
+        outcome, seconds, node = parts[0], parts[1], parts[2]
+        running.pop(node, None)
+        junit_id = _junit_id(node)
+        if junit_id not in known:
+            kind = outcomes.get(outcome, "error")  # "failed-in-setup" and the like: an error, as junit counts it
+            cases[junit_id] = {"id": junit_id, "outcome": kind, "message": "", "seconds": float(seconds),
+                               "peak_gib": 0.0}  # fmt: skip
+    return list(cases.values()), list(running)
+
+
+def _junit_id(node: str) -> str:
+    """The junit report's ``classname::name`` of pytest's node id (the inverse of :func:`_node_id`)."""
+    path, _, name = node.partition("::")
+    return f"{path.removesuffix('.py').replace('/', '.')}::{name}"
 
 
 def _cases(xml: Path) -> list[dict]:
@@ -191,13 +262,21 @@ def main() -> int:
     parser.add_argument("--only", choices=("shared", "big_memory"), help="run one pass only")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--timeout", type=int, default=300, help="seconds a test may run (pytest-timeout)")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=float(os.environ.get("EXACTFUSE_STEP_SECONDS") or 0),
+        help="seconds the whole suite may take (0: no limit); the report is written either way",
+    )
     args, extra = parser.parse_known_args()
+    deadline = time.time() + args.budget if args.budget > 0 else float("inf")
+    stream = Path(os.environ["EXACTFUSE_STREAM"]) if os.environ.get("EXACTFUSE_STREAM") else None
     gpu, torch_version, triton_version, rev = _gpu()
     args.workers = args.workers or _default_workers()
     out = args.out or _results_dir(gpu) / "gpu_suite.txt"
     # the slowest tests first (tests/conftest.py), by the times of this GPU's last committed run
     os.environ["EXACTFUSE_TEST_SECONDS"] = str(_results_dir(gpu) / SECONDS_FILE)
-    passes, lines, notes = [], [], []
+    passes, lines, notes, stopped = [], [], [], False
     probe = _start_aoti_probe() if args.only != "shared" else None
     with tempfile.TemporaryDirectory() as tmp:
         big = _big_memory_workers()
@@ -208,15 +287,27 @@ def main() -> int:
         ):  # fmt: skip
             if args.only not in (None, name):
                 continue
+            if time.time() >= deadline:
+                notes.append(f"not run: the {name} pass (the suite's budget of {args.budget:.0f} s was spent)")
+                stopped = True
+                continue
             if name == "big_memory":
-                loads, why = _aoti_probe_loads(probe)
+                loads, why = _aoti_probe_loads(probe, deadline)
                 marks = "gpu and (big_memory or aoti_load)" if loads else marks
                 if not loads:
                     notes += [f"not run here: the aoti_load tests; this torch cannot load an AOTInductor package "
                               f"without exactfuse either (scripts/gpu/probe_aoti_load.py plain: {why})"]  # fmt: skip
             xml = Path(tmp) / f"{len(passes)}.xml"
-            rc, seconds = _run_pass(label, marks, workers, share, args.timeout, extra, xml)
-            passes.append((label, rc, seconds, _cases(xml)))
+            rc, seconds, cut = _run_pass(label, marks, workers, share, args.timeout, extra, xml, deadline - time.time())
+            cases = _cases(xml)
+            if cut:
+                stopped = True
+                earlier = {c["id"] for *_, done in passes for c in done} | {c["id"] for c in cases}
+                more, running = _stream_cases(stream, earlier)
+                cases += more
+                notes.append(f"stopped: the {name} pass after {seconds:.0f} s (the suite's budget of "
+                             f"{args.budget:.0f} s); still running then: {', '.join(running) or 'none'}")  # fmt: skip
+            passes.append((label, rc, seconds, cases))
     everything = [c for *_, cases in passes for c in cases]
     bad = [c for c in everything if c["outcome"] != "passed"]
     total_s = sum(s for _, _, s, _ in passes)
@@ -244,7 +335,7 @@ def main() -> int:
     out.write_text(text)
     _write_seconds(out.parent / SECONDS_FILE, os.environ["EXACTFUSE_TEST_SECONDS"], everything)
     print(text)
-    ok = everything and not bad and all(rc == 0 for _, rc, _, cases in passes if cases)
+    ok = everything and not bad and not stopped and all(rc == 0 for _, rc, _, cases in passes if cases)
     return 0 if ok else 1
 
 

@@ -7,7 +7,7 @@
 # Steps (run in the order given; "--" separates steps, so a step's own arguments cannot contain a bare "--"):
 #   suite [ARGS...]          the whole GPU suite, every @pytest.mark.gpu test (scripts/gpu/gpu_suite.py: xdist workers
 #                            each held to a share of the card, then the big_memory tests, two workers on an H100); its report
-#                            into results/gpu_suite.txt
+#                            into results/gpu_suite.txt, written also when the run's time limit stops it (--budget)
 #   tests [PYTEST_ARGS...]   python3 -m pytest -m gpu -q -rfE PYTEST_ARGS (default: the whole suite); each result
 #                            streams into logs/<label>.stream as it finishes (scripts/gpu/pytest_stream.py)
 #   verify [ARGS...]         python3 -m exactfuse verify ARGS            (e.g. --op w4a16_gemm --quick)
@@ -62,6 +62,7 @@ if [ -z "${EXACTFUSE_GIT_REV:-}" ] && git rev-parse --short=12 HEAD >/dev/null 2
   EXACTFUSE_GIT_REV=$(git rev-parse --short=12 HEAD)
   export EXACTFUSE_GIT_REV
 fi
+SUITE_MARGIN=40 # seconds: an interrupted pytest's grace (gpu_suite.STOP_GRACE, 20) and the report
 NCU_SECTIONS=(--section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats
   --section WarpStateStats --section MemoryWorkloadAnalysis
   --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio')
@@ -84,8 +85,10 @@ step() {
         python3 -m pytest -m gpu -q -rfE -p no:cacheprovider -p pytest_stream "$@" >"$log" 2>&1
       ;;
     suite)
+      # the suite stops itself SUITE_MARGIN seconds before the step's limit, so that its report is written
       EXACTFUSE_STREAM=$LOGS/$label.stream PYTHONPATH=$PYTHONPATH:scripts/gpu timeout "$left" \
-        python3 scripts/gpu/gpu_suite.py --out "$OUT_DIR/results/gpu_suite.txt" -p pytest_stream "$@" >"$log" 2>&1
+        python3 scripts/gpu/gpu_suite.py --out "$OUT_DIR/results/gpu_suite.txt" --budget $((left > SUITE_MARGIN ? left - SUITE_MARGIN : 1)) \
+        -p pytest_stream "$@" >"$log" 2>&1
       ;;
     verify) timeout "$left" python3 -m exactfuse verify "$@" >"$log" 2>&1 ;;
     bench)
@@ -181,7 +184,7 @@ fi
     case "$label" in
       *-tests*|*-suite*)
         case "$label" in
-          *-suite*) grep -E "^(commit|total|shared|big_memory|failure|error|skipped):? " "$log" | head -40 ;;
+          *-suite*) grep -E "^(commit|total|shared|big_memory|failure|error|skipped|stopped|not run):? " "$log" | head -40 ;;
           *) grep -E "passed|failed|error" "$log" | tail -1 ;;
         esac
         stream="$LOGS/$label.stream"
