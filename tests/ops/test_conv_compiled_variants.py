@@ -63,10 +63,11 @@ def bits(t: torch.Tensor) -> torch.Tensor:
 
 
 class _Recorder:
-    """``torch.library.wrap_triton`` that records each launch's kernel name and flags, then launches."""
+    """``torch.library.wrap_triton`` that records each launch's kernel name and flags, then launches (``dry``:
+    records only; the launchers choose their launches from shapes and constants, never from a kernel's output)."""
 
-    def __init__(self, real):
-        self.real, self.launches = real, []
+    def __init__(self, real, dry: bool = False):
+        self.real, self.launches, self.dry = real, [], dry
 
     def __call__(self, kernel):
         wrapped = self.real(kernel)
@@ -77,7 +78,7 @@ class _Recorder:
                 def launch(*args, **kwargs):
                     flags = tuple((k, kwargs[k]) for k in FLAGS if k in kwargs)
                     recorder.launches.append((kernel.fn.__name__, flags))
-                    return wrapped[grid](*args, **kwargs)
+                    return None if recorder.dry else wrapped[grid](*args, **kwargs)
 
                 return launch
 
@@ -85,8 +86,8 @@ class _Recorder:
 
 
 @contextlib.contextmanager
-def _recording():
-    recorder = _Recorder(torch.library.wrap_triton)
+def _recording(dry: bool = False):
+    recorder = _Recorder(torch.library.wrap_triton, dry)
     torch.library.wrap_triton = recorder
     try:
         yield recorder.launches
@@ -94,22 +95,28 @@ def _recording():
         torch.library.wrap_triton = recorder.real
 
 
-def _eager(op, case) -> tuple[tuple, frozenset]:
+def _launches(op, case, dry: bool) -> tuple[tuple, frozenset]:
+    """The case's arguments after the triton provider's call (with its output) and the set of its launches;
+    ``dry``: the launches recorded, no kernel run (the results are not the op's)."""
     args, kwargs = clone_args(case.args, case.kwargs)
-    with _recording() as launches:
+    with _recording(dry) as launches:
         out = op.run_provider("triton", *args, **kwargs)
     return (*args, *kwargs.values(), out), frozenset(launches)
 
 
-def _selected(name: str, device: str, dtype: torch.dtype):
-    """(case, eager results, launches) for the first of the op's declared cases with each new set of launches."""
+def _selected(name: str, device: str, dtype: torch.dtype, shard: int = 0, shards: int = 1, eager: bool = True):
+    """The first of the op's declared cases with each new set of launches (found without running a kernel):
+    every ``shards``-th of them from ``shard`` on as (case, eager results, launches), and the launches of all of
+    them (what ``_unreached`` checks). Only the selected cases run eagerly (``eager``; else their results are
+    None), so that the shards do not each compile every case's kernels."""
     op, seen, chosen = exactfuse.get(name), set(), []
     for case in op.iter_cases(device, dtype):
-        results, launches = _eager(op, case)
+        _, launches = _launches(op, case, dry=True)
         if launches and launches not in seen:
             seen.add(launches)
-            chosen.append((case, results, launches))
-    return chosen
+            chosen.append((case, launches))
+    mine = [(case, _launches(op, case, dry=False)[0] if eager else None, ls) for case, ls in chosen[shard::shards]]
+    return mine, [launch for _, ls in chosen for launch in ls]
 
 
 def _meets(launch, what: str) -> bool:
@@ -117,8 +124,7 @@ def _meets(launch, what: str) -> bool:
     return launch[0] == kernel and all(dict(launch[1]).get(n) == v for n, v in want.items())
 
 
-def _unreached(name: str, chosen) -> list[str]:
-    launches = [launch for *_, ls in chosen for launch in ls]
+def _unreached(name: str, launches) -> list[str]:
     return [what for what in REQUIRED[name] if not any(_meets(launch, what) for launch in launches)]
 
 
@@ -215,8 +221,8 @@ def test_interpreter_declared_cases_reach_every_launch_variant_and_trace_with_un
     """The declared cases reach every variant, and Dynamo traces each variant's first case through the op's
     fake implementation with unbacked token counts: a spec or check that guards on a token count (say
     ``max(T - 1, 0)``) fails here, before any GPU."""
-    op, chosen = exactfuse.get(name), _selected(name, "cpu", torch.float16)
-    unreached = _unreached(name, chosen)
+    op, (chosen, launches) = exactfuse.get(name), _selected(name, "cpu", torch.float16, eager=False)
+    unreached = _unreached(name, launches)
     assert not unreached, f"no declared case of {name} reaches: {unreached}"
     failures = _compiled_failures(op, chosen, _trace_only)
     assert not failures, f"{len(failures)} of {len(chosen)} traced variants fail:\n" + "\n".join(failures)
@@ -229,9 +235,8 @@ def test_gpu_every_launch_variant_compiled_dynamic_unbacked_is_eager_bit_for_bit
     """bf16 only: the variants are the launcher's choices, which do not depend on the dtype (the compile
     tests of test_compiler.py cover fp16). Each shard compiles every SHARDS-th variant, so that the
     Inductor compiles (15-20 s each) spread over the suite's workers."""
-    op, chosen = exactfuse.get(name), _selected(name, "cuda", torch.bfloat16)
-    unreached = _unreached(name, chosen)
+    op, (mine, launches) = exactfuse.get(name), _selected(name, "cuda", torch.bfloat16, shard, SHARDS)
+    unreached = _unreached(name, launches)
     assert not unreached, f"no declared case of {name} reaches: {unreached}"
-    mine = chosen[shard::SHARDS]
     failures = _compiled_failures(op, mine, "inductor")
     assert not failures, f"{len(failures)} of {len(mine)} compiled variants fail:\n" + "\n".join(failures)
