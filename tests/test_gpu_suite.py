@@ -3,6 +3,7 @@ built from what pytest_stream wrote, with the tests still running named."""
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -55,3 +56,29 @@ def test_stream_results_fill_in_what_the_junit_file_lacks(tmp_path):
         == "tests/ops/test_a.py::test_x[bf16]"
     )
     assert gpu_suite._stream_cases(None, set()) == ([], [])
+
+
+def test_the_command_dies_with_the_script(tmp_path):
+    """A terminated suite (run.sh's timeout) takes its pytest session with it: nothing keeps running on the GPU."""
+    marker = tmp_path / "pid"
+    child = f"import os, time; open({str(marker)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    here = str(Path(gpu_suite.__file__).parent)
+    script = (
+        f"import os, sys; sys.path.insert(0, {here!r}); import gpu_suite; "
+        f"gpu_suite._run_until([sys.executable, '-c', {child!r}], dict(os.environ), 60)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    for _ in range(200):
+        if marker.exists() and marker.read_text():
+            break
+        time.sleep(0.05)
+    pid = int(marker.read_text())
+    proc.terminate()
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the command (pid {pid}) outlived the terminated script")

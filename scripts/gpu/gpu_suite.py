@@ -143,10 +143,17 @@ def _run_pass(
 
 def _run_until(cmd: list[str], env: dict, left: float) -> tuple[int, float, bool]:
     """``cmd`` in a session of its own (an interrupt reaches its children, the xdist workers, and nothing
-    above this script), interrupted once ``left`` seconds are spent and killed ``STOP_GRACE`` s later:
-    (its exit status, its seconds, whether it was stopped)."""
+    above this script), interrupted once ``left`` seconds are spent and killed ``STOP_GRACE`` s later, or at
+    once when this script is terminated: (its exit status, its seconds, whether it was stopped)."""
     t0 = time.time()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True)
+
+    def killed_with_this_script(signum, frame):
+        # its own session is out of reach of a signal to this script's process group (run.sh's timeout)
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise SystemExit(128 + signum)
+
+    earlier = signal.signal(signal.SIGTERM, killed_with_this_script)
     try:
         return proc.wait(timeout=max(left, 1.0)), time.time() - t0, False
     except subprocess.TimeoutExpired:
@@ -157,6 +164,8 @@ def _run_until(cmd: list[str], env: dict, left: float) -> tuple[int, float, bool
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         return proc.returncode, time.time() - t0, True
+    finally:
+        signal.signal(signal.SIGTERM, earlier)
 
 
 def _pass_env(share: float, workers: int) -> dict:
