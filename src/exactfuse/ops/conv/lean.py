@@ -85,6 +85,9 @@ def conv_lean_kernel(
     window = ()  # input rows start - SL ... start + UNROLL - 1 (a row no tap reads is never loaded: dead code)
     for i in tl.static_range(UNROLL + SL):
         window += (tl.load(p_rows + (i - SL) * tl.cast(stride_x, tl.int64), mask=m_x, other=0.0),)
+    # the weights and the bias too are read before the search: loads issued after its branch would wait for it
+    weights = tile_weights(p_w, o_c, m_c, start, stride_w_c, stride_w_k, K, W_ALIGN, W_WORD)
+    b_bias = bias_values(p_b, o_c, m_c, start, HAS_BIAS)
     STARTS: tl.constexpr = not HAS_STATE
     lean, inside, r, at_start = lean_tile(t0, L, R, p_qsl, SL, BT, STARTS)
     if lean:
@@ -103,31 +106,27 @@ def conv_lean_kernel(
             window = _from_start(window, start, tl.where(at_start, t0, t0 - SL), SL)
         if out_ok:  # a scalar: the rows outside every request (or without a slot) take the branch below
             _lean_runs(
-                window, p_x, p_w, p_b, p_res_rows, p_outer_rows, p_out_rows, start, o_c, m_c, stride_res,
-                stride_outer, stride_out, stride_w_c, stride_w_k, K, D, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT, UNROLL,
-                W_ALIGN, W_WORD, False,
+                window, weights, b_bias, p_x, p_w, p_res_rows, p_outer_rows, p_out_rows, o_c, m_c, stride_res,
+                stride_outer, stride_out, K, D, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT, UNROLL, False,
             )  # fmt: skip
         else:
             _lean_runs(
-                window, p_x, p_w, p_b, p_res_rows, p_outer_rows, p_out_rows, start, o_c, m_c, stride_res,
-                stride_outer, stride_out, stride_w_c, stride_w_k, K, D, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT, UNROLL,
-                W_ALIGN, W_WORD, True,
+                window, weights, b_bias, p_x, p_w, p_res_rows, p_outer_rows, p_out_rows, o_c, m_c, stride_res,
+                stride_outer, stride_out, K, D, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT, UNROLL, True,
             )  # fmt: skip
     elif EVERY_TILE:  # else the prefill kernel's FIXUP launch takes the tile
         tl.static_assert(not HAS_STATE)
         _boundary_runs(
-            p_x, p_w, p_b, p_res, p_outer, p_out, p_qsl, start, o_c, m_c, L, R, stride_x, stride_res, stride_outer,
-            stride_out, stride_w_c, stride_w_k, K, D, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT, UNROLL, W_ALIGN,
-            W_WORD,
+            weights, b_bias, p_x, p_w, p_res, p_outer, p_out, p_qsl, start, o_c, m_c, L, R, stride_x, stride_res,
+            stride_outer, stride_out, K, D, HAS_RESIDUAL, HAS_OUTER, HAS_BIAS, ACT, UNROLL,
         )  # fmt: skip
 
 
 @triton.jit
 def _boundary_runs(
-    p_x, p_w, p_b, p_res, p_outer, p_out, p_qsl, start, o_c, m_c, L, R, stride_x, stride_res, stride_outer,
-    stride_out, stride_w_c, stride_w_k, K: tl.constexpr, D: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-    HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, UNROLL: tl.constexpr, W_ALIGN: tl.constexpr,
-    W_WORD: tl.constexpr,
+    weights, b_bias, p_x, p_w, p_res, p_outer, p_out, p_qsl, start, o_c, m_c, L, R, stride_x, stride_res,
+    stride_outer, stride_out, K: tl.constexpr, D: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr,
+    HAS_BIAS: tl.constexpr, ACT: tl.constexpr, UNROLL: tl.constexpr,
 ):  # fmt: skip
     """Without a state, a tile :func:`lean_tile` leaves (a request boundary inside it or near it, the first
     tiles, the last one past ``L``), in the same runs: each row's request is searched (``slots.find_request``)
@@ -138,8 +137,6 @@ def _boundary_runs(
     sequence of roundings, so every output is the prefill kernel's bits, and no fixup launch follows."""
     SL: tl.constexpr = (K - 1) * D
     FP16_TAPS: tl.constexpr = (p_w.dtype.element_ty == tl.float16) & (p_x.dtype.element_ty == tl.float16)
-    weights = tile_weights(p_w, o_c, m_c, start, stride_w_c, stride_w_k, K, W_ALIGN, W_WORD)
-    b_bias = bias_values(p_b, o_c, m_c, start, HAS_BIAS)
     q_end = tl.load(p_qsl + R)
     for i_r in range(UNROLL):  # a loop, not unrolled: these rarer tiles keep the lean runs' registers
         o_t = start + i_r
@@ -177,23 +174,19 @@ def _from_start(window, start, floor, SL: tl.constexpr):
 
 @triton.jit
 def _lean_runs(
-    window, p_x, p_w, p_b, p_res_rows, p_outer_rows, p_out_rows, start, o_c, m_c, stride_res, stride_outer,
-    stride_out, stride_w_c, stride_w_k, K: tl.constexpr, D: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-    HAS_OUTER: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, UNROLL: tl.constexpr, W_ALIGN: tl.constexpr,
-    W_WORD: tl.constexpr, ZERO: tl.constexpr,
+    window, weights, b_bias, p_x, p_w, p_res_rows, p_outer_rows, p_out_rows, o_c, m_c, stride_res, stride_outer,
+    stride_out, K: tl.constexpr, D: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_OUTER: tl.constexpr,
+    HAS_BIAS: tl.constexpr, ACT: tl.constexpr, UNROLL: tl.constexpr, ZERO: tl.constexpr,
 ):  # fmt: skip
     """The lean kernel's outputs, row ``i_r`` of every run at a time: the taps from ``window``, the epilogue, the
     store at the rows' bases plus ``i_r`` rows. ZERO (rows outside every request, or of a request without a
     slot): the conv output is zero, and only the residual update or the store of zeros remains."""
     FP16_TAPS: tl.constexpr = (p_w.dtype.element_ty == tl.float16) & (p_x.dtype.element_ty == tl.float16)
-    if not ZERO:
-        weights = tile_weights(p_w, o_c, m_c, start, stride_w_c, stride_w_k, K, W_ALIGN, W_WORD)
-        b_bias = bias_values(p_b, o_c, m_c, start, HAS_BIAS)
     for i_r in tl.static_range(UNROLL):
         if ZERO:
-            conv = tl.zeros_like(start * o_c).to(p_x.dtype.element_ty)
+            conv = tl.zeros_like(b_bias).to(p_x.dtype.element_ty)
         else:
-            acc = tl.zeros_like(start * o_c).to(tl.float32)
+            acc = tl.zeros_like(b_bias)
             for k in tl.static_range(K):
                 acc = tap(acc, weights[k], window[i_r + D * k].to(tl.float32), FP16_TAPS)
             conv = conv_value(acc, b_bias, p_x, p_w, HAS_BIAS, ACT)
