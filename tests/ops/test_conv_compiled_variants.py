@@ -6,9 +6,9 @@ The variants are the launcher's choices (``ops/conv/launch.py``): the lean prefi
 launch, the lean kernel that takes every tile (no state), the prefill kernel's plain tiles (token maps,
 ``seq_idx``), the update kernel's decode register window (tile and scalar loads), flat run and speculative
 rows, the state write-back, with and without a state, a residual and an outer residual, and the backward's two
-kernels. Each declared GPU case is run eagerly once with its launches recorded; the first case of each new set
-of launches is then compiled and compared, and a test asserts that the cases reach every variant, so a variant
-the declared cases stop reaching fails here, not silently.
+kernels. Each declared GPU case's launches are recorded without running a kernel; the first case of each new
+set of launches is then run eagerly, compiled and compared, and a test asserts that the cases reach every
+variant, so a variant the declared cases stop reaching fails here, not silently.
 Inductor types a symbolic size as an int64 argument, which the eager launches never do: a kernel whose
 integer types disagree under it (an ``if`` whose branches give int32 and int64) fails only on this path.
 """
