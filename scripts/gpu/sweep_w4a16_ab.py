@@ -33,7 +33,7 @@ def main() -> None:
         ws, _ = weights(K, N, dtype, with_dense=False)
         for M in ms:
             a = torch.randn((M, K), dtype=dtype, device="cuda")
-            cfg = select_config(M, N, K, 128, sms, wgmma=not staged.wgmma_unavailable(a))
+            cfg = select_config(M, N, K, 128, sms, wgmma=not staged.wgmma_unavailable(a.device))
             if not any(APPLIES[f](cfg) for f in fields):
                 continue
             on, off = (dataclasses.replace(cfg, **dict.fromkeys(fields, v)) for v in (True, False))

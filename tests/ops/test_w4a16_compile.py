@@ -60,7 +60,7 @@ def _decode_after_prefill(device, backend):
         assert seen[0].name == "dense"
         frames = counter.frame_count
         # the same dynamic graph (no recompile), the tile chosen at run time
-        wgmma = not staged.wgmma_unavailable(x)  # the rule's staged tile serves M = 2 and 12 here
+        wgmma = not staged.wgmma_unavailable(x.device)  # the rule's staged tile serves M = 2 and 12 here
         for M, name in ((12, "staged" if wgmma else "decode"), (2, "staged" if wgmma else "gemv")):
             with record_configs() as seen:
                 y = compiled(x[:M])

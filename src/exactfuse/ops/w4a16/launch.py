@@ -82,7 +82,9 @@ def launch_config(
         G = 0
     else:
         G = kernel_group(K, group_size)
-        cfg = config or select_config(M, N, K, group_size, num_sms(a.device), wgmma=not staged.wgmma_unavailable(a))
+        cfg = config or select_config(
+            M, N, K, group_size, num_sms(a.device), wgmma=not staged.wgmma_unavailable(a.device)
+        )
     unfit = cfg.staged and staged.staged_unsupported(a, N, G, perm, group_index, cfg)
     if unfit and config is None:
         return fused_config(M, N, K, num_sms(a.device))

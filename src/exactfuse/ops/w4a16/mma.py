@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from exactfuse.ops.w4a16.staged import HAS_GLUON
+from exactfuse.ops.w4a16.staged import HAS_GLUON, wgmma_unavailable
 from exactfuse.registry.platform import interpreter_enabled
-from exactfuse.utils import compute_capability
 
 if HAS_GLUON:
     from triton.experimental import gluon
@@ -183,9 +182,9 @@ def gluon_gpu_supported() -> bool | str:
 
 
 def fragment_kernel_runs(device: torch.device) -> bool:
-    """Whether ``w4a16_gemm_packed``'s kernels run on ``device``: :func:`gluon_gpu_supported`, and an sm_90
-    CUDA device."""
-    return device.type == "cuda" and gluon_gpu_available() and compute_capability(device) == (9, 0)
+    """Whether ``w4a16_gemm_packed``'s kernels run on ``device``: its provider can be chosen here
+    (:func:`gluon_gpu_supported`) and the device runs the wgmma kernels (``staged.wgmma_unavailable``)."""
+    return gluon_gpu_available() and wgmma_unavailable(device) is None
 
 
 def gluon_gpu_available() -> bool:

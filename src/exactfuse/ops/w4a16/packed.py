@@ -218,7 +218,7 @@ def packed_supports(
 ) -> bool | str:
     """An sm_90 GPU with Gluon, ``a`` with unit last stride, contiguous, 16-byte aligned layout tensors; else
     the reason."""
-    if reason := wgmma_unavailable(a):
+    if reason := wgmma_unavailable(a.device):
         return reason
     if a.stride(1) != 1:
         return f"a has strides {tuple(a.stride())}: the kernel reads rows of a with unit last stride"

@@ -263,11 +263,11 @@ def staged_shape_unsupported(N: int, K: int, G: int, cfg: TileConfig) -> str | N
     return None
 
 
-def wgmma_unavailable(a: torch.Tensor) -> str | None:
-    """Why ``a``'s device cannot run the staged tile at all (None: it can)."""
+def wgmma_unavailable(device: torch.device) -> str | None:
+    """Why ``device`` cannot run the Gluon wgmma kernels at all (None: it can)."""
     if not HAS_GLUON:
         return "this Triton has no Gluon Hopper language"
-    if interpreter_enabled() or not a.is_cuda or compute_capability(a.device) != (9, 0):
+    if interpreter_enabled() or device.type != "cuda" or compute_capability(device) != (9, 0):
         return "it runs on sm_90 (wgmma) GPUs only"
     return None
 
@@ -276,7 +276,7 @@ def staged_unsupported(
     a: torch.Tensor, N: int, G: int, perm: torch.Tensor | None, group_index: torch.Tensor | None, cfg: TileConfig
 ) -> str | None:
     """Why the staged tile cannot run these arguments at ``cfg`` (None: it can)."""
-    if reason := wgmma_unavailable(a):
+    if reason := wgmma_unavailable(a.device):
         return reason
     if group_index is not None:
         return "it reads one group for all the rows of a group (no group_index)"
