@@ -2,29 +2,30 @@
 ``--wgmma``) beside its dense path, ``w4a16_gemm`` on the GPTQ layout and cuBLAS.
 
 Run on a GPU: ``bash scripts/gpu/run.sh probe w4a16_packed`` (``--layers``, ``--dtypes``, ``--ms``, ``--pdl``,
-``--per-warp``, ``--tiles``, ``--stages``, ``--wgmma``; the first five comma-separated lists). For each layer
-(K x N), dtype and M, group 128, weights rotated past the L2, the kernel at ``packed_config`` (``--tiles`` /
+``--per-warp``, ``--tiles``, ``--stages``, ``--piece-chunks``, ``--wgmma``; the lists comma-separated). For each
+layer (K x N), dtype and M, group 128, weights rotated past the L2, the kernel at ``packed_config`` (``--tiles`` /
 ``--stages`` override it; ``--pdl 0,1``: plain and programmatic dependent launches; ``--per-warp 0,1``: the
-consumer warps in one partition or each in its own; ``--wgmma ROWSxTILESuUNROLLsSTAGES[p][gG]/WARPS,...``: the
-wgmma kernel too (``p`` pipelined, ``g2`` two consumer warpgroup partitions), at each configuration whose rows
-cover M) is checked first: one-hot activations pick weight rows
-(exact sums in any order: the dequantization bit for bit), random ones meet the op's contract against its
-native spec (asymmetric RTN weights, with and without a bias) and repeat bit for bit, at any M (above
-``PACKED_KERNEL_MAX_M`` rows the op itself takes the dense path; the probe times the kernel's 4-block tile
-there against it). Then it, the op's dense path (the layout dequantized, then cuBLAS), ``w4a16_gemm`` on the
-same weights in the GPTQ layout (what ``W4A16Linear`` runs by default), cuBLAS's dense ``a @ W`` and a pure
-read of the words (``read_kernel``) are timed over CUDA-graph replays of one call per rotated weight; one line
-a (layer, M, dtype, launch) with µs and ratios; exit status 1 if a check fails. The programmatic dependent
-launch overlaps the previous call's tail in that sequence, which a model's layers give only where the kernel
-before each one lets its dependents start early. ``--routed``: first, at each M, the op's provider as it routes
-that M (checked: the contract with and without a bias, a repeat) beside ``w4a16_gemm`` as it routes it, the
-two layouts' paths side by side (``W4A16Linear``'s default layout, docs/performance.md); above
-``PACKED_KERNEL_MAX_M`` rows only that line.
+consumer warps in one partition or each in its own; ``--piece-chunks 8,32``: the stream-K grid chosen with each
+cost of a unit's piece in place of ``heuristics.PIECE_CHUNKS``; ``--wgmma
+ROWSxTILESuUNROLLsSTAGES[p][gG]/WARPS,...``: the wgmma kernel too (``p`` pipelined, ``g2`` two consumer warpgroup
+partitions), at each configuration whose rows cover M) is checked first: one-hot activations pick weight rows
+(exact sums in any order: the dequantization bit for bit), random ones meet the op's contract against its native
+spec (asymmetric RTN weights, with and without a bias) and repeat bit for bit, at any M (above
+``PACKED_KERNEL_MAX_M`` rows the op itself takes the dense path; the probe times the kernel's 4-block tile there
+against it). Then it, the op's dense path (the layout dequantized, then cuBLAS), ``w4a16_gemm`` on the same weights
+in the GPTQ layout (what ``W4A16Linear`` runs by default), cuBLAS's dense ``a @ W`` and a pure read of the words
+(``read_kernel``) are timed over CUDA-graph replays of one call per rotated weight; one line a (layer, M, dtype,
+launch) with µs and ratios; exit status 1 if a check fails. The programmatic dependent launch overlaps the previous
+call's tail in that sequence, which a model's layers give only where the kernel before each one lets its dependents
+start early. ``--routed``: first, at each M, the op's provider as it routes that M (checked: the contract with and
+without a bias, a repeat) beside ``w4a16_gemm`` as it routes it, the two layouts' paths side by side
+(``W4A16Linear``'s default layout, docs/performance.md); above ``PACKED_KERNEL_MAX_M`` rows only that line.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 
 import torch
@@ -117,6 +118,21 @@ def _routed(a, packed: list, check, bias) -> tuple[str, float, str]:
     return verdict, t, "mma.sync t{tiles}b{blocks}u{unroll}s{stages}".format(**cfg)
 
 
+@contextlib.contextmanager
+def _piece_cost(chunks: int):
+    """The stream-K grid chosen with ``chunks`` as a piece's cost (``heuristics.PIECE_CHUNKS``; 0: as shipped)."""
+    from exactfuse.ops.w4a16 import heuristics
+
+    shipped = heuristics.PIECE_CHUNKS
+    heuristics.PIECE_CHUNKS = chunks or shipped
+    heuristics.stream_k.cache_clear()
+    try:
+        yield
+    finally:
+        heuristics.PIECE_CHUNKS = shipped
+        heuristics.stream_k.cache_clear()
+
+
 def _wgmma_config(spec: str) -> dict:
     """``ROWSxTILESuUNROLLsSTAGES[p][gGROUPS]/WARPS`` as ``launch_packed_wgmma``'s keywords (``p``: pipelined;
     ``g2``: two consumer warpgroups, each a partition of its own)."""
@@ -174,6 +190,9 @@ def main() -> None:
     parser.add_argument("--stages", type=int, default=0, help="ring slots (0: packed_config's)")
     parser.add_argument("--per-warp", default="0", help="1: each consumer warp a partition of its own; comma-separated")
     parser.add_argument(
+        "--piece-chunks", default="", help="a piece's cost in the stream-K grid (PIECE_CHUNKS), comma-separated"
+    )
+    parser.add_argument(
         "--wgmma", default="", help="the wgmma kernel too, at ROWSxTILESuUNROLLsSTAGES/WARPS,... (rows >= M taken)"
     )
     parser.add_argument(
@@ -210,14 +229,19 @@ def main() -> None:
                           f"{t_cublas / t:.2f}x; checks {verdict}", flush=True)  # fmt: skip
                     if M > PACKED_KERNEL_MAX_M:
                         continue  # the kernel's own lines are for the rows it serves
-                for pdl, per_warp in (
-                    (bool(int(d)), bool(int(w))) for d in args.pdl.split(",") for w in args.per_warp.split(",")
+                for pdl, per_warp, pieces in (
+                    (bool(int(d)), bool(int(w)), int(p) if p else 0)
+                    for d in args.pdl.split(",")
+                    for w in args.per_warp.split(",")
+                    for p in args.piece_chunks.split(",")
                 ):
                     cfg = base | {"pdl": pdl, "per_warp": per_warp}
-                    verdict = _check(M, dtype, check, bias, cfg)
-                    failed += verdict != "ok"
-                    t = _time_packed(a, packed, cfg)
+                    with _piece_cost(pieces):
+                        verdict = _check(M, dtype, check, bias, cfg)
+                        failed += verdict != "ok"
+                        t = _time_packed(a, packed, cfg)
                     label = "t{tiles}b{blocks}u{unroll}s{stages}".format(**cfg) + " pdl" * pdl + " per-warp" * per_warp
+                    label += f" pieces cost {pieces}" * bool(pieces)
                     print(f"{K}x{N} M{M} {name}: packed {t:.2f} us ({label}), dense path {t_dense:.2f}, w4a16_gemm "
                           f"{t_gptq:.2f}, cuBLAS {t_cublas:.2f}; dense/packed {t_dense / t:.2f}x, w4a16_gemm/packed "
                           f"{t_gptq / t:.2f}x, cuBLAS/packed {t_cublas / t:.2f}x; {K * N / 2e3 / t:.0f} GB/s of codes, "
