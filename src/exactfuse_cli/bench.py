@@ -223,8 +223,11 @@ def warm_up(ops: list[Op], config: BenchConfig, jobs: int, console: Console) -> 
         seconds = time.perf_counter() - started
         longest = ", ".join(f"{task} {s:.1f} s" for task, s in done.longest())
         retried = f", {done.retried} run again out of memory" if done.retried else ""
+        # the tasks' own seconds over the processes against the wall: how much of it is imports, waits and balance
+        busy = sum(done.seconds.values())
         console.print(
-            f"warm-up: {len(tasks)} tasks in {jobs} processes{retried}, {seconds:.1f} s; longest: {escape(longest)}",
+            f"warm-up: {len(tasks)} tasks in {jobs} processes{retried}, {seconds:.1f} s ({busy:.0f} s of tasks, "
+            f"{busy / jobs:.1f} s a process); longest: {escape(longest)}",
             highlight=False,
         )
     return True

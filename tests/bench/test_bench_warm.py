@@ -178,6 +178,7 @@ def test_one_process_is_no_warm_up_and_more_are_at_most_one_a_task(fake_op, monk
     text = console.file.getvalue()
     assert "warm-up: a [note]" in text and f"warm-up: {n} tasks in 2 processes" in text
     assert "longest: op bf16/y 7.5 s, op bf16/x 2.5 s" in text
+    assert "(10 s of tasks, 5.0 s a process)" in text  # 2.5 + 7.5 over the 2 processes
     assert f"warm-up: {n} tasks in {n} processes" in text
 
 
