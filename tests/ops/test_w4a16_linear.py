@@ -174,15 +174,21 @@ def test_gpu_fragment_layout_meets_the_contract_at_every_path(dtype):
 
 
 def test_auto_layout_is_the_fragment_layout_where_its_kernel_runs(monkeypatch):
-    """``layout="auto"``: the fragment layout where the layer has one and ``w4a16_gemm_packed``'s kernel runs on
-    its device, else the GPTQ layout (here, without an sm_90 GPU: the GPTQ layout); the same outputs either
-    way. The default stays the GPTQ layout."""
+    """``layout="auto"``: the fragment layout where the layer has one, holds at least
+    ``FRAGMENT_LAYOUT_MIN_WEIGHTS`` weights and ``w4a16_gemm_packed``'s kernel runs on its device, else the GPTQ
+    layout (here, without an sm_90 GPU: the GPTQ layout); the same outputs either way. The default stays the
+    GPTQ layout."""
     from exactfuse.layers import w4a16 as layers
+    from exactfuse.ops.w4a16 import heuristics
 
     lin = torch.nn.Linear(256, 64, bias=True).half()
     x = torch.randn(3, 256, dtype=torch.float16)
     assert W4A16Linear.from_linear(lin, group_size=64, layout="auto").layout == "gptq"
     monkeypatch.setattr(layers, "fragment_kernel_runs", lambda device: device.type == "cpu")
+    assert W4A16Linear.from_linear(lin, group_size=64, layout="auto").layout == "gptq"  # 2^14 weights: too few
+    monkeypatch.setattr(heuristics, "FRAGMENT_LAYOUT_MIN_WEIGHTS", 256 * 64 + 1)
+    assert W4A16Linear.from_linear(lin, group_size=64, layout="auto").layout == "gptq"
+    monkeypatch.setattr(heuristics, "FRAGMENT_LAYOUT_MIN_WEIGHTS", 256 * 64)
     assert W4A16Linear.from_linear(lin, group_size=64).layout == "gptq"
     auto = W4A16Linear.from_linear(lin, group_size=64, symmetric=False, layout="auto")
     assert auto.layout == "fragment"
@@ -198,12 +204,16 @@ def test_auto_layout_is_the_fragment_layout_where_its_kernel_runs(monkeypatch):
 
 @pytest.mark.gpu
 def test_gpu_auto_layout_on_this_gpu_is_the_one_its_kernel_takes():
-    """On an sm_90 GPU ``layout="auto"`` is the fragment layout, elsewhere the GPTQ layout; the layer's outputs
-    are within the op's contract of its dequantized weight."""
-    from exactfuse.ops.w4a16 import w4a16_gemm_packed
+    """On an sm_90 GPU ``layout="auto"`` is the fragment layout for a layer of ``FRAGMENT_LAYOUT_MIN_WEIGHTS``
+    weights (4096 x 8192), elsewhere the GPTQ layout, and the GPTQ layout for a smaller one (4096 x 1024) on any
+    GPU; the layer's outputs are within the op's contract of its dequantized weight."""
+    from exactfuse.ops.w4a16 import heuristics, w4a16_gemm_packed
     from exactfuse.utils import compute_capability
 
-    lin = torch.nn.Linear(4096, 1024, bias=True).to("cuda", torch.bfloat16)
+    assert heuristics.FRAGMENT_LAYOUT_MIN_WEIGHTS == 4096 * 8192
+    small = torch.nn.Linear(4096, 1024, bias=True).to("cuda", torch.bfloat16)
+    assert W4A16Linear.from_linear(small, layout="auto").layout == "gptq"
+    lin = torch.nn.Linear(4096, 8192, bias=True).to("cuda", torch.bfloat16)
     auto = W4A16Linear.from_linear(lin, layout="auto")
     want = "fragment" if compute_capability(torch.device("cuda")) == (9, 0) else "gptq"
     assert auto.layout == want

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from exactfuse.ops.w4a16 import dense_weight, fragment, w4a16_gemm, w4a16_gemm_packed
+from exactfuse.ops.w4a16 import dense_weight, fragment, heuristics, w4a16_gemm, w4a16_gemm_packed
 from exactfuse.ops.w4a16.mma import fragment_kernel_runs
 from exactfuse.ops.w4a16.packing import PACK, prepare_gptq, quantize_rtn
 
@@ -108,10 +108,13 @@ class W4A16Linear(nn.Module):
         return None
 
     def preferred_layout(self) -> str:
-        """The layout ``layout="auto"`` takes: ``"fragment"`` where the layer has one (:meth:`fragment_unsupported`)
-        and its kernel runs on the layer's device (an sm_90 GPU with Gluon), else ``"gptq"`` (elsewhere the
-        fragment layout's op would run the spec). Not the default: docs/performance.md, "W4A16Linear's layout"."""
-        if self.fragment_unsupported() is not None:
+        """The layout ``layout="auto"`` takes: ``"fragment"`` where the layer has one (:meth:`fragment_unsupported`),
+        holds at least ``heuristics.FRAGMENT_LAYOUT_MIN_WEIGHTS`` weights (on smaller layers its kernel is the
+        slower one at decode sizes) and its kernel runs on the layer's device (an sm_90 GPU with Gluon), else
+        ``"gptq"`` (elsewhere the fragment layout's op would run the spec). Not the default: docs/performance.md,
+        "W4A16Linear's layout"."""
+        small = self.in_features * self.out_features < heuristics.FRAGMENT_LAYOUT_MIN_WEIGHTS
+        if small or self.fragment_unsupported() is not None:
             return "gptq"
         device = (self.qweight if self.layout == "gptq" else self.words).device
         return "fragment" if fragment_kernel_runs(device) else "gptq"

@@ -214,6 +214,11 @@ def with_split(config: TileConfig, K: int, split_k: int) -> TileConfig:
 # The rows the packed kernel serves. Its 4-block tile against the layout dequantized and cuBLAS (the path
 # above) at M 32-128, bf16: 2.6-9.3x faster (benchmarks/results/h100/sweeps/w4a16_packed_wgmma.txt)
 PACKED_KERNEL_MAX_M = 128
+# The layers W4A16Linear's layout="auto" holds in the fragment layout: K N of at least this many weights. Side by
+# side on an H100 at M 1-16 (bf16, each layout's op as it routes): 1.10-1.46x w4a16_gemm on 4096 x 14336, 14336 x
+# 4096 and 8192² (2^25.8 to 2^26 weights), 0.92-1.10x on 4096² (2^24), 0.66-0.78x on 4096 x 1024
+# (benchmarks/results/h100/sweeps/w4a16_packed_routed.txt)
+FRAGMENT_LAYOUT_MIN_WEIGHTS = 2**25
 PACKED_WEIGHT_BYTES_AN_SM = 48 * 1024  # the packed kernel's ring: weights in flight an SM
 PACKED_MAX_STAGES = 16
 
