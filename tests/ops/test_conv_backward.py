@@ -52,14 +52,18 @@ def dao_reference(x, weight, bias, activation, initial_states=None):
 
 
 def dao_case(dim, seqlen, width, has_bias, dtype, initial=False, seed=0):
-    """Dao's inputs: channel-last ``x`` sliced from a wider tensor, fp32 weight and bias, initial states
-    ``[batch, width - 1, dim]`` transposed (``initial``)."""
-    gen = torch.Generator().manual_seed(seed)
-    wide = torch.randn(2, seqlen, 4096 + dim + 64, generator=gen).to(dtype)[:, :, 4096 : 4096 + dim]
-    x = wide.to(DEVICE).transpose(1, 2)  # [B, D, L], channels unit-stride
-    weight = torch.randn(dim, width, generator=gen).to(DEVICE)
-    bias = torch.randn(dim, generator=gen).to(DEVICE) if has_bias else None
-    states = torch.randn(2, width - 1, dim, generator=gen).to(dtype).to(DEVICE).transpose(1, 2) if initial else None
+    """Dao's inputs, made on the device as there: channel-last ``x`` a slice of a wider tensor (its rows
+    ``4096 + dim + 64`` elements apart), fp32 weight and bias, initial states ``[batch, width - 1, dim]``
+    transposed (``initial``)."""
+    gen = torch.Generator(DEVICE).manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, device=DEVICE)
+
+    x = randn(2, seqlen, 4096 + dim + 64).to(dtype)[:, :, 4096 : 4096 + dim].transpose(1, 2)  # [B, D, L]
+    weight = randn(dim, width)
+    bias = randn(dim) if has_bias else None
+    states = randn(2, width - 1, dim).to(dtype).transpose(1, 2) if initial else None
     return x, weight, bias, states
 
 
@@ -69,11 +73,12 @@ def run_dao(dim, seqlen, width, has_bias, activation, dtype, provider, initial=F
     leaves = [None] * 4
     refs = [None] * 4
     for i in present:
-        leaves[i] = inputs[i].detach().clone().requires_grad_()
+        leaves[i] = inputs[i].detach().requires_grad_()  # x keeps its strides (a clone would be contiguous)
         refs[i] = inputs[i].detach().clone().requires_grad_()
     B, D, L = inputs[0].shape
     qsl = torch.arange(B + 1, dtype=torch.int32, device=DEVICE) * L
     rows = leaves[0].transpose(1, 2).reshape(B * L, D)  # [B L, D]: a view, rows 4096 + dim + 64 apart
+    assert rows.stride(0) == 4096 + D + 64
     with exactfuse.get("causal_conv1d_fn").priority([provider]), causal_conv1d_fn_backward.priority([provider]):
         out = causal_conv1d(rows, leaves[1], leaves[2], activation=activation, query_start_loc=qsl,
                             initial_states=leaves[3])  # fmt: skip
@@ -81,7 +86,7 @@ def run_dao(dim, seqlen, width, has_bias, activation, dtype, provider, initial=F
     out_ref = dao_reference(refs[0], refs[1], refs[2], activation, refs[3])
     rtol, atol = DAO_TOL[dtype]
     assert torch.allclose(out, out_ref, rtol=rtol, atol=atol)
-    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(dtype).to(DEVICE)
+    g = torch.randn(out.shape, generator=torch.Generator(DEVICE).manual_seed(1), device=DEVICE).to(dtype)
     out.backward(g)
     out_ref.backward(g)
     assert torch.allclose(leaves[0].grad, refs[0].grad.to(dtype), rtol=rtol, atol=atol), "dx"
