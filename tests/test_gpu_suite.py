@@ -1,5 +1,6 @@
 """scripts/gpu/gpu_suite.py's budget (on the CPU): a pass past it is interrupted, then killed, and the report is
-built from what pytest_stream wrote, with the tests still running named."""
+built from what pytest_stream wrote, with the tests still running named; and the order the suite's workers
+take the tests in (tests/conftest.py)."""
 
 import os
 import signal
@@ -82,3 +83,15 @@ def test_the_command_dies_with_the_script(tmp_path):
             return
         time.sleep(0.05)
     raise AssertionError(f"the command (pid {pid}) outlived the terminated script")
+
+
+def test_the_first_round_pairs_a_long_test_with_a_short_one():
+    """xdist hands each worker the next two tests of the order first: worker i takes the i-th longest and the
+    (2 workers - 1 - i)-th; the rest stay slowest first; nothing changes without workers."""
+    from conftest import first_pairs_balanced
+
+    items = list("abcdefghij")  # slowest first
+    assert first_pairs_balanced(items, 3) == list("afbecdghij")
+    assert first_pairs_balanced(items, 5) == list("ajbichdgef")
+    assert first_pairs_balanced(items, 6) == items  # fewer than two tests a worker: as xdist hands them out
+    assert first_pairs_balanced(items, 0) == first_pairs_balanced(items, 1) == items
