@@ -2,7 +2,8 @@
 against the shipped rule's first: µs, % of the copy roofline, geomean against the shipped one. Default: the
 prefill tile ``BTxBC[uU][g]`` (``uU``: ``ConvConfig.unroll``; ``g``: no lean kernel) x ``--warps`` on causal_conv1d
 (sweeps/conv_tiles.txt; ``--fn``: on causal_conv1d_fn's grid, the stateless prefill, FLA's own call beside,
-conv_fn_tiles.txt; ``--floor``: also the shipped tile and fla-core's conv with the SiLU and without,
+conv_fn_tiles.txt; ``--short``: on short_conv's prefill cases, K = 4 at dilation 3 with both residuals,
+conv_short_tiles.txt; ``--floor``: also the shipped tile and fla-core's conv with the SiLU and without,
 conv_floor.txt). ``--decode`` (short_conv) and ``--update`` (causal_conv1d_update, beside fla-core's update on
 its ``-lastK`` cases): ``--channels`` a program x ``--warps`` x ``--paths`` (``t`` window in registers, ``f`` flat
 run) x ``--orders`` (``c``: ``channels_first``) x ``--rows`` a program (conv_decode.txt, conv_update_decode.txt)."""
@@ -20,6 +21,7 @@ from exactfuse.ops.conv.launch import _dense_slots, _dense_windows, _history_hea
 from exactfuse.testing import clone_args
 from exactfuse.testing.cases.conv_grids import _causal_grid, _fn_grid, _short_conv_grid, _update_grid
 
+SHORT_PREFILL = ("prefill-L1024x1", "prefill-L4096x1", "prefill-L8192x1", "prefill-L8192x8")  # _short_conv_grid's
 DEFAULT_TILES = "16x128,32x128,16x128u4,16x128u8,16x256u8,8x512u8,32x64u8,32x128u8,64x64u8,32x128u16,16x128g"
 CALLS = {"short_conv": calls.short_conv_call, "causal_conv1d": calls.causal_conv1d_call,
          "causal_conv1d_update": calls.causal_conv1d_update_call,
@@ -140,6 +142,9 @@ def main() -> None:
     parser.add_argument(
         "--fn", action="store_true", help="the tiles on causal_conv1d_fn's grid, FLA beside (conv_fn_tiles.txt)"
     )
+    parser.add_argument(
+        "--short", action="store_true", help="the tiles on short_conv's prefill cases (conv_short_tiles.txt)"
+    )
     parser.add_argument("--decode", action="store_true", help="short_conv decode (conv_decode.txt)")
     parser.add_argument("--update", action="store_true", help="causal_conv1d_update (conv_update_decode.txt)")
     parser.add_argument("--channels", default="64,128,256", help="--decode, --update: channels a program")
@@ -152,17 +157,19 @@ def main() -> None:
         return decode(opts, copy, line)
     h = heuristics
     op, grid = (_causal_conv1d_fn, _fn_grid) if opts.fn else (_causal_conv1d, _causal_grid)
+    if opts.short:
+        op, grid = _short_conv, lambda device, dtype: _short_conv_grid(device, dtype, SHORT_PREFILL)
     tiles = [re.fullmatch(r"(\d+)x(\d+)(?:u(\d+))?(g)?", t).groups() for t in opts.tiles.split(",")]
     tiles = [(int(bt), int(bc), int(u or 1), not g) for bt, bc, u, g in tiles]
-    shipped_tile = tile_label(h.PREFILL_TILE_ROWS, h.PREFILL_TILE_CHANNELS, h.PREFILL_TILE_UNROLL, True, h.NUM_WARPS)
-    lines = [f"{line}; {op.name} prefill, bf16; shipped tile {shipped_tile}",
+    lines = [f"{line}; {op.name} prefill, bf16; each case's shipped tile after its id",
              "shape | BTxBC/warps: µs (% roofline) ..." + (" | fla: its fastest form" if opts.fn else "")]  # fmt: skip
     floors, ratios = [f"{line}; shipped tile, causal_conv1d prefill, bf16, slot cache",
                       "shape | copy roofline µs | provider activation µs (% roofline) ..."], {}  # fmt: skip
     for case in (lazy.materialize() for lazy in grid(torch.device("cuda"), torch.bfloat16)):
-        C, K = arguments(op, case.args, case.kwargs)["weight"].shape
-        shipped = h.conv_config(C, K - 1, "prefill")
-        if opts.floor and not opts.fn:
+        a = arguments(op, case.args, case.kwargs)
+        C, K = a["weight"].shape
+        shipped = h.conv_config(C, (K - 1) * a["dilation"], "prefill")
+        if opts.floor and op is _causal_conv1d:
             floors.append(floor(case, shipped, copy))
             print(floors[-1], flush=True)
         configs = {(bt, bc, u, lean, w): h.ConvConfig(BT=bt, BC=bc, BC_STATE=shipped.BC_STATE, BW=shipped.BW,
@@ -175,10 +182,12 @@ def main() -> None:
             fla = _fla_causal_conv1d_fn(*clone_args(case.args, case.kwargs))
             close = torch.allclose(fla().float().view_as(ref_out), ref_out.float(), atol=2e-2, rtol=2e-2)
             row.append(f"| fla {time_us(fla, rep_ms=10):.1f} ({fla.form})" + ("" if close else " NOT within 2e-2"))
-        lines.append(f"{case.id} | " + " ".join(row))
+        shipped_label = tile_label(shipped.BT, shipped.BC, shipped.unroll, shipped.lean, shipped.num_warps)
+        lines.append(f"{case.id} (shipped {shipped_label}) | " + " ".join(row))
         print(lines[-1], flush=True)
-    emit("conv_fn_tiles.txt" if opts.fn else "conv_tiles.txt", [*lines, ranked(ratios, tile_label, "tile")])
-    if opts.floor and not opts.fn:
+    name = "conv_fn_tiles.txt" if opts.fn else "conv_short_tiles.txt" if opts.short else "conv_tiles.txt"
+    emit(name, [*lines, ranked(ratios, tile_label, "tile")])
+    if opts.floor and op is _causal_conv1d:
         emit("conv_floor.txt", floors)
 
 
