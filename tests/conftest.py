@@ -71,7 +71,7 @@ def first_pairs_balanced(items: list, workers: int) -> list:
     """``items`` (slowest first) with their first ``2 workers`` reordered so that xdist's first round pairs a
     long test with a short one: its load scheduler hands each worker two tests to start with, consecutive in
     the order (at least two, even with ``--maxschedchunk 1``), which gave the first worker the two longest
-    (the wgmma kernel's two dtypes, 272 s of one worker's 477 in the shared pass at 4807fcb,
+    (the wgmma kernel's two dtypes, 272 s in a shared pass of 477 at 4807fcb,
     benchmarks/results/h100/gpu_suite.txt). Worker ``i`` gets the ``i``-th longest and the ``(2 workers -
     1 - i)``-th; the rest follow, slowest first. Unchanged without workers."""
     if workers < 2 or len(items) < 2 * workers:
