@@ -93,7 +93,7 @@ class CausalConv1dFn(nn.Module):
             raise ValueError("causal_conv1d_fn: final_states_out is written only with return_final_states=True")
         B, C, L = hidden_states.shape
         x = hidden_states.to(weight.dtype).transpose(1, 2).reshape(B * L, C)
-        # one row is one sequence without a start table (no extra launch); rows of a batch need one
+        # one row is one sequence, whose start table the op makes itself (calls.one_sequence); rows of a batch need one
         starts = None if B == 1 else torch.arange(0, B * L + 1, L, dtype=torch.int32, device=x.device)
         if seq_idx is not None:
             if tuple(seq_idx.shape) != (B, L):
