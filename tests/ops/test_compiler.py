@@ -35,8 +35,8 @@ CPU_T = (1, 7, 33, 64)
 
 @dataclass(frozen=True)
 class Spec:
-    """An op called with token-major inputs: ``make(T, width, device, dtype, gen)`` builds them (rows of
-    ``gpu_width`` or ``cpu_width``), ``extra`` are the op's other arguments, in order."""
+    """An op called with token-major inputs: ``make(T, width, dtype, gen)`` builds them on ``gen``'s device (rows
+    of ``gpu_width`` or ``cpu_width``), ``extra`` are the op's other arguments, in order."""
 
     op: str
     make: Callable[..., tuple]
@@ -48,27 +48,31 @@ class Spec:
     big_memory: bool = False  # more than a suite worker's share of the card (tests/conftest.py)
 
 
-def _gated(T, width, device, dtype, gen):
-    return (torch.randn(T, 2 * width, generator=gen).to(device, dtype),)
+# Each input is drawn on its device from ``gen``, a generator of that device (``_inputs``): at T = 16384 a host
+# draw of d32768's 2^30 values took seconds a call, and its copy to the card as long again.
+def _randn(gen, dtype, *shape):
+    return torch.randn(*shape, generator=gen, device=gen.device).to(dtype)
 
 
-def _pair(T, width, device, dtype, gen):
-    return torch.randn(T, width, generator=gen).to(device, dtype), torch.randn(T, width, generator=gen).to(
-        device, dtype
-    )
+def _gated(T, width, dtype, gen):
+    return (_randn(gen, dtype, T, 2 * width),)
 
 
-def _grad_gated(T, width, device, dtype, gen):
+def _pair(T, width, dtype, gen):
+    return _randn(gen, dtype, T, width), _randn(gen, dtype, T, width)
+
+
+def _grad_gated(T, width, dtype, gen):
     """The output's gradient ``[T, width]`` and ``x [T, 2 width]``: a backward op's inputs."""
-    return torch.randn(T, width, generator=gen).to(device, dtype), *_gated(T, width, device, dtype, gen)
+    return _randn(gen, dtype, T, width), *_gated(T, width, dtype, gen)
 
 
-def _moe(T, width, device, dtype, gen):
-    return torch.randn(T, 2 * width, generator=gen).to(device, dtype), torch.rand(T, generator=gen).to(device)
+def _moe(T, width, dtype, gen):
+    return _randn(gen, dtype, T, 2 * width), torch.rand(T, generator=gen, device=gen.device)
 
 
-def _activations(T, width, device, dtype, gen):
-    return (torch.randn(T, width, generator=gen).to(device, dtype),)
+def _activations(T, width, dtype, gen):
+    return (_randn(gen, dtype, T, width),)
 
 
 SPECS = {
@@ -138,7 +142,8 @@ def _extra(spec: Spec, device: torch.device, dtype: torch.dtype) -> tuple:
 
 
 def _inputs(spec: Spec, T: int, device: torch.device, dtype: torch.dtype, seed: int = 0) -> tuple:
-    return spec.make(T, _width(spec, device), device, dtype, make_generator(seed * 100003 + T))
+    gen = torch.Generator(device).manual_seed(seed * 100003 + T)
+    return spec.make(T, _width(spec, device), dtype, gen)
 
 
 def _call(spec: Spec, device: torch.device, dtype: torch.dtype) -> Callable:
