@@ -62,8 +62,8 @@ def _git_rev() -> str:
 # The share of the card each worker of the shared pass needs: the largest peak of a test outside big_memory
 # is 3.9 GiB (sparse_paged_attention's contract matrix, benchmarks/results/h100/gpu_suite.txt at 4807fcb), the
 # compile tests of causal_conv1d at T = 16384 and C = 10240 (5.3-5.7 GiB) being big_memory; 5 GiB keeps a margin
-# and gives 12 workers on an H100 as on an H200. The pass is bound by compiling on the cores, so it ends near its
-# test seconds over the workers: at 7 GiB (9 workers on an H100) 3,683 s of tests took 477 s
+# and gives 12 workers on an H100 as on an H200. The pass ends near its test seconds over the workers, most of them
+# compiling on the cores: at 7 GiB (9 workers on an H100) 3,683 s of tests took 477 s
 WORKER_GIB = 5
 SHARED_SHARE = 0.85  # the part of the card the shared pass's workers share (tests/conftest.py's default)
 # The big_memory pass: the largest peak of its tests is 31 GiB (a compile test of gelu_and_mul_sparse at
