@@ -156,14 +156,20 @@ def _hgmma_loops(sass: str) -> list[list[str]]:
 
 
 def compile_wgmma(
-    config: str, dtype: str, warps: int = WARPS, zeros: bool = True, pipelined: bool = True, groups: int = 1
+    config: str,
+    dtype: str,
+    warps: int = WARPS,
+    zeros: bool = True,
+    pipelined: bool = True,
+    groups: int = 1,
+    pdl: bool = False,
 ) -> str:
     """The wgmma kernel (``packed_wgmma_kernel.py``) at ``ROWSxTILES uUNROLL sSTAGES`` (rows of ``a`` a unit,
     16-column tiles a consumer warp, 64-row chunks a step, ring slots) with ``warps`` consumer warps in each of
-    ``groups`` consumer partitions; its printed line (``pipelined``: a step's wgmmas in flight while the next is
-    dequantized): registers, shared bytes, the consumer's loop per packed word a lane dequantizes and its
-    HGMMA / PRMT / SHFL counts (the A operand built with no data movement: no PRMT or SHFL in the loop), and
-    with two partitions each one's loop's HGMMAs."""
+    ``groups`` consumer partitions (``pdl``: with the programmatic-dependent-launch waits); its printed line
+    (``pipelined``: a step's wgmmas in flight while the next is dequantized): registers, shared bytes, the
+    consumer's loop per packed word a lane dequantizes and its HGMMA / PRMT / SHFL counts (the A operand built
+    with no data movement: no PRMT or SHFL in the loop), and with two partitions each one's loop's HGMMAs."""
     rows, tiles, unroll, stages = (int(v) for v in re.fullmatch(r"(\d+)x(\d+)u(\d+)s(\d+)", config).groups())
     t_cta = tiles * warps * groups
     types = {
@@ -177,12 +183,13 @@ def compile_wgmma(
         "p_count": "*i32",
     }
     consts = dict(GROUP_CHUNKS=2, HAS_BIAS=False, HAS_ZEROS=zeros, BM=rows, TILES=tiles, UNROLL=unroll,
-                  STAGES=stages, PIECES=3, PDL=False, PIPELINED=pipelined, GROUPS=groups, num_warps=warps)  # fmt: skip
+                  STAGES=stages, PIECES=3, PDL=pdl, PIPELINED=pipelined, GROUPS=groups, num_warps=warps)  # fmt: skip
     label = (
         f"wgmma {dtype} {config}/{warps}"
         + ("" if groups == 1 else f" x{groups} partitions")
         + ("" if zeros else " symmetric")
         + ("" if pipelined else " unpipelined")
+        + (" pdl" if pdl else "")
     )
     try:
         r = compile_sass(w4a16_packed_wgmma_kernel, types, consts, ["p_bias", "p_out", "p_ws", "p_count", "N"], (),
@@ -218,7 +225,7 @@ def main() -> None:
         if args.wgmma:
             for pipelined in (True, False) if args.groups == 1 else (False,):  # two partitions: unpipelined
                 print(
-                    compile_wgmma(config, args.dtype, args.warps, not args.symmetric, pipelined, args.groups),
+                    compile_wgmma(config, args.dtype, args.warps, not args.symmetric, pipelined, args.groups, args.pdl),
                     flush=True,
                 )
             continue

@@ -12,7 +12,7 @@ import torch
 
 import exactfuse
 from exactfuse.ops.w4a16 import fragment, native, packing
-from exactfuse.ops.w4a16.heuristics import packed_config, shares, stream_k
+from exactfuse.ops.w4a16.heuristics import packed_config, packed_wgmma_config, shares, stream_k
 
 GPU_DTYPES = [pytest.param(torch.bfloat16, id="bf16"), pytest.param(torch.float16, id="fp16")]
 
@@ -93,8 +93,9 @@ def test_launcher_refuses_zero_point_rows_across_groups():
 
 def compile_rule_configs() -> list[str]:
     """The kernel compiled for sm_90a at every configuration ``packed_config`` takes on the bench layers at M
-    1-128 in bf16 (M = 1 in fp16), with and without zero points, and at the probe's variants (two CTAs an SM,
-    8 consumer warps, a programmatic dependent launch); the failures."""
+    1-128 in bf16 (M = 1 in fp16), with and without zero points, plain and as a programmatic dependent launch
+    (the provider launches both), and at the probe's variants (two CTAs an SM, 8 consumer warps); the
+    failures."""
     import sys
     from pathlib import Path
 
@@ -105,10 +106,11 @@ def compile_rule_configs() -> list[str]:
     picked = set()
     for (K, N), M in itertools.product(layers, (1, 8, 16, 32, 64, 128)):
         cfg = packed_config(M, N, K, K // 128)
-        picked.add(("bf16", "{blocks}x{tiles}u{unroll}s{stages}".format(**cfg), 4, 1, False))
-        if M == 1:
-            picked.add(("fp16", "{blocks}x{tiles}u{unroll}s{stages}".format(**cfg), 4, 1, False))
-    picked |= {("bf16", "2x1u2s4", 4, 2, False), ("bf16", "1x1u2s4", 8, 1, False), ("bf16", "1x2u2s6", 4, 1, True)}
+        for pdl in (False, True):
+            picked.add(("bf16", "{blocks}x{tiles}u{unroll}s{stages}".format(**cfg), 4, 1, pdl))
+            if M == 1:
+                picked.add(("fp16", "{blocks}x{tiles}u{unroll}s{stages}".format(**cfg), 4, 1, pdl))
+    picked |= {("bf16", "2x1u2s4", 4, 2, False), ("bf16", "1x1u2s4", 8, 1, False)}
     lines = [
         offline_packed_sass.compile_ws(config, dtype, warps, per_sm, pdl, zeros)
         for (dtype, config, warps, per_sm, pdl), zeros in itertools.product(sorted(picked), (True, False))
@@ -120,7 +122,8 @@ def compile_rule_configs() -> list[str]:
 
 def compile_wgmma_configs() -> list[str]:
     """The wgmma kernel at the GPU test's configurations and with two consumer partitions, both dtypes, with and
-    without zero points; the failures, any whose consumer loop moves data to build the A operand (a PRMT past
+    without zero points, and at the tiles the op routes to as it launches them (programmatic dependent
+    launches); the failures, any whose consumer loop moves data to build the A operand (a PRMT past
     the scale records' one a tile and chunk, or a SHFL), and any two-partition one whose partitions' step loops
     do not each hold their wgmmas."""
     import sys
@@ -130,9 +133,14 @@ def compile_wgmma_configs() -> list[str]:
     import offline_packed_sass
 
     bad = []
-    configs = [c for c in WGMMA_CONFIGS if c[3] == 1] + [(c, 4, False, 2) for c in PINGPONG_CONFIGS]
-    for (config, warps, pipelined, groups), dtype, zeros in itertools.product(configs, ("bf16", "fp16"), (True, False)):
-        line = offline_packed_sass.compile_wgmma(config, dtype, warps, zeros, pipelined, groups)
+    configs = [(*c, False) for c in WGMMA_CONFIGS if c[3] == 1] + [(c, 4, False, 2, False) for c in PINGPONG_CONFIGS]
+    for M in (64, 128):  # the op's two wgmma tiles, as it launches them
+        cfg = packed_wgmma_config(M, 14336, 4096, 32)
+        configs.append(("{rows}x{tiles}u{unroll}s{stages}".format(**cfg), cfg["warps"], False, cfg["groups"], True))
+    for (config, warps, pipelined, groups, pdl), dtype, zeros in itertools.product(
+        configs, ("bf16", "fp16"), (True, False)
+    ):
+        line = offline_packed_sass.compile_wgmma(config, dtype, warps, zeros, pipelined, groups, pdl)
         _, tiles, unroll, _ = (int(v) for v in re.fullmatch(r"(\d+)x(\d+)u(\d+)s(\d+)", config).groups())
         counts = dict(re.findall(r"(HGMMA|PRMT|SHFL) (\d+)", line))
         each = re.search(r"partitions' loops: HGMMA ([\d, ]+)", line)

@@ -3,7 +3,14 @@
 kernel, ``packed_kernel.py``; the wgmma kernel, ``packed_wgmma_kernel.py``, where
 ``heuristics.packed_wgmma_config`` routes: 33-128 rows of a large layer), the layout dequantized in one kernel
 and ``torch.matmul`` above (``dequant.packed_dense_gemm``: the spec's bits) and for layers the kernels' tiling
-does not divide (N not a multiple of 64)."""
+does not divide (N not a multiple of 64).
+
+The kernels are launched as programmatic dependent launches (``pdl``: the first ring's weights are read while
+the previous kernel of the stream finishes) wherever that previous kernel cannot have written the weights:
+after a kernel of this op's own (the wgmma kernel's column gather, the act-order gather), or when the weight
+tensors were read by an earlier call here and PyTorch has counted no write to them since
+(:func:`weights_unchanged`). Everywhere else, the first call on a weight and the first after a write, the
+launch is plain. The results are the same bits either way."""
 
 from __future__ import annotations
 
@@ -11,6 +18,7 @@ import functools
 import re
 
 import torch
+from torch.utils.weak import WeakIdKeyDictionary
 
 from exactfuse.ops.arrival import arrival_counters
 from exactfuse.ops.w4a16.dequant import packed_dense_gemm, permuted_columns
@@ -52,6 +60,29 @@ def pipelining_unsafe() -> str | None:
             "register-A wgmma's operand registers before the wgmma reads them (TRITON_PTXAS_PATH names another)"
         )
     return None
+
+
+# each weight tensor's version counter at its last call here (weak keys: a freed tensor's entry goes with it)
+_VERSIONS_READ = WeakIdKeyDictionary()
+
+
+def weights_unchanged(*tensors: torch.Tensor | None) -> bool:
+    """Whether every tensor given was read by an earlier call here and PyTorch has counted no write to it since
+    (its version counter, which every in-place op, ``copy_`` and ``load_state_dict`` advances; a tensor made
+    anew, as ``.to()`` makes one, has no entry), recording their versions now. Then no kernel just before this
+    call wrote them, and a launch may read them before the previous kernel of the stream finishes. An inference
+    tensor (made under ``torch.inference_mode``) counts no versions: never. A write PyTorch does not see (through
+    ``.data``, or a raw pointer outside it) must not land between two calls on the same tensors."""
+    unchanged = True
+    for t in tensors:
+        if t is None:
+            continue
+        if t.is_inference():
+            return False
+        version = t._version
+        unchanged = unchanged and _VERSIONS_READ.get(t) == version
+        _VERSIONS_READ[t] = version
+    return unchanged
 
 
 def register_cap(warps: int, per_sm: int) -> int | None:
@@ -245,6 +276,7 @@ def w4a16_gemm_packed_gluon(
     cfg = packed_config(a.shape[0], N, K, scales.shape[0])
     if a.shape[0] > PACKED_KERNEL_MAX_M or cfg is None:  # rows past the kernel's, or a layer it does not divide
         return packed_dense_gemm(a, words, scales, zeros, perm, bias)
-    if wgmma := packed_wgmma_config(a.shape[0], N, K, scales.shape[0]):
-        return launch_packed_wgmma(a, words, scales, zeros, perm, bias, **wgmma)
-    return launch_packed(a, words, scales, zeros, perm, bias, **cfg)
+    unchanged = weights_unchanged(words, scales, zeros)  # recorded on every call, whatever the launch
+    if wgmma := packed_wgmma_config(a.shape[0], N, K, scales.shape[0]):  # after its own column gather
+        return launch_packed_wgmma(a, words, scales, zeros, perm, bias, **wgmma, pdl=True)
+    return launch_packed(a, words, scales, zeros, perm, bias, **cfg, pdl=unchanged or perm is not None)
