@@ -11,12 +11,15 @@ weights (``--tiny``: a small one, for a check on the CPU). Variants, each checke
   ``dequant``: the same model with each ``W4A16Linear`` replaced by an ``nn.Linear`` of its dequantized
   weight, the baseline W4A16 is measured against; ``w4a16-exact``: ``apply`` on the W4A16 model
   (``silu_mul`` on the two W4A16 projections' outputs, logits bit-equal); ``w4a16-fragment``: the W4A16
-  model with every layer in the fragment layout (``W4A16Linear(layout="fragment")``, ``w4a16_gemm_packed``).
+  model with every layer in the fragment layout (``W4A16Linear(layout="fragment")``, ``w4a16_gemm_packed``);
+  ``w4a16-auto``: each layer in the layout ``layout="auto"`` takes (``W4A16Linear.preferred_layout``: the
+  fragment layout on the MLPs' projections here, the GPTQ one on the attention's smaller ones).
 
 Rows: the decoder layers' forward (rotary embedding given, no final norm or head) at batch 1, 16 and 64 as
 one decode step over a 1024-token context (a fixed KV buffer of 1025 slots per layer, the new token
 written into the last), and at 2048 prefill tokens (batch 1, causal, no cache); the median of CUDA-graph
-replays. ``mlp %``: the four MLPs alone (the same inputs) over the layers. With ``--generate``:
+replays. ``mlp %``: the four MLPs alone (the same inputs) over the layers; ``mlp vs bf16``: the bf16 model's
+MLP time over the variant's (the W4A16 targets are read off it). With ``--generate``:
 ``generate`` tokens/s (32 new tokens after 16 prompt tokens) at batch 1, 16 and 64, bf16, exact, fast and
 the two W4A16 models, eager (a dynamic cache) and compiled (``cache_implementation="static"``:
 transformers compiles the decode step on a CUDA device); each after a call of the same length, in two
@@ -207,12 +210,15 @@ def main() -> None:
     w4, dense = quantized(base)
     w4_exact = copy.deepcopy(w4)
     apply(w4_exact)
-    w4_fragment = copy.deepcopy(w4)
+    w4_fragment, w4_auto = copy.deepcopy(w4), copy.deepcopy(w4)
     for m in w4_fragment.modules():
         if isinstance(m, W4A16Linear):
             m.repack()
+    for m in w4_auto.modules():
+        if isinstance(m, W4A16Linear) and m.preferred_layout() == "fragment":
+            m.repack()
     models = {"bf16": base, "exact": exact, "fast": fast, "dequant": dense, "w4a16": w4, "w4a16-exact": w4_exact,
-              "w4a16-fragment": w4_fragment}  # fmt: skip
+              "w4a16-fragment": w4_fragment, "w4a16-auto": w4_auto}  # fmt: skip
     time_ms = timer(device)
     gen = torch.Generator(device=device).manual_seed(1)
     shapes = [("decode B1", 1, 1), ("decode B16", 16, 1), ("decode B64", 64, 1), (f"prefill {PREFILL}", 1, PREFILL)]
@@ -220,7 +226,7 @@ def main() -> None:
              f"transformers {transformers.__version__}; hidden {config.hidden_size}, intermediate "
              f"{config.intermediate_size}, {config.num_hidden_layers} layers, {dtype}"]  # fmt: skip
     if not args.no_layers:
-        lines.append("shape | variant | layers µs | mlp µs | mlp % | vs its baseline | check")
+        lines.append("shape | variant | layers µs | mlp µs | mlp % | vs its baseline | mlp vs bf16 | check")
     failed = []
     with torch.no_grad():
         for label, B, S in shapes if not args.no_layers else ():
@@ -239,8 +245,10 @@ def main() -> None:
                 "w4a16": f"max |d| {float((outs['w4a16'] - outs['dequant']).abs().max()):.2g} vs dequant"
                 + ("" if torch.equal(repeat["w4a16"], outs["w4a16"]) else ", NOT REPEATABLE"),
                 "w4a16-exact": _same(outs["w4a16-exact"], outs["w4a16"]),
-                "w4a16-fragment": f"max |d| {float((outs['w4a16-fragment'] - outs['dequant']).abs().max()):.2g} "
-                "vs dequant",
+                **{
+                    name: f"max |d| {float((outs[name] - outs['dequant']).abs().max()):.2g} vs dequant"
+                    for name in ("w4a16-fragment", "w4a16-auto")
+                },
             }
             if checks["exact"] != "bit-equal" or checks["w4a16-exact"] != "bit-equal":
                 failed.append(f"{label}: exact mode changed the layers' output: exact {checks['exact']}; "
@@ -249,12 +257,13 @@ def main() -> None:
             times = {name: time_ms(call) * 1e3 for name, call in calls.items()}
             mlps = {name: time_ms(lambda c=call: c(mlp_only=True)) * 1e3 for name, call in calls.items()}
             baseline = {"exact": "bf16", "fast": "bf16", "w4a16": "dequant", "dequant": "bf16", "w4a16-exact": "w4a16",
-                        "w4a16-fragment": "w4a16"}  # fmt: skip
+                        "w4a16-fragment": "w4a16", "w4a16-auto": "w4a16"}  # fmt: skip
             for name in models:
                 ref = baseline.get(name)
                 ratio = f"{times[ref] / times[name]:.3f}x {ref}" if ref else ""
                 lines.append(f"{label} | {name} | {times[name]:.1f} | {mlps[name]:.1f} | "
-                             f"{100 * mlps[name] / times[name]:.0f}% | {ratio} | {checks[name]}")  # fmt: skip
+                             f"{100 * mlps[name] / times[name]:.0f}% | {ratio} | {mlps['bf16'] / mlps[name]:.2f}x | "
+                             f"{checks[name]}")  # fmt: skip
                 print(lines[-1], flush=True)
         if modes:
             lines += generate_rates(models, config, device, gen, modes)
