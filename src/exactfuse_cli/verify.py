@@ -24,6 +24,7 @@ from exactfuse_cli.commands import (
     mark_compiled,
     named_ops,
 )
+from exactfuse_cli.plan import case_owners
 
 # Contracts stated in ulps of the output dtype: verify's "max ulp" column is theirs; under a tolerance
 # contract an ulp count (of tiny values near zero) says nothing, and the column shows "-".
@@ -31,33 +32,57 @@ ULP_CONTRACTS = (Bitwise, Ulp, RowBitwise)
 
 
 def verify_op(
-    op, provider: str, dtype: torch.dtype, device: torch.device, quick: bool, part: int = 0, parts: int = 1
+    op,
+    provider: str,
+    dtype: torch.dtype,
+    device: torch.device,
+    quick: bool,
+    part: int = 0,
+    parts: int = 1,
+    planned: bool | None = None,
 ) -> dict:
     """Check ``provider`` against native on the input cases of ``op``; one summary row. With ``parts`` > 1,
-    only part ``part`` of the row: the cases whose index in ``op.iter_cases`` is ``part`` mod ``parts``
-    (:func:`merge_parts` makes the row of all its parts)."""
-    row = {"cases": 0, "declined": 0, "failed": 0, "max_abs_err": 0.0, "max_ulp": 0, "first_failure": ""}
+    only part ``part`` of the row: ``planned``, the cases ``plan.case_owners`` gives it (the cases that launch
+    the same specializations together), else the cases whose index in ``op.iter_cases`` is ``part`` mod
+    ``parts``. ``planned`` None: on a GPU for a compiler-visible op (its launchers choose from shapes, never
+    from values, so every part finds the same plan), else not. :func:`merge_parts` makes the row of all its
+    parts; each part's row says which cases it checked (``owned``, of ``walked``)."""
+    if planned is None:
+        planned = device.type == "cuda" and op.compiler == "visible"
+    row = {"cases": 0, "declined": 0, "failed": 0, "max_abs_err": 0.0, "max_ulp": 0, "first_failure": "",
+           "owned": [], "walked": 0}  # fmt: skip
     with warnings.catch_warnings():
         # What the edge cases are built to provoke: NaN/Inf inputs in the interpreter's numpy reductions,
         # the std of an empty batch in a native spec. The contract check reports what matters.
         warnings.filterwarnings("ignore", message="invalid value encountered", category=RuntimeWarning)
         warnings.filterwarnings("ignore", message="overflow encountered", category=RuntimeWarning)
         warnings.filterwarnings("ignore", message=r"std\(\): degrees of freedom", category=UserWarning)
-        _verify_cases(op, provider, dtype, device, quick, row, part, parts)
+        owners = case_owners(op, provider, dtype, device, quick, parts) if planned and parts > 1 else None
+        _verify_cases(op, provider, dtype, device, quick, row, part, parts, owners)
     return row
 
 
 def _verify_cases(
-    op, provider: str, dtype: torch.dtype, device: torch.device, quick: bool, row: dict, part: int, parts: int
+    op,
+    provider: str,
+    dtype: torch.dtype,
+    device: torch.device,
+    quick: bool,
+    row: dict,
+    part: int,
+    parts: int,
+    owners: list[int] | None,
 ) -> None:
     # Another part's case is built all the same: the cases draw their tensors from one seeded stream, so
     # each part walks them all to meet the same cases as the whole row.
     index = 0
     for case in op.iter_cases(device, dtype, quick=quick):  # one case's tensors alive at a time
-        if index % parts == part:
+        if (index % parts if owners is None else owners[index]) == part:
+            row["owned"].append(index)
             _check_case(op, provider, case, row)
-        index += 1  # noqa: SIM113 (enumerate's reused tuple would keep this case while the next is built)
+        index += 1  # not enumerate: its reused tuple would keep this case while the next is built
         del case  # before the generator builds the next one
+    row["walked"] = index
 
 
 def _check_case(op, provider: str, case, row: dict) -> None:
@@ -77,8 +102,10 @@ def _check_case(op, provider: str, case, row: dict) -> None:
 
 def merge_parts(rows: list[dict]) -> dict:
     """The row of ``(op, provider, dtype)`` from its parts' rows, in part order: cases, declined and
-    failed summed, the largest errors, the first part's first failure that has one."""
-    return {
+    failed summed, the largest errors, the first part's first failure that has one. Parts that did not
+    check each of the row's cases exactly once between them (their ``owned`` cases of ``walked``) fail the
+    row: a case unchecked is not a pass."""
+    merged = {
         "cases": sum(r["cases"] for r in rows),
         "declined": sum(r["declined"] for r in rows),
         "failed": sum(r["failed"] for r in rows),
@@ -86,6 +113,16 @@ def merge_parts(rows: list[dict]) -> dict:
         "max_ulp": max(r["max_ulp"] for r in rows),
         "first_failure": next((r["first_failure"] for r in rows if r["first_failure"]), ""),
     }
+    if all("owned" in r for r in rows):
+        walked = {r["walked"] for r in rows}
+        owned = sorted(i for r in rows for i in r["owned"])
+        if len(walked) != 1 or owned != list(range(walked.pop())):
+            merged["failed"] += 1
+            merged["first_failure"] = merged["first_failure"] or (
+                f"the parts did not check each case once: they walked {sorted({r['walked'] for r in rows})} "
+                f"case(s) and checked {owned}"
+            )
+    return merged
 
 
 def _verify_task(
