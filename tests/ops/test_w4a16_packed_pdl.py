@@ -23,9 +23,10 @@ def _packed(K: int, N: int, device="cpu", seed: int = 0, act_order: bool = False
 
 
 def test_weights_unchanged_counts_every_write_pytorch_sees():
-    """False on a tensor's first call and on the first after an in-place write, ``copy_`` or a new tensor;
-    True otherwise; every tensor's version recorded on each call; an inference tensor never."""
-    from exactfuse.ops.w4a16.packed import weights_unchanged
+    """False on a tensor's first call and on the first after an in-place write, ``copy_``, a new tensor or a
+    write said with ``weights_written``; True otherwise; every tensor's version recorded on each call; an
+    inference tensor never."""
+    from exactfuse.ops.w4a16.packed import weights_unchanged, weights_written
 
     words, scales = torch.zeros(4, dtype=torch.int32), torch.zeros(4)
     assert not weights_unchanged(words, scales, None)
@@ -41,6 +42,9 @@ def test_weights_unchanged_counts_every_write_pytorch_sees():
     assert not weights_unchanged(moved, scales, None)
     assert weights_unchanged(moved, scales, None)
     words[0] = 7  # an indexed write counts as well
+    assert not weights_unchanged(words, scales, None)
+    assert weights_unchanged(words, scales, None)
+    weights_written(scales)  # a write the counters cannot see, said
     assert not weights_unchanged(words, scales, None)
     with torch.inference_mode():
         frozen = torch.zeros(4, dtype=torch.int32)

@@ -72,7 +72,7 @@ def weights_unchanged(*tensors: torch.Tensor | None) -> bool:
     anew, as ``.to()`` makes one, has no entry), recording their versions now. Then no kernel just before this
     call wrote them, and a launch may read them before the previous kernel of the stream finishes. An inference
     tensor (made under ``torch.inference_mode``) counts no versions: never. A write PyTorch does not see (through
-    ``.data``, or a raw pointer outside it) must not land between two calls on the same tensors."""
+    ``.data``, or a kernel launched on the raw pointer) must be followed by :func:`weights_written`."""
     unchanged = True
     for t in tensors:
         if t is None:
@@ -83,6 +83,14 @@ def weights_unchanged(*tensors: torch.Tensor | None) -> bool:
         unchanged = unchanged and _VERSIONS_READ.get(t) == version
         _VERSIONS_READ[t] = version
     return unchanged
+
+
+def weights_written(*tensors: torch.Tensor | None) -> None:
+    """Say that these weight tensors were written where PyTorch's version counters do not see it (a kernel
+    launched on their raw pointers): the next call on them launches plainly (:func:`weights_unchanged`)."""
+    for t in tensors:
+        if t is not None:
+            _VERSIONS_READ.pop(t, None)
 
 
 def register_cap(warps: int, per_sm: int) -> int | None:
