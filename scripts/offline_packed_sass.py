@@ -155,6 +155,38 @@ def _hgmma_loops(sass: str) -> list[list[str]]:
     return [_body(lines, span) for span in sorted(loops)]
 
 
+def _written(line: str) -> set[int]:
+    """The general registers an instruction writes: its first operand when that is a register (a ``.64``
+    or ``.128`` result, ``LDSM``'s ``.x2`` / ``.x4``, spans 2 or 4), none for stores, branches and barriers."""
+    m = re.search(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)\s+R(\d+)\b", line)
+    if m is None or m.group(1).split(".")[0] in ("ST", "STS", "STG", "STL", "RED", "BRA", "BAR", "HGMMA"):
+        return set()
+    op, first = m.group(1), int(m.group(2))
+    width = 4 if (".128" in op or ".X4" in op.upper()) else 2 if (".64" in op or ".X2" in op.upper()) else 1
+    return set(range(first, first + width))
+
+
+def wgmma_overlap(sass: str) -> tuple[int, int, int]:
+    """Of the wgmma kernel's step loop, walked twice round (the second time counted, so that the wgmmas the
+    loop's end leaves in flight are in flight at its top): the instructions that write a register an in-flight
+    wgmma reads as its A operand (any: ptxas broke the pipeline, the results are wrong), the dequantizing
+    ``HMUL2``s issued while wgmmas are in flight (the overlap the pipelined consumer exists for), and the
+    loop's ``HMUL2``s. A wgmma is in flight from its ``HGMMA`` to the next ``WARPGROUP.DEPBAR``."""
+    loop = min(_hgmma_loops(sass), key=len, default=[])
+    in_flight: set[int] = set()
+    clobbers = overlapped = 0
+    for lap in (0, 1):
+        for line in loop:
+            if "WARPGROUP.DEPBAR" in line:
+                in_flight.clear()
+            elif m := re.search(r"HGMMA\.\S+\s+R\d+,\s+R(\d+),", line):
+                in_flight |= set(range(int(m.group(1)), int(m.group(1)) + 4))
+            elif lap:
+                clobbers += bool(_written(line) & in_flight)
+                overlapped += bool(in_flight) and _count([line], "HMUL2") > 0
+    return clobbers, overlapped, _count(loop, "HMUL2")
+
+
 def compile_wgmma(
     config: str,
     dtype: str,
@@ -201,6 +233,9 @@ def compile_wgmma(
     in_loop = ", ".join(f"{op} {_count(loop, op)}" for op in ("HMMA", "PRMT", "SHFL", "LDS", "STS", "BAR"))
     each = ", ".join(str(_count(body, "HGMMA")) for body in _hgmma_loops(r["sass"]))
     loops = "" if groups == 1 else f"; partitions' loops: HGMMA {each}"
+    if groups == 1:
+        clobbers, under, dequant = wgmma_overlap(r["sass"])
+        loops += f"; under wgmmas in flight: {under} of {dequant} HMUL2, {clobbers} writes of their A registers"
     return (
         f"{label}: {r['regs']} regs, {r['shared']} B shared; loop {len(loop)} SASS, {len(loop) / words:.2f} a word:"
         f" {in_loop.replace('HMMA', 'HGMMA')}{loops}"

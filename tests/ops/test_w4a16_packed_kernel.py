@@ -150,7 +150,26 @@ def compile_wgmma_configs() -> list[str]:
             bad.append(line)  # four k-steps a tile and chunk, the operand's registers as dequantized
         elif groups > 1 and (each is None or each.group(1) != ", ".join([str(4 * tiles * unroll)] * groups)):
             bad.append(line)  # each consumer partition's step loop its own wgmmas
-    return bad
+    return bad + pipelined_wgmma_keeps_its_operands()
+
+
+def pipelined_wgmma_keeps_its_operands() -> list[str]:
+    """Where ``packed.pipelining_unsafe`` lets the pipelined consumer run (this Triton's sm_90 ptxas is 13.3 or
+    later), its step loop writes no register that an in-flight wgmma reads as its A operand; the lines that
+    do. Under an older ptxas the kernel refuses it, and nothing is asserted."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    import offline_packed_sass
+
+    from exactfuse.ops.w4a16.packed import pipelining_unsafe
+
+    if pipelining_unsafe():
+        return []
+    configs = (("64x2u2s6", 4), ("128x1u2s4", 8))
+    lines = [offline_packed_sass.compile_wgmma(config, "bf16", warps, True, True) for config, warps in configs]
+    return [line for line in lines if " 0 writes of their A registers" not in line]
 
 
 # (rows x tiles u unroll s stages, consumer warps a partition, pipelined, consumer partitions): the wgmma
