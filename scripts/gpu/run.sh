@@ -38,6 +38,8 @@
 #                          so the summary and the packing always happen.
 #   EXACTFUSE_GIT_REV      recorded in bench results; set it when the tree has no .git, or a .git that may lag the
 #                          working tree: EXACTFUSE_GIT_REV=$(git rev-parse ...).
+#   EXACTFUSE_PTXAS_XZ     an xz-compressed ptxas (e.g. .whl/ptxas-13.5.xz, docs/measuring.md): unpacked, and
+#                          Triton compiles every step with it (TRITON_PTXAS_PATH); the summary names it.
 # Wheels in .whl/ (downloaded on a machine with network, e.g. by scripts/vllm_wheels.sh) are installed into
 # /tmp/site first.
 set -uo pipefail
@@ -56,6 +58,16 @@ if compgen -G ".whl/*.whl" >/dev/null; then
     export PYTHONPATH=src:/tmp/site
   else
     echo "run.sh: could not install .whl/*.whl; going on without them" >&2
+  fi
+fi
+if [ -n "${EXACTFUSE_PTXAS_XZ:-}" ]; then
+  mkdir -p /tmp/exactfuse-ptxas
+  if python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
+    "$EXACTFUSE_PTXAS_XZ" /tmp/exactfuse-ptxas/ptxas && chmod +x /tmp/exactfuse-ptxas/ptxas &&
+    /tmp/exactfuse-ptxas/ptxas --version >"$OUT_DIR/ptxas.txt"; then
+    export TRITON_PTXAS_PATH=/tmp/exactfuse-ptxas/ptxas
+  else
+    echo "run.sh: could not unpack and run $EXACTFUSE_PTXAS_XZ; Triton's own ptxas compiles" >&2
   fi
 fi
 if [ -z "${EXACTFUSE_GIT_REV:-}" ] && git rev-parse --short=12 HEAD >/dev/null 2>&1; then
@@ -177,6 +189,7 @@ fi
 # the summary: each step's status and the end of its log
 {
   echo "exactfuse run: $(nvidia-smi -L 2>/dev/null | head -1); git ${EXACTFUSE_GIT_REV:-?}; $(($(date +%s) - START)) s"
+  [ -n "${TRITON_PTXAS_PATH:-}" ] && echo "ptxas: $TRITON_PTXAS_PATH, $(grep -o 'release [0-9.]*' "$OUT_DIR/ptxas.txt" 2>/dev/null)"
   sort "$OUT_DIR/status.tsv" | while IFS=$'\t' read -r label rc seconds; do
     echo "== $label: $rc, $seconds s"
     log="$LOGS/$label.log"
