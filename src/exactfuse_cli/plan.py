@@ -79,10 +79,17 @@ def compile_key(kernel, args: tuple, kwargs: dict) -> tuple:
 @contextlib.contextmanager
 def launches_recorded() -> Iterator[list[tuple]]:
     """A list that receives the :func:`compile_key` of every Triton launch in the block; the launches return
-    None without compiling or running anything."""
+    None without compiling or running anything, but for a kernel whose results the host reads at once (one
+    marked ``runs_when_dry``: the fast-math proofs, ``exactfuse.ops.fastmath``), which runs and is not
+    recorded: a proof read from memory no kernel wrote would choose a formula at random."""
     seen: list[tuple] = []
+    real = {cls: cls.run for cls in _kernel_classes()}
 
     def run(self, *args, grid=None, warmup=False, **kwargs):
+        if getattr(self, "runs_when_dry", False):
+            return next(f for cls, f in real.items() if isinstance(self, cls))(
+                self, *args, grid=grid, warmup=warmup, **kwargs
+            )
         seen.append(compile_key(self, args, kwargs))
 
     saved = [(cls, cls.__dict__.get("run")) for cls in _kernel_classes()]

@@ -34,6 +34,22 @@ def test_a_dry_launch_records_its_specialization_and_runs_nothing():
     assert torch.equal(out, torch.ones(8))
 
 
+@pytest.mark.interpreter
+def test_a_fast_math_proof_made_during_dry_launches_is_the_real_one():
+    """The proof kernel's results are read back at once: dry launches run it (and do not record it), so the
+    proof cached then is the one made outside them."""
+    from exactfuse.ops import fastmath
+
+    fastmath.clear_proofs()
+    real = fastmath.proof("silu", torch.float16, "cpu")
+    fastmath.clear_proofs()
+    with plan.launches_recorded() as seen:
+        dry = fastmath.proof("silu", torch.float16, "cpu")
+    fastmath.clear_proofs()
+    assert dry == real and seen == []
+    assert [c.differing for c in dry.checks] == [c.differing for c in real.checks]
+
+
 def test_the_plan_keeps_cases_of_one_specialization_together_and_the_parts_even():
     a, b, c, d = (frozenset({k}) for k in "abcd")
     assert plan.plan_parts([a, b, a, b], 2) == [0, 1, 0, 1]
