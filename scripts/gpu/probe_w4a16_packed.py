@@ -4,23 +4,22 @@
 Run on a GPU: ``bash scripts/gpu/run.sh probe w4a16_packed`` (``--layers``, ``--dtypes``, ``--ms``, ``--pdl``,
 ``--per-warp``, ``--tiles``, ``--stages``, ``--piece-chunks``, ``--wgmma``; the lists comma-separated). For each
 layer (K x N), dtype and M, group 128, weights rotated past the L2, the kernel at ``packed_config`` (``--tiles`` /
-``--stages`` override it; ``--pdl 0,1``: plain and programmatic dependent launches; ``--per-warp 0,1``: the
-consumer warps in one partition or each in its own; ``--piece-chunks 8,32``: the stream-K grid chosen with each
-cost of a unit's piece in place of ``heuristics.PIECE_CHUNKS``; ``--wgmma
-ROWSxTILESuUNROLLsSTAGES[p][gG]/WARPS,...``: the wgmma kernel too (``p`` pipelined, ``g2`` two consumer warpgroup
-partitions), at each configuration whose rows cover M) is checked first: one-hot activations pick weight rows
-(exact sums in any order: the dequantization bit for bit), random ones meet the op's contract against its native
-spec (asymmetric RTN weights, with and without a bias) and repeat bit for bit, at any M (above
-``PACKED_KERNEL_MAX_M`` rows the op itself takes the dense path; the probe times the kernel's 4-block tile there
-against it). Then it, the op's dense path (the layout dequantized, then cuBLAS), ``w4a16_gemm`` on the same weights
-in the GPTQ layout (what ``W4A16Linear`` runs by default), cuBLAS's dense ``a @ W`` and a pure read of the words
-(``read_kernel``) are timed over CUDA-graph replays of one call per rotated weight; one line a (layer, M, dtype,
-launch) with µs and ratios; exit status 1 if a check fails. The programmatic dependent launch overlaps the previous
-call's tail in that sequence, which a model's layers give only where the kernel before each one lets its dependents
-start early. ``--routed``: first, at each M, the op's provider as it routes that M (checked: the contract with and
-without a bias, a repeat) beside ``w4a16_gemm`` as it routes it, the two layouts' paths side by side
-(``W4A16Linear``'s default layout, docs/performance.md); above ``PACKED_KERNEL_MAX_M`` rows only that line.
-"""
+``--stages`` override it; ``--pdl 0,1``: plain and programmatic dependent launches; ``--per-warp 0,1``: the consumer
+warps in one partition or each in its own; ``--piece-chunks 8,32``: the stream-K grid chosen with each cost of a
+unit's piece in place of ``heuristics.PIECE_CHUNKS``; ``--wgmma ROWSxTILESuUNROLLsSTAGES[p][gG]/WARPS,...``: the
+wgmma kernel too (``p`` pipelined, ``g2`` two consumer warpgroup partitions), at each configuration whose rows cover
+M) is checked first: one-hot activations pick weight rows (exact sums in any order: the dequantization bit for bit),
+random ones meet the op's contract against its native spec (asymmetric RTN weights, ``--symmetric``: without zero
+points; with and without a bias) and repeat bit for bit, at any M (above ``PACKED_KERNEL_MAX_M`` rows the op itself
+takes the dense path; the probe times the kernel's 4-block tile there against it). Then it, the op's dense path (the
+layout dequantized, then cuBLAS), ``w4a16_gemm`` on the same weights in the GPTQ layout (what ``W4A16Linear`` runs
+by default), cuBLAS's dense ``a @ W`` and a pure read of the words (``read_kernel``) are timed over CUDA-graph
+replays of one call per rotated weight; one line a (layer, M, dtype, launch) with µs and ratios; exit status 1 if a
+check fails. The programmatic dependent launch overlaps the previous call's tail in that sequence, which a model's
+layers give only where the kernel before each one lets its dependents start early. ``--routed``: first, at each M,
+the op's provider as it routes that M (checked: the contract with and without a bias, a repeat) beside
+``w4a16_gemm`` as it routes it, the two layouts' paths side by side (``W4A16Linear``'s default layout,
+docs/performance.md); above ``PACKED_KERNEL_MAX_M`` rows only that line."""
 
 from __future__ import annotations
 
@@ -196,6 +195,9 @@ def main() -> None:
         "--wgmma", default="", help="the wgmma kernel too, at ROWSxTILESuUNROLLsSTAGES/WARPS,... (rows >= M taken)"
     )
     parser.add_argument(
+        "--symmetric", action="store_true", help="weights without zero points (GPTQ's sym=True), checked and timed"
+    )
+    parser.add_argument(
         "--routed", action="store_true",
         help="the op as it routes each M beside w4a16_gemm as it routes it (above 128 rows: only that line)",
     )  # fmt: skip
@@ -205,12 +207,14 @@ def main() -> None:
     for K, N in (tuple(int(v) for v in layer.split("x")) for layer in args.layers.split(",")):
         for name in args.dtypes.split(","):
             dtype = DTYPES[name]
-            # the checked weight: RTN-quantized, asymmetric (zero points); the timed ones: random codes, rotated
-            w = random_weights(K, N, dtype, "cuda", torch.Generator().manual_seed(K + N), symmetric=False)
+            # the checked weight: RTN-quantized, asymmetric (zero points) unless --symmetric; the timed ones: random
+            # codes, rotated
+            gen = torch.Generator().manual_seed(K + N)
+            w = random_weights(K, N, dtype, "cuda", gen, symmetric=args.symmetric)
             check = fragment.pack(w.qweight, w.scales, w.zeros, w.perm)
             bias = torch.randn(N, dtype=dtype, device="cuda")
             gptq = rotated(lambda K=K, N=N, d=dtype: _random_prepared(K, N, d, "cuda"), K * N // 2)
-            packed = [fragment.pack(p.qweight, p.scales, p.zeros) for p in gptq]
+            packed = [fragment.pack(p.qweight, p.scales, None if args.symmetric else p.zeros) for p in gptq]
             dense = [dense_weight(p.qweight, p.scales, None, None, 128, dtype) for p in gptq]
             t_read = _read_us(packed)
             print(
