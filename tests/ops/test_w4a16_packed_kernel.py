@@ -79,16 +79,34 @@ def test_stream_k_shares_cover_every_step_once():
                 assert [c for *_, c in got] == list(range(first, last + 1)) and last - first + 1 <= pieces
 
 
-def test_launcher_refuses_zero_point_rows_across_groups():
-    """Below 16 tiles a CTA a zero-point slot row is the 128 bytes of one group: a step spanning two groups
-    (unroll 4 over groups of 2 chunks) with zero points is refused before any launch."""
+def test_zero_point_view_reads_each_row_of_a_slot_at_its_padded_stride():
+    """``packed_smem.zeros_view``: a slot's zero-point rows are at least 128 bytes (32 words; a TMA
+    destination's alignment), each holding the CTA's ``2 W T`` words first. Coordinate ``(w, t, row, k)``
+    is word ``k + 2 t + 2 T w`` of row ``row``, also below 16 tiles a CTA where a step spans several groups'
+    rows (unroll 4 over groups of 2 chunks), and the padding aliases those words."""
     pytest.importorskip("triton.experimental.gluon")
-    from exactfuse.ops.w4a16.packed import launch_packed
+    from exactfuse.ops.w4a16.packed_smem import zeros_view
 
-    words, scales, zeros, _ = fragment.pack(*_weights(1024, 256, 128, torch.float16))
-    a = torch.zeros(1, 1024, dtype=torch.float16)
-    with pytest.raises(ValueError, match="whole groups a step"):
-        launch_packed(a, words, scales, zeros, None, None, tiles=1, blocks=1, unroll=4, stages=4)
+    for warps, tiles, units in ((4, 1, 4), (4, 2, 4), (8, 2, 2), (4, 4, 4), (8, 4, 1)):
+        bases = zeros_view(warps, tiles, units).offset_bases
+        row = max(2 * warps * tiles, 32)
+        assert len(bases) == (row * units).bit_length() - 1  # the offsets span the slot's rows
+
+        for offset in range(row * units):
+            r, word = divmod(offset, row)
+            word %= 2 * warps * tiles  # the padding: the same coordinates as the row's first words
+            w, rest = divmod(word, 2 * tiles)
+            t, k = divmod(rest, 2)
+            assert _coordinate(bases, offset) == (w, 0, 0, t, r, k), (warps, tiles, units, offset)
+
+
+def _coordinate(bases: list[list[int]], offset: int) -> tuple:
+    """A shared linear layout's coordinate of ``offset``: the XOR of the bases of its set bits."""
+    out = [0] * len(bases[0])
+    for bit, basis in enumerate(bases):
+        if offset >> bit & 1:
+            out = [a ^ b for a, b in zip(out, basis, strict=True)]
+    return tuple(out)
 
 
 def compile_rule_configs() -> list[str]:
@@ -179,6 +197,7 @@ WGMMA_CONFIGS = [
     ("128x1u2s4", 8, False, 1),
     ("32x1u1s6", 4, False, 1),
     ("128x1u2s4", 4, False, 2),
+    ("64x2u4s3", 4, False, 1),  # four chunks a step over groups of two: zero-point rows padded to 32 words
 ]
 # the two-warpgroup consumer (``launch_packed_wgmma(..., groups=2)``, 4 warps each) compiled offline
 PINGPONG_CONFIGS = ["64x2u2s6", "128x1u2s4"]
@@ -213,6 +232,8 @@ def test_gpu_kernel_dequantizes_bit_for_bit_and_meets_the_contract(dtype):
         dict(tiles=2, blocks=1, unroll=2, stages=6, per_warp=True),
         dict(tiles=1, blocks=2, unroll=2, stages=4, per_warp=True),
         dict(tiles=4, blocks=2, unroll=4, stages=4, per_warp=True),  # each warp's records of two groups a step
+        dict(tiles=2, blocks=1, unroll=4, stages=4),  # 8 tiles a CTA: zero-point rows padded to 32 words
+        dict(tiles=1, blocks=2, unroll=4, stages=4, per_warp=True),
     )
     for symmetric in (False, True):
         qweight, scales, zeros = (

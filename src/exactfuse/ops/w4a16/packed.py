@@ -124,12 +124,10 @@ def _kernel_operands(a, words, scales, zeros, *, t_cta: int, unroll: int, rows: 
     return (w_desc, s_desc, z_desc, a_desc), (n_groups, m_blocks, steps), grid, pieces, ws
 
 
-def _check_tiling(words, scales, zeros, t_cta: int, unroll: int) -> None:
+def _check_tiling(words, t_cta: int, unroll: int) -> None:
     n_tiles, chunks = words.shape[:2]
     if chunks % unroll or n_tiles % t_cta:
         raise ValueError(f"unroll={unroll}, {t_cta} tiles a CTA do not divide {chunks} chunks, {n_tiles} tiles")
-    if zeros is not None and 2 * t_cta < ZERO_ROW and (chunks // scales.shape[0]) % unroll:
-        raise ValueError(f"zero points with {t_cta} tiles a CTA need whole groups a step (unroll={unroll})")
 
 
 def launch_packed(
@@ -157,7 +155,7 @@ def launch_packed(
     if per_warp and (warps != 4 or per_sm != 1):
         raise ValueError(f"per_warp takes 4 consumer warps and one CTA an SM, got warps={warps}, per_sm={per_sm}")
     t_cta = warps * tiles
-    _check_tiling(words, scales, zeros, t_cta, unroll)
+    _check_tiling(words, t_cta, unroll)
     if perm is not None:
         a = permuted_columns(a, perm)
     M, N = a.shape[0], words.shape[0] * TILE_N
@@ -229,7 +227,7 @@ def launch_packed_wgmma(
     if pipelined and (reason := pipelining_unsafe()):
         raise ValueError(f"pipelined=True: {reason}")
     t_cta = warps * tiles * groups
-    _check_tiling(words, scales, zeros, t_cta, unroll)
+    _check_tiling(words, t_cta, unroll)
     M, N = a.shape[0], words.shape[0] * TILE_N
     out = empty((M, N), a.dtype, a.device)
     if M == 0:

@@ -46,10 +46,14 @@ def scales_view(warps, tiles, units):
 
 @gluon.constexpr_function
 def zeros_view(warps, tiles, units):
-    """Zero-point slot ``[RU, 2 W T]`` (int32 words of 8 nibbles) as ``[W, 1, 1, T, RU, 2]``: a tile's two words,
-    columns 0-7 and 8-15 (every lane of the warp reads them)."""
+    """Zero-point slot ``[RU, max(2 W T, 32)]`` (int32 words of 8 nibbles; a row at least 128 bytes, a TMA
+    destination's alignment) as ``[W, 1, 1, T, RU, 2]``: a tile's two words, columns 0-7 and 8-15 (every lane of
+    the warp reads them); the words past ``2 W T`` in a row are padding, read by no coordinate (offset bits
+    whose basis is zero: a coordinate's offset has them clear)."""
     bases = [_unit(6, 5, 1)] + [_unit(6, 3, 1 << i) for i in range(_bits(tiles))]
-    bases += [_unit(6, 0, 1 << i) for i in range(_bits(warps))] + [_unit(6, 4, 1 << i) for i in range(_bits(units))]
+    bases += [_unit(6, 0, 1 << i) for i in range(_bits(warps))]
+    bases += [[0] * 6 for _ in range(_bits(max(2 * warps * tiles, 32)) - _bits(2 * warps * tiles))]
+    bases += [_unit(6, 4, 1 << i) for i in range(_bits(units))]
     return gl.SharedLinearLayout(bases)
 
 
