@@ -239,13 +239,16 @@ def _wgmma_finish(p_out, p_bias, p_ws, M, N, u, pid_n, pid_m, first, last, steps
                   BM: gl.constexpr, HAS_BIAS: gl.constexpr, PIECES: gl.constexpr, GROUP: gl.constexpr,
                   GROUPS: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
     """Unit ``u``'s pieces of warpgroup ``GROUP``'s ``ROWS`` columns summed in the CTAs' order, rounded and
-    stored (``packed_kernel._finish``), read in a layout of its own, 4 columns a thread, 8 rows of ``a`` at a
-    time."""
+    stored (``packed_kernel._finish``), read in a layout of its own that covers ``RB`` rows of ``a`` by the
+    ``ROWS`` columns with no thread repeating another's (4 columns a thread, at most 32 threads along them),
+    ``RB`` rows at a time: every piece's value is read once."""
     COLS: gl.constexpr = ROWS * GROUPS
-    FL: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [1, num_warps], [1, 0])
+    TC: gl.constexpr = 32 if ROWS >= 128 else ROWS // 4  # threads along the columns
+    RB: gl.constexpr = 32 // TC * num_warps
+    FL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // TC, TC], [num_warps, 1], [1, 0])
     cols = gl.expand_dims(GROUP * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(0, FL)), 0)
-    for r0 in gl.static_range(0, BM, 8):
-        rows = gl.expand_dims(r0 + gl.arange(0, 8, layout=gl.SliceLayout(1, FL)), 1)
+    for r0 in gl.static_range(0, BM, RB):
+        rows = gl.expand_dims(r0 + gl.arange(0, RB, layout=gl.SliceLayout(1, FL)), 1)
         o_m, o_n = gl.broadcast(pid_m * BM + rows, pid_n * COLS + cols)
         _finish(p_out, p_bias, p_ws, rows * COLS + cols, o_m, o_n, M, N, u, first, last, steps, total, BM * COLS,
                 HAS_BIAS, PIECES)  # fmt: skip
