@@ -3,7 +3,8 @@ specializations go to the same part where the parts stay even, so that a special
 worker, not in several at once.
 
 The cases' launches are found dry: every Triton launch of the provider on each case is recorded as the
-specialization it would compile (:func:`compile_key`) and not run, so nothing compiles and nothing launches.
+specialization it would compile (:func:`compile_key`) and not run, so nothing compiles and nothing launches
+(but the fast-math proofs, whose results the host reads at once: :func:`launches_recorded`).
 Every part of a row finds the same launches (the cases come from one seeded stream, and the launchers of a
 compiler-visible op choose from shapes and constants, never from a tensor's values) and so the same plan;
 ``verify.merge_parts`` checks that the parts checked each case once.
