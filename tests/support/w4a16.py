@@ -1,5 +1,5 @@
 """Helpers shared by the w4a16 test files: dtype and group-size ids, a GPTQ checkpoint, the identity check, the
-configurations launches run."""
+configurations launches run, the wgmma kernel's test configurations."""
 
 from __future__ import annotations
 
@@ -62,3 +62,16 @@ def record_configs() -> Iterator[list]:
         yield seen
     finally:
         w4_launch.launch_config = select
+
+
+# (rows x tiles u unroll s stages, consumer warps a partition, pipelined, consumer partitions): the wgmma
+# kernel's GPU test configurations, the tiles the op routes to (heuristics.PACKED_WGMMA_TILES) among them
+WGMMA_CONFIGS = [
+    ("64x2u2s6", 4, False, 1),
+    ("128x1u2s4", 8, False, 1),
+    ("32x1u1s6", 4, False, 1),
+    ("128x1u2s4", 4, False, 2),
+    ("64x2u4s3", 4, False, 1),  # four chunks a step over groups of two: zero-point rows padded to 32 words
+]
+# the two-warpgroup consumer (``launch_packed_wgmma(..., groups=2)``, 4 warps each) compiled offline
+PINGPONG_CONFIGS = ["64x2u2s6", "128x1u2s4"]

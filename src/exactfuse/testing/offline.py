@@ -110,14 +110,14 @@ def compile_error(label: str, exc: Exception) -> str:
 
 def run_in_child(test_file: str, function: str, timeout: float = 600) -> tuple[bool, str]:
     """``function()`` of the test module ``test_file`` in a child process without ``TRITON_INTERPRET`` (under
-    it ``triton.jit`` gives interpreted functions, which do not compile), with the module's folder and the
-    package's ``src`` on its path. It returns a list of failures; the child prints them. Returns whether
-    the list was empty, and what the child printed."""
+    it ``triton.jit`` gives interpreted functions, which do not compile), with the module's folder, the folder
+    above it (the test suite's shared helpers, ``support``) and the package's ``src`` on its path. It returns a
+    list of failures; the child prints them. Returns whether the list was empty, and what the child printed."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     folder = os.path.dirname(os.path.abspath(test_file))
     module = os.path.splitext(os.path.basename(test_file))[0]
     src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = os.pathsep.join([folder, src])
+    env["PYTHONPATH"] = os.pathsep.join([folder, os.path.dirname(folder), src])
     code = f"import {module} as t; f = t.{function}(); print('\\n'.join(f)); raise SystemExit(len(f) > 0)"
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
     return done.returncode == 0, done.stdout + done.stderr[-3000:]
