@@ -236,9 +236,10 @@ def compile_wgmma(
     if groups == 1:
         clobbers, under, dequant = wgmma_overlap(r["sass"])
         loops += f"; under wgmmas in flight: {under} of {dequant} HMUL2, {clobbers} writes of their A registers"
+    sums = _count(r["sass"].splitlines(), "LDG.E.128")  # the stream-K sum's loads of the pieces' partials
     return (
         f"{label}: {r['regs']} regs, {r['shared']} B shared; loop {len(loop)} SASS, {len(loop) / words:.2f} a word:"
-        f" {in_loop.replace('HMMA', 'HGMMA')}{loops}"
+        f" {in_loop.replace('HMMA', 'HGMMA')}{loops}; kernel: LDG.E.128 {sums}"
     )
 
 

@@ -75,9 +75,11 @@ def compile_rule_configs() -> list[str]:
 def compile_wgmma_configs() -> list[str]:
     """The wgmma kernel at the GPU test's configurations and with two consumer partitions, both dtypes, with and
     without zero points, and at the tiles the op routes to as it launches them (programmatic dependent
-    launches); the failures, any whose consumer loop moves data to build the A operand (a PRMT past
-    the scale records' one a tile and chunk, or a SHFL), and any two-partition one whose partitions' step loops
-    do not each hold their wgmmas."""
+    launches); the failures, any whose stream-K sum loads a piece's partials more often than its tile needs
+    (16-byte loads: the tile's ``BM x 16 W T`` fp32 over the partition's threads, for each of the 3 pieces
+    compiled; a layout wider than the tile repeats them), any whose consumer loop moves data to build the A
+    operand (a PRMT past the scale records' one a tile and chunk, or a SHFL), and any two-partition one whose
+    partitions' step loops do not each hold their wgmmas."""
     import sys
     from pathlib import Path
 
@@ -102,6 +104,8 @@ def compile_wgmma_configs() -> list[str]:
             bad.append(line)  # four k-steps a tile and chunk, the operand's registers as dequantized
         elif groups > 1 and (each is None or each.group(1) != ", ".join([str(4 * tiles * unroll)] * groups)):
             bad.append(line)  # each consumer partition's step loop its own wgmmas
+        elif int(re.search(r"LDG\.E\.128 (\d+)", line).group(1)) != groups * 3 * int(config.split("x")[0]) * tiles // 8:
+            bad.append(line)  # BM x 16 W T values over 32 W threads, 4 a load, 3 pieces, each partition
     return bad + pipelined_wgmma_keeps_its_operands()
 
 
