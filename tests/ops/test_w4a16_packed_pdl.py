@@ -46,6 +46,10 @@ def test_weights_unchanged_counts_every_write_pytorch_sees():
     assert weights_unchanged(words, scales, None)
     weights_written(scales)  # a write the counters cannot see, said
     assert not weights_unchanged(words, scales, None)
+    other = torch.zeros(4)  # other scales with the same words: not what the last call read
+    assert not weights_unchanged(words, other, None)
+    assert weights_unchanged(words, other, None)
+    assert not weights_unchanged(words, other, torch.zeros(1, dtype=torch.int32))
     with torch.inference_mode():
         frozen = torch.zeros(4, dtype=torch.int32)
     assert not weights_unchanged(frozen, scales, None)
